@@ -1,0 +1,164 @@
+//! Command-line flags, named and defaulted exactly as koord-runtime-proxy's (koordinator.md §1), so
+//! that a unit file written for it starts this binary unchanged.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// The backend a proxy speaks to (`--backend-runtime-mode`). Values are case-sensitive, as in
+/// koord-runtime-proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendRuntimeMode {
+    /// Any CRI v1 runtime (containerd, CRI-O) behind a gRPC unix socket.
+    #[value(name = "Containerd")]
+    Containerd,
+    /// The Docker Engine HTTP API (dockershim clusters). Not supported yet: start-up fails with
+    /// a clear error.
+    #[value(name = "Docker")]
+    Docker,
+}
+
+/// All flags of the `runtime-proxy` binary.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "runtime-proxy",
+    version,
+    about = "A CRI proxy: kubelet talks to it instead of the container runtime; it forwards every call \
+             and calls runtime hook servers at the pod and container lifecycle points.",
+    long_about = None
+)]
+pub struct Args {
+    /// Unix socket the proxy listens on; point kubelet's --container-runtime-endpoint at it.
+    /// A stale socket is removed and the parent directory created. `unix://` prefix optional.
+    #[arg(
+        long = "koord-runtimeproxy-endpoint",
+        value_name = "PATH",
+        default_value = "/var/run/koord-runtimeproxy/runtimeproxy.sock",
+        value_parser = parse_unix_path
+    )]
+    pub listen: PathBuf,
+
+    /// Unix socket of the CRI runtime's RuntimeService (containerd's gRPC socket). Every call the
+    /// proxy does not intercept is forwarded here unchanged. `unix://` prefix optional.
+    #[arg(
+        long = "remote-runtime-service-endpoint",
+        value_name = "PATH",
+        default_value = "/var/run/containerd/containerd.sock",
+        value_parser = parse_unix_path
+    )]
+    pub runtime_endpoint: PathBuf,
+
+    /// Unix socket of the CRI runtime's ImageService (`runtime.v1.ImageService` and
+    /// `runtime.v1alpha2.ImageService` calls). Default: the runtime endpoint.
+    #[arg(long = "remote-image-service-endpoint", value_name = "PATH", value_parser = parse_unix_path)]
+    pub image_endpoint: Option<PathBuf>,
+
+    /// Backend kind: `Containerd` (any CRI v1 runtime) or `Docker` (not supported yet).
+    #[arg(long = "backend-runtime-mode", value_enum, default_value = "Containerd")]
+    pub backend_runtime_mode: BackendRuntimeMode,
+
+    /// Pod label key that exempts a pod (and its containers) from every hook, together with
+    /// --runtime-hook-server-val. Hook servers' own pods carry it to avoid blocking themselves.
+    #[arg(
+        long = "runtime-hook-server-key",
+        value_name = "KEY",
+        default_value = "runtimeproxy.koordinator.sh/skip-hookserver"
+    )]
+    pub hook_skip_key: String,
+
+    /// Pod label value paired with --runtime-hook-server-key.
+    #[arg(long = "runtime-hook-server-val", value_name = "VALUE", default_value = "true")]
+    pub hook_skip_value: String,
+
+    /// Directory of hook server registrations (`*.json`, as koordlet writes them).
+    #[arg(long = "hook-config-dir", value_name = "DIR", default_value = "/etc/runtime/hookserver.d")]
+    pub hook_config_dir: PathBuf,
+
+    /// How long SIGTERM/SIGINT waits for in-flight calls (and open streams such as
+    /// GetContainerEvents) before the proxy exits anyway. Examples: `10s`, `500ms`.
+    #[arg(long = "drain-timeout", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// Address of the admin HTTP endpoint (metrics, health). Reserved for the metrics issue; the
+    /// flag is accepted now so unit files need not change later.
+    #[arg(long = "metrics-addr", value_name = "ADDR", default_value = "127.0.0.1:9318")]
+    pub metrics_addr: SocketAddr,
+}
+
+impl Args {
+    /// The ImageService backend socket: `--remote-image-service-endpoint`, or the runtime one.
+    pub fn image_endpoint(&self) -> &PathBuf {
+        self.image_endpoint.as_ref().unwrap_or(&self.runtime_endpoint)
+    }
+}
+
+/// Accepts `PATH` or `unix://PATH` and returns the plain socket path.
+///
+/// Errors: an empty path, or another URL scheme (`tcp://`, `npipe://`): only unix sockets are
+/// supported.
+pub fn parse_unix_path(s: &str) -> Result<PathBuf, String> {
+    let path = match s.split_once("://") {
+        Some(("unix", rest)) => rest,
+        Some((scheme, _)) => return Err(format!("unsupported endpoint scheme {scheme:?}: only unix sockets (PATH or unix://PATH)")),
+        None => s,
+    };
+    if path.is_empty() {
+        return Err("empty socket path".into());
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// Parses a duration written as a number and a unit: `ms`, `s` or `m` (`500ms`, `10s`, `2m`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 10s, 2m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("invalid duration {s:?}: unit must be ms, s or m")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_paths_with_and_without_scheme() {
+        assert_eq!(parse_unix_path("/run/c.sock").unwrap(), PathBuf::from("/run/c.sock"));
+        assert_eq!(parse_unix_path("unix:///run/c.sock").unwrap(), PathBuf::from("/run/c.sock"));
+        assert!(parse_unix_path("tcp://1.2.3.4:5").unwrap_err().contains("tcp"));
+        assert!(parse_unix_path("unix://").is_err());
+    }
+
+    #[test]
+    fn defaults_match_koord_runtime_proxy() {
+        let a = Args::parse_from(["runtime-proxy"]);
+        assert_eq!(a.listen, PathBuf::from("/var/run/koord-runtimeproxy/runtimeproxy.sock"));
+        assert_eq!(a.runtime_endpoint, PathBuf::from("/var/run/containerd/containerd.sock"));
+        assert_eq!(a.image_endpoint(), &a.runtime_endpoint);
+        assert_eq!(a.backend_runtime_mode, BackendRuntimeMode::Containerd);
+        assert_eq!(a.hook_skip_key, "runtimeproxy.koordinator.sh/skip-hookserver");
+        assert_eq!(a.hook_skip_value, "true");
+        assert_eq!(a.hook_config_dir, PathBuf::from("/etc/runtime/hookserver.d"));
+    }
+
+    #[test]
+    fn mode_is_case_sensitive() {
+        assert!(Args::try_parse_from(["rp", "--backend-runtime-mode", "Docker"]).is_ok());
+        assert!(Args::try_parse_from(["rp", "--backend-runtime-mode", "docker"]).is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+}

@@ -1,0 +1,168 @@
+//! The small part of the gRPC-over-HTTP/2 wire protocol the proxy needs to read and write itself:
+//! status codes, the `grpc-timeout` header, and the trailers-only responses it answers with when
+//! it cannot reach the backend (gRPC's `PROTOCOL-HTTP2.md`).
+//!
+//! Everything else about a call (body frames, metadata, trailers) passes through untouched.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response};
+use http_body_util::{BodyExt, Empty};
+
+use crate::body::ProxyBody;
+
+/// A gRPC status code (`google.rpc.Code`), as carried in the `grpc-status` header or trailer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Code(pub u16);
+
+impl Code {
+    pub const OK: Code = Code(0);
+    pub const CANCELLED: Code = Code(1);
+    pub const UNKNOWN: Code = Code(2);
+    pub const INVALID_ARGUMENT: Code = Code(3);
+    pub const DEADLINE_EXCEEDED: Code = Code(4);
+    pub const NOT_FOUND: Code = Code(5);
+    pub const FAILED_PRECONDITION: Code = Code(9);
+    pub const UNIMPLEMENTED: Code = Code(12);
+    pub const INTERNAL: Code = Code(13);
+    pub const UNAVAILABLE: Code = Code(14);
+
+    /// The canonical upper-case name (`NOT_FOUND`), or the number for codes outside 0..=16.
+    pub fn name(self) -> &'static str {
+        const NAMES: [&str; 17] = [
+            "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+            "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+            "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+            "UNAUTHENTICATED",
+        ];
+        NAMES.get(self.0 as usize).copied().unwrap_or("OUT_OF_SPEC")
+    }
+
+    /// Reads `grpc-status` from a header or trailer map; `None` when absent or not a number.
+    pub fn from_headers(headers: &HeaderMap) -> Option<Code> {
+        headers.get("grpc-status")?.to_str().ok()?.parse().ok().map(Code)
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A status the proxy itself answers with: code plus a human-readable message that names what
+/// failed (the CRI method, the backend socket, later the hook stage and server).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Status {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Status { code, message: message.into() }
+    }
+
+    /// A trailers-only gRPC response: HTTP 200, `content-type: application/grpc`, `grpc-status`
+    /// and percent-encoded `grpc-message` in the headers, empty body. This is what gRPC servers
+    /// send for an error before any message, so every gRPC client decodes it as this status.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let mut resp = Response::new(Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync());
+        let h = resp.headers_mut();
+        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert("grpc-status", HeaderValue::from(self.code.0));
+        if let Ok(v) = HeaderValue::from_str(&percent_encode(&self.message)) {
+            h.insert("grpc-message", v);
+        }
+        resp
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// Percent-encodes a `grpc-message` value: bytes outside printable ASCII (0x20..=0x7E) and `%`
+/// become `%XX`, as the gRPC HTTP/2 protocol requires.
+pub fn percent_encode(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    for &b in msg.as_bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Parses the `grpc-timeout` header: 1 to 8 ASCII digits and a unit (`H` hours, `M` minutes,
+/// `S` seconds, `m` milliseconds, `u` microseconds, `n` nanoseconds). `None` when the header is
+/// absent or malformed (then the call has no deadline, as a gRPC server would treat it).
+pub fn parse_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let v = headers.get("grpc-timeout")?.to_str().ok()?;
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("grpc-timeout", HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(parse_timeout(&hdr("1H")), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_timeout(&hdr("2M")), Some(Duration::from_secs(120)));
+        assert_eq!(parse_timeout(&hdr("3S")), Some(Duration::from_secs(3)));
+        assert_eq!(parse_timeout(&hdr("250m")), Some(Duration::from_millis(250)));
+        assert_eq!(parse_timeout(&hdr("99999999u")), Some(Duration::from_micros(99_999_999)));
+        assert_eq!(parse_timeout(&hdr("7n")), Some(Duration::from_nanos(7)));
+        assert_eq!(parse_timeout(&hdr("123456789S")), None, "more than 8 digits");
+        assert_eq!(parse_timeout(&hdr("5x")), None);
+        assert_eq!(parse_timeout(&hdr("S")), None);
+        assert_eq!(parse_timeout(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn message_encoding() {
+        assert_eq!(percent_encode("backend unix:///a b"), "backend unix:///a b");
+        assert_eq!(percent_encode("100% é\n"), "100%25 %C3%A9%0A");
+    }
+
+    #[test]
+    fn trailers_only_response() {
+        let r = Status::new(Code::UNAVAILABLE, "backend down").into_response();
+        assert_eq!(r.status(), 200);
+        assert_eq!(Code::from_headers(r.headers()), Some(Code::UNAVAILABLE));
+        assert_eq!(r.headers()["grpc-message"], "backend down");
+        assert_eq!(r.headers()["content-type"], "application/grpc");
+    }
+
+    #[test]
+    fn code_names() {
+        assert_eq!(Code::NOT_FOUND.to_string(), "NOT_FOUND");
+        assert_eq!(Code(99).name(), "OUT_OF_SPEC");
+    }
+}

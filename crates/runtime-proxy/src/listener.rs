@@ -1,0 +1,88 @@
+//! The proxy's listening socket: made ready the way kubelet expects a runtime socket to be.
+//!
+//! * the parent directory is created (mode 0755, as koord-runtime-proxy does);
+//! * a stale socket left by a previous run is removed, but a socket some live process still
+//!   answers on is not stolen, and a path that is not a socket is never deleted;
+//! * the new socket gets the backend socket's mode and owner, so whoever may talk to containerd
+//!   may talk to the proxy, and nobody else.
+
+use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use tokio::net::UnixListener;
+
+/// Binds the listening socket at `path`, mirroring mode and owner from `backend` when that
+/// socket exists (otherwise the socket keeps the default mode and a line is logged).
+///
+/// Errors: the parent directory cannot be created; `path` exists and is not a socket; another
+/// process is serving on `path`; bind, chmod or chown fails. Each names the path.
+pub fn bind(path: &Path, backend: &Path) -> anyhow::Result<UnixListener> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .with_context(|| format!("creating socket directory {}", parent.display()))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!("another process is serving on {}; refusing to take over its socket", path.display());
+            }
+            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+            tracing::info!(socket = %path.display(), "removed stale socket");
+        }
+        Ok(_) => bail!("{} exists and is not a socket; refusing to remove it", path.display()),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("inspecting {}", path.display())),
+    }
+    let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    match std::fs::metadata(backend) {
+        Ok(m) => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(m.mode() & 0o7777))
+                .with_context(|| format!("chmod {}", path.display()))?;
+            std::os::unix::fs::chown(path, Some(m.uid()), Some(m.gid()))
+                .with_context(|| format!("chown {}", path.display()))?;
+        }
+        Err(e) => tracing::info!(
+            socket = %path.display(), backend = %backend.display(), error = %e,
+            "backend socket not there yet; listen socket keeps its default mode and owner"
+        ),
+    }
+    Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn prepares_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = dir.path().join("backend.sock");
+        let _b = std::os::unix::net::UnixListener::bind(&backend).unwrap();
+        std::fs::set_permissions(&backend, std::fs::Permissions::from_mode(0o640)).unwrap();
+
+        let path = dir.path().join("a/b/proxy.sock");
+        // A stale socket: bound once, nobody listening any more.
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let l = bind(&path, &backend).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o640, "mode mirrored from the backend socket");
+
+        // A live socket is not stolen.
+        let err = bind(&path, &backend).unwrap_err().to_string();
+        assert!(err.contains("another process is serving"), "{err}");
+        drop(l);
+
+        // A regular file is never removed.
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let err = bind(&file, &backend).unwrap_err().to_string();
+        assert!(err.contains("not a socket"), "{err}");
+        assert!(file.exists());
+    }
+}

@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# containerd.sh — a throw-away, registry-free containerd + runc (CRI plugin on) for the proxy's integration tests.
+#
+#   scripts/containerd.sh up VERSION ROOT   VERSION 1.6 = Debian bookworm's package (/usr/bin/containerd),
+#                                           VERSION 1.7 = Debian trixie's containerd .deb, downloaded once and
+#                                           unpacked into the cache (never installed); runc stays bookworm's.
+#   scripts/containerd.sh down ROOT         stop everything started for ROOT (never fails; keeps ROOT and cache)
+#   scripts/containerd.sh purge ROOT        down + rm -rf ROOT
+#
+# `up` installs missing packages (containerd runc busybox-static gcc libc6-dev), builds the local images
+# localhost/pause:local and localhost/busybox:local, writes ROOT/config.toml, starts containerd (log in
+# ROOT/containerd.log), waits for the CRI plugin and imports the images into namespace k8s.io. If ROOT's containerd
+# is already running it does nothing else. Last, it writes ROOT/env and prints it on stdout (KEY=VALUE lines):
+#   CONTAINERD_SOCK CONTAINERD_VERSION CRI_SANDBOX_IMAGE CRI_TEST_IMAGE CRI_CGROUP_PARENT CRI_LOG_ROOT CONTAINERD_ROOT
+# Pods must use a cgroup_parent under $CRI_CGROUP_PARENT (down removes those cgroups) and host (NODE) network with
+# an empty hostname: there is no CNI. Instances in different ROOTs (e.g. 1.6 and 1.7) run side by side.
+# Cache (images, trixie containerd): $RP_CACHE, default /var/cache/runtime-proxy. Diagnostics go to stderr.
+#
+# Facts this relies on (all verified on the project's VMs, see the shared containerd notes):
+#  * restrict_oom_score_adj = true is REQUIRED: CAP_SYS_RESOURCE is not in the bounding set, so runc cannot give
+#    the sandbox oom_score_adj=-998 (RunPodSandbox fails with "can't get final child's PID from pipe: EOF").
+#  * cgroup v1 with the cgroupfs driver (no systemd); overlayfs works on /tmp; no AppArmor.
+#  * Shim sockets always go to /run/containerd/s/<hash of our socket path...>: no clash with other daemons.
+set -euo pipefail
+
+PAUSE_REF=localhost/pause:local
+BUSYBOX_REF=localhost/busybox:local
+CACHE=${RP_CACHE:-/var/cache/runtime-proxy}
+PKGS=(containerd runc busybox-static gcc libc6-dev)
+BASE_PATH=$PATH
+export DEBIAN_FRONTEND=noninteractive
+
+log() { echo "[containerd.sh] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+usage() { sed -n '3,8p' "$0" >&2; exit 2; }
+
+# set_root ROOT: absolute ROOT and everything derived from it; 1.7 puts its own binaries first on PATH.
+set_root() {
+  ROOT=$(realpath -m "$1")
+  [ "$ROOT" != / ] || die "ROOT must not be /"
+  SOCK=$ROOT/run/containerd.sock
+  CGROUP_PARENT=/rp-test-$(basename "$ROOT")
+  [ ${#SOCK} -lt 100 ] || die "ROOT too long for a unix socket path: $SOCK"
+  PATH=$BASE_PATH
+  if [ "$(cat "$ROOT/version" 2>/dev/null)" = 1.7 ]; then PATH=$CACHE/containerd-1.7/usr/bin:$PATH; fi
+}
+ctr_() { ctr --address "$SOCK" --timeout 30s "$@"; }
+# daemon_pid: prints the pid of ROOT's containerd if it is alive (checked against its command line).
+daemon_pid() {
+  local pid; pid=$(cat "$ROOT/containerd.pid" 2>/dev/null) || return 1
+  tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "--config $ROOT/config.toml" && echo "$pid"
+}
+
+need_pkgs() {
+  local p missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  log "installing ${missing[*]}"
+  local install=(apt-get install -y -q --no-install-recommends "${missing[@]}")
+  "${install[@]}" </dev/null >/dev/null 2>&1 || { apt-get update -q </dev/null >/dev/null && "${install[@]}" </dev/null >/dev/null; }
+}
+
+# Debian trixie's containerd 1.7.x: apt pointed at a private trixie source list, `download`, `dpkg-deb -x`.
+fetch_containerd17() {
+  local dst=$CACHE/containerd-1.7 apt=$CACHE/apt-trixie src=/etc/apt/sources.list.d/debian.sources uri key deb ver
+  [ -x "$dst/usr/bin/containerd" ] && return 0
+  uri=$(awk '$1 == "URIs:" && $2 !~ /security/ {print $2; exit}' "$src" 2>/dev/null || true)
+  key=$(awk '$1 == "Signed-By:" {print $2; exit}' "$src" 2>/dev/null || true)
+  uri=${uri:-http://deb.debian.org/debian} key=${key:-/usr/share/keyrings/debian-archive-keyring.gpg}
+  log "downloading containerd 1.7 from Debian trixie ($uri)"
+  rm -rf "$apt" && mkdir -p "$apt/sources" "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/deb"
+  printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' "$uri" "$key" >"$apt/sources/trixie.sources"
+  local o=(-q -o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt/sources" -o "Dir::State::Lists=$apt/lists"
+           -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
+  apt-get "${o[@]}" update </dev/null >/dev/null
+  (cd "$apt/deb" && apt-get "${o[@]}" download containerd </dev/null >/dev/null)
+  deb=$(echo "$apt"/deb/containerd_*.deb)
+  ver=$(dpkg-deb -f "$deb" Version)
+  case $ver in 1.7.*) ;; *) die "Debian trixie offers containerd $ver, not 1.7.x" ;; esac
+  rm -rf "$dst.tmp" && dpkg-deb -x "$deb" "$dst.tmp" && mv "$dst.tmp" "$dst"
+  "$dst/usr/bin/containerd" --version >&2
+}
+
+# mkimage OUT REF ROOTFS CONFIG: a deterministic single-layer docker-archive ("docker save" layout).
+mkimage() {
+  local out=$1 ref=$2 rootfs=$3 conf=$4 w layer cfg
+  local tarx=(tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner)
+  w=$(mktemp -d "$CACHE/tmp.XXXXXX")
+  "${tarx[@]}" -C "$rootfs" -cf "$w/layer.tar" .
+  layer=$(sha256sum "$w/layer.tar" | cut -d' ' -f1)
+  mkdir "$w/$layer" && mv "$w/layer.tar" "$w/$layer/layer.tar"
+  printf '{"architecture":"%s","os":"linux","created":"1970-01-01T00:00:00Z","config":%s,"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+    "$(dpkg --print-architecture)" "$conf" "$layer" >"$w/config.json"
+  cfg=$(sha256sum "$w/config.json" | cut -d' ' -f1)
+  mv "$w/config.json" "$w/$cfg.json"
+  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$cfg" "$ref" "$layer" >"$w/manifest.json"
+  "${tarx[@]}" -C "$w" -cf "$w/image.tar" manifest.json "$cfg.json" "$layer"
+  mv "$w/image.tar" "$out" && rm -rf "$w"
+}
+
+build_images() {
+  local env='"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"WorkingDir":"/"' d a
+  mkdir -p "$CACHE/images"
+  if [ ! -s "$CACHE/images/pause.tar" ]; then
+    log "building $PAUSE_REF"
+    d=$(mktemp -d "$CACHE/tmp.XXXXXX") && mkdir "$d/rootfs"
+    # pause: exits 0 on SIGINT/SIGTERM, reaps children, sleeps otherwise.
+    cat >"$d/pause.c" <<'EOF'
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static void quit(int s) { (void)s; _exit(0); }
+static void reap(int s) { (void)s; while (waitpid(-1, 0, WNOHANG) > 0) {} }
+int main(void) {
+  struct sigaction q = {.sa_handler = quit}, r = {.sa_handler = reap, .sa_flags = SA_NOCLDSTOP};
+  sigaction(SIGINT, &q, 0); sigaction(SIGTERM, &q, 0); sigaction(SIGCHLD, &r, 0);
+  for (;;) pause();
+}
+EOF
+    gcc -Os -static -s -o "$d/rootfs/pause" "$d/pause.c"
+    mkimage "$CACHE/images/pause.tar" "$PAUSE_REF" "$d/rootfs" "{$env,\"Entrypoint\":[\"/pause\"]}"
+    rm -rf "$d"
+  fi
+  if [ ! -s "$CACHE/images/busybox.tar" ]; then
+    log "building $BUSYBOX_REF"
+    d=$(mktemp -d "$CACHE/tmp.XXXXXX") && mkdir -p "$d"/{bin,etc,tmp,root,proc,sys,dev}
+    cp /bin/busybox "$d/bin/busybox"
+    # hard links, not symlinks: masking e.g. /bin/ls must not mask busybox itself
+    for a in $(/bin/busybox --list); do [ -e "$d/bin/$a" ] || ln "$d/bin/busybox" "$d/bin/$a"; done
+    echo 'root:x:0:0:root:/root:/bin/sh' >"$d/etc/passwd" && echo 'root:x:0:' >"$d/etc/group"
+    chmod 1777 "$d/tmp"
+    mkimage "$CACHE/images/busybox.tar" "$BUSYBOX_REF" "$d" "{$env,\"Cmd\":[\"sh\"]}"
+    rm -rf "$d"
+  fi
+}
+
+write_config() {
+  mkdir -p "$ROOT"/{root,state,run,runc,opt,logs,cni/bin,cni/net.d,certs.d}
+  local cri='plugins."io.containerd.grpc.v1.cri"'
+  cat >"$ROOT/config.toml" <<EOF
+version = 2
+root = "$ROOT/root"
+state = "$ROOT/state"
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$SOCK.ttrpc"
+[debug]
+  address = "$ROOT/run/debug.sock"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$ROOT/opt"
+[$cri]
+  sandbox_image = "$PAUSE_REF"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+[$cri.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+[$cri.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[$cri.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+  Root = "$ROOT/runc"
+[$cri.cni]
+  bin_dir = "$ROOT/cni/bin"
+  conf_dir = "$ROOT/cni/net.d"
+[$cri.registry]
+  config_path = "$ROOT/certs.d"
+EOF
+}
+
+start_containerd() {
+  local pid i
+  rm -f "$SOCK" "$SOCK.ttrpc" "$ROOT/run/debug.sock"
+  setsid containerd --config "$ROOT/config.toml" </dev/null >>"$ROOT/containerd.log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$ROOT/containerd.pid"
+  for i in $(seq 400); do
+    ctr_ version >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  ctr_ version >/dev/null 2>&1 || { tail -n 20 "$ROOT/containerd.log" >&2; die "containerd did not come up"; }
+  ctr_ plugins ls | awk '$2 == "cri" && $NF == "ok" {ok = 1} END {exit !ok}' ||
+    { ctr_ plugins ls >&2; die "CRI plugin is not ok (see $ROOT/containerd.log)"; }
+  log "containerd $VERSION up: pid $pid, socket $SOCK"
+}
+
+write_env() {
+  cat >"$ROOT/env" <<EOF
+CONTAINERD_SOCK=$SOCK
+CONTAINERD_VERSION=$(containerd --version | awk '{print $3}')
+CRI_SANDBOX_IMAGE=$PAUSE_REF
+CRI_TEST_IMAGE=$BUSYBOX_REF
+CRI_CGROUP_PARENT=$CGROUP_PARENT
+CRI_LOG_ROOT=$ROOT/logs
+CONTAINERD_ROOT=$ROOT
+EOF
+  cat "$ROOT/env"
+}
+
+up() {
+  VERSION=$1
+  case $VERSION in 1.6 | 1.7) ;; *) die "VERSION must be 1.6 or 1.7, not '$VERSION'" ;; esac
+  set_root "$2"
+  mkdir -p "$ROOT"
+  if [ -n "$(daemon_pid)" ]; then
+    local was; was=$(cat "$ROOT/version" 2>/dev/null || true)
+    [ "$was" = "$VERSION" ] || die "$ROOT already runs containerd $was; run down first"
+    ctr_ version >/dev/null 2>&1 || die "containerd pid $(daemon_pid) of $ROOT does not answer; run down first"
+    log "containerd $VERSION already running in $ROOT"
+  else
+    # one instance at a time installs, downloads and builds images (fd 9 is closed before containerd starts)
+    mkdir -p "$CACHE" && exec 9>"$CACHE/.lock" && flock 9
+    need_pkgs "${PKGS[@]}"
+    [ "$VERSION" = 1.6 ] || fetch_containerd17
+    build_images
+    exec 9>&-
+    echo "$VERSION" >"$ROOT/version"
+    set_root "$ROOT"
+    write_config
+    start_containerd
+    local have; have=$(ctr_ -n k8s.io images ls -q)
+    grep -qxF "$PAUSE_REF" <<<"$have" || ctr_ -n k8s.io images import "$CACHE/images/pause.tar" >/dev/null
+    grep -qxF "$BUSYBOX_REF" <<<"$have" || ctr_ -n k8s.io images import "$CACHE/images/busybox.tar" >/dev/null
+  fi
+  write_env
+}
+
+down() {
+  set_root "$1"
+  [ -d "$ROOT" ] || { log "nothing in $ROOT"; return 0; }
+  local pid ns id d i argv h
+  pid=$(daemon_pid || true)
+  # 1. kill and delete every task (this makes the shims exit), then delete the containers
+  if [ -n "$pid" ] && ctr_ version >/dev/null 2>&1; then
+    for ns in $(ctr_ namespaces ls -q 2>/dev/null); do
+      for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do ctr_ -n "$ns" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
+      for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do
+        for i in $(seq 40); do ctr_ -n "$ns" tasks delete -f "$id" >/dev/null 2>&1 && break; sleep 0.05; done
+      done
+      for id in $(ctr_ -n "$ns" containers ls -q 2>/dev/null); do ctr_ -n "$ns" containers delete "$id" >/dev/null 2>&1 || true; done
+    done
+  fi
+  # 2. SIGTERM containerd (by pid), SIGKILL after 5 s
+  if [ -n "$pid" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$pid" 2>/dev/null || true
+    log "stopped containerd pid $pid"
+  fi
+  rm -f "$ROOT/containerd.pid"
+  # 3. leftover shims serving our socket (argv "... -address $SOCK ..."), by pid
+  for d in /proc/[0-9]*; do
+    mapfile -d '' -t argv 2>/dev/null <"$d/cmdline" || continue
+    [[ ${argv[0]:-} == *containerd-shim* ]] || continue
+    for ((i = 1; i < ${#argv[@]}; i++)); do
+      if [ "${argv[i - 1]}" = -address ] && [ "${argv[i]}" = "$SOCK" ]; then
+        log "killing leftover shim ${d#/proc/}" && kill -KILL "${d#/proc/}" 2>/dev/null || true
+      fi
+    done
+  done
+  # 4. containers orphaned by a dead shim are still known to runc under our own runc root
+  for d in "$ROOT"/runc/*/; do
+    [ -d "$d" ] || continue
+    for id in $(runc --root "$d" list -q 2>/dev/null); do runc --root "$d" delete --force "$id" >/dev/null 2>&1 || true; done
+  done
+  # 5. mounts under ROOT (rootfs overlays, shm, netns), deepest first
+  awk -v r="$ROOT/" 'index($5, r) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r d; do
+    umount -l "$d" 2>/dev/null || true
+  done
+  # 6. pod cgroups (kubelet would remove them) in every hierarchy; rmdir only succeeds on unused ones
+  for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+    for d in "$h${CGROUP_PARENT#/}" "${h}k8s.io"; do
+      [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    done
+  done
+  log "down: $ROOT"
+}
+
+case "${1:-}" in
+  up) [ $# -eq 3 ] || usage; up "$2" "$3" ;;
+  down) [ $# -eq 2 ] || usage; down "$2" ;;
+  purge) [ $# -eq 2 ] || usage; down "$2" && rm -rf "$ROOT" && log "purged $ROOT" ;;
+  *) usage ;;
+esac
