@@ -7,20 +7,15 @@
 #   scripts/containerd.sh down ROOT         stop everything started for ROOT (never fails; keeps ROOT and cache)
 #   scripts/containerd.sh purge ROOT        down + rm -rf ROOT
 #
-# `up` installs missing packages (containerd runc busybox-static gcc libc6-dev), builds the local images
-# localhost/pause:local and localhost/busybox:local, writes ROOT/config.toml, starts containerd (log in
-# ROOT/containerd.log), waits for the CRI plugin and imports the images into namespace k8s.io. If ROOT's containerd
-# is already running it does nothing else. Last, it writes ROOT/env and prints it on stdout (KEY=VALUE lines):
-#   CONTAINERD_SOCK CONTAINERD_VERSION CRI_SANDBOX_IMAGE CRI_TEST_IMAGE CRI_CGROUP_PARENT CRI_LOG_ROOT CONTAINERD_ROOT
-# Pods must use a cgroup_parent under $CRI_CGROUP_PARENT (down removes those cgroups) and host (NODE) network with
-# an empty hostname: there is no CNI. Instances in different ROOTs (e.g. 1.6 and 1.7) run side by side.
+# `up` installs missing packages (containerd runc busybox-static gcc libc6-dev), builds localhost/pause:local and
+# localhost/busybox:local, starts containerd (log: ROOT/containerd.log), waits for its CRI plugin and imports the
+# images into namespace k8s.io; if ROOT's containerd already runs it does nothing else. It then writes ROOT/env and
+# prints it on stdout: CONTAINERD_SOCK CONTAINERD_VERSION CRI_SANDBOX_IMAGE CRI_TEST_IMAGE CRI_CGROUP_PARENT
+# CRI_LOG_ROOT CONTAINERD_ROOT (KEY=VALUE lines). Pods must use a cgroup_parent under $CRI_CGROUP_PARENT and host
+# (NODE) network with an empty hostname (no CNI). Instances in different ROOTs run side by side.
 # Cache (images, trixie containerd): $RP_CACHE, default /var/cache/runtime-proxy. Diagnostics go to stderr.
-#
-# Facts this relies on (all verified on the project's VMs, see the shared containerd notes):
-#  * restrict_oom_score_adj = true is REQUIRED: CAP_SYS_RESOURCE is not in the bounding set, so runc cannot give
-#    the sandbox oom_score_adj=-998 (RunPodSandbox fails with "can't get final child's PID from pipe: EOF").
-#  * cgroup v1 with the cgroupfs driver (no systemd); overlayfs works on /tmp; no AppArmor.
-#  * Shim sockets always go to /run/containerd/s/<hash of our socket path...>: no clash with other daemons.
+# restrict_oom_score_adj = true is REQUIRED on our VMs: CAP_SYS_RESOURCE is not in the bounding set, so runc cannot
+# give the sandbox oom_score_adj=-998 (RunPodSandbox: "can't get final child's PID from pipe: EOF").
 set -euo pipefail
 
 PAUSE_REF=localhost/pause:local
@@ -45,6 +40,8 @@ set_root() {
   if [ "$(cat "$ROOT/version" 2>/dev/null)" = 1.7 ]; then PATH=$CACHE/containerd-1.7/usr/bin:$PATH; fi
 }
 ctr_() { ctr --address "$SOCK" --timeout 30s "$@"; }
+# live PID (not a zombie: PID 1 on our VMs reaps orphans only after ~1.5 s, so `kill -0` would lie)
+live() { [[ $(cat "/proc/$1/stat" 2>/dev/null) =~ \)\ [^Z] ]]; }
 # daemon_pid: prints the pid of ROOT's containerd if it is alive (checked against its command line).
 daemon_pid() {
   local pid; pid=$(cat "$ROOT/containerd.pid" 2>/dev/null) || return 1
@@ -53,9 +50,7 @@ daemon_pid() {
 
 need_pkgs() {
   local p missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
-  done
+  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
   [ ${#missing[@]} -gt 0 ] || return 0
   log "installing ${missing[*]}"
   local install=(apt-get install -y -q --no-install-recommends "${missing[@]}")
@@ -79,7 +74,7 @@ fetch_containerd17() {
   deb=$(echo "$apt"/deb/containerd_*.deb)
   ver=$(dpkg-deb -f "$deb" Version)
   case $ver in 1.7.*) ;; *) die "Debian trixie offers containerd $ver, not 1.7.x" ;; esac
-  rm -rf "$dst.tmp" && dpkg-deb -x "$deb" "$dst.tmp" && mv "$dst.tmp" "$dst"
+  rm -rf "$dst.tmp" && dpkg-deb -x "$deb" "$dst.tmp" && mv "$dst.tmp" "$dst" && rm -rf "$apt"
   "$dst/usr/bin/containerd" --version >&2
 }
 
@@ -143,12 +138,9 @@ write_config() {
 version = 2
 root = "$ROOT/root"
 state = "$ROOT/state"
-[grpc]
-  address = "$SOCK"
-[ttrpc]
-  address = "$SOCK.ttrpc"
-[debug]
-  address = "$ROOT/run/debug.sock"
+grpc = { address = "$SOCK" }
+ttrpc = { address = "$SOCK.ttrpc" }
+debug = { address = "$ROOT/run/debug.sock" }
 [plugins."io.containerd.internal.v1.opt"]
   path = "$ROOT/opt"
 [$cri]
@@ -158,19 +150,14 @@ state = "$ROOT/state"
   disable_apparmor = true
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
+  cni = { bin_dir = "$ROOT/cni/bin", conf_dir = "$ROOT/cni/net.d" }
+  registry = { config_path = "$ROOT/certs.d" }
 [$cri.containerd]
   snapshotter = "overlayfs"
   default_runtime_name = "runc"
 [$cri.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
-[$cri.containerd.runtimes.runc.options]
-  SystemdCgroup = false
-  Root = "$ROOT/runc"
-[$cri.cni]
-  bin_dir = "$ROOT/cni/bin"
-  conf_dir = "$ROOT/cni/net.d"
-[$cri.registry]
-  config_path = "$ROOT/certs.d"
+  options = { SystemdCgroup = false, Root = "$ROOT/runc" }
 EOF
 }
 
@@ -178,13 +165,8 @@ start_containerd() {
   local pid i
   rm -f "$SOCK" "$SOCK.ttrpc" "$ROOT/run/debug.sock"
   setsid containerd --config "$ROOT/config.toml" </dev/null >>"$ROOT/containerd.log" 2>&1 &
-  pid=$!
-  echo "$pid" >"$ROOT/containerd.pid"
-  for i in $(seq 400); do
-    ctr_ version >/dev/null 2>&1 && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
+  pid=$! && echo "$pid" >"$ROOT/containerd.pid"
+  for i in $(seq 400); do ctr_ version >/dev/null 2>&1 && break; live "$pid" || break; sleep 0.05; done
   ctr_ version >/dev/null 2>&1 || { tail -n 20 "$ROOT/containerd.log" >&2; die "containerd did not come up"; }
   ctr_ plugins ls | awk '$2 == "cri" && $NF == "ok" {ok = 1} END {exit !ok}' ||
     { ctr_ plugins ls >&2; die "CRI plugin is not ok (see $ROOT/containerd.log)"; }
@@ -235,14 +217,17 @@ up() {
 down() {
   set_root "$1"
   [ -d "$ROOT" ] || { log "nothing in $ROOT"; return 0; }
-  local pid ns id d i argv h
+  local pid ns id ids d i args h
   pid=$(daemon_pid || true)
   # 1. kill and delete every task (this makes the shims exit), then delete the containers
   if [ -n "$pid" ] && ctr_ version >/dev/null 2>&1; then
     for ns in $(ctr_ namespaces ls -q 2>/dev/null); do
       for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do ctr_ -n "$ns" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
-      for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do
-        for i in $(seq 40); do ctr_ -n "$ns" tasks delete -f "$id" >/dev/null 2>&1 && break; sleep 0.05; done
+      # re-list until none is left: the CRI plugin itself deletes most of them as their exits arrive
+      for i in $(seq 40); do
+        ids=$(ctr_ -n "$ns" tasks ls -q 2>/dev/null || true) && [ -n "$ids" ] || break
+        for id in $ids; do ctr_ -n "$ns" tasks delete -f "$id" >/dev/null 2>&1 || true; done
+        sleep 0.05
       done
       for id in $(ctr_ -n "$ns" containers ls -q 2>/dev/null); do ctr_ -n "$ns" containers delete "$id" >/dev/null 2>&1 || true; done
     done
@@ -250,20 +235,21 @@ down() {
   # 2. SIGTERM containerd (by pid), SIGKILL after 5 s
   if [ -n "$pid" ]; then
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$pid" 2>/dev/null || true
+    for i in $(seq 100); do live "$pid" || break; sleep 0.05; done
+    live "$pid" && kill -KILL "$pid" 2>/dev/null || true
     log "stopped containerd pid $pid"
   fi
   rm -f "$ROOT/containerd.pid"
   # 3. leftover shims serving our socket (argv "... -address $SOCK ..."), by pid
   for d in /proc/[0-9]*; do
-    mapfile -d '' -t argv 2>/dev/null <"$d/cmdline" || continue
-    [[ ${argv[0]:-} == *containerd-shim* ]] || continue
-    for ((i = 1; i < ${#argv[@]}; i++)); do
-      if [ "${argv[i - 1]}" = -address ] && [ "${argv[i]}" = "$SOCK" ]; then
-        log "killing leftover shim ${d#/proc/}" && kill -KILL "${d#/proc/}" 2>/dev/null || true
-      fi
-    done
+    args=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
+    [[ $args == *containerd-shim*" -address $SOCK "* ]] || continue
+    log "killing leftover shim ${d#/proc/}" && kill -KILL "${d#/proc/}" 2>/dev/null || true
+  done
+  # ...whose sockets stay behind in /run/containerd/s/sha256(<our socket>/<namespace>/<id>)
+  for d in "$ROOT"/state/io.containerd.runtime.v2.task/*/*/; do
+    d=${d%/} && [ -d "$d" ] || continue
+    rm -f "/run/containerd/s/$(printf '%s' "$SOCK/$(basename "${d%/*}")/${d##*/}" | sha256sum | cut -c1-64)"
   done
   # 4. containers orphaned by a dead shim are still known to runc under our own runc root
   for d in "$ROOT"/runc/*/; do

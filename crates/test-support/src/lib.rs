@@ -1,1 +1,63 @@
-//! placeholder
+//! Test support for runtime-proxy's integration tests and benchmarks.
+//!
+//! * [`containerd`] — the real containerd + runc that `scripts/containerd.sh` started, and pods on it.
+//! * [`proxy`] — the real `runtime-proxy` binary as a child process on a temp socket.
+//! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
+//!   recorded metadata, huge answers).
+//!
+//! Integration tests need a running containerd: `make test` starts one per version and points
+//! `RP_CONTAINERD_ENV` at its env file.
+
+pub mod containerd;
+pub mod fake_backend;
+pub mod proxy;
+pub mod raw;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// A gRPC channel to the unix socket at `path` (connects lazily; 16 MiB messages as kubelet).
+pub fn channel(path: impl AsRef<Path>) -> Channel {
+    let path: PathBuf = path.as_ref().to_owned();
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+}
+
+/// A CRI v1 RuntimeService client with kubelet's 16 MiB message limits.
+pub fn runtime_client(path: impl AsRef<Path>) -> k8s_cri::v1::runtime_service_client::RuntimeServiceClient<Channel> {
+    k8s_cri::v1::runtime_service_client::RuntimeServiceClient::new(channel(path))
+        .max_decoding_message_size(16 << 20)
+        .max_encoding_message_size(16 << 20)
+}
+
+/// A CRI v1 ImageService client with kubelet's 16 MiB message limits.
+pub fn image_client(path: impl AsRef<Path>) -> k8s_cri::v1::image_service_client::ImageServiceClient<Channel> {
+    k8s_cri::v1::image_service_client::ImageServiceClient::new(channel(path))
+        .max_decoding_message_size(16 << 20)
+        .max_encoding_message_size(16 << 20)
+}
+
+/// Polls `check` every 20 ms until it returns true or `timeout` passes; returns the last result.
+pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,230 @@
+//! Transparent pass-through against a real containerd + runc: every call kubelet makes goes
+//! through the proxy and behaves exactly as it does against containerd directly.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use k8s_cri::v1 as cri;
+use prost::Message;
+use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
+use test_support::proxy::ProxyProcess;
+use test_support::{image_client, raw, runtime_client};
+use tonic::Code;
+
+const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
+
+fn setup() -> (Containerd, ProxyProcess) {
+    let env = Containerd::from_env();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &[]);
+    (env, proxy)
+}
+
+#[tokio::test]
+async fn pod_life_cycle_sets_real_cgroups() {
+    let (env, proxy) = setup();
+    let mut rt = runtime_client(proxy.socket());
+    let resources = cri::LinuxContainerResources {
+        cpu_shares: 512,
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        memory_limit_in_bytes: 64 << 20,
+        ..Default::default()
+    };
+    let sandbox = sandbox_config(&env, &unique("lifecycle"), HashMap::new(), HashMap::new());
+    let container = container_config(&env, "main", &["sleep", "3600"], Some(resources), &[("GREETING", "hello")]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod through the proxy");
+
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "50000");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "67108864");
+
+    let status = rt
+        .container_status(cri::ContainerStatusRequest { container_id: pod.container_id.clone(), verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.status.unwrap().state, cri::ContainerState::ContainerRunning as i32);
+
+    let listed = rt
+        .list_pod_sandbox(cri::ListPodSandboxRequest {
+            filter: Some(cri::PodSandboxFilter { id: pod.sandbox_id.clone(), ..Default::default() }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].state, cri::PodSandboxState::SandboxReady as i32);
+
+    let sandbox_id = pod.sandbox_id.clone();
+    pod.remove(&mut rt).await;
+    let listed = rt
+        .list_pod_sandbox(cri::ListPodSandboxRequest {
+            filter: Some(cri::PodSandboxFilter { id: sandbox_id, ..Default::default() }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.items.is_empty(), "sandbox removed: {listed:?}");
+}
+
+#[tokio::test]
+async fn exec_sync_and_update_resources() {
+    let (env, proxy) = setup();
+    let mut rt = runtime_client(proxy.socket());
+    let sandbox = sandbox_config(&env, &unique("exec"), HashMap::new(), HashMap::new());
+    let container = container_config(&env, "main", &["sleep", "3600"], None, &[("GREETING", "hello from env")]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod");
+
+    let out = rt
+        .exec_sync(cri::ExecSyncRequest {
+            container_id: pod.container_id.clone(),
+            cmd: vec!["sh".into(), "-c".into(), "echo $GREETING; echo oops >&2; exit 3".into()],
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello from env\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+    assert_eq!(out.exit_code, 3);
+
+    rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+        container_id: pod.container_id.clone(),
+        linux: Some(cri::LinuxContainerResources {
+            cpu_shares: 256,
+            cpu_period: 100_000,
+            cpu_quota: 20_000,
+            memory_limit_in_bytes: 128 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("UpdateContainerResources");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "256");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "20000");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
+    pod.remove(&mut rt).await;
+}
+
+#[tokio::test]
+async fn image_service_list_and_status() {
+    let (env, proxy) = setup();
+    let mut img = image_client(proxy.socket());
+    let images = img.list_images(cri::ListImagesRequest { filter: None }).await.unwrap().into_inner().images;
+    assert!(
+        images.iter().any(|i| i.repo_tags.contains(&env.test_image)),
+        "{} not listed: {images:?}",
+        env.test_image
+    );
+    let status = img
+        .image_status(cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec { image: env.test_image.clone(), ..Default::default() }),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(status.image.unwrap().repo_tags.contains(&env.test_image));
+    let missing = img
+        .image_status(cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec { image: "localhost/no-such-image:1".into(), ..Default::default() }),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(missing.image.is_none());
+}
+
+#[tokio::test]
+async fn errors_come_back_exactly_as_containerd_sends_them() {
+    let (env, proxy) = setup();
+    // NOT_FOUND for an unknown container ID, with containerd's own message.
+    let direct = runtime_client(&env.socket)
+        .container_status(cri::ContainerStatusRequest { container_id: "no-such-container".into(), verbose: false })
+        .await
+        .unwrap_err();
+    let proxied = runtime_client(proxy.socket())
+        .container_status(cri::ContainerStatusRequest { container_id: "no-such-container".into(), verbose: false })
+        .await
+        .unwrap_err();
+    assert_eq!(proxied.code(), Code::NotFound);
+    assert_eq!(proxied.message(), direct.message());
+
+    // A method no CRI version has: containerd's UNIMPLEMENTED, word for word.
+    const PATH: &str = "/runtime.v1.RuntimeService/NoSuchMethod";
+    let direct = raw::unary(test_support::channel(&env.socket), PATH, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    let proxied = raw::unary(test_support::channel(proxy.socket()), PATH, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    assert_eq!(proxied.code(), Code::Unimplemented);
+    assert_eq!(proxied.message(), direct.message());
+    assert!(proxied.message().contains("NoSuchMethod"), "{}", proxied.message());
+}
+
+#[tokio::test]
+async fn v1alpha2_version() {
+    let (_env, proxy) = setup();
+    let mut alpha = k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient::new(test_support::channel(proxy.socket()));
+    let v = alpha.version(k8s_cri::v1alpha2::VersionRequest { version: "0.1.0".into() }).await.unwrap().into_inner();
+    assert_eq!(v.runtime_api_version, "v1alpha2");
+    assert_eq!(v.runtime_name, "containerd");
+}
+
+#[tokio::test]
+async fn unknown_fields_reach_containerd() {
+    // A Version request with a field number no CRI version defines: the proxy does not decode,
+    // so containerd gets (and ignores) it, and the answer is the real one.
+    let (_env, proxy) = setup();
+    let mut req = cri::VersionRequest { version: "v1".into() }.encode_to_vec();
+    req.extend_from_slice(&[0xf8, 0x06, 0x2a]); // field 111, varint 42
+    let resp = raw::unary(
+        test_support::channel(proxy.socket()),
+        "/runtime.v1.RuntimeService/Version",
+        tonic::Request::new(Bytes::from(req)),
+    )
+    .await
+    .unwrap();
+    let v = cri::VersionResponse::decode(resp.into_inner()).unwrap();
+    assert_eq!(v.runtime_api_version, "v1");
+}
+
+#[tokio::test]
+async fn container_events_stream() {
+    let (env, proxy) = setup();
+    let mut rt = runtime_client(proxy.socket());
+    let subscribed = rt.get_container_events(cri::GetEventsRequest {}).await;
+    if !env.has_container_events() {
+        // containerd 1.6 does not implement it: its own UNIMPLEMENTED comes through.
+        let direct = runtime_client(&env.socket).get_container_events(cri::GetEventsRequest {}).await.unwrap_err();
+        let proxied = subscribed.unwrap_err();
+        assert_eq!(proxied.code(), Code::Unimplemented);
+        assert_eq!(proxied.message(), direct.message());
+        return;
+    }
+    let mut events = subscribed.expect("GetContainerEvents through the proxy").into_inner();
+    let sandbox = sandbox_config(&env, &unique("events"), HashMap::new(), HashMap::new());
+    let container = container_config(&env, "main", &["sleep", "3600"], None, &[]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod");
+    let cid = pod.container_id.clone();
+    pod.remove(&mut rt).await;
+
+    let mut seen = Vec::new();
+    let collect = async {
+        while let Some(ev) = events.message().await.expect("event stream") {
+            if ev.container_id == cid {
+                seen.push(ev.container_event_type);
+                if ev.container_event_type == cri::ContainerEventType::ContainerDeletedEvent as i32 {
+                    break;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), collect).await.expect("events within 20 s");
+    use cri::ContainerEventType::*;
+    let want = [ContainerCreatedEvent, ContainerStartedEvent, ContainerStoppedEvent, ContainerDeletedEvent].map(|e| e as i32);
+    let mut it = seen.iter();
+    for w in want {
+        assert!(it.any(|e| *e == w), "event {w} missing or out of order in {seen:?}");
+    }
+}

@@ -1,0 +1,186 @@
+//! The real containerd + runc started by `scripts/containerd.sh up VERSION ROOT`, and helpers to
+//! run pods on it the way kubelet does (host-network sandboxes, cgroupfs parents).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::Channel;
+
+/// What the harness script wrote to `$ROOT/env`.
+#[derive(Clone, Debug)]
+pub struct Containerd {
+    /// containerd's gRPC socket.
+    pub socket: PathBuf,
+    /// `containerd --version`'s version field, e.g. `1.6.20~ds1`.
+    pub version: String,
+    /// The local image every container runs (busybox).
+    pub test_image: String,
+    /// Pod cgroup parents go below this path (cgroupfs driver).
+    pub cgroup_parent: String,
+    /// Directory for pod log directories.
+    pub log_root: PathBuf,
+}
+
+impl Containerd {
+    /// Reads the env file named by `RP_CONTAINERD_ENV`.
+    ///
+    /// Panics (test code) with instructions when it is not set: integration tests run through
+    /// `make test`, which starts containerd and sets it.
+    pub fn from_env() -> Containerd {
+        let file = std::env::var("RP_CONTAINERD_ENV").unwrap_or_else(|_| {
+            panic!("RP_CONTAINERD_ENV is not set: run integration tests with `make test` (or `scripts/test.sh`), which starts a real containerd and sets it")
+        });
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {file}: {e}"));
+        let vars: HashMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+        let get = |k: &str| vars.get(k).unwrap_or_else(|| panic!("{file} has no {k}")).to_string();
+        Containerd {
+            socket: get("CONTAINERD_SOCK").into(),
+            version: get("CONTAINERD_VERSION"),
+            test_image: get("CRI_TEST_IMAGE"),
+            cgroup_parent: get("CRI_CGROUP_PARENT"),
+            log_root: get("CRI_LOG_ROOT").into(),
+        }
+    }
+
+    /// True for containerd 1.7 and later (GetContainerEvents implemented).
+    pub fn has_container_events(&self) -> bool {
+        let mut parts = self.version.split(['.', '~', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (1, 7)
+    }
+}
+
+/// A name unique in this machine's run: `<prefix>-<pid>-<counter>`.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A host-network pod sandbox config (no CNI needed) with a unique UID, the pod cgroup parent
+/// `<harness parent>/pod<uid>`, and the given labels and annotations.
+pub fn sandbox_config(
+    env: &Containerd,
+    name: &str,
+    labels: HashMap<String, String>,
+    annotations: HashMap<String, String>,
+) -> cri::PodSandboxConfig {
+    let uid = unique("uid");
+    let log_directory = env.log_root.join(&uid);
+    std::fs::create_dir_all(&log_directory).expect("pod log dir");
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata { name: name.into(), uid: uid.clone(), namespace: "default".into(), attempt: 0 }),
+        log_directory: log_directory.display().to_string(),
+        labels,
+        annotations,
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: format!("{}/pod{}", env.cgroup_parent, uid),
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(cri::NamespaceOption { network: cri::NamespaceMode::Node as i32, ..Default::default() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A busybox container config running `command`, with the given resources and envs.
+pub fn container_config(
+    env: &Containerd,
+    name: &str,
+    command: &[&str],
+    resources: Option<cri::LinuxContainerResources>,
+    envs: &[(&str, &str)],
+) -> cri::ContainerConfig {
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+        image: Some(cri::ImageSpec { image: env.test_image.clone(), ..Default::default() }),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        envs: envs.iter().map(|(k, v)| cri::KeyValue { key: k.to_string(), value: v.to_string() }).collect(),
+        log_path: format!("{name}.log"),
+        linux: Some(cri::LinuxContainerConfig { resources, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// A pod with one running container, as kubelet creates it.
+pub struct Pod {
+    pub sandbox_id: String,
+    pub container_id: String,
+    pub config: cri::PodSandboxConfig,
+}
+
+impl Pod {
+    /// RunPodSandbox, CreateContainer, StartContainer through `client`.
+    ///
+    /// Errors: the first failing call's status.
+    pub async fn start(
+        client: &mut RuntimeServiceClient<Channel>,
+        config: cri::PodSandboxConfig,
+        container: cri::ContainerConfig,
+    ) -> Result<Pod, tonic::Status> {
+        let sandbox_id = client
+            .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+            .await?
+            .into_inner()
+            .pod_sandbox_id;
+        let created = client
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.clone(),
+                config: Some(container),
+                sandbox_config: Some(config.clone()),
+            })
+            .await;
+        let container_id = match created {
+            Ok(r) => r.into_inner().container_id,
+            Err(e) => {
+                remove_sandbox(client, &sandbox_id).await;
+                return Err(e);
+            }
+        };
+        if let Err(e) = client.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await {
+            remove_sandbox(client, &sandbox_id).await;
+            return Err(e);
+        }
+        Ok(Pod { sandbox_id, container_id, config })
+    }
+
+    /// StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox; panics on failure.
+    pub async fn remove(self, client: &mut RuntimeServiceClient<Channel>) {
+        client
+            .stop_container(cri::StopContainerRequest { container_id: self.container_id.clone(), timeout: 0 })
+            .await
+            .expect("StopContainer");
+        client
+            .remove_container(cri::RemoveContainerRequest { container_id: self.container_id.clone() })
+            .await
+            .expect("RemoveContainer");
+        client
+            .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: self.sandbox_id.clone() })
+            .await
+            .expect("StopPodSandbox");
+        client
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: self.sandbox_id.clone() })
+            .await
+            .expect("RemovePodSandbox");
+    }
+
+    /// The pod cgroup parent this pod was created with.
+    pub fn cgroup_parent(&self) -> String {
+        self.config.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default()
+    }
+
+    /// Reads a cgroup v1 file of the container, e.g. `("cpu", "cpu.shares")`, trimmed.
+    pub fn cgroup_file(&self, controller: &str, file: &str) -> String {
+        let path = format!("/sys/fs/cgroup/{controller}{}/{}/{file}", self.cgroup_parent(), self.container_id);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}")).trim().to_owned()
+    }
+}
+
+/// Best-effort StopPodSandbox + RemovePodSandbox (containers go with the sandbox).
+pub async fn remove_sandbox(client: &mut RuntimeServiceClient<Channel>, sandbox_id: &str) {
+    let _ = client.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.into() }).await;
+    let _ = client.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sandbox_id.into() }).await;
+}

@@ -1,0 +1,154 @@
+//! An in-process HTTP/2 server standing in for the runtime, for what real containerd cannot show:
+//! which metadata arrived, an answer with custom trailers or a 20 MiB body, a backend that hangs.
+//! It speaks raw HTTP/2 (no gRPC decoding), so it answers any path.
+
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::UnixListener;
+
+/// How the fake answers every call.
+#[derive(Clone, Debug)]
+pub enum Behaviour {
+    /// After `delay`, answer with these response headers, body bytes and trailers.
+    Reply { headers: Vec<(String, String)>, body: Bytes, trailers: Vec<(String, String)>, delay: std::time::Duration },
+    /// Never answer; the call stays open until the client gives up.
+    Hang,
+}
+
+/// One call as the fake received it.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// A running fake backend; stops when dropped.
+pub struct FakeBackend {
+    socket: PathBuf,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    dropped: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+/// Frames one gRPC message: flag 0 (uncompressed), 4-byte big-endian length, the bytes.
+pub fn grpc_frame(msg: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(5 + msg.len());
+    b.put_u8(0);
+    b.put_u32(msg.len() as u32);
+    b.put_slice(msg);
+    b.freeze()
+}
+
+impl Behaviour {
+    /// A successful unary answer carrying `message` (already encoded), no delay.
+    pub fn ok(message: &[u8]) -> Behaviour {
+        Behaviour::Reply {
+            headers: vec![],
+            body: grpc_frame(message),
+            trailers: vec![("grpc-status".into(), "0".into())],
+            delay: std::time::Duration::ZERO,
+        }
+    }
+}
+
+impl FakeBackend {
+    /// Starts serving on a fresh socket in a temp dir.
+    pub async fn start(behaviour: Behaviour) -> FakeBackend {
+        let dir = tempfile::Builder::new().prefix("rp-fake").tempdir().expect("temp dir");
+        let socket = dir.path().join("fake.sock");
+        let listener = UnixListener::bind(&socket).expect("bind fake backend");
+        let recorded = Arc::new(Mutex::new(Vec::new()));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (rec, drp) = (recorded.clone(), dropped.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (rec, drp, behaviour) = (rec.clone(), drp.clone(), behaviour.clone());
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let (rec, drp, behaviour) = (rec.clone(), drp.clone(), behaviour.clone());
+                    async move { Ok::<_, Infallible>(answer(req, rec, drp, behaviour).await) }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .max_header_list_size(16 << 20)
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        FakeBackend { socket, recorded, dropped, task, _dir: dir }
+    }
+
+    /// The fake's unix socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Every call received so far (for `Hang`, only the head is recorded: empty body).
+    pub fn calls(&self) -> Vec<Recorded> {
+        self.recorded.lock().unwrap().clone()
+    }
+
+    /// How many calls were abandoned by the client (stream reset) before the fake answered.
+    pub fn abandoned(&self) -> usize {
+        self.dropped.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FakeBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct CountOnDrop(Arc<AtomicUsize>);
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+type FakeBody = StreamBody<futures_lite::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>;
+
+async fn answer(
+    req: Request<Incoming>,
+    rec: Arc<Mutex<Vec<Recorded>>>,
+    dropped: Arc<AtomicUsize>,
+    behaviour: Behaviour,
+) -> Response<FakeBody> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_owned();
+    match behaviour {
+        Behaviour::Hang => {
+            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body: Bytes::new() });
+            let guard = CountOnDrop(dropped);
+            std::future::pending::<()>().await;
+            drop(guard);
+            unreachable!()
+        }
+        Behaviour::Reply { headers, body: reply, trailers, delay } => {
+            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
+            tokio::time::sleep(delay).await;
+            let mut resp = Response::builder().status(200).header("content-type", "application/grpc");
+            for (k, v) in headers {
+                resp = resp.header(k, v);
+            }
+            let mut t = HeaderMap::new();
+            for (k, v) in trailers {
+                t.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(&v).unwrap());
+            }
+            let frames = vec![Ok(Frame::data(reply)), Ok(Frame::trailers(t))];
+            resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
+        }
+    }
+}

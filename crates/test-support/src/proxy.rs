@@ -1,0 +1,112 @@
+//! The real `runtime-proxy` binary, started as a child process on a socket in a temp dir.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `runtime-proxy` process; killed (SIGKILL) when dropped.
+pub struct ProxyProcess {
+    child: Option<Child>,
+    socket: PathBuf,
+    log: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl ProxyProcess {
+    /// Starts `binary` listening on a fresh temp socket and forwarding to `backend`, with
+    /// `extra` flags appended, and waits (up to 10 s) until the socket accepts connections.
+    ///
+    /// Panics (this is test code) when it does not come up, with the tail of its log.
+    pub fn start(binary: &str, backend: &Path, extra: &[&str]) -> ProxyProcess {
+        let dir = tempfile::Builder::new().prefix("rp-proxy").tempdir().expect("temp dir");
+        let socket = dir.path().join("run/runtimeproxy.sock");
+        let mut p = Self::spawn(binary, &socket, backend, extra, dir.path().join("proxy.log"));
+        p._dir = Some(dir);
+        p.wait_ready();
+        p
+    }
+
+    /// Like [`start`](Self::start) but on a caller-chosen socket and log file, for restarts.
+    pub fn spawn(binary: &str, socket: &Path, backend: &Path, extra: &[&str], log: PathBuf) -> ProxyProcess {
+        let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
+        let child = Command::new(binary)
+            .arg("--koord-runtimeproxy-endpoint")
+            .arg(socket)
+            .arg("--remote-runtime-service-endpoint")
+            .arg(format!("unix://{}", backend.display()))
+            .args(extra)
+            .env("RUST_LOG", std::env::var("RP_TEST_LOG").unwrap_or_else(|_| "debug".into()))
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().expect("log file"))
+            .stderr(logf)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {binary}: {e}"));
+        ProxyProcess { child: Some(child), socket: socket.to_owned(), log, _dir: None }
+    }
+
+    /// Waits until the socket accepts connections; panics with the log tail after 10 s.
+    pub fn wait_ready(&mut self) {
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("runtime-proxy exited with {status}:\n{}", self.log_tail());
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                panic!("runtime-proxy did not listen on {} within 10 s:\n{}", self.socket.display(), self.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The proxy's listening socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Everything the proxy logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`) to the process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's PID has no memory-safety preconditions.
+        unsafe {
+            libc::kill(self.pid() as i32, signal);
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit; returns its exit code (None: still running
+    /// or killed by a signal).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(status) = self.child.as_mut()?.try_wait().ok().flatten() {
+                self.child = None;
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
