@@ -52,3 +52,51 @@ pub async fn unary(
     grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
     grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
 }
+
+/// What a plain HTTP/2 call returned: response headers, body bytes, trailers.
+#[derive(Debug)]
+pub struct Http2Answer {
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+    pub trailers: Option<http::HeaderMap>,
+}
+
+impl Http2Answer {
+    /// `grpc-status` from the trailers, or from the headers of a trailers-only answer.
+    pub fn grpc_status(&self) -> Option<String> {
+        let from = |h: &http::HeaderMap| h.get("grpc-status").map(|v| v.to_str().unwrap_or("?").to_owned());
+        self.trailers.as_ref().and_then(from).or_else(|| from(&self.headers))
+    }
+
+    /// `grpc-message` from the trailers or headers.
+    pub fn grpc_message(&self) -> Option<String> {
+        let from = |h: &http::HeaderMap| h.get("grpc-message").map(|v| v.to_str().unwrap_or("?").to_owned());
+        self.trailers.as_ref().and_then(from).or_else(|| from(&self.headers))
+    }
+}
+
+/// One gRPC-shaped HTTP/2 POST to `path` on the unix socket `socket`, with exactly the given
+/// extra headers (no client-side deadline enforcement, unlike tonic's channel).
+pub async fn http2_call(
+    socket: &std::path::Path,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<Http2Answer, Box<dyn std::error::Error + Send + Sync>> {
+    use http_body_util::{BodyExt, Full};
+    let stream = tokio::net::UnixStream::connect(socket).await?;
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut req = http::Request::post(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = send.send_request(req.body(Full::new(body))?).await?;
+    let (parts, body) = resp.into_parts();
+    let collected = body.collect().await?;
+    let trailers = collected.trailers().cloned();
+    Ok(Http2Answer { headers: parts.headers, body: collected.to_bytes(), trailers })
+}

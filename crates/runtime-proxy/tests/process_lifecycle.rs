@@ -1,0 +1,94 @@
+//! The proxy as an operator runs it: start before the runtime, drain on SIGTERM, refuse what it
+//! cannot do, explain its flags.
+
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use prost::Message;
+use test_support::containerd::Containerd;
+use test_support::fake_backend::{grpc_frame, Behaviour, FakeBackend};
+use test_support::proxy::ProxyProcess;
+use test_support::runtime_client;
+use tonic::Code;
+
+const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
+
+#[tokio::test]
+async fn backend_started_after_the_proxy() {
+    // The proxy starts while no runtime listens at its backend path; the real containerd socket
+    // then appears there (as a symlink), and the next call reaches it.
+    let env = Containerd::from_env();
+    let dir = tempfile::tempdir().unwrap();
+    let late = dir.path().join("containerd.sock");
+    let proxy = ProxyProcess::start(BIN, &late, &[]);
+    let mut rt = runtime_client(proxy.socket());
+
+    let err = rt.version(cri::VersionRequest::default()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains(&late.display().to_string()), "{}", err.message());
+
+    std::os::unix::fs::symlink(&env.socket, &late).unwrap();
+    let v = rt.version(cri::VersionRequest::default()).await.expect("Version once containerd is there").into_inner();
+    assert_eq!(v.runtime_name, "containerd");
+    assert_eq!(v.runtime_api_version, "v1");
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_calls_and_removes_the_socket() {
+    let reply = cri::VersionResponse { runtime_name: "slow".into(), ..Default::default() };
+    let fake = FakeBackend::start(Behaviour::Reply {
+        headers: vec![],
+        body: grpc_frame(&reply.encode_to_vec()),
+        trailers: vec![("grpc-status".into(), "0".into())],
+        delay: Duration::from_millis(800),
+    })
+    .await;
+    let mut proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
+    let socket = proxy.socket().to_owned();
+    let mut rt = runtime_client(&socket);
+    let in_flight = tokio::spawn(async move { rt.version(cri::VersionRequest::default()).await });
+    assert!(test_support::wait_until(Duration::from_secs(5), || async { fake.calls().len() == 1 }).await);
+
+    proxy.signal(libc::SIGTERM);
+    assert!(
+        test_support::wait_until(Duration::from_secs(2), || async { !socket.exists() }).await,
+        "socket removed as soon as shutdown starts"
+    );
+    let answer = in_flight.await.unwrap().expect("in-flight call completes during the drain");
+    assert_eq!(answer.into_inner().runtime_name, "slow");
+    let code = tokio::task::spawn_blocking(move || proxy.wait_exit(Duration::from_secs(5))).await.unwrap();
+    assert_eq!(code, Some(0), "clean exit after the drain");
+}
+
+#[test]
+fn docker_mode_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["--backend-runtime-mode", "Docker", "--koord-runtimeproxy-endpoint"])
+        .arg(dir.path().join("p.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Docker is not supported yet"), "{stderr}");
+    assert!(!dir.path().join("p.sock").exists(), "nothing left behind");
+}
+
+#[test]
+fn help_explains_every_flag() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--koord-runtimeproxy-endpoint",
+        "--remote-runtime-service-endpoint",
+        "--remote-image-service-endpoint",
+        "--backend-runtime-mode",
+        "--runtime-hook-server-key",
+        "--runtime-hook-server-val",
+        "--hook-config-dir",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    }
+}
