@@ -14,8 +14,6 @@
 # CRI_LOG_ROOT CONTAINERD_ROOT (KEY=VALUE lines). Pods must use a cgroup_parent under $CRI_CGROUP_PARENT and host
 # (NODE) network with an empty hostname (no CNI). Instances in different ROOTs run side by side.
 # Cache (images, trixie containerd): $RP_CACHE, default /var/cache/runtime-proxy. Diagnostics go to stderr.
-# restrict_oom_score_adj = true is REQUIRED on our VMs: CAP_SYS_RESOURCE is not in the bounding set, so runc cannot
-# give the sandbox oom_score_adj=-998 (RunPodSandbox: "can't get final child's PID from pipe: EOF").
 set -euo pipefail
 
 PAUSE_REF=localhost/pause:local
@@ -27,7 +25,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 log() { echo "[containerd.sh] $*" >&2; }
 die() { log "error: $*"; exit 1; }
-usage() { sed -n '3,8p' "$0" >&2; exit 2; }
+usage() { sed -n '4,8s/^# //p' "$0" >&2; exit 2; }
 
 # set_root ROOT: absolute ROOT and everything derived from it; 1.7 puts its own binaries first on PATH.
 set_root() {
@@ -36,10 +34,10 @@ set_root() {
   SOCK=$ROOT/run/containerd.sock
   CGROUP_PARENT=/rp-test-$(basename "$ROOT")
   [ ${#SOCK} -lt 100 ] || die "ROOT too long for a unix socket path: $SOCK"
-  PATH=$BASE_PATH
-  if [ "$(cat "$ROOT/version" 2>/dev/null)" = 1.7 ]; then PATH=$CACHE/containerd-1.7/usr/bin:$PATH; fi
+  PATH=$BASE_PATH && [ "$(cat "$ROOT/version" 2>/dev/null)" != 1.7 ] || PATH=$CACHE/containerd-1.7/usr/bin:$PATH
 }
-ctr_() { ctr --address "$SOCK" --timeout 30s "$@"; }
+ctr_() { ctr --address "$SOCK" --connect-timeout 2s --timeout 60s "$@"; }
+ready() { [ -S "$SOCK" ] && ctr_ version >/dev/null 2>&1; }  # (ctr alone waits 10 s for a missing socket)
 # live PID (not a zombie: PID 1 on our VMs reaps orphans only after ~1.5 s, so `kill -0` would lie)
 live() { [[ $(cat "/proc/$1/stat" 2>/dev/null) =~ \)\ [^Z] ]]; }
 # daemon_pid: prints the pid of ROOT's containerd if it is alive (checked against its command line).
@@ -71,11 +69,10 @@ fetch_containerd17() {
            -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
   apt-get "${o[@]}" update </dev/null >/dev/null
   (cd "$apt/deb" && apt-get "${o[@]}" download containerd </dev/null >/dev/null)
-  deb=$(echo "$apt"/deb/containerd_*.deb)
-  ver=$(dpkg-deb -f "$deb" Version)
+  deb=$(echo "$apt"/deb/containerd_*.deb) && ver=$(dpkg-deb -f "$deb" Version)
   case $ver in 1.7.*) ;; *) die "Debian trixie offers containerd $ver, not 1.7.x" ;; esac
   rm -rf "$dst.tmp" && dpkg-deb -x "$deb" "$dst.tmp" && mv "$dst.tmp" "$dst" && rm -rf "$apt"
-  "$dst/usr/bin/containerd" --version >&2
+  log "cached $("$dst/usr/bin/containerd" --version) in $dst"
 }
 
 # mkimage OUT REF ROOTFS CONFIG: a deterministic single-layer docker-archive ("docker save" layout).
@@ -97,12 +94,11 @@ mkimage() {
 
 build_images() {
   local env='"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"WorkingDir":"/"' d a
-  mkdir -p "$CACHE/images"
   if [ ! -s "$CACHE/images/pause.tar" ]; then
     log "building $PAUSE_REF"
     d=$(mktemp -d "$CACHE/tmp.XXXXXX") && mkdir "$d/rootfs"
     # pause: exits 0 on SIGINT/SIGTERM, reaps children, sleeps otherwise.
-    cat >"$d/pause.c" <<'EOF'
+    gcc -Os -static -s -o "$d/rootfs/pause" -x c - <<'EOF'
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,7 +110,6 @@ int main(void) {
   for (;;) pause();
 }
 EOF
-    gcc -Os -static -s -o "$d/rootfs/pause" "$d/pause.c"
     mkimage "$CACHE/images/pause.tar" "$PAUSE_REF" "$d/rootfs" "{$env,\"Entrypoint\":[\"/pause\"]}"
     rm -rf "$d"
   fi
@@ -148,6 +143,8 @@ debug = { address = "$ROOT/run/debug.sock" }
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   disable_apparmor = true
+  # REQUIRED here: CAP_SYS_RESOURCE is not in the bounding set, so runc cannot give the sandbox
+  # oom_score_adj=-998 (RunPodSandbox would fail: "can't get final child's PID from pipe: EOF")
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   cni = { bin_dir = "$ROOT/cni/bin", conf_dir = "$ROOT/cni/net.d" }
@@ -162,28 +159,20 @@ EOF
 }
 
 start_containerd() {
-  local pid i
-  rm -f "$SOCK" "$SOCK.ttrpc" "$ROOT/run/debug.sock"
+  local pid && rm -f "$SOCK" "$SOCK.ttrpc" "$ROOT/run/debug.sock"
   setsid containerd --config "$ROOT/config.toml" </dev/null >>"$ROOT/containerd.log" 2>&1 &
   pid=$! && echo "$pid" >"$ROOT/containerd.pid"
-  for i in $(seq 400); do ctr_ version >/dev/null 2>&1 && break; live "$pid" || break; sleep 0.05; done
-  ctr_ version >/dev/null 2>&1 || { tail -n 20 "$ROOT/containerd.log" >&2; die "containerd did not come up"; }
+  for _ in $(seq 400); do ready && break; live "$pid" || break; sleep 0.05; done
+  ready || { tail -n 20 "$ROOT/containerd.log" >&2; die "containerd did not come up"; }
   ctr_ plugins ls | awk '$2 == "cri" && $NF == "ok" {ok = 1} END {exit !ok}' ||
     { ctr_ plugins ls >&2; die "CRI plugin is not ok (see $ROOT/containerd.log)"; }
   log "containerd $VERSION up: pid $pid, socket $SOCK"
 }
 
 write_env() {
-  cat >"$ROOT/env" <<EOF
-CONTAINERD_SOCK=$SOCK
-CONTAINERD_VERSION=$(containerd --version | awk '{print $3}')
-CRI_SANDBOX_IMAGE=$PAUSE_REF
-CRI_TEST_IMAGE=$BUSYBOX_REF
-CRI_CGROUP_PARENT=$CGROUP_PARENT
-CRI_LOG_ROOT=$ROOT/logs
-CONTAINERD_ROOT=$ROOT
-EOF
-  cat "$ROOT/env"
+  printf '%s\n' "CONTAINERD_SOCK=$SOCK" "CONTAINERD_VERSION=$(containerd --version | awk '{print $3}')" \
+    "CRI_SANDBOX_IMAGE=$PAUSE_REF" "CRI_TEST_IMAGE=$BUSYBOX_REF" "CRI_CGROUP_PARENT=$CGROUP_PARENT" \
+    "CRI_LOG_ROOT=$ROOT/logs" "CONTAINERD_ROOT=$ROOT" | tee "$ROOT/env"
 }
 
 up() {
@@ -194,11 +183,11 @@ up() {
   if [ -n "$(daemon_pid)" ]; then
     local was; was=$(cat "$ROOT/version" 2>/dev/null || true)
     [ "$was" = "$VERSION" ] || die "$ROOT already runs containerd $was; run down first"
-    ctr_ version >/dev/null 2>&1 || die "containerd pid $(daemon_pid) of $ROOT does not answer; run down first"
+    ready || die "containerd pid $(daemon_pid) of $ROOT does not answer; run down first"
     log "containerd $VERSION already running in $ROOT"
   else
     # one instance at a time installs, downloads and builds images (fd 9 is closed before containerd starts)
-    mkdir -p "$CACHE" && exec 9>"$CACHE/.lock" && flock 9
+    mkdir -p "$CACHE/images" && exec 9>"$CACHE/.lock" && flock 9
     need_pkgs "${PKGS[@]}"
     [ "$VERSION" = 1.6 ] || fetch_containerd17
     build_images
@@ -217,14 +206,14 @@ up() {
 down() {
   set_root "$1"
   [ -d "$ROOT" ] || { log "nothing in $ROOT"; return 0; }
-  local pid ns id ids d i args h
+  local pid ns id ids d args
   pid=$(daemon_pid || true)
   # 1. kill and delete every task (this makes the shims exit), then delete the containers
-  if [ -n "$pid" ] && ctr_ version >/dev/null 2>&1; then
+  if [ -n "$pid" ] && ready; then
     for ns in $(ctr_ namespaces ls -q 2>/dev/null); do
       for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do ctr_ -n "$ns" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
       # re-list until none is left: the CRI plugin itself deletes most of them as their exits arrive
-      for i in $(seq 40); do
+      for _ in $(seq 40); do
         ids=$(ctr_ -n "$ns" tasks ls -q 2>/dev/null || true) && [ -n "$ids" ] || break
         for id in $ids; do ctr_ -n "$ns" tasks delete -f "$id" >/dev/null 2>&1 || true; done
         sleep 0.05
@@ -235,7 +224,7 @@ down() {
   # 2. SIGTERM containerd (by pid), SIGKILL after 5 s
   if [ -n "$pid" ]; then
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 100); do live "$pid" || break; sleep 0.05; done
+    for _ in $(seq 100); do live "$pid" || break; sleep 0.05; done
     live "$pid" && kill -KILL "$pid" 2>/dev/null || true
     log "stopped containerd pid $pid"
   fi
@@ -253,7 +242,6 @@ down() {
   done
   # 4. containers orphaned by a dead shim are still known to runc under our own runc root
   for d in "$ROOT"/runc/*/; do
-    [ -d "$d" ] || continue
     for id in $(runc --root "$d" list -q 2>/dev/null); do runc --root "$d" delete --force "$id" >/dev/null 2>&1 || true; done
   done
   # 5. mounts under ROOT (rootfs overlays, shm, netns), deepest first
@@ -261,10 +249,8 @@ down() {
     umount -l "$d" 2>/dev/null || true
   done
   # 6. pod cgroups (kubelet would remove them) in every hierarchy; rmdir only succeeds on unused ones
-  for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-    for d in "$h${CGROUP_PARENT#/}" "${h}k8s.io"; do
-      [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
-    done
+  for d in /sys/fs/cgroup/{,*/}{"${CGROUP_PARENT#/}",k8s.io}; do
+    [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
   log "down: $ROOT"
 }
