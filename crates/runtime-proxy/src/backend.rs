@@ -9,24 +9,28 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use bytes::Bytes;
+use h2::client::{ResponseFuture, SendRequest};
+use h2::SendStream;
+use http::Request;
 use tokio::net::UnixStream;
 
-use crate::body::ProxyBody;
 use crate::grpc::{Code, Status};
 
-/// Largest header block accepted from the backend: 16 MiB, grpc-go's default (so metadata the
-/// runtime can send reaches kubelet).
+/// Largest header block accepted, from kubelet and from the backend: 16 MiB, grpc-go's default
+/// (so any metadata one side can send reaches the other).
 pub const MAX_HEADER_LIST_SIZE: u32 = 16 << 20;
+/// HTTP/2 per-stream receive window (bytes), on both sides: large enough that a 16 MiB
+/// ListContainers answer needs few window updates.
+pub const STREAM_WINDOW: u32 = 4 << 20;
+/// HTTP/2 per-connection receive window (bytes), on both sides.
+pub const CONNECTION_WINDOW: u32 = 16 << 20;
 
 /// A lazily connected, self-healing HTTP/2 client for one backend socket.
 pub struct Backend {
     path: PathBuf,
     /// The live connection, if any. Held only to clone the sender (never across an await).
-    conn: Mutex<Option<SendRequest<ProxyBody>>>,
+    conn: Mutex<Option<SendRequest<Bytes>>>,
     /// Serialises connection attempts so a burst of calls after a failure dials once.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -42,42 +46,40 @@ impl Backend {
         &self.path
     }
 
-    /// Sends one request and returns the backend's response head with its body still streaming.
+    /// Opens one stream: sends the request head (with END_STREAM when `end_of_stream`), returns
+    /// the future of the response head and the stream's send half for the request body.
     ///
-    /// If the shared connection turns out to be closed before the request was written, the
-    /// request is retried once on a fresh connection (it never reached the backend, so this is
-    /// safe for every method).
+    /// A connection found closed before the head was sent is replaced once (the request never
+    /// reached the backend, so this is safe for every method).
     ///
-    /// Errors: `UNAVAILABLE` naming the socket when it cannot be dialled or the connection breaks
-    /// before a response head arrives.
-    pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, Status> {
-        let mut sender = self.sender().await?;
-        match sender.try_send_request(req).await {
-            Ok(resp) => Ok(resp),
-            Err(mut e) => {
-                self.forget(&sender);
-                match e.take_message() {
-                    Some(req) => {
-                        let mut sender = self.sender().await?;
-                        sender.send_request(req).await.map_err(|e| {
-                            self.forget(&sender);
-                            self.unavailable("call failed", &e)
-                        })
-                    }
-                    None => Err(self.unavailable("call failed", e.error())),
-                }
+    /// Errors: `UNAVAILABLE` naming the socket when it cannot be dialled or the connection fails.
+    pub async fn open_stream(
+        &self,
+        head: Request<()>,
+        end_of_stream: bool,
+    ) -> Result<(ResponseFuture, SendStream<Bytes>), Status> {
+        let mut sender = match self.sender().await?.ready().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(backend = %self.path.display(), error = %e, "backend connection unusable; reconnecting");
+                self.forget();
+                self.sender().await?.ready().await.map_err(|e| self.unavailable("connection failed", &e))?
             }
-        }
+        };
+        sender.send_request(head, end_of_stream).map_err(|e| {
+            self.forget();
+            self.unavailable("call failed", &e)
+        })
     }
 
     /// Dials now, so a caller can learn whether the backend is up (start-up checks, health).
     ///
-    /// Errors: as [`Backend::send`].
+    /// Errors: as [`Backend::open_stream`].
     pub async fn connect(&self) -> Result<(), Status> {
         self.sender().await.map(drop)
     }
 
-    async fn sender(&self) -> Result<SendRequest<ProxyBody>, Status> {
+    async fn sender(&self) -> Result<SendRequest<Bytes>, Status> {
         if let Some(s) = self.live() {
             return Ok(s);
         }
@@ -86,17 +88,18 @@ impl Backend {
             return Ok(s);
         }
         let stream = UnixStream::connect(&self.path).await.map_err(|e| self.unavailable("cannot connect", &e))?;
-        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+        let (sender, conn) = h2::client::Builder::new()
             .max_header_list_size(MAX_HEADER_LIST_SIZE)
-            .initial_stream_window_size(crate::server::STREAM_WINDOW)
-            .initial_connection_window_size(crate::server::CONNECTION_WINDOW)
-            .handshake(TokioIo::new(stream))
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .handshake(stream)
             .await
             .map_err(|e| self.unavailable("HTTP/2 handshake failed", &e))?;
         let path = self.path.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::warn!(backend = %path.display(), error = %e, "backend connection closed");
+            match conn.await {
+                Ok(()) => tracing::info!(backend = %path.display(), "backend connection closed"),
+                Err(e) => tracing::warn!(backend = %path.display(), error = %e, "backend connection broken"),
             }
         });
         tracing::info!(backend = %self.path.display(), "connected to backend");
@@ -104,17 +107,13 @@ impl Backend {
         Ok(sender)
     }
 
-    fn live(&self) -> Option<SendRequest<ProxyBody>> {
-        let guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        guard.as_ref().filter(|s| !s.is_closed()).cloned()
+    fn live(&self) -> Option<SendRequest<Bytes>> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Drops the shared connection if it is still `broken`, so the next call dials afresh.
-    fn forget(&self, broken: &SendRequest<ProxyBody>) {
-        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.as_ref().is_some_and(|s| s.is_closed() || broken.is_closed()) {
-            *guard = None;
-        }
+    /// Drops the shared connection so the next call dials afresh.
+    fn forget(&self) {
+        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     fn unavailable(&self, what: &str, err: &dyn std::fmt::Display) -> Status {

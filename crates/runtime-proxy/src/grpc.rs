@@ -7,11 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response};
-use http_body_util::{BodyExt, Empty};
-
-use crate::body::ProxyBody;
 
 /// A gRPC status code (`google.rpc.Code`), as carried in the `grpc-status` header or trailer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,8 +48,9 @@ impl fmt::Display for Code {
     }
 }
 
-/// A status the proxy itself answers with: code plus a human-readable message that names what
-/// failed (the CRI method, the backend socket, later the hook stage and server).
+/// A call's gRPC status: code plus a human-readable message. For statuses the proxy answers
+/// itself, the message names what failed (the CRI method, the backend socket, later the hook
+/// stage and server).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
     pub code: Code,
@@ -65,11 +62,12 @@ impl Status {
         Status { code, message: message.into() }
     }
 
-    /// A trailers-only gRPC response: HTTP 200, `content-type: application/grpc`, `grpc-status`
-    /// and percent-encoded `grpc-message` in the headers, empty body. This is what gRPC servers
-    /// send for an error before any message, so every gRPC client decodes it as this status.
-    pub fn into_response(self) -> Response<ProxyBody> {
-        let mut resp = Response::new(Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync());
+    /// The head of a trailers-only gRPC response (sent with END_STREAM, no body): HTTP 200,
+    /// `content-type: application/grpc`, `grpc-status` and percent-encoded `grpc-message`. This
+    /// is what gRPC servers send for an error before any message, so every gRPC client decodes
+    /// it as this status.
+    pub fn trailers_only(&self) -> Response<()> {
+        let mut resp = Response::new(());
         let h = resp.headers_mut();
         h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         h.insert("grpc-status", HeaderValue::from(self.code.0));
@@ -77,6 +75,16 @@ impl Status {
             h.insert("grpc-message", v);
         }
         resp
+    }
+}
+
+impl Status {
+    /// The status carried by a header or trailer map (`grpc-status`, `grpc-message` as sent,
+    /// still percent-encoded); `None` without `grpc-status`.
+    pub fn from_headers(headers: &HeaderMap) -> Option<Status> {
+        let code = Code::from_headers(headers)?;
+        let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
+        Some(Status::new(code, message))
     }
 }
 
@@ -153,7 +161,7 @@ mod tests {
 
     #[test]
     fn trailers_only_response() {
-        let r = Status::new(Code::UNAVAILABLE, "backend down").into_response();
+        let r = Status::new(Code::UNAVAILABLE, "backend down").trailers_only();
         assert_eq!(r.status(), 200);
         assert_eq!(Code::from_headers(r.headers()), Some(Code::UNAVAILABLE));
         assert_eq!(r.headers()["grpc-message"], "backend down");

@@ -6,14 +6,12 @@
 //! * [`cli`] — flags, compatible with koord-runtime-proxy's.
 //! * [`listener`] — the listening socket (stale socket, parent dir, mode and owner).
 //! * [`server`] — HTTP/2 accept loop and graceful drain.
-//! * [`router`] — picks the backend (and later the interceptor) from the gRPC path.
-//! * [`passthrough`] — forwards a call byte for byte, streams included.
+//! * [`router`] — picks the backend (and later the interceptor) from the gRPC path; logs calls.
+//! * [`passthrough`] — forwards a call frame by frame, streams included.
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
-//! * [`body`] — the response body type, and the wrapper that logs a call when it ends.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
 
 pub mod backend;
-pub mod body;
 pub mod cli;
 pub mod grpc;
 pub mod listener;

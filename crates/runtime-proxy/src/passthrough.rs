@@ -4,41 +4,242 @@
 //! trailers are sent on unchanged; the response's status, headers, body frames and trailers
 //! (`grpc-status`, `grpc-message`, `grpc-status-details-bin`) come back unchanged. Nothing is
 //! decoded, so it serves every method, stream and service, known or not, and imposes no message
-//! size limit of its own.
+//! size limit of its own. A reset on either side (a client giving up, a backend failing) is
+//! passed on to the other.
+//!
+//! It works on raw HTTP/2 streams (the `h2` crate) rather than a body abstraction so that a
+//! unary call's head and first body frame leave in one write: the proxy's added latency is about
+//! one read and one write per direction.
 
+use std::future::poll_fn;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response};
-use http_body_util::BodyExt;
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, Request, Response};
 
 use crate::backend::Backend;
-use crate::body::ProxyBody;
 use crate::grpc::{Code, Status};
 
-/// Forwards `req` to `backend` and returns its response with the body still streaming.
+/// Forwards the call `req` to `backend`, answering through `respond`, and returns the call's
+/// final status (from the backend's trailers, or the proxy's own) for logging and metrics.
 ///
 /// `deadline` is the caller's `grpc-timeout`: the backend enforces it too (the header travels
 /// with the call), and the proxy gives up waiting for the response head when it expires, so a
-/// hung backend cannot hold a call past the kubelet's deadline. Once the response has started,
-/// its body streams until the backend or the client ends it.
+/// hung backend cannot hold a call past the kubelet's deadline.
 ///
-/// Errors: `UNAVAILABLE` when the backend cannot be reached (see [`Backend::send`]);
-/// `DEADLINE_EXCEEDED` naming the method and backend when the deadline expires first.
+/// Statuses the proxy answers itself: `UNAVAILABLE` when the backend cannot be reached or resets
+/// the call (see [`Backend::open_stream`]); `DEADLINE_EXCEEDED` naming the method and backend.
+/// A client that goes away yields `CANCELLED` (nothing is sent; the backend stream is reset).
 pub async fn forward(
     backend: &Backend,
-    req: Request<ProxyBody>,
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
     deadline: Option<Duration>,
     method: &str,
-) -> Result<Response<ProxyBody>, Status> {
-    let sent = backend.send(req);
-    let resp = match deadline {
-        None => sent.await?,
-        Some(d) => tokio::time::timeout(d, sent).await.map_err(|_| {
-            Status::new(
-                Code::DEADLINE_EXCEEDED,
-                format!("{method}: deadline of {d:?} exceeded waiting for backend unix://{}", backend.path().display()),
-            )
-        })??,
+) -> Status {
+    let (parts, body) = req.into_parts();
+    let request_done = body.is_end_stream();
+    let (response, upstream) = match backend.open_stream(Request::from_parts(parts, ()), request_done).await {
+        Ok(opened) => opened,
+        Err(status) => return reply(&mut respond, status),
     };
-    Ok(resp.map(|b| b.map_err(Into::into).boxed_unsync()))
+
+    let upload = async move {
+        if request_done {
+            drop(upstream);
+            Ok(None)
+        } else {
+            pipe(body, upstream).await
+        }
+    };
+    tokio::pin!(upload);
+    let mut upload_done = request_done;
+    let head = async {
+        match deadline {
+            None => Ok(response.await),
+            Some(d) => tokio::time::timeout(d, response).await.map_err(|_| {
+                Status::new(
+                    Code::DEADLINE_EXCEEDED,
+                    format!("{method}: deadline of {d:?} exceeded waiting for backend unix://{}", backend.path().display()),
+                )
+            }),
+        }
+    };
+    tokio::pin!(head);
+    // Wait for the response head while sending the request body and watching for the client
+    // to give up. Dropping the backend stream's handles on return resets it (CANCEL).
+    let head = loop {
+        tokio::select! {
+            biased;
+            sent = &mut upload, if !upload_done => {
+                // A backend may answer (e.g. UNIMPLEMENTED) and close its side before reading
+                // the request body; its answer is still on the way, so wait for it.
+                upload_done = true;
+                if let Err(e) = sent {
+                    tracing::debug!(method, error = %e, "request body not fully forwarded");
+                }
+            }
+            head = &mut head => break head,
+            reason = poll_fn(|cx| respond.poll_reset(cx)) => {
+                return Status::new(Code::CANCELLED, format!("client reset the call: {}", describe(reason)));
+            }
+        }
+    };
+    let resp = match head {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => {
+            let status = Status::new(
+                Code::UNAVAILABLE,
+                format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()),
+            );
+            return reply(&mut respond, status);
+        }
+        Err(deadline_exceeded) => return reply(&mut respond, deadline_exceeded),
+    };
+
+    let (parts, body) = resp.into_parts();
+    let mut status = Status::from_headers(&parts.headers);
+    let response_done = body.is_end_stream();
+    let downstream = match respond.send_response(Response::from_parts(parts, ()), response_done) {
+        Ok(s) => s,
+        Err(e) => return Status::new(Code::CANCELLED, format!("client went away: {e}")),
+    };
+    if response_done {
+        return status.unwrap_or_else(missing_status);
+    }
+    let download = pipe(body, downstream);
+    let downloaded = if upload_done { download.await } else { tokio::join!(upload, download).1 };
+    match downloaded {
+        Ok(Some(trailers)) => status = Status::from_headers(&trailers).or(status),
+        Ok(None) => {}
+        Err(e) => return e.into_status(),
+    }
+    status.unwrap_or_else(missing_status)
+}
+
+/// Answers the call with `status` (trailers-only) and returns it.
+fn reply(respond: &mut SendResponse<Bytes>, status: Status) -> Status {
+    // The client may already be gone; then there is nobody to tell.
+    let _ = respond.send_response(status.trailers_only(), true);
+    status
+}
+
+fn missing_status() -> Status {
+    Status::new(Code::UNKNOWN, "backend ended the call without a grpc-status")
+}
+
+fn describe(reason: Result<Reason, h2::Error>) -> String {
+    match reason {
+        Ok(r) => r.to_string(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Why a body could not be copied from one stream to the other.
+#[derive(Debug)]
+pub enum PipeError {
+    /// The receiving side reset its stream (a client giving up: the call is cancelled).
+    Reset(String),
+    /// The sending side's stream broke (a backend or connection failure).
+    Broken(h2::Error),
+}
+
+impl PipeError {
+    fn into_status(self) -> Status {
+        match self {
+            PipeError::Reset(why) => Status::new(Code::CANCELLED, format!("stream reset by the receiver: {why}")),
+            PipeError::Broken(e) => Status::new(Code::UNAVAILABLE, format!("stream broken: {e}")),
+        }
+    }
+}
+
+impl std::fmt::Display for PipeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PipeError::Reset(why) => write!(f, "reset by the receiver: {why}"),
+            PipeError::Broken(e) => write!(f, "broken: {e}"),
+        }
+    }
+}
+
+/// Bytes of one stream [`pipe`] hands to the sending side before it waits for the receiver's
+/// flow-control window to take them.
+pub const UNCONFIRMED_LIMIT: usize = 64 << 10;
+
+/// Copies a body, frame by frame, from `recv` to `send`, then its trailers (returned).
+///
+/// Flow control: frames are handed to `send` as soon as they arrive, so a unary call's head,
+/// message and end of stream leave in one write; once [`UNCONFIRMED_LIMIT`] bytes are handed
+/// over, the copy waits until the receiver's window has taken them, so a slow receiver holds
+/// at most that much (plus one frame) per stream in the proxy. A reset on `send` stops the copy
+/// (and dropping `recv` resets the source); a broken `recv` resets `send`.
+pub async fn pipe(mut recv: RecvStream, mut send: SendStream<Bytes>) -> Result<Option<HeaderMap>, PipeError> {
+    let mut unconfirmed = 0;
+    loop {
+        if unconfirmed >= UNCONFIRMED_LIMIT {
+            send.reserve_capacity(1);
+            poll_fn(|cx| poll_capacity(&mut send, cx)).await?;
+            unconfirmed = 0;
+        }
+        let next = tokio::select! {
+            biased;
+            next = recv.data() => next,
+            reason = poll_fn(|cx| send.poll_reset(cx)) => return Err(PipeError::Reset(describe(reason))),
+        };
+        match next {
+            Some(Ok(chunk)) => {
+                let len = chunk.len();
+                let end = recv.is_end_stream();
+                send.send_data(chunk, end).map_err(PipeError::Broken)?;
+                unconfirmed += len;
+                let _ = recv.flow_control().release_capacity(len);
+                if end {
+                    return Ok(None);
+                }
+            }
+            Some(Err(e)) => {
+                send.send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
+                return Err(PipeError::Broken(e));
+            }
+            None => break,
+        }
+    }
+    match recv.trailers().await {
+        Ok(Some(trailers)) => {
+            send.send_trailers(trailers.clone()).map_err(PipeError::Broken)?;
+            Ok(Some(trailers))
+        }
+        Ok(None) => {
+            send.send_data(Bytes::new(), true).map_err(PipeError::Broken)?;
+            Ok(None)
+        }
+        Err(e) => {
+            send.send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
+            Err(PipeError::Broken(e))
+        }
+    }
+}
+
+/// Ready when `send` has window for at least one more byte; fails when it is reset or closed.
+fn poll_capacity(send: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<Result<(), PipeError>> {
+    loop {
+        if send.capacity() > 0 {
+            return Poll::Ready(Ok(()));
+        }
+        match send.poll_capacity(cx) {
+            Poll::Ready(Some(Ok(0))) => continue,
+            Poll::Ready(Some(Ok(_))) => return Poll::Ready(Ok(())),
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(PipeError::Broken(e))),
+            Poll::Ready(None) => return Poll::Ready(Err(PipeError::Reset("stream closed".into()))),
+            Poll::Pending => {
+                return match send.poll_reset(cx) {
+                    Poll::Ready(reason) => Poll::Ready(Err(PipeError::Reset(describe(reason)))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
 }

@@ -5,17 +5,20 @@
 //! other path (RuntimeService, methods and services the compiled proto does not know, server
 //! streams such as GetContainerEvents) to the runtime backend. All of them take the generic
 //! pass-through today; the interceptor for hooked methods slots in here.
+//!
+//! Each call is logged here, once, when it ends.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{Request, Response};
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::RecvStream;
+use http::Request;
 
 use crate::backend::Backend;
-use crate::body::Observed;
-use crate::{grpc, passthrough};
+use crate::grpc::{self, Code};
+use crate::passthrough;
 
 /// Routes calls to the runtime and image backends (which may be one and the same).
 pub struct Router {
@@ -44,18 +47,21 @@ impl Router {
         &self.runtime
     }
 
-    /// Handles one call and never fails at the HTTP level: every failure of the proxy's own is
-    /// answered as a gRPC status (see [`passthrough::forward`]).
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<Observed> {
+    /// Handles one call to its end and logs it once: at `debug` with the method, gRPC code and
+    /// latency in microseconds; at `warn` when the code is not OK, with the status message.
+    /// Every failure of the proxy's own is answered as a gRPC status (see [`passthrough::forward`]).
+    pub async fn handle(&self, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
         let start = Instant::now();
         let method = req.uri().path().to_owned();
         let deadline = grpc::parse_timeout(req.headers());
         let backend = self.backend_for(&method);
-        let req = req.map(|b| b.map_err(Into::into).boxed_unsync());
-        let resp = passthrough::forward(backend, req, deadline, &method).await.unwrap_or_else(|s| s.into_response());
-        let (parts, body) = resp.into_parts();
-        let body = Observed::new(body, method, start, &parts.headers);
-        Response::from_parts(parts, body)
+        let status = passthrough::forward(backend, req, respond, deadline, &method).await;
+        let elapsed_us = start.elapsed().as_micros() as u64;
+        if status.code == Code::OK {
+            tracing::debug!(method, code = %status.code, elapsed_us, "CRI call");
+        } else {
+            tracing::warn!(method, code = %status.code, elapsed_us, message = %status.message, "CRI call failed");
+        }
     }
 }
 

@@ -1,34 +1,30 @@
 //! The accept loop: serves HTTP/2 (gRPC, prior knowledge, as kubelet connects) on the listening
-//! socket, hands every request to the [`Router`], and drains on shutdown.
+//! socket, runs every call (stream) as its own task through the [`Router`], and drains on
+//! shutdown.
 //!
 //! Shutdown: stop accepting, remove the socket (new clients fail fast instead of hanging), send
 //! GOAWAY on every connection, wait up to the drain timeout for in-flight calls and streams.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::server::conn::http2;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 
-use crate::backend::MAX_HEADER_LIST_SIZE;
+use crate::backend::{CONNECTION_WINDOW, MAX_HEADER_LIST_SIZE, STREAM_WINDOW};
 use crate::router::Router;
 
-/// HTTP/2 per-stream receive window (bytes), both towards kubelet and towards the backend: large
-/// enough that a 16 MiB ListContainers answer needs few window updates.
-pub const STREAM_WINDOW: u32 = 4 << 20;
-/// HTTP/2 per-connection receive window (bytes).
-pub const CONNECTION_WINDOW: u32 = 16 << 20;
+/// Most concurrent calls on one client connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+pub const MAX_CONCURRENT_STREAMS: u32 = 1000;
 
-/// Serves `listener` until `shutdown` resolves, then drains for at most `drain_timeout` and
-/// removes the socket at `socket_path`.
+/// Serves `listener` until `shutdown` resolves, then removes the socket at `socket_path` and
+/// drains for at most `drain_timeout`.
 ///
-/// Errors: only when accepting on the socket fails for good (per-connection errors are logged).
+/// Errors: none so far (accept errors are logged and retried); the `Result` leaves room for the
+/// admin endpoint's bind errors.
 pub async fn serve(
     listener: UnixListener,
     socket_path: &Path,
@@ -36,37 +32,20 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
 ) -> anyhow::Result<()> {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .max_header_list_size(MAX_HEADER_LIST_SIZE)
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .auto_date_header(false);
-    let graceful = GracefulShutdown::new();
+    let tasks = TaskTracker::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let router = router.clone();
-                let service = service_fn(move |req| {
-                    let router = router.clone();
-                    async move { Ok::<_, Infallible>(router.handle(req).await) }
-                });
-                let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "client connection ended with an error");
-                    }
-                });
-            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tasks.spawn(serve_connection(stream, router.clone(), tasks.clone(), stop_rx.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
             () = &mut shutdown => break,
         }
     }
@@ -74,9 +53,52 @@ pub async fn serve(
     if let Err(e) = std::fs::remove_file(socket_path) {
         tracing::warn!(socket = %socket_path.display(), error = %e, "could not remove socket");
     }
-    tracing::info!(connections = graceful.count(), "draining in-flight calls");
-    if tokio::time::timeout(drain_timeout, graceful.shutdown()).await.is_err() {
-        tracing::warn!(?drain_timeout, "drain timeout reached; exiting with calls still open");
+    let _ = stop_tx.send(true);
+    tasks.close();
+    tracing::info!(tasks = tasks.len(), "draining in-flight calls");
+    if tokio::time::timeout(drain_timeout, tasks.wait()).await.is_err() {
+        tracing::warn!(?drain_timeout, open = tasks.len(), "drain timeout reached; exiting with calls still open");
     }
     Ok(())
+}
+
+/// Drives one client connection: accepts its streams and spawns a task per call; on `stop`,
+/// sends GOAWAY and keeps driving until the calls in flight have ended.
+async fn serve_connection(stream: UnixStream, router: Arc<Router>, tasks: TaskTracker, mut stop: watch::Receiver<bool>) {
+    let handshake = h2::server::Builder::new()
+        .max_header_list_size(MAX_HEADER_LIST_SIZE)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .handshake(stream)
+        .await;
+    let mut conn = match handshake {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(error = %e, "client HTTP/2 handshake failed");
+            return;
+        }
+    };
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            next = conn.accept() => match next {
+                Some(Ok((req, respond))) => {
+                    let router = router.clone();
+                    tasks.spawn(async move { router.handle(req, respond).await });
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "client connection ended with an error");
+                    break;
+                }
+                None => break,
+            },
+            changed = stop.changed(), if !stopping => {
+                stopping = true;
+                if changed.is_ok() {
+                    conn.graceful_shutdown();
+                }
+            }
+        }
+    }
 }

@@ -77,20 +77,22 @@ async fn error_status_with_details_passes_unchanged() {
 }
 
 #[tokio::test]
-async fn answers_beyond_16_mib_pass() {
+async fn messages_beyond_16_mib_pass_both_ways() {
     // 20 MiB: above both grpc-go's 4 MiB default and kubelet's 16 MiB.
     let big = vec![7u8; 20 << 20];
     let fake = FakeBackend::start(Behaviour::ok(&big)).await;
     let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
+    let request: Bytes = (0..(20u32 << 20)).map(|i| (i % 251) as u8).collect();
     let resp = raw::unary(
         test_support::channel(proxy.socket()),
         "/runtime.v1.RuntimeService/ListContainers",
-        tonic::Request::new(Bytes::new()),
+        tonic::Request::new(request.clone()),
     )
     .await
     .expect("20 MiB answer");
     assert_eq!(resp.get_ref().len(), big.len());
     assert!(resp.get_ref().iter().all(|b| *b == 7));
+    assert_eq!(fake.calls()[0].body, grpc_frame(&request), "20 MiB request arrived intact");
 }
 
 #[tokio::test]
