@@ -10,6 +10,7 @@
 //! * [`passthrough`] — forwards a call frame by frame, streams included.
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
+//! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
 
 pub mod backend;
 pub mod cli;
@@ -18,6 +19,7 @@ pub mod listener;
 pub mod passthrough;
 pub mod router;
 pub mod server;
+pub mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
