@@ -2,13 +2,13 @@
 .PHONY: demo test bench build clean-containerd
 
 demo:
-	scripts/demo.sh
+	@scripts/demo.sh
 
 test:
-	scripts/test.sh
+	@scripts/test.sh
 
 bench:
-	scripts/bench.sh
+	@scripts/bench.sh
 
 build:
 	cargo build --locked --workspace --all-targets
