@@ -10,6 +10,7 @@ CTRD=/tmp/rp-demo-ctrd
 DIR=/tmp/rp-demo
 SOCK=$DIR/runtimeproxy.sock
 LOG=$DIR/proxy.log
+BIN=${CARGO_TARGET_DIR:-target}/release
 PROXY_PID=
 # debug for the proxy: one line per CRI call (plain `debug` adds h2's frame-by-frame lines)
 PROXY_LOG=info,runtime_proxy=debug
@@ -30,7 +31,7 @@ cargo build -q --release --locked -p runtime-proxy --examples --bins
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 
 mkdir -p "$DIR" && : >"$LOG"
-RUST_LOG=$PROXY_LOG target/release/runtime-proxy --koord-runtimeproxy-endpoint "$SOCK" \
+RUST_LOG=$PROXY_LOG "$BIN/runtime-proxy" --koord-runtimeproxy-endpoint "$SOCK" \
   --remote-runtime-service-endpoint "unix://$CTRD/run/containerd.sock" </dev/null >>"$LOG" 2>&1 &
 PROXY_PID=$!
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; kill -0 "$PROXY_PID" 2>/dev/null || break; sleep 0.05; done
@@ -38,7 +39,7 @@ for _ in $(seq 100); do [ -S "$SOCK" ] && break; kill -0 "$PROXY_PID" 2>/dev/nul
 echo "runtime-proxy pid $PROXY_PID listening on $SOCK (log: $LOG)"
 echo
 
-RP_CONTAINERD_ENV=$CTRD/env target/release/examples/demo_pod --endpoint "$SOCK"
+RP_CONTAINERD_ENV=$CTRD/env "$BIN/examples/demo_pod" --endpoint "$SOCK"
 
 echo
 echo "The proxy's log of those calls ($LOG, RUST_LOG=$PROXY_LOG):"
