@@ -15,13 +15,13 @@
 # (NODE) network with an empty hostname (no CNI). Instances in different ROOTs run side by side.
 # Cache (images, trixie containerd): $RP_CACHE, default /var/cache/runtime-proxy. Diagnostics go to stderr.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # need_pkgs
 
 PAUSE_REF=localhost/pause:local
 BUSYBOX_REF=localhost/busybox:local
 CACHE=${RP_CACHE:-/var/cache/runtime-proxy}
 PKGS=(containerd runc busybox-static gcc libc6-dev)
 BASE_PATH=$PATH
-export DEBIAN_FRONTEND=noninteractive
 
 log() { echo "[containerd.sh] $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -44,15 +44,6 @@ live() { [[ $(cat "/proc/$1/stat" 2>/dev/null) =~ \)\ [^Z] ]]; }
 daemon_pid() {
   local pid; pid=$(cat "$ROOT/containerd.pid" 2>/dev/null) || return 1
   tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "--config $ROOT/config.toml" && echo "$pid"
-}
-
-need_pkgs() {
-  local p missing=()
-  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
-  [ ${#missing[@]} -gt 0 ] || return 0
-  log "installing ${missing[*]}"
-  local install=(apt-get install -y -q --no-install-recommends "${missing[@]}")
-  "${install[@]}" </dev/null >/dev/null 2>&1 || { apt-get update -q </dev/null >/dev/null && "${install[@]}" </dev/null >/dev/null; }
 }
 
 # Debian trixie's containerd 1.7.x: apt pointed at a private trixie source list, `download`, `dpkg-deb -x`.

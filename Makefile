@@ -1,0 +1,18 @@
+# make demo | test | bench | build | clean-containerd — see scripts/*.sh
+.PHONY: demo test bench build clean-containerd
+
+demo:
+	@scripts/demo.sh
+
+test:
+	@scripts/test.sh
+
+bench:
+	@scripts/bench.sh
+
+build:
+	cargo build --locked --workspace --all-targets
+
+# stop and delete every containerd the scripts start (/tmp/rp-test-ctrd-1.6, -1.7, rp-demo-ctrd, rp-bench-ctrd)
+clean-containerd:
+	for root in /tmp/rp-*-ctrd*; do [ ! -d "$$root" ] || scripts/containerd.sh purge "$$root"; done

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# bench.sh — `make bench`: the proxy's added latency per CRI call (benches/latency.rs) against a real
+# containerd 1.6, which it starts and stops (also on failure or Ctrl-C). Extra arguments go to the bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+CTRD=/tmp/rp-bench-ctrd
+trap 'scripts/containerd.sh down "$CTRD" >/dev/null 2>&1 || true' EXIT
+trap 'exit 130' INT TERM
+
+need_pkgs "${RP_PKGS[@]}"
+scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
+RP_CONTAINERD_ENV=$CTRD/env cargo bench --locked -p runtime-proxy --bench latency -- "$@"

@@ -1,0 +1,19 @@
+# lib.sh — shell helpers shared by the scripts in this directory (source it, don't run it).
+
+# Debian packages the build, the tests and the demo need (cargo, rustc, cargo-nextest are preinstalled).
+RP_PKGS=(protobuf-compiler containerd runc busybox-static gcc libc6-dev make)
+
+export DEBIAN_FRONTEND=noninteractive
+# rustup's cargo when it is not on PATH already (e.g. a CI shell without the login profile)
+command -v cargo >/dev/null || [ ! -x "$HOME/.cargo/bin/cargo" ] || PATH=$HOME/.cargo/bin:$PATH
+
+# need_pkgs PKG...: apt-get installs the packages that are not installed yet, with no prompt and no stdin;
+# when the install fails (stale package lists) it runs `apt-get update` and tries once more.
+need_pkgs() {
+  local p missing=()
+  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  echo "[${0##*/}] installing ${missing[*]}" >&2
+  local install=(apt-get install -y -q --no-install-recommends "${missing[@]}")
+  "${install[@]}" </dev/null >/dev/null 2>&1 || { apt-get update -q </dev/null >/dev/null && "${install[@]}" </dev/null >/dev/null; }
+}

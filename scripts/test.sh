@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test.sh — the project's test command (`make test`, CI): build everything, run the unit tests, then run
+# every integration test against a real containerd 1.6 and again against 1.7 (scripts/containerd.sh).
+#
+# Every phase runs even when an earlier one failed; the exit code is non-zero if any failed. The last
+# line is `N passed, M failed`, summed from cargo's "test result:" lines (a phase that fails without a
+# failing test — a build error, a crashed test binary — counts as one failure).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+LOCKED=() && [ -f Cargo.lock ] && LOCKED=(--locked)
+OUT=$(mktemp /tmp/rp-test-out.XXXXXX)
+PASSED=0 FAILED=0 FAILED_PHASES=() TIMES=() ROOTS=()
+
+cleanup() {
+  local r
+  for r in "${ROOTS[@]}"; do scripts/containerd.sh down "$r" 2>/dev/null || true; done
+  rm -f "$OUT"
+}
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM
+
+# phase NAME CMD...: runs CMD under a header, output teed to $OUT, and books its tests and its time.
+phase() {
+  local name=$1 start=$SECONDS rc p f
+  shift
+  printf '\n==> %s\n' "$name"
+  "$@" 2>&1 | tee "$OUT"
+  rc=$?
+  read -r p f < <(awk '/^test result:/ { for (i = 2; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+                       END { print p + 0, f + 0 }' "$OUT")
+  [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1
+  PASSED=$((PASSED + p)) FAILED=$((FAILED + f))
+  [ "$rc" -eq 0 ] || FAILED_PHASES+=("$name")
+  TIMES+=("$(printf '%-28s %4ss  %s' "$name" $((SECONDS - start)) "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)")")
+}
+
+# integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap),, every integration test target against it, down.
+integration() {
+  local root=/tmp/rp-test-ctrd-$1
+  scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
+  RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace --test '*' --no-fail-fast
+  local rc=$?
+  scripts/containerd.sh down "$root"
+  return $rc
+}
+
+printf '==> dependencies\n'
+need_pkgs "${RP_PKGS[@]}" || { echo "installing ${RP_PKGS[*]} failed" >&2; exit 1; }
+for tool in cargo rustc; do command -v $tool >/dev/null || { echo "$tool not found (it should be preinstalled)" >&2; exit 1; }; done
+
+phase "build" cargo build "${LOCKED[@]}" --workspace --all-targets
+phase "unit tests" cargo test "${LOCKED[@]}" --workspace --lib --bins --no-fail-fast
+for v in 1.6 1.7; do
+  ROOTS+=("/tmp/rp-test-ctrd-$v")  # (here: phase runs integration in a subshell)
+  phase "integration (containerd $v)" integration "$v"
+done
+
+printf '\n==> summary\n'
+printf '%s\n' "${TIMES[@]}"
+[ ${#FAILED_PHASES[@]} -eq 0 ] || { printf -v list '%s, ' "${FAILED_PHASES[@]}"; echo "failed phases: ${list%, }"; }
+echo "$PASSED passed, $FAILED failed"
+[ ${#FAILED_PHASES[@]} -eq 0 ]
