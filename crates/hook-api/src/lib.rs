@@ -8,6 +8,7 @@
 //!
 //! - [`connect`], a lazy gRPC channel over a unix socket (hook servers listen on unix sockets);
 //! - [`SERVICE_NAME`] and one `*_PATH` constant per RPC, the HTTP/2 paths of the calls;
+//! - [`convert`], lossless conversion of `LinuxContainerResources` between CRI v1 and this protocol.
 
 #![warn(missing_docs)]
 
@@ -65,6 +66,114 @@ pub fn connect(path: impl AsRef<Path>) -> Channel {
             async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
         },
     ))
+}
+
+/// Conversion of `LinuxContainerResources` between CRI v1 and `runtime.v1alpha1`.
+///
+/// Both messages have the same fields 1–10 with the same numbers and types (and so does
+/// `HugepageLimit`), so the conversion is a plain field copy and loses nothing.
+pub mod convert {
+    use crate::v1alpha1;
+    use k8s_cri::v1 as cri;
+
+    /// CRI v1 resources → hook protocol resources.
+    pub fn to_hook(r: &cri::LinuxContainerResources) -> v1alpha1::LinuxContainerResources {
+        v1alpha1::LinuxContainerResources {
+            cpu_period: r.cpu_period,
+            cpu_quota: r.cpu_quota,
+            cpu_shares: r.cpu_shares,
+            memory_limit_in_bytes: r.memory_limit_in_bytes,
+            oom_score_adj: r.oom_score_adj,
+            cpuset_cpus: r.cpuset_cpus.clone(),
+            cpuset_mems: r.cpuset_mems.clone(),
+            hugepage_limits: r
+                .hugepage_limits
+                .iter()
+                .map(|h| v1alpha1::HugepageLimit {
+                    page_size: h.page_size.clone(),
+                    limit: h.limit,
+                })
+                .collect(),
+            unified: r.unified.clone(),
+            memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
+        }
+    }
+
+    /// Hook protocol resources → CRI v1 resources.
+    pub fn to_cri(r: &v1alpha1::LinuxContainerResources) -> cri::LinuxContainerResources {
+        cri::LinuxContainerResources {
+            cpu_period: r.cpu_period,
+            cpu_quota: r.cpu_quota,
+            cpu_shares: r.cpu_shares,
+            memory_limit_in_bytes: r.memory_limit_in_bytes,
+            oom_score_adj: r.oom_score_adj,
+            cpuset_cpus: r.cpuset_cpus.clone(),
+            cpuset_mems: r.cpuset_mems.clone(),
+            hugepage_limits: r
+                .hugepage_limits
+                .iter()
+                .map(|h| cri::HugepageLimit {
+                    page_size: h.page_size.clone(),
+                    limit: h.limit,
+                })
+                .collect(),
+            unified: r.unified.clone(),
+            memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use prost::Message;
+
+        /// Every field set to a non-default value, including negative numbers and the maps.
+        fn full_cri() -> cri::LinuxContainerResources {
+            cri::LinuxContainerResources {
+                cpu_period: 100_000,
+                cpu_quota: -1,
+                cpu_shares: 512,
+                memory_limit_in_bytes: 256 << 20,
+                oom_score_adj: -998,
+                cpuset_cpus: "0-3,6".into(),
+                cpuset_mems: "0".into(),
+                hugepage_limits: vec![
+                    cri::HugepageLimit {
+                        page_size: "2MB".into(),
+                        limit: 4 << 21,
+                    },
+                    cri::HugepageLimit {
+                        page_size: "1GB".into(),
+                        limit: 1 << 30,
+                    },
+                ],
+                unified: [("memory.max", "6937202688"), ("io.weight", "default 100")]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect(),
+                memory_swap_limit_in_bytes: 512 << 20,
+            }
+        }
+
+        #[test]
+        fn round_trip_is_lossless() {
+            let cri = full_cri();
+            assert_eq!(to_cri(&to_hook(&cri)), cri);
+            let hook = to_hook(&cri);
+            assert_eq!(to_hook(&to_cri(&hook)), hook);
+            let empty = cri::LinuxContainerResources::default();
+            assert_eq!(to_cri(&to_hook(&empty)), empty);
+        }
+
+        #[test]
+        fn same_bytes_on_the_wire() {
+            let cri = full_cri();
+            let hook = v1alpha1::LinuxContainerResources::decode(&cri.encode_to_vec()[..]).unwrap();
+            assert_eq!(hook, to_hook(&cri));
+            let back = cri::LinuxContainerResources::decode(&hook.encode_to_vec()[..]).unwrap();
+            assert_eq!(back, cri);
+        }
+    }
 }
 
 #[cfg(test)]
