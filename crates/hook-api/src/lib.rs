@@ -9,6 +9,8 @@
 //! - [`connect`], a lazy gRPC channel over a unix socket (hook servers listen on unix sockets);
 //! - [`SERVICE_NAME`] and one `*_PATH` constant per RPC, the HTTP/2 paths of the calls;
 //! - [`convert`], lossless conversion of `LinuxContainerResources` between CRI v1 and this protocol.
+//!
+//! A complete hook server is in `examples/annotation_hook.rs`.
 
 #![warn(missing_docs)]
 
