@@ -70,6 +70,8 @@ pub fn connect(path: impl AsRef<Path>) -> Channel {
     ))
 }
 
+pub mod merge;
+
 /// Conversion of `LinuxContainerResources` between CRI v1 and `runtime.v1alpha1`.
 ///
 /// Both messages have the same fields 1–10 with the same numbers and types (and so does
