@@ -11,12 +11,14 @@
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
+//! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
 
 pub mod backend;
 pub mod cli;
 pub mod grpc;
 pub mod listener;
 pub mod passthrough;
+pub mod registry;
 pub mod router;
 pub mod server;
 pub mod wire;
