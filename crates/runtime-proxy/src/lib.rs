@@ -6,31 +6,41 @@
 //! * [`cli`] — flags, compatible with koord-runtime-proxy's.
 //! * [`listener`] — the listening socket (stale socket, parent dir, mode and owner).
 //! * [`server`] — HTTP/2 accept loop and graceful drain.
-//! * [`router`] — picks the backend (and later the interceptor) from the gRPC path; logs calls.
+//! * [`router`] — picks the interceptor or the pass-through, and the backend; logs calls.
+//! * [`intercept`] — the hooked CRI methods: one generic flow, a table of stages.
+//! * [`dispatch`] — calls the hook servers of a stage in order, with deadlines and policies.
+//! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
+//! * [`store`] — what the proxy knows of each pod sandbox and container.
 //! * [`passthrough`] — forwards a call frame by frame, streams included.
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
-//! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
 
 pub mod backend;
 pub mod cli;
+pub mod dispatch;
 pub mod grpc;
+pub mod intercept;
 pub mod listener;
 pub mod passthrough;
 pub mod registry;
 pub mod router;
 pub mod server;
+pub mod store;
 pub mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 
 use crate::backend::Backend;
 use crate::cli::{Args, BackendRuntimeMode};
+use crate::dispatch::Dispatcher;
+use crate::intercept::Interceptor;
+use crate::registry::Registry;
 use crate::router::Router;
+use crate::store::Store;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains.
 ///
@@ -46,7 +56,15 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     } else {
         Arc::new(Backend::new(args.image_endpoint()))
     };
-    let router = Arc::new(Router::new(runtime, image));
+    let registry = Registry::new(&args.hook_config_dir);
+    let _watcher = registry.spawn_watcher().context("watching the hook config directory")?;
+    let interceptor = Arc::new(Interceptor {
+        registry,
+        store: Arc::new(Store::new()),
+        dispatcher: Dispatcher::new(),
+        skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
+    });
+    let router = Arc::new(Router::new(runtime, image, Some(interceptor)));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
         listen = %args.listen.display(),

@@ -243,3 +243,86 @@ fn poll_capacity(send: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<Res
         }
     }
 }
+
+/// A unary answer collected whole from the backend (for intercepted calls, whose answer the
+/// store learns from).
+#[derive(Debug)]
+pub struct Answer {
+    /// Response head (status and headers) as the backend sent it.
+    pub head: Response<()>,
+    /// The body bytes (gRPC length-prefixed messages).
+    pub data: Bytes,
+    /// The trailers, absent for a trailers-only answer.
+    pub trailers: Option<HeaderMap>,
+}
+
+impl Answer {
+    /// The call's status, from the trailers or a trailers-only head.
+    pub fn status(&self) -> Status {
+        self.trailers
+            .as_ref()
+            .and_then(Status::from_headers)
+            .or_else(|| Status::from_headers(self.head.headers()))
+            .unwrap_or_else(missing_status)
+    }
+
+    /// Sends the answer to the client unchanged; returns its status.
+    pub fn send(self, respond: &mut SendResponse<Bytes>) -> Status {
+        let status = self.status();
+        let only_head = self.data.is_empty() && self.trailers.is_none();
+        let mut stream = match respond.send_response(self.head, only_head) {
+            Ok(s) => s,
+            Err(e) => return Status::new(Code::CANCELLED, format!("client went away: {e}")),
+        };
+        if only_head {
+            return status;
+        }
+        let sent = match self.trailers {
+            Some(t) => stream.send_data(self.data, false).and_then(|()| stream.send_trailers(t)),
+            None => stream.send_data(self.data, true),
+        };
+        match sent {
+            Ok(()) => status,
+            Err(e) => Status::new(Code::CANCELLED, format!("client went away: {e}")),
+        }
+    }
+}
+
+/// Sends one unary call (`head` and the whole `body`) to `backend` and collects the answer.
+///
+/// Errors: as [`forward`] (`UNAVAILABLE`, `DEADLINE_EXCEEDED` when `deadline` passes first).
+pub async fn unary(
+    backend: &Backend,
+    head: Request<()>,
+    body: Bytes,
+    deadline: Option<Duration>,
+    method: &str,
+) -> Result<Answer, Status> {
+    let call = async {
+        let (response, mut upstream) = backend.open_stream(head, body.is_empty()).await?;
+        if !body.is_empty() {
+            // Ignored: a backend that answers before reading the body still answers.
+            let _ = upstream.send_data(body, true);
+        }
+        let failed =
+            |e: h2::Error| Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()));
+        let (head, mut recv) = response.await.map_err(failed)?.into_parts();
+        let mut data = bytes::BytesMut::new();
+        while let Some(chunk) = recv.data().await {
+            let chunk = chunk.map_err(failed)?;
+            let _ = recv.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        let trailers = recv.trailers().await.map_err(failed)?;
+        Ok(Answer { head: Response::from_parts(head, ()), data: data.freeze(), trailers })
+    };
+    match deadline {
+        None => call.await,
+        Some(d) => tokio::time::timeout(d, call).await.map_err(|_| {
+            Status::new(
+                Code::DEADLINE_EXCEEDED,
+                format!("{method}: deadline exceeded waiting for backend unix://{}", backend.path().display()),
+            )
+        })?,
+    }
+}

@@ -3,8 +3,9 @@
 //! The route is picked from the gRPC path (`/<package>.<Service>/<Method>`) alone:
 //! `runtime.v1.ImageService` and `runtime.v1alpha2.ImageService` go to the image backend, every
 //! other path (RuntimeService, methods and services the compiled proto does not know, server
-//! streams such as GetContainerEvents) to the runtime backend. All of them take the generic
-//! pass-through today; the interceptor for hooked methods slots in here.
+//! streams such as GetContainerEvents, CRI v1alpha2) to the runtime backend. The CRI v1 methods
+//! of [`intercept::METHODS`] go through the interceptor; everything else through the generic
+//! pass-through.
 //!
 //! Each call is logged here, once, when it ends.
 
@@ -18,19 +19,22 @@ use http::Request;
 
 use crate::backend::Backend;
 use crate::grpc::{self, Code};
+use crate::intercept::{self, Interceptor};
 use crate::passthrough;
 
-/// Routes calls to the runtime and image backends (which may be one and the same).
+/// Routes calls to the runtime and image backends (which may be one and the same) and to the
+/// interceptor.
 pub struct Router {
     runtime: Arc<Backend>,
     image: Arc<Backend>,
+    interceptor: Option<Arc<Interceptor>>,
 }
 
 impl Router {
     /// A router over the two backends; pass the same `Arc` twice when images are served by the
-    /// runtime socket (the default).
-    pub fn new(runtime: Arc<Backend>, image: Arc<Backend>) -> Self {
-        Router { runtime, image }
+    /// runtime socket (the default). Without an interceptor every call passes through.
+    pub fn new(runtime: Arc<Backend>, image: Arc<Backend>, interceptor: Option<Arc<Interceptor>>) -> Self {
+        Router { runtime, image, interceptor }
     }
 
     /// The backend serving `path`.
@@ -53,9 +57,14 @@ impl Router {
     pub async fn handle(&self, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
         let start = Instant::now();
         let method = req.uri().path().to_owned();
-        let deadline = grpc::parse_timeout(req.headers());
         let backend = self.backend_for(&method);
-        let status = passthrough::forward(backend, req, respond, deadline, &method).await;
+        let status = match (&self.interceptor, intercept::lookup(&method)) {
+            (Some(interceptor), Some(spec)) => interceptor.handle(spec, backend, req, respond).await,
+            _ => {
+                let deadline = grpc::parse_timeout(req.headers());
+                passthrough::forward(backend, req, respond, deadline, &method).await
+            }
+        };
         let elapsed_us = start.elapsed().as_micros() as u64;
         if status.code == Code::OK {
             tracing::debug!(method, code = %status.code, elapsed_us, "CRI call");

@@ -106,6 +106,7 @@ pub fn container_config(
 }
 
 /// A pod with one running container, as kubelet creates it.
+#[derive(Debug)]
 pub struct Pod {
     pub sandbox_id: String,
     pub container_id: String,

@@ -3,13 +3,15 @@
 //! * [`containerd`] — the real containerd + runc that `scripts/containerd.sh` started, and pods on it.
 //! * [`proxy`] — the real `runtime-proxy` binary as a child process on a temp socket.
 //! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
-//!   recorded metadata, huge answers).
+//!   recorded metadata, huge answers); also a hook server that hangs or answers garbage.
+//! * [`hooks`] — programmable in-process hook servers and registration files.
 //!
 //! Integration tests need a running containerd: `make test` starts one per version and points
 //! `RP_CONTAINERD_ENV` at its env file.
 
 pub mod containerd;
 pub mod fake_backend;
+pub mod hooks;
 pub mod proxy;
 pub mod raw;
 
@@ -60,4 +62,15 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Path of a cargo example binary of this workspace (`target/<profile>/examples/NAME`), next to
+/// the running test binary (`target/<profile>/deps/…`). Built by `cargo test` / `cargo build
+/// --all-targets`.
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let path = profile_dir.join("examples").join(name);
+    assert!(path.exists(), "{} not built: run `cargo build --workspace --all-targets`", path.display());
+    path
 }

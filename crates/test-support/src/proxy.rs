@@ -68,6 +68,26 @@ impl ProxyProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits (up to 10 s) until the log has more than `already` lines containing every one of
+    /// `parts`; returns whether it did. Tests use it to wait for the registry to take up a file.
+    pub fn wait_log(&self, parts: &[&str], already: usize) -> bool {
+        let start = Instant::now();
+        loop {
+            if self.count_log(parts) > already {
+                return true;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// How many log lines contain every one of `parts`.
+    pub fn count_log(&self, parts: &[&str]) -> usize {
+        self.log().lines().filter(|l| parts.iter().all(|p| l.contains(p))).count()
+    }
+
     fn log_tail(&self) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();

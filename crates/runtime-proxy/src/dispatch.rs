@@ -1,0 +1,160 @@
+//! The dispatcher: calls every hook server registered for a stage, in order, each seeing the hook
+//! request as changed by the ones before, within its own deadline, under its failure policy.
+//!
+//! Order: the registry's snapshot order (ascending `order`, then file name), fixed for the
+//! call. Deadline per server: its `timeout-ms` (default 2 s), never more than what is left of the
+//! kubelet's deadline. A failure (unreachable, timeout, an error status, an undecodable answer)
+//! under `Fail` ends the stage with a status naming the stage, the server's file and endpoint
+//! and the cause; under `Ignore` it is logged and the next server sees the request unchanged.
+//! A timeout never ejects a server: the next call tries it again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use http::uri::PathAndQuery;
+use hook_api::merge;
+use hook_api::v1alpha1::{
+    ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
+};
+use tonic::transport::Channel;
+
+use crate::grpc::{Code, Status};
+use crate::registry::{FailurePolicy, HookServer, Snapshot, Stage};
+
+/// A hook request type (pod-level or container-level) with its answer type and merge rule.
+pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static {
+    /// The answer type of the RPCs that take this request.
+    type Answer: prost::Message + Default + Send + Sync + 'static;
+    /// Applies an answer to the request (the merge rules of [`hook_api::merge`]).
+    fn apply(&mut self, answer: &Self::Answer);
+}
+
+impl HookMessage for PodSandboxHookRequest {
+    type Answer = PodSandboxHookResponse;
+    fn apply(&mut self, answer: &PodSandboxHookResponse) {
+        merge::apply_pod_response(self, answer);
+    }
+}
+
+impl HookMessage for ContainerResourceHookRequest {
+    type Answer = ContainerResourceHookResponse;
+    fn apply(&mut self, answer: &ContainerResourceHookResponse) {
+        merge::apply_container_response(self, answer);
+    }
+}
+
+/// The gRPC path of a stage's RPC, e.g. `/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook`.
+pub fn rpc_path(stage: Stage) -> PathAndQuery {
+    PathAndQuery::try_from(format!("/runtime.v1alpha1.RuntimeHookService/{}Hook", stage.as_str()))
+        .unwrap_or_else(|_| PathAndQuery::from_static("/"))
+}
+
+/// Calls hook servers; keeps one lazily connected channel per endpoint.
+#[derive(Default)]
+pub struct Dispatcher {
+    channels: Mutex<HashMap<PathBuf, Channel>>,
+}
+
+impl Dispatcher {
+    /// A dispatcher with no connections yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs `stage` over the servers of `snapshot` registered for it, changing `req` with each
+    /// answer. `deadline` is when the kubelet's call expires, if it set one.
+    ///
+    /// Errors: the first failure of a server whose policy is `Fail` (the request keeps the
+    /// changes of the servers before it).
+    pub async fn run<R: HookMessage>(
+        &self,
+        snapshot: &Snapshot,
+        stage: Stage,
+        req: &mut R,
+        deadline: Option<Instant>,
+    ) -> Result<(), Status> {
+        for server in snapshot.for_stage(stage) {
+            let started = Instant::now();
+            let outcome = self.call(server, stage, req, deadline).await;
+            let elapsed_us = started.elapsed().as_micros() as u64;
+            match outcome {
+                Ok(answer) => {
+                    tracing::debug!(stage = stage.as_str(), server = %server.name, elapsed_us, "hook called");
+                    req.apply(&answer);
+                }
+                Err(cause) => {
+                    let message = format!(
+                        "{} hook server {} (unix://{}) failed: {}",
+                        stage.as_str(),
+                        server.name,
+                        server.endpoint.display(),
+                        cause.message
+                    );
+                    if server.failure_policy == FailurePolicy::Fail {
+                        tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, "{message}; failure-policy Fail: refusing the call");
+                        return Err(Status::new(cause.code, format!("{message} (failure-policy Fail)")));
+                    }
+                    tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, "{message}; failure-policy Ignore: going on");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn call<R: HookMessage>(
+        &self,
+        server: &HookServer,
+        stage: Stage,
+        req: &R,
+        deadline: Option<Instant>,
+    ) -> Result<R::Answer, Status> {
+        let budget = match deadline {
+            Some(d) => server.timeout.min(d.saturating_duration_since(Instant::now())),
+            None => server.timeout,
+        };
+        if budget.is_zero() {
+            return Err(Status::new(Code::DEADLINE_EXCEEDED, "no time left of the CRI call's deadline"));
+        }
+        let mut grpc = tonic::client::Grpc::new(self.channel(&server.endpoint));
+        let mut request = tonic::Request::new(req.clone());
+        request.set_timeout(budget);
+        let codec = tonic_prost::ProstCodec::<R, R::Answer>::default();
+        let call = async {
+            grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("connecting: {e}")))?;
+            grpc.unary(request, rpc_path(stage), codec).await
+        };
+        let started = Instant::now();
+        match tokio::time::timeout(budget, call).await {
+            Ok(Ok(answer)) => Ok(answer.into_inner()),
+            Ok(Err(s)) if started.elapsed() >= budget => Err(timed_out(budget, &s.to_string())),
+            Ok(Err(s)) => Err(Status::new(Code(s.code() as u16), describe(&s))),
+            Err(_) => Err(timed_out(budget, "no answer")),
+        }
+    }
+
+    fn channel(&self, endpoint: &Path) -> Channel {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get(endpoint) {
+            return c.clone();
+        }
+        let c = hook_api::connect(endpoint);
+        channels.insert(endpoint.to_owned(), c.clone());
+        c
+    }
+
+    /// Drops the channels of endpoints no server in `snapshot` uses any more.
+    pub fn prune(&self, snapshot: &Snapshot) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.retain(|endpoint, _| snapshot.servers().iter().any(|s| &s.endpoint == endpoint));
+    }
+}
+
+fn timed_out(budget: Duration, detail: &str) -> Status {
+    Status::new(Code::DEADLINE_EXCEEDED, format!("timed out after {budget:?} ({detail})"))
+}
+
+fn describe(s: &tonic::Status) -> String {
+    format!("{:?}: {}", s.code(), s.message())
+}

@@ -1,0 +1,582 @@
+//! The interceptor: one generic flow for every hooked CRI method, driven by the [`METHODS`]
+//! table (which pre stage, which post stage); the per-method differences — how the hook request
+//! is built, how the hooks' changes go back into the CRI request, what the store learns — are
+//! the small functions of [`Call`].
+//!
+//! Flow: read the request → decode → build the hook request (from the request and the store) →
+//! pre stage → edit the request bytes where hooks changed something (original bytes otherwise,
+//! so fields newer than our proto survive) → forward → on success, record in the store → answer
+//! the client unchanged → post stage (its answers are not applied).
+//!
+//! Where koord-runtime-proxy differs (koordinator.md §3): it calls post hooks even when the
+//! backend failed and deletes store entries at Stop (so a second Stop finds nothing); here post
+//! hooks run only after success and entries live until Remove.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::RecvStream;
+use hook_api::convert;
+use hook_api::v1alpha1 as hook;
+use http::{HeaderValue, Request};
+use k8s_cri::v1 as cri;
+use prost::Message;
+
+use crate::backend::Backend;
+use crate::dispatch::Dispatcher;
+use crate::grpc::{Code, Status};
+use crate::passthrough;
+use crate::registry::{Registry, Stage};
+use crate::store::{ContainerEntry, Store};
+use crate::wire::{self, Edit};
+
+/// Largest intercepted request the proxy reads into memory: kubelet's 16 MiB message limit.
+pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+
+/// The CRI v1 methods the interceptor handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    RunPodSandbox,
+    StopPodSandbox,
+    RemovePodSandbox,
+    CreateContainer,
+    StartContainer,
+    StopContainer,
+    RemoveContainer,
+    UpdateContainerResources,
+}
+
+/// One row of the interception table: a CRI method, its gRPC path and its hook stages
+/// (koordinator.md §3.1).
+#[derive(Debug)]
+pub struct MethodSpec {
+    pub method: Method,
+    pub path: &'static str,
+    pub pre: Option<Stage>,
+    pub post: Option<Stage>,
+}
+
+/// Every intercepted method. Remove* have no stage; they are intercepted to keep the store exact.
+pub const METHODS: [MethodSpec; 8] = [
+    MethodSpec { method: Method::RunPodSandbox, path: "/runtime.v1.RuntimeService/RunPodSandbox", pre: Some(Stage::PreRunPodSandbox), post: None },
+    MethodSpec { method: Method::StopPodSandbox, path: "/runtime.v1.RuntimeService/StopPodSandbox", pre: None, post: Some(Stage::PostStopPodSandbox) },
+    MethodSpec { method: Method::RemovePodSandbox, path: "/runtime.v1.RuntimeService/RemovePodSandbox", pre: None, post: None },
+    MethodSpec { method: Method::CreateContainer, path: "/runtime.v1.RuntimeService/CreateContainer", pre: Some(Stage::PreCreateContainer), post: None },
+    MethodSpec { method: Method::StartContainer, path: "/runtime.v1.RuntimeService/StartContainer", pre: Some(Stage::PreStartContainer), post: Some(Stage::PostStartContainer) },
+    MethodSpec { method: Method::StopContainer, path: "/runtime.v1.RuntimeService/StopContainer", pre: None, post: Some(Stage::PostStopContainer) },
+    MethodSpec { method: Method::RemoveContainer, path: "/runtime.v1.RuntimeService/RemoveContainer", pre: None, post: None },
+    MethodSpec { method: Method::UpdateContainerResources, path: "/runtime.v1.RuntimeService/UpdateContainerResources", pre: Some(Stage::PreUpdateContainerResources), post: None },
+];
+
+/// The row for a gRPC path, if the method is intercepted.
+pub fn lookup(path: &str) -> Option<&'static MethodSpec> {
+    METHODS.iter().find(|m| m.path == path)
+}
+
+/// The interceptor's shared state.
+pub struct Interceptor {
+    pub registry: Arc<Registry>,
+    pub store: Arc<Store>,
+    pub dispatcher: Dispatcher,
+    /// Pods whose labels hold this key and value skip every hook (`--runtime-hook-server-key/-val`).
+    pub skip_label: (String, String),
+}
+
+/// An intercepted call after decoding: the CRI request and what the hooks see.
+#[derive(Debug)]
+enum Call {
+    RunPodSandbox { req: cri::RunPodSandboxRequest, hook: hook::PodSandboxHookRequest },
+    CreateContainer { req: cri::CreateContainerRequest, hook: hook::ContainerResourceHookRequest },
+    UpdateContainerResources { req: cri::UpdateContainerResourcesRequest, entry: Option<ContainerEntry> },
+    /// StartContainer, StopContainer: the stored container, if known.
+    Container { id: String, entry: Option<ContainerEntry> },
+    /// StopPodSandbox: the stored pod, if known.
+    Pod { pod: Option<hook::PodSandboxHookRequest> },
+    RemoveContainer { id: String },
+    RemovePodSandbox { id: String },
+}
+
+impl Interceptor {
+    /// Handles one intercepted call; returns its final status for the call log.
+    pub async fn handle(
+        &self,
+        spec: &'static MethodSpec,
+        backend: &Backend,
+        req: Request<RecvStream>,
+        mut respond: SendResponse<Bytes>,
+    ) -> Status {
+        let start = Instant::now();
+        let deadline = crate::grpc::parse_timeout(req.headers()).map(|d| start + d);
+        let work = self.intercept(spec, backend, req, deadline);
+        tokio::pin!(work);
+        let outcome = tokio::select! {
+            outcome = &mut work => outcome,
+            reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+                let why = reason.map(|r| r.to_string()).unwrap_or_else(|e| e.to_string());
+                return Status::new(Code::CANCELLED, format!("client reset the call: {why}"));
+            }
+        };
+        match outcome {
+            Ok((answer, post)) => {
+                let status = answer.send(&mut respond);
+                if let Some(post) = post {
+                    post.await;
+                }
+                status
+            }
+            Err(status) => {
+                let _ = respond.send_response(status.trailers_only(), true);
+                status
+            }
+        }
+    }
+
+    /// Everything but answering the client. Returns the backend's answer and the post stage to
+    /// run after it has been sent.
+    async fn intercept(
+        &self,
+        spec: &'static MethodSpec,
+        backend: &Backend,
+        req: Request<RecvStream>,
+        deadline: Option<Instant>,
+    ) -> Result<(passthrough::Answer, Option<impl std::future::Future<Output = ()> + '_>), Status> {
+        let (mut parts, body) = req.into_parts();
+        let body = read_body(body, spec.path).await?;
+        let message = match grpc_message(&body) {
+            Some(m) => m,
+            None => {
+                tracing::warn!(method = spec.path, "request is not one uncompressed gRPC message; forwarding without hooks");
+                return forward(backend, parts, body, deadline, spec.path).await.map(|a| (a, None));
+            }
+        };
+        let mut call = match Call::decode(spec.method, message.clone(), &self.store) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(method = spec.path, error = %e, "cannot decode request; forwarding without hooks");
+                return forward(backend, parts, body, deadline, spec.path).await.map(|a| (a, None));
+            }
+        };
+        let hooked = !call.skips_hooks(&self.skip_label);
+        let snapshot = self.registry.snapshot();
+        if let (Some(stage), true) = (spec.pre, hooked) {
+            call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await?;
+        }
+        let edits = call.edits();
+        let body = if edits.is_empty() {
+            body
+        } else {
+            match wire::apply(&message, &edits) {
+                Ok(edited) => frame(&edited),
+                Err(e) => {
+                    return Err(Status::new(Code::INTERNAL, format!("{}: cannot apply hook changes to the request: {e}", spec.path)));
+                }
+            }
+        };
+        if let Some(d) = deadline {
+            set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
+        }
+        let answer = forward(backend, parts, body, deadline, spec.path).await?;
+        if answer.status().code != Code::OK {
+            return Ok((answer, None));
+        }
+        call.commit(&answer, &self.store);
+        let post = match (spec.post, hooked) {
+            (Some(stage), true) => Some(async move {
+                let _ = call.run_stage(&self.dispatcher, &self.registry.snapshot(), stage, None).await;
+            }),
+            _ => None,
+        };
+        Ok((answer, post))
+    }
+}
+
+async fn forward(
+    backend: &Backend,
+    parts: http::request::Parts,
+    body: Bytes,
+    deadline: Option<Instant>,
+    method: &str,
+) -> Result<passthrough::Answer, Status> {
+    let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    passthrough::unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
+}
+
+impl Call {
+    /// Decodes the request and builds what the hooks will see (koordinator.md §3.2–3.6).
+    fn decode(method: Method, msg: Bytes, store: &Store) -> Result<Call, prost::DecodeError> {
+        Ok(match method {
+            Method::RunPodSandbox => {
+                let req = cri::RunPodSandboxRequest::decode(msg)?;
+                let hook = pod_hook_request(&req);
+                Call::RunPodSandbox { req, hook }
+            }
+            Method::CreateContainer => {
+                let req = cri::CreateContainerRequest::decode(msg)?;
+                let hook = container_hook_request(&req, store);
+                Call::CreateContainer { req, hook }
+            }
+            Method::UpdateContainerResources => {
+                let req = cri::UpdateContainerResourcesRequest::decode(msg)?;
+                let mut entry = store.container(&req.container_id);
+                if let Some(e) = entry.as_mut() {
+                    let resources = e.hook.container_resources.get_or_insert_with(Default::default);
+                    if let Some(update) = &req.linux {
+                        hook_api::merge::merge_update(resources, &convert::to_hook(update));
+                    }
+                    hook_api::merge::merge_map(&mut e.hook.container_annotations, &req.annotations);
+                } else {
+                    tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container not in the store; hooks skipped");
+                }
+                Call::UpdateContainerResources { req, entry }
+            }
+            Method::StartContainer => {
+                let id = cri::StartContainerRequest::decode(msg)?.container_id;
+                Call::Container { entry: known_container(store, &id, "StartContainer"), id }
+            }
+            Method::StopContainer => {
+                let id = cri::StopContainerRequest::decode(msg)?.container_id;
+                Call::Container { entry: known_container(store, &id, "StopContainer"), id }
+            }
+            Method::StopPodSandbox => {
+                let id = cri::StopPodSandboxRequest::decode(msg)?.pod_sandbox_id;
+                Call::Pod { pod: store.pod(&id) }
+            }
+            Method::RemoveContainer => Call::RemoveContainer { id: cri::RemoveContainerRequest::decode(msg)?.container_id },
+            Method::RemovePodSandbox => Call::RemovePodSandbox { id: cri::RemovePodSandboxRequest::decode(msg)?.pod_sandbox_id },
+        })
+    }
+
+    /// The pod labels the skip label is looked up in.
+    fn pod_labels(&self) -> Option<&HashMap<String, String>> {
+        match self {
+            Call::RunPodSandbox { hook, .. } => Some(&hook.labels),
+            Call::CreateContainer { hook, .. } => Some(&hook.pod_labels),
+            Call::UpdateContainerResources { entry, .. } | Call::Container { entry, .. } => entry.as_ref().map(|e| &e.hook.pod_labels),
+            Call::Pod { pod, .. } => pod.as_ref().map(|p| &p.labels),
+            Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => None,
+        }
+    }
+
+    fn skips_hooks(&self, (key, value): &(String, String)) -> bool {
+        self.pod_labels().is_some_and(|labels| labels.get(key) == Some(value))
+    }
+
+    /// Runs `stage` over the hook request, if this call has one.
+    async fn run_stage(
+        &mut self,
+        dispatcher: &Dispatcher,
+        snapshot: &crate::registry::Snapshot,
+        stage: Stage,
+        deadline: Option<Instant>,
+    ) -> Result<(), Status> {
+        match self {
+            Call::RunPodSandbox { hook, .. } => dispatcher.run(snapshot, stage, hook, deadline).await,
+            Call::Pod { pod: Some(pod), .. } => dispatcher.run(snapshot, stage, pod, deadline).await,
+            Call::CreateContainer { hook, .. } => dispatcher.run(snapshot, stage, hook, deadline).await,
+            Call::UpdateContainerResources { entry: Some(e), .. } | Call::Container { entry: Some(e), .. } => {
+                dispatcher.run(snapshot, stage, &mut e.hook, deadline).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The wire edits that carry the hooks' changes into the CRI request (empty: none).
+    fn edits(&self) -> Vec<(u32, Edit)> {
+        match self {
+            Call::RunPodSandbox { req, hook } => {
+                let config = req.config.clone().unwrap_or_default();
+                let mut inner = Vec::new();
+                if hook.labels != config.labels {
+                    inner.push((6, replace(cri::PodSandboxConfig { labels: hook.labels.clone(), ..Default::default() })));
+                }
+                if hook.annotations != config.annotations {
+                    inner.push((7, replace(cri::PodSandboxConfig { annotations: hook.annotations.clone(), ..Default::default() })));
+                }
+                if let Some(e) = cgroup_parent_edit(&config, &hook.cgroup_parent) {
+                    inner.push(e);
+                }
+                nested(1, inner)
+            }
+            Call::CreateContainer { req, hook } => {
+                let config = req.config.clone().unwrap_or_default();
+                let mut inner = Vec::new();
+                if hook.container_annotations != config.annotations {
+                    inner.push((10, replace(cri::ContainerConfig { annotations: hook.container_annotations.clone(), ..Default::default() })));
+                }
+                let envs = merged_envs(&config.envs, &hook.container_envs);
+                if envs != config.envs {
+                    inner.push((6, replace(cri::ContainerConfig { envs, ..Default::default() })));
+                }
+                let old = config.linux.as_ref().and_then(|l| l.resources.clone()).unwrap_or_default();
+                let new = hook.container_resources.as_ref().map(convert::to_cri).unwrap_or_else(|| old.clone());
+                let resources = resource_edits(&old, &new);
+                if !resources.is_empty() {
+                    inner.push((15, Edit::Nested(vec![(1, Edit::Nested(resources))])));
+                }
+                let mut edits = nested(2, inner);
+                let sandbox = req.sandbox_config.clone().unwrap_or_default();
+                if let Some(e) = cgroup_parent_edit(&sandbox, &hook.pod_cgroup_parent) {
+                    edits.push((3, Edit::Nested(vec![e])));
+                }
+                edits
+            }
+            Call::UpdateContainerResources { req, entry: Some(e) } => {
+                let old = req.linux.clone().unwrap_or_default();
+                let new = e.hook.container_resources.as_ref().map(convert::to_cri).unwrap_or_else(|| old.clone());
+                let mut edits = nested(2, resource_edits(&old, &new));
+                let mut annotations = req.annotations.clone();
+                hook_api::merge::merge_map(&mut annotations, &e.hook.container_annotations);
+                if annotations != req.annotations {
+                    edits.push((4, replace(cri::UpdateContainerResourcesRequest { annotations, ..Default::default() })));
+                }
+                edits
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Records what a successful call taught the store.
+    fn commit(&self, answer: &passthrough::Answer, store: &Store) {
+        match self {
+            Call::RunPodSandbox { hook, .. } => match grpc_message(&answer.data).map(cri::RunPodSandboxResponse::decode) {
+                Some(Ok(resp)) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),
+                _ => tracing::warn!("RunPodSandbox answer without a sandbox ID; pod not recorded"),
+            },
+            Call::CreateContainer { req, hook } => match grpc_message(&answer.data).map(cri::CreateContainerResponse::decode) {
+                Some(Ok(resp)) => {
+                    let mut hook = hook.clone();
+                    hook.container_meta.get_or_insert_with(Default::default).id = resp.container_id.clone();
+                    store.put_container(&resp.container_id, ContainerEntry { sandbox_id: req.pod_sandbox_id.clone(), hook });
+                }
+                _ => tracing::warn!("CreateContainer answer without a container ID; container not recorded"),
+            },
+            Call::UpdateContainerResources { req, entry: Some(e) } => store.put_container(&req.container_id, e.clone()),
+            Call::Container { id, entry: Some(e) } => store.put_container(id, e.clone()),
+            Call::RemoveContainer { id } => store.remove_container(id),
+            Call::RemovePodSandbox { id } => store.remove_pod(id),
+            _ => {}
+        }
+    }
+}
+
+fn known_container(store: &Store, id: &str, method: &str) -> Option<ContainerEntry> {
+    let entry = store.container(id);
+    if entry.is_none() {
+        tracing::debug!(container_id = id, method, "container not in the store; its hooks are skipped");
+    }
+    entry
+}
+
+/// The PreRunPodSandbox request (koordinator.md §3.2), plus the pod's attempt, overhead and
+/// resources, which koord leaves empty.
+fn pod_hook_request(req: &cri::RunPodSandboxRequest) -> hook::PodSandboxHookRequest {
+    let config = req.config.clone().unwrap_or_default();
+    let meta = config.metadata.unwrap_or_default();
+    let linux = config.linux.unwrap_or_default();
+    hook::PodSandboxHookRequest {
+        pod_meta: Some(hook::PodSandboxMetadata { name: meta.name, uid: meta.uid, namespace: meta.namespace, attempt: meta.attempt }),
+        runtime_handler: req.runtime_handler.clone(),
+        labels: config.labels,
+        annotations: config.annotations,
+        cgroup_parent: linux.cgroup_parent,
+        overhead: linux.overhead.as_ref().map(convert::to_hook),
+        resources: linux.resources.as_ref().map(convert::to_hook),
+    }
+}
+
+/// The PreCreateContainer request (koordinator.md §3.3). Pod fields come from the store (they
+/// include the PreRunPodSandbox hooks' changes); for a pod the store does not know, from the
+/// request's `sandbox_config`.
+fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> hook::ContainerResourceHookRequest {
+    let config = req.config.clone().unwrap_or_default();
+    let pod = store.pod(&req.pod_sandbox_id).unwrap_or_else(|| {
+        pod_hook_request(&cri::RunPodSandboxRequest { config: req.sandbox_config.clone(), runtime_handler: String::new() })
+    });
+    let meta = config.metadata.unwrap_or_default();
+    let resources = config.linux.and_then(|l| l.resources).unwrap_or_default();
+    hook::ContainerResourceHookRequest {
+        pod_meta: pod.pod_meta,
+        container_meta: Some(hook::ContainerMetadata { name: meta.name, attempt: meta.attempt, id: String::new() }),
+        container_annotations: config.annotations,
+        container_resources: Some(convert::to_hook(&resources)),
+        pod_resources: pod.resources,
+        pod_annotations: pod.annotations,
+        pod_labels: pod.labels,
+        pod_cgroup_parent: pod.cgroup_parent,
+        container_envs: config.envs.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+    }
+}
+
+/// The container's envs after the hooks: existing entries keep their order (their value
+/// updated), new ones follow sorted by name — a stable order, unlike koord's map order.
+fn merged_envs(envs: &[cri::KeyValue], hooked: &HashMap<String, String>) -> Vec<cri::KeyValue> {
+    let mut out: Vec<cri::KeyValue> = envs
+        .iter()
+        .map(|kv| cri::KeyValue { key: kv.key.clone(), value: hooked.get(&kv.key).cloned().unwrap_or_else(|| kv.value.clone()) })
+        .collect();
+    let mut added: Vec<_> = hooked.iter().filter(|(k, _)| !envs.iter().any(|kv| &kv.key == *k)).collect();
+    added.sort();
+    out.extend(added.into_iter().map(|(k, v)| cri::KeyValue { key: k.clone(), value: v.clone() }));
+    out
+}
+
+/// Field-level edits turning `old` CRI resources into `new` (only fields that differ).
+fn resource_edits(old: &cri::LinuxContainerResources, new: &cri::LinuxContainerResources) -> Vec<(u32, Edit)> {
+    let mut edits = Vec::new();
+    macro_rules! field {
+        ($num:expr, $f:ident) => {
+            if old.$f != new.$f {
+                edits.push(($num, replace(cri::LinuxContainerResources { $f: new.$f.clone(), ..Default::default() })));
+            }
+        };
+    }
+    field!(1, cpu_period);
+    field!(2, cpu_quota);
+    field!(3, cpu_shares);
+    field!(4, memory_limit_in_bytes);
+    field!(5, oom_score_adj);
+    field!(6, cpuset_cpus);
+    field!(7, cpuset_mems);
+    field!(8, hugepage_limits);
+    field!(9, unified);
+    field!(10, memory_swap_limit_in_bytes);
+    edits
+}
+
+/// Edit of `PodSandboxConfig.linux.cgroup_parent` (fields 8, 1) when `hooked` differs.
+fn cgroup_parent_edit(config: &cri::PodSandboxConfig, hooked: &str) -> Option<(u32, Edit)> {
+    let current = config.linux.as_ref().map(|l| l.cgroup_parent.as_str()).unwrap_or("");
+    (hooked != current).then(|| {
+        let field = cri::LinuxPodSandboxConfig { cgroup_parent: hooked.to_owned(), ..Default::default() };
+        (8, Edit::Nested(vec![(1, replace(field))]))
+    })
+}
+
+/// A `Replace` with the encoding of a message that has only the edited field set.
+fn replace(message: impl Message) -> Edit {
+    Edit::Replace(message.encode_to_vec())
+}
+
+fn nested(field: u32, inner: Vec<(u32, Edit)>) -> Vec<(u32, Edit)> {
+    if inner.is_empty() {
+        Vec::new()
+    } else {
+        vec![(field, Edit::Nested(inner))]
+    }
+}
+
+/// Reads a whole request body (at most [`MAX_REQUEST_BYTES`] plus the 5-byte gRPC prefix).
+///
+/// Errors: `RESOURCE_EXHAUSTED` for a larger body, `CANCELLED` when the client's stream breaks.
+async fn read_body(mut body: RecvStream, method: &str) -> Result<Bytes, Status> {
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| Status::new(Code::CANCELLED, format!("{method}: request stream broken: {e}")))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if buf.len() + chunk.len() > MAX_REQUEST_BYTES + 5 {
+            return Err(Status::new(Code(8), format!("{method}: request larger than {MAX_REQUEST_BYTES} bytes")));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// The message of a body holding exactly one uncompressed gRPC message.
+fn grpc_message(body: &Bytes) -> Option<Bytes> {
+    if body.len() < 5 || body[0] != 0 {
+        return None;
+    }
+    let len = (&body[1..5]).get_u32() as usize;
+    (body.len() == 5 + len).then(|| body.slice(5..))
+}
+
+/// Frames one message as a gRPC body (uncompressed).
+fn frame(message: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(5 + message.len());
+    b.put_u8(0);
+    b.put_u32(message.len() as u32);
+    b.put_slice(message);
+    b.freeze()
+}
+
+/// Rewrites `grpc-timeout` to what is left, so the backend's deadline is the kubelet's, not the
+/// kubelet's plus the time hooks took.
+fn set_timeout(headers: &mut http::HeaderMap, left: Duration) {
+    let ms = left.as_millis().max(1);
+    let value = if ms < 100_000_000 { format!("{ms}m") } else { format!("{}S", left.as_secs().min(99_999_999)) };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert("grpc-timeout", v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envs_keep_order_and_add_sorted() {
+        let envs = vec![cri::KeyValue { key: "B".into(), value: "1".into() }, cri::KeyValue { key: "A".into(), value: "2".into() }];
+        let hooked: HashMap<String, String> =
+            [("A", "9"), ("B", "1"), ("Z", "z"), ("C", "c")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let out: Vec<(String, String)> = merged_envs(&envs, &hooked).into_iter().map(|kv| (kv.key, kv.value)).collect();
+        assert_eq!(out, [("B", "1"), ("A", "9"), ("C", "c"), ("Z", "z")].map(|(k, v)| (k.to_string(), v.to_string())));
+    }
+
+    #[test]
+    fn untouched_request_has_no_edits() {
+        let store = Store::new();
+        let req = cri::CreateContainerRequest {
+            pod_sandbox_id: "sb".into(),
+            config: Some(cri::ContainerConfig {
+                envs: vec![cri::KeyValue { key: "A".into(), value: "1".into() }],
+                annotations: [("x".to_string(), "y".to_string())].into(),
+                linux: Some(cri::LinuxContainerConfig {
+                    resources: Some(cri::LinuxContainerResources { cpu_shares: 2, ..Default::default() }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(cri::PodSandboxConfig {
+                linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: "/kubepods/pod1".into(), ..Default::default() }),
+                ..Default::default()
+            }),
+        };
+        let hook = container_hook_request(&req, &store);
+        assert_eq!(hook.pod_cgroup_parent, "/kubepods/pod1");
+        let call = Call::CreateContainer { req: req.clone(), hook: hook.clone() };
+        assert!(call.edits().is_empty());
+
+        // A hook changes cpu shares and adds an env: only those fields are edited.
+        let mut hook = hook;
+        hook.container_resources.as_mut().unwrap().cpu_shares = 512;
+        hook.container_envs.insert("HOOKED".into(), "1".into());
+        let call = Call::CreateContainer { req: req.clone(), hook };
+        let edited = wire::apply(&req.encode_to_vec(), &call.edits()).unwrap();
+        let got = cri::CreateContainerRequest::decode(edited.as_slice()).unwrap();
+        let mut want = req;
+        let cfg = want.config.as_mut().unwrap();
+        cfg.linux.as_mut().unwrap().resources.as_mut().unwrap().cpu_shares = 512;
+        cfg.envs.push(cri::KeyValue { key: "HOOKED".into(), value: "1".into() });
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn timeouts_are_rewritten() {
+        let mut h = http::HeaderMap::new();
+        set_timeout(&mut h, Duration::from_millis(1500));
+        assert_eq!(h["grpc-timeout"], "1500m");
+        set_timeout(&mut h, Duration::ZERO);
+        assert_eq!(h["grpc-timeout"], "1m");
+    }
+
+    #[test]
+    fn grpc_framing() {
+        let f = frame(b"abc");
+        assert_eq!(grpc_message(&f).unwrap(), Bytes::from_static(b"abc"));
+        assert!(grpc_message(&Bytes::from_static(&[1, 0, 0, 0, 0])).is_none(), "compressed");
+        assert!(grpc_message(&Bytes::from_static(&[0, 0, 0, 0, 9])).is_none(), "truncated");
+    }
+}

@@ -1,0 +1,312 @@
+//! Hook servers at work on real pods: what a hook answers ends up in the real container's cgroup
+//! files and environment; failure policies, chaining, hot reload and bad files behave as
+//! documented. The proxy and containerd are real processes; hook servers are the example program
+//! or in-process fakes (for hangs, garbage and scripted answers).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use serde_json::json;
+use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
+use test_support::fake_backend::{Behaviour, FakeBackend};
+use test_support::hooks::{register, Seen, TestHook};
+use test_support::proxy::ProxyProcess;
+use test_support::runtime_client;
+use tonic::transport::Channel;
+
+const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
+
+struct Setup {
+    env: Containerd,
+    dir: tempfile::TempDir,
+    proxy: ProxyProcess,
+    rt: RuntimeServiceClient<Channel>,
+}
+
+fn setup() -> Setup {
+    let env = Containerd::from_env();
+    let dir = tempfile::Builder::new().prefix("rp-hookd").tempdir().unwrap();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
+    let rt = runtime_client(proxy.socket());
+    Setup { env, dir, proxy, rt }
+}
+
+impl Setup {
+    /// Registers `name` and waits until the proxy has taken it up.
+    fn register(&self, name: &str, endpoint: &Path, policy: &str, stages: &[&str], extra: serde_json::Value) {
+        let before = self.proxy.count_log(&["hook server", &format!("file={name}")]);
+        register(self.dir.path(), name, endpoint, policy, stages, extra);
+        assert!(self.proxy.wait_log(&["hook server", &format!("file={name}")], before), "registry did not take up {name}:\n{}", self.proxy.log());
+    }
+
+    async fn pod(&mut self, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Result<Pod, tonic::Status> {
+        let to_map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
+        let sandbox = sandbox_config(&self.env, &unique("hooked"), to_map(labels), to_map(annotations));
+        let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
+        let container = container_config(&self.env, "main", &["sleep", "3600"], Some(resources), &[("KEEP", "me")]);
+        Pod::start(&mut self.rt, sandbox, container).await
+    }
+
+    async fn exec(&mut self, pod: &Pod, script: &str) -> String {
+        let out = self
+            .rt
+            .exec_sync(cri::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["sh".into(), "-c".into(), script.into()], timeout: 10 })
+            .await
+            .expect("ExecSync")
+            .into_inner();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn example_hook_sets_cgroup_and_env_of_the_real_container() {
+    let mut s = setup();
+    let hook_socket = s.dir.path().join("annotation-hook.sock");
+    let before = s.proxy.count_log(&["hook server added", "file=annotation-hook.json"]);
+    let _hook = Killed(
+        Command::new(test_support::example_binary("annotation_hook"))
+            .arg("--listen")
+            .arg(&hook_socket)
+            .arg("--hook-config-dir")
+            .arg(s.dir.path())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the example hook server"),
+    );
+    assert!(s.proxy.wait_log(&["hook server added", "file=annotation-hook.json"], before), "{}", s.proxy.log());
+
+    let pod = s.pod(&[("example.runtime-proxy.dev/cpu-shares", "700")], &[]).await.expect("pod");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "700", "the hook's cpu shares, not kubelet's 512");
+    assert_eq!(s.exec(&pod, "echo $HOOKED_BY $CPU_SHARES $KEEP").await, "annotation-hook 700 me");
+
+    // PreUpdateContainerResources: kubelet asks for 256, the hook keeps 700.
+    s.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+        container_id: pod.container_id.clone(),
+        linux: Some(cri::LinuxContainerResources { cpu_shares: 256, memory_limit_in_bytes: 96 << 20, ..Default::default() }),
+        ..Default::default()
+    })
+    .await
+    .expect("update");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "700");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), (96u64 << 20).to_string(), "kubelet's other values kept");
+
+    // A pod without the annotation is left alone.
+    let plain = s.pod(&[], &[]).await.expect("plain pod");
+    assert_eq!(plain.cgroup_file("cpu", "cpu.shares"), "512");
+    assert_eq!(s.exec(&plain, "echo ${HOOKED_BY:-none}").await, "none");
+    pod.remove(&mut s.rt).await;
+    plain.remove(&mut s.rt).await;
+}
+
+#[tokio::test]
+async fn fail_policy_refuses_the_call_naming_stage_server_and_cause() {
+    let mut s = setup();
+    let hook = TestHook::start(
+        std::sync::Arc::new(|_, _| Err(tonic::Status::permission_denied("quota exhausted for this pod"))),
+        std::sync::Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
+    )
+    .await;
+    s.register("strict.json", hook.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    let err = s.pod(&[], &[]).await.expect_err("CreateContainer refused");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+    for part in ["PreCreateContainer", "strict.json", &hook.socket().display().to_string(), "quota exhausted", "Fail"] {
+        assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
+    }
+}
+
+#[tokio::test]
+async fn ignore_policy_lets_pods_run_past_dead_slow_and_garbage_servers() {
+    let mut s = setup();
+    let dead = s.dir.path().join("nobody-listens.sock");
+    let slow = FakeBackend::start(Behaviour::Reply {
+        headers: vec![],
+        body: test_support::fake_backend::grpc_frame(&[]),
+        trailers: vec![("grpc-status".into(), "0".into())],
+        delay: Duration::from_secs(30),
+    })
+    .await;
+    let garbage = FakeBackend::start(Behaviour::ok(&[0xff, 0xff, 0xff, 0x07])).await;
+    let hang = FakeBackend::start(Behaviour::Hang).await;
+    let stages = ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"];
+    s.register("a-dead.json", &dead, "Ignore", &stages, json!({}));
+    s.register("b-slow.json", slow.socket(), "Ignore", &stages, json!({"timeout-ms": 200}));
+    s.register("c-garbage.json", garbage.socket(), "", &stages, json!({}));
+    s.register("d-hang.json", hang.socket(), "Ignore", &stages, json!({"timeout-ms": 200}));
+
+    let started = Instant::now();
+    let pod = s.pod(&[], &[]).await.expect("the pod runs despite every hook failing");
+    assert!(started.elapsed() < Duration::from_secs(20), "timeouts bounded the slow and hung servers");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "request unchanged");
+    assert!(!slow.calls().is_empty() && !garbage.calls().is_empty() && !hang.calls().is_empty());
+    let log = s.proxy.log();
+    for file in ["a-dead.json", "b-slow.json", "c-garbage.json", "d-hang.json"] {
+        assert!(log.lines().any(|l| l.contains(file) && l.contains("failure-policy Ignore")), "{file} failure not logged:\n{log}");
+    }
+    assert!(log.contains("timed out after 200ms"), "{log}");
+    // A timeout does not eject the server: the next pod calls it again.
+    let calls = slow.calls().len();
+    let second = s.pod(&[], &[]).await.expect("second pod");
+    assert!(slow.calls().len() > calls);
+    pod.remove(&mut s.rt).await;
+    second.remove(&mut s.rt).await;
+}
+
+#[tokio::test]
+async fn servers_chain_in_order_each_seeing_the_changes_before_it() {
+    let mut s = setup();
+    // "z-first" has order 1 and "a-second" order 2: the order key beats the file name.
+    let first = TestHook::echoing(|stage, resp| {
+        if stage == "PreCreateContainer" {
+            resp.container_envs.insert("CHAIN".into(), "first".into());
+            resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 300;
+        }
+    })
+    .await;
+    let second = TestHook::echoing(|stage, resp| {
+        if stage == "PreCreateContainer" {
+            let before = resp.container_envs.get("CHAIN").cloned().unwrap_or_default();
+            resp.container_envs.insert("CHAIN".into(), format!("{before},second"));
+        }
+    })
+    .await;
+    s.register("z-first.json", first.socket(), "Fail", &["PreCreateContainer"], json!({"order": 1}));
+    s.register("a-second.json", second.socket(), "Fail", &["PreCreateContainer"], json!({"order": 2}));
+    let pod = s.pod(&[], &[]).await.expect("pod");
+    assert_eq!(s.exec(&pod, "echo $CHAIN $KEEP").await, "first,second me");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "300");
+    let Seen::Container(_, seen_by_second) = &second.seen()[0] else { panic!("container stage expected") };
+    assert_eq!(seen_by_second.container_resources.as_ref().unwrap().cpu_shares, 300, "second saw first's change");
+    pod.remove(&mut s.rt).await;
+}
+
+#[tokio::test]
+async fn registration_files_take_effect_without_a_restart() {
+    let mut s = setup();
+    let hook = TestHook::echoing(|_, resp| {
+        resp.container_envs.insert("HOOKED".into(), "yes".into());
+    })
+    .await;
+    let pod = s.pod(&[], &[]).await.unwrap();
+    assert_eq!(s.exec(&pod, "echo ${HOOKED:-no}").await, "no", "no server registered yet");
+
+    s.register("live.json", hook.socket(), "Ignore", &["PreCreateContainer"], json!({}));
+    let added = s.pod(&[], &[]).await.unwrap();
+    assert_eq!(s.exec(&added, "echo ${HOOKED:-no}").await, "yes", "added file takes effect");
+
+    // Rewritten in place (koordlet's truncate + write) without PreCreateContainer.
+    let before = s.proxy.count_log(&["hook server updated", "file=live.json"]);
+    std::fs::write(
+        s.dir.path().join("live.json"),
+        json!({"remote-endpoint": hook.socket(), "runtime-hooks": ["PreStartContainer"]}).to_string(),
+    )
+    .unwrap();
+    assert!(s.proxy.wait_log(&["hook server updated", "file=live.json"], before));
+    let changed = s.pod(&[], &[]).await.unwrap();
+    assert_eq!(s.exec(&changed, "echo ${HOOKED:-no}").await, "no", "changed file takes effect");
+
+    s.register("live.json", hook.socket(), "Ignore", &["PreCreateContainer"], json!({}));
+    let before = s.proxy.count_log(&["hook server removed", "file=live.json"]);
+    std::fs::remove_file(s.dir.path().join("live.json")).unwrap();
+    assert!(s.proxy.wait_log(&["hook server removed", "file=live.json"], before));
+    let removed = s.pod(&[], &[]).await.unwrap();
+    assert_eq!(s.exec(&removed, "echo ${HOOKED:-no}").await, "no", "removed file takes effect");
+    for p in [pod, added, changed, removed] {
+        p.remove(&mut s.rt).await;
+    }
+}
+
+#[tokio::test]
+async fn malformed_files_are_reported_and_survived() {
+    let mut s = setup();
+    let hook = TestHook::echoing(|_, resp| {
+        resp.container_envs.insert("GOOD".into(), "1".into());
+    })
+    .await;
+    s.register("good.json", hook.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    for (name, content) in [
+        ("garbage.json", "{{{ not json"),
+        ("empty.json", ""),
+        ("bad-policy.json", r#"{"remote-endpoint": "/x.sock", "failure-policy": "Sometimes"}"#),
+        ("no-endpoint.json", r#"{"runtime-hooks": ["PreCreateContainer"]}"#),
+    ] {
+        let before = s.proxy.count_log(&["rejected", &format!("file={name}")]);
+        std::fs::write(s.dir.path().join(name), content).unwrap();
+        assert!(s.proxy.wait_log(&["rejected", &format!("file={name}")], before), "{name} not reported:\n{}", s.proxy.log());
+    }
+    // A good file rewritten half-way keeps its last good version.
+    std::fs::write(s.dir.path().join("good.json"), "{\"remote-endpoint\": ").unwrap();
+    assert!(s.proxy.wait_log(&["rejected", "file=good.json"], 0));
+    let pod = s.pod(&[], &[]).await.expect("pod");
+    assert_eq!(s.exec(&pod, "echo ${GOOD:-0}").await, "1", "last good version of good.json still called");
+    pod.remove(&mut s.rt).await;
+}
+
+#[tokio::test]
+async fn skip_label_exempts_hook_servers_own_pods() {
+    let mut s = setup();
+    let hook = TestHook::start(
+        std::sync::Arc::new(|_, _| Err(tonic::Status::unavailable("refusing everything"))),
+        std::sync::Arc::new(|_, _| Err(tonic::Status::unavailable("refusing everything"))),
+    )
+    .await;
+    s.register("refuse.json", hook.socket(), "Fail", &["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"], json!({}));
+    let pod = s
+        .pod(&[], &[("runtimeproxy.koordinator.sh/skip-hookserver", "true")])
+        .await
+        .expect("a pod with the skip label runs");
+    assert!(hook.seen().is_empty(), "no hook called: {:?}", hook.seen());
+    assert!(s.pod(&[], &[]).await.is_err(), "other pods are refused");
+    pod.remove(&mut s.rt).await;
+}
+
+#[tokio::test]
+async fn id_only_stages_get_pod_and_container_info_from_the_store() {
+    let mut s = setup();
+    let hook = TestHook::echoing(|_, _| {}).await;
+    let stages = ["PreStartContainer", "PostStartContainer", "PreUpdateContainerResources", "PostStopContainer", "PostStopPodSandbox"];
+    s.register("observer.json", hook.socket(), "Fail", &stages, json!({}));
+    let pod = s.pod(&[("team", "storage")], &[("app", "db")]).await.expect("pod");
+    s.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+        container_id: pod.container_id.clone(),
+        linux: Some(cri::LinuxContainerResources { cpu_shares: 256, ..Default::default() }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (cid, parent) = (pod.container_id.clone(), pod.cgroup_parent());
+    pod.remove(&mut s.rt).await;
+
+    let seen = hook.seen();
+    let stages_seen: Vec<&str> = seen.iter().map(|s| s.stage()).collect();
+    assert_eq!(stages_seen, stages, "every stage once, in life-cycle order");
+    for call in &seen {
+        match call {
+            Seen::Container(stage, req) => {
+                assert_eq!(req.container_meta.as_ref().unwrap().id, cid, "{stage}: bare container ID");
+                assert_eq!(req.pod_cgroup_parent, parent, "{stage}");
+                assert_eq!(req.pod_labels.get("app").map(String::as_str), Some("db"), "{stage}");
+                assert_eq!(req.pod_annotations.get("team").map(String::as_str), Some("storage"), "{stage}");
+                assert_eq!(req.container_envs.get("KEEP").map(String::as_str), Some("me"), "{stage}");
+                let shares = req.container_resources.as_ref().unwrap().cpu_shares;
+                let want = if stage == "PreUpdateContainerResources" || stage == "PostStopContainer" { 256 } else { 512 };
+                assert_eq!(shares, want, "{stage}: resources as last set");
+            }
+            Seen::Pod(stage, req) => {
+                assert_eq!(req.cgroup_parent, parent, "{stage}");
+                assert_eq!(req.labels.get("app").map(String::as_str), Some("db"), "{stage}");
+            }
+        }
+    }
+}

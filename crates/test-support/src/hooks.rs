@@ -1,0 +1,148 @@
+//! In-process hook servers for tests: programmable answers (to show chaining and merge rules on
+//! a real pod), and registration files written the way koordlet writes them.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
+use hook_api::{RuntimeHookService, RuntimeHookServiceServer};
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+/// Answers container-level stages: `(stage, request) -> answer`. Stage names as koord's
+/// (`PreCreateContainer`, …).
+pub type ContainerFn = Arc<dyn Fn(&str, &ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> + Send + Sync>;
+/// Answers pod-level stages.
+pub type PodFn = Arc<dyn Fn(&str, &PodSandboxHookRequest) -> Result<PodSandboxHookResponse, Status> + Send + Sync>;
+
+/// Every call a [`TestHook`] received, in order.
+#[derive(Clone, Debug)]
+pub enum Seen {
+    Pod(String, PodSandboxHookRequest),
+    Container(String, ContainerResourceHookRequest),
+}
+
+impl Seen {
+    /// The stage name.
+    pub fn stage(&self) -> &str {
+        match self {
+            Seen::Pod(s, _) | Seen::Container(s, _) => s,
+        }
+    }
+}
+
+/// A running in-process hook server; stops when dropped.
+pub struct TestHook {
+    socket: PathBuf,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+struct Service {
+    container: ContainerFn,
+    pod: PodFn,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Service {
+    fn pod(&self, stage: &str, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+        let req = req.into_inner();
+        self.seen.lock().unwrap().push(Seen::Pod(stage.into(), req.clone()));
+        (self.pod)(stage, &req).map(Response::new)
+    }
+    fn container(&self, stage: &str, req: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        let req = req.into_inner();
+        self.seen.lock().unwrap().push(Seen::Container(stage.into(), req.clone()));
+        (self.container)(stage, &req).map(Response::new)
+    }
+}
+
+#[tonic::async_trait]
+impl RuntimeHookService for Service {
+    async fn pre_run_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+        self.pod("PreRunPodSandbox", r)
+    }
+    async fn post_stop_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+        self.pod("PostStopPodSandbox", r)
+    }
+    async fn pre_create_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        self.container("PreCreateContainer", r)
+    }
+    async fn pre_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        self.container("PreStartContainer", r)
+    }
+    async fn post_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        self.container("PostStartContainer", r)
+    }
+    async fn post_stop_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        self.container("PostStopContainer", r)
+    }
+    async fn pre_update_container_resources_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        self.container("PreUpdateContainerResources", r)
+    }
+}
+
+impl TestHook {
+    /// Serves on a fresh socket; pod stages answer with `pod`, container stages with `container`.
+    pub async fn start(container: ContainerFn, pod: PodFn) -> TestHook {
+        let dir = tempfile::Builder::new().prefix("rp-hook").tempdir().expect("temp dir");
+        let socket = dir.path().join("hook.sock");
+        let listener = UnixListener::bind(&socket).expect("bind hook socket");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let service = Service { container, pod, seen: seen.clone() };
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(RuntimeHookServiceServer::new(service))
+                .serve_with_incoming(UnixListenerStream::new(listener))
+                .await;
+        });
+        TestHook { socket, seen, task, _dir: dir }
+    }
+
+    /// A koordlet-like server: echoes every request, then lets `change` edit container answers.
+    pub async fn echoing(change: impl Fn(&str, &mut ContainerResourceHookResponse) + Send + Sync + 'static) -> TestHook {
+        let container: ContainerFn = Arc::new(move |stage, req| {
+            let mut resp = hook_api::merge::echo_container(req);
+            change(stage, &mut resp);
+            Ok(resp)
+        });
+        TestHook::start(container, Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req)))).await
+    }
+
+    /// The server's socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Calls received so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for TestHook {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Writes a registration file `dir/name` atomically (temp file + rename), with koordlet's keys
+/// and any `extra` JSON keys (e.g. `"timeout-ms": 300`).
+pub fn register(dir: &Path, name: &str, endpoint: &Path, policy: &str, stages: &[&str], extra: serde_json::Value) {
+    let mut doc = serde_json::json!({
+        "remote-endpoint": endpoint.display().to_string(),
+        "failure-policy": policy,
+        "runtime-hooks": stages,
+    });
+    if let (Some(d), Some(e)) = (doc.as_object_mut(), extra.as_object()) {
+        d.extend(e.clone());
+    }
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&doc).unwrap()).expect("write registration");
+    std::fs::rename(&tmp, dir.join(name)).expect("rename registration");
+}
