@@ -1,0 +1,146 @@
+//! Hook behaviour real containerd cannot show, with an in-process fake backend recording the
+//! exact bytes the proxy forwards: byte-identical forwarding of fields no hook changed (unknown
+//! ones included), a hook server process that crashes, and the kubelet's deadline capping hooks.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use k8s_cri::v1 as cri;
+use prost::Message;
+use serde_json::json;
+use test_support::fake_backend::{grpc_frame, Behaviour, FakeBackend};
+use test_support::hooks::{register, TestHook};
+use test_support::proxy::ProxyProcess;
+use test_support::raw;
+
+const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
+const CREATE: &str = "/runtime.v1.RuntimeService/CreateContainer";
+/// Field 99 of CreateContainerRequest, unknown to every CRI version: a string "future".
+const UNKNOWN_FIELD: [u8; 9] = [0x9a, 0x06, 6, b'f', b'u', b't', b'u', b'r', b'e'];
+
+fn create_request() -> Vec<u8> {
+    let req = cri::CreateContainerRequest {
+        pod_sandbox_id: "sandbox-1".into(),
+        config: Some(cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: "app".into(), attempt: 0 }),
+            image: Some(cri::ImageSpec { image: "localhost/busybox:local".into(), ..Default::default() }),
+            command: vec!["sleep".into(), "3600".into()],
+            envs: vec![cri::KeyValue { key: "B".into(), value: "2".into() }, cri::KeyValue { key: "A".into(), value: "1".into() }],
+            annotations: [("io.kubernetes.container.hash".to_string(), "abc".to_string())].into(),
+            linux: Some(cri::LinuxContainerConfig {
+                resources: Some(cri::LinuxContainerResources { cpu_shares: 512, memory_limit_in_bytes: 64 << 20, ..Default::default() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        sandbox_config: Some(cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "uid-1".into(), namespace: "default".into(), attempt: 0 }),
+            linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: "/kubepods/burstable/poduid-1".into(), ..Default::default() }),
+            ..Default::default()
+        }),
+    };
+    let mut bytes = req.encode_to_vec();
+    bytes.extend_from_slice(&UNKNOWN_FIELD);
+    bytes
+}
+
+async fn backend() -> FakeBackend {
+    FakeBackend::start(Behaviour::ok(&cri::CreateContainerResponse { container_id: "c1".into() }.encode_to_vec())).await
+}
+
+fn proxy(backend: &FakeBackend, dir: &std::path::Path) -> ProxyProcess {
+    ProxyProcess::start(BIN, backend.socket(), &["--hook-config-dir", dir.to_str().unwrap()])
+}
+
+async fn create(proxy: &ProxyProcess, body: &[u8]) -> Result<tonic::Response<Bytes>, tonic::Status> {
+    raw::unary(test_support::channel(proxy.socket()), CREATE, tonic::Request::new(Bytes::copy_from_slice(body))).await
+}
+
+#[tokio::test]
+async fn untouched_requests_are_forwarded_byte_for_byte_and_edits_keep_unknown_fields() {
+    let fake = backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(&fake, dir.path());
+    let request = create_request();
+
+    // A hook that echoes only: nothing changes, the original bytes go through.
+    let echo = TestHook::echoing(|_, _| {}).await;
+    let n = proxy.count_log(&["hook server added"]);
+    register(dir.path(), "echo.json", echo.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    assert!(proxy.wait_log(&["hook server added"], n));
+    create(&proxy, &request).await.expect("CreateContainer");
+    assert_eq!(fake.calls()[0].body, grpc_frame(&request), "byte-identical with an echoing hook");
+    assert_eq!(echo.seen().len(), 1);
+
+    // A hook that changes the CPU shares: only that field changes; the unknown field stays.
+    let shares = TestHook::echoing(|_, resp| {
+        resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 2048;
+    })
+    .await;
+    let n = proxy.count_log(&["hook server added"]);
+    register(dir.path(), "shares.json", shares.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    assert!(proxy.wait_log(&["hook server added"], n));
+    create(&proxy, &request).await.expect("CreateContainer");
+    let forwarded = fake.calls()[1].body.slice(5..);
+    assert!(forwarded.ends_with(&UNKNOWN_FIELD), "unknown field kept");
+    let mut want = cri::CreateContainerRequest::decode(request.as_slice()).unwrap();
+    want.config.as_mut().unwrap().linux.as_mut().unwrap().resources.as_mut().unwrap().cpu_shares = 2048;
+    assert_eq!(cri::CreateContainerRequest::decode(forwarded.clone()).unwrap(), want);
+    // 512 and 2048 are both two-byte varints: everything else is in place, byte for byte.
+    assert_eq!(forwarded.len(), request.len());
+    let differing = forwarded.iter().zip(&request).filter(|(a, b)| a != b).count();
+    assert_eq!(differing, 1, "only the second byte of the cpu_shares varint differs");
+}
+
+#[tokio::test]
+async fn a_crashed_hook_server_process_follows_its_failure_policy() {
+    let fake = backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(&fake, dir.path());
+    let socket = dir.path().join("hook.sock");
+    let n = proxy.count_log(&["hook server added", "annotation-hook.json"]);
+    let mut hook = Command::new(test_support::example_binary("annotation_hook"))
+        .arg("--listen")
+        .arg(&socket)
+        .arg("--hook-config-dir")
+        .arg(dir.path())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(proxy.wait_log(&["hook server added", "annotation-hook.json"], n));
+    create(&proxy, &create_request()).await.expect("served by the live hook");
+    hook.kill().unwrap(); // SIGKILL: the registration file stays, the socket is dead
+    hook.wait().unwrap();
+
+    // Ignore (the example's policy): the call goes on unchanged.
+    create(&proxy, &create_request()).await.expect("Ignore: call goes on");
+    assert!(proxy.log().lines().any(|l| l.contains("annotation-hook.json") && l.contains("failure-policy Ignore")));
+
+    // The same registration with Fail: UNAVAILABLE naming the server.
+    let n = proxy.count_log(&["hook server updated", "annotation-hook.json"]);
+    register(dir.path(), "annotation-hook.json", &socket, "Fail", &["PreCreateContainer"], json!({}));
+    assert!(proxy.wait_log(&["hook server updated", "annotation-hook.json"], n));
+    let err = create(&proxy, &create_request()).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("annotation-hook.json") && err.message().contains("PreCreateContainer"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn the_kubelet_deadline_caps_a_hook_servers_timeout() {
+    let fake = backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(&fake, dir.path());
+    let hang = FakeBackend::start(Behaviour::Hang).await;
+    let n = proxy.count_log(&["hook server added"]);
+    register(dir.path(), "slow.json", hang.socket(), "Fail", &["PreCreateContainer"], json!({"timeout-ms": 60000}));
+    assert!(proxy.wait_log(&["hook server added"], n));
+
+    let started = Instant::now();
+    let answer = raw::http2_call(proxy.socket(), CREATE, &[("grpc-timeout", "400m")], grpc_frame(&create_request())).await.unwrap();
+    assert_eq!(answer.grpc_status().as_deref(), Some("4"), "DEADLINE_EXCEEDED: {answer:?}");
+    let message = answer.grpc_message().unwrap_or_default();
+    assert!(message.contains("PreCreateContainer") && message.contains("slow.json"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(10), "bounded by the kubelet's 400 ms, not the hook's 60 s");
+    assert!(fake.calls().is_empty(), "refused calls never reach the runtime");
+}
