@@ -85,6 +85,14 @@ pub struct Interceptor {
     pub skip_label: (String, String),
 }
 
+/// A copy of a call's hook request, taken before the pre stage.
+#[derive(Debug)]
+enum HookState {
+    Pod(hook::PodSandboxHookRequest),
+    Container(hook::ContainerResourceHookRequest),
+    None,
+}
+
 /// An intercepted call after decoding: the CRI request and what the hooks see.
 #[derive(Debug)]
 enum Call {
@@ -160,11 +168,12 @@ impl Interceptor {
             }
         };
         let hooked = !call.skips_hooks(&self.skip_label);
+        let before = call.hook_state();
         let snapshot = self.registry.snapshot();
         if let (Some(stage), true) = (spec.pre, hooked) {
             call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await?;
         }
-        let edits = call.edits();
+        let edits = call.edits(&before);
         let body = if edits.is_empty() {
             body
         } else {
@@ -283,53 +292,60 @@ impl Call {
         }
     }
 
-    /// The wire edits that carry the hooks' changes into the CRI request (empty: none).
-    fn edits(&self) -> Vec<(u32, Edit)> {
+    /// The hook request as it stands (before the pre stage: to compare with after it).
+    fn hook_state(&self) -> HookState {
         match self {
-            Call::RunPodSandbox { req, hook } => {
+            Call::RunPodSandbox { hook, .. } => HookState::Pod(hook.clone()),
+            Call::CreateContainer { hook, .. } => HookState::Container(hook.clone()),
+            Call::UpdateContainerResources { entry: Some(e), .. } => HookState::Container(e.hook.clone()),
+            _ => HookState::None,
+        }
+    }
+
+    /// The wire edits that carry what the hooks changed (the hook request now, compared with
+    /// `before` the pre stage) into the CRI request. Only fields a hook changed are edited, so
+    /// with no hook (or hooks that only echo) the request goes out byte for byte.
+    fn edits(&self, before: &HookState) -> Vec<(u32, Edit)> {
+        match (self, before) {
+            (Call::RunPodSandbox { req, hook }, HookState::Pod(before)) => {
                 let config = req.config.clone().unwrap_or_default();
                 let mut inner = Vec::new();
-                if hook.labels != config.labels {
-                    inner.push((6, replace(cri::PodSandboxConfig { labels: hook.labels.clone(), ..Default::default() })));
+                if let Some(labels) = changed_map(&config.labels, &before.labels, &hook.labels) {
+                    inner.push((6, replace(cri::PodSandboxConfig { labels, ..Default::default() })));
                 }
-                if hook.annotations != config.annotations {
-                    inner.push((7, replace(cri::PodSandboxConfig { annotations: hook.annotations.clone(), ..Default::default() })));
+                if let Some(annotations) = changed_map(&config.annotations, &before.annotations, &hook.annotations) {
+                    inner.push((7, replace(cri::PodSandboxConfig { annotations, ..Default::default() })));
                 }
-                if let Some(e) = cgroup_parent_edit(&config, &hook.cgroup_parent) {
-                    inner.push(e);
+                if hook.cgroup_parent != before.cgroup_parent {
+                    inner.push(cgroup_parent_edit(&hook.cgroup_parent));
                 }
                 nested(1, inner)
             }
-            Call::CreateContainer { req, hook } => {
+            (Call::CreateContainer { req, hook }, HookState::Container(before)) => {
                 let config = req.config.clone().unwrap_or_default();
                 let mut inner = Vec::new();
-                if hook.container_annotations != config.annotations {
-                    inner.push((10, replace(cri::ContainerConfig { annotations: hook.container_annotations.clone(), ..Default::default() })));
+                if let Some(annotations) = changed_map(&config.annotations, &before.container_annotations, &hook.container_annotations) {
+                    inner.push((10, replace(cri::ContainerConfig { annotations, ..Default::default() })));
                 }
-                let envs = merged_envs(&config.envs, &hook.container_envs);
+                let envs = merged_envs(&config.envs, &changed_entries(&before.container_envs, &hook.container_envs));
                 if envs != config.envs {
                     inner.push((6, replace(cri::ContainerConfig { envs, ..Default::default() })));
                 }
-                let old = config.linux.as_ref().and_then(|l| l.resources.clone()).unwrap_or_default();
-                let new = hook.container_resources.as_ref().map(convert::to_cri).unwrap_or_else(|| old.clone());
-                let resources = resource_edits(&old, &new);
+                let current = config.linux.as_ref().and_then(|l| l.resources.clone()).unwrap_or_default();
+                let resources = resource_edits(&current, &before.container_resources, &hook.container_resources);
                 if !resources.is_empty() {
                     inner.push((15, Edit::Nested(vec![(1, Edit::Nested(resources))])));
                 }
                 let mut edits = nested(2, inner);
-                let sandbox = req.sandbox_config.clone().unwrap_or_default();
-                if let Some(e) = cgroup_parent_edit(&sandbox, &hook.pod_cgroup_parent) {
-                    edits.push((3, Edit::Nested(vec![e])));
+                if hook.pod_cgroup_parent != before.pod_cgroup_parent {
+                    edits.push((3, Edit::Nested(vec![cgroup_parent_edit(&hook.pod_cgroup_parent)])));
                 }
                 edits
             }
-            Call::UpdateContainerResources { req, entry: Some(e) } => {
-                let old = req.linux.clone().unwrap_or_default();
-                let new = e.hook.container_resources.as_ref().map(convert::to_cri).unwrap_or_else(|| old.clone());
-                let mut edits = nested(2, resource_edits(&old, &new));
-                let mut annotations = req.annotations.clone();
-                hook_api::merge::merge_map(&mut annotations, &e.hook.container_annotations);
-                if annotations != req.annotations {
+            (Call::UpdateContainerResources { req, entry: Some(e) }, HookState::Container(before)) => {
+                let current = req.linux.clone().unwrap_or_default();
+                let mut edits = nested(2, resource_edits(&current, &before.container_resources, &e.hook.container_resources));
+                if let Some(annotations) = changed_map(&req.annotations, &before.container_annotations, &e.hook.container_annotations) {
                     edits.push((4, replace(cri::UpdateContainerResourcesRequest { annotations, ..Default::default() })));
                 }
                 edits
@@ -423,13 +439,23 @@ fn merged_envs(envs: &[cri::KeyValue], hooked: &HashMap<String, String>) -> Vec<
     out
 }
 
-/// Field-level edits turning `old` CRI resources into `new` (only fields that differ).
-fn resource_edits(old: &cri::LinuxContainerResources, new: &cri::LinuxContainerResources) -> Vec<(u32, Edit)> {
+/// Field-level edits of the CRI request's resources `current`: every field the hooks changed
+/// (`after` differs from `before`) is set to the hooks' value, unless it already has it.
+fn resource_edits(
+    current: &cri::LinuxContainerResources,
+    before: &Option<hook::LinuxContainerResources>,
+    after: &Option<hook::LinuxContainerResources>,
+) -> Vec<(u32, Edit)> {
+    if before == after {
+        return Vec::new();
+    }
+    let before = before.as_ref().map(convert::to_cri).unwrap_or_default();
+    let after = after.as_ref().map(convert::to_cri).unwrap_or_default();
     let mut edits = Vec::new();
     macro_rules! field {
         ($num:expr, $f:ident) => {
-            if old.$f != new.$f {
-                edits.push(($num, replace(cri::LinuxContainerResources { $f: new.$f.clone(), ..Default::default() })));
+            if before.$f != after.$f && current.$f != after.$f {
+                edits.push(($num, replace(cri::LinuxContainerResources { $f: after.$f.clone(), ..Default::default() })));
             }
         };
     }
@@ -446,13 +472,28 @@ fn resource_edits(old: &cri::LinuxContainerResources, new: &cri::LinuxContainerR
     edits
 }
 
-/// Edit of `PodSandboxConfig.linux.cgroup_parent` (fields 8, 1) when `hooked` differs.
-fn cgroup_parent_edit(config: &cri::PodSandboxConfig, hooked: &str) -> Option<(u32, Edit)> {
-    let current = config.linux.as_ref().map(|l| l.cgroup_parent.as_str()).unwrap_or("");
-    (hooked != current).then(|| {
-        let field = cri::LinuxPodSandboxConfig { cgroup_parent: hooked.to_owned(), ..Default::default() };
-        (8, Edit::Nested(vec![(1, replace(field))]))
-    })
+/// The entries of `after` that are new or different from `before` (what the hooks set).
+fn changed_entries(before: &HashMap<String, String>, after: &HashMap<String, String>) -> HashMap<String, String> {
+    after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// `current` with the hooks' changes to a map (`before` → `after`) merged in; `None` when that
+/// changes nothing.
+fn changed_map(
+    current: &HashMap<String, String>,
+    before: &HashMap<String, String>,
+    after: &HashMap<String, String>,
+) -> Option<HashMap<String, String>> {
+    let changed = changed_entries(before, after);
+    let mut merged = current.clone();
+    hook_api::merge::merge_map(&mut merged, &changed);
+    (merged != *current).then_some(merged)
+}
+
+/// Edit of `PodSandboxConfig.linux.cgroup_parent` (fields 8, 1).
+fn cgroup_parent_edit(cgroup_parent: &str) -> (u32, Edit) {
+    let field = cri::LinuxPodSandboxConfig { cgroup_parent: cgroup_parent.to_owned(), ..Default::default() };
+    (8, Edit::Nested(vec![(1, replace(field))]))
 }
 
 /// A `Replace` with the encoding of a message that has only the edited field set.
@@ -547,20 +588,51 @@ mod tests {
         let hook = container_hook_request(&req, &store);
         assert_eq!(hook.pod_cgroup_parent, "/kubepods/pod1");
         let call = Call::CreateContainer { req: req.clone(), hook: hook.clone() };
-        assert!(call.edits().is_empty());
+        let before = call.hook_state();
+        assert!(call.edits(&before).is_empty());
 
         // A hook changes cpu shares and adds an env: only those fields are edited.
         let mut hook = hook;
         hook.container_resources.as_mut().unwrap().cpu_shares = 512;
         hook.container_envs.insert("HOOKED".into(), "1".into());
         let call = Call::CreateContainer { req: req.clone(), hook };
-        let edited = wire::apply(&req.encode_to_vec(), &call.edits()).unwrap();
+        let edited = wire::apply(&req.encode_to_vec(), &call.edits(&before)).unwrap();
         let got = cri::CreateContainerRequest::decode(edited.as_slice()).unwrap();
         let mut want = req;
         let cfg = want.config.as_mut().unwrap();
         cfg.linux.as_mut().unwrap().resources.as_mut().unwrap().cpu_shares = 512;
         cfg.envs.push(cri::KeyValue { key: "HOOKED".into(), value: "1".into() });
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn update_without_hook_changes_is_untouched_and_cpuset_clear_applies() {
+        let stored = hook::ContainerResourceHookRequest {
+            container_annotations: [("stored".to_string(), "1".to_string())].into(),
+            container_resources: Some(hook::LinuxContainerResources { cpu_shares: 1024, cpuset_cpus: "0-1".into(), oom_score_adj: 5, ..Default::default() }),
+            ..Default::default()
+        };
+        let store = Store::new();
+        store.put_container("c", ContainerEntry { sandbox_id: "sb".into(), hook: stored });
+        let req = cri::UpdateContainerResourcesRequest {
+            container_id: "c".into(),
+            linux: Some(cri::LinuxContainerResources { cpu_shares: 256, ..Default::default() }),
+            ..Default::default()
+        };
+        let mut call = Call::decode(Method::UpdateContainerResources, Bytes::from(req.encode_to_vec()), &store).unwrap();
+        let before = call.hook_state();
+        assert!(call.edits(&before).is_empty(), "stored cpuset, oom score and annotations are not added");
+
+        // A hook clears the cpuset and sets an annotation: exactly those reach the request.
+        if let Call::UpdateContainerResources { entry: Some(e), .. } = &mut call {
+            e.hook.container_resources.as_mut().unwrap().cpuset_cpus.clear();
+            e.hook.container_annotations.insert("hooked".into(), "yes".into());
+        }
+        let edited = wire::apply(&req.encode_to_vec(), &call.edits(&before)).unwrap();
+        let got = cri::UpdateContainerResourcesRequest::decode(edited.as_slice()).unwrap();
+        let mut want = req.clone();
+        want.annotations.insert("hooked".into(), "yes".into());
+        assert_eq!(got, want, "cpuset was already empty in the request; only the annotation is added");
     }
 
     #[test]
