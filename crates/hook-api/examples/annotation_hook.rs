@@ -24,6 +24,7 @@ use hook_api::v1alpha1::{
     ContainerResourceHookRequest as ContainerReq, ContainerResourceHookResponse as ContainerResp,
     PodSandboxHookRequest as PodReq, PodSandboxHookResponse as PodResp, PodSandboxMetadata,
 };
+use hook_api::merge::{echo_container as echo, echo_pod};
 use hook_api::{RuntimeHookService, RuntimeHookServiceServer};
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -34,26 +35,7 @@ const NAME: &str = "annotation-hook";
 const ANNOTATION: &str = "example.runtime-proxy.dev/cpu-shares";
 const USAGE: &str = "usage: annotation_hook --listen SOCKET [--hook-config-dir DIR]";
 
-/// koordlet's pattern: every answer starts as a copy of the request.
-fn echo(req: &ContainerReq) -> ContainerResp {
-    ContainerResp {
-        container_annotations: req.container_annotations.clone(),
-        container_resources: req.container_resources.clone(),
-        pod_cgroup_parent: req.pod_cgroup_parent.clone(),
-        container_envs: req.container_envs.clone(),
-    }
-}
-
-fn echo_pod(req: PodReq) -> PodResp {
-    PodResp {
-        labels: req.labels,
-        annotations: req.annotations,
-        cgroup_parent: req.cgroup_parent,
-        resources: req.resources,
-    }
-}
-
-/// The hook itself: echo, then set CPU shares (and at PreCreateContainer the envs) if the pod
+/// The hook itself: echo (koordlet's pattern: every answer starts as a copy of the request), then set CPU shares (and at PreCreateContainer the envs) if the pod
 /// has the annotation.
 fn apply_annotation(req: &ContainerReq, pre_create: bool) -> Result<ContainerResp, Status> {
     let mut resp = echo(req);
@@ -107,11 +89,11 @@ struct Hook;
 impl RuntimeHookService for Hook {
     async fn pre_run_pod_sandbox_hook(&self, r: Request<PodReq>) -> Answer<PodResp> {
         let r = r.into_inner();
-        reply("PreRunPodSandbox", pod_name(&r.pod_meta), Ok(echo_pod(r)))
+        reply("PreRunPodSandbox", pod_name(&r.pod_meta), Ok(echo_pod(&r)))
     }
     async fn post_stop_pod_sandbox_hook(&self, r: Request<PodReq>) -> Answer<PodResp> {
         let r = r.into_inner();
-        reply("PostStopPodSandbox", pod_name(&r.pod_meta), Ok(echo_pod(r)))
+        reply("PostStopPodSandbox", pod_name(&r.pod_meta), Ok(echo_pod(&r)))
     }
     async fn pre_create_container_hook(&self, r: Request<ContainerReq>) -> Answer<ContainerResp> {
         let r = r.into_inner();
