@@ -81,8 +81,8 @@ pub struct Args {
     #[arg(long = "drain-timeout", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
-    /// Address of the admin HTTP endpoint (metrics, health). Reserved for the metrics issue; the
-    /// flag is accepted now so unit files need not change later.
+    /// Address of the admin HTTP endpoint: `/metrics` (Prometheus) and `/healthz`. Port 0 picks a
+    /// free port (logged). If it cannot be bound the proxy logs an error and serves without it.
     #[arg(long = "metrics-addr", value_name = "ADDR", default_value = "127.0.0.1:9318")]
     pub metrics_addr: SocketAddr,
 }

@@ -21,6 +21,7 @@ use hook_api::v1alpha1::{
 use tonic::transport::Channel;
 
 use crate::grpc::{Code, Status};
+use crate::metrics::{HookResult, Metrics};
 use crate::registry::{FailurePolicy, HookServer, Snapshot, Stage};
 
 /// A hook request type (pod-level or container-level) with its answer type and merge rule.
@@ -52,15 +53,15 @@ pub fn rpc_path(stage: Stage) -> PathAndQuery {
 }
 
 /// Calls hook servers; keeps one lazily connected channel per endpoint.
-#[derive(Default)]
 pub struct Dispatcher {
     channels: Mutex<HashMap<PathBuf, Channel>>,
+    metrics: std::sync::Arc<Metrics>,
 }
 
 impl Dispatcher {
-    /// A dispatcher with no connections yet.
-    pub fn new() -> Self {
-        Self::default()
+    /// A dispatcher with no connections yet, recording into `metrics`.
+    pub fn new(metrics: std::sync::Arc<Metrics>) -> Self {
+        Dispatcher { channels: Mutex::new(HashMap::new()), metrics }
     }
 
     /// Runs `stage` over the servers of `snapshot` registered for it, changing `req` with each
@@ -78,6 +79,12 @@ impl Dispatcher {
         for server in snapshot.for_stage(stage) {
             let started = Instant::now();
             let outcome = self.call(server, stage, req, deadline).await;
+            let result = match &outcome {
+                Ok(_) => HookResult::Ok,
+                Err(s) if s.code == Code::DEADLINE_EXCEEDED => HookResult::Timeout,
+                Err(_) => HookResult::Error,
+            };
+            self.metrics.hook_call(stage.as_str(), &server.name, result, started.elapsed());
             let elapsed_us = started.elapsed().as_micros() as u64;
             match outcome {
                 Ok(answer) => {

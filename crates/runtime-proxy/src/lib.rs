@@ -15,6 +15,7 @@
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
+//! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`).
 
 pub mod backend;
 pub mod cli;
@@ -22,6 +23,7 @@ pub mod dispatch;
 pub mod grpc;
 pub mod intercept;
 pub mod listener;
+pub mod metrics;
 pub mod passthrough;
 pub mod registry;
 pub mod router;
@@ -38,6 +40,7 @@ use crate::backend::Backend;
 use crate::cli::{Args, BackendRuntimeMode};
 use crate::dispatch::Dispatcher;
 use crate::intercept::Interceptor;
+use crate::metrics::{Admin, Metrics};
 use crate::registry::Registry;
 use crate::router::Router;
 use crate::store::Store;
@@ -56,15 +59,24 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     } else {
         Arc::new(Backend::new(args.image_endpoint()))
     };
+    let metrics = Arc::new(Metrics::new());
     let registry = Registry::new(&args.hook_config_dir);
     let _watcher = registry.spawn_watcher().context("watching the hook config directory")?;
+    let store = Arc::new(Store::new());
+    let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend: runtime.clone() });
+    let metrics_addr = args.metrics_addr;
+    let _admin = AbortOnDrop(tokio::spawn(async move {
+        if let Err(e) = metrics::serve_admin(metrics_addr, admin).await {
+            tracing::error!(addr = %metrics_addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
+        }
+    }));
     let interceptor = Arc::new(Interceptor {
         registry,
-        store: Arc::new(Store::new()),
-        dispatcher: Dispatcher::new(),
+        store,
+        dispatcher: Dispatcher::new(metrics.clone()),
         skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
     });
-    let router = Arc::new(Router::new(runtime, image, Some(interceptor)));
+    let router = Arc::new(Router::new(runtime, image, Some(interceptor), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
         listen = %args.listen.display(),
@@ -74,4 +86,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         "runtime-proxy serving"
     );
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await
+}
+
+/// Aborts a background task when dropped (the admin endpoint ends with [`run`]).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

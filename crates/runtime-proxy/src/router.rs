@@ -20,6 +20,7 @@ use http::Request;
 use crate::backend::Backend;
 use crate::grpc::{self, Code};
 use crate::intercept::{self, Interceptor};
+use crate::metrics::Metrics;
 use crate::passthrough;
 
 /// Routes calls to the runtime and image backends (which may be one and the same) and to the
@@ -28,13 +29,14 @@ pub struct Router {
     runtime: Arc<Backend>,
     image: Arc<Backend>,
     interceptor: Option<Arc<Interceptor>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Router {
     /// A router over the two backends; pass the same `Arc` twice when images are served by the
     /// runtime socket (the default). Without an interceptor every call passes through.
-    pub fn new(runtime: Arc<Backend>, image: Arc<Backend>, interceptor: Option<Arc<Interceptor>>) -> Self {
-        Router { runtime, image, interceptor }
+    pub fn new(runtime: Arc<Backend>, image: Arc<Backend>, interceptor: Option<Arc<Interceptor>>, metrics: Arc<Metrics>) -> Self {
+        Router { runtime, image, interceptor, metrics }
     }
 
     /// The backend serving `path`.
@@ -51,8 +53,9 @@ impl Router {
         &self.runtime
     }
 
-    /// Handles one call to its end and logs it once: at `debug` with the method, gRPC code and
-    /// latency in microseconds; at `warn` when the code is not OK, with the status message.
+    /// Handles one call to its end, records it in the metrics and logs it once: at `debug` with
+    /// the method, gRPC code and latency in microseconds; at `warn` when the code is not OK, with
+    /// the status message.
     /// Every failure of the proxy's own is answered as a gRPC status (see [`passthrough::forward`]).
     pub async fn handle(&self, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
         let start = Instant::now();
@@ -65,7 +68,9 @@ impl Router {
                 passthrough::forward(backend, req, respond, deadline, &method).await
             }
         };
-        let elapsed_us = start.elapsed().as_micros() as u64;
+        let elapsed = start.elapsed();
+        self.metrics.cri_call(&method, status.code, elapsed);
+        let elapsed_us = elapsed.as_micros() as u64;
         if status.code == Code::OK {
             tracing::debug!(method, code = %status.code, elapsed_us, "CRI call");
         } else {

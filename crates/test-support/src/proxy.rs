@@ -34,6 +34,7 @@ impl ProxyProcess {
             .arg(socket)
             .arg("--remote-runtime-service-endpoint")
             .arg(format!("unix://{}", backend.display()))
+            .args(if extra.contains(&"--metrics-addr") { &[][..] } else { &["--metrics-addr", "127.0.0.1:0"][..] })
             .args(extra)
             .env("RUST_LOG", std::env::var("RP_TEST_LOG").unwrap_or_else(|_| "debug".into()))
             .stdin(Stdio::null())
@@ -81,6 +82,23 @@ impl ProxyProcess {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// `GET path` on the admin endpoint (its port is read from the log); returns the HTTP status
+    /// code and body. Panics (test code) when the endpoint is not up within 10 s.
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        assert!(self.wait_log(&["admin endpoint listening on"], 0), "no admin endpoint:\n{}", self.log_tail());
+        let log = self.log();
+        let line = log.lines().find(|l| l.contains("admin endpoint listening on")).unwrap_or_default();
+        let addr = line.rsplit("listening on ").next().and_then(|rest| rest.split_whitespace().next()).unwrap_or_default();
+        let mut conn = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+        write!(conn, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        conn.read_to_string(&mut raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+        let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (status, body.to_owned())
     }
 
     /// How many log lines contain every one of `parts`.

@@ -1,0 +1,260 @@
+//! Prometheus metrics, and the admin HTTP endpoint that serves them with a health check.
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `runtime_proxy_cri_request_duration_seconds` | histogram | `method` | CRI call latency as kubelet sees it (hooks included) |
+//! | `runtime_proxy_cri_requests_total` | counter | `method`, `code` | CRI calls by final gRPC code (`OK`, `NOT_FOUND`, …) |
+//! | `runtime_proxy_hook_request_duration_seconds` | histogram | `stage`, `server` | one hook server call |
+//! | `runtime_proxy_hook_requests_total` | counter | `stage`, `server`, `result` | hook calls: `ok`, `error`, `timeout` |
+//! | `runtime_proxy_hook_servers` | gauge | | hook servers registered |
+//! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
+//! | `runtime_proxy_store_objects` | gauge | `kind` (`pod_sandbox`, `container`) | store entries |
+//! | `runtime_proxy_backend_up` | gauge | | 1 when the runtime backend accepts a connection |
+//!
+//! `method` is the gRPC path for CRI services (`/runtime.v1.RuntimeService/Version`) and `other`
+//! for anything else, so clients cannot blow up the label set. `server` is the registration
+//! file's name. Gauges are read when scraped.
+//!
+//! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`): `GET /metrics` (OpenMetrics text),
+//! `GET /healthz` (200 `ok`, or 503 naming the backend that cannot be reached).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::backend::Backend;
+use crate::grpc::Code;
+use crate::registry::Registry as HookRegistry;
+use crate::store::Store;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    method: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookLabels {
+    stage: String,
+    server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookResultLabels {
+    stage: String,
+    server: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// How a hook server call ended, for `runtime_proxy_hook_requests_total{result}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookResult {
+    Ok,
+    Error,
+    Timeout,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs … ~26 s, factor 2.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 20))
+}
+
+/// Every metric the proxy records.
+pub struct Metrics {
+    registry: Registry,
+    cri_duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+    cri_requests: Family<CodeLabels, Counter>,
+    hook_duration: Family<HookLabels, Histogram, fn() -> Histogram>,
+    hook_requests: Family<HookResultLabels, Counter>,
+    hook_servers: Gauge,
+    hook_rejected: Gauge,
+    store_objects: Family<KindLabels, Gauge>,
+    backend_up: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// All families registered, all values zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("runtime_proxy");
+        let cri_duration = Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let cri_requests = Family::<CodeLabels, Counter>::default();
+        let hook_duration = Family::<HookLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let hook_requests = Family::<HookResultLabels, Counter>::default();
+        let (hook_servers, hook_rejected, backend_up) = (Gauge::default(), Gauge::default(), Gauge::default());
+        let store_objects = Family::<KindLabels, Gauge>::default();
+        registry.register_with_unit("cri_request_duration", "CRI call latency as kubelet sees it", Unit::Seconds, cri_duration.clone());
+        registry.register("cri_requests", "CRI calls by method and final gRPC code", cri_requests.clone());
+        registry.register_with_unit("hook_request_duration", "Latency of one hook server call", Unit::Seconds, hook_duration.clone());
+        registry.register("hook_requests", "Hook server calls by stage, server and result (ok, error, timeout)", hook_requests.clone());
+        registry.register("hook_servers", "Hook servers registered", hook_servers.clone());
+        registry.register("hook_config_rejected", "Registration files currently rejected", hook_rejected.clone());
+        registry.register("store_objects", "Store entries by kind", store_objects.clone());
+        registry.register("backend_up", "1 when the runtime backend accepts a connection", backend_up.clone());
+        Metrics { registry, cri_duration, cri_requests, hook_duration, hook_requests, hook_servers, hook_rejected, store_objects, backend_up }
+    }
+
+    /// Records one finished CRI call.
+    pub fn cri_call(&self, path: &str, code: Code, elapsed: Duration) {
+        let method = method_label(path);
+        self.cri_duration.get_or_create(&MethodLabels { method: method.clone() }).observe(elapsed.as_secs_f64());
+        self.cri_requests.get_or_create(&CodeLabels { method, code: code.name().to_owned() }).inc();
+    }
+
+    /// Records one hook server call.
+    pub fn hook_call(&self, stage: &str, server: &str, result: HookResult, elapsed: Duration) {
+        let labels = HookLabels { stage: stage.to_owned(), server: server.to_owned() };
+        self.hook_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        let result = match result {
+            HookResult::Ok => "ok",
+            HookResult::Error => "error",
+            HookResult::Timeout => "timeout",
+        };
+        self.hook_requests
+            .get_or_create(&HookResultLabels { stage: labels.stage, server: labels.server, result: result.to_owned() })
+            .inc();
+    }
+
+    /// The OpenMetrics text of every metric, after reading the gauges from their sources.
+    pub fn render(&self, hooks: &HookRegistry, store: &Store, backend_up: bool) -> String {
+        let snapshot = hooks.snapshot();
+        self.hook_servers.set(snapshot.servers().len() as i64);
+        self.hook_rejected.set(snapshot.rejected().len() as i64);
+        let (pods, containers) = store.len();
+        self.store_objects.get_or_create(&KindLabels { kind: "pod_sandbox".into() }).set(pods as i64);
+        self.store_objects.get_or_create(&KindLabels { kind: "container".into() }).set(containers as i64);
+        self.backend_up.set(i64::from(backend_up));
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The `method` label: the gRPC path of a CRI service method, else `other`.
+pub fn method_label(path: &str) -> String {
+    let known = ["/runtime.v1.RuntimeService/", "/runtime.v1.ImageService/", "/runtime.v1alpha2.RuntimeService/", "/runtime.v1alpha2.ImageService/"];
+    let ok = known.iter().any(|prefix| {
+        path.strip_prefix(prefix)
+            .is_some_and(|m| !m.is_empty() && m.len() <= 64 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
+    });
+    if ok { path.to_owned() } else { "other".to_owned() }
+}
+
+/// What the admin endpoint reads.
+pub struct Admin {
+    pub metrics: Arc<Metrics>,
+    pub hooks: Arc<HookRegistry>,
+    pub store: Arc<Store>,
+    pub backend: Arc<Backend>,
+}
+
+/// Binds `addr` and serves `/metrics` and `/healthz` until the task is dropped; logs the bound
+/// address (`admin endpoint listening on …`, useful with port 0).
+///
+/// Errors: the address cannot be bound.
+pub async fn serve_admin(addr: SocketAddr, admin: Arc<Admin>) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!("admin endpoint listening on {}", listener.local_addr()?);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let admin = admin.clone();
+                async move { Ok::<_, std::convert::Infallible>(admin.answer(req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+impl Admin {
+    async fn answer(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        let reply = |status: u16, content_type: &str, body: String| {
+            Response::builder()
+                .status(status)
+                .header("content-type", content_type)
+                .body(Full::new(Bytes::from(body)))
+                .unwrap_or_default()
+        };
+        match req.uri().path() {
+            "/metrics" => {
+                let up = self.backend.connect().await.is_ok();
+                reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(&self.hooks, &self.store, up))
+            }
+            "/healthz" => match self.backend.connect().await {
+                Ok(()) => reply(200, "text/plain", "ok\n".into()),
+                Err(status) => reply(503, "text/plain", format!("{}\n", status.message)),
+            },
+            _ => reply(404, "text/plain", "not found: try /metrics or /healthz\n".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_labels_are_bounded() {
+        assert_eq!(method_label("/runtime.v1.RuntimeService/Version"), "/runtime.v1.RuntimeService/Version");
+        assert_eq!(method_label("/runtime.v1alpha2.ImageService/PullImage"), "/runtime.v1alpha2.ImageService/PullImage");
+        assert_eq!(method_label("/evil/x"), "other");
+        assert_eq!(method_label("/runtime.v1.RuntimeService/a-b"), "other");
+        assert_eq!(method_label("/runtime.v1.RuntimeService/"), "other");
+    }
+
+    #[test]
+    fn renders_conventional_names() {
+        let m = Metrics::new();
+        m.cri_call("/runtime.v1.RuntimeService/Version", Code::OK, Duration::from_micros(120));
+        m.cri_call("/runtime.v1.RuntimeService/ContainerStatus", Code::NOT_FOUND, Duration::from_micros(80));
+        m.hook_call("PreCreateContainer", "a.json", HookResult::Timeout, Duration::from_millis(2));
+        let dir = tempfile::tempdir().unwrap();
+        let text = m.render(&HookRegistry::new(dir.path()), &Store::new(), true);
+        for want in [
+            "runtime_proxy_cri_request_duration_seconds_count{method=\"/runtime.v1.RuntimeService/Version\"} 1",
+            "runtime_proxy_cri_requests_total{method=\"/runtime.v1.RuntimeService/ContainerStatus\",code=\"NOT_FOUND\"} 1",
+            "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"a.json\",result=\"timeout\"} 1",
+            "runtime_proxy_hook_servers 0",
+            "runtime_proxy_store_objects{kind=\"container\"} 0",
+            "runtime_proxy_backend_up 1",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The admin endpoint scraped after real traffic: per-method CRI latency and codes, per-hook
+//! latency, errors and timeouts, store size, registered servers and rejected files, health.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use serde_json::json;
+use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
+use test_support::fake_backend::{Behaviour, FakeBackend};
+use test_support::hooks::{register, TestHook};
+use test_support::proxy::ProxyProcess;
+use test_support::runtime_client;
+
+const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
+
+/// The value of the sample whose line starts with `series` (name and labels).
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().split(' ').next()).and_then(|v| v.parse().ok()))
+        .unwrap_or_else(|| panic!("{series} not in:\n{text}"))
+}
+
+#[tokio::test]
+async fn metrics_and_health_reflect_real_traffic() {
+    let env = Containerd::from_env();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
+    let ok = TestHook::echoing(|_, _| {}).await;
+    let hang = FakeBackend::start(Behaviour::Hang).await;
+    for (name, socket, extra) in [("ok.json", ok.socket(), json!({})), ("hang.json", hang.socket(), json!({"timeout-ms": 100}))] {
+        let n = proxy.count_log(&["hook server added", name]);
+        register(dir.path(), name, socket, "Ignore", &["PreCreateContainer"], extra);
+        assert!(proxy.wait_log(&["hook server added", name], n));
+    }
+    std::fs::write(dir.path().join("broken.json"), "{").unwrap();
+    assert!(proxy.wait_log(&["rejected", "broken.json"], 0));
+
+    let mut rt = runtime_client(proxy.socket());
+    let sandbox = sandbox_config(&env, &unique("metrics"), HashMap::new(), HashMap::new());
+    let pod = Pod::start(&mut rt, sandbox, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap();
+    let _ = rt.container_status(cri::ContainerStatusRequest { container_id: "nope".into(), verbose: false }).await;
+
+    let (status, text) = proxy.admin_get("/metrics");
+    assert_eq!(status, 200);
+    let create = "/runtime.v1.RuntimeService/CreateContainer";
+    assert_eq!(sample(&text, &format!("runtime_proxy_cri_requests_total{{method=\"{create}\",code=\"OK\"}}")), 1.0);
+    assert_eq!(sample(&text, &format!("runtime_proxy_cri_request_duration_seconds_count{{method=\"{create}\"}}")), 1.0);
+    assert!(sample(&text, &format!("runtime_proxy_cri_request_duration_seconds_sum{{method=\"{create}\"}}")) > 0.0);
+    assert_eq!(sample(&text, "runtime_proxy_cri_requests_total{method=\"/runtime.v1.RuntimeService/ContainerStatus\",code=\"NOT_FOUND\"}"), 1.0);
+    assert_eq!(sample(&text, "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"ok.json\",result=\"ok\"}"), 1.0);
+    assert_eq!(sample(&text, "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"hang.json\",result=\"timeout\"}"), 1.0);
+    let hang_time = sample(&text, "runtime_proxy_hook_request_duration_seconds_sum{stage=\"PreCreateContainer\",server=\"hang.json\"}");
+    assert!(hang_time >= 0.1 && hang_time < 5.0, "the 100 ms timeout: {hang_time}");
+    assert_eq!(sample(&text, "runtime_proxy_hook_servers"), 2.0);
+    assert_eq!(sample(&text, "runtime_proxy_hook_config_rejected"), 1.0);
+    assert!(sample(&text, "runtime_proxy_store_objects{kind=\"container\"}") >= 1.0);
+    assert!(sample(&text, "runtime_proxy_store_objects{kind=\"pod_sandbox\"}") >= 1.0);
+    assert_eq!(sample(&text, "runtime_proxy_backend_up"), 1.0);
+    assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics text");
+
+    let (status, body) = proxy.admin_get("/healthz");
+    assert_eq!((status, body.trim()), (200, "ok"));
+    pod.remove(&mut rt).await;
+}
+
+#[tokio::test]
+async fn health_names_an_unreachable_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("runtime.sock");
+    let proxy = ProxyProcess::start(BIN, &missing, &[]);
+    let (status, body) = proxy.admin_get("/healthz");
+    assert_eq!(status, 503);
+    assert!(body.contains(&missing.display().to_string()), "{body}");
+    let (_, text) = proxy.admin_get("/metrics");
+    assert_eq!(sample(&text, "runtime_proxy_backend_up"), 0.0);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
