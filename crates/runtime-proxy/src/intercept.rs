@@ -8,6 +8,10 @@
 //! so fields newer than our proto survive) → forward → on success, record in the store → answer
 //! the client unchanged → post stage (its answers are not applied).
 //!
+//! Ordering: calls for the same pod sandbox (its containers included) run one at a time, from
+//! the store read to the post stage ([`PodLocks`]); calls for different pods never wait on each
+//! other — there is no node-wide lock (koord mutates shared store entries without one).
+//!
 //! Where koord-runtime-proxy differs (koordinator.md §3): it calls post hooks even when the
 //! backend failed and deletes store entries at Stop (so a second Stop finds nothing); here post
 //! hooks run only after success and entries live until Remove.
@@ -30,7 +34,7 @@ use crate::dispatch::Dispatcher;
 use crate::grpc::{Code, Status};
 use crate::passthrough;
 use crate::registry::{Registry, Stage};
-use crate::store::{ContainerEntry, Store};
+use crate::store::{ContainerEntry, PodLocks, Store};
 use crate::wire::{self, Edit};
 
 /// Largest intercepted request the proxy reads into memory: kubelet's 16 MiB message limit.
@@ -83,6 +87,8 @@ pub struct Interceptor {
     pub dispatcher: Dispatcher,
     /// Pods whose labels hold this key and value skip every hook (`--runtime-hook-server-key/-val`).
     pub skip_label: (String, String),
+    /// Orders calls for the same pod.
+    pub pod_locks: PodLocks,
 }
 
 /// A copy of a call's hook request, taken before the pre stage.
@@ -104,7 +110,7 @@ enum Call {
     /// StartContainer, StopContainer: the stored container, if known.
     Container { id: String, entry: Option<ContainerEntry> },
     /// StopPodSandbox: the stored pod, if known.
-    Pod { pod: Option<hook::PodSandboxHookRequest> },
+    Pod { id: String, pod: Option<hook::PodSandboxHookRequest> },
     RemoveContainer { id: String },
     RemovePodSandbox { id: String },
 }
@@ -169,6 +175,15 @@ impl Interceptor {
                 return forward(backend, parts, body, deadline, spec.path).await.map(|a| (a, None));
             }
         };
+        // One call per pod at a time; the store is read again once it is this call's turn.
+        let guard = match call.pod_key(&self.store) {
+            Some(key) => {
+                let guard = self.pod_locks.lock(&key).await;
+                call = Call::decode(spec.method, message.clone(), &self.store).map_err(|e| Status::new(Code::INTERNAL, e.to_string()))?;
+                Some(guard)
+            }
+            None => None,
+        };
         let hooked = !call.skips_hooks(&self.skip_label);
         let before = call.hook_state();
         let snapshot = self.registry.snapshot();
@@ -196,6 +211,7 @@ impl Interceptor {
         call.commit(&answer, &self.store);
         let post = match (spec.post, hooked) {
             (Some(stage), true) => Some(async move {
+                let _turn = guard;
                 let _ = call.run_stage(&self.dispatcher, &self.registry.snapshot(), stage, None).await;
             }),
             _ => None,
@@ -253,11 +269,27 @@ impl Call {
             }
             Method::StopPodSandbox => {
                 let id = cri::StopPodSandboxRequest::decode(msg)?.pod_sandbox_id;
-                Call::Pod { pod: store.pod(&id) }
+                Call::Pod { pod: store.pod(&id), id }
             }
             Method::RemoveContainer => Call::RemoveContainer { id: cri::RemoveContainerRequest::decode(msg)?.container_id },
             Method::RemovePodSandbox => Call::RemovePodSandbox { id: cri::RemovePodSandboxRequest::decode(msg)?.pod_sandbox_id },
         })
+    }
+
+    /// The sandbox ID whose calls this one must not interleave with (`None` for RunPodSandbox,
+    /// whose sandbox does not exist yet).
+    fn pod_key(&self, store: &Store) -> Option<String> {
+        let of_container = |entry: &Option<ContainerEntry>, id: &str| {
+            entry.as_ref().map(|e| e.sandbox_id.clone()).or_else(|| store.container(id).map(|e| e.sandbox_id)).unwrap_or_else(|| id.to_owned())
+        };
+        match self {
+            Call::RunPodSandbox { .. } => None,
+            Call::CreateContainer { req, .. } => Some(req.pod_sandbox_id.clone()),
+            Call::UpdateContainerResources { req, entry } => Some(of_container(entry, &req.container_id)),
+            Call::Container { id, entry } => Some(of_container(entry, id)),
+            Call::RemoveContainer { id } => Some(of_container(&None, id)),
+            Call::Pod { id, .. } | Call::RemovePodSandbox { id } => Some(id.clone()),
+        }
     }
 
     /// The pod labels the skip label is looked up in.

@@ -75,6 +75,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         store,
         dispatcher: Dispatcher::new(metrics.clone()),
         skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
+        pod_locks: Default::default(),
     });
     let router = Arc::new(Router::new(runtime, image, Some(interceptor), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;

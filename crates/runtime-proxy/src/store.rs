@@ -10,7 +10,7 @@
 //! sandbox removes its containers). Readers get copies: no entry is ever mutated in place.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex, RwLock};
 
 use hook_api::v1alpha1::{ContainerResourceHookRequest, PodSandboxHookRequest};
 
@@ -80,6 +80,24 @@ impl Store {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn same_pod_waits_other_pods_do_not() {
+        let locks = Arc::new(PodLocks::default());
+        let a = locks.lock("pod-a").await;
+        let b = tokio::time::timeout(std::time::Duration::from_millis(50), locks.lock("pod-b")).await;
+        assert!(b.is_ok(), "another pod does not wait");
+        drop(b);
+        let locks2 = locks.clone();
+        let waiter = tokio::spawn(async move {
+            let _g = locks2.lock("pod-a").await;
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "the same pod waits");
+        drop(a);
+        waiter.await.unwrap();
+        assert!(locks.is_empty(), "unused locks are forgotten");
+    }
+
     #[test]
     fn removing_a_pod_removes_its_containers() {
         let s = Store::new();
@@ -93,5 +111,49 @@ mod tests {
         assert!(s.container("c2").is_some());
         s.remove_container("c2");
         assert_eq!(s.len(), (1, 0));
+    }
+}
+
+/// One lock per pod sandbox: calls for the same pod run one after another (their store reads,
+/// hooks, backend call and store writes do not interleave), calls for different pods never wait
+/// on each other. Entries exist only while someone holds or waits for them.
+#[derive(Debug, Default)]
+pub struct PodLocks {
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Held while a call for one pod runs; releases (and forgets an unused lock) on drop.
+pub struct PodGuard<'a> {
+    owner: &'a PodLocks,
+    key: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl PodLocks {
+    /// Waits for the pod's turn (key: sandbox ID).
+    pub async fn lock(&self, key: &str) -> PodGuard<'_> {
+        let lock = self.locks.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_owned()).or_default().clone();
+        let guard = lock.lock_owned().await;
+        PodGuard { owner: self, key: key.to_owned(), guard: Some(guard) }
+    }
+
+    /// Locks currently held or awaited.
+    pub fn len(&self) -> usize {
+        self.locks.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// True when no lock is held or awaited.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for PodGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut locks = self.owner.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if locks.get(&self.key).is_some_and(|l| Arc::strong_count(l) == 1) {
+            locks.remove(&self.key);
+        }
     }
 }
