@@ -44,6 +44,7 @@ struct Service {
     container: ContainerFn,
     pod: PodFn,
     seen: Arc<Mutex<Vec<Seen>>>,
+    delay: std::time::Duration,
 }
 
 impl Service {
@@ -62,27 +63,34 @@ impl Service {
 #[tonic::async_trait]
 impl RuntimeHookService for Service {
     async fn pre_run_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+        tokio::time::sleep(self.delay).await;
         self.pod("PreRunPodSandbox", r)
     }
     async fn post_stop_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+        tokio::time::sleep(self.delay).await;
         self.pod("PostStopPodSandbox", r)
     }
     async fn pre_create_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        tokio::time::sleep(self.delay).await;
         self.container("PreCreateContainer", r)
     }
     async fn pre_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        tokio::time::sleep(self.delay).await;
         self.container("PreStartContainer", r)
     }
     async fn post_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        tokio::time::sleep(self.delay).await;
         self.container("PostStartContainer", r)
     }
     async fn post_stop_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        tokio::time::sleep(self.delay).await;
         self.container("PostStopContainer", r)
     }
     async fn pre_update_container_resources_hook(
         &self,
         r: Request<ContainerResourceHookRequest>,
     ) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        tokio::time::sleep(self.delay).await;
         self.container("PreUpdateContainerResources", r)
     }
 }
@@ -90,11 +98,17 @@ impl RuntimeHookService for Service {
 impl TestHook {
     /// Serves on a fresh socket; pod stages answer with `pod`, container stages with `container`.
     pub async fn start(container: ContainerFn, pod: PodFn) -> TestHook {
+        TestHook::start_with_delay(container, pod, std::time::Duration::ZERO).await
+    }
+
+    /// Like [`start`](Self::start), but every call first waits `delay` (asynchronously: calls
+    /// overlap, as in a real server).
+    pub async fn start_with_delay(container: ContainerFn, pod: PodFn, delay: std::time::Duration) -> TestHook {
         let dir = tempfile::Builder::new().prefix("rp-hook").tempdir().expect("temp dir");
         let socket = dir.path().join("hook.sock");
         let listener = UnixListener::bind(&socket).expect("bind hook socket");
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let service = Service { container, pod, seen: seen.clone() };
+        let service = Service { container, pod, seen: seen.clone(), delay };
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(RuntimeHookServiceServer::new(service))
