@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 LOCKED=() && [ -f Cargo.lock ] && LOCKED=(--locked)
+# One containerd root per checkout, so two checkouts can run their tests at the same time.
+ROOT_PREFIX=/tmp/rp-test-$(printf '%s' "$PWD" | cksum | cut -c1-8)-ctrd
 OUT=$(mktemp /tmp/rp-test-out.XXXXXX)
 PASSED=0 FAILED=0 FAILED_PHASES=() TIMES=() ROOTS=()
 
@@ -38,7 +40,7 @@ phase() {
 
 # integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap),, every integration test target against it, down.
 integration() {
-  local root=/tmp/rp-test-ctrd-$1
+  local root=$ROOT_PREFIX-$1
   scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
   RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace --test '*' --no-fail-fast
   local rc=$?
@@ -53,7 +55,7 @@ for tool in cargo rustc; do command -v $tool >/dev/null || { echo "$tool not fou
 phase "build" cargo build "${LOCKED[@]}" --workspace --all-targets
 phase "unit tests" cargo test "${LOCKED[@]}" --workspace --lib --bins --no-fail-fast
 for v in 1.6 1.7; do
-  ROOTS+=("/tmp/rp-test-ctrd-$v")  # (here: phase runs integration in a subshell)
+  ROOTS+=("$ROOT_PREFIX-$v")  # for the trap: phase runs integration in a subshell
   phase "integration (containerd $v)" integration "$v"
 done
 
