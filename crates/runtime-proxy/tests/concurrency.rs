@@ -44,14 +44,14 @@ async fn fifty_pods_with_a_100ms_hook_run_in_parallel_and_leave_no_store_entries
     assert!(proxy.wait_log(&["hook server added", "slow.json"], 0));
     let (hooked, pods) = start_pods(&env, &proxy).await;
     assert_eq!(hook.seen().len(), PODS * stages.len());
-    // Serialised, 50 pods × 3 hooked calls × 100 ms would add 15 s; in parallel they add about
-    // three hook calls (0.3 s) plus scheduling.
-    let serialised = HOOK_DELAY * (PODS * stages.len()) as u32;
-    eprintln!("{PODS} pods: {baseline:?} without hooks, {hooked:?} with a {HOOK_DELAY:?} hook at 3 stages");
-    assert!(
-        hooked < baseline + serialised / 3,
-        "{PODS} pods took {hooked:?} with the hook, {baseline:?} without; serialised hooks would add {serialised:?}"
+    // A proxy that serialised calls across pods would never have two hook calls in flight. The
+    // wall times are printed for the record (timing is measured in benches, not asserted).
+    eprintln!(
+        "{PODS} pods: {baseline:?} without hooks, {hooked:?} with a {HOOK_DELAY:?} hook at {} stages; up to {} hook calls in flight",
+        stages.len(),
+        hook.max_concurrent()
     );
+    assert!(hook.max_concurrent() >= 10, "hook calls of different pods overlap: at most {} at once", hook.max_concurrent());
     assert_eq!(store_objects(&proxy, "pod_sandbox"), PODS as f64);
     assert_eq!(store_objects(&proxy, "container"), PODS as f64);
 

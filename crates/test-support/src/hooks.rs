@@ -36,6 +36,7 @@ impl Seen {
 pub struct TestHook {
     socket: PathBuf,
     seen: Arc<Mutex<Vec<Seen>>>,
+    concurrency: Arc<Concurrency>,
     task: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
@@ -45,6 +46,32 @@ struct Service {
     pod: PodFn,
     seen: Arc<Mutex<Vec<Seen>>>,
     delay: std::time::Duration,
+    concurrency: Arc<Concurrency>,
+}
+
+/// Calls in flight now, and the most seen at once.
+#[derive(Debug, Default)]
+struct Concurrency {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a call as in flight until dropped.
+struct InFlight(Arc<Concurrency>);
+
+impl InFlight {
+    fn new(c: &Arc<Concurrency>) -> InFlight {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = c.now.fetch_add(1, SeqCst) + 1;
+        c.max.fetch_max(now, SeqCst);
+        InFlight(c.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Service {
@@ -63,26 +90,32 @@ impl Service {
 #[tonic::async_trait]
 impl RuntimeHookService for Service {
     async fn pre_run_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+        let _in_flight = InFlight::new(&self.concurrency);
         tokio::time::sleep(self.delay).await;
         self.pod("PreRunPodSandbox", r)
     }
     async fn post_stop_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+        let _in_flight = InFlight::new(&self.concurrency);
         tokio::time::sleep(self.delay).await;
         self.pod("PostStopPodSandbox", r)
     }
     async fn pre_create_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        let _in_flight = InFlight::new(&self.concurrency);
         tokio::time::sleep(self.delay).await;
         self.container("PreCreateContainer", r)
     }
     async fn pre_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        let _in_flight = InFlight::new(&self.concurrency);
         tokio::time::sleep(self.delay).await;
         self.container("PreStartContainer", r)
     }
     async fn post_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        let _in_flight = InFlight::new(&self.concurrency);
         tokio::time::sleep(self.delay).await;
         self.container("PostStartContainer", r)
     }
     async fn post_stop_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        let _in_flight = InFlight::new(&self.concurrency);
         tokio::time::sleep(self.delay).await;
         self.container("PostStopContainer", r)
     }
@@ -90,6 +123,7 @@ impl RuntimeHookService for Service {
         &self,
         r: Request<ContainerResourceHookRequest>,
     ) -> Result<Response<ContainerResourceHookResponse>, Status> {
+        let _in_flight = InFlight::new(&self.concurrency);
         tokio::time::sleep(self.delay).await;
         self.container("PreUpdateContainerResources", r)
     }
@@ -108,14 +142,15 @@ impl TestHook {
         let socket = dir.path().join("hook.sock");
         let listener = UnixListener::bind(&socket).expect("bind hook socket");
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let service = Service { container, pod, seen: seen.clone(), delay };
+        let concurrency = Arc::new(Concurrency::default());
+        let service = Service { container, pod, seen: seen.clone(), delay, concurrency: concurrency.clone() };
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(RuntimeHookServiceServer::new(service))
                 .serve_with_incoming(UnixListenerStream::new(listener))
                 .await;
         });
-        TestHook { socket, seen, task, _dir: dir }
+        TestHook { socket, seen, concurrency, task, _dir: dir }
     }
 
     /// A koordlet-like server: echoes every request, then lets `change` edit container answers.
@@ -131,6 +166,11 @@ impl TestHook {
     /// The server's socket.
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// The most calls this server had in flight at once.
+    pub fn max_concurrent(&self) -> usize {
+        self.concurrency.max.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Calls received so far.
