@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# bench.sh — `make bench`: the proxy's added latency per CRI call (benches/latency.rs) against a real
-# containerd 1.6, which it starts and stops (also on failure or Ctrl-C). Extra arguments go to the bench.
+# bench.sh — `make bench`: the proxy's added latency per CRI call (benches/latency.rs), then what hooks
+# cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once through a 100 ms hook),
+# against a real containerd 1.6, which it starts and stops (also on failure or Ctrl-C). Extra arguments
+# go to both benches; RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks 3000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -11,4 +13,7 @@ trap 'exit 130' INT TERM
 
 need_pkgs "${RP_PKGS[@]}"
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
-RP_CONTAINERD_ENV=$CTRD/env cargo bench --locked -p runtime-proxy --bench latency -- "$@"
+export RP_CONTAINERD_ENV=$CTRD/env
+cargo bench --locked -p runtime-proxy --bench latency -- "$@"
+echo
+cargo bench --locked -p runtime-proxy --bench hooks -- "$@"

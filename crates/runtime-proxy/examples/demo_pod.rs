@@ -2,7 +2,12 @@
 //! Version, RunPodSandbox, CreateContainer (busybox `sleep 3600` with CPU and memory limits),
 //! StartContainer, ContainerStatus, the container's real cgroup files, ExecSync, then the teardown.
 //!
-//! `make demo` runs it (scripts/demo.sh starts containerd and the proxy). By hand:
+//! The pod is annotated `example.runtime-proxy.dev/cpu-shares: "700"` while its container asks
+//! for 512 CPU shares: with the example hook server (hook-api's `annotation_hook`) registered,
+//! the container runs with 700 shares and the envs `HOOKED_BY`/`CPU_SHARES` the hook added; the
+//! report says which of the two values the cgroup holds.
+//!
+//! `make demo` runs it (scripts/demo.sh starts containerd, the hook server and the proxy). By hand:
 //!
 //! ```text
 //! RP_CONTAINERD_ENV=/tmp/rp-demo-ctrd/env \
@@ -24,6 +29,10 @@ use test_support::containerd::{container_config, remove_sandbox, sandbox_config,
 use tonic::transport::Channel;
 
 const USAGE: &str = "usage: RP_CONTAINERD_ENV=ENV_FILE demo_pod --endpoint SOCKET";
+/// The example hook server's pod annotation, and the CPU shares the demo pod asks of it.
+const ANNOTATION: (&str, &str) = ("example.runtime-proxy.dev/cpu-shares", "700");
+/// The CPU shares kubelet asks for in the container's own resources.
+const KUBELET_SHARES: i64 = 512;
 
 fn endpoint() -> Result<PathBuf> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -60,13 +69,19 @@ async fn run() -> Result<()> {
     let socket = endpoint()?;
     let env = Containerd::from_env();
     let mut rt = test_support::runtime_client(&socket);
-    println!("A pod through runtime-proxy at {}, as kubelet would run it:\n", socket.display());
+    println!(
+        "A pod annotated {}: \"{}\" through runtime-proxy at {}, as kubelet would run it:\n",
+        ANNOTATION.0,
+        ANNOTATION.1,
+        socket.display()
+    );
 
     let (v, ms) = timed(rt.version(cri::VersionRequest { version: "v1".into() }), "Version").await?;
     step("Version", ms, format!("{} {}, CRI API {}", v.runtime_name, v.runtime_version, v.runtime_api_version));
 
     let labels = HashMap::from([("app".to_owned(), "runtime-proxy-demo".to_owned())]);
-    let config = sandbox_config(&env, &unique("demo"), labels, HashMap::new());
+    let annotations = HashMap::from([(ANNOTATION.0.to_owned(), ANNOTATION.1.to_owned())]);
+    let config = sandbox_config(&env, &unique("demo"), labels, annotations);
     let request = cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() };
     let (sandbox, ms) = timed(rt.run_pod_sandbox(request), "RunPodSandbox").await?;
     step("RunPodSandbox", ms, format!("sandbox   {}", sandbox.pod_sandbox_id));
@@ -88,13 +103,13 @@ async fn with_sandbox(
 ) -> Result<(), (anyhow::Error, String)> {
     let sandbox_id = pod.sandbox_id.clone();
     let resources = cri::LinuxContainerResources {
-        cpu_shares: 512,
+        cpu_shares: KUBELET_SHARES,
         cpu_period: 100_000,
         cpu_quota: 50_000,
         memory_limit_in_bytes: 64 << 20,
         ..Default::default()
     };
-    let container = container_config(env, "greeter", &["sleep", "3600"], Some(resources), &[("GREETING", "hello")]);
+    let container = container_config(env, "app", &["sleep", "3600"], Some(resources), &[]);
     let steps = async {
         let request = cri::CreateContainerRequest {
             pod_sandbox_id: pod.sandbox_id.clone(),
@@ -107,7 +122,7 @@ async fn with_sandbox(
         let id = pod.container_id.clone();
 
         let (_, ms) = timed(rt.start_container(cri::StartContainerRequest { container_id: id.clone() }), "StartContainer").await?;
-        step("StartContainer", ms, format!("{} `sleep 3600`, env GREETING=hello", env.test_image));
+        step("StartContainer", ms, format!("{} `sleep 3600`", env.test_image));
 
         let request = cri::ContainerStatusRequest { container_id: id.clone(), verbose: true };
         let (status, ms) = timed(rt.container_status(request), "ContainerStatus").await?;
@@ -123,15 +138,20 @@ async fn with_sandbox(
         step("ContainerStatus", ms, format!("{state}{pid}"));
 
         println!("\n  cgroup files of the container: /sys/fs/cgroup/<controller>{}/<container ID>/", pod.cgroup_parent());
-        for (controller, file, asked) in [
-            ("cpu", "cpu.shares", "512"),
-            ("cpu", "cpu.cfs_quota_us", "50000 (per 100000 µs period)"),
-            ("memory", "memory.limit_in_bytes", "64 MiB"),
-        ] {
+        let shares = pod.cgroup_file("cpu", "cpu.shares");
+        let why = if shares == ANNOTATION.1 {
+            format!("set by the annotation hook; kubelet asked {KUBELET_SHARES}")
+        } else {
+            format!("asked {KUBELET_SHARES} (no hook changed it)")
+        };
+        println!("    {:<24}{shares:<12}{why}", "cpu.shares");
+        for (controller, file, asked) in
+            [("cpu", "cpu.cfs_quota_us", "50000 (per 100000 µs period)"), ("memory", "memory.limit_in_bytes", "64 MiB")]
+        {
             println!("    {file:<24}{:<12}asked {asked}", pod.cgroup_file(controller, file));
         }
 
-        let script = "echo $GREETING from $(hostname)";
+        let script = "echo $HOOKED_BY $CPU_SHARES";
         let request = cri::ExecSyncRequest { container_id: id.clone(), cmd: vec!["sh".into(), "-c".into(), script.into()], timeout: 10 };
         let (out, ms) = timed(rt.exec_sync(request), "ExecSync").await?;
         println!();

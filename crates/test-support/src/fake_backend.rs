@@ -138,7 +138,11 @@ async fn answer(
         Behaviour::Reply { headers, body: reply, trailers, delay } => {
             let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
             rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
-            tokio::time::sleep(delay).await;
+            // No timer for no delay: tokio's timer wheel has 1 ms ticks, so even a zero sleep
+            // can cost up to a millisecond, which would swamp latency measurements.
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             let mut resp = Response::builder().status(200).header("content-type", "application/grpc");
             for (k, v) in headers {
                 resp = resp.header(k, v);
