@@ -168,22 +168,19 @@ impl Interceptor {
                 return forward(backend, parts, body, deadline, spec.path).await.map(|a| (a, None));
             }
         };
-        let mut call = match Call::decode(spec.method, message.clone(), &self.store) {
+        let mut call = match Call::decode(spec.method, message.clone()) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(method = spec.path, error = %e, "cannot decode request; forwarding without hooks");
                 return forward(backend, parts, body, deadline, spec.path).await.map(|a| (a, None));
             }
         };
-        // One call per pod at a time; the store is read again once it is this call's turn.
+        // One call per pod at a time; the store is read once it is this call's turn.
         let guard = match call.pod_key(&self.store) {
-            Some(key) => {
-                let guard = self.pod_locks.lock(&key).await;
-                call = Call::decode(spec.method, message.clone(), &self.store).map_err(|e| Status::new(Code::INTERNAL, e.to_string()))?;
-                Some(guard)
-            }
+            Some(key) => Some(self.pod_locks.lock(&key).await),
             None => None,
         };
+        call.load(&self.store);
         let hooked = !call.skips_hooks(&self.skip_label);
         let before = call.hook_state();
         let snapshot = self.registry.snapshot();
@@ -232,48 +229,52 @@ async fn forward(
 }
 
 impl Call {
-    /// Decodes the request and builds what the hooks will see (koordinator.md §3.2–3.6).
-    fn decode(method: Method, msg: Bytes, store: &Store) -> Result<Call, prost::DecodeError> {
+    /// Decodes the request; for RunPodSandbox also builds the hook request (the others need the
+    /// store: [`Call::load`]).
+    fn decode(method: Method, msg: Bytes) -> Result<Call, prost::DecodeError> {
         Ok(match method {
             Method::RunPodSandbox => {
                 let req = cri::RunPodSandboxRequest::decode(msg)?;
-                let hook = pod_hook_request(&req);
+                let hook = pod_hook_request(req.config.as_ref(), &req.runtime_handler);
                 Call::RunPodSandbox { req, hook }
             }
-            Method::CreateContainer => {
-                let req = cri::CreateContainerRequest::decode(msg)?;
-                let hook = container_hook_request(&req, store);
-                Call::CreateContainer { req, hook }
-            }
-            Method::UpdateContainerResources => {
-                let req = cri::UpdateContainerResourcesRequest::decode(msg)?;
-                let mut entry = store.container(&req.container_id);
-                if let Some(e) = entry.as_mut() {
-                    let resources = e.hook.container_resources.get_or_insert_with(Default::default);
-                    if let Some(update) = &req.linux {
-                        hook_api::merge::merge_update(resources, &convert::to_hook(update));
-                    }
-                    hook_api::merge::merge_map(&mut e.hook.container_annotations, &req.annotations);
-                } else {
-                    tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container not in the store; hooks skipped");
-                }
-                Call::UpdateContainerResources { req, entry }
-            }
-            Method::StartContainer => {
-                let id = cri::StartContainerRequest::decode(msg)?.container_id;
-                Call::Container { entry: known_container(store, &id, "StartContainer"), id }
-            }
-            Method::StopContainer => {
-                let id = cri::StopContainerRequest::decode(msg)?.container_id;
-                Call::Container { entry: known_container(store, &id, "StopContainer"), id }
-            }
-            Method::StopPodSandbox => {
-                let id = cri::StopPodSandboxRequest::decode(msg)?.pod_sandbox_id;
-                Call::Pod { pod: store.pod(&id), id }
-            }
+            Method::CreateContainer => Call::CreateContainer { req: cri::CreateContainerRequest::decode(msg)?, hook: Default::default() },
+            Method::UpdateContainerResources => Call::UpdateContainerResources { req: cri::UpdateContainerResourcesRequest::decode(msg)?, entry: None },
+            Method::StartContainer => Call::Container { id: cri::StartContainerRequest::decode(msg)?.container_id, entry: None },
+            Method::StopContainer => Call::Container { id: cri::StopContainerRequest::decode(msg)?.container_id, entry: None },
+            Method::StopPodSandbox => Call::Pod { id: cri::StopPodSandboxRequest::decode(msg)?.pod_sandbox_id, pod: None },
             Method::RemoveContainer => Call::RemoveContainer { id: cri::RemoveContainerRequest::decode(msg)?.container_id },
             Method::RemovePodSandbox => Call::RemovePodSandbox { id: cri::RemovePodSandboxRequest::decode(msg)?.pod_sandbox_id },
         })
+    }
+
+    /// Builds what the hooks will see from the request and the store (koordinator.md §3.3–3.6);
+    /// called once it is this call's turn for its pod.
+    fn load(&mut self, store: &Store) {
+        match self {
+            Call::CreateContainer { req, hook } => *hook = container_hook_request(req, store),
+            Call::UpdateContainerResources { req, entry } => {
+                *entry = store.container(&req.container_id);
+                match entry.as_mut() {
+                    Some(e) => {
+                        let resources = e.hook.container_resources.get_or_insert_with(Default::default);
+                        if let Some(update) = &req.linux {
+                            hook_api::merge::merge_update(resources, &convert::to_hook(update));
+                        }
+                        hook_api::merge::merge_map(&mut e.hook.container_annotations, &req.annotations);
+                    }
+                    None => tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container not in the store; hooks skipped"),
+                }
+            }
+            Call::Container { id, entry } => {
+                *entry = store.container(id);
+                if entry.is_none() {
+                    tracing::debug!(container_id = %id, "container not in the store; its hooks are skipped");
+                }
+            }
+            Call::Pod { id, pod } => *pod = store.pod(id),
+            Call::RunPodSandbox { .. } | Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => {}
+        }
     }
 
     /// The sandbox ID whose calls this one must not interleave with (`None` for RunPodSandbox,
@@ -342,7 +343,8 @@ impl Call {
     fn edits(&self, before: &HookState) -> Vec<(u32, Edit)> {
         match (self, before) {
             (Call::RunPodSandbox { req, hook }, HookState::Pod(before)) => {
-                let config = req.config.clone().unwrap_or_default();
+                let default = cri::PodSandboxConfig::default();
+                let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
                 if let Some(labels) = changed_map(&config.labels, &before.labels, &hook.labels) {
                     inner.push((6, replace(cri::PodSandboxConfig { labels, ..Default::default() })));
@@ -356,7 +358,8 @@ impl Call {
                 nested(1, inner)
             }
             (Call::CreateContainer { req, hook }, HookState::Container(before)) => {
-                let config = req.config.clone().unwrap_or_default();
+                let default = cri::ContainerConfig::default();
+                let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
                 if let Some(annotations) = changed_map(&config.annotations, &before.container_annotations, &hook.container_annotations) {
                     inner.push((10, replace(cri::ContainerConfig { annotations, ..Default::default() })));
@@ -365,8 +368,9 @@ impl Call {
                 if envs != config.envs {
                     inner.push((6, replace(cri::ContainerConfig { envs, ..Default::default() })));
                 }
-                let current = config.linux.as_ref().and_then(|l| l.resources.clone()).unwrap_or_default();
-                let resources = resource_edits(&current, &before.container_resources, &hook.container_resources);
+                let default = cri::LinuxContainerResources::default();
+                let current = config.linux.as_ref().and_then(|l| l.resources.as_ref()).unwrap_or(&default);
+                let resources = resource_edits(current, &before.container_resources, &hook.container_resources);
                 if !resources.is_empty() {
                     inner.push((15, Edit::Nested(vec![(1, Edit::Nested(resources))])));
                 }
@@ -377,8 +381,9 @@ impl Call {
                 edits
             }
             (Call::UpdateContainerResources { req, entry: Some(e) }, HookState::Container(before)) => {
-                let current = req.linux.clone().unwrap_or_default();
-                let mut edits = nested(2, resource_edits(&current, &before.container_resources, &e.hook.container_resources));
+                let default = cri::LinuxContainerResources::default();
+                let current = req.linux.as_ref().unwrap_or(&default);
+                let mut edits = nested(2, resource_edits(current, &before.container_resources, &e.hook.container_resources));
                 if let Some(annotations) = changed_map(&req.annotations, &before.container_annotations, &e.hook.container_annotations) {
                     edits.push((4, replace(cri::UpdateContainerResourcesRequest { annotations, ..Default::default() })));
                 }
@@ -412,28 +417,27 @@ impl Call {
     }
 }
 
-fn known_container(store: &Store, id: &str, method: &str) -> Option<ContainerEntry> {
-    let entry = store.container(id);
-    if entry.is_none() {
-        tracing::debug!(container_id = id, method, "container not in the store; its hooks are skipped");
-    }
-    entry
-}
-
 /// The PreRunPodSandbox request (koordinator.md §3.2), plus the pod's attempt, overhead and
 /// resources, which koord leaves empty.
-fn pod_hook_request(req: &cri::RunPodSandboxRequest) -> hook::PodSandboxHookRequest {
-    let config = req.config.clone().unwrap_or_default();
-    let meta = config.metadata.unwrap_or_default();
-    let linux = config.linux.unwrap_or_default();
+fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
+    let Some(config) = config else {
+        return hook::PodSandboxHookRequest { runtime_handler: runtime_handler.to_owned(), pod_meta: Some(Default::default()), ..Default::default() };
+    };
+    let meta = config.metadata.as_ref();
+    let linux = config.linux.as_ref();
     hook::PodSandboxHookRequest {
-        pod_meta: Some(hook::PodSandboxMetadata { name: meta.name, uid: meta.uid, namespace: meta.namespace, attempt: meta.attempt }),
-        runtime_handler: req.runtime_handler.clone(),
-        labels: config.labels,
-        annotations: config.annotations,
-        cgroup_parent: linux.cgroup_parent,
-        overhead: linux.overhead.as_ref().map(convert::to_hook),
-        resources: linux.resources.as_ref().map(convert::to_hook),
+        pod_meta: Some(hook::PodSandboxMetadata {
+            name: meta.map(|m| m.name.clone()).unwrap_or_default(),
+            uid: meta.map(|m| m.uid.clone()).unwrap_or_default(),
+            namespace: meta.map(|m| m.namespace.clone()).unwrap_or_default(),
+            attempt: meta.map(|m| m.attempt).unwrap_or_default(),
+        }),
+        runtime_handler: runtime_handler.to_owned(),
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        cgroup_parent: linux.map(|l| l.cgroup_parent.clone()).unwrap_or_default(),
+        overhead: linux.and_then(|l| l.overhead.as_ref()).map(convert::to_hook),
+        resources: linux.and_then(|l| l.resources.as_ref()).map(convert::to_hook),
     }
 }
 
@@ -441,22 +445,24 @@ fn pod_hook_request(req: &cri::RunPodSandboxRequest) -> hook::PodSandboxHookRequ
 /// include the PreRunPodSandbox hooks' changes); for a pod the store does not know, from the
 /// request's `sandbox_config`.
 fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> hook::ContainerResourceHookRequest {
-    let config = req.config.clone().unwrap_or_default();
-    let pod = store.pod(&req.pod_sandbox_id).unwrap_or_else(|| {
-        pod_hook_request(&cri::RunPodSandboxRequest { config: req.sandbox_config.clone(), runtime_handler: String::new() })
-    });
-    let meta = config.metadata.unwrap_or_default();
-    let resources = config.linux.and_then(|l| l.resources).unwrap_or_default();
+    let pod = store.pod(&req.pod_sandbox_id).unwrap_or_else(|| pod_hook_request(req.sandbox_config.as_ref(), ""));
+    let config = req.config.as_ref();
+    let meta = config.and_then(|c| c.metadata.as_ref());
+    let resources = config.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref());
     hook::ContainerResourceHookRequest {
         pod_meta: pod.pod_meta,
-        container_meta: Some(hook::ContainerMetadata { name: meta.name, attempt: meta.attempt, id: String::new() }),
-        container_annotations: config.annotations,
-        container_resources: Some(convert::to_hook(&resources)),
+        container_meta: Some(hook::ContainerMetadata {
+            name: meta.map(|m| m.name.clone()).unwrap_or_default(),
+            attempt: meta.map(|m| m.attempt).unwrap_or_default(),
+            id: String::new(),
+        }),
+        container_annotations: config.map(|c| c.annotations.clone()).unwrap_or_default(),
+        container_resources: Some(resources.map(convert::to_hook).unwrap_or_default()),
         pod_resources: pod.resources,
         pod_annotations: pod.annotations,
         pod_labels: pod.labels,
         pod_cgroup_parent: pod.cgroup_parent,
-        container_envs: config.envs.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+        container_envs: config.map(|c| c.envs.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect()).unwrap_or_default(),
     }
 }
 
@@ -653,7 +659,8 @@ mod tests {
             linux: Some(cri::LinuxContainerResources { cpu_shares: 256, ..Default::default() }),
             ..Default::default()
         };
-        let mut call = Call::decode(Method::UpdateContainerResources, Bytes::from(req.encode_to_vec()), &store).unwrap();
+        let mut call = Call::decode(Method::UpdateContainerResources, Bytes::from(req.encode_to_vec())).unwrap();
+        call.load(&store);
         let before = call.hook_state();
         assert!(call.edits(&before).is_empty(), "stored cpuset, oom score and annotations are not added");
 
