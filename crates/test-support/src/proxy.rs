@@ -36,7 +36,7 @@ impl ProxyProcess {
             .arg(format!("unix://{}", backend.display()))
             .args(if extra.contains(&"--metrics-addr") { &[][..] } else { &["--metrics-addr", "127.0.0.1:0"][..] })
             .args(extra)
-            .env("RUST_LOG", std::env::var("RP_TEST_LOG").unwrap_or_else(|_| "debug".into()))
+            .env("RUST_LOG", std::env::var("RP_TEST_LOG").unwrap_or_else(|_| "info,runtime_proxy=debug".into()))
             .stdin(Stdio::null())
             .stdout(logf.try_clone().expect("log file"))
             .stderr(logf)
