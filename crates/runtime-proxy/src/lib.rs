@@ -11,6 +11,7 @@
 //! * [`dispatch`] — calls the hook servers of a stage in order, with deadlines and policies.
 //! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
 //! * [`store`] — what the proxy knows of each pod sandbox and container.
+//! * [`recover`] — rebuilds the store from the runtime after a restart.
 //! * [`passthrough`] — forwards a call frame by frame, streams included.
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
@@ -23,6 +24,7 @@ pub mod grpc;
 pub mod intercept;
 pub mod listener;
 pub mod passthrough;
+pub mod recover;
 pub mod registry;
 pub mod router;
 pub mod server;
