@@ -60,9 +60,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     };
     let registry = Registry::new(&args.hook_config_dir);
     let _watcher = registry.spawn_watcher().context("watching the hook config directory")?;
+    let store = Arc::new(Store::new());
     let interceptor = Arc::new(Interceptor {
         registry,
-        store: Arc::new(Store::new()),
+        store: store.clone(),
         dispatcher: Dispatcher::new(),
         skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
     });
@@ -75,5 +76,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         hook_config_dir = %args.hook_config_dir.display(),
         "runtime-proxy serving"
     );
-    server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await
+    // Rebuild the store from the runtime (retrying until it is reachable) while serving.
+    let recovery = tokio::spawn(recover::recover_at_startup(args.runtime_endpoint.clone(), store));
+    let served = server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await;
+    recovery.abort();
+    served
 }
