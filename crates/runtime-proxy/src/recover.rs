@@ -638,6 +638,8 @@ mod tests {
     struct Fixtures {
         version: &'static str,
         sandbox: &'static str,
+        /// The same sandbox after StopPodSandbox.
+        stopped: &'static str,
         running: &'static str,
         created: &'static str,
         clamped: &'static str,
@@ -647,6 +649,7 @@ mod tests {
         Fixtures {
             version: "1.6",
             sandbox: include_str!("../tests/fixtures/containerd-1.6/sandbox-ready.json"),
+            stopped: include_str!("../tests/fixtures/containerd-1.6/sandbox-notready.json"),
             running: include_str!("../tests/fixtures/containerd-1.6/container-running-updated.json"),
             created: include_str!("../tests/fixtures/containerd-1.6/container-created.json"),
             clamped: include_str!("../tests/fixtures/containerd-1.6/container-clamped.json"),
@@ -654,6 +657,7 @@ mod tests {
         Fixtures {
             version: "1.7",
             sandbox: include_str!("../tests/fixtures/containerd-1.7/sandbox-ready.json"),
+            stopped: include_str!("../tests/fixtures/containerd-1.7/sandbox-notready.json"),
             running: include_str!("../tests/fixtures/containerd-1.7/container-running-updated.json"),
             created: include_str!("../tests/fixtures/containerd-1.7/container-created.json"),
             clamped: include_str!("../tests/fixtures/containerd-1.7/container-clamped.json"),
@@ -746,6 +750,8 @@ mod tests {
             assert!(meta.name.starts_with("probe-") && meta.uid.starts_with("uid-"));
             assert_eq!((pod.overhead, pod.resources), (None, None), "none in the config");
             assert_eq!(pod.runtime_handler, "");
+            // A stopped sandbox (pause process gone) still has its config.
+            assert_eq!(pod_entry(&sandbox_answer(f.stopped)).unwrap().0.cgroup_parent, parent, "{}", f.version);
         }
     }
 

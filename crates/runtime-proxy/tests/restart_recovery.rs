@@ -39,13 +39,15 @@ fn pod_answer(stage: &str, req: &PodSandboxHookRequest) -> PodSandboxHookRespons
     resp
 }
 
-/// A koordlet-like hook server: at PreCreateContainer it adds an env and sets cpu shares.
+/// A koordlet-like hook server: at PreCreateContainer it adds an env and a container annotation
+/// and sets cpu shares.
 async fn hook() -> TestHook {
     TestHook::start(
         Arc::new(|stage, req| {
             let mut resp = hook_api::merge::echo_container(req);
             if stage == "PreCreateContainer" {
                 resp.container_envs.insert("HOOKED".into(), "yes".into());
+                resp.container_annotations.insert("hooked-container".into(), "yes".into());
                 resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 700;
             }
             Ok(resp)
@@ -149,6 +151,7 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     let before = container_req(next(&hook, "PreUpdateContainerResources", n).await);
     assert_eq!(before.pod_cgroup_parent, parent);
     assert_eq!(before.container_envs.get("HOOKED").map(String::as_str), Some("yes"));
+    assert_eq!(before.container_annotations, map(&[("hooked-container", "yes")]));
     assert_eq!(before.container_resources.as_ref().map(|r| (r.cpu_shares, r.memory_limit_in_bytes)), Some((300, 96 << 20)));
 
     // kill -9 A; B starts on the same socket and hook directory.
