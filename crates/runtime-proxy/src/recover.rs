@@ -50,7 +50,8 @@
 //! | field | source | why |
 //! |---|---|---|
 //! | sandbox ID | `ListContainers` `pod_sandbox_id` | |
-//! | `pod_meta`, `pod_labels`, `pod_annotations`, `pod_cgroup_parent`, `pod_resources` | the pod entry in the store (recovered, or written by live traffic) | as at CreateContainer, which copies them from the pod entry |
+//! | `pod_meta`, `pod_labels`, `pod_annotations`, `pod_resources` | the pod entry in the store (recovered, or written by live traffic) | as at CreateContainer, which copies them from the pod entry |
+//! | `pod_cgroup_parent` | the container's `info.runtimeSpec.linux.cgroupsPath` minus its last element, when it differs from the pod entry's parent (the pod entry's spelling otherwise; the pod entry's when the pod has none or the path cannot be parsed) | containerd puts the container under the `sandbox_config.linux.cgroup_parent` of the CreateContainer call (checked on 1.6 and 1.7), so a PreCreateContainer hook's change of it is applied — and was in the store |
 //! | `container_meta.name`, `.attempt` | `ContainerStatus.metadata` | |
 //! | `container_meta.id` | the container ID | |
 //! | `container_annotations` | `ContainerStatus.annotations` | the CreateContainer annotations containerd received (kubelet's + PreCreateContainer hooks') |
@@ -62,16 +63,17 @@
 //! * `memory_swap_limit_in_bytes`: when none is requested, containerd sets swap = memory limit
 //!   (swap controller present). Normalised back: if the created config asked for no swap and the
 //!   applied swap equals the applied memory limit, it is reported as 0, as the store had it.
-//!   kubelet on cgroup v1 asks for swap = limit explicitly; then the config's swap is non-zero
-//!   and the applied value is kept.
+//!   A client that asks for a swap limit explicitly (even one equal to the memory limit) has it
+//!   in the config, and the applied value is kept.
 //! * `oom_score_adj`: the applied score. Differs from the requested one only where containerd
 //!   clamps it (`restrict_oom_score_adj`, e.g. −998 → 0).
 //! * `hugepage_limits`: the applied ones; containerd drops them where no hugetlb controller is
 //!   available (on the test VMs it is only in the cgroup v2 hierarchy of a hybrid layout).
 //! * Changes that never reached the runtime are lost: container annotations sent with
 //!   UpdateContainerResources (and a PreUpdateContainerResources hook's annotation changes),
-//!   PreStartContainer hooks' changes, a PreCreateContainer hook's `pod_cgroup_parent` (containerd
-//!   uses the sandbox's own parent, so the recovered value is the one in effect).
+//!   PreStartContainer hooks' changes, a PreStartContainer / PreUpdateContainerResources hook's
+//!   `pod_cgroup_parent` (the container stays where it was created: the recovered value is the
+//!   one in effect).
 //!
 //! An object whose fields cannot all be determined (no status, no metadata, no verbose info and
 //! no fallback) is skipped — logged and listed in the report — rather than recorded with empty
@@ -475,10 +477,22 @@ pub fn container_entry(
         pod_resources: pod.resources.clone(),
         pod_annotations: pod.annotations.clone(),
         pod_labels: pod.labels.clone(),
-        pod_cgroup_parent: pod.cgroup_parent.clone(),
+        pod_cgroup_parent: container_cgroup_parent(spec, id, &pod.cgroup_parent),
         container_envs,
     };
     Ok((hook, notes))
+}
+
+/// The parent the container's cgroup was created under (its spec's `cgroupsPath` without the
+/// last element), when it differs from the pod's `pod_parent`; `pod_parent` otherwise, and when
+/// the pod has none (containerd then uses a default location nobody chose) or the path cannot
+/// be parsed.
+fn container_cgroup_parent(spec: Option<&Map<String, Value>>, id: &str, pod_parent: &str) -> String {
+    let applied = spec.and_then(|s| path(s, &["linux", "cgroupsPath"])).and_then(Value::as_str).and_then(|p| cgroup_parent_of(p, id));
+    match applied {
+        Some(p) if !pod_parent.is_empty() && p.trim_end_matches('/') != pod_parent.trim_end_matches('/') => p,
+        _ => pod_parent.to_owned(),
+    }
 }
 
 /// Undoes containerd's swap default: with no swap requested (`asked` = 0) containerd applies
@@ -773,6 +787,32 @@ mod tests {
             assert_eq!((&c.pod_labels, &c.pod_annotations, &c.pod_cgroup_parent), (&pod.labels, &pod.annotations, &pod.cgroup_parent));
             assert_eq!(c.pod_resources, pod.resources);
         }
+    }
+
+    #[test]
+    fn container_moved_by_a_hook_keeps_its_applied_parent() {
+        for f in &FIXTURES {
+            let pod = pod_of(f);
+            let id = json_field(f.running, &["snapshotKey"]);
+            let mut v: Value = serde_json::from_str(f.running).unwrap();
+            v["runtimeSpec"]["linux"]["cgroupsPath"] = Value::from(format!("/kubepods/moved/{id}"));
+            let answer = container_answer(&v.to_string(), running_status_resources());
+            let (c, _) = container_entry(&answer, &id, &pod).unwrap();
+            assert_eq!(c.pod_cgroup_parent, "/kubepods/moved", "{}", f.version);
+            // Same place as the pod (trailing slash aside): the pod entry's spelling.
+            let pod_slash = hook::PodSandboxHookRequest { cgroup_parent: format!("{}/", pod.cgroup_parent), ..pod.clone() };
+            let (c, _) = container_entry(&container_answer(f.running, running_status_resources()), &id, &pod_slash).unwrap();
+            assert_eq!(c.pod_cgroup_parent, pod_slash.cgroup_parent);
+            // A pod without a parent: containerd's default location is not reported.
+            let no_parent = hook::PodSandboxHookRequest { cgroup_parent: String::new(), ..pod.clone() };
+            let (c, _) = container_entry(&answer, &id, &no_parent).unwrap();
+            assert_eq!(c.pod_cgroup_parent, "");
+        }
+        let systemd = serde_json::json!({"linux": {"cgroupsPath": "kubepods-besteffort-pod1.slice:cri-containerd:abc"}});
+        let spec = systemd.as_object();
+        assert_eq!(container_cgroup_parent(spec, "abc", "kubepods-besteffort-pod1.slice"), "kubepods-besteffort-pod1.slice");
+        assert_eq!(container_cgroup_parent(spec, "abc", "kubepods-pod2.slice"), "kubepods-besteffort-pod1.slice");
+        assert_eq!(container_cgroup_parent(None, "abc", "/p"), "/p");
     }
 
     #[test]

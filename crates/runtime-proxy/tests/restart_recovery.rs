@@ -39,8 +39,8 @@ fn pod_answer(stage: &str, req: &PodSandboxHookRequest) -> PodSandboxHookRespons
     resp
 }
 
-/// A koordlet-like hook server: at PreCreateContainer it adds an env and a container annotation
-/// and sets cpu shares.
+/// A koordlet-like hook server: at PreCreateContainer it adds an env and a container annotation,
+/// sets cpu shares and moves the container to a cgroup parent of its own (`<pod parent>-c`).
 async fn hook() -> TestHook {
     TestHook::start(
         Arc::new(|stage, req| {
@@ -49,6 +49,7 @@ async fn hook() -> TestHook {
                 resp.container_envs.insert("HOOKED".into(), "yes".into());
                 resp.container_annotations.insert("hooked-container".into(), "yes".into());
                 resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 700;
+                resp.pod_cgroup_parent = format!("{}-c", req.pod_cgroup_parent);
             }
             Ok(resp)
         }),
@@ -145,11 +146,12 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     let pod = start_pod(&env, &mut rt).await;
     let Seen::Pod(_, run_req) = next(&hook, "PreRunPodSandbox", 0).await else { panic!("pod stage expected") };
     let parent = format!("{}-hooked", pod.cgroup_parent());
-    assert_eq!(read_cgroup("cpu", &parent, &pod.container_id, "cpu.shares"), "700", "hooked parent and shares applied");
+    let container_parent = format!("{parent}-c");
+    assert_eq!(read_cgroup("cpu", &container_parent, &pod.container_id, "cpu.shares"), "700", "hooked parent and shares applied");
     let n = hook.seen().len();
     rt.update_container_resources(update_request(&pod.container_id)).await.expect("update through A");
     let before = container_req(next(&hook, "PreUpdateContainerResources", n).await);
-    assert_eq!(before.pod_cgroup_parent, parent);
+    assert_eq!(before.pod_cgroup_parent, container_parent);
     assert_eq!(before.container_envs.get("HOOKED").map(String::as_str), Some("yes"));
     assert_eq!(before.container_annotations, map(&[("hooked-container", "yes")]));
     assert_eq!(before.container_resources.as_ref().map(|r| (r.cpu_shares, r.memory_limit_in_bytes)), Some((300, 96 << 20)));
