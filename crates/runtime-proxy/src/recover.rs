@@ -70,10 +70,10 @@
 //! * `hugepage_limits`: the applied ones; containerd drops them where no hugetlb controller is
 //!   available (on the test VMs it is only in the cgroup v2 hierarchy of a hybrid layout).
 //! * Changes that never reached the runtime are lost: container annotations sent with
-//!   UpdateContainerResources (and a PreUpdateContainerResources hook's annotation changes),
-//!   PreStartContainer hooks' changes, a PreStartContainer / PreUpdateContainerResources hook's
-//!   `pod_cgroup_parent` (the container stays where it was created: the recovered value is the
-//!   one in effect).
+//!   UpdateContainerResources and a PreUpdateContainerResources hook's annotation changes (checked:
+//!   containerd records neither), every PreStartContainer hook change (StartContainer carries
+//!   nothing to apply them to), a PreUpdateContainerResources hook's `pod_cgroup_parent` (the
+//!   container stays where it was created: the recovered value is the one in effect).
 //!
 //! An object whose fields cannot all be determined (no status, no metadata, no verbose info and
 //! no fallback) is skipped — logged and listed in the report — rather than recorded with empty
@@ -84,8 +84,9 @@
 //!
 //! The proxy serves while [`rebuild`] runs. Entries already in the store were written by live
 //! calls and are newer than what the runtime reports, so they are kept; objects created after the
-//! listing are not swept. Calls for an object not recovered yet skip their hooks, as for any
-//! unknown object.
+//! listing are not swept. (Checking and writing an entry are two store operations; a live write
+//! landing in between is overwritten by the runtime's record of the same, just-created object.)
+//! Calls for an object not recovered yet skip their hooks, as for any unknown object.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
