@@ -11,6 +11,7 @@
 //! * [`dispatch`] — calls the hook servers of a stage in order, with deadlines and policies.
 //! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
 //! * [`store`] — what the proxy knows of each pod sandbox and container.
+//! * [`recover`] — rebuilds the store from the runtime after a restart.
 //! * [`passthrough`] — forwards a call frame by frame, streams included.
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
@@ -25,6 +26,7 @@ pub mod intercept;
 pub mod listener;
 pub mod metrics;
 pub mod passthrough;
+pub mod recover;
 pub mod registry;
 pub mod router;
 pub mod server;
@@ -72,7 +74,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     }));
     let interceptor = Arc::new(Interceptor {
         registry,
-        store,
+        store: store.clone(),
         dispatcher: Dispatcher::new(metrics.clone()),
         skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
         pod_locks: Default::default(),
@@ -86,10 +88,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         hook_config_dir = %args.hook_config_dir.display(),
         "runtime-proxy serving"
     );
+    // Rebuild the store from the runtime (retrying until it is reachable) while serving.
+    let _recovery = AbortOnDrop(tokio::spawn(recover::recover_at_startup(args.runtime_endpoint.clone(), store)));
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await
 }
 
-/// Aborts a background task when dropped (the admin endpoint ends with [`run`]).
+/// Aborts a background task when dropped (the admin endpoint and recovery end with [`run`]).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {

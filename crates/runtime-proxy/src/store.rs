@@ -67,6 +67,15 @@ impl Store {
         self.containers.write().unwrap_or_else(|p| p.into_inner()).remove(container_id);
     }
 
+    /// The IDs of every (pod sandbox, container) known, in no particular order: for
+    /// [`crate::recover::sweep`], which drops entries the runtime no longer has.
+    pub fn ids(&self) -> (Vec<String>, Vec<String>) {
+        (
+            self.pods.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect(),
+            self.containers.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect(),
+        )
+    }
+
     /// Number of (pod sandboxes, containers) known.
     pub fn len(&self) -> (usize, usize) {
         (
@@ -109,6 +118,7 @@ mod tests {
         assert_eq!(s.len(), (1, 1));
         assert!(s.container("c1").is_none());
         assert!(s.container("c2").is_some());
+        assert_eq!(s.ids(), (vec!["sb2".to_string()], vec!["c2".to_string()]));
         s.remove_container("c2");
         assert_eq!(s.len(), (1, 0));
     }

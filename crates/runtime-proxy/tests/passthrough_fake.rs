@@ -42,7 +42,8 @@ async fn metadata_status_details_and_trailers_pass_unchanged() {
     assert_eq!(resp.metadata().get("x-backend-trailer").unwrap(), "trailer-value");
     assert_eq!(resp.get_ref(), &reply);
 
-    let calls = fake.calls();
+    // Only this test's call: the proxy's start-up store recovery calls the backend too.
+    let calls: Vec<_> = fake.calls().into_iter().filter(|c| c.path == "/runtime.v1.RuntimeService/Version").collect();
     assert_eq!(calls.len(), 1);
     let call = &calls[0];
     assert_eq!(call.path, "/runtime.v1.RuntimeService/Version");
@@ -92,7 +93,8 @@ async fn messages_beyond_16_mib_pass_both_ways() {
     .expect("20 MiB answer");
     assert_eq!(resp.get_ref().len(), big.len());
     assert!(resp.get_ref().iter().all(|b| *b == 7));
-    assert_eq!(fake.calls()[0].body, grpc_frame(&request), "20 MiB request arrived intact");
+    // (the proxy's start-up store recovery sends its own, empty, ListContainers)
+    assert!(fake.calls().iter().any(|c| c.body == grpc_frame(&request)), "20 MiB request arrived intact");
 }
 
 #[tokio::test]

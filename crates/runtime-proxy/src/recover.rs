@@ -1,0 +1,1036 @@
+//! Restart recovery: rebuilds the [`Store`] from the runtime, so hooks for pods and containers
+//! that existed before the proxy (re)started get the same request they would have got before.
+//!
+//! The store lives in memory only. koord-runtime-proxy rebuilds its store at start-up from
+//! `ListPodSandbox` / `ListContainers` alone and so loses the pod cgroup parent, the container
+//! resources and the envs (koordinator.md §4): after a restart koordlet sees every pod as
+//! Guaranteed and cannot merge resources on updates. [`rebuild`] also asks
+//! `PodSandboxStatus` and `ContainerStatus` with `verbose = true` and reads containerd's verbose
+//! `info` (JSON) to recover every field exactly.
+//!
+//! # What containerd records (verified on 1.6.20 and 1.7.24)
+//!
+//! Both versions answer a verbose status with one `info` key holding a JSON object; the keys used
+//! here are identical in 1.6 and 1.7 (samples in `tests/fixtures/containerd-1.{6,7}/`):
+//!
+//! * sandbox: `pid`, `processStatus`, `runtimeHandler`, `runtimeType`, `config` (the
+//!   `PodSandboxConfig` of the RunPodSandbox call, Go `encoding/json` of the CRI struct: snake_case
+//!   keys such as `linux.cgroup_parent`, enums as numbers, empty fields omitted) and
+//!   `runtimeSpec` (the pause container's OCI spec; `linux.cgroupsPath` = `<cgroup parent>/<id>`);
+//! * container: `sandboxID`, `pid`, `config` (the `ContainerConfig` of the CreateContainer call:
+//!   `envs`, `annotations`, `linux.resources` as created) and `runtimeSpec` (`process.env`,
+//!   `process.oomScoreAdj`, `linux.resources`, `linux.cgroupsPath`), the spec being updated by
+//!   every `UpdateContainerResources`, the `config` not;
+//! * `ContainerStatus.resources.linux` (typed) is containerd's conversion of the spec's current
+//!   resources (after updates, swap defaulted, oom score clamped): all zero for a container created
+//!   without resources.
+//!
+//! The key fact: `config` is not what kubelet sent but what containerd **received — from the
+//! proxy**, which had already applied the PreRunPodSandbox / PreCreateContainer hooks' changes to
+//! the request. So `config` holds exactly the hook-merged labels, annotations, cgroup parent and
+//! envs that the store held, and the spec and status hold what was applied since.
+//!
+//! # Where each field comes from
+//!
+//! The store held the hook requests *after* the hooks' changes; a recovered entry must equal it.
+//! Rule: take what the runtime actually applied, from the most direct record of it.
+//!
+//! Pod sandbox entry (`PodSandboxHookRequest`):
+//!
+//! | field | source | why |
+//! |---|---|---|
+//! | `pod_meta` (name, uid, namespace, attempt) | `PodSandboxStatus.metadata` | hooks cannot change it |
+//! | `runtime_handler` | `PodSandboxStatus.runtime_handler`, else `info.runtimeHandler` | as RunPodSandbox carried it |
+//! | `labels`, `annotations` | `PodSandboxStatus.labels` / `.annotations` | containerd returns the maps it received: kubelet's plus the PreRunPodSandbox hooks' (= `info.config`) |
+//! | `cgroup_parent` | `info.config.linux.cgroup_parent`; fallback: `info.runtimeSpec.linux.cgroupsPath` minus its last element (cgroupfs `/parent/<id>`, systemd `parent.slice:cri-containerd:<id>`) | the parent containerd put the pod under, after the hooks' change |
+//! | `overhead`, `resources` | `info.config.linux.overhead` / `.resources` | built from the config at RunPodSandbox (hooks' answers for them are ignored) |
+//!
+//! Container entry (`ContainerResourceHookRequest`, plus its sandbox ID):
+//!
+//! | field | source | why |
+//! |---|---|---|
+//! | sandbox ID | `ListContainers` `pod_sandbox_id` | |
+//! | `pod_meta`, `pod_labels`, `pod_annotations`, `pod_resources` | the pod entry in the store (recovered, or written by live traffic) | as at CreateContainer, which copies them from the pod entry |
+//! | `pod_cgroup_parent` | the container's `info.runtimeSpec.linux.cgroupsPath` minus its last element, when it differs from the pod entry's parent (the pod entry's spelling otherwise; the pod entry's when the pod has none or the path cannot be parsed) | containerd puts the container under the `sandbox_config.linux.cgroup_parent` of the CreateContainer call (checked on 1.6 and 1.7), so a PreCreateContainer hook's change of it is applied — and was in the store |
+//! | `container_meta.name`, `.attempt` | `ContainerStatus.metadata` | |
+//! | `container_meta.id` | the container ID | |
+//! | `container_annotations` | `ContainerStatus.annotations` | the CreateContainer annotations containerd received (kubelet's + PreCreateContainer hooks') |
+//! | `container_resources` | `ContainerStatus.resources.linux`, swap normalised (below); fallback: `info.runtimeSpec` `linux.resources` + `process.oomScoreAdj` (the mapping containerd itself uses); last resort `info.config.linux.resources` (as created, without later updates) | applied resources, including every UpdateContainerResources — what the store had merged in |
+//! | `container_envs` | `info.config.envs` (list → map, last wins); fallback: `info.runtimeSpec.process.env`, `K=V` split at the first `=` | the config holds kubelet's envs plus the hooks' additions, i.e. the store's map; the spec's env is also applied but adds the image's `ENV` (PATH…), `HOSTNAME` and NRI/CDI additions no hook ever saw, so it is only the fallback |
+//!
+//! Values that legitimately differ from the pre-restart store:
+//!
+//! * `memory_swap_limit_in_bytes`: when none is requested, containerd sets swap = memory limit
+//!   (swap controller present). Normalised back: if the created config asked for no swap and the
+//!   applied swap equals the applied memory limit, it is reported as 0, as the store had it.
+//!   A client that asks for a swap limit explicitly (even one equal to the memory limit) has it
+//!   in the config, and the applied value is kept.
+//! * `oom_score_adj`: the applied score. Differs from the requested one only where containerd
+//!   clamps it (`restrict_oom_score_adj`, e.g. −998 → 0).
+//! * `hugepage_limits`: the applied ones; containerd drops them where no hugetlb controller is
+//!   available (on the test VMs it is only in the cgroup v2 hierarchy of a hybrid layout).
+//! * Changes that never reached the runtime are lost: container annotations sent with
+//!   UpdateContainerResources and a PreUpdateContainerResources hook's annotation changes (checked:
+//!   containerd records neither), every PreStartContainer hook change (StartContainer carries
+//!   nothing to apply them to), a PreUpdateContainerResources hook's `pod_cgroup_parent` (the
+//!   container stays where it was created: the recovered value is the one in effect).
+//!
+//! An object whose fields cannot all be determined (no status, no metadata, no verbose info and
+//! no fallback) is skipped — logged and listed in the report — rather than recorded with empty
+//! values: a missing entry makes the proxy skip that object's hooks, an entry with an empty
+//! cgroup parent would make koordlet take wrong decisions. Fallbacks used are listed too.
+//!
+//! # Concurrency with live traffic
+//!
+//! The proxy serves while [`rebuild`] runs. Entries already in the store were written by live
+//! calls and are newer than what the runtime reports, so they are kept; objects created after the
+//! listing are not swept. (Checking and writing an entry are two store operations; a live write
+//! landing in between is overwritten by the runtime's record of the same, just-created object.)
+//! Calls for an object not recovered yet skip their hooks, as for any unknown object.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hook_api::convert;
+use hook_api::v1alpha1 as hook;
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use serde_json::{Map, Value};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use crate::store::{ContainerEntry, Store};
+
+/// Status calls in flight at once.
+pub const CONCURRENCY: usize = 16;
+/// Deadline of each list and status call.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest list answer accepted: kubelet's 16 MiB.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// Start-up retries while the runtime is not reachable: first delay, doubled up to the maximum.
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// Longest delay between start-up retries.
+pub const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Pod sandbox or container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    PodSandbox,
+    Container,
+}
+
+/// An object the report mentions: skipped (with the reason) or recovered with a fallback.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub kind: Kind,
+    pub id: String,
+    pub text: String,
+}
+
+/// What [`rebuild`] did.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    /// Pod sandboxes and containers listed by the runtime.
+    pub listed: (usize, usize),
+    /// Pod sandbox entries written.
+    pub pods: usize,
+    /// Container entries written.
+    pub containers: usize,
+    /// Entries left alone because live traffic had already written them.
+    pub already_known: usize,
+    /// Entries removed because the runtime no longer has the object (IDs).
+    pub swept: (Vec<String>, Vec<String>),
+    /// Objects not recovered, with the reason.
+    pub skipped: Vec<Note>,
+    /// Objects recovered, but with a field from a fallback source.
+    pub fallbacks: Vec<Note>,
+    /// Wall time of the whole rebuild.
+    pub elapsed: Duration,
+}
+
+/// Rebuilds the store from the CRI runtime behind `channel`.
+///
+/// Lists every pod sandbox and container (all states), asks each one's verbose status (at most
+/// [`CONCURRENCY`] at a time), writes an entry for every object the store does not know yet, and
+/// sweeps entries whose object the runtime no longer lists. One object that cannot be read is
+/// logged and skipped.
+///
+/// Errors: the status of a failed `ListPodSandbox` / `ListContainers` (e.g. `UNAVAILABLE` while
+/// the runtime is down); the store is then unchanged.
+pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport, Status> {
+    let start = Instant::now();
+    let client = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let (pods_before, containers_before) = store.ids();
+
+    let sandboxes = client
+        .clone()
+        .list_pod_sandbox(with_timeout(cri::ListPodSandboxRequest { filter: None }))
+        .await?
+        .into_inner()
+        .items;
+    let containers = client
+        .clone()
+        .list_containers(with_timeout(cri::ListContainersRequest { filter: None }))
+        .await?
+        .into_inner()
+        .containers;
+    let mut report = RecoveryReport { listed: (sandboxes.len(), containers.len()), ..Default::default() };
+
+    // Every status call at once, CONCURRENCY in flight.
+    let limit = Arc::new(Semaphore::new(CONCURRENCY));
+    let mut calls = JoinSet::new();
+    for s in &sandboxes {
+        let (mut client, limit, id) = (client.clone(), limit.clone(), s.id.clone());
+        calls.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: true };
+            Answer::Pod(id, client.pod_sandbox_status(with_timeout(req)).await.map(|r| Box::new(r.into_inner())))
+        });
+    }
+    for c in &containers {
+        let (mut client, limit, id) = (client.clone(), limit.clone(), c.id.clone());
+        calls.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let req = cri::ContainerStatusRequest { container_id: id.clone(), verbose: true };
+            Answer::Container(id, client.container_status(with_timeout(req)).await.map(|r| Box::new(r.into_inner())))
+        });
+    }
+    let mut pod_answers = HashMap::new();
+    let mut container_answers = HashMap::new();
+    while let Some(done) = calls.join_next().await {
+        match done {
+            Ok(Answer::Pod(id, r)) => drop(pod_answers.insert(id, r)),
+            Ok(Answer::Container(id, r)) => drop(container_answers.insert(id, r)),
+            Err(e) => tracing::warn!(error = %e, "recovery: a status call task failed"),
+        }
+    }
+
+    let mut live_pods: HashSet<String> = HashSet::new();
+    let mut live_containers: HashSet<String> = HashSet::new();
+    let skip = |report: &mut RecoveryReport, kind, id: &str, text: String| {
+        tracing::warn!(kind = ?kind, id, reason = %text, "recovery: object skipped");
+        report.skipped.push(Note { kind, id: id.to_owned(), text });
+    };
+
+    for s in &sandboxes {
+        match pod_answers.remove(&s.id) {
+            Some(Ok(answer)) => {
+                live_pods.insert(s.id.clone());
+                if store.pod(&s.id).is_some() {
+                    report.already_known += 1;
+                    continue;
+                }
+                match pod_entry(&answer) {
+                    Ok((pod, notes)) => {
+                        note_fallbacks(&mut report, Kind::PodSandbox, &s.id, notes);
+                        store.put_pod(&s.id, pod);
+                        report.pods += 1;
+                    }
+                    Err(why) => skip(&mut report, Kind::PodSandbox, &s.id, why),
+                }
+            }
+            // Removed between the listing and the status call: not live.
+            Some(Err(e)) if e.code() == Code::NotFound => {}
+            Some(Err(e)) => {
+                live_pods.insert(s.id.clone());
+                skip(&mut report, Kind::PodSandbox, &s.id, format!("PodSandboxStatus failed: {}: {}", e.code(), e.message()));
+            }
+            None => {
+                live_pods.insert(s.id.clone());
+                skip(&mut report, Kind::PodSandbox, &s.id, "PodSandboxStatus task failed".into());
+            }
+        }
+    }
+    for c in &containers {
+        match container_answers.remove(&c.id) {
+            Some(Ok(answer)) => {
+                live_containers.insert(c.id.clone());
+                if store.container(&c.id).is_some() {
+                    report.already_known += 1;
+                    continue;
+                }
+                let Some(pod) = store.pod(&c.pod_sandbox_id) else {
+                    let why = format!("its pod sandbox {} was not recovered", c.pod_sandbox_id);
+                    skip(&mut report, Kind::Container, &c.id, why);
+                    continue;
+                };
+                match container_entry(&answer, &c.id, &pod) {
+                    Ok((hook, notes)) => {
+                        note_fallbacks(&mut report, Kind::Container, &c.id, notes);
+                        store.put_container(&c.id, ContainerEntry { sandbox_id: c.pod_sandbox_id.clone(), hook });
+                        report.containers += 1;
+                    }
+                    Err(why) => skip(&mut report, Kind::Container, &c.id, why),
+                }
+            }
+            Some(Err(e)) if e.code() == Code::NotFound => {}
+            Some(Err(e)) => {
+                live_containers.insert(c.id.clone());
+                skip(&mut report, Kind::Container, &c.id, format!("ContainerStatus failed: {}: {}", e.code(), e.message()));
+            }
+            None => {
+                live_containers.insert(c.id.clone());
+                skip(&mut report, Kind::Container, &c.id, "ContainerStatus task failed".into());
+            }
+        }
+    }
+
+    // Entries live traffic wrote since the listing began are live too.
+    let (pods_now, containers_now) = store.ids();
+    let (pods_before, containers_before): (HashSet<_>, HashSet<_>) =
+        (pods_before.into_iter().collect(), containers_before.into_iter().collect());
+    live_pods.extend(pods_now.into_iter().filter(|id| !pods_before.contains(id)));
+    live_containers.extend(containers_now.into_iter().filter(|id| !containers_before.contains(id)));
+    report.swept = sweep(store, &live_pods, &live_containers);
+    report.elapsed = start.elapsed();
+    Ok(report)
+}
+
+/// Removes the entries of pod sandboxes and containers not in the live sets (removing a pod
+/// removes its containers). Returns the IDs removed: (pod sandboxes, containers).
+pub fn sweep(store: &Store, live_sandboxes: &HashSet<String>, live_containers: &HashSet<String>) -> (Vec<String>, Vec<String>) {
+    let (pods, containers) = store.ids();
+    let mut removed_pods = Vec::new();
+    let mut removed_containers = Vec::new();
+    for id in containers {
+        // A container goes with its pod sandbox (Store::remove_pod).
+        let pod_gone = store.container(&id).is_some_and(|c| !live_sandboxes.contains(&c.sandbox_id) && pods.contains(&c.sandbox_id));
+        if !live_containers.contains(&id) || pod_gone {
+            store.remove_container(&id);
+            removed_containers.push(id);
+        }
+    }
+    for id in pods {
+        if !live_sandboxes.contains(&id) {
+            store.remove_pod(&id);
+            removed_pods.push(id);
+        }
+    }
+    for id in removed_pods.iter().chain(&removed_containers) {
+        tracing::debug!(id = %id, "recovery: store entry of an object the runtime no longer has removed");
+    }
+    (removed_pods, removed_containers)
+}
+
+/// The start-up task: rebuilds the store from the runtime at `endpoint` once it is reachable,
+/// retrying with backoff ([`RETRY_FIRST`] doubling to [`RETRY_MAX`]) while it is not. Gives up
+/// only when the runtime does not implement CRI v1 (nothing to recover).
+pub async fn recover_at_startup(endpoint: PathBuf, store: Arc<Store>) {
+    let channel = hook_api::connect(&endpoint);
+    let mut delay = RETRY_FIRST;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match rebuild(&channel, &store).await {
+            Ok(r) => {
+                tracing::info!(
+                    listed_pods = r.listed.0,
+                    listed_containers = r.listed.1,
+                    already_known = r.already_known,
+                    swept = r.swept.0.len() + r.swept.1.len(),
+                    skipped = r.skipped.len(),
+                    fallbacks = r.fallbacks.len(),
+                    attempts,
+                    "store recovered: {} pod sandboxes, {} containers in {} ms",
+                    r.pods,
+                    r.containers,
+                    r.elapsed.as_millis()
+                );
+                return;
+            }
+            Err(e) if e.code() == Code::Unimplemented => {
+                tracing::warn!(runtime = %endpoint.display(), error = %e.message(), "runtime does not serve CRI v1; store not recovered");
+                return;
+            }
+            Err(e) => {
+                if attempts == 1 {
+                    tracing::info!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), "runtime not ready; store recovery retries until it is");
+                } else {
+                    tracing::debug!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), attempts, "store recovery: runtime still not ready");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+enum Answer {
+    Pod(String, Result<Box<cri::PodSandboxStatusResponse>, Status>),
+    Container(String, Result<Box<cri::ContainerStatusResponse>, Status>),
+}
+
+fn with_timeout<T>(message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.set_timeout(CALL_TIMEOUT);
+    req
+}
+
+fn note_fallbacks(report: &mut RecoveryReport, kind: Kind, id: &str, notes: Vec<String>) {
+    for text in notes {
+        tracing::debug!(kind = ?kind, id, fallback = %text, "recovery: field from a fallback source");
+        report.fallbacks.push(Note { kind, id: id.to_owned(), text });
+    }
+}
+
+/// The pod sandbox entry for a verbose `PodSandboxStatus` answer, and the fallbacks used.
+///
+/// Errors: why the entry cannot be built (no status or metadata, no cgroup parent source).
+pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSandboxHookRequest, Vec<String>), String> {
+    let status = answer.status.as_ref().ok_or("no status in PodSandboxStatus")?;
+    let meta = status.metadata.as_ref().ok_or("no metadata in PodSandboxStatus")?;
+    let info = verbose_info(&answer.info);
+    let config = info.as_ref().and_then(|i| obj(i, "config"));
+    let linux = config.and_then(|c| obj(c, "linux"));
+    let mut notes = Vec::new();
+
+    let cgroup_parent = match (config, linux) {
+        (Some(_), Some(l)) => string(l, "cgroup_parent").unwrap_or_default(),
+        (Some(_), None) => String::new(),
+        (None, _) => {
+            let spec_path = info.as_ref().and_then(|i| path(i, &["runtimeSpec", "linux", "cgroupsPath"])).and_then(Value::as_str);
+            match spec_path.and_then(|p| cgroup_parent_of(p, &status.id)) {
+                Some(p) => {
+                    notes.push(format!("cgroup parent from the runtime spec's cgroupsPath {:?}", spec_path.unwrap_or("")));
+                    p
+                }
+                None if info.is_none() => return Err("no verbose info: cannot tell the pod cgroup parent".into()),
+                None => return Err("verbose info has neither config nor runtimeSpec.linux.cgroupsPath: cannot tell the pod cgroup parent".into()),
+            }
+        }
+    };
+    let runtime_handler = if status.runtime_handler.is_empty() {
+        info.as_ref().and_then(|i| string(i, "runtimeHandler")).unwrap_or_default()
+    } else {
+        status.runtime_handler.clone()
+    };
+    let pod = hook::PodSandboxHookRequest {
+        pod_meta: Some(hook::PodSandboxMetadata {
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+            namespace: meta.namespace.clone(),
+            attempt: meta.attempt,
+        }),
+        runtime_handler,
+        labels: status.labels.clone(),
+        annotations: status.annotations.clone(),
+        cgroup_parent,
+        overhead: linux.and_then(|l| obj(l, "overhead")).map(cri_resources),
+        resources: linux.and_then(|l| obj(l, "resources")).map(cri_resources),
+    };
+    Ok((pod, notes))
+}
+
+/// The container hook request for a verbose `ContainerStatus` answer of container `id` in
+/// `pod`, and the fallbacks used.
+///
+/// Errors: why the entry cannot be built (no status or metadata, no source for resources or
+/// envs).
+pub fn container_entry(
+    answer: &cri::ContainerStatusResponse,
+    id: &str,
+    pod: &hook::PodSandboxHookRequest,
+) -> Result<(hook::ContainerResourceHookRequest, Vec<String>), String> {
+    let status = answer.status.as_ref().ok_or("no status in ContainerStatus")?;
+    let meta = status.metadata.as_ref().ok_or("no metadata in ContainerStatus")?;
+    let info = verbose_info(&answer.info);
+    let config = info.as_ref().and_then(|i| obj(i, "config"));
+    let spec = info.as_ref().and_then(|i| obj(i, "runtimeSpec"));
+    let requested = config.and_then(|c| path(c, &["linux", "resources"])).and_then(Value::as_object).map(cri_resources);
+    let mut notes = Vec::new();
+
+    let applied = status.resources.as_ref().and_then(|r| r.linux.as_ref()).map(convert::to_hook);
+    let mut resources = match (applied, spec.and_then(spec_resources), &requested) {
+        (Some(r), _, _) => r,
+        (None, Some(r), _) => {
+            notes.push("resources from the runtime spec (ContainerStatus has none)".into());
+            r
+        }
+        (None, None, Some(r)) if config.is_some() => {
+            notes.push("resources as created (no applied resources reported: later updates are missing)".into());
+            r.clone()
+        }
+        _ => return Err("no resources in ContainerStatus and no verbose info to read them from".into()),
+    };
+    if config.is_some() {
+        // The swap the CreateContainer config asked for (absent = 0).
+        normalise_swap(&mut resources, requested.as_ref().map_or(0, |r| r.memory_swap_limit_in_bytes));
+    }
+
+    let container_envs = match (config, spec.and_then(|s| path(s, &["process", "env"])).and_then(Value::as_array)) {
+        (Some(c), _) => config_envs(c),
+        (None, Some(env)) => {
+            notes.push("envs from the runtime spec (they include the image's and the runtime's own)".into());
+            spec_envs(env)
+        }
+        (None, None) => return Err("no verbose info: cannot tell the container envs".into()),
+    };
+
+    let hook = hook::ContainerResourceHookRequest {
+        pod_meta: pod.pod_meta.clone(),
+        container_meta: Some(hook::ContainerMetadata { name: meta.name.clone(), attempt: meta.attempt, id: id.to_owned() }),
+        container_annotations: status.annotations.clone(),
+        container_resources: Some(resources),
+        pod_resources: pod.resources.clone(),
+        pod_annotations: pod.annotations.clone(),
+        pod_labels: pod.labels.clone(),
+        pod_cgroup_parent: container_cgroup_parent(spec, id, &pod.cgroup_parent),
+        container_envs,
+    };
+    Ok((hook, notes))
+}
+
+/// The parent the container's cgroup was created under (its spec's `cgroupsPath` without the
+/// last element), when it differs from the pod's `pod_parent`; `pod_parent` otherwise, and when
+/// the pod has none (containerd then uses a default location nobody chose) or the path cannot
+/// be parsed.
+fn container_cgroup_parent(spec: Option<&Map<String, Value>>, id: &str, pod_parent: &str) -> String {
+    let applied = spec.and_then(|s| path(s, &["linux", "cgroupsPath"])).and_then(Value::as_str).and_then(|p| cgroup_parent_of(p, id));
+    match applied {
+        Some(p) if !pod_parent.is_empty() && p.trim_end_matches('/') != pod_parent.trim_end_matches('/') => p,
+        _ => pod_parent.to_owned(),
+    }
+}
+
+/// Undoes containerd's swap default: with no swap requested (`asked` = 0) containerd applies
+/// swap = memory limit, which the store never had.
+fn normalise_swap(r: &mut hook::LinuxContainerResources, asked: i64) {
+    if asked == 0 && r.memory_limit_in_bytes > 0 && r.memory_swap_limit_in_bytes == r.memory_limit_in_bytes {
+        r.memory_swap_limit_in_bytes = 0;
+    }
+}
+
+/// The JSON object of a verbose `info` map: containerd's single `info` key, else the first
+/// value that is a JSON object (other runtimes). None when there is none.
+fn verbose_info(info: &HashMap<String, String>) -> Option<Map<String, Value>> {
+    let parse = |s: &String| match serde_json::from_str::<Value>(s) {
+        Ok(Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    if let Some(m) = info.get("info").and_then(parse) {
+        return Some(m);
+    }
+    let mut keys: Vec<&String> = info.keys().collect();
+    keys.sort();
+    keys.into_iter().find_map(|k| info.get(k).and_then(parse))
+}
+
+/// The parent of an OCI `cgroupsPath` for the object `id`: cgroupfs `/a/b/<id>` → `/a/b`,
+/// systemd `parent.slice:prefix:<id>` → `parent.slice`. None when the path does not end in the
+/// object's own element.
+fn cgroup_parent_of(cgroups_path: &str, id: &str) -> Option<String> {
+    let parts: Vec<&str> = cgroups_path.split(':').collect();
+    if parts.len() == 3 && !parts[0].contains('/') {
+        return (parts[2] == id || parts[2].contains(id)).then(|| parts[0].to_owned());
+    }
+    let (parent, last) = cgroups_path.rsplit_once('/')?;
+    (!id.is_empty() && last.contains(id)).then(|| parent.to_owned())
+}
+
+/// `config.envs` (`[{"key": …, "value": …}]`, empty value omitted) as a map, last one wins.
+fn config_envs(config: &Map<String, Value>) -> HashMap<String, String> {
+    let list = config.get("envs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    list.iter()
+        .filter_map(Value::as_object)
+        .filter_map(|kv| Some((string(kv, "key")?, string(kv, "value").unwrap_or_default())))
+        .collect()
+}
+
+/// OCI `process.env` (`["K=V", …]`) as a map, split at the first `=`, last one wins.
+fn spec_envs(env: &[Value]) -> HashMap<String, String> {
+    env.iter()
+        .filter_map(Value::as_str)
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.to_owned(), String::new()),
+        })
+        .collect()
+}
+
+/// CRI `LinuxContainerResources` as Go's `encoding/json` writes it (snake_case, as containerd's
+/// `config`); protobuf JSON's camelCase names are accepted too. Missing or odd values are 0.
+fn cri_resources(r: &Map<String, Value>) -> hook::LinuxContainerResources {
+    let int = |names: &[&str]| names.iter().find_map(|n| r.get(*n).and_then(int_of)).unwrap_or(0);
+    let text = |names: &[&str]| names.iter().find_map(|n| r.get(*n).and_then(Value::as_str)).unwrap_or("").to_owned();
+    let hugepages = ["hugepage_limits", "hugepageLimits"].iter().find_map(|n| r.get(*n).and_then(Value::as_array));
+    hook::LinuxContainerResources {
+        cpu_period: int(&["cpu_period", "cpuPeriod"]),
+        cpu_quota: int(&["cpu_quota", "cpuQuota"]),
+        cpu_shares: int(&["cpu_shares", "cpuShares"]),
+        memory_limit_in_bytes: int(&["memory_limit_in_bytes", "memoryLimitInBytes"]),
+        oom_score_adj: int(&["oom_score_adj", "oomScoreAdj"]),
+        cpuset_cpus: text(&["cpuset_cpus", "cpusetCpus"]),
+        cpuset_mems: text(&["cpuset_mems", "cpusetMems"]),
+        hugepage_limits: hugepages
+            .map(|l| hugepage_limits(l, &["page_size", "pageSize"]))
+            .unwrap_or_default(),
+        unified: string_map(r.get("unified")),
+        memory_swap_limit_in_bytes: int(&["memory_swap_limit_in_bytes", "memorySwapLimitInBytes"]),
+    }
+}
+
+/// The resources of an OCI runtime spec (`linux.resources`, `process.oomScoreAdj`), mapped as
+/// containerd maps them to `ContainerStatus.resources`. None without `linux.resources`.
+fn spec_resources(spec: &Map<String, Value>) -> Option<hook::LinuxContainerResources> {
+    let res = path(spec, &["linux", "resources"])?.as_object()?;
+    let cpu = obj(res, "cpu");
+    let mem = obj(res, "memory");
+    let int = |m: Option<&Map<String, Value>>, k: &str| m.and_then(|m| m.get(k)).and_then(int_of).unwrap_or(0);
+    let text = |m: Option<&Map<String, Value>>, k: &str| m.and_then(|m| string(m, k)).unwrap_or_default();
+    Some(hook::LinuxContainerResources {
+        cpu_period: int(cpu, "period"),
+        cpu_quota: int(cpu, "quota"),
+        cpu_shares: int(cpu, "shares"),
+        memory_limit_in_bytes: int(mem, "limit"),
+        oom_score_adj: path(spec, &["process", "oomScoreAdj"]).and_then(int_of).unwrap_or(0),
+        cpuset_cpus: text(cpu, "cpus"),
+        cpuset_mems: text(cpu, "mems"),
+        hugepage_limits: res.get("hugepageLimits").and_then(Value::as_array).map(|l| hugepage_limits(l, &["pageSize"])).unwrap_or_default(),
+        unified: string_map(res.get("unified")),
+        memory_swap_limit_in_bytes: int(mem, "swap"),
+    })
+}
+
+fn hugepage_limits(list: &[Value], size_keys: &[&str]) -> Vec<hook::HugepageLimit> {
+    list.iter()
+        .filter_map(Value::as_object)
+        .filter_map(|h| {
+            let page_size = size_keys.iter().find_map(|k| string(h, k))?;
+            let limit = h.get("limit").and_then(int_of).map(|l| l.max(0) as u64).unwrap_or(0);
+            Some(hook::HugepageLimit { page_size, limit })
+        })
+        .collect()
+}
+
+fn string_map(v: Option<&Value>) -> HashMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+        .unwrap_or_default()
+}
+
+/// An integer from a JSON number (saturated to i64) or a decimal string (protobuf JSON writes
+/// 64-bit integers as strings).
+fn int_of(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_u64().map(|u| i64::try_from(u).unwrap_or(i64::MAX)))
+            .or_else(|| n.as_f64().filter(|f| f.is_finite() && f.fract() == 0.0).map(|f| f as i64)),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn obj<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Map<String, Value>> {
+    m.get(key).and_then(Value::as_object)
+}
+
+fn string(m: &Map<String, Value>, key: &str) -> Option<String> {
+    m.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn path<'a>(m: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
+    let (last, inner) = keys.split_last()?;
+    let mut cur = m;
+    for k in inner {
+        cur = obj(cur, k)?;
+    }
+    cur.get(*last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Verbose infos captured from containerd (trimmed: mounts, capabilities, masked paths).
+    /// `running` was created with shares 512 / quota 50000 / period 100000 / 64 MiB / cpuset 0 /
+    /// oom 100 / envs KEEP=me EQ=a=b, then updated to shares 256 / 96 MiB.
+    struct Fixtures {
+        version: &'static str,
+        sandbox: &'static str,
+        /// The same sandbox after StopPodSandbox.
+        stopped: &'static str,
+        running: &'static str,
+        created: &'static str,
+        clamped: &'static str,
+    }
+
+    const FIXTURES: [Fixtures; 2] = [
+        Fixtures {
+            version: "1.6",
+            sandbox: include_str!("../tests/fixtures/containerd-1.6/sandbox-ready.json"),
+            stopped: include_str!("../tests/fixtures/containerd-1.6/sandbox-notready.json"),
+            running: include_str!("../tests/fixtures/containerd-1.6/container-running-updated.json"),
+            created: include_str!("../tests/fixtures/containerd-1.6/container-created.json"),
+            clamped: include_str!("../tests/fixtures/containerd-1.6/container-clamped.json"),
+        },
+        Fixtures {
+            version: "1.7",
+            sandbox: include_str!("../tests/fixtures/containerd-1.7/sandbox-ready.json"),
+            stopped: include_str!("../tests/fixtures/containerd-1.7/sandbox-notready.json"),
+            running: include_str!("../tests/fixtures/containerd-1.7/container-running-updated.json"),
+            created: include_str!("../tests/fixtures/containerd-1.7/container-created.json"),
+            clamped: include_str!("../tests/fixtures/containerd-1.7/container-clamped.json"),
+        },
+    ];
+
+    fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn info(json: &str) -> HashMap<String, String> {
+        map(&[("info", json)])
+    }
+
+    fn json_field(json: &str, keys: &[&str]) -> String {
+        let v: Value = serde_json::from_str(json).unwrap();
+        path(v.as_object().unwrap(), keys).and_then(Value::as_str).unwrap().to_owned()
+    }
+
+    /// PodSandboxStatus as containerd answered for the fixture's sandbox.
+    fn sandbox_answer(json: &str) -> cri::PodSandboxStatusResponse {
+        let v: Value = serde_json::from_str(json).unwrap();
+        let meta = path(v.as_object().unwrap(), &["config", "metadata"]).unwrap().as_object().unwrap();
+        cri::PodSandboxStatusResponse {
+            status: Some(cri::PodSandboxStatus {
+                id: json_field(json, &["snapshotKey"]),
+                metadata: Some(cri::PodSandboxMetadata {
+                    name: string(meta, "name").unwrap(),
+                    uid: string(meta, "uid").unwrap(),
+                    namespace: string(meta, "namespace").unwrap(),
+                    attempt: 0,
+                }),
+                labels: map(&[("app", "db")]),
+                annotations: map(&[("team", "storage")]),
+                ..Default::default()
+            }),
+            info: info(json),
+            ..Default::default()
+        }
+    }
+
+    fn container_answer(json: &str, resources: cri::LinuxContainerResources) -> cri::ContainerStatusResponse {
+        cri::ContainerStatusResponse {
+            status: Some(cri::ContainerStatus {
+                id: json_field(json, &["snapshotKey"]),
+                metadata: Some(cri::ContainerMetadata { name: "main".into(), attempt: 0 }),
+                annotations: map(&[("cann", "v")]),
+                resources: Some(cri::ContainerResources { linux: Some(resources), windows: None }),
+                ..Default::default()
+            }),
+            info: info(json),
+        }
+    }
+
+    /// `ContainerStatus.resources.linux` containerd reported for the `running` fixture.
+    fn running_status_resources() -> cri::LinuxContainerResources {
+        cri::LinuxContainerResources {
+            cpu_period: 100_000,
+            cpu_quota: 50_000,
+            cpu_shares: 256,
+            memory_limit_in_bytes: 96 << 20,
+            oom_score_adj: 100,
+            cpuset_cpus: "0".into(),
+            cpuset_mems: "0".into(),
+            memory_swap_limit_in_bytes: 96 << 20,
+            ..Default::default()
+        }
+    }
+
+    fn pod_of(f: &Fixtures) -> hook::PodSandboxHookRequest {
+        pod_entry(&sandbox_answer(f.sandbox)).unwrap().0
+    }
+
+    #[test]
+    fn pod_from_containerd_sandbox() {
+        for f in &FIXTURES {
+            let (pod, notes) = pod_entry(&sandbox_answer(f.sandbox)).unwrap();
+            assert!(notes.is_empty(), "{}: {notes:?}", f.version);
+            let parent = json_field(f.sandbox, &["config", "linux", "cgroup_parent"]);
+            assert!(parent.starts_with("/rp-test-rp-rec-ctrd") && parent.contains("/poduid-"), "{}: {parent}", f.version);
+            assert_eq!(pod.cgroup_parent, parent, "{}", f.version);
+            // The applied cgroup path agrees: <parent>/<sandbox id>.
+            let spec_path = json_field(f.sandbox, &["runtimeSpec", "linux", "cgroupsPath"]);
+            let id = json_field(f.sandbox, &["snapshotKey"]);
+            assert_eq!(cgroup_parent_of(&spec_path, &id).as_deref(), Some(parent.as_str()), "{}", f.version);
+            assert_eq!(pod.labels, map(&[("app", "db")]));
+            assert_eq!(pod.annotations, map(&[("team", "storage")]));
+            let meta = pod.pod_meta.unwrap();
+            assert_eq!(meta.namespace, "default");
+            assert!(meta.name.starts_with("probe-") && meta.uid.starts_with("uid-"));
+            assert_eq!((pod.overhead, pod.resources), (None, None), "none in the config");
+            assert_eq!(pod.runtime_handler, "");
+            // A stopped sandbox (pause process gone) still has its config.
+            assert_eq!(pod_entry(&sandbox_answer(f.stopped)).unwrap().0.cgroup_parent, parent, "{}", f.version);
+        }
+    }
+
+    #[test]
+    fn container_from_containerd_running_and_updated() {
+        for f in &FIXTURES {
+            let pod = pod_of(f);
+            let answer = container_answer(f.running, running_status_resources());
+            let (c, notes) = container_entry(&answer, "cid", &pod).unwrap();
+            assert!(notes.is_empty(), "{}: {notes:?}", f.version);
+            assert_eq!(c.container_meta, Some(hook::ContainerMetadata { name: "main".into(), attempt: 0, id: "cid".into() }));
+            assert_eq!(c.container_annotations, map(&[("cann", "v")]));
+            // The config's envs: no PATH / HOSTNAME from the image and the runtime.
+            assert_eq!(c.container_envs, map(&[("KEEP", "me"), ("EQ", "a=b")]), "{}", f.version);
+            let mut want = convert::to_hook(&running_status_resources());
+            want.memory_swap_limit_in_bytes = 0; // containerd's default swap = limit, normalised
+            assert_eq!(c.container_resources, Some(want), "{}", f.version);
+            assert_eq!(c.pod_meta, pod.pod_meta);
+            assert_eq!((&c.pod_labels, &c.pod_annotations, &c.pod_cgroup_parent), (&pod.labels, &pod.annotations, &pod.cgroup_parent));
+            assert_eq!(c.pod_resources, pod.resources);
+        }
+    }
+
+    #[test]
+    fn container_moved_by_a_hook_keeps_its_applied_parent() {
+        for f in &FIXTURES {
+            let pod = pod_of(f);
+            let id = json_field(f.running, &["snapshotKey"]);
+            let mut v: Value = serde_json::from_str(f.running).unwrap();
+            v["runtimeSpec"]["linux"]["cgroupsPath"] = Value::from(format!("/kubepods/moved/{id}"));
+            let answer = container_answer(&v.to_string(), running_status_resources());
+            let (c, _) = container_entry(&answer, &id, &pod).unwrap();
+            assert_eq!(c.pod_cgroup_parent, "/kubepods/moved", "{}", f.version);
+            // Same place as the pod (trailing slash aside): the pod entry's spelling.
+            let pod_slash = hook::PodSandboxHookRequest { cgroup_parent: format!("{}/", pod.cgroup_parent), ..pod.clone() };
+            let (c, _) = container_entry(&container_answer(f.running, running_status_resources()), &id, &pod_slash).unwrap();
+            assert_eq!(c.pod_cgroup_parent, pod_slash.cgroup_parent);
+            // A pod without a parent: containerd's default location is not reported.
+            let no_parent = hook::PodSandboxHookRequest { cgroup_parent: String::new(), ..pod.clone() };
+            let (c, _) = container_entry(&answer, &id, &no_parent).unwrap();
+            assert_eq!(c.pod_cgroup_parent, "");
+        }
+        let systemd = serde_json::json!({"linux": {"cgroupsPath": "kubepods-besteffort-pod1.slice:cri-containerd:abc"}});
+        let spec = systemd.as_object();
+        assert_eq!(container_cgroup_parent(spec, "abc", "kubepods-besteffort-pod1.slice"), "kubepods-besteffort-pod1.slice");
+        assert_eq!(container_cgroup_parent(spec, "abc", "kubepods-pod2.slice"), "kubepods-besteffort-pod1.slice");
+        assert_eq!(container_cgroup_parent(None, "abc", "/p"), "/p");
+    }
+
+    #[test]
+    fn spec_resources_map_as_containerd_maps_them_to_status() {
+        for f in &FIXTURES {
+            let v: Value = serde_json::from_str(f.running).unwrap();
+            let spec = obj(v.as_object().unwrap(), "runtimeSpec").unwrap();
+            assert_eq!(spec_resources(spec), Some(convert::to_hook(&running_status_resources())), "{}", f.version);
+            // Without typed resources the spec is the fallback, swap normalised the same way.
+            let mut answer = container_answer(f.running, Default::default());
+            answer.status.as_mut().unwrap().resources = None;
+            let (c, notes) = container_entry(&answer, "cid", &pod_of(f)).unwrap();
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            let res = c.container_resources.unwrap();
+            assert_eq!((res.cpu_shares, res.memory_limit_in_bytes, res.memory_swap_limit_in_bytes), (256, 96 << 20, 0));
+        }
+    }
+
+    #[test]
+    fn created_container_without_resources() {
+        for f in &FIXTURES {
+            let answer = container_answer(f.created, Default::default());
+            let (c, notes) = container_entry(&answer, "cid", &pod_of(f)).unwrap();
+            assert!(notes.is_empty());
+            assert_eq!(c.container_envs, map(&[("A", "1")]), "{}", f.version);
+            assert_eq!(c.container_resources, Some(Default::default()), "all zero, as the store builds it");
+        }
+    }
+
+    #[test]
+    fn explicit_swap_is_kept_and_clamped_oom_is_the_applied_one() {
+        for f in &FIXTURES {
+            // Asked: 64 MiB, swap 128 MiB, oom −998, a 2MB hugepage limit; containerd applied
+            // swap 128 MiB, oom 0 (restrict_oom_score_adj) and no hugepages (no hugetlb controller).
+            let applied = cri::LinuxContainerResources {
+                cpu_shares: 256,
+                memory_limit_in_bytes: 64 << 20,
+                memory_swap_limit_in_bytes: 128 << 20,
+                ..Default::default()
+            };
+            let (c, _) = container_entry(&container_answer(f.clamped, applied.clone()), "cid", &pod_of(f)).unwrap();
+            assert_eq!(c.container_resources, Some(convert::to_hook(&applied)), "{}", f.version);
+        }
+    }
+
+    #[test]
+    fn fallbacks_without_the_config() {
+        for f in &FIXTURES {
+            let strip = |json: &str| {
+                let mut v: Value = serde_json::from_str(json).unwrap();
+                v.as_object_mut().unwrap().remove("config");
+                v.to_string()
+            };
+            let sandbox = strip(f.sandbox);
+            let mut answer = sandbox_answer(f.sandbox);
+            answer.info = info(&sandbox);
+            let (pod, notes) = pod_entry(&answer).unwrap();
+            assert_eq!(pod.cgroup_parent, json_field(f.sandbox, &["config", "linux", "cgroup_parent"]));
+            assert_eq!(notes.len(), 1, "{notes:?}");
+
+            let mut answer = container_answer(f.running, running_status_resources());
+            answer.info = info(&strip(f.running));
+            let (c, notes) = container_entry(&answer, "cid", &pod).unwrap();
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            assert_eq!(c.container_envs.get("EQ").map(String::as_str), Some("a=b"));
+            assert!(c.container_envs.contains_key("PATH"), "the spec's env includes the image's");
+            let res = c.container_resources.unwrap();
+            assert_eq!(res.memory_swap_limit_in_bytes, 96 << 20, "without the config the swap default cannot be told apart");
+        }
+    }
+
+    #[test]
+    fn objects_without_enough_information_are_refused() {
+        let f = &FIXTURES[0];
+        let mut answer = sandbox_answer(f.sandbox);
+        answer.info.clear();
+        assert!(pod_entry(&answer).unwrap_err().contains("cgroup parent"));
+        answer.info = info("{\"pid\": 1}");
+        assert!(pod_entry(&answer).unwrap_err().contains("cgroup parent"));
+        assert!(pod_entry(&cri::PodSandboxStatusResponse::default()).is_err());
+
+        let mut answer = container_answer(f.running, running_status_resources());
+        answer.info.clear();
+        assert!(container_entry(&answer, "cid", &pod_of(f)).unwrap_err().contains("envs"));
+        answer.status.as_mut().unwrap().resources = None;
+        assert!(container_entry(&answer, "cid", &pod_of(f)).unwrap_err().contains("resources"));
+        assert!(container_entry(&cri::ContainerStatusResponse::default(), "cid", &pod_of(f)).is_err());
+    }
+
+    #[test]
+    fn pod_overhead_and_resources_from_either_json_spelling() {
+        let json = r#"{"config": {"linux": {"cgroup_parent": "/kubepods/burstable/pod1",
+            "overhead": {"cpu_shares": 10, "memory_limit_in_bytes": "1048576", "hugepage_limits": [{"page_size": "2MB", "limit": 4194304}]},
+            "resources": {"cpuQuota": -1, "cpusetCpus": "0-3", "unified": {"memory.max": "max", "bad": 5}, "memorySwapLimitInBytes": 18446744073709551615}}}}"#;
+        let mut answer = sandbox_answer(FIXTURES[0].sandbox);
+        answer.info = info(json);
+        let (pod, _) = pod_entry(&answer).unwrap();
+        assert_eq!(pod.cgroup_parent, "/kubepods/burstable/pod1");
+        let o = pod.overhead.unwrap();
+        assert_eq!((o.cpu_shares, o.memory_limit_in_bytes), (10, 1 << 20));
+        assert_eq!(o.hugepage_limits, vec![hook::HugepageLimit { page_size: "2MB".into(), limit: 4 << 20 }]);
+        let r = pod.resources.unwrap();
+        assert_eq!((r.cpu_quota, r.cpuset_cpus.as_str(), r.memory_swap_limit_in_bytes), (-1, "0-3", i64::MAX));
+        assert_eq!(r.unified, map(&[("memory.max", "max")]), "non-string values dropped");
+    }
+
+    #[test]
+    fn cgroup_parents_of_cgroups_paths() {
+        assert_eq!(cgroup_parent_of("/kubepods/burstable/pod1/abc", "abc").as_deref(), Some("/kubepods/burstable/pod1"));
+        assert_eq!(cgroup_parent_of("/abc", "abc").as_deref(), Some(""));
+        assert_eq!(cgroup_parent_of("kubepods-pod1.slice:cri-containerd:abc", "abc").as_deref(), Some("kubepods-pod1.slice"));
+        assert_eq!(cgroup_parent_of("/kubepods/pod1/crio-abc.scope", "abc").as_deref(), Some("/kubepods/pod1"));
+        assert_eq!(cgroup_parent_of("/kubepods/pod1/other", "abc"), None);
+        assert_eq!(cgroup_parent_of("abc", "abc"), None);
+        assert_eq!(cgroup_parent_of("/x/abc", ""), None);
+    }
+
+    #[test]
+    fn integers_in_any_json_form() {
+        let v = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        assert_eq!(int_of(&v("5")), Some(5));
+        assert_eq!(int_of(&v("-1")), Some(-1));
+        assert_eq!(int_of(&v("18446744073709551615")), Some(i64::MAX));
+        assert_eq!(int_of(&v("\"42\"")), Some(42));
+        assert_eq!(int_of(&v("1e3")), Some(1000));
+        assert_eq!(int_of(&v("1.5")), None);
+        assert_eq!(int_of(&v("\"x\"")), None);
+        assert_eq!(int_of(&v("null")), None);
+    }
+
+    #[test]
+    fn envs_split_at_the_first_equals_sign() {
+        let env = [Value::from("A=b=c"), Value::from("EMPTY="), Value::from("NOVALUE"), Value::from(3), Value::from("A=last")];
+        assert_eq!(spec_envs(&env), map(&[("A", "last"), ("EMPTY", ""), ("NOVALUE", "")]));
+        let config: Value = serde_json::from_str(r#"{"envs": [{"key": "K"}, {"value": "no key"}, {"key": "X", "value": "1"}, 7]}"#).unwrap();
+        assert_eq!(config_envs(config.as_object().unwrap()), map(&[("K", ""), ("X", "1")]));
+    }
+
+    #[test]
+    fn sweep_drops_what_the_runtime_no_longer_has() {
+        let store = Store::new();
+        for sb in ["sb1", "sb2", "sb3"] {
+            store.put_pod(sb, Default::default());
+        }
+        for (c, sb) in [("c1", "sb1"), ("c2", "sb1"), ("c3", "sb2"), ("c4", "sb3")] {
+            store.put_container(c, ContainerEntry { sandbox_id: sb.into(), ..Default::default() });
+        }
+        let set = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<HashSet<_>>();
+        // sb2 is gone (with c3, which is still listed in a race); c2 is gone; c4 lives.
+        let (mut pods, mut containers) = sweep(&store, &set(&["sb1", "sb3"]), &set(&["c1", "c3", "c4"]));
+        pods.sort();
+        containers.sort();
+        assert_eq!(pods, ["sb2"]);
+        assert_eq!(containers, ["c2", "c3"]);
+        assert_eq!(store.len(), (2, 2));
+        assert!(store.container("c1").is_some() && store.container("c4").is_some());
+    }
+
+    #[test]
+    fn verbose_info_takes_the_info_key_or_any_object() {
+        assert!(verbose_info(&map(&[("info", "{\"a\": 1}")])).is_some());
+        assert!(verbose_info(&map(&[("info", "[1]"), ("other", "{\"a\": 1}")])).is_some());
+        assert!(verbose_info(&map(&[("info", "not json")])).is_none());
+        assert!(verbose_info(&HashMap::new()).is_none());
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null)),
+            "[a-z0-9=/:._-]{0,12}".prop_map(Value::from),
+        ];
+        let keys = prop_oneof![
+            Just("config".to_string()),
+            Just("runtimeSpec".to_string()),
+            Just("linux".to_string()),
+            Just("resources".to_string()),
+            Just("overhead".to_string()),
+            Just("cgroup_parent".to_string()),
+            Just("cgroupsPath".to_string()),
+            Just("process".to_string()),
+            Just("env".to_string()),
+            Just("envs".to_string()),
+            Just("cpu".to_string()),
+            Just("memory".to_string()),
+            Just("hugepageLimits".to_string()),
+            Just("hugepage_limits".to_string()),
+            Just("unified".to_string()),
+            Just("key".to_string()),
+            Just("value".to_string()),
+            Just("limit".to_string()),
+            "[a-z_]{1,8}",
+        ];
+        leaf.prop_recursive(6, 64, 8, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((keys.clone(), inner), 0..6).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn odd_json_never_panics(v in json_value(), raw in ".{0,40}") {
+            let pod_answer = |json: String| cri::PodSandboxStatusResponse { info: info(&json), ..sandbox_answer(FIXTURES[0].sandbox) };
+            let pod = pod_entry(&pod_answer(v.to_string())).map(|p| p.0).unwrap_or_default();
+            let _ = pod_entry(&pod_answer(raw.clone()));
+            let mut c = container_answer(FIXTURES[0].running, Default::default());
+            c.info = info(&v.to_string());
+            let _ = container_entry(&c, "cid", &pod);
+            c.status.as_mut().unwrap().resources = None;
+            let _ = container_entry(&c, "cid", &pod);
+            c.info = info(&raw);
+            let _ = container_entry(&c, "cid", &pod);
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Restart recovery at node scale: 200 running containers (20 pods × 10) are read back from a real
+//! containerd, every field right, in well under a second.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use runtime_proxy::recover::rebuild;
+use runtime_proxy::store::Store;
+use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd};
+use test_support::runtime_client;
+
+const PODS: usize = 20;
+const PER_POD: usize = 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_containers_recover_in_well_under_a_second() {
+    let env = Containerd::from_env();
+    // Pods in parallel, the containers of a pod one after the other.
+    let mut tasks = Vec::new();
+    for p in 0..PODS {
+        let env = env.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rt = runtime_client(&env.socket);
+            let labels = HashMap::from([("pod".to_string(), p.to_string())]);
+            let config = sandbox_config(&env, &unique("scale"), labels, HashMap::new());
+            let sid = rt
+                .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+                .await
+                .expect("RunPodSandbox")
+                .into_inner()
+                .pod_sandbox_id;
+            let mut containers = Vec::new();
+            for c in 0..PER_POD {
+                let n = p * PER_POD + c;
+                let resources = cri::LinuxContainerResources { cpu_shares: 2 + n as i64, ..Default::default() };
+                let idx = n.to_string();
+                let cc = container_config(&env, &format!("c{c}"), &["sleep", "3600"], Some(resources), &[("IDX", &idx)]);
+                let req = cri::CreateContainerRequest { pod_sandbox_id: sid.clone(), config: Some(cc), sandbox_config: Some(config.clone()) };
+                let cid = rt.create_container(req).await.expect("CreateContainer").into_inner().container_id;
+                rt.start_container(cri::StartContainerRequest { container_id: cid.clone() }).await.expect("StartContainer");
+                containers.push((cid, n));
+            }
+            (sid, config, containers)
+        }));
+    }
+    let mut pods = Vec::new();
+    for t in tasks {
+        pods.push(t.await.expect("pod task"));
+    }
+
+    let channel = test_support::channel(&env.socket);
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let store = Store::new();
+        let report = rebuild(&channel, &store).await.expect("rebuild");
+        assert!(report.skipped.is_empty() && report.fallbacks.is_empty(), "{report:?}");
+        times.push(report.elapsed);
+        for (sid, config, containers) in &pods {
+            let parent = &config.linux.as_ref().unwrap().cgroup_parent;
+            assert_eq!(&store.pod(sid).expect("pod recovered").cgroup_parent, parent);
+            for (cid, n) in containers {
+                let c = store.container(cid).expect("container recovered");
+                assert_eq!(&c.sandbox_id, sid);
+                assert_eq!(&c.hook.pod_cgroup_parent, parent);
+                assert_eq!(c.hook.container_envs.get("IDX"), Some(&n.to_string()));
+                assert_eq!(c.hook.container_resources.as_ref().map(|r| r.cpu_shares), Some(2 + *n as i64));
+            }
+        }
+        eprintln!(
+            "rebuild: {} pod sandboxes, {} containers listed; {} + {} recovered in {:?}",
+            report.listed.0, report.listed.1, report.pods, report.containers, report.elapsed
+        );
+    }
+    // The proxy itself (one-thread runtime, as in production) logs its start-up recovery.
+    let proxy = test_support::proxy::ProxyProcess::start(env!("CARGO_BIN_EXE_runtime-proxy"), &env.socket, &[]);
+    assert!(proxy.wait_log(&["store recovered"], 0), "{}", proxy.log());
+    let line = proxy.log().lines().find(|l| l.contains("store recovered")).unwrap_or_default().to_owned();
+    eprintln!("proxy: {}", &line[line.find("store recovered").unwrap_or(0)..]);
+
+    let mut rt = runtime_client(&env.socket);
+    for (sid, _, _) in &pods {
+        remove_sandbox(&mut rt, sid).await;
+    }
+    times.sort();
+    assert!(times[1] < Duration::from_secs(1), "median rebuild {:?} (all: {times:?})", times[1]);
+}
