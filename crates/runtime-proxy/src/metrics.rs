@@ -16,7 +16,8 @@
 //! file's name. Gauges are read when scraped.
 //!
 //! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`): `GET /metrics` (OpenMetrics text),
-//! `GET /healthz` (200 `ok`, or 503 naming the backend that cannot be reached).
+//! `GET /healthz` (200 `ok`, or 503 naming the backend that cannot be reached), `GET /debug/store`
+//! (JSON: the sandbox and container IDs the store holds, sorted).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -216,11 +217,18 @@ impl Admin {
                 let up = self.backend.connect().await.is_ok();
                 reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(&self.hooks, &self.store, up))
             }
+            "/debug/store" => {
+                let (mut pods, mut containers) = self.store.ids();
+                pods.sort();
+                containers.sort();
+                let body = serde_json::json!({ "pod_sandboxes": pods, "containers": containers });
+                reply(200, "application/json", format!("{body}\n"))
+            }
             "/healthz" => match self.backend.connect().await {
                 Ok(()) => reply(200, "text/plain", "ok\n".into()),
                 Err(status) => reply(503, "text/plain", format!("{}\n", status.message)),
             },
-            _ => reply(404, "text/plain", "not found: try /metrics or /healthz\n".into()),
+            _ => reply(404, "text/plain", "not found: try /metrics, /healthz or /debug/store\n".into()),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! containers that are gone — including containers that exit on their own and are removed
 //! without a StopContainer, as kubelet does for finished init containers and jobs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,10 +17,20 @@ const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const PODS: usize = 50;
 const HOOK_DELAY: Duration = Duration::from_millis(100);
 
-fn store_objects(proxy: &ProxyProcess, kind: &str) -> f64 {
-    let (_, text) = proxy.admin_get("/metrics");
-    let series = format!("runtime_proxy_store_objects{{kind=\"{kind}\"}} ");
-    text.lines().find_map(|l| l.strip_prefix(&series)).and_then(|v| v.trim().parse().ok()).unwrap_or(-1.0)
+/// The sandbox and container IDs the proxy's store holds (`/debug/store`). The store also holds
+/// what other tests run on the same containerd, so tests look for their own IDs.
+fn store_ids(proxy: &ProxyProcess) -> (HashSet<String>, HashSet<String>) {
+    let (status, body) = proxy.admin_get("/debug/store");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let ids = |k: &str| v[k].as_array().expect(k).iter().filter_map(|s| s.as_str().map(str::to_owned)).collect();
+    (ids("pod_sandboxes"), ids("containers"))
+}
+
+/// Whether the store holds each of `pods` (sandbox and container).
+fn stored(proxy: &ProxyProcess, pods: &[(String, String)]) -> Vec<(bool, bool)> {
+    let (sandboxes, containers) = store_ids(proxy);
+    pods.iter().map(|(s, c)| (sandboxes.contains(s), containers.contains(c))).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,12 +62,11 @@ async fn fifty_pods_with_a_100ms_hook_run_in_parallel_and_leave_no_store_entries
         hook.max_concurrent()
     );
     assert!(hook.max_concurrent() >= 10, "hook calls of different pods overlap: at most {} at once", hook.max_concurrent());
-    assert_eq!(store_objects(&proxy, "pod_sandbox"), PODS as f64);
-    assert_eq!(store_objects(&proxy, "container"), PODS as f64);
+    let ids: Vec<(String, String)> = pods.iter().map(|p| (p.sandbox_id.clone(), p.container_id.clone())).collect();
+    assert!(stored(&proxy, &ids).iter().all(|s| *s == (true, true)), "every pod and container stored");
 
     remove_pods(&proxy, pods).await;
-    assert_eq!(store_objects(&proxy, "pod_sandbox"), 0.0);
-    assert_eq!(store_objects(&proxy, "container"), 0.0);
+    assert!(stored(&proxy, &ids).iter().all(|s| *s == (false, false)), "nothing left of the removed pods");
 }
 
 #[tokio::test]
@@ -78,11 +87,12 @@ async fn a_container_that_exits_and_is_removed_without_stop_leaves_nothing() {
     })
     .await;
     assert!(exited, "the container exited");
-    assert_eq!(store_objects(&proxy, "container"), 1.0);
+    let ids = [(pod.sandbox_id.clone(), pod.container_id.clone())];
+    assert_eq!(stored(&proxy, &ids), [(true, true)]);
     rt.remove_container(cri::RemoveContainerRequest { container_id: pod.container_id.clone() }).await.unwrap();
-    assert_eq!(store_objects(&proxy, "container"), 0.0, "removed without StopContainer: gone from the store");
+    assert_eq!(stored(&proxy, &ids), [(true, false)], "removed without StopContainer: gone from the store");
     test_support::containerd::remove_sandbox(&mut rt, &pod.sandbox_id).await;
-    assert_eq!(store_objects(&proxy, "pod_sandbox"), 0.0);
+    assert_eq!(stored(&proxy, &ids), [(false, false)]);
 }
 
 /// Starts [`PODS`] pods concurrently through `proxy`; returns the wall time and the pods.

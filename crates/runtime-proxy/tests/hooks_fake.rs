@@ -70,7 +70,7 @@ async fn untouched_requests_are_forwarded_byte_for_byte_and_edits_keep_unknown_f
     register(dir.path(), "echo.json", echo.socket(), "Fail", &["PreCreateContainer"], json!({}));
     assert!(proxy.wait_log(&["hook server added"], n));
     create(&proxy, &request).await.expect("CreateContainer");
-    assert_eq!(fake.calls()[0].body, grpc_frame(&request), "byte-identical with an echoing hook");
+    assert_eq!(fake.calls_to(CREATE)[0].body, grpc_frame(&request), "byte-identical with an echoing hook");
     assert_eq!(echo.seen().len(), 1);
 
     // A hook that changes the CPU shares: only that field changes; the unknown field stays.
@@ -82,7 +82,7 @@ async fn untouched_requests_are_forwarded_byte_for_byte_and_edits_keep_unknown_f
     register(dir.path(), "shares.json", shares.socket(), "Fail", &["PreCreateContainer"], json!({}));
     assert!(proxy.wait_log(&["hook server added"], n));
     create(&proxy, &request).await.expect("CreateContainer");
-    let forwarded = fake.calls()[1].body.slice(5..);
+    let forwarded = fake.calls_to(CREATE)[1].body.slice(5..);
     assert!(forwarded.ends_with(&UNKNOWN_FIELD), "unknown field kept");
     let mut want = cri::CreateContainerRequest::decode(request.as_slice()).unwrap();
     want.config.as_mut().unwrap().linux.as_mut().unwrap().resources.as_mut().unwrap().cpu_shares = 2048;
@@ -142,5 +142,5 @@ async fn the_kubelet_deadline_caps_a_hook_servers_timeout() {
     let message = answer.grpc_message().unwrap_or_default();
     assert!(message.contains("PreCreateContainer") && message.contains("slow.json"), "{message}");
     assert!(started.elapsed() < Duration::from_secs(10), "bounded by the kubelet's 400 ms, not the hook's 60 s");
-    assert!(fake.calls().is_empty(), "refused calls never reach the runtime");
+    assert!(fake.calls_to(CREATE).is_empty(), "refused calls never reach the runtime");
 }

@@ -43,7 +43,7 @@ async fn metadata_status_details_and_trailers_pass_unchanged() {
     assert_eq!(resp.get_ref(), &reply);
 
     // Only this test's call: the proxy's start-up store recovery calls the backend too.
-    let calls: Vec<_> = fake.calls().into_iter().filter(|c| c.path == "/runtime.v1.RuntimeService/Version").collect();
+    let calls = fake.calls_to("/runtime.v1.RuntimeService/Version");
     assert_eq!(calls.len(), 1);
     let call = &calls[0];
     assert_eq!(call.path, "/runtime.v1.RuntimeService/Version");

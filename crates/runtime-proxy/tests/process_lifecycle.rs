@@ -49,7 +49,7 @@ async fn sigterm_drains_in_flight_calls_and_removes_the_socket() {
     let mut rt = runtime_client(&socket);
     let in_flight = tokio::spawn(async move { rt.version(cri::VersionRequest::default()).await });
     // (counting only Version calls: the proxy's start-up store recovery calls the backend too)
-    let versions = || fake.calls().iter().filter(|c| c.path == "/runtime.v1.RuntimeService/Version").count();
+    let versions = || fake.calls_to("/runtime.v1.RuntimeService/Version").len();
     assert!(test_support::wait_until(Duration::from_secs(5), || async { versions() == 1 }).await);
 
     proxy.signal(libc::SIGTERM);

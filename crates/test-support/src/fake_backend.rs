@@ -98,6 +98,12 @@ impl FakeBackend {
         self.recorded.lock().unwrap().clone()
     }
 
+    /// Calls received so far on one gRPC path (the proxy also calls the backend on its own, e.g.
+    /// to recover its store at start-up).
+    pub fn calls_to(&self, path: &str) -> Vec<Recorded> {
+        self.calls().into_iter().filter(|c| c.path == path).collect()
+    }
+
     /// How many calls were abandoned by the client (stream reset) before the fake answered.
     pub fn abandoned(&self) -> usize {
         self.dropped.load(Ordering::SeqCst)
