@@ -33,12 +33,20 @@ pub struct Backend {
     conn: Mutex<Option<SendRequest<Bytes>>>,
     /// Serialises connection attempts so a burst of calls after a failure dials once.
     connecting: tokio::sync::Mutex<()>,
+    /// Counts connections made (1 = the first; more = reconnections, e.g. after the runtime
+    /// restarted), for the store's recovery.
+    connections: tokio::sync::watch::Sender<u64>,
 }
 
 impl Backend {
     /// A backend for the unix socket at `path`; nothing is dialled until the first call.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Backend { path: path.into(), conn: Mutex::new(None), connecting: tokio::sync::Mutex::new(()) }
+        Backend {
+            path: path.into(),
+            conn: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            connections: tokio::sync::watch::Sender::new(0),
+        }
     }
 
     /// The backend socket path.
@@ -72,6 +80,11 @@ impl Backend {
         })
     }
 
+    /// Notified with the number of connections made so far, each time a new one is made.
+    pub fn connections(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.connections.subscribe()
+    }
+
     /// Dials now, so a caller can learn whether the backend is up (start-up checks, health).
     ///
     /// Errors: as [`Backend::open_stream`].
@@ -103,6 +116,7 @@ impl Backend {
             }
         });
         tracing::info!(backend = %self.path.display(), "connected to backend");
+        self.connections.send_modify(|n| *n += 1);
         *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender.clone());
         Ok(sender)
     }

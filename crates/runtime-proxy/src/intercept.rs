@@ -33,6 +33,7 @@ use crate::backend::Backend;
 use crate::dispatch::Dispatcher;
 use crate::grpc::{Code, Status};
 use crate::passthrough;
+use crate::recover;
 use crate::registry::{Registry, Stage};
 use crate::store::{ContainerEntry, PodLocks, Store};
 use crate::wire::{self, Edit};
@@ -89,6 +90,8 @@ pub struct Interceptor {
     pub skip_label: (String, String),
     /// Orders calls for the same pod.
     pub pod_locks: PodLocks,
+    /// A CRI client channel to the runtime, to ask it about objects the store does not know.
+    pub runtime: tonic::transport::Channel,
 }
 
 /// A copy of a call's hook request, taken before the pre stage.
@@ -180,7 +183,7 @@ impl Interceptor {
             Some(key) => Some(self.pod_locks.lock(&key).await),
             None => None,
         };
-        call.load(&self.store);
+        call.load(&self.store, &self.runtime).await;
         let hooked = !call.skips_hooks(&self.skip_label);
         let before = call.hook_state();
         let snapshot = self.registry.snapshot();
@@ -249,12 +252,22 @@ impl Call {
     }
 
     /// Builds what the hooks will see from the request and the store (koordinator.md §3.3–3.6);
-    /// called once it is this call's turn for its pod.
-    fn load(&mut self, store: &Store) {
+    /// called once it is this call's turn for its pod. A pod sandbox or container the store does
+    /// not know is asked of the runtime (verbose status) and recorded; only when the runtime does
+    /// not know it either are its hooks skipped (logged).
+    async fn load(&mut self, store: &Store, runtime: &tonic::transport::Channel) {
         match self {
-            Call::CreateContainer { req, hook } => *hook = container_hook_request(req, store),
+            Call::CreateContainer { req, hook } => {
+                if store.pod(&req.pod_sandbox_id).is_none() {
+                    recover::fetch_pod(runtime, store, &req.pod_sandbox_id).await;
+                }
+                *hook = container_hook_request(req, store);
+            }
             Call::UpdateContainerResources { req, entry } => {
-                *entry = store.container(&req.container_id);
+                *entry = match store.container(&req.container_id) {
+                    Some(e) => Some(e),
+                    None => recover::fetch_container(runtime, store, &req.container_id).await,
+                };
                 match entry.as_mut() {
                     Some(e) => {
                         let resources = e.hook.container_resources.get_or_insert_with(Default::default);
@@ -263,16 +276,21 @@ impl Call {
                         }
                         hook_api::merge::merge_map(&mut e.hook.container_annotations, &req.annotations);
                     }
-                    None => tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container not in the store; hooks skipped"),
+                    None => tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container unknown to the store and the runtime; hooks skipped"),
                 }
             }
             Call::Container { id, entry } => {
-                *entry = store.container(id);
-                if entry.is_none() {
-                    tracing::debug!(container_id = %id, "container not in the store; its hooks are skipped");
-                }
+                *entry = match store.container(id) {
+                    Some(e) => Some(e),
+                    None => recover::fetch_container(runtime, store, id).await,
+                };
             }
-            Call::Pod { id, pod } => *pod = store.pod(id),
+            Call::Pod { id, pod } => {
+                *pod = match store.pod(id) {
+                    Some(p) => Some(p),
+                    None => recover::fetch_pod(runtime, store, id).await,
+                };
+            }
             Call::RunPodSandbox { .. } | Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => {}
         }
     }
@@ -645,8 +663,8 @@ mod tests {
         assert_eq!(got, want);
     }
 
-    #[test]
-    fn update_without_hook_changes_is_untouched_and_cpuset_clear_applies() {
+    #[tokio::test]
+    async fn update_without_hook_changes_is_untouched_and_cpuset_clear_applies() {
         let stored = hook::ContainerResourceHookRequest {
             container_annotations: [("stored".to_string(), "1".to_string())].into(),
             container_resources: Some(hook::LinuxContainerResources { cpu_shares: 1024, cpuset_cpus: "0-1".into(), oom_score_adj: 5, ..Default::default() }),
@@ -660,7 +678,7 @@ mod tests {
             ..Default::default()
         };
         let mut call = Call::decode(Method::UpdateContainerResources, Bytes::from(req.encode_to_vec())).unwrap();
-        call.load(&store);
+        call.load(&store, &hook_api::connect("/nonexistent/runtime.sock")).await;
         let before = call.hook_state();
         assert!(call.edits(&before).is_empty(), "stored cpuset, oom score and annotations are not added");
 

@@ -11,7 +11,7 @@
 //! * [`dispatch`] — calls the hook servers of a stage in order, with deadlines and policies.
 //! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
 //! * [`store`] — what the proxy knows of each pod sandbox and container.
-//! * [`recover`] — rebuilds the store from the runtime after a restart.
+//! * [`recover`] — rebuilds the store from the runtime (start-up, reconnects, sweeps, misses).
 //! * [`passthrough`] — forwards a call frame by frame, streams included.
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
@@ -78,7 +78,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         dispatcher: Dispatcher::new(metrics.clone()),
         skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
         pod_locks: Default::default(),
+        runtime: hook_api::connect(&args.runtime_endpoint),
     });
+    let connections = runtime.connections();
     let router = Arc::new(Router::new(runtime, image, Some(interceptor), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
@@ -89,7 +91,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         "runtime-proxy serving"
     );
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
-    let _recovery = AbortOnDrop(tokio::spawn(recover::recover_at_startup(args.runtime_endpoint.clone(), store)));
+    let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await
 }
 

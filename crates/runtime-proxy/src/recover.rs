@@ -89,7 +89,7 @@
 //! Calls for an object not recovered yet skip their hooks, as for any unknown object.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -316,18 +316,46 @@ pub fn sweep(store: &Store, live_sandboxes: &HashSet<String>, live_containers: &
     (removed_pods, removed_containers)
 }
 
-/// The start-up task: rebuilds the store from the runtime at `endpoint` once it is reachable,
-/// retrying with backoff ([`RETRY_FIRST`] doubling to [`RETRY_MAX`]) while it is not. Gives up
-/// only when the runtime does not implement CRI v1 (nothing to recover).
-pub async fn recover_at_startup(endpoint: PathBuf, store: Arc<Store>) {
+/// How often the store is checked against the runtime for objects that went away without the
+/// proxy seeing a Remove call (a sweep also recovers objects created around the proxy).
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(300);
+
+/// The store's keeper, for the proxy's lifetime: rebuilds the store from the runtime behind
+/// `channel` at start-up (retrying with backoff, [`RETRY_FIRST`] doubling to [`RETRY_MAX`],
+/// while the runtime is not reachable), again whenever the proxy's backend connection is
+/// re-established (`connections` counts them: the runtime may have restarted), and every
+/// [`SWEEP_INTERVAL`]. Stops only when the runtime does not implement CRI v1.
+pub async fn keep_store(endpoint: PathBuf, store: Arc<Store>, mut connections: tokio::sync::watch::Receiver<u64>) {
     let channel = hook_api::connect(&endpoint);
+    if !rebuild_until_done(&endpoint, &channel, &store, "start-up").await {
+        return;
+    }
+    // Connections made before or during the first rebuild need no second one.
+    connections.borrow_and_update();
+    loop {
+        let why = tokio::select! {
+            changed = connections.changed() => match changed {
+                Ok(()) => "backend reconnected",
+                Err(_) => return,
+            },
+            () = tokio::time::sleep(SWEEP_INTERVAL) => "periodic sweep",
+        };
+        if !rebuild_until_done(&endpoint, &channel, &store, why).await {
+            return;
+        }
+    }
+}
+
+/// Rebuilds until it succeeds; false when the runtime does not serve CRI v1 (give up).
+async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Store, why: &str) -> bool {
     let mut delay = RETRY_FIRST;
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        match rebuild(&channel, &store).await {
+        match rebuild(channel, store).await {
             Ok(r) => {
                 tracing::info!(
+                    why,
                     listed_pods = r.listed.0,
                     listed_containers = r.listed.1,
                     already_known = r.already_known,
@@ -340,21 +368,91 @@ pub async fn recover_at_startup(endpoint: PathBuf, store: Arc<Store>) {
                     r.containers,
                     r.elapsed.as_millis()
                 );
-                return;
+                return true;
             }
             Err(e) if e.code() == Code::Unimplemented => {
                 tracing::warn!(runtime = %endpoint.display(), error = %e.message(), "runtime does not serve CRI v1; store not recovered");
-                return;
+                return false;
             }
             Err(e) => {
                 if attempts == 1 {
-                    tracing::info!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), "runtime not ready; store recovery retries until it is");
+                    tracing::info!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), why, "runtime not ready; store recovery retries until it is");
                 } else {
                     tracing::debug!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), attempts, "store recovery: runtime still not ready");
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(RETRY_MAX);
             }
+        }
+    }
+}
+
+/// For a store miss at an ID-only CRI call: asks the runtime for pod sandbox `sandbox_id`
+/// (verbose status) and records it. Returns it, or `None` when the runtime does not know it
+/// either or cannot be asked (logged; the call then goes on without hooks).
+pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Option<hook::PodSandboxHookRequest> {
+    let mut client = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let req = cri::PodSandboxStatusRequest { pod_sandbox_id: sandbox_id.to_owned(), verbose: true };
+    let answer = match client.pod_sandbox_status(with_timeout(req)).await {
+        Ok(a) => a.into_inner(),
+        Err(e) => {
+            tracing::debug!(sandbox_id, code = %e.code(), error = %e.message(), "store miss: runtime has no such pod sandbox");
+            return None;
+        }
+    };
+    match pod_entry(&answer) {
+        Ok((pod, _)) => {
+            store.put_pod(sandbox_id, pod.clone());
+            tracing::info!(sandbox_id, "store miss: pod sandbox recovered from the runtime");
+            Some(pod)
+        }
+        Err(why) => {
+            tracing::warn!(sandbox_id, reason = %why, "store miss: pod sandbox status unusable");
+            None
+        }
+    }
+}
+
+/// For a store miss at an ID-only CRI call: asks the runtime for container `container_id`
+/// (its sandbox from ListContainers, then both verbose statuses) and records it.
+/// Returns it, or `None` as [`fetch_pod`] does.
+pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &str) -> Option<ContainerEntry> {
+    let mut client = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let filter = cri::ContainerFilter { id: container_id.to_owned(), ..Default::default() };
+    let listed = client.list_containers(with_timeout(cri::ListContainersRequest { filter: Some(filter) })).await;
+    let sandbox_id = match listed.map(|r| r.into_inner().containers) {
+        Ok(c) if !c.is_empty() => c[0].pod_sandbox_id.clone(),
+        Ok(_) => {
+            tracing::debug!(container_id, "store miss: runtime has no such container");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(container_id, code = %e.code(), error = %e.message(), "store miss: cannot ask the runtime");
+            return None;
+        }
+    };
+    let pod = match store.pod(&sandbox_id) {
+        Some(p) => p,
+        None => fetch_pod(channel, store, &sandbox_id).await?,
+    };
+    let req = cri::ContainerStatusRequest { container_id: container_id.to_owned(), verbose: true };
+    let answer = match client.container_status(with_timeout(req)).await {
+        Ok(a) => a.into_inner(),
+        Err(e) => {
+            tracing::debug!(container_id, code = %e.code(), error = %e.message(), "store miss: container status failed");
+            return None;
+        }
+    };
+    match container_entry(&answer, container_id, &pod) {
+        Ok((hook, _)) => {
+            let entry = ContainerEntry { sandbox_id, hook };
+            store.put_container(container_id, entry.clone());
+            tracing::info!(container_id, "store miss: container recovered from the runtime");
+            Some(entry)
+        }
+        Err(why) => {
+            tracing::warn!(container_id, reason = %why, "store miss: container status unusable");
+            None
         }
     }
 }

@@ -310,3 +310,39 @@ async fn id_only_stages_get_pod_and_container_info_from_the_store() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_store_miss_asks_the_runtime_before_calling_hooks() {
+    let mut s = setup();
+    assert!(s.proxy.wait_log(&["store recovered"], 0), "start-up recovery done:\n{}", s.proxy.log());
+    let hook = TestHook::echoing(|_, _| {}).await;
+    s.register("observer.json", hook.socket(), "Fail", &["PreUpdateContainerResources", "PostStopContainer"], json!({}));
+
+    // A pod created directly on containerd after the proxy started: its store has never seen it.
+    let mut direct = runtime_client(&s.env.socket);
+    let labels = [("app".to_string(), "direct".to_string())].into();
+    let sandbox = sandbox_config(&s.env, &unique("direct"), labels, HashMap::new());
+    let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
+    let container = container_config(&s.env, "main", &["sleep", "3600"], Some(resources), &[("KEEP", "me")]);
+    let pod = Pod::start(&mut direct, sandbox, container).await.expect("pod on containerd");
+
+    s.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+        container_id: pod.container_id.clone(),
+        linux: Some(cri::LinuxContainerResources { cpu_shares: 256, ..Default::default() }),
+        ..Default::default()
+    })
+    .await
+    .expect("update through the proxy");
+    let (cid, parent) = (pod.container_id.clone(), pod.cgroup_parent());
+    pod.remove(&mut s.rt).await;
+
+    let seen = hook.seen();
+    assert_eq!(seen.iter().map(Seen::stage).collect::<Vec<_>>(), ["PreUpdateContainerResources", "PostStopContainer"], "hooks not skipped");
+    let Seen::Container(_, req) = &seen[0] else { panic!("container stage expected") };
+    assert_eq!(req.container_meta.as_ref().unwrap().id, cid);
+    assert_eq!(req.pod_cgroup_parent, parent);
+    assert_eq!(req.pod_labels.get("app").map(String::as_str), Some("direct"));
+    assert_eq!(req.container_envs.get("KEEP").map(String::as_str), Some("me"));
+    assert_eq!(req.container_resources.as_ref().unwrap().cpu_shares, 256, "kubelet's update merged in");
+    assert!(s.proxy.log().contains("store miss: container recovered from the runtime"));
+}
