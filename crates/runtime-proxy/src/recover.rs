@@ -86,7 +86,8 @@
 //! calls and are newer than what the runtime reports, so they are kept; objects created after the
 //! listing are not swept. (Checking and writing an entry are two store operations; a live write
 //! landing in between is overwritten by the runtime's record of the same, just-created object.)
-//! Calls for an object not recovered yet skip their hooks, as for any unknown object.
+//! A call for an object not recovered yet asks the runtime for it alone ([`fetch_container`],
+//! [`fetch_pod`]) before its hooks run.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
