@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench.sh — `make bench`: the proxy's added latency per CRI call (benches/latency.rs), then what hooks
 # cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once through a 100 ms hook),
-# against a real containerd 1.6, which it starts and stops (also on failure or Ctrl-C). Extra arguments
-# go to both benches; RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks 3000).
+# then the store at node scale (benches/store.rs: RSS idle and with 200 pods, store memory per pod,
+# recovery time after kill -9), against a real containerd 1.6, which it starts and stops (also on
+# failure or Ctrl-C). Extra arguments go to every bench; RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks 3000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -17,3 +18,5 @@ export RP_CONTAINERD_ENV=$CTRD/env
 cargo bench --locked -p runtime-proxy --bench latency -- "$@"
 echo
 cargo bench --locked -p runtime-proxy --bench hooks -- "$@"
+echo
+cargo bench --locked -p runtime-proxy --bench store -- "$@"
