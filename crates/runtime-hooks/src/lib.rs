@@ -1,0 +1,6 @@
+//! runtime-hooks: the hook-server half of runtime-proxy, in the role of koordlet's runtime hooks
+//! (work in progress: more modules follow).
+
+#![warn(missing_docs)]
+
+pub mod quantity;
