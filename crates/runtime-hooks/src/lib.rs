@@ -3,4 +3,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cgroup;
+pub mod change;
+pub mod context;
 pub mod quantity;
