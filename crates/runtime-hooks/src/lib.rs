@@ -6,4 +6,7 @@
 pub mod cgroup;
 pub mod change;
 pub mod context;
+pub mod plugin;
 pub mod quantity;
+pub mod rules;
+pub mod framework;
