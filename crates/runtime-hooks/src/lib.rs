@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod change;
 pub mod context;
 pub mod plugin;
+pub mod plugins;
 pub mod quantity;
 pub mod rules;
 pub mod framework;
