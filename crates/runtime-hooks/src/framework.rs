@@ -16,7 +16,8 @@
 //! then applies the registration's own failure policy); under `Ignore` it is logged at warn, the
 //! plugin's change is dropped and the next plugin runs. A cgroup write that fails counts as a
 //! failure of the plugin that asked for the value; a file the kernel lacks is skipped, never a
-//! failure.
+//! failure, and so is a pod cgroup directory that does not exist yet (kubelet creates it before
+//! RunPodSandbox; other clients leave it to runc) — that is logged at warn.
 
 use std::fmt;
 use std::sync::Arc;
@@ -231,6 +232,15 @@ impl Framework {
             match w.result {
                 Ok(Written::Corrected(drift)) => tracing::info!(plugin = w.owned.plugin, pod = %pod.key(), "pod cgroup set: {drift}"),
                 Ok(Written::Unchanged | Written::Unsupported) => {}
+                // kubelet creates the pod cgroup before RunPodSandbox; a client that does not
+                // (crictl, tests) leaves it to runc. Not the plugin's fault: say so and go on.
+                Err(CgroupError::NoDir(dir)) => tracing::warn!(
+                    plugin = w.owned.plugin,
+                    pod = %pod.key(),
+                    "pod cgroup {} does not exist yet (kubelet creates it before RunPodSandbox); {} not written here (the reconciler writes it once the pod runs, if it is enabled)",
+                    dir.display(),
+                    w.owned.value
+                ),
                 Err(e) => {
                     let error = anyhow::anyhow!("setting pod cgroup {}: {e}", w.owned.value);
                     self.fail_or_keep(PluginFailure { plugin: w.owned.plugin, stage, target: pod.key(), error }, &mut outcome.failures)?;
@@ -289,21 +299,21 @@ impl Framework {
 }
 
 fn failure_status(f: &PluginFailure) -> Status {
-    tracing::warn!(plugin = f.plugin, stage = %f.stage, target = %f.target, "{f} (plugin-failure-policy Fail)");
+    tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Fail)");
     Status::internal(format!("runtime-hooks: {f} (plugin-failure-policy Fail)"))
 }
 
 fn log_ignored(outcome: &Outcome) {
     for f in &outcome.failures {
-        tracing::warn!(plugin = f.plugin, stage = %f.stage, target = %f.target, "{f} (plugin-failure-policy Ignore)");
+        tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Ignore)");
     }
 }
 
 fn log_call(stage: Stage, target: &str, change: &Change) {
     if change.is_empty() {
-        tracing::debug!(%stage, target, "no change");
+        tracing::debug!(%stage, on = target, "no change");
     } else {
-        tracing::info!(%stage, target, "{}", change.describe());
+        tracing::info!(%stage, on = target, "{}", change.describe());
     }
 }
 
@@ -446,9 +456,16 @@ mod tests {
         assert_eq!(resp, echo_pod(&req), "pod answers echo (pod values go to the cgroup, not the answer)");
         assert_eq!(std::fs::read_to_string(pod_dir.join("cpu.weight")).unwrap(), "39");
         assert_eq!(f.cgroups().unsupported(), vec!["cpu.bvt_warp_ns".to_string()]);
-        // The pod's directory does not exist: the owning plugin's failure.
-        let gone = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod2".into(), ..Default::default() };
-        let err = f.pod_hook(Stage::PreRunPodSandbox, &gone).unwrap_err();
-        assert!(err.message().contains("podlevel") && err.message().contains("does not exist"), "{}", err.message());
+        // The pod's directory does not exist yet: logged, not a failure (even under Fail).
+        let early = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod2".into(), ..Default::default() };
+        assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &early).unwrap(), echo_pod(&early));
+        // A file that cannot be read or written is the owning plugin's failure (here: cpu.max is
+        // a directory, which even root cannot write).
+        std::fs::create_dir(pod_dir.join("cpu.max")).unwrap();
+        let change = Change { pod_cgroup: vec![CgroupValue::CfsQuota(5000)], ..Default::default() };
+        let f = framework(vec![Fixed { name: "quota", stages: &[Stage::PreRunPodSandbox], change: Some(change) }], FailurePolicy::Fail, t.path());
+        let blocked = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), ..Default::default() };
+        let err = f.pod_hook(Stage::PreRunPodSandbox, &blocked).unwrap_err();
+        assert!(err.message().contains("plugin quota") && err.message().contains("cpu.max"), "{}", err.message());
     }
 }

@@ -208,12 +208,12 @@ impl Reconciler {
             let target = targets.get(&(w.dir.clone(), w.owned.value.kind())).cloned().unwrap_or_default();
             match w.result {
                 Ok(Written::Corrected(drift)) => {
-                    tracing::info!(target = %target, plugin = w.owned.plugin, file = %drift.path.display(), old = %drift.old, new = %drift.new, "drift corrected");
+                    tracing::info!(on = %target, plugin = w.owned.plugin, file = %drift.path.display(), old = %drift.old, new = %drift.new, "drift corrected");
                     report.corrected.push(Correction { target, plugin: w.owned.plugin, drift });
                 }
                 Ok(Written::Unchanged | Written::Unsupported) => {}
                 // Gone between the listing and the write (or the QoS dir does not exist).
-                Err(CgroupError::NoDir(dir)) => tracing::debug!(%target, "cgroup {} is gone", dir.display()),
+                Err(CgroupError::NoDir(dir)) => tracing::debug!(on = %target, "cgroup {} is gone", dir.display()),
                 Err(e) => {
                     failures.insert(format!("{target}: plugin {}: setting {}: {e}", w.owned.plugin, w.owned.value));
                 }
