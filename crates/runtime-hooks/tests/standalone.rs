@@ -170,11 +170,19 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
             std::fs::write(d.join(f), format!("{v}\n")).unwrap();
         }
     }
+    // A kernel with group identity (Anolis) has cpu.bvt_warp_ns; so does this tree, in the pod
+    // and in kubelet's QoS directories.
+    let kubepods = root.path().join("kubepods");
+    for d in [pod_dir.clone(), kubepods.clone(), kubepods.join("burstable"), kubepods.join("besteffort")] {
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cpu.bvt_warp_ns"), "0\n").unwrap();
+    }
     let selector = format!("{}={}", label.0, label.1);
     let log = root.path().join("hooks.log");
     let args = [
         "--mode", "standalone", "--runtime-endpoint", env.socket.to_str().unwrap(), "--reconcile-interval", "1s",
         "--selector", &selector, "--cgroup-root", root.path().to_str().unwrap(), "--cgroup-version", "v2",
+        "--kubepods-cgroup", "/kubepods",
     ];
     let hooks = Hooks::start(&args, log);
     let read = |d: &Path, f: &str| std::fs::read_to_string(d.join(f)).unwrap().trim().to_owned();
@@ -190,6 +198,11 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
     assert_eq!(read(&pod_dir, "cpu.max"), "100000 100000");
     assert_eq!(read(&pod_dir, "memory.max"), "134217728");
     assert!(hooks.log().contains("cgroup=V2"), "{}", hooks.log());
+    // GroupIdentity where the file exists: BE pod −1; QoS dirs: kubepods 0, burstable 2, besteffort −1.
+    assert_eq!(read(&pod_dir, "cpu.bvt_warp_ns"), "-1");
+    assert_eq!(read(&kubepods, "cpu.bvt_warp_ns"), "0");
+    assert_eq!(read(&kubepods.join("burstable"), "cpu.bvt_warp_ns"), "2");
+    assert_eq!(read(&kubepods.join("besteffort"), "cpu.bvt_warp_ns"), "-1");
     // The real (v1) cgroup was not touched.
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
     pod.remove(&mut rt).await;

@@ -43,6 +43,38 @@ pub fn select(names: &[String]) -> Result<Vec<Arc<dyn Plugin>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::{ContainerContext, PodContext, QOS_CLASS_KEY};
+    use crate::plugin::Stage;
+    use crate::rules::Rules;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Annotations are untrusted input: whatever they hold, no plugin panics (errors are fine).
+        #[test]
+        fn plugins_never_panic_on_annotations(
+            class in prop_oneof![Just("BE".to_string()), Just("LSR".to_string()), Just("LSE".to_string()), Just("LS".to_string()), "\\PC{0,4}"],
+            spec in prop_oneof![
+                "\\PC{0,60}",
+                "[0-9a-zA-Z.+-]{0,12}".prop_map(|q| format!(r#"{{"containers": {{"main": {{"requests": {{"kubernetes.io/batch-cpu": "{q}"}}, "limits": {{"kubernetes.io/batch-memory": "{q}", "kubernetes.io/batch-cpu": "{q}"}}}}}}}}"#)),
+            ],
+            status in prop_oneof!["\\PC{0,40}", "[0-9,-]{0,10}".prop_map(|c| format!(r#"{{"cpuset": "{c}"}}"#))],
+        ) {
+            let pod = PodContext {
+                labels: [(QOS_CLASS_KEY.to_string(), class)].into(),
+                annotations: [
+                    (batch_resource::EXTENDED_RESOURCE_SPEC.to_string(), spec),
+                    (cpuset::RESOURCE_STATUS.to_string(), status),
+                ].into(),
+                cgroup_parent: "/kubepods/besteffort/pod1".into(),
+                ..Default::default()
+            };
+            let container = ContainerContext { pod: pod.clone(), name: "main".into(), ..Default::default() };
+            for p in builtin() {
+                let _ = p.pod(Stage::PreRunPodSandbox, &pod, &Rules::default());
+                let _ = p.container(Stage::PreCreateContainer, &container, &Rules::default());
+            }
+        }
+    }
 
     #[test]
     fn select_by_name() {
