@@ -5,6 +5,30 @@
 //! touches files or sockets. The framework calls it in proxy mode (per hook call) and the
 //! reconciler calls the very same functions in standalone mode, asking "what would you answer
 //! for this pod at PreRunPodSandbox, for this container at PreCreateContainer".
+//!
+//! ```
+//! use runtime_hooks::change::{Change, Resources};
+//! use runtime_hooks::context::ContainerContext;
+//! use runtime_hooks::plugin::{Plugin, Stage};
+//! use runtime_hooks::rules::Rules;
+//!
+//! /// CPU shares from a pod annotation.
+//! struct Shares;
+//!
+//! impl Plugin for Shares {
+//!     fn name(&self) -> &'static str { "Shares" }
+//!     fn stages(&self) -> &'static [Stage] { &[Stage::PreCreateContainer] }
+//!     fn container(&self, _: Stage, c: &ContainerContext, _: &Rules) -> anyhow::Result<Change> {
+//!         let shares = c.pod.annotations.get("example/shares").map(|v| v.parse()).transpose()?;
+//!         Ok(Change { resources: Resources { cpu_shares: shares, ..Default::default() }, ..Default::default() })
+//!     }
+//! }
+//!
+//! let mut c = ContainerContext::default();
+//! c.pod.annotations.insert("example/shares".into(), "700".into());
+//! let change = Shares.container(Stage::PreCreateContainer, &c, &Rules::default()).unwrap();
+//! assert_eq!(change.resources.cpu_shares, Some(700));
+//! ```
 
 use std::fmt;
 use std::str::FromStr;
