@@ -1,8 +1,13 @@
-# make demo | test | bench | build | clean-containerd — see scripts/*.sh
-.PHONY: demo test bench build clean-containerd
+# make demo | demo-hooks | test | bench | build | clean-containerd — see scripts/*.sh
+.PHONY: demo demo-hooks test bench build clean-containerd
 
+# runtime-proxy with the example hook, then runtime-proxy with runtime-hooks (proxy and standalone mode)
 demo:
 	@scripts/demo.sh
+	@scripts/demo-hooks.sh
+
+demo-hooks:
+	@scripts/demo-hooks.sh
 
 test:
 	@scripts/test.sh
@@ -13,6 +18,6 @@ bench:
 build:
 	cargo build --locked --workspace --all-targets
 
-# stop and delete every containerd the scripts start (/tmp/rp-test-*-ctrd-1.6 and -1.7, rp-demo-ctrd, rp-bench-ctrd)
+# stop and delete every containerd the scripts start (/tmp/rp-test-*-ctrd-1.6 and -1.7, rp-demo-ctrd, rp-demo-hooks-ctrd, rp-bench-ctrd)
 clean-containerd:
 	for root in /tmp/rp-*-ctrd*; do [ ! -d "$$root" ] || scripts/containerd.sh purge "$$root"; done

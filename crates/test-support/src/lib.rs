@@ -74,3 +74,15 @@ pub fn example_binary(name: &str) -> PathBuf {
     assert!(path.exists(), "{} not built: run `cargo build --workspace --all-targets`", path.display());
     path
 }
+
+/// Path of a binary of this workspace (`target/<profile>/NAME`), next to the running test binary
+/// (`target/<profile>/deps/…`), for tests of one crate that start another crate's program (e.g.
+/// runtime-hooks' tests start runtime-proxy). Built by `cargo build --workspace` / `cargo test
+/// --workspace`.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let path = profile_dir.join(name);
+    assert!(path.exists(), "{} not built: run `cargo build --workspace`", path.display());
+    path
+}

@@ -1,0 +1,211 @@
+//! What a plugin asks for: a [`Change`].
+//!
+//! Every field is "no change" when empty (`None`, empty map, empty list), so a plugin states only
+//! what it owns. The framework merges the changes of a stage's plugins in order (a later plugin
+//! wins per field) and then:
+//!
+//! * in proxy mode, overrides the echoed request with them (`resources` → `container_resources`
+//!   or the pod's `resources`, `envs` → `container_envs`, `annotations` → container or pod
+//!   annotations, `cgroup_parent` → `pod_cgroup_parent` or `cgroup_parent`), and writes
+//!   `pod_cgroup` to the pod's cgroup directory itself, synchronously, as koordlet does
+//!   (runtime-proxy, like koord's CRI mode, applies no pod-level resources);
+//! * in standalone mode, writes `resources` (container stages) and `pod_cgroup` to the cgroup
+//!   files of the running pod and container ([`Change::container_values`]); envs, annotations
+//!   and cgroup parents cannot change after creation and are ignored there.
+
+use std::collections::BTreeMap;
+
+use hook_api::v1alpha1::LinuxContainerResources;
+
+use crate::cgroup::CgroupValue;
+
+/// Resource fields a plugin may set, with the units of CRI `LinuxContainerResources`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// CPU shares (2..=262144).
+    pub cpu_shares: Option<i64>,
+    /// CFS quota in µs per period; −1 = unlimited.
+    pub cpu_quota: Option<i64>,
+    /// CFS period in µs.
+    pub cpu_period: Option<i64>,
+    /// Memory limit in bytes (> 0; runtime-proxy ignores −1, so "unlimited" cannot be asked
+    /// for through the proxy).
+    pub memory_limit_in_bytes: Option<i64>,
+    /// CPU list; `""` = clear, i.e. the shared pool (the proxy takes `""` as "clear").
+    pub cpuset_cpus: Option<String>,
+}
+
+impl Resources {
+    /// True when nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Resources::default()
+    }
+
+    /// `later`'s fields win over ours where set.
+    pub fn merge(&mut self, later: &Resources) {
+        let Resources { cpu_shares, cpu_quota, cpu_period, memory_limit_in_bytes, cpuset_cpus } = later;
+        if cpu_shares.is_some() {
+            self.cpu_shares = *cpu_shares;
+        }
+        if cpu_quota.is_some() {
+            self.cpu_quota = *cpu_quota;
+        }
+        if cpu_period.is_some() {
+            self.cpu_period = *cpu_period;
+        }
+        if memory_limit_in_bytes.is_some() {
+            self.memory_limit_in_bytes = *memory_limit_in_bytes;
+        }
+        if cpuset_cpus.is_some() {
+            self.cpuset_cpus.clone_from(cpuset_cpus);
+        }
+    }
+
+    /// Overrides the set fields in hook-protocol resources (the echoed request).
+    pub fn apply_to(&self, r: &mut LinuxContainerResources) {
+        if let Some(v) = self.cpu_shares {
+            r.cpu_shares = v;
+        }
+        if let Some(v) = self.cpu_quota {
+            r.cpu_quota = v;
+        }
+        if let Some(v) = self.cpu_period {
+            r.cpu_period = v;
+        }
+        if let Some(v) = self.memory_limit_in_bytes {
+            r.memory_limit_in_bytes = v;
+        }
+        if let Some(v) = &self.cpuset_cpus {
+            r.cpuset_cpus.clone_from(v);
+        }
+    }
+
+    /// The set fields as cgroup values (period before quota, so v1 sees the new period first).
+    pub fn to_cgroup_values(&self) -> Vec<CgroupValue> {
+        let mut out = Vec::new();
+        if let Some(v) = self.cpu_shares {
+            out.push(CgroupValue::CpuShares(v));
+        }
+        if let Some(v) = self.cpu_period {
+            out.push(CgroupValue::CfsPeriod(v));
+        }
+        if let Some(v) = self.cpu_quota {
+            out.push(CgroupValue::CfsQuota(v));
+        }
+        if let Some(v) = self.memory_limit_in_bytes {
+            out.push(CgroupValue::MemoryLimit(v));
+        }
+        if let Some(v) = &self.cpuset_cpus {
+            out.push(CgroupValue::CpusetCpus(v.clone()));
+        }
+        out
+    }
+}
+
+/// A plugin's answer for one pod or container at one stage.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Change {
+    /// New cgroup parent of the pod (`cgroup_parent` / `pod_cgroup_parent` in the response).
+    pub cgroup_parent: Option<String>,
+    /// Container resources (container stages) or the pod's response `resources` (pod stages).
+    pub resources: Resources,
+    /// Container env vars to set (container stages; PreCreateContainer is the only stage where
+    /// the runtime can still apply them).
+    pub envs: BTreeMap<String, String>,
+    /// Annotations to set: the container's at container stages, the pod's at pod stages.
+    pub annotations: BTreeMap<String, String>,
+    /// Values the hook server writes to the **pod's** cgroup directory itself (koordlet's
+    /// pod-level direct writes: group identity, pod CPU and memory limits).
+    pub pod_cgroup: Vec<CgroupValue>,
+}
+
+impl Change {
+    /// True when the change asks for nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Change::default()
+    }
+
+    /// Adds `later` on top of this change: its set fields and keys win; pod cgroup values
+    /// replace ours of the same kind.
+    pub fn merge(&mut self, later: &Change) {
+        if later.cgroup_parent.is_some() {
+            self.cgroup_parent.clone_from(&later.cgroup_parent);
+        }
+        self.resources.merge(&later.resources);
+        self.envs.extend(later.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.annotations.extend(later.annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for v in &later.pod_cgroup {
+            self.pod_cgroup.retain(|old| old.kind() != v.kind());
+            self.pod_cgroup.push(v.clone());
+        }
+    }
+
+    /// The container-level cgroup values of this change (its `resources`).
+    pub fn container_values(&self) -> Vec<CgroupValue> {
+        self.resources.to_cgroup_values()
+    }
+
+    /// A short description of what is set, for logs: `cpu_shares=512 cpu_quota=100000 …`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let r = &self.resources;
+        for (name, v) in [("cpu_shares", r.cpu_shares), ("cpu_period", r.cpu_period), ("cpu_quota", r.cpu_quota), ("memory_limit_in_bytes", r.memory_limit_in_bytes)] {
+            if let Some(v) = v {
+                parts.push(format!("{name}={v}"));
+            }
+        }
+        if let Some(c) = &r.cpuset_cpus {
+            parts.push(format!("cpuset_cpus={c:?}"));
+        }
+        if let Some(p) = &self.cgroup_parent {
+            parts.push(format!("cgroup_parent={p}"));
+        }
+        parts.extend(self.envs.iter().map(|(k, v)| format!("env {k}={v}")));
+        parts.extend(self.annotations.iter().map(|(k, v)| format!("annotation {k}={v}")));
+        parts.extend(self.pod_cgroup.iter().map(|v| format!("pod {v}")));
+        parts.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_wins_per_field_and_pod_values_by_kind() {
+        let mut a = Change {
+            resources: Resources { cpu_shares: Some(2), cpuset_cpus: Some("0-1".into()), ..Default::default() },
+            envs: [("A".to_string(), "1".to_string())].into(),
+            pod_cgroup: vec![CgroupValue::BvtWarpNs(2), CgroupValue::CpuShares(2)],
+            ..Default::default()
+        };
+        let b = Change {
+            resources: Resources { cpu_shares: Some(512), cpu_quota: Some(-1), ..Default::default() },
+            envs: [("A".to_string(), "2".to_string()), ("B".to_string(), "3".to_string())].into(),
+            pod_cgroup: vec![CgroupValue::BvtWarpNs(-1)],
+            cgroup_parent: Some("/x".into()),
+            ..Default::default()
+        };
+        a.merge(&b);
+        assert_eq!(a.resources, Resources { cpu_shares: Some(512), cpu_quota: Some(-1), cpuset_cpus: Some("0-1".into()), ..Default::default() });
+        assert_eq!(a.envs["A"], "2");
+        assert_eq!(a.envs["B"], "3");
+        assert_eq!(a.pod_cgroup, vec![CgroupValue::CpuShares(2), CgroupValue::BvtWarpNs(-1)]);
+        assert_eq!(a.cgroup_parent.as_deref(), Some("/x"));
+        assert!(Change::default().is_empty() && !a.is_empty());
+    }
+
+    #[test]
+    fn resources_override_only_set_fields() {
+        let mut r = LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, memory_limit_in_bytes: 5, cpuset_cpus: "0".into(), oom_score_adj: 1000, ..Default::default() };
+        Resources { cpu_shares: Some(512), cpuset_cpus: Some(String::new()), ..Default::default() }.apply_to(&mut r);
+        assert_eq!((r.cpu_shares, r.cpu_period, r.memory_limit_in_bytes, r.cpuset_cpus.as_str(), r.oom_score_adj), (512, 100_000, 5, "", 1000));
+    }
+
+    #[test]
+    fn cgroup_values_put_period_before_quota() {
+        let r = Resources { cpu_quota: Some(50_000), cpu_period: Some(50_000), ..Default::default() };
+        assert_eq!(r.to_cgroup_values(), vec![CgroupValue::CfsPeriod(50_000), CgroupValue::CfsQuota(50_000)]);
+        assert!(Resources::default().to_cgroup_values().is_empty());
+    }
+}

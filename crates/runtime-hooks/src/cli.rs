@@ -1,0 +1,218 @@
+//! Command-line flags of the `runtime-hooks` binary.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::cgroup::CgroupVersion;
+use crate::plugin::FailurePolicy;
+
+/// How the policies reach the pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Serve `runtime.v1alpha1` hooks to runtime-proxy, which applies the answers before the
+    /// runtime creates anything.
+    Proxy,
+    /// No proxy: list pods from the CRI runtime and write their cgroup files directly.
+    Standalone,
+}
+
+/// `--cgroup-version`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CgroupVersionArg {
+    /// Detect from the file system type of `--cgroup-root`.
+    Auto,
+    /// cgroup v1 (legacy or hybrid).
+    V1,
+    /// cgroup v2 (unified).
+    V2,
+}
+
+impl CgroupVersionArg {
+    /// The explicit version, `None` for auto.
+    pub fn version(&self) -> Option<CgroupVersion> {
+        match self {
+            CgroupVersionArg::Auto => None,
+            CgroupVersionArg::V1 => Some(CgroupVersion::V1),
+            CgroupVersionArg::V2 => Some(CgroupVersion::V2),
+        }
+    }
+}
+
+/// All flags.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "runtime-hooks",
+    version,
+    about = "Runtime hook server with koordlet's QoS plugins (GroupIdentity, BatchResource, CPUSet): \
+             serves runtime.v1alpha1 hooks to runtime-proxy, or reconciles pod cgroups on its own.",
+    long_about = None
+)]
+pub struct Args {
+    /// `proxy`: serve hooks to runtime-proxy on --listen (and, with --runtime-endpoint, also
+    /// re-apply rule changes to running pods); `standalone`: no proxy, reconcile the cgroups of
+    /// the pods of --runtime-endpoint.
+    #[arg(long, value_enum, default_value = "proxy")]
+    pub mode: Mode,
+
+    /// Unix socket to serve hooks on (proxy mode). A stale socket is replaced, a live one never;
+    /// the parent directory is created. `unix://` prefix optional.
+    #[arg(long, value_name = "SOCKET", default_value = "/var/run/runtime-hooks/runtime-hooks.sock", value_parser = parse_unix_path)]
+    pub listen: PathBuf,
+
+    /// Where to register (proxy mode): `<DIR>/<--hook-name>.json` is written atomically at
+    /// start and removed at shutdown.
+    #[arg(long, value_name = "DIR", default_value = "/etc/runtime/hookserver.d")]
+    pub hook_config_dir: PathBuf,
+
+    /// Registration file name, without `.json`.
+    #[arg(long, value_name = "NAME", default_value = "runtime-hooks")]
+    pub hook_name: String,
+
+    /// `failure-policy` written into the registration: what runtime-proxy does when this server
+    /// fails (`Fail`: refuse the CRI call; `Ignore`: go on without it).
+    #[arg(long, value_enum, default_value = "Ignore")]
+    pub failure_policy: FailurePolicy,
+
+    /// What this server does when a plugin fails (`Fail`: answer the hook call with an error;
+    /// `Ignore`: log, drop that plugin's change, run the others). koordlet's default is Ignore.
+    #[arg(long, value_enum, default_value = "Ignore")]
+    pub plugin_failure_policy: FailurePolicy,
+
+    /// Plugins to enable, comma-separated, case-insensitive; the registration lists only the
+    /// stages they need.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "GroupIdentity,BatchResource,CPUSet")]
+    pub plugins: Vec<String>,
+
+    /// Rules file (JSON if it ends in .json, else YAML), watched and hot-reloaded. Without it:
+    /// built-in defaults (koordlet's).
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+
+    /// The CRI runtime's socket, to list pods. Standalone: default
+    /// /var/run/containerd/containerd.sock. Proxy mode: reconciles only when given.
+    #[arg(long, value_name = "SOCKET", value_parser = parse_unix_path)]
+    pub runtime_endpoint: Option<PathBuf>,
+
+    /// How often the reconciler re-checks every pod (`10s`, `500ms`, `2m`); `0s`: only at start
+    /// and when the rules change.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub reconcile_interval: Duration,
+
+    /// Reconcile only pods whose labels hold KEY=VALUE (repeatable: all must match).
+    #[arg(long = "selector", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub selector: Vec<(String, String)>,
+
+    /// kubelet's QoS cgroup root (cgroupfs driver: `/kubepods`); when given, the reconciler also
+    /// sets the QoS directories (`/kubepods`, `/kubepods/burstable`, `/kubepods/besteffort`).
+    #[arg(long, value_name = "DIR")]
+    pub kubepods_cgroup: Option<String>,
+
+    /// Root of the cgroup file systems.
+    #[arg(long, value_name = "DIR", default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
+
+    /// cgroup version of --cgroup-root.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub cgroup_version: CgroupVersionArg,
+}
+
+impl Args {
+    /// The runtime endpoint the reconciler uses, if it runs: always in standalone mode (default
+    /// containerd's socket), in proxy mode only when given.
+    pub fn reconcile_endpoint(&self) -> Option<PathBuf> {
+        match (self.mode, &self.runtime_endpoint) {
+            (_, Some(p)) => Some(p.clone()),
+            (Mode::Standalone, None) => Some(PathBuf::from("/var/run/containerd/containerd.sock")),
+            (Mode::Proxy, None) => None,
+        }
+    }
+
+    /// The interval, `None` for `0s`.
+    pub fn interval(&self) -> Option<Duration> {
+        Some(self.reconcile_interval).filter(|d| !d.is_zero())
+    }
+}
+
+/// Accepts `PATH` or `unix://PATH`.
+pub fn parse_unix_path(s: &str) -> Result<PathBuf, String> {
+    let path = match s.split_once("://") {
+        Some(("unix", rest)) => rest,
+        Some((scheme, _)) => return Err(format!("unsupported endpoint scheme {scheme:?}: only unix sockets (PATH or unix://PATH)")),
+        None => s,
+    };
+    if path.is_empty() {
+        return Err("empty socket path".into());
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// A number and a unit: `ms`, `s`, `m` (`500ms`, `10s`, `2m`); `0` alone is zero.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 10s, 2m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(format!("invalid duration {s:?}: unit must be ms, s or m")),
+    }
+}
+
+/// `KEY=VALUE`.
+pub fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("invalid selector {s:?}: expected KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let a = Args::parse_from(["runtime-hooks"]);
+        assert_eq!(a.mode, Mode::Proxy);
+        assert_eq!(a.hook_config_dir, PathBuf::from("/etc/runtime/hookserver.d"));
+        assert_eq!(a.plugins, ["GroupIdentity", "BatchResource", "CPUSet"]);
+        assert_eq!(a.reconcile_interval, Duration::from_secs(10));
+        assert_eq!(a.reconcile_endpoint(), None, "proxy mode reconciles only when asked");
+        assert_eq!((a.failure_policy, a.plugin_failure_policy), (FailurePolicy::Ignore, FailurePolicy::Ignore));
+        let s = Args::parse_from(["runtime-hooks", "--mode", "standalone"]);
+        assert_eq!(s.reconcile_endpoint(), Some(PathBuf::from("/var/run/containerd/containerd.sock")));
+    }
+
+    #[test]
+    fn flags_parse() {
+        let a = Args::parse_from([
+            "runtime-hooks", "--mode", "standalone", "--runtime-endpoint", "unix:///run/c.sock", "--reconcile-interval", "0s",
+            "--selector", "a=b", "--selector", "c=", "--plugins", "cpuset,BatchResource", "--plugin-failure-policy", "Fail",
+            "--cgroup-version", "v2",
+        ]);
+        assert_eq!(a.reconcile_endpoint(), Some(PathBuf::from("/run/c.sock")));
+        assert_eq!(a.interval(), None);
+        assert_eq!(a.selector, [("a".to_string(), "b".to_string()), ("c".to_string(), String::new())]);
+        assert_eq!(a.plugins, ["cpuset", "BatchResource"]);
+        assert_eq!(a.plugin_failure_policy, FailurePolicy::Fail);
+        assert_eq!(a.cgroup_version.version(), Some(CgroupVersion::V2));
+        assert!(Args::try_parse_from(["runtime-hooks", "--mode", "nri"]).is_err());
+        assert!(Args::try_parse_from(["runtime-hooks", "--selector", "novalue"]).is_err());
+        assert!(Args::try_parse_from(["runtime-hooks", "--plugin-failure-policy", "fail"]).is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("10").is_err() && parse_duration("1h").is_err());
+    }
+}

@@ -1,0 +1,471 @@
+//! The framework: runs a stage's plugins in order, merges their changes, applies the plugin
+//! failure policy, and turns the result into a koordlet-style hook answer.
+//!
+//! Order: plugins run in the order they were given to [`Framework::new`] (the binary uses
+//! GroupIdentity, BatchResource, CPUSet); each sees the unchanged request, and where two set the
+//! same field the later one wins ([`Change::merge`]).
+//!
+//! Answers: like koordlet's `proxyserver/service.go`, every answer starts as the whole request
+//! echoed ([`hook_api::merge::echo_pod`], [`hook_api::merge::echo_container`]) and the merged
+//! change overrides the fields it sets, so runtime-proxy's merge rules ("the answer wins") leave
+//! everything else as kubelet sent it. Pod-level cgroup values ([`Change::pod_cgroup`]) are
+//! written to the pod's cgroup directory before answering, synchronously, as koordlet does.
+//!
+//! Failures ([`PluginFailure`]) name the plugin, the stage and the pod or container. Under
+//! [`FailurePolicy::Fail`] the first one ends the call with an `INTERNAL` status (runtime-proxy
+//! then applies the registration's own failure policy); under `Ignore` it is logged at warn, the
+//! plugin's change is dropped and the next plugin runs. A cgroup write that fails counts as a
+//! failure of the plugin that asked for the value; a file the kernel lacks is skipped, never a
+//! failure, and so is a pod cgroup directory that does not exist yet (kubelet creates it before
+//! RunPodSandbox; other clients leave it to runc) — that is logged at warn.
+
+use std::fmt;
+use std::sync::Arc;
+
+use hook_api::merge::{echo_container, echo_pod};
+use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
+use tonic::Status;
+
+use crate::cgroup::{CgroupError, CgroupFs, CgroupValue, Written};
+use crate::change::Change;
+use crate::context::{ContainerContext, PodContext};
+use crate::plugin::{FailurePolicy, Plugin, Stage};
+use crate::rules::{Rules, RulesStore};
+
+/// A plugin that failed for one pod or container.
+#[derive(Debug)]
+pub struct PluginFailure {
+    /// The plugin's name.
+    pub plugin: &'static str,
+    /// The stage (for the reconciler: the stage whose answer it computes).
+    pub stage: Stage,
+    /// `namespace/pod` or `namespace/pod/container`.
+    pub target: String,
+    /// What went wrong.
+    pub error: anyhow::Error,
+}
+
+impl fmt::Display for PluginFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "plugin {} failed at {} for {}: {:#}", self.plugin, self.stage, self.target, self.error)
+    }
+}
+
+/// A cgroup value and the plugin that asked for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owned {
+    /// The plugin's name.
+    pub plugin: &'static str,
+    /// The value.
+    pub value: CgroupValue,
+}
+
+/// The merged result of one stage's plugins.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// All plugins' changes merged in order.
+    pub change: Change,
+    /// Pod-level cgroup values (one per kind, the last plugin's), with their plugin.
+    pub pod_values: Vec<Owned>,
+    /// Container-level cgroup values from the merged resources, with their plugin.
+    pub container_values: Vec<Owned>,
+    /// Failures ignored under [`FailurePolicy::Ignore`] (already logged).
+    pub failures: Vec<PluginFailure>,
+}
+
+impl Outcome {
+    fn add(&mut self, plugin: &'static str, change: Change) {
+        for v in &change.pod_cgroup {
+            set_owned(&mut self.pod_values, plugin, v);
+        }
+        for v in change.container_values() {
+            set_owned(&mut self.container_values, plugin, &v);
+        }
+        self.change.merge(&change);
+    }
+}
+
+fn set_owned(list: &mut Vec<Owned>, plugin: &'static str, v: &CgroupValue) {
+    list.retain(|o| o.value.kind() != v.kind());
+    list.push(Owned { plugin, value: v.clone() });
+}
+
+/// One cgroup write of a batch, and how it went.
+#[derive(Debug)]
+pub struct WriteResult {
+    /// The cgroup directory (kubelet's form).
+    pub dir: String,
+    /// The value and its plugin.
+    pub owned: Owned,
+    /// The outcome.
+    pub result: Result<Written, CgroupError>,
+}
+
+/// Applies `(dir, value)` pairs in order. Writes the kernel refuses with EINVAL are retried
+/// after the others, up to three passes: cgroup v1 refuses a child CFS quota above its parent's,
+/// so lowering a pod's limits must go container-first and raising them pod-first; retrying
+/// covers both without knowing which.
+pub fn apply_all(cgroups: &CgroupFs, writes: Vec<(String, Owned)>) -> Vec<WriteResult> {
+    let mut done = Vec::new();
+    let mut pending = writes;
+    for pass in 0..3 {
+        let mut retry = Vec::new();
+        for (dir, owned) in pending {
+            let result = cgroups.apply(&dir, &owned.value);
+            match result {
+                Err(e) if e.is_invalid_argument() && pass < 2 => retry.push((dir, owned)),
+                result => done.push(WriteResult { dir, owned, result }),
+            }
+        }
+        if retry.is_empty() {
+            break;
+        }
+        pending = retry;
+    }
+    done
+}
+
+/// The plugins, their failure policy, the rules and the cgroup file system.
+pub struct Framework {
+    plugins: Vec<Arc<dyn Plugin>>,
+    policy: FailurePolicy,
+    rules: Arc<RulesStore>,
+    cgroups: Arc<CgroupFs>,
+}
+
+impl fmt::Debug for Framework {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Framework")
+            .field("plugins", &self.plugins.iter().map(|p| p.name()).collect::<Vec<_>>())
+            .field("policy", &self.policy)
+            .field("cgroups", &self.cgroups)
+            .finish()
+    }
+}
+
+impl Framework {
+    /// A framework running `plugins` in this order.
+    pub fn new(plugins: Vec<Arc<dyn Plugin>>, policy: FailurePolicy, rules: Arc<RulesStore>, cgroups: Arc<CgroupFs>) -> Framework {
+        Framework { plugins, policy, rules, cgroups }
+    }
+
+    /// The plugins, in order.
+    pub fn plugins(&self) -> &[Arc<dyn Plugin>] {
+        &self.plugins
+    }
+
+    /// The stages at least one plugin wants, in [`Stage::ALL`] order: what the server registers.
+    pub fn stages(&self) -> Vec<Stage> {
+        Stage::ALL.into_iter().filter(|s| self.plugins.iter().any(|p| p.stages().contains(s))).collect()
+    }
+
+    /// The rules store.
+    pub fn rules(&self) -> &Arc<RulesStore> {
+        &self.rules
+    }
+
+    /// The cgroup file system.
+    pub fn cgroups(&self) -> &Arc<CgroupFs> {
+        &self.cgroups
+    }
+
+    /// The plugin failure policy.
+    pub fn policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    fn run(
+        &self,
+        stage: Stage,
+        target: &str,
+        call: impl Fn(&dyn Plugin, &Rules) -> anyhow::Result<Change>,
+    ) -> Result<Outcome, PluginFailure> {
+        let rules = self.rules.current();
+        let mut outcome = Outcome::default();
+        for plugin in self.plugins.iter().filter(|p| p.stages().contains(&stage)) {
+            match call(plugin.as_ref(), &rules) {
+                Ok(change) => outcome.add(plugin.name(), change),
+                Err(error) => {
+                    let failure = PluginFailure { plugin: plugin.name(), stage, target: target.to_owned(), error };
+                    self.fail_or_keep(failure, &mut outcome.failures)?;
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Under `Fail` returns the failure; under `Ignore` keeps it in `ignored` (the caller logs).
+    fn fail_or_keep(&self, failure: PluginFailure, ignored: &mut Vec<PluginFailure>) -> Result<(), PluginFailure> {
+        match self.policy {
+            FailurePolicy::Fail => Err(failure),
+            FailurePolicy::Ignore => {
+                ignored.push(failure);
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs the plugins that want `stage` (a pod-level stage) for `pod`. Computes only; ignored
+    /// failures are in [`Outcome::failures`], not logged.
+    ///
+    /// Errors: the first plugin failure under [`FailurePolicy::Fail`].
+    pub fn run_pod(&self, stage: Stage, pod: &PodContext) -> Result<Outcome, PluginFailure> {
+        self.run(stage, &pod.key(), |p, rules| p.pod(stage, pod, rules))
+    }
+
+    /// Runs the plugins that want `stage` (a container-level stage) for `container`. Computes
+    /// only; ignored failures are in [`Outcome::failures`], not logged.
+    ///
+    /// Errors: the first plugin failure under [`FailurePolicy::Fail`].
+    pub fn run_container(&self, stage: Stage, container: &ContainerContext) -> Result<Outcome, PluginFailure> {
+        self.run(stage, &container.key(), |p, rules| p.container(stage, container, rules))
+    }
+
+    /// Writes an outcome's pod-level values to the pod's cgroup (proxy mode). A failed write is
+    /// the owning plugin's failure.
+    fn write_pod_values(&self, stage: Stage, pod: &PodContext, outcome: &mut Outcome) -> Result<(), PluginFailure> {
+        if outcome.pod_values.is_empty() {
+            return Ok(());
+        }
+        let writes = outcome.pod_values.iter().map(|o| (pod.cgroup_parent.clone(), o.clone())).collect();
+        for w in apply_all(&self.cgroups, writes) {
+            match w.result {
+                Ok(Written::Corrected(drift)) => tracing::info!(plugin = w.owned.plugin, pod = %pod.key(), "pod cgroup set: {drift}"),
+                Ok(Written::Unchanged | Written::Unsupported) => {}
+                // kubelet creates the pod cgroup before RunPodSandbox; a client that does not
+                // (crictl, tests) leaves it to runc. Not the plugin's fault: say so and go on.
+                Err(CgroupError::NoDir(dir)) => tracing::warn!(
+                    plugin = w.owned.plugin,
+                    pod = %pod.key(),
+                    "pod cgroup {} does not exist yet (kubelet creates it before RunPodSandbox); {} not written here (the reconciler writes it once the pod runs, if it is enabled)",
+                    dir.display(),
+                    w.owned.value
+                ),
+                Err(e) => {
+                    let error = anyhow::anyhow!("setting pod cgroup {}: {e}", w.owned.value);
+                    self.fail_or_keep(PluginFailure { plugin: w.owned.plugin, stage, target: pod.key(), error }, &mut outcome.failures)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers a pod-level hook call: echo the request, override with the plugins' change,
+    /// write pod-level cgroup values.
+    ///
+    /// Errors: a plugin failure under [`FailurePolicy::Fail`], as `INTERNAL`.
+    pub fn pod_hook(&self, stage: Stage, req: &PodSandboxHookRequest) -> Result<PodSandboxHookResponse, Status> {
+        let pod = PodContext::from_pod_request(req);
+        let result = self.run_pod(stage, &pod).and_then(|mut o| self.write_pod_values(stage, &pod, &mut o).map(|()| o));
+        let outcome = result.map_err(|f| failure_status(&f))?;
+        log_ignored(&outcome);
+        let mut resp = echo_pod(req);
+        let change = &outcome.change;
+        if let Some(parent) = &change.cgroup_parent {
+            resp.cgroup_parent.clone_from(parent);
+        }
+        resp.annotations.extend(change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if !change.resources.is_empty() {
+            change.resources.apply_to(resp.resources.get_or_insert_with(Default::default));
+        }
+        log_call(stage, &pod.key(), change);
+        Ok(resp)
+    }
+
+    /// Answers a container-level hook call: echo the request, override with the plugins'
+    /// change (pod-level values, if any plugin asks for them here, are written too).
+    ///
+    /// Errors: a plugin failure under [`FailurePolicy::Fail`], as `INTERNAL`.
+    pub fn container_hook(&self, stage: Stage, req: &ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> {
+        let container = ContainerContext::from_request(req);
+        let result = self
+            .run_container(stage, &container)
+            .and_then(|mut o| self.write_pod_values(stage, &container.pod, &mut o).map(|()| o));
+        let outcome = result.map_err(|f| failure_status(&f))?;
+        log_ignored(&outcome);
+        let mut resp = echo_container(req);
+        let change = &outcome.change;
+        if let Some(parent) = &change.cgroup_parent {
+            resp.pod_cgroup_parent.clone_from(parent);
+        }
+        resp.container_annotations.extend(change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        resp.container_envs.extend(change.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if !change.resources.is_empty() {
+            change.resources.apply_to(resp.container_resources.get_or_insert_with(Default::default));
+        }
+        log_call(stage, &container.key(), change);
+        Ok(resp)
+    }
+}
+
+fn failure_status(f: &PluginFailure) -> Status {
+    tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Fail)");
+    Status::internal(format!("runtime-hooks: {f} (plugin-failure-policy Fail)"))
+}
+
+fn log_ignored(outcome: &Outcome) {
+    for f in &outcome.failures {
+        tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Ignore)");
+    }
+}
+
+fn log_call(stage: Stage, target: &str, change: &Change) {
+    if change.is_empty() {
+        tracing::debug!(%stage, on = target, "no change");
+    } else {
+        tracing::info!(%stage, on = target, "{}", change.describe());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::CgroupVersion;
+    use crate::change::Resources;
+    use hook_api::v1alpha1::{ContainerMetadata, LinuxContainerResources, PodSandboxMetadata};
+
+    struct Fixed {
+        name: &'static str,
+        stages: &'static [Stage],
+        change: Option<Change>,
+    }
+
+    impl Plugin for Fixed {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn stages(&self) -> &'static [Stage] {
+            self.stages
+        }
+        fn pod(&self, _: Stage, _: &PodContext, _: &Rules) -> anyhow::Result<Change> {
+            self.change.clone().ok_or_else(|| anyhow::anyhow!("{} broke", self.name))
+        }
+        fn container(&self, _: Stage, _: &ContainerContext, _: &Rules) -> anyhow::Result<Change> {
+            self.change.clone().ok_or_else(|| anyhow::anyhow!("{} broke", self.name))
+        }
+    }
+
+    fn framework(plugins: Vec<Fixed>, policy: FailurePolicy, root: &std::path::Path) -> Framework {
+        let plugins = plugins.into_iter().map(|p| Arc::new(p) as Arc<dyn Plugin>).collect();
+        Framework::new(plugins, policy, RulesStore::fixed(Rules::default()), Arc::new(CgroupFs::new(root, CgroupVersion::V2)))
+    }
+
+    fn shares(n: i64) -> Option<Change> {
+        Some(Change { resources: Resources { cpu_shares: Some(n), ..Default::default() }, ..Default::default() })
+    }
+
+    fn container_req() -> ContainerResourceHookRequest {
+        ContainerResourceHookRequest {
+            pod_meta: Some(PodSandboxMetadata { name: "p".into(), namespace: "ns".into(), ..Default::default() }),
+            container_meta: Some(ContainerMetadata { name: "c".into(), ..Default::default() }),
+            container_resources: Some(LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, oom_score_adj: 1000, ..Default::default() }),
+            container_envs: [("PATH".to_string(), "/bin".to_string())].into(),
+            container_annotations: [("a".to_string(), "1".to_string())].into(),
+            pod_cgroup_parent: "/kubepods/besteffort/pod1".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn stages_are_the_union_in_order() {
+        let t = tempfile::tempdir().unwrap();
+        let f = framework(
+            vec![
+                Fixed { name: "a", stages: &[Stage::PreUpdateContainerResources, Stage::PreCreateContainer], change: shares(3) },
+                Fixed { name: "b", stages: &[Stage::PreRunPodSandbox, Stage::PreCreateContainer], change: shares(4) },
+            ],
+            FailurePolicy::Ignore,
+            t.path(),
+        );
+        assert_eq!(f.stages(), vec![Stage::PreRunPodSandbox, Stage::PreCreateContainer, Stage::PreUpdateContainerResources]);
+    }
+
+    #[test]
+    fn answer_is_the_echo_plus_changes_later_plugin_winning() {
+        let t = tempfile::tempdir().unwrap();
+        let mut envs = Change { envs: [("HOOKED".to_string(), "yes".to_string())].into(), ..shares(300).unwrap() };
+        envs.annotations.insert("b".into(), "2".into());
+        let f = framework(
+            vec![
+                Fixed { name: "first", stages: &[Stage::PreCreateContainer], change: Some(envs) },
+                Fixed { name: "second", stages: &[Stage::PreCreateContainer], change: shares(512) },
+                Fixed { name: "elsewhere", stages: &[Stage::PreStartContainer], change: shares(7) },
+            ],
+            FailurePolicy::Fail,
+            t.path(),
+        );
+        let req = container_req();
+        let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
+        let r = resp.container_resources.unwrap();
+        assert_eq!((r.cpu_shares, r.cpu_period, r.oom_score_adj), (512, 100_000, 1000), "later wins, the rest echoed");
+        assert_eq!(resp.container_envs["PATH"], "/bin");
+        assert_eq!(resp.container_envs["HOOKED"], "yes");
+        assert_eq!(resp.container_annotations.len(), 2);
+        assert_eq!(resp.pod_cgroup_parent, req.pod_cgroup_parent);
+        // A stage no plugin wants: the pure echo.
+        assert_eq!(f.container_hook(Stage::PostStopContainer, &req).unwrap(), echo_container(&req));
+    }
+
+    #[test]
+    fn fail_policy_stops_with_the_plugin_named() {
+        let t = tempfile::tempdir().unwrap();
+        let f = framework(
+            vec![
+                Fixed { name: "broken", stages: &[Stage::PreCreateContainer], change: None },
+                Fixed { name: "fine", stages: &[Stage::PreCreateContainer], change: shares(512) },
+            ],
+            FailurePolicy::Fail,
+            t.path(),
+        );
+        let err = f.container_hook(Stage::PreCreateContainer, &container_req()).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Internal);
+        for part in ["broken", "PreCreateContainer", "ns/p/c", "broken broke", "Fail"] {
+            assert!(err.message().contains(part), "{part:?} in {:?}", err.message());
+        }
+    }
+
+    #[test]
+    fn ignore_policy_drops_only_the_failing_plugin() {
+        let t = tempfile::tempdir().unwrap();
+        let f = framework(
+            vec![
+                Fixed { name: "fine", stages: &[Stage::PreCreateContainer], change: shares(512) },
+                Fixed { name: "broken", stages: &[Stage::PreCreateContainer], change: None },
+            ],
+            FailurePolicy::Ignore,
+            t.path(),
+        );
+        let ctx = ContainerContext::from_request(&container_req());
+        let outcome = f.run_container(Stage::PreCreateContainer, &ctx).unwrap();
+        assert_eq!(outcome.change.resources.cpu_shares, Some(512));
+        assert_eq!(outcome.failures.len(), 1);
+        assert_eq!(outcome.failures[0].plugin, "broken");
+        assert_eq!(outcome.container_values, vec![Owned { plugin: "fine", value: CgroupValue::CpuShares(512) }]);
+    }
+
+    #[test]
+    fn pod_values_are_written_and_a_missing_kernel_file_is_no_failure() {
+        let t = tempfile::tempdir().unwrap();
+        let pod_dir = t.path().join("kubepods/pod1");
+        std::fs::create_dir_all(&pod_dir).unwrap();
+        std::fs::write(pod_dir.join("cpu.weight"), "100").unwrap();
+        let change = Change { pod_cgroup: vec![CgroupValue::CpuShares(1024), CgroupValue::BvtWarpNs(-1)], ..Default::default() };
+        let f = framework(vec![Fixed { name: "podlevel", stages: &[Stage::PreRunPodSandbox], change: Some(change) }], FailurePolicy::Fail, t.path());
+        let req = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), labels: [("x".to_string(), "y".to_string())].into(), ..Default::default() };
+        let resp = f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap();
+        assert_eq!(resp, echo_pod(&req), "pod answers echo (pod values go to the cgroup, not the answer)");
+        assert_eq!(std::fs::read_to_string(pod_dir.join("cpu.weight")).unwrap(), "39");
+        assert_eq!(f.cgroups().unsupported(), vec!["cpu.bvt_warp_ns".to_string()]);
+        // The pod's directory does not exist yet: logged, not a failure (even under Fail).
+        let early = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod2".into(), ..Default::default() };
+        assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &early).unwrap(), echo_pod(&early));
+        // A file that cannot be read or written is the owning plugin's failure (here: cpu.max is
+        // a directory, which even root cannot write).
+        std::fs::create_dir(pod_dir.join("cpu.max")).unwrap();
+        let change = Change { pod_cgroup: vec![CgroupValue::CfsQuota(5000)], ..Default::default() };
+        let f = framework(vec![Fixed { name: "quota", stages: &[Stage::PreRunPodSandbox], change: Some(change) }], FailurePolicy::Fail, t.path());
+        let blocked = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), ..Default::default() };
+        let err = f.pod_hook(Stage::PreRunPodSandbox, &blocked).unwrap_err();
+        assert!(err.message().contains("plugin quota") && err.message().contains("cpu.max"), "{}", err.message());
+    }
+}

@@ -1,0 +1,175 @@
+//! The plugin contract: a name, the stages it wants, and functions from a typed context to a
+//! [`Change`].
+//!
+//! A plugin is pure policy: it reads the context and the rules and says what it wants; it never
+//! touches files or sockets. The framework calls it in proxy mode (per hook call) and the
+//! reconciler calls the very same functions in standalone mode, asking "what would you answer
+//! for this pod at PreRunPodSandbox, for this container at PreCreateContainer".
+//!
+//! ```
+//! use runtime_hooks::change::{Change, Resources};
+//! use runtime_hooks::context::ContainerContext;
+//! use runtime_hooks::plugin::{Plugin, Stage};
+//! use runtime_hooks::rules::Rules;
+//!
+//! /// CPU shares from a pod annotation.
+//! struct Shares;
+//!
+//! impl Plugin for Shares {
+//!     fn name(&self) -> &'static str { "Shares" }
+//!     fn stages(&self) -> &'static [Stage] { &[Stage::PreCreateContainer] }
+//!     fn container(&self, _: Stage, c: &ContainerContext, _: &Rules) -> anyhow::Result<Change> {
+//!         let shares = c.pod.annotations.get("example/shares").map(|v| v.parse()).transpose()?;
+//!         Ok(Change { resources: Resources { cpu_shares: shares, ..Default::default() }, ..Default::default() })
+//!     }
+//! }
+//!
+//! let mut c = ContainerContext::default();
+//! c.pod.annotations.insert("example/shares".into(), "700".into());
+//! let change = Shares.container(Stage::PreCreateContainer, &c, &Rules::default()).unwrap();
+//! assert_eq!(change.resources.cpu_shares, Some(700));
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::change::Change;
+use crate::context::{ContainerContext, KubeQos, PodContext};
+use crate::rules::Rules;
+use crate::cgroup::CgroupValue;
+
+/// A hook point, named as in koord's registration files and the `runtime.v1alpha1` RPCs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    /// Before RunPodSandbox (pod level).
+    PreRunPodSandbox,
+    /// After StopPodSandbox (pod level).
+    PostStopPodSandbox,
+    /// Before CreateContainer.
+    PreCreateContainer,
+    /// Before StartContainer.
+    PreStartContainer,
+    /// After StartContainer.
+    PostStartContainer,
+    /// Before UpdateContainerResources.
+    PreUpdateContainerResources,
+    /// After StopContainer.
+    PostStopContainer,
+}
+
+impl Stage {
+    /// All stages, in declaration order.
+    pub const ALL: [Stage; 7] = [
+        Stage::PreRunPodSandbox,
+        Stage::PostStopPodSandbox,
+        Stage::PreCreateContainer,
+        Stage::PreStartContainer,
+        Stage::PostStartContainer,
+        Stage::PreUpdateContainerResources,
+        Stage::PostStopContainer,
+    ];
+
+    /// The name in registration files (`"PreCreateContainer"`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Stage::PreRunPodSandbox => "PreRunPodSandbox",
+            Stage::PostStopPodSandbox => "PostStopPodSandbox",
+            Stage::PreCreateContainer => "PreCreateContainer",
+            Stage::PreStartContainer => "PreStartContainer",
+            Stage::PostStartContainer => "PostStartContainer",
+            Stage::PreUpdateContainerResources => "PreUpdateContainerResources",
+            Stage::PostStopContainer => "PostStopContainer",
+        }
+    }
+
+    /// True for the two pod-level stages.
+    pub fn is_pod_level(&self) -> bool {
+        matches!(self, Stage::PreRunPodSandbox | Stage::PostStopPodSandbox)
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the framework does when a plugin fails (koordlet's
+/// `--runtime-hooks-plugin-failure-policy`, and the `failure-policy` of the registration file).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailurePolicy {
+    /// Stop at the first failing plugin and answer the hook call with an error.
+    #[value(name = "Fail")]
+    Fail,
+    /// Log the failure, drop that plugin's change, go on with the next plugin.
+    #[default]
+    #[value(name = "Ignore")]
+    Ignore,
+}
+
+impl FailurePolicy {
+    /// `"Fail"` or `"Ignore"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
+    }
+}
+
+impl FromStr for FailurePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "Fail" => Ok(FailurePolicy::Fail),
+            "Ignore" => Ok(FailurePolicy::Ignore),
+            _ => Err(format!("failure policy {s:?}: must be Fail or Ignore")),
+        }
+    }
+}
+
+/// A runtime hook plugin.
+///
+/// `pod` is called at the pod-level stages the plugin lists, `container` at the container-level
+/// ones; the defaults ask for nothing. An `Err` is the plugin's failure (bad annotation, …),
+/// handled by the [`FailurePolicy`]; it should say what input was wrong.
+pub trait Plugin: Send + Sync + 'static {
+    /// The plugin's name (`GroupIdentity`), used in logs, errors and `--plugins`.
+    fn name(&self) -> &'static str;
+
+    /// The stages the plugin wants; the server registers the union of its plugins' stages.
+    fn stages(&self) -> &'static [Stage];
+
+    /// The change for a pod at a pod-level stage.
+    fn pod(&self, _stage: Stage, _pod: &PodContext, _rules: &Rules) -> anyhow::Result<Change> {
+        Ok(Change::default())
+    }
+
+    /// The change for a container at a container-level stage.
+    fn container(&self, _stage: Stage, _container: &ContainerContext, _rules: &Rules) -> anyhow::Result<Change> {
+        Ok(Change::default())
+    }
+
+    /// Values for a kubelet QoS directory (`kubepods`, `kubepods/burstable`,
+    /// `kubepods/besteffort`), written by the reconciler; default none.
+    fn kube_qos(&self, _qos: KubeQos, _rules: &Rules) -> Vec<CgroupValue> {
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in Stage::ALL {
+            assert!(!s.as_str().is_empty());
+        }
+        assert_eq!(Stage::PreRunPodSandbox.to_string(), "PreRunPodSandbox");
+        assert!(Stage::PostStopPodSandbox.is_pod_level() && !Stage::PreCreateContainer.is_pod_level());
+        assert_eq!("Fail".parse::<FailurePolicy>().unwrap(), FailurePolicy::Fail);
+        assert!("fail".parse::<FailurePolicy>().is_err(), "case-sensitive, as koordlet");
+        assert_eq!(FailurePolicy::default(), FailurePolicy::Ignore);
+    }
+}

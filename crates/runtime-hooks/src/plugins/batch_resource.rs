@@ -1,0 +1,298 @@
+//! BatchResource: CPU and memory of BE pods from their batch resources (koordlet's
+//! `batchresource` hook).
+//!
+//! Koordinator schedules BE pods on *batch* resources, reclaimed from what LS pods requested but
+//! do not use. kubelet knows nothing of them (a BE pod is BestEffort to it: 2 CPU shares, no
+//! limits), so the hook turns them into cgroup values.
+//!
+//! | | |
+//! |---|---|
+//! | inputs | pod label `koordinator.sh/qosClass: BE`; pod annotation `node.koordinator.sh/extended-resource-spec` |
+//! | outputs, container | `container_resources` in the hook answer: `cpu_shares`, `cpu_period`, `cpu_quota`, `memory_limit_in_bytes` (standalone: the container's `cpu.shares`, `cpu.cfs_period_us`, `cpu.cfs_quota_us`, `memory.limit_in_bytes` or their v2 equivalents) |
+//! | outputs, pod | the pod cgroup's same four files, written by runtime-hooks itself |
+//! | stages | PreRunPodSandbox (pod), PreCreateContainer, PreUpdateContainerResources |
+//! | rules | `batchResource.enable`, `batchResource.cfsQuota`, `cpu.cfsPeriodUs` |
+//!
+//! The annotation is JSON:
+//!
+//! ```json
+//! {"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500",  "kubernetes.io/batch-memory": "64Mi"},
+//!                          "limits":   {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}}}
+//! ```
+//!
+//! `kubernetes.io/batch-cpu` is a quantity counting **milli-CPUs** (`"500"` = half a CPU; its
+//! integer value, rounded up, as koordinator reads it); `kubernetes.io/batch-memory` is a
+//! quantity of bytes (`"128Mi"`). JSON numbers are accepted too. Per container (by its
+//! Kubernetes name):
+//!
+//! * `cpu_shares` = batch-cpu request × 1024 / 1000, within 2..=262144 (kubelet's
+//!   `MilliCPUToShares`); no request: shares unchanged.
+//! * `cpu_period` = `cpu.cfsPeriodUs` (100000 µs); `cpu_quota` = batch-cpu limit × period / 1000
+//!   (at least 1000 µs); no limit, or `cfsQuota: false`: −1 (unlimited).
+//! * `memory_limit_in_bytes` = batch-memory limit; no limit: unchanged (runtime-proxy ignores
+//!   −1, as koord does, so "unlimited" cannot be asked for at container level).
+//!
+//! The pod cgroup gets the sums over the annotation's containers: shares from the summed
+//! requests; quota from the summed limits if every container has a batch-cpu limit, else −1;
+//! memory the summed limits if every container has a batch-memory limit, else −1.
+//!
+//! A container not named in the annotation, a pod that is not BE, or a pod without the
+//! annotation is left alone. An annotation that is not valid JSON, or holds an invalid or
+//! negative quantity, is the plugin's failure (message names the annotation and the cause).
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Context as _};
+use serde::Deserialize;
+
+use crate::cgroup::{CgroupValue, MAX_SHARES, MIN_SHARES};
+use crate::change::{Change, Resources};
+use crate::context::{ContainerContext, PodContext, QosClass};
+use crate::plugin::{Plugin, Stage};
+use crate::quantity::Quantity;
+use crate::rules::Rules;
+
+/// Pod annotation with the per-container batch resources.
+pub const EXTENDED_RESOURCE_SPEC: &str = "node.koordinator.sh/extended-resource-spec";
+/// Batch CPU resource name; its quantity counts milli-CPUs.
+pub const BATCH_CPU: &str = "kubernetes.io/batch-cpu";
+/// Batch memory resource name; its quantity counts bytes.
+pub const BATCH_MEMORY: &str = "kubernetes.io/batch-memory";
+
+/// The annotation's JSON.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct ExtendedResourceSpec {
+    /// Per container name.
+    #[serde(default)]
+    pub containers: BTreeMap<String, ContainerResourceSpec>,
+}
+
+/// One container's batch resources.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct ContainerResourceSpec {
+    /// Requests by resource name.
+    #[serde(default)]
+    pub requests: BTreeMap<String, Quantity>,
+    /// Limits by resource name.
+    #[serde(default)]
+    pub limits: BTreeMap<String, Quantity>,
+}
+
+impl ContainerResourceSpec {
+    /// The integer value of a resource (rounded up); `None` when absent. Errors: negative.
+    fn get(map: &BTreeMap<String, Quantity>, name: &str, which: &str) -> anyhow::Result<Option<i64>> {
+        match map.get(name) {
+            None => Ok(None),
+            Some(q) if q.is_negative() => bail!("{which} {name} = {q} is negative"),
+            Some(q) => Ok(Some(q.value())),
+        }
+    }
+
+    /// batch-cpu request in milli-CPUs.
+    pub fn cpu_request_milli(&self) -> anyhow::Result<Option<i64>> {
+        Self::get(&self.requests, BATCH_CPU, "request")
+    }
+
+    /// batch-cpu limit in milli-CPUs; `None` also for 0 (no limit).
+    pub fn cpu_limit_milli(&self) -> anyhow::Result<Option<i64>> {
+        Ok(Self::get(&self.limits, BATCH_CPU, "limit")?.filter(|v| *v > 0))
+    }
+
+    /// batch-memory limit in bytes; `None` also for 0 (no limit).
+    pub fn memory_limit_bytes(&self) -> anyhow::Result<Option<i64>> {
+        Ok(Self::get(&self.limits, BATCH_MEMORY, "limit")?.filter(|v| *v > 0))
+    }
+}
+
+/// The pod's batch resource spec, if it is a BE pod with the annotation.
+pub fn spec_of(pod: &PodContext) -> anyhow::Result<Option<ExtendedResourceSpec>> {
+    if pod.qos() != QosClass::Be {
+        return Ok(None);
+    }
+    let Some(text) = pod.annotations.get(EXTENDED_RESOURCE_SPEC) else { return Ok(None) };
+    let spec = serde_json::from_str(text).with_context(|| format!("pod annotation {EXTENDED_RESOURCE_SPEC}"))?;
+    Ok(Some(spec))
+}
+
+/// CPU shares for a milli-CPU request (kubelet's `MilliCPUToShares`).
+pub fn milli_to_shares(milli: i64) -> i64 {
+    (milli.saturating_mul(1024) / 1000).clamp(MIN_SHARES, MAX_SHARES)
+}
+
+/// CFS quota in µs for a milli-CPU limit at `period` µs (kubelet's `MilliCPUToQuota`, at least
+/// 1000 µs).
+pub fn milli_to_quota(milli: i64, period: i64) -> i64 {
+    (milli.saturating_mul(period) / 1000).max(1000)
+}
+
+/// The BatchResource plugin.
+#[derive(Debug, Default)]
+pub struct BatchResource;
+
+impl BatchResource {
+    /// The plugin's name.
+    pub const NAME: &'static str = "BatchResource";
+}
+
+impl Plugin for BatchResource {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn stages(&self) -> &'static [Stage] {
+        &[Stage::PreRunPodSandbox, Stage::PreCreateContainer, Stage::PreUpdateContainerResources]
+    }
+
+    fn pod(&self, _stage: Stage, pod: &PodContext, rules: &Rules) -> anyhow::Result<Change> {
+        if !rules.batch_resource.enable {
+            return Ok(Change::default());
+        }
+        let Some(spec) = spec_of(pod)? else { return Ok(Change::default()) };
+        if spec.containers.is_empty() {
+            return Ok(Change::default());
+        }
+        let period = rules.cpu.cfs_period_us;
+        let (mut requests, mut any_request) = (0i64, false);
+        let (mut cpu_limits, mut mem_limits) = (Some(0i64), Some(0i64));
+        for (name, c) in &spec.containers {
+            let ctx = || format!("container {name:?}");
+            if let Some(r) = c.cpu_request_milli().with_context(ctx)? {
+                requests = requests.saturating_add(r);
+                any_request = true;
+            }
+            let cpu = c.cpu_limit_milli().with_context(ctx)?;
+            cpu_limits = cpu_limits.zip(cpu).map(|(a, b)| a.saturating_add(b));
+            let mem = c.memory_limit_bytes().with_context(ctx)?;
+            mem_limits = mem_limits.zip(mem).map(|(a, b)| a.saturating_add(b));
+        }
+        let mut values = Vec::new();
+        if any_request {
+            values.push(CgroupValue::CpuShares(milli_to_shares(requests)));
+        }
+        let quota = match cpu_limits {
+            Some(milli) if rules.batch_resource.cfs_quota => milli_to_quota(milli, period),
+            _ => -1,
+        };
+        values.push(CgroupValue::CfsPeriod(period));
+        values.push(CgroupValue::CfsQuota(quota));
+        values.push(CgroupValue::MemoryLimit(mem_limits.unwrap_or(-1)));
+        Ok(Change { pod_cgroup: values, ..Default::default() })
+    }
+
+    fn container(&self, _stage: Stage, c: &ContainerContext, rules: &Rules) -> anyhow::Result<Change> {
+        if !rules.batch_resource.enable {
+            return Ok(Change::default());
+        }
+        let Some(spec) = spec_of(&c.pod)? else { return Ok(Change::default()) };
+        let Some(res) = spec.containers.get(&c.name) else { return Ok(Change::default()) };
+        let ctx = || format!("pod annotation {EXTENDED_RESOURCE_SPEC}, container {:?}", c.name);
+        let period = rules.cpu.cfs_period_us;
+        let quota = match res.cpu_limit_milli().with_context(ctx)? {
+            Some(milli) if rules.batch_resource.cfs_quota => milli_to_quota(milli, period),
+            _ => -1,
+        };
+        let resources = Resources {
+            cpu_shares: res.cpu_request_milli().with_context(ctx)?.map(milli_to_shares),
+            cpu_period: Some(period),
+            cpu_quota: Some(quota),
+            memory_limit_in_bytes: res.memory_limit_bytes().with_context(ctx)?,
+            cpuset_cpus: None,
+        };
+        Ok(Change { resources, ..Default::default() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::QOS_CLASS_KEY;
+
+    fn pod(class: &str, spec: Option<&str>) -> PodContext {
+        let mut annotations = std::collections::HashMap::new();
+        if let Some(s) = spec {
+            annotations.insert(EXTENDED_RESOURCE_SPEC.to_string(), s.to_string());
+        }
+        PodContext { labels: [(QOS_CLASS_KEY.to_string(), class.to_string())].into(), annotations, cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }
+    }
+
+    fn container(pod: PodContext, name: &str) -> ContainerContext {
+        ContainerContext { pod, name: name.into(), ..Default::default() }
+    }
+
+    const SPEC: &str = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "64Mi"},
+                                                  "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}}}"#;
+
+    fn run(c: &ContainerContext, rules: &Rules) -> Resources {
+        BatchResource.container(Stage::PreCreateContainer, c, rules).unwrap().resources
+    }
+
+    #[test]
+    fn the_issue_example() {
+        let r = run(&container(pod("BE", Some(SPEC)), "main"), &Rules::default());
+        assert_eq!(
+            r,
+            Resources { cpu_shares: Some(512), cpu_period: Some(100_000), cpu_quota: Some(100_000), memory_limit_in_bytes: Some(134_217_728), cpuset_cpus: None }
+        );
+    }
+
+    #[test]
+    fn period_and_cfs_quota_rules() {
+        let mut rules = Rules::default();
+        rules.cpu.cfs_period_us = 50_000;
+        let r = run(&container(pod("BE", Some(SPEC)), "main"), &rules);
+        assert_eq!((r.cpu_period, r.cpu_quota), (Some(50_000), Some(50_000)));
+        rules.batch_resource.cfs_quota = false;
+        assert_eq!(run(&container(pod("BE", Some(SPEC)), "main"), &rules).cpu_quota, Some(-1));
+        rules.batch_resource.enable = false;
+        assert!(run(&container(pod("BE", Some(SPEC)), "main"), &rules).is_empty());
+    }
+
+    #[test]
+    fn unlimited_and_absent_values() {
+        let spec = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": 250}}}}"#;
+        let r = run(&container(pod("BE", Some(spec)), "main"), &Rules::default());
+        assert_eq!(r.cpu_shares, Some(256));
+        assert_eq!(r.cpu_quota, Some(-1), "no limit: unlimited");
+        assert_eq!(r.memory_limit_in_bytes, None, "no memory limit: unchanged");
+        let tiny = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1"}, "limits": {"kubernetes.io/batch-cpu": "1"}}}}"#;
+        let r = run(&container(pod("BE", Some(tiny)), "main"), &Rules::default());
+        assert_eq!((r.cpu_shares, r.cpu_quota), (Some(2), Some(1000)), "kernel minimums");
+        let big = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1M"}}}}"#;
+        assert_eq!(run(&container(pod("BE", Some(big)), "main"), &Rules::default()).cpu_shares, Some(262_144));
+    }
+
+    #[test]
+    fn only_be_pods_with_the_annotation_and_named_containers() {
+        let rules = Rules::default();
+        assert!(run(&container(pod("LS", Some(SPEC)), "main"), &rules).is_empty());
+        assert!(run(&container(pod("BE", None), "main"), &rules).is_empty());
+        assert!(run(&container(pod("BE", Some(SPEC)), "sidecar"), &rules).is_empty());
+        assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("LS", Some(SPEC)), &rules).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_annotations_are_errors_naming_the_annotation() {
+        for bad in ["{", r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#, r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-memory": "-1Gi"}}}}"#] {
+            let err = BatchResource.container(Stage::PreCreateContainer, &container(pod("BE", Some(bad)), "main"), &Rules::default()).unwrap_err();
+            assert!(format!("{err:#}").contains(EXTENDED_RESOURCE_SPEC), "{err:#}");
+            assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(bad)), &Rules::default()).is_err());
+        }
+    }
+
+    #[test]
+    fn pod_level_sums() {
+        let two = r#"{"containers": {
+            "a": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}},
+            "b": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "64Mi"}}}}"#;
+        let c = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(two)), &Rules::default()).unwrap();
+        assert_eq!(
+            c.pod_cgroup,
+            vec![CgroupValue::CpuShares(1024), CgroupValue::CfsPeriod(100_000), CgroupValue::CfsQuota(150_000), CgroupValue::MemoryLimit(192 << 20)]
+        );
+        assert!(c.resources.is_empty(), "pod values go to the cgroup only");
+        // One container without limits: the pod is unlimited.
+        let open = r#"{"containers": {"a": {"limits": {"kubernetes.io/batch-cpu": "1000"}}, "b": {"requests": {"kubernetes.io/batch-cpu": "100"}}}}"#;
+        let c = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(open)), &Rules::default()).unwrap();
+        assert_eq!(c.pod_cgroup, vec![CgroupValue::CpuShares(102), CgroupValue::CfsPeriod(100_000), CgroupValue::CfsQuota(-1), CgroupValue::MemoryLimit(-1)]);
+    }
+}

@@ -1,0 +1,85 @@
+//! The built-in plugins, koordlet's QoS hooks in our own code (koordinator.md §9.3):
+//!
+//! | plugin | what it sets | stages |
+//! |---|---|---|
+//! | [`GroupIdentity`] | pod `cpu.bvt_warp_ns` by QoS class | PreRunPodSandbox |
+//! | [`BatchResource`] | BE pods' CPU shares, CFS quota and memory limit from batch resources | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
+//! | [`CpuSet`] | LSE/LSR cpusets from the scheduler, BE on the shared pool | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
+//!
+//! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
+//! (fields and files, units) and stages.
+
+pub mod batch_resource;
+pub mod cpuset;
+pub mod group_identity;
+
+use std::sync::Arc;
+
+pub use batch_resource::BatchResource;
+pub use cpuset::CpuSet;
+pub use group_identity::GroupIdentity;
+
+use crate::plugin::Plugin;
+
+/// Every built-in plugin, in the order the framework runs them.
+pub fn builtin() -> Vec<Arc<dyn Plugin>> {
+    vec![Arc::new(GroupIdentity), Arc::new(BatchResource), Arc::new(CpuSet)]
+}
+
+/// The built-in plugins named in `names` (case-insensitive), in the built-in order.
+///
+/// Errors: an unknown name (the message lists the known ones).
+pub fn select(names: &[String]) -> Result<Vec<Arc<dyn Plugin>>, String> {
+    let all = builtin();
+    for n in names {
+        if !all.iter().any(|p| p.name().eq_ignore_ascii_case(n)) {
+            let known: Vec<&str> = all.iter().map(|p| p.name()).collect();
+            return Err(format!("unknown plugin {n:?} (known: {})", known.join(", ")));
+        }
+    }
+    Ok(all.into_iter().filter(|p| names.iter().any(|n| p.name().eq_ignore_ascii_case(n))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{ContainerContext, PodContext, QOS_CLASS_KEY};
+    use crate::plugin::Stage;
+    use crate::rules::Rules;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Annotations are untrusted input: whatever they hold, no plugin panics (errors are fine).
+        #[test]
+        fn plugins_never_panic_on_annotations(
+            class in prop_oneof![Just("BE".to_string()), Just("LSR".to_string()), Just("LSE".to_string()), Just("LS".to_string()), "\\PC{0,4}"],
+            spec in prop_oneof![
+                "\\PC{0,60}",
+                "[0-9a-zA-Z.+-]{0,12}".prop_map(|q| format!(r#"{{"containers": {{"main": {{"requests": {{"kubernetes.io/batch-cpu": "{q}"}}, "limits": {{"kubernetes.io/batch-memory": "{q}", "kubernetes.io/batch-cpu": "{q}"}}}}}}}}"#)),
+            ],
+            status in prop_oneof!["\\PC{0,40}", "[0-9,-]{0,10}".prop_map(|c| format!(r#"{{"cpuset": "{c}"}}"#))],
+        ) {
+            let pod = PodContext {
+                labels: [(QOS_CLASS_KEY.to_string(), class)].into(),
+                annotations: [
+                    (batch_resource::EXTENDED_RESOURCE_SPEC.to_string(), spec),
+                    (cpuset::RESOURCE_STATUS.to_string(), status),
+                ].into(),
+                cgroup_parent: "/kubepods/besteffort/pod1".into(),
+                ..Default::default()
+            };
+            let container = ContainerContext { pod: pod.clone(), name: "main".into(), ..Default::default() };
+            for p in builtin() {
+                let _ = p.pod(Stage::PreRunPodSandbox, &pod, &Rules::default());
+                let _ = p.container(Stage::PreCreateContainer, &container, &Rules::default());
+            }
+        }
+    }
+
+    #[test]
+    fn select_by_name() {
+        let names: Vec<&str> = select(&["cpuset".into(), "GroupIdentity".into()]).unwrap().iter().map(|p| p.name()).collect();
+        assert_eq!(names, ["GroupIdentity", "CPUSet"]);
+        assert!(select(&["Nope".into()]).err().unwrap().contains("BatchResource"));
+    }
+}

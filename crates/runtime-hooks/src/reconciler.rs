@@ -1,0 +1,366 @@
+//! Standalone mode (and rule changes in proxy mode): make the cgroups of running pods what the
+//! plugins want, without a proxy in the path.
+//!
+//! One pass ([`Reconciler::reconcile`]):
+//!
+//! 1. lists the READY pod sandboxes and RUNNING containers from the CRI runtime
+//!    (`--runtime-endpoint`, CRI v1 `ListPodSandbox` / `ListContainers`);
+//! 2. learns each pod's cgroup parent from `PodSandboxStatus` (verbose: `config.linux.cgroup_parent`
+//!    in containerd's `info`) and each container's cgroup directory from `ContainerStatus`
+//!    (verbose: the OCI spec's `linux.cgroupsPath`; else `<parent>/<container id>`), both cached
+//!    per ID (they never change);
+//! 3. asks the plugins what they would answer for the pod at PreRunPodSandbox and for each
+//!    container at PreCreateContainer — the same functions proxy mode calls — and keeps the
+//!    cgroup part: the pod-level values and the container resources;
+//! 4. writes what differs ([`crate::cgroup::CgroupFs::apply`], retrying EINVAL after the other
+//!    writes of the pod, see [`crate::framework::apply_all`]) and logs every correction:
+//!    `drift corrected … file=… old=… new=…`;
+//! 5. with `--kubepods-cgroup`, also the kubelet QoS directories (`kubepods`, `…/burstable`,
+//!    `…/besteffort`) from [`crate::plugin::Plugin::kube_qos`].
+//!
+//! A pass is idempotent: a second pass over unchanged pods writes nothing. [`Reconciler::run`]
+//! repeats it every `--reconcile-interval` and at once when the rules change. Envs, annotations
+//! and cgroup parents cannot be changed for running containers and are not touched; pods whose
+//! cgroup parent the runtime does not report are skipped. Plugin failures are logged once (not
+//! every pass) and never stop the pass for other pods.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+use crate::cgroup::{CgroupError, Drift, Written};
+use crate::context::{ContainerContext, KubeQos, PodContext};
+use crate::framework::{apply_all, Framework, Owned};
+use crate::plugin::Stage;
+
+/// One corrected file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Correction {
+    /// `namespace/pod`, `namespace/pod/container` or `kubepods QoS dir <dir>`.
+    pub target: String,
+    /// The plugin that wanted the value.
+    pub plugin: &'static str,
+    /// File, old and new value.
+    pub drift: Drift,
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Pods looked at (READY, matching the selector, with a known cgroup parent).
+    pub pods: usize,
+    /// Containers looked at (RUNNING).
+    pub containers: usize,
+    /// Files corrected.
+    pub corrected: Vec<Correction>,
+    /// Plugin failures and failed writes, one line each.
+    pub failures: Vec<String>,
+}
+
+/// The standalone reconciler.
+pub struct Reconciler {
+    framework: Arc<Framework>,
+    endpoint: PathBuf,
+    client: RuntimeServiceClient<Channel>,
+    selector: Vec<(String, String)>,
+    kubepods: Option<String>,
+    parents: HashMap<String, String>,
+    dirs: HashMap<String, String>,
+    reported: HashSet<String>,
+}
+
+impl Reconciler {
+    /// A reconciler for the pods of the CRI runtime at `endpoint` (a unix socket; the connection
+    /// is made lazily and re-made after failures). Must be called within a tokio runtime.
+    pub fn new(framework: Arc<Framework>, endpoint: &Path) -> Reconciler {
+        let client = RuntimeServiceClient::new(hook_api::connect(endpoint)).max_decoding_message_size(16 << 20);
+        Reconciler {
+            framework,
+            endpoint: endpoint.to_owned(),
+            client,
+            selector: Vec::new(),
+            kubepods: None,
+            parents: HashMap::new(),
+            dirs: HashMap::new(),
+            reported: HashSet::new(),
+        }
+    }
+
+    /// Only pods whose labels hold every `key=value` of `selector` (empty: all pods).
+    pub fn with_selector(mut self, selector: Vec<(String, String)>) -> Reconciler {
+        self.selector = selector;
+        self
+    }
+
+    /// Also reconcile the kubelet QoS directories below `root` (cgroupfs driver: `/kubepods`).
+    pub fn with_kubepods(mut self, root: Option<String>) -> Reconciler {
+        self.kubepods = root;
+        self
+    }
+
+    /// One pass over every pod (see the module documentation).
+    ///
+    /// Errors: the runtime cannot be listed (per-pod problems are in [`Report::failures`]).
+    pub async fn reconcile(&mut self) -> anyhow::Result<Report> {
+        let state = |s: cri::PodSandboxState| Some(cri::PodSandboxStateValue { state: s as i32 });
+        let sandboxes = self
+            .client
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(cri::PodSandboxFilter { state: state(cri::PodSandboxState::SandboxReady), ..Default::default() }) })
+            .await
+            .map_err(|s| anyhow::anyhow!("ListPodSandbox on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?
+            .into_inner()
+            .items;
+        let running = Some(cri::ContainerStateValue { state: cri::ContainerState::ContainerRunning as i32 });
+        let containers = self
+            .client
+            .list_containers(cri::ListContainersRequest { filter: Some(cri::ContainerFilter { state: running, ..Default::default() }) })
+            .await
+            .map_err(|s| anyhow::anyhow!("ListContainers on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?
+            .into_inner()
+            .containers;
+        // Forget cached paths of what is gone.
+        let live_pods: HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
+        self.parents.retain(|id, _| live_pods.contains(id.as_str()));
+        let live_containers: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+        self.dirs.retain(|id, _| live_containers.contains(id.as_str()));
+
+        let mut by_pod: HashMap<&str, Vec<&cri::Container>> = HashMap::new();
+        for c in &containers {
+            by_pod.entry(c.pod_sandbox_id.as_str()).or_default().push(c);
+        }
+        let mut report = Report::default();
+        let mut failures_now = HashSet::new();
+        for sandbox in &sandboxes {
+            if !self.selector.iter().all(|(k, v)| sandbox.labels.get(k) == Some(v)) {
+                continue;
+            }
+            let Some(parent) = self.pod_parent(&sandbox.id).await else { continue };
+            let meta = sandbox.metadata.clone().unwrap_or_default();
+            let pod = PodContext {
+                name: meta.name,
+                namespace: meta.namespace,
+                uid: meta.uid,
+                labels: sandbox.labels.clone(),
+                annotations: sandbox.annotations.clone(),
+                cgroup_parent: parent.clone(),
+            };
+            report.pods += 1;
+            let mut writes: Vec<(String, String, Owned)> = Vec::new(); // (target, dir, value)
+            match self.framework.run_pod(Stage::PreRunPodSandbox, &pod) {
+                Ok(outcome) => {
+                    failures_now.extend(outcome.failures.iter().map(|f| f.to_string()));
+                    writes.extend(outcome.pod_values.into_iter().map(|o| (pod.key(), parent.clone(), o)));
+                }
+                Err(f) => {
+                    failures_now.insert(f.to_string());
+                }
+            }
+            for c in by_pod.get(sandbox.id.as_str()).into_iter().flatten() {
+                let Some(dir) = self.container_dir(&c.id, &parent).await else { continue };
+                let meta = c.metadata.clone().unwrap_or_default();
+                let container = ContainerContext {
+                    pod: pod.clone(),
+                    name: meta.name,
+                    id: c.id.clone(),
+                    annotations: c.annotations.clone(),
+                    envs: HashMap::new(),
+                    resources: None,
+                };
+                report.containers += 1;
+                match self.framework.run_container(Stage::PreCreateContainer, &container) {
+                    Ok(outcome) => {
+                        failures_now.extend(outcome.failures.iter().map(|f| f.to_string()));
+                        writes.extend(outcome.pod_values.into_iter().map(|o| (pod.key(), parent.clone(), o)));
+                        writes.extend(outcome.container_values.into_iter().map(|o| (container.key(), dir.clone(), o)));
+                    }
+                    Err(f) => {
+                        failures_now.insert(f.to_string());
+                    }
+                }
+            }
+            self.write(writes, &mut report, &mut failures_now);
+        }
+        if let Some(root) = self.kubepods.clone() {
+            self.kube_qos_dirs(&root, &mut report, &mut failures_now);
+        }
+        // Log each failure once, when it first appears; forget the ones that went away.
+        for f in failures_now.difference(&self.reported) {
+            tracing::warn!("reconcile: {f}");
+        }
+        report.failures = failures_now.iter().cloned().collect();
+        report.failures.sort();
+        self.reported = failures_now;
+        Ok(report)
+    }
+
+    fn write(&self, writes: Vec<(String, String, Owned)>, report: &mut Report, failures: &mut HashSet<String>) {
+        let targets: HashMap<(String, &'static str), String> =
+            writes.iter().map(|(t, d, o)| ((d.clone(), o.value.kind()), t.clone())).collect();
+        let batch = writes.into_iter().map(|(_, d, o)| (d, o)).collect();
+        for w in apply_all(self.framework.cgroups(), batch) {
+            let target = targets.get(&(w.dir.clone(), w.owned.value.kind())).cloned().unwrap_or_default();
+            match w.result {
+                Ok(Written::Corrected(drift)) => {
+                    tracing::info!(on = %target, plugin = w.owned.plugin, file = %drift.path.display(), old = %drift.old, new = %drift.new, "drift corrected");
+                    report.corrected.push(Correction { target, plugin: w.owned.plugin, drift });
+                }
+                Ok(Written::Unchanged | Written::Unsupported) => {}
+                // Gone between the listing and the write (or the QoS dir does not exist).
+                Err(CgroupError::NoDir(dir)) => tracing::debug!(on = %target, "cgroup {} is gone", dir.display()),
+                Err(e) => {
+                    failures.insert(format!("{target}: plugin {}: setting {}: {e}", w.owned.plugin, w.owned.value));
+                }
+            }
+        }
+    }
+
+    fn kube_qos_dirs(&self, root: &str, report: &mut Report, failures: &mut HashSet<String>) {
+        let root = root.trim_end_matches('/');
+        let rules = self.framework.rules().current();
+        let mut writes = Vec::new();
+        for (qos, dir) in [
+            (KubeQos::Guaranteed, root.to_owned()),
+            (KubeQos::Burstable, format!("{root}/burstable")),
+            (KubeQos::BestEffort, format!("{root}/besteffort")),
+        ] {
+            for plugin in self.framework.plugins() {
+                for value in plugin.kube_qos(qos, &rules) {
+                    writes.push((format!("kubepods QoS dir {dir}"), dir.clone(), Owned { plugin: plugin.name(), value }));
+                }
+            }
+        }
+        self.write(writes, report, failures);
+    }
+
+    /// The pod's cgroup parent, from the cache or `PodSandboxStatus` (verbose).
+    async fn pod_parent(&mut self, id: &str) -> Option<String> {
+        if let Some(p) = self.parents.get(id) {
+            return Some(p.clone());
+        }
+        let status = self
+            .client
+            .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: true })
+            .await
+            .ok()?
+            .into_inner();
+        let parent = status.info.get("info").and_then(|i| sandbox_cgroup_parent(i));
+        match &parent {
+            Some(p) => {
+                self.parents.insert(id.to_owned(), p.clone());
+            }
+            None => tracing::debug!(sandbox = id, "the runtime reports no cgroup parent; pod skipped"),
+        }
+        parent
+    }
+
+    /// The container's cgroup directory, from the cache or `ContainerStatus` (verbose).
+    async fn container_dir(&mut self, id: &str, parent: &str) -> Option<String> {
+        if let Some(d) = self.dirs.get(id) {
+            return Some(d.clone());
+        }
+        let status = self
+            .client
+            .container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true })
+            .await
+            .ok()?
+            .into_inner();
+        let dir = status
+            .info
+            .get("info")
+            .and_then(|i| container_cgroup_dir(i))
+            .unwrap_or_else(|| format!("{}/{id}", parent.trim_end_matches('/')));
+        self.dirs.insert(id.to_owned(), dir.clone());
+        Some(dir)
+    }
+
+    /// Runs passes until `shutdown`: one at once, then every `interval` (none: only on rule
+    /// changes) and whenever `rules_changed` sees a change.
+    pub async fn run(mut self, interval: Option<Duration>, mut rules_changed: watch::Receiver<u64>, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut last_error: Option<String> = None;
+        let mut reason = "start";
+        loop {
+            match self.reconcile().await {
+                Ok(report) => {
+                    if last_error.take().is_some() {
+                        tracing::info!(endpoint = %self.endpoint.display(), "runtime reachable again");
+                    }
+                    let n = report.corrected.len();
+                    if n > 0 || reason != "interval" {
+                        tracing::info!(reason, pods = report.pods, containers = report.containers, corrected = n, "reconciled");
+                    } else {
+                        tracing::debug!(reason, pods = report.pods, containers = report.containers, corrected = n, "reconciled");
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    if last_error.as_deref() != Some(msg.as_str()) {
+                        tracing::warn!("reconcile: {msg}");
+                        last_error = Some(msg);
+                    }
+                }
+            }
+            let tick = async {
+                match interval {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tick => reason = "interval",
+                changed = rules_changed.changed() => {
+                    if changed.is_err() {
+                        // The rules store is gone: only the interval is left.
+                        rules_changed = watch::channel(0).1;
+                    }
+                    reason = "rules changed";
+                }
+                _ = &mut shutdown => return,
+            }
+        }
+    }
+}
+
+/// The pod cgroup parent in containerd's verbose sandbox `info` JSON: `config.linux.cgroup_parent`,
+/// else the parent of the sandbox container's `runtimeSpec.linux.cgroupsPath`.
+pub fn sandbox_cgroup_parent(info: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(info).ok()?;
+    if let Some(p) = v["config"]["linux"]["cgroup_parent"].as_str().filter(|p| p.starts_with('/')) {
+        return Some(p.to_owned());
+    }
+    let path = v["runtimeSpec"]["linux"]["cgroupsPath"].as_str().filter(|p| p.starts_with('/'))?;
+    Path::new(path).parent().map(|p| p.display().to_string()).filter(|p| p != "/")
+}
+
+/// A container's cgroup directory in containerd's verbose container `info` JSON:
+/// `runtimeSpec.linux.cgroupsPath`, if it is a cgroupfs path (absolute).
+pub fn container_cgroup_dir(info: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(info).ok()?;
+    v["runtimeSpec"]["linux"]["cgroupsPath"].as_str().filter(|p| p.starts_with('/')).map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_paths_from_verbose_info() {
+        let sandbox = r#"{"pid": 1, "config": {"linux": {"cgroup_parent": "/kubepods/besteffort/pod1"}}, "runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/besteffort/pod1/abc"}}}"#;
+        assert_eq!(sandbox_cgroup_parent(sandbox).as_deref(), Some("/kubepods/besteffort/pod1"));
+        let spec_only = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/pod2/abc"}}}"#;
+        assert_eq!(sandbox_cgroup_parent(spec_only).as_deref(), Some("/kubepods/pod2"));
+        let systemd = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "kubepods-pod.slice:cri-containerd:abc"}}}"#;
+        assert_eq!(sandbox_cgroup_parent(systemd), None);
+        assert_eq!(sandbox_cgroup_parent("not json"), None);
+        let container = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/pod2/def"}}}"#;
+        assert_eq!(container_cgroup_dir(container).as_deref(), Some("/kubepods/pod2/def"));
+        assert_eq!(container_cgroup_dir(systemd), None);
+    }
+}

@@ -1,0 +1,209 @@
+//! Standalone mode: no proxy; runtime-hooks lists the pods of a real containerd and corrects
+//! their cgroup files itself, on its interval and when the rules change.
+//!
+//! Each test selects only its own pods (`--selector test=<unique>`), so tests running in
+//! parallel on the same containerd never reconcile each other's pods.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use test_support::containerd::{unique, Containerd, Pod};
+use test_support::runtime_client;
+
+struct Standalone {
+    env: Containerd,
+    dir: tempfile::TempDir,
+    rules: std::path::PathBuf,
+    label: (String, String),
+    hooks: Hooks,
+}
+
+fn start(interval: &str, extra: &[&str]) -> Standalone {
+    let env = Containerd::from_env();
+    let dir = tempfile::Builder::new().prefix("rh-standalone").tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, "# cfsPeriodUs defaults to 100000\ncpu: {}\n").unwrap();
+    let label = ("test".to_string(), unique("standalone"));
+    let selector = format!("{}={}", label.0, label.1);
+    let mut args = vec![
+        "--mode",
+        "standalone",
+        "--runtime-endpoint",
+        env.socket.to_str().unwrap(),
+        "--reconcile-interval",
+        interval,
+        "--rules",
+        rules.to_str().unwrap(),
+        "--selector",
+        &selector,
+    ];
+    args.extend_from_slice(extra);
+    let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
+    assert!(hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(10)), "no first pass:\n{}", hooks.log());
+    Standalone { env, dir, rules, label, hooks }
+}
+
+impl Standalone {
+    /// A BE pod with the batch resources, created directly on containerd (kubelet's
+    /// BestEffort values: 2 shares, no quota, no memory limit).
+    async fn be_pod(&self) -> Pod {
+        let mut rt = runtime_client(&self.env.socket);
+        let (sandbox, container) = pod_configs(&self.env, &[(QOS, "BE"), (&self.label.0, &self.label.1)], &[(SPEC, BE_SPEC)]);
+        Pod::start(&mut rt, sandbox, container).await.expect("BE pod on containerd")
+    }
+
+    fn set_rules(&self, text: &str) {
+        let tmp = self.dir.path().join(".rules.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.rules).unwrap();
+    }
+}
+
+fn values(pod: &Pod) -> (String, String, String, String) {
+    (
+        pod.cgroup_file("cpu", "cpu.shares"),
+        pod.cgroup_file("cpu", "cpu.cfs_period_us"),
+        pod.cgroup_file("cpu", "cpu.cfs_quota_us"),
+        pod.cgroup_file("memory", "memory.limit_in_bytes"),
+    )
+}
+
+fn want(period: u32, quota: u32) -> (String, String, String, String) {
+    ("512".into(), period.to_string(), quota.to_string(), "134217728".into())
+}
+
+#[tokio::test]
+async fn corrects_a_pod_created_directly_on_containerd_within_one_interval() {
+    let s = start("1s", &[]);
+    let pod = s.be_pod().await;
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2", "containerd made it as asked");
+    let created = Instant::now();
+    assert!(
+        eventually(Duration::from_millis(2000), || values(&pod) == want(100_000, 100_000)),
+        "not corrected within one interval (+1 s for the pass itself): {:?}\n{}",
+        values(&pod),
+        s.hooks.log()
+    );
+    let took = created.elapsed();
+    // Pod level too.
+    let parent = pod.cgroup_parent();
+    assert_eq!(cgroup("cpu", &parent, "cpu.shares"), "512");
+    assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "100000");
+    assert_eq!(cgroup("memory", &parent, "memory.limit_in_bytes"), "134217728");
+    // The drift is reported file by file, old → new.
+    let log = s.hooks.log();
+    for (file, old, new) in [("cpu.shares", "2", "512"), ("cpu.cfs_quota_us", "-1", "100000"), ("memory.limit_in_bytes", "9223372036854771712", "134217728")] {
+        let path = format!("{}/{}/{file}", parent, pod.container_id);
+        assert!(
+            log.lines().any(|l| l.contains("drift corrected") && l.contains(&path) && l.contains(&format!("old={old}")) && l.contains(&format!("new={new}"))),
+            "no drift line for {path} {old} → {new}:\n{log}"
+        );
+    }
+
+    // Idempotent: the next passes write nothing.
+    let corrections = s.hooks.count(&["drift corrected"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(s.hooks.count(&["drift corrected"]), corrections, "a pass over an unchanged pod wrote something:\n{}", s.hooks.log());
+
+    // Someone changes a file behind our back: corrected on the next interval.
+    let shares = format!("/sys/fs/cgroup/cpu{parent}/{}/cpu.shares", pod.container_id);
+    std::fs::write(&shares, "1024").unwrap();
+    assert!(eventually(Duration::from_millis(2000), || pod.cgroup_file("cpu", "cpu.shares") == "512"), "{}", s.hooks.log());
+    assert!(s.hooks.count(&["drift corrected", "old=1024", "new=512"]) >= 1);
+    eprintln!("corrected {took:?} after creation");
+    pod.remove(&mut runtime_client(&s.env.socket)).await;
+}
+
+#[tokio::test]
+async fn rule_change_is_reapplied_without_waiting_for_the_interval() {
+    // An interval far longer than the test: only the rule change can trigger the second pass.
+    let s = start("1m", &[]);
+    let pod = s.be_pod().await;
+    // The pod came after the first pass and the interval is 1 min: nothing corrects it yet.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
+    // A rules change (group identity, which this kernel does not even have) triggers a pass that
+    // applies every rule in force.
+    s.set_rules("groupIdentity:\n  be: 0\n");
+    assert!(s.hooks.wait_log(&["rules changed"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(5), || values(&pod) == want(100_000, 100_000)),
+        "{:?}\n{}",
+        values(&pod),
+        s.hooks.log()
+    );
+    s.set_rules("cpu:\n  cfsPeriodUs: 50000\n");
+    assert!(eventually(Duration::from_secs(5), || values(&pod) == want(50_000, 50_000)), "{:?}\n{}", values(&pod), s.hooks.log());
+    let parent = pod.cgroup_parent();
+    assert_eq!(cgroup("cpu", &parent, "cpu.cfs_period_us"), "50000", "pod level too");
+    assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "50000");
+    // BE CPU no longer limited by CFS.
+    s.set_rules("cpu:\n  cfsPeriodUs: 50000\nbatchResource:\n  cfsQuota: false\n");
+    assert!(eventually(Duration::from_secs(5), || pod.cgroup_file("cpu", "cpu.cfs_quota_us") == "-1"), "{}", s.hooks.log());
+    assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "-1");
+    // An invalid file is reported and the rules in force are kept.
+    s.set_rules("cpu:\n  cfsPeriodUs: 5\n");
+    assert!(s.hooks.wait_log(&["rules file invalid", "cfsPeriodUs"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_period_us"), "50000");
+    assert!(s.hooks.count(&["reconciled", "reason=\"rules changed\""]) >= 2, "{}", s.hooks.log());
+    pod.remove(&mut runtime_client(&s.env.socket)).await;
+}
+
+#[tokio::test]
+async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
+    // The real pods of containerd, but the files in a temp tree laid out like cgroupfs on v2:
+    // <root>/<pod parent>/<container id>/{cpu.weight,cpu.max,memory.max,cpuset.cpus}.
+    let env = Containerd::from_env();
+    let root = tempfile::tempdir().unwrap();
+    let label = ("test".to_string(), unique("v2"));
+    let mut rt = runtime_client(&env.socket);
+    let (sandbox, container) = pod_configs(&env, &[(QOS, "BE"), (&label.0, &label.1)], &[(SPEC, BE_SPEC)]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod");
+    let pod_dir = root.path().join(pod.cgroup_parent().trim_start_matches('/'));
+    let container_dir = pod_dir.join(&pod.container_id);
+    for d in [root.path(), pod_dir.as_path(), container_dir.as_path()] {
+        std::fs::create_dir_all(d).unwrap();
+        for (f, v) in [("cpu.weight", "1"), ("cpu.max", "max 100000"), ("memory.max", "max"), ("cpuset.cpus", "0-1")] {
+            std::fs::write(d.join(f), format!("{v}\n")).unwrap();
+        }
+    }
+    // A kernel with group identity (Anolis) has cpu.bvt_warp_ns; so does this tree, in the pod
+    // and in kubelet's QoS directories.
+    let kubepods = root.path().join("kubepods");
+    for d in [pod_dir.clone(), kubepods.clone(), kubepods.join("burstable"), kubepods.join("besteffort")] {
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cpu.bvt_warp_ns"), "0\n").unwrap();
+    }
+    let selector = format!("{}={}", label.0, label.1);
+    let log = root.path().join("hooks.log");
+    let args = [
+        "--mode", "standalone", "--runtime-endpoint", env.socket.to_str().unwrap(), "--reconcile-interval", "1s",
+        "--selector", &selector, "--cgroup-root", root.path().to_str().unwrap(), "--cgroup-version", "v2",
+        "--kubepods-cgroup", "/kubepods",
+    ];
+    let hooks = Hooks::start(&args, log);
+    let read = |d: &Path, f: &str| std::fs::read_to_string(d.join(f)).unwrap().trim().to_owned();
+    assert!(
+        eventually(Duration::from_secs(5), || read(&container_dir, "memory.max") == "134217728"),
+        "{}",
+        hooks.log()
+    );
+    assert_eq!(read(&container_dir, "cpu.weight"), "20", "512 shares → weight 1 + (510 × 9999) / 262142");
+    assert_eq!(read(&container_dir, "cpu.max"), "100000 100000");
+    assert_eq!(read(&container_dir, "cpuset.cpus"), "", "BE: inherit the parent's CPUs");
+    assert_eq!(read(&pod_dir, "cpu.weight"), "20");
+    assert_eq!(read(&pod_dir, "cpu.max"), "100000 100000");
+    assert_eq!(read(&pod_dir, "memory.max"), "134217728");
+    assert!(hooks.log().contains("cgroup=V2"), "{}", hooks.log());
+    // GroupIdentity where the file exists: BE pod −1; QoS dirs: kubepods 0, burstable 2, besteffort −1.
+    assert_eq!(read(&pod_dir, "cpu.bvt_warp_ns"), "-1");
+    assert_eq!(read(&kubepods, "cpu.bvt_warp_ns"), "0");
+    assert_eq!(read(&kubepods.join("burstable"), "cpu.bvt_warp_ns"), "2");
+    assert_eq!(read(&kubepods.join("besteffort"), "cpu.bvt_warp_ns"), "-1");
+    // The real (v1) cgroup was not touched.
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
+    pod.remove(&mut rt).await;
+}
