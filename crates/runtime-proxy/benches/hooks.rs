@@ -257,14 +257,27 @@ fn hook_request(req: &cri::CreateContainerRequest) -> ContainerResourceHookReque
 }
 
 async fn intercepted_create(calls: usize) {
-    let answer = cri::CreateContainerResponse { container_id: "c1".into() }.encode_to_vec();
+    let request = kubelet_create_request();
+    // The fake answers every call with this message; as a RunPodSandboxResponse (same field 1)
+    // it carries the request's sandbox ID, so one RunPodSandbox through each proxy below makes
+    // the pod known to its store, as it is on a node (no store miss on every CreateContainer).
+    let answer = cri::CreateContainerResponse { container_id: request.pod_sandbox_id.clone() }.encode_to_vec();
     let backend = FakeBackend::start(Behaviour::ok(&answer)).await;
     let noop = TestHook::echoing(|_, _| {}).await;
     let (plain_dir, hooked_dir) = (hook_dir(), hook_dir());
     let plain_proxy = proxy(backend.socket(), plain_dir.path(), None);
     let hooked_proxy = proxy(backend.socket(), hooked_dir.path(), Some(("noop.json", noop.socket(), &["PreCreateContainer"])));
 
-    let request = kubelet_create_request();
+    for proxy in [&plain_proxy, &hooked_proxy] {
+        let run = cri::RunPodSandboxRequest { config: request.sandbox_config.clone(), runtime_handler: String::new() };
+        test_support::raw::unary(
+            test_support::channel(proxy.socket()),
+            "/runtime.v1.RuntimeService/RunPodSandbox",
+            tonic::Request::new(bytes::Bytes::from(run.encode_to_vec())),
+        )
+        .await
+        .expect("RunPodSandbox through the proxy");
+    }
     let hook_req = hook_request(&request);
     let kind = ClientKind::from_env();
     let mut clients = Vec::new();
@@ -287,7 +300,7 @@ async fn intercepted_create(calls: usize) {
                 let start = Instant::now();
                 let id = clients[path].create_container(req, body).await;
                 let took = start.elapsed();
-                assert_eq!(id, "c1", "path {path}");
+                assert_eq!(id, request.pod_sandbox_id, "path {path}");
                 took
             } else {
                 let mut req = Request::new(hook_req.clone());
@@ -306,7 +319,7 @@ async fn intercepted_create(calls: usize) {
     // Every call through the hooked proxy and every direct hook call reached the hook.
     let seen = noop.seen().len();
     assert_eq!(seen, 2 * (calls + WARM_UP), "hook calls seen");
-    assert_eq!(backend.calls().len(), 3 * (calls + WARM_UP), "backend calls seen");
+    assert_eq!(backend.calls_to("/runtime.v1.RuntimeService/CreateContainer").len(), 3 * (calls + WARM_UP), "backend calls seen");
 
     for s in samples.iter_mut() {
         s.sort();

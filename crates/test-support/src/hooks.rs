@@ -91,32 +91,44 @@ impl Service {
 impl RuntimeHookService for Service {
     async fn pre_run_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         self.pod("PreRunPodSandbox", r)
     }
     async fn post_stop_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         self.pod("PostStopPodSandbox", r)
     }
     async fn pre_create_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         self.container("PreCreateContainer", r)
     }
     async fn pre_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         self.container("PreStartContainer", r)
     }
     async fn post_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         self.container("PostStartContainer", r)
     }
     async fn post_stop_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         self.container("PostStopContainer", r)
     }
     async fn pre_update_container_resources_hook(
@@ -124,7 +136,9 @@ impl RuntimeHookService for Service {
         r: Request<ContainerResourceHookRequest>,
     ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         self.container("PreUpdateContainerResources", r)
     }
 }
