@@ -71,6 +71,9 @@ pub fn connect(path: impl AsRef<Path>) -> Channel {
 }
 
 pub mod merge;
+pub mod stage;
+
+pub use stage::{Stage, UnknownStage};
 
 /// Conversion of `LinuxContainerResources` between CRI v1 and `runtime.v1alpha1`.
 ///

@@ -30,7 +30,6 @@
 //! assert_eq!(change.resources.cpu_shares, Some(700));
 //! ```
 
-use std::fmt;
 use std::str::FromStr;
 
 use crate::change::Change;
@@ -38,61 +37,7 @@ use crate::context::{ContainerContext, KubeQos, PodContext};
 use crate::rules::Rules;
 use crate::cgroup::CgroupValue;
 
-/// A hook point, named as in koord's registration files and the `runtime.v1alpha1` RPCs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Stage {
-    /// Before RunPodSandbox (pod level).
-    PreRunPodSandbox,
-    /// After StopPodSandbox (pod level).
-    PostStopPodSandbox,
-    /// Before CreateContainer.
-    PreCreateContainer,
-    /// Before StartContainer.
-    PreStartContainer,
-    /// After StartContainer.
-    PostStartContainer,
-    /// Before UpdateContainerResources.
-    PreUpdateContainerResources,
-    /// After StopContainer.
-    PostStopContainer,
-}
-
-impl Stage {
-    /// All stages, in declaration order.
-    pub const ALL: [Stage; 7] = [
-        Stage::PreRunPodSandbox,
-        Stage::PostStopPodSandbox,
-        Stage::PreCreateContainer,
-        Stage::PreStartContainer,
-        Stage::PostStartContainer,
-        Stage::PreUpdateContainerResources,
-        Stage::PostStopContainer,
-    ];
-
-    /// The name in registration files (`"PreCreateContainer"`).
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Stage::PreRunPodSandbox => "PreRunPodSandbox",
-            Stage::PostStopPodSandbox => "PostStopPodSandbox",
-            Stage::PreCreateContainer => "PreCreateContainer",
-            Stage::PreStartContainer => "PreStartContainer",
-            Stage::PostStartContainer => "PostStartContainer",
-            Stage::PreUpdateContainerResources => "PreUpdateContainerResources",
-            Stage::PostStopContainer => "PostStopContainer",
-        }
-    }
-
-    /// True for the two pod-level stages.
-    pub fn is_pod_level(&self) -> bool {
-        matches!(self, Stage::PreRunPodSandbox | Stage::PostStopPodSandbox)
-    }
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use hook_api::Stage;
 
 /// What the framework does when a plugin fails (koordlet's
 /// `--runtime-hooks-plugin-failure-policy`, and the `failure-policy` of the registration file).

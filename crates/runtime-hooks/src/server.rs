@@ -111,7 +111,7 @@ pub fn register(dir: &Path, name: &str, endpoint: &Path, policy: FailurePolicy, 
     let doc = serde_json::json!({
         "remote-endpoint": endpoint,
         "failure-policy": policy.as_str(),
-        "runtime-hooks": stages.iter().map(Stage::as_str).collect::<Vec<_>>(),
+        "runtime-hooks": stages.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
     });
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let file = dir.join(format!("{name}.json"));

@@ -46,12 +46,6 @@ impl HookMessage for ContainerResourceHookRequest {
     }
 }
 
-/// The gRPC path of a stage's RPC, e.g. `/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook`.
-pub fn rpc_path(stage: Stage) -> PathAndQuery {
-    PathAndQuery::try_from(format!("/runtime.v1alpha1.RuntimeHookService/{}Hook", stage.as_str()))
-        .unwrap_or_else(|_| PathAndQuery::from_static("/"))
-}
-
 /// Calls hook servers; keeps one lazily connected channel per endpoint.
 pub struct Dispatcher {
     channels: Mutex<HashMap<PathBuf, Channel>>,
@@ -130,7 +124,7 @@ impl Dispatcher {
         let codec = tonic_prost::ProstCodec::<R, R::Answer>::default();
         let call = async {
             grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("connecting: {e}")))?;
-            grpc.unary(request, rpc_path(stage), codec).await
+            grpc.unary(request, PathAndQuery::from_static(stage.rpc_path()), codec).await
         };
         let started = Instant::now();
         match tokio::time::timeout(budget, call).await {

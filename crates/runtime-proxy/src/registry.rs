@@ -62,7 +62,6 @@ use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -105,85 +104,7 @@ pub mod keys {
 // Stage and FailurePolicy
 // ---------------------------------------------------------------------------------------------
 
-/// A hook point: where in a CRI call a hook server is called. Names are koord's exactly.
-///
-/// Declared (and ordered) roughly in pod lifecycle order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Stage {
-    /// Before RunPodSandbox is forwarded.
-    PreRunPodSandbox,
-    /// After StopPodSandbox returned.
-    PostStopPodSandbox,
-    /// Before CreateContainer is forwarded.
-    PreCreateContainer,
-    /// Before StartContainer is forwarded.
-    PreStartContainer,
-    /// After StartContainer returned.
-    PostStartContainer,
-    /// Before UpdateContainerResources is forwarded.
-    PreUpdateContainerResources,
-    /// After StopContainer returned.
-    PostStopContainer,
-}
-
-impl Stage {
-    /// Every stage, in declaration order.
-    pub const ALL: [Stage; 7] = [
-        Stage::PreRunPodSandbox,
-        Stage::PostStopPodSandbox,
-        Stage::PreCreateContainer,
-        Stage::PreStartContainer,
-        Stage::PostStartContainer,
-        Stage::PreUpdateContainerResources,
-        Stage::PostStopContainer,
-    ];
-
-    /// koord's name of the stage, as written in `runtime-hooks`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Stage::PreRunPodSandbox => "PreRunPodSandbox",
-            Stage::PostStopPodSandbox => "PostStopPodSandbox",
-            Stage::PreCreateContainer => "PreCreateContainer",
-            Stage::PreStartContainer => "PreStartContainer",
-            Stage::PostStartContainer => "PostStartContainer",
-            Stage::PreUpdateContainerResources => "PreUpdateContainerResources",
-            Stage::PostStopContainer => "PostStopContainer",
-        }
-    }
-
-    /// True for the `Pre*` stages (called before the CRI call is forwarded; their failure can
-    /// reject it under `Fail`), false for `Post*` (called after; errors are only logged).
-    pub const fn is_pre(self) -> bool {
-        matches!(
-            self,
-            Stage::PreRunPodSandbox
-                | Stage::PreCreateContainer
-                | Stage::PreStartContainer
-                | Stage::PreUpdateContainerResources
-        )
-    }
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Error of [`Stage::from_str`]: the name is not one of the seven callable stages (this includes
-/// `PreRemoveRunPodSandbox`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown runtime hook stage {0:?}")]
-pub struct UnknownStage(pub String);
-
-impl FromStr for Stage {
-    type Err = UnknownStage;
-
-    /// Exact, case-sensitive match of koord's names (koord compares strings the same way).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Stage::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| UnknownStage(s.to_owned()))
-    }
-}
+pub use hook_api::{Stage, UnknownStage};
 
 /// What a failed call to a hook server does to the CRI call (see also [`HookServer::policy_explicit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
