@@ -70,6 +70,23 @@ pub fn connect(path: impl AsRef<Path>) -> Channel {
     ))
 }
 
+/// Parses a unix socket flag value (`--listen`, backend endpoints; used by both binaries):
+/// accepts `PATH` or `unix://PATH` and returns the plain socket path.
+///
+/// Errors: an empty path, or another URL scheme (`tcp://`, `npipe://`): only unix sockets are
+/// supported.
+pub fn parse_unix_path(s: &str) -> Result<PathBuf, String> {
+    let path = match s.split_once("://") {
+        Some(("unix", rest)) => rest,
+        Some((scheme, _)) => return Err(format!("unsupported endpoint scheme {scheme:?}: only unix sockets (PATH or unix://PATH)")),
+        None => s,
+    };
+    if path.is_empty() {
+        return Err("empty socket path".into());
+    }
+    Ok(PathBuf::from(path))
+}
+
 pub mod merge;
 pub mod stage;
 

@@ -94,21 +94,7 @@ impl Args {
     }
 }
 
-/// Accepts `PATH` or `unix://PATH` and returns the plain socket path.
-///
-/// Errors: an empty path, or another URL scheme (`tcp://`, `npipe://`): only unix sockets are
-/// supported.
-pub fn parse_unix_path(s: &str) -> Result<PathBuf, String> {
-    let path = match s.split_once("://") {
-        Some(("unix", rest)) => rest,
-        Some((scheme, _)) => return Err(format!("unsupported endpoint scheme {scheme:?}: only unix sockets (PATH or unix://PATH)")),
-        None => s,
-    };
-    if path.is_empty() {
-        return Err("empty socket path".into());
-    }
-    Ok(PathBuf::from(path))
-}
+pub use hook_api::parse_unix_path;
 
 /// Parses a duration written as a number and a unit: `ms`, `s` or `m` (`500ms`, `10s`, `2m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
