@@ -7,6 +7,10 @@
 //! of [`intercept::METHODS`] go through the interceptor; everything else through the generic
 //! pass-through.
 //!
+//! A call without an `:authority` (the client sent none, or sent one that is not a valid URI
+//! authority, such as the unix socket path gRPC clients put there, which the patched h2 ignores:
+//! vendor/README.md) is given `localhost`, so what reaches the backend is well-formed.
+//!
 //! Each call is logged here, once, when it ends.
 
 use std::sync::Arc;
@@ -15,7 +19,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
-use http::Request;
+use http::uri::{Authority, Scheme};
+use http::{Request, Uri};
 
 use crate::backend::Backend;
 use crate::grpc::{self, Code};
@@ -35,8 +40,18 @@ pub struct Router {
 impl Router {
     /// A router over the two backends; pass the same `Arc` twice when images are served by the
     /// runtime socket (the default). Without an interceptor every call passes through.
-    pub fn new(runtime: Arc<Backend>, image: Arc<Backend>, interceptor: Option<Arc<Interceptor>>, metrics: Arc<Metrics>) -> Self {
-        Router { runtime, image, interceptor, metrics }
+    pub fn new(
+        runtime: Arc<Backend>,
+        image: Arc<Backend>,
+        interceptor: Option<Arc<Interceptor>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Router {
+            runtime,
+            image,
+            interceptor,
+            metrics,
+        }
     }
 
     /// The backend serving `path`.
@@ -57,12 +72,19 @@ impl Router {
     /// the method, gRPC code and latency in microseconds; at `warn` when the code is not OK, with
     /// the status message.
     /// Every failure of the proxy's own is answered as a gRPC status (see [`passthrough::forward`]).
-    pub async fn handle(&self, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
+    pub async fn handle(&self, mut req: Request<RecvStream>, respond: SendResponse<Bytes>) {
         let start = Instant::now();
+        if req.uri().authority().is_none() {
+            set_default_authority(req.uri_mut());
+        }
         let method = req.uri().path().to_owned();
         let backend = self.backend_for(&method);
         let status = match (&self.interceptor, intercept::lookup(&method)) {
-            (Some(interceptor), Some(spec)) => interceptor.handle(spec, backend, req, respond).await,
+            (Some(interceptor), Some(spec)) => {
+                interceptor
+                    .handle(spec, &method, backend, req, respond)
+                    .await
+            }
             _ => {
                 let deadline = grpc::parse_timeout(req.headers());
                 passthrough::forward(backend, req, respond, deadline, &method).await
@@ -79,17 +101,35 @@ impl Router {
     }
 }
 
+/// Gives a URI without authority the scheme `http` and the authority `localhost` (what tonic and
+/// grpc-go send on unix sockets); a URI without a path is left as it is.
+fn set_default_authority(uri: &mut Uri) {
+    let mut parts = uri.clone().into_parts();
+    parts.scheme = Some(Scheme::HTTP);
+    parts.authority = Some(Authority::from_static("localhost"));
+    if let Ok(with) = Uri::from_parts(parts) {
+        *uri = with;
+    }
+}
+
 /// True for the CRI ImageService of any version (`/runtime.v1.ImageService/ListImages`,
 /// `/runtime.v1alpha2.ImageService/...`).
 pub fn is_image_service(path: &str) -> bool {
-    path.split('/')
-        .nth(1)
-        .is_some_and(|service| service.starts_with("runtime.") && service.ends_with(".ImageService"))
+    path.split('/').nth(1).is_some_and(|service| {
+        service.starts_with("runtime.") && service.ends_with(".ImageService")
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_authority() {
+        let mut uri = Uri::from_static("/runtime.v1.RuntimeService/Version");
+        set_default_authority(&mut uri);
+        assert_eq!(uri, "http://localhost/runtime.v1.RuntimeService/Version");
+    }
 
     #[test]
     fn image_service_paths() {

@@ -49,8 +49,11 @@ pub async fn unary(
     request: tonic::Request<Bytes>,
 ) -> Result<tonic::Response<Bytes>, Status> {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(64 << 20);
-    grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
-    grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    grpc.unary(request, PathAndQuery::from_static(path), RawCodec)
+        .await
 }
 
 /// What a plain HTTP/2 call returned: response headers, body bytes, trailers.
@@ -64,14 +67,26 @@ pub struct Http2Answer {
 impl Http2Answer {
     /// `grpc-status` from the trailers, or from the headers of a trailers-only answer.
     pub fn grpc_status(&self) -> Option<String> {
-        let from = |h: &http::HeaderMap| h.get("grpc-status").map(|v| v.to_str().unwrap_or("?").to_owned());
-        self.trailers.as_ref().and_then(from).or_else(|| from(&self.headers))
+        let from = |h: &http::HeaderMap| {
+            h.get("grpc-status")
+                .map(|v| v.to_str().unwrap_or("?").to_owned())
+        };
+        self.trailers
+            .as_ref()
+            .and_then(from)
+            .or_else(|| from(&self.headers))
     }
 
     /// `grpc-message` from the trailers or headers.
     pub fn grpc_message(&self) -> Option<String> {
-        let from = |h: &http::HeaderMap| h.get("grpc-message").map(|v| v.to_str().unwrap_or("?").to_owned());
-        self.trailers.as_ref().and_then(from).or_else(|| from(&self.headers))
+        let from = |h: &http::HeaderMap| {
+            h.get("grpc-message")
+                .map(|v| v.to_str().unwrap_or("?").to_owned())
+        };
+        self.trailers
+            .as_ref()
+            .and_then(from)
+            .or_else(|| from(&self.headers))
     }
 }
 
@@ -85,8 +100,11 @@ pub async fn http2_call(
 ) -> Result<Http2Answer, Box<dyn std::error::Error + Send + Sync>> {
     use http_body_util::{BodyExt, Full};
     let stream = tokio::net::UnixStream::connect(socket).await?;
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(stream)).await?;
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await?;
     tokio::spawn(conn);
     let mut req = http::Request::post(format!("http://localhost{path}"))
         .header("content-type", "application/grpc")
@@ -98,5 +116,110 @@ pub async fn http2_call(
     let (parts, body) = resp.into_parts();
     let collected = body.collect().await?;
     let trailers = collected.trailers().cloned();
-    Ok(Http2Answer { headers: parts.headers, body: collected.to_bytes(), trailers })
+    Ok(Http2Answer {
+        headers: parts.headers,
+        body: collected.to_bytes(),
+        trailers,
+    })
+}
+
+/// How a [`handmade_call`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HandmadeAnswer {
+    /// The server answered: the response's DATA payload (gRPC-framed messages).
+    Answered(Vec<u8>),
+    /// The server reset the stream with this HTTP/2 error code (1 = PROTOCOL_ERROR).
+    Reset(u32),
+}
+
+/// One gRPC call written byte by byte (connection preface, SETTINGS, a HEADERS frame of HPACK
+/// literals, one DATA frame), so that `:authority` can be anything at all — a unix socket path,
+/// empty, absent — which HTTP/2 libraries refuse to send. Reads frames until the stream ends.
+///
+/// Errors: the socket fails, or the connection ends before the stream does.
+pub async fn handmade_call(
+    socket: &std::path::Path,
+    authority: Option<&[u8]>,
+    path: &str,
+    message: &[u8],
+) -> std::io::Result<HandmadeAnswer> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    fn int(out: &mut Vec<u8>, mut n: usize) {
+        // HPACK integer with a 7-bit prefix (string lengths, no Huffman flag).
+        if n < 127 {
+            out.push(n as u8);
+            return;
+        }
+        out.push(127);
+        n -= 127;
+        while n >= 128 {
+            out.push((n % 128 + 128) as u8);
+            n /= 128;
+        }
+        out.push(n as u8);
+    }
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+    let mut headers = Vec::new();
+    let mut literal = |name: &[u8], value: &[u8]| {
+        headers.push(0); // literal header field without indexing, new name
+        int(&mut headers, name.len());
+        headers.extend_from_slice(name);
+        int(&mut headers, value.len());
+        headers.extend_from_slice(value);
+    };
+    literal(b":method", b"POST");
+    literal(b":scheme", b"http");
+    literal(b":path", path.as_bytes());
+    if let Some(a) = authority {
+        literal(b":authority", a);
+    }
+    literal(b"content-type", b"application/grpc");
+    literal(b"te", b"trailers");
+    let mut body = vec![0];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(message);
+
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, &[])); // SETTINGS
+    out.extend(frame(1, 0x4, 1, &headers)); // HEADERS, END_HEADERS
+    out.extend(frame(0, 0x1, 1, &body)); // DATA, END_STREAM
+    let mut conn = tokio::net::UnixStream::connect(socket).await?;
+    conn.write_all(&out).await?;
+    let mut data = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head).await?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let (kind, flags, stream) = (
+            head[3],
+            head[4],
+            u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
+        );
+        let mut payload = vec![0; len];
+        conn.read_exact(&mut payload).await?;
+        match (kind, stream) {
+            (4, 0) if flags & 0x1 == 0 => conn.write_all(&frame(4, 0x1, 0, &[])).await?, // ACK their SETTINGS
+            (6, 0) if flags & 0x1 == 0 => conn.write_all(&frame(6, 0x1, 0, &payload)).await?, // PING ACK
+            (3, 1) => {
+                return Ok(HandmadeAnswer::Reset(u32::from_be_bytes([
+                    payload[0], payload[1], payload[2], payload[3],
+                ])))
+            }
+            (0, 1) => {
+                data.extend_from_slice(&payload);
+                if flags & 0x1 != 0 {
+                    return Ok(HandmadeAnswer::Answered(data));
+                }
+            }
+            (1, 1) if flags & 0x1 != 0 => return Ok(HandmadeAnswer::Answered(data)),
+            (7, _) => return Err(std::io::Error::other(format!("GOAWAY: {payload:?}"))),
+            _ => {}
+        }
+    }
 }

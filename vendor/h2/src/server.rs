@@ -1700,15 +1700,16 @@ impl proto::Peer for Peer {
 
         // A request translated from HTTP/1 must not include the :authority
         // header
+        //
+        // PATCH (runtime-proxy, vendor/README.md): an :authority that is not a valid URI
+        // authority is ignored (the request has none) instead of resetting the stream. gRPC
+        // clients on unix sockets send the socket path there, raw or percent-encoded, and
+        // grpc-go servers accept any value (hyperium/h2#442).
         if let Some(authority) = pseudo.authority {
-            let maybe_authority = uri::Authority::from_maybe_shared(authority.clone().into_inner());
-            parts.authority = Some(maybe_authority.or_else(|why| {
-                malformed!(
-                    "malformed headers: malformed authority ({:?}): {}",
-                    authority,
-                    why,
-                )
-            })?);
+            match uri::Authority::from_maybe_shared(authority.clone().into_inner()) {
+                Ok(valid) => parts.authority = Some(valid),
+                Err(why) => tracing::debug!("ignoring malformed authority ({:?}): {}", authority, why),
+            }
         }
 
         // A :scheme is required, except CONNECT.
