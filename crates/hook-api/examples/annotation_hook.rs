@@ -20,11 +20,11 @@
 
 use std::path::{Path, PathBuf};
 
-use hook_api::v1alpha1::{
-    ContainerResourceHookRequest as ContainerReq, ContainerResourceHookResponse as ContainerResp,
-    PodSandboxHookRequest as PodReq, PodSandboxHookResponse as PodResp, PodSandboxMetadata,
-};
 use hook_api::merge::{echo_container as echo, echo_pod};
+use hook_api::v1alpha1::{
+    ContainerResourceHookRequest as ContainerReq, ContainerResourceHookResponse as ContainerResp, PodSandboxHookRequest as PodReq,
+    PodSandboxHookResponse as PodResp, PodSandboxMetadata,
+};
 use hook_api::{RuntimeHookService, RuntimeHookServiceServer};
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -112,10 +112,7 @@ impl RuntimeHookService for Hook {
         let r = r.into_inner();
         reply("PostStopContainer", container_name(&r), Ok(echo(&r)))
     }
-    async fn pre_update_container_resources_hook(
-        &self,
-        r: Request<ContainerReq>,
-    ) -> Answer<ContainerResp> {
+    async fn pre_update_container_resources_hook(&self, r: Request<ContainerReq>) -> Answer<ContainerResp> {
         let r = r.into_inner();
         let answer = apply_annotation(&r, false);
         reply("PreUpdateContainerResources", container_name(&r), answer)
@@ -185,9 +182,7 @@ mod tests {
 
     fn request(annotation: Option<&str>) -> ContainerReq {
         ContainerReq {
-            pod_annotations: annotation
-                .map(|v| [(ANNOTATION.into(), v.into())].into())
-                .unwrap_or_default(),
+            pod_annotations: annotation.map(|v| [(ANNOTATION.into(), v.into())].into()).unwrap_or_default(),
             container_resources: Some(LinuxContainerResources {
                 cpu_shares: 2,
                 cpuset_cpus: "0-1".into(),
@@ -206,10 +201,7 @@ mod tests {
         let req = request(Some("512"));
         let resp = apply_annotation(&req, true).unwrap();
         let res = resp.container_resources.unwrap();
-        assert_eq!(
-            (res.cpu_shares, res.cpuset_cpus.as_str(), res.oom_score_adj),
-            (512, "0-1", -997)
-        );
+        assert_eq!((res.cpu_shares, res.cpuset_cpus.as_str(), res.oom_score_adj), (512, "0-1", -997));
         assert_eq!(resp.container_envs["HOOKED_BY"], "annotation-hook");
         assert_eq!(resp.container_envs["CPU_SHARES"], "512");
         assert_eq!(resp.container_envs["PATH"], "/bin");
@@ -219,10 +211,7 @@ mod tests {
 
     #[test]
     fn update_sets_shares_only_and_creates_missing_resources() {
-        let req = ContainerReq {
-            container_resources: None,
-            ..request(Some(" 1024 "))
-        };
+        let req = ContainerReq { container_resources: None, ..request(Some(" 1024 ")) };
         let resp = apply_annotation(&req, false).unwrap();
         assert_eq!(resp.container_resources.unwrap().cpu_shares, 1024);
         assert_eq!(resp.container_envs, req.container_envs);
@@ -251,8 +240,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = register(dir.path(), Path::new("/run/hook.sock")).unwrap();
         assert_eq!(file, dir.path().join("annotation-hook.json"));
-        let json: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         assert_eq!(json["remote-endpoint"], "/run/hook.sock");
         assert_eq!(json["failure-policy"], "Ignore");
         let hooks = serde_json::json!(["PreCreateContainer", "PreUpdateContainerResources"]);

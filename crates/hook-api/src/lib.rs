@@ -32,26 +32,19 @@ pub use v1alpha1::runtime_hook_service_server::{RuntimeHookService, RuntimeHookS
 pub const SERVICE_NAME: &str = v1alpha1::runtime_hook_service_server::SERVICE_NAME;
 
 /// HTTP/2 path of `PreRunPodSandboxHook`.
-pub const PRE_RUN_POD_SANDBOX_HOOK_PATH: &str =
-    "/runtime.v1alpha1.RuntimeHookService/PreRunPodSandboxHook";
+pub const PRE_RUN_POD_SANDBOX_HOOK_PATH: &str = "/runtime.v1alpha1.RuntimeHookService/PreRunPodSandboxHook";
 /// HTTP/2 path of `PostStopPodSandboxHook`.
-pub const POST_STOP_POD_SANDBOX_HOOK_PATH: &str =
-    "/runtime.v1alpha1.RuntimeHookService/PostStopPodSandboxHook";
+pub const POST_STOP_POD_SANDBOX_HOOK_PATH: &str = "/runtime.v1alpha1.RuntimeHookService/PostStopPodSandboxHook";
 /// HTTP/2 path of `PreCreateContainerHook`.
-pub const PRE_CREATE_CONTAINER_HOOK_PATH: &str =
-    "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
+pub const PRE_CREATE_CONTAINER_HOOK_PATH: &str = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
 /// HTTP/2 path of `PreStartContainerHook`.
-pub const PRE_START_CONTAINER_HOOK_PATH: &str =
-    "/runtime.v1alpha1.RuntimeHookService/PreStartContainerHook";
+pub const PRE_START_CONTAINER_HOOK_PATH: &str = "/runtime.v1alpha1.RuntimeHookService/PreStartContainerHook";
 /// HTTP/2 path of `PostStartContainerHook`.
-pub const POST_START_CONTAINER_HOOK_PATH: &str =
-    "/runtime.v1alpha1.RuntimeHookService/PostStartContainerHook";
+pub const POST_START_CONTAINER_HOOK_PATH: &str = "/runtime.v1alpha1.RuntimeHookService/PostStartContainerHook";
 /// HTTP/2 path of `PostStopContainerHook`.
-pub const POST_STOP_CONTAINER_HOOK_PATH: &str =
-    "/runtime.v1alpha1.RuntimeHookService/PostStopContainerHook";
+pub const POST_STOP_CONTAINER_HOOK_PATH: &str = "/runtime.v1alpha1.RuntimeHookService/PostStopContainerHook";
 /// HTTP/2 path of `PreUpdateContainerResourcesHook`.
-pub const PRE_UPDATE_CONTAINER_RESOURCES_HOOK_PATH: &str =
-    "/runtime.v1alpha1.RuntimeHookService/PreUpdateContainerResourcesHook";
+pub const PRE_UPDATE_CONTAINER_RESOURCES_HOOK_PATH: &str = "/runtime.v1alpha1.RuntimeHookService/PreUpdateContainerResourcesHook";
 
 /// A gRPC channel to the hook server listening on the unix socket `path`.
 ///
@@ -62,12 +55,10 @@ pub fn connect(path: impl AsRef<Path>) -> Channel {
     let path: PathBuf = path.as_ref().to_owned();
     // The URI is never dialled; its authority ("localhost", as grpc-go sends for unix sockets)
     // only fills the `:authority` header.
-    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(
-        move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        },
-    ))
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+    }))
 }
 
 /// Parses a unix socket flag value (`--listen`, backend endpoints; used by both binaries):
@@ -113,10 +104,7 @@ pub mod convert {
             hugepage_limits: r
                 .hugepage_limits
                 .iter()
-                .map(|h| v1alpha1::HugepageLimit {
-                    page_size: h.page_size.clone(),
-                    limit: h.limit,
-                })
+                .map(|h| v1alpha1::HugepageLimit { page_size: h.page_size.clone(), limit: h.limit })
                 .collect(),
             unified: r.unified.clone(),
             memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
@@ -136,10 +124,7 @@ pub mod convert {
             hugepage_limits: r
                 .hugepage_limits
                 .iter()
-                .map(|h| cri::HugepageLimit {
-                    page_size: h.page_size.clone(),
-                    limit: h.limit,
-                })
+                .map(|h| cri::HugepageLimit { page_size: h.page_size.clone(), limit: h.limit })
                 .collect(),
             unified: r.unified.clone(),
             memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
@@ -162,14 +147,8 @@ pub mod convert {
                 cpuset_cpus: "0-3,6".into(),
                 cpuset_mems: "0".into(),
                 hugepage_limits: vec![
-                    cri::HugepageLimit {
-                        page_size: "2MB".into(),
-                        limit: 4 << 21,
-                    },
-                    cri::HugepageLimit {
-                        page_size: "1GB".into(),
-                        limit: 1 << 30,
-                    },
+                    cri::HugepageLimit { page_size: "2MB".into(), limit: 4 << 21 },
+                    cri::HugepageLimit { page_size: "1GB".into(), limit: 1 << 30 },
                 ],
                 unified: [("memory.max", "6937202688"), ("io.weight", "default 100")]
                     .into_iter()
@@ -214,10 +193,7 @@ mod tests {
             (PRE_START_CONTAINER_HOOK_PATH, "PreStartContainerHook"),
             (POST_START_CONTAINER_HOOK_PATH, "PostStartContainerHook"),
             (POST_STOP_CONTAINER_HOOK_PATH, "PostStopContainerHook"),
-            (
-                PRE_UPDATE_CONTAINER_RESOURCES_HOOK_PATH,
-                "PreUpdateContainerResourcesHook",
-            ),
+            (PRE_UPDATE_CONTAINER_RESOURCES_HOOK_PATH, "PreUpdateContainerResourcesHook"),
         ];
         for (path, rpc) in rpcs {
             assert_eq!(path, format!("/{SERVICE_NAME}/{rpc}"));

@@ -37,8 +37,7 @@
 //! | `hugepage_limits` | never | koord keeps the original |
 
 use crate::v1alpha1::{
-    ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest,
-    PodSandboxHookResponse,
+    ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest, PodSandboxHookResponse,
 };
 use std::collections::HashMap;
 

@@ -2,9 +2,8 @@
 //! that starts late, and carries every RPC to the right method.
 
 use hook_api::v1alpha1::{
-    ContainerMetadata, ContainerResourceHookRequest as ContainerReq,
-    ContainerResourceHookResponse as ContainerResp, LinuxContainerResources,
-    PodSandboxHookRequest as PodReq, PodSandboxHookResponse as PodResp,
+    ContainerMetadata, ContainerResourceHookRequest as ContainerReq, ContainerResourceHookResponse as ContainerResp,
+    LinuxContainerResources, PodSandboxHookRequest as PodReq, PodSandboxHookResponse as PodResp,
 };
 use hook_api::{connect, RuntimeHookService, RuntimeHookServiceClient, RuntimeHookServiceServer};
 use tokio::net::UnixListener;
@@ -15,10 +14,7 @@ use tonic::{Code, Request, Response, Status};
 struct NameTheRpc;
 
 fn pod(rpc: &str) -> Result<Response<PodResp>, Status> {
-    Ok(Response::new(PodResp {
-        cgroup_parent: rpc.into(),
-        ..Default::default()
-    }))
+    Ok(Response::new(PodResp { cgroup_parent: rpc.into(), ..Default::default() }))
 }
 
 fn container(rpc: &str, req: Request<ContainerReq>) -> Result<Response<ContainerResp>, Status> {
@@ -33,46 +29,25 @@ fn container(rpc: &str, req: Request<ContainerReq>) -> Result<Response<Container
 
 #[tonic::async_trait]
 impl RuntimeHookService for NameTheRpc {
-    async fn pre_run_pod_sandbox_hook(
-        &self,
-        _: Request<PodReq>,
-    ) -> Result<Response<PodResp>, Status> {
+    async fn pre_run_pod_sandbox_hook(&self, _: Request<PodReq>) -> Result<Response<PodResp>, Status> {
         pod("PreRunPodSandboxHook")
     }
-    async fn post_stop_pod_sandbox_hook(
-        &self,
-        _: Request<PodReq>,
-    ) -> Result<Response<PodResp>, Status> {
+    async fn post_stop_pod_sandbox_hook(&self, _: Request<PodReq>) -> Result<Response<PodResp>, Status> {
         pod("PostStopPodSandboxHook")
     }
-    async fn pre_create_container_hook(
-        &self,
-        r: Request<ContainerReq>,
-    ) -> Result<Response<ContainerResp>, Status> {
+    async fn pre_create_container_hook(&self, r: Request<ContainerReq>) -> Result<Response<ContainerResp>, Status> {
         container("PreCreateContainerHook", r)
     }
-    async fn pre_start_container_hook(
-        &self,
-        r: Request<ContainerReq>,
-    ) -> Result<Response<ContainerResp>, Status> {
+    async fn pre_start_container_hook(&self, r: Request<ContainerReq>) -> Result<Response<ContainerResp>, Status> {
         container("PreStartContainerHook", r)
     }
-    async fn post_start_container_hook(
-        &self,
-        r: Request<ContainerReq>,
-    ) -> Result<Response<ContainerResp>, Status> {
+    async fn post_start_container_hook(&self, r: Request<ContainerReq>) -> Result<Response<ContainerResp>, Status> {
         container("PostStartContainerHook", r)
     }
-    async fn post_stop_container_hook(
-        &self,
-        r: Request<ContainerReq>,
-    ) -> Result<Response<ContainerResp>, Status> {
+    async fn post_stop_container_hook(&self, r: Request<ContainerReq>) -> Result<Response<ContainerResp>, Status> {
         container("PostStopContainerHook", r)
     }
-    async fn pre_update_container_resources_hook(
-        &self,
-        r: Request<ContainerReq>,
-    ) -> Result<Response<ContainerResp>, Status> {
+    async fn pre_update_container_resources_hook(&self, r: Request<ContainerReq>) -> Result<Response<ContainerResp>, Status> {
         container("PreUpdateContainerResourcesHook", r)
     }
 }
@@ -84,40 +59,19 @@ async fn lazy_channel_reaches_a_late_server_and_every_rpc() {
     let mut client = RuntimeHookServiceClient::new(connect(&socket));
 
     // No server yet: connect() itself succeeded (lazy), the call fails as UNAVAILABLE.
-    let err = client
-        .pre_run_pod_sandbox_hook(PodReq::default())
-        .await
-        .unwrap_err();
+    let err = client.pre_run_pod_sandbox_hook(PodReq::default()).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err}");
 
     let incoming = UnixListenerStream::new(UnixListener::bind(&socket).unwrap());
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(RuntimeHookServiceServer::new(NameTheRpc))
-            .serve_with_incoming(incoming),
-    );
+    tokio::spawn(tonic::transport::Server::builder().add_service(RuntimeHookServiceServer::new(NameTheRpc)).serve_with_incoming(incoming));
 
-    let pod_rpcs = [
-        client.pre_run_pod_sandbox_hook(PodReq::default()).await,
-        client.post_stop_pod_sandbox_hook(PodReq::default()).await,
-    ];
-    let pod_names: Vec<_> = pod_rpcs
-        .map(|r| r.unwrap().into_inner().cgroup_parent)
-        .into();
-    assert_eq!(
-        pod_names,
-        ["PreRunPodSandboxHook", "PostStopPodSandboxHook"]
-    );
+    let pod_rpcs = [client.pre_run_pod_sandbox_hook(PodReq::default()).await, client.post_stop_pod_sandbox_hook(PodReq::default()).await];
+    let pod_names: Vec<_> = pod_rpcs.map(|r| r.unwrap().into_inner().cgroup_parent).into();
+    assert_eq!(pod_names, ["PreRunPodSandboxHook", "PostStopPodSandboxHook"]);
 
     let req = ContainerReq {
-        container_meta: Some(ContainerMetadata {
-            id: "abc123".into(),
-            ..Default::default()
-        }),
-        container_resources: Some(LinuxContainerResources {
-            cpu_shares: 512,
-            ..Default::default()
-        }),
+        container_meta: Some(ContainerMetadata { id: "abc123".into(), ..Default::default() }),
+        container_resources: Some(LinuxContainerResources { cpu_shares: 512, ..Default::default() }),
         ..Default::default()
     };
     let container_rpcs = [
@@ -125,9 +79,7 @@ async fn lazy_channel_reaches_a_late_server_and_every_rpc() {
         client.pre_start_container_hook(req.clone()).await,
         client.post_start_container_hook(req.clone()).await,
         client.post_stop_container_hook(req.clone()).await,
-        client
-            .pre_update_container_resources_hook(req.clone())
-            .await,
+        client.pre_update_container_resources_hook(req.clone()).await,
     ];
     let mut names = Vec::new();
     for resp in container_rpcs {

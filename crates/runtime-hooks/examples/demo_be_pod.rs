@@ -113,7 +113,9 @@ async fn report(pod: &Pod, watch: Option<u64>) -> Result<()> {
         }
     }
     let parent = pod.cgroup_parent();
-    let read = |ctrl: &str, file: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{ctrl}{parent}/{file}")).unwrap_or_default().trim().to_owned();
+    let read = |ctrl: &str, file: &str| {
+        std::fs::read_to_string(format!("/sys/fs/cgroup/{ctrl}{parent}/{file}")).unwrap_or_default().trim().to_owned()
+    };
     println!(
         "  pod cgroup: cpu.shares {}, cpu.cfs_quota_us {}, memory.limit_in_bytes {}",
         read("cpu", "cpu.shares"),

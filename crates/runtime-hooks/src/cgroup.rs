@@ -558,7 +558,10 @@ mod tests {
         // The project's machines are cgroup v1 (hybrid); a cgroup2-only machine would say V2.
         if Path::new("/sys/fs/cgroup").exists() {
             let v = detect_version(Path::new("/sys/fs/cgroup")).unwrap();
-            let unified = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "));
+            let unified = std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "));
             assert_eq!(v == CgroupVersion::V2, unified);
         }
         assert!(detect_version(&tempfile::tempdir().unwrap().path().join("none")).is_err());

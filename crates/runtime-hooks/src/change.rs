@@ -149,7 +149,12 @@ impl Change {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         let r = &self.resources;
-        for (name, v) in [("cpu_shares", r.cpu_shares), ("cpu_period", r.cpu_period), ("cpu_quota", r.cpu_quota), ("memory_limit_in_bytes", r.memory_limit_in_bytes)] {
+        for (name, v) in [
+            ("cpu_shares", r.cpu_shares),
+            ("cpu_period", r.cpu_period),
+            ("cpu_quota", r.cpu_quota),
+            ("memory_limit_in_bytes", r.memory_limit_in_bytes),
+        ] {
             if let Some(v) = v {
                 parts.push(format!("{name}={v}"));
             }
@@ -187,7 +192,10 @@ mod tests {
             ..Default::default()
         };
         a.merge(&b);
-        assert_eq!(a.resources, Resources { cpu_shares: Some(512), cpu_quota: Some(-1), cpuset_cpus: Some("0-1".into()), ..Default::default() });
+        assert_eq!(
+            a.resources,
+            Resources { cpu_shares: Some(512), cpu_quota: Some(-1), cpuset_cpus: Some("0-1".into()), ..Default::default() }
+        );
         assert_eq!(a.envs["A"], "2");
         assert_eq!(a.envs["B"], "3");
         assert_eq!(a.pod_cgroup, vec![CgroupValue::CpuShares(2), CgroupValue::BvtWarpNs(-1)]);
@@ -197,9 +205,19 @@ mod tests {
 
     #[test]
     fn resources_override_only_set_fields() {
-        let mut r = LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, memory_limit_in_bytes: 5, cpuset_cpus: "0".into(), oom_score_adj: 1000, ..Default::default() };
+        let mut r = LinuxContainerResources {
+            cpu_shares: 2,
+            cpu_period: 100_000,
+            memory_limit_in_bytes: 5,
+            cpuset_cpus: "0".into(),
+            oom_score_adj: 1000,
+            ..Default::default()
+        };
         Resources { cpu_shares: Some(512), cpuset_cpus: Some(String::new()), ..Default::default() }.apply_to(&mut r);
-        assert_eq!((r.cpu_shares, r.cpu_period, r.memory_limit_in_bytes, r.cpuset_cpus.as_str(), r.oom_score_adj), (512, 100_000, 5, "", 1000));
+        assert_eq!(
+            (r.cpu_shares, r.cpu_period, r.memory_limit_in_bytes, r.cpuset_cpus.as_str(), r.oom_score_adj),
+            (512, 100_000, 5, "", 1000)
+        );
     }
 
     #[test]

@@ -181,9 +181,23 @@ mod tests {
     #[test]
     fn flags_parse() {
         let a = Args::parse_from([
-            "runtime-hooks", "--mode", "standalone", "--runtime-endpoint", "unix:///run/c.sock", "--reconcile-interval", "0s",
-            "--selector", "a=b", "--selector", "c=", "--plugins", "cpuset,BatchResource", "--plugin-failure-policy", "Fail",
-            "--cgroup-version", "v2",
+            "runtime-hooks",
+            "--mode",
+            "standalone",
+            "--runtime-endpoint",
+            "unix:///run/c.sock",
+            "--reconcile-interval",
+            "0s",
+            "--selector",
+            "a=b",
+            "--selector",
+            "c=",
+            "--plugins",
+            "cpuset,BatchResource",
+            "--plugin-failure-policy",
+            "Fail",
+            "--cgroup-version",
+            "v2",
         ]);
         assert_eq!(a.reconcile_endpoint(), Some(PathBuf::from("/run/c.sock")));
         assert_eq!(a.interval(), None);

@@ -55,11 +55,7 @@ impl QosClass {
 
     /// The class of a pod with these labels and annotations: label first, then annotation.
     pub fn of(labels: &HashMap<String, String>, annotations: &HashMap<String, String>) -> QosClass {
-        labels
-            .get(QOS_CLASS_KEY)
-            .or_else(|| annotations.get(QOS_CLASS_KEY))
-            .map(|v| QosClass::from_name(v))
-            .unwrap_or(QosClass::None)
+        labels.get(QOS_CLASS_KEY).or_else(|| annotations.get(QOS_CLASS_KEY)).map(|v| QosClass::from_name(v)).unwrap_or(QosClass::None)
     }
 
     /// The label value (`"LSE"`, …; `""` for none).

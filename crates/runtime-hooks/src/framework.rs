@@ -230,7 +230,9 @@ impl Framework {
         let writes = outcome.pod_values.iter().map(|o| (pod.cgroup_parent.clone(), o.clone())).collect();
         for w in apply_all(&self.cgroups, writes) {
             match w.result {
-                Ok(Written::Corrected(drift)) => tracing::info!(plugin = w.owned.plugin, pod = %pod.key(), "pod cgroup set: {drift}"),
+                Ok(Written::Corrected(drift)) => {
+                    tracing::info!(plugin = w.owned.plugin, pod = %pod.key(), "pod cgroup set: {drift}")
+                }
                 Ok(Written::Unchanged | Written::Unsupported) => {}
                 // kubelet creates the pod cgroup before RunPodSandbox; a client that does not
                 // (crictl, tests) leaves it to runc. Not the plugin's fault: say so and go on.
@@ -278,9 +280,8 @@ impl Framework {
     /// Errors: a plugin failure under [`FailurePolicy::Fail`], as `INTERNAL`.
     pub fn container_hook(&self, stage: Stage, req: &ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> {
         let container = ContainerContext::from_request(req);
-        let result = self
-            .run_container(stage, &container)
-            .and_then(|mut o| self.write_pod_values(stage, &container.pod, &mut o).map(|()| o));
+        let result =
+            self.run_container(stage, &container).and_then(|mut o| self.write_pod_values(stage, &container.pod, &mut o).map(|()| o));
         let outcome = result.map_err(|f| failure_status(&f))?;
         log_ignored(&outcome);
         let mut resp = echo_container(req);
@@ -358,7 +359,12 @@ mod tests {
         ContainerResourceHookRequest {
             pod_meta: Some(PodSandboxMetadata { name: "p".into(), namespace: "ns".into(), ..Default::default() }),
             container_meta: Some(ContainerMetadata { name: "c".into(), ..Default::default() }),
-            container_resources: Some(LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, oom_score_adj: 1000, ..Default::default() }),
+            container_resources: Some(LinuxContainerResources {
+                cpu_shares: 2,
+                cpu_period: 100_000,
+                oom_score_adj: 1000,
+                ..Default::default()
+            }),
             container_envs: [("PATH".to_string(), "/bin".to_string())].into(),
             container_annotations: [("a".to_string(), "1".to_string())].into(),
             pod_cgroup_parent: "/kubepods/besteffort/pod1".into(),
@@ -450,8 +456,16 @@ mod tests {
         std::fs::create_dir_all(&pod_dir).unwrap();
         std::fs::write(pod_dir.join("cpu.weight"), "100").unwrap();
         let change = Change { pod_cgroup: vec![CgroupValue::CpuShares(1024), CgroupValue::BvtWarpNs(-1)], ..Default::default() };
-        let f = framework(vec![Fixed { name: "podlevel", stages: &[Stage::PreRunPodSandbox], change: Some(change) }], FailurePolicy::Fail, t.path());
-        let req = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), labels: [("x".to_string(), "y".to_string())].into(), ..Default::default() };
+        let f = framework(
+            vec![Fixed { name: "podlevel", stages: &[Stage::PreRunPodSandbox], change: Some(change) }],
+            FailurePolicy::Fail,
+            t.path(),
+        );
+        let req = PodSandboxHookRequest {
+            cgroup_parent: "/kubepods/pod1".into(),
+            labels: [("x".to_string(), "y".to_string())].into(),
+            ..Default::default()
+        };
         let resp = f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap();
         assert_eq!(resp, echo_pod(&req), "pod answers echo (pod values go to the cgroup, not the answer)");
         assert_eq!(std::fs::read_to_string(pod_dir.join("cpu.weight")).unwrap(), "39");
@@ -463,7 +477,11 @@ mod tests {
         // a directory, which even root cannot write).
         std::fs::create_dir(pod_dir.join("cpu.max")).unwrap();
         let change = Change { pod_cgroup: vec![CgroupValue::CfsQuota(5000)], ..Default::default() };
-        let f = framework(vec![Fixed { name: "quota", stages: &[Stage::PreRunPodSandbox], change: Some(change) }], FailurePolicy::Fail, t.path());
+        let f = framework(
+            vec![Fixed { name: "quota", stages: &[Stage::PreRunPodSandbox], change: Some(change) }],
+            FailurePolicy::Fail,
+            t.path(),
+        );
         let blocked = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), ..Default::default() };
         let err = f.pod_hook(Stage::PreRunPodSandbox, &blocked).unwrap_err();
         assert!(err.message().contains("plugin quota") && err.message().contains("cpu.max"), "{}", err.message());

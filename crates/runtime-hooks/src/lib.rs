@@ -74,7 +74,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     };
     let cgroups = match args.cgroup_version.version() {
         Some(v) => CgroupFs::new(&args.cgroup_root, v),
-        None => CgroupFs::detect(&args.cgroup_root).with_context(|| format!("detecting the cgroup version of {}", args.cgroup_root.display()))?,
+        None => CgroupFs::detect(&args.cgroup_root)
+            .with_context(|| format!("detecting the cgroup version of {}", args.cgroup_root.display()))?,
     };
     let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)));
     let stages = framework.stages();
@@ -96,7 +97,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }
     };
     let reconciler = args.reconcile_endpoint().map(|endpoint| {
-        let r = Reconciler::new(framework.clone(), &endpoint).with_selector(args.selector.clone()).with_kubepods(args.kubepods_cgroup.clone());
+        let r =
+            Reconciler::new(framework.clone(), &endpoint).with_selector(args.selector.clone()).with_kubepods(args.kubepods_cgroup.clone());
         tracing::info!(endpoint = %endpoint.display(), interval = ?args.interval(), "reconciler running");
         tokio::spawn(r.run(args.interval(), rules.subscribe(), stopped()))
     });

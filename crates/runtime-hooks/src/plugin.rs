@@ -32,10 +32,10 @@
 
 use std::str::FromStr;
 
+use crate::cgroup::CgroupValue;
 use crate::change::Change;
 use crate::context::{ContainerContext, KubeQos, PodContext};
 use crate::rules::Rules;
-use crate::cgroup::CgroupValue;
 
 pub use hook_api::Stage;
 

@@ -129,10 +129,7 @@ impl FromStr for Quantity {
         // nanos = mantissa × NANO × mul_num / (10^frac × mul_den), rounded up (Kubernetes rounds
         // sub-nano precision up too).
         let frac_den = 10i128.checked_pow(frac.len() as u32).ok_or_else(|| err("too precise"))?;
-        let num = mantissa
-            .checked_mul(NANO)
-            .and_then(|v| v.checked_mul(mul_num))
-            .ok_or_else(|| err("too large"))?;
+        let num = mantissa.checked_mul(NANO).and_then(|v| v.checked_mul(mul_num)).ok_or_else(|| err("too large"))?;
         let den = frac_den.checked_mul(mul_den).ok_or_else(|| err("too precise"))?;
         let nanos = ceil_div(num, den);
         if nanos > i128::from(i64::MAX) * NANO {

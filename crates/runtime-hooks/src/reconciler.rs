@@ -112,7 +112,9 @@ impl Reconciler {
         let state = |s: cri::PodSandboxState| Some(cri::PodSandboxStateValue { state: s as i32 });
         let sandboxes = self
             .client
-            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(cri::PodSandboxFilter { state: state(cri::PodSandboxState::SandboxReady), ..Default::default() }) })
+            .list_pod_sandbox(cri::ListPodSandboxRequest {
+                filter: Some(cri::PodSandboxFilter { state: state(cri::PodSandboxState::SandboxReady), ..Default::default() }),
+            })
             .await
             .map_err(|s| anyhow::anyhow!("ListPodSandbox on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?
             .into_inner()
@@ -141,7 +143,9 @@ impl Reconciler {
             if !self.selector.iter().all(|(k, v)| sandbox.labels.get(k) == Some(v)) {
                 continue;
             }
-            let Some(parent) = self.pod_parent(&sandbox.id).await else { continue };
+            let Some(parent) = self.pod_parent(&sandbox.id).await else {
+                continue;
+            };
             let meta = sandbox.metadata.clone().unwrap_or_default();
             let pod = PodContext {
                 name: meta.name,
@@ -163,7 +167,9 @@ impl Reconciler {
                 }
             }
             for c in by_pod.get(sandbox.id.as_str()).into_iter().flatten() {
-                let Some(dir) = self.container_dir(&c.id, &parent).await else { continue };
+                let Some(dir) = self.container_dir(&c.id, &parent).await else {
+                    continue;
+                };
                 let meta = c.metadata.clone().unwrap_or_default();
                 let container = ContainerContext {
                     pod: pod.clone(),
@@ -213,7 +219,9 @@ impl Reconciler {
                 }
                 Ok(Written::Unchanged | Written::Unsupported) => {}
                 // Gone between the listing and the write (or the QoS dir does not exist).
-                Err(CgroupError::NoDir(dir)) => tracing::debug!(on = %target, "cgroup {} is gone", dir.display()),
+                Err(CgroupError::NoDir(dir)) => {
+                    tracing::debug!(on = %target, "cgroup {} is gone", dir.display())
+                }
                 Err(e) => {
                     failures.insert(format!("{target}: plugin {}: setting {}: {e}", w.owned.plugin, w.owned.value));
                 }
@@ -265,12 +273,8 @@ impl Reconciler {
         if let Some(d) = self.dirs.get(id) {
             return Some(d.clone());
         }
-        let status = self
-            .client
-            .container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true })
-            .await
-            .ok()?
-            .into_inner();
+        let status =
+            self.client.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true }).await.ok()?.into_inner();
         let dir = status
             .info
             .get("info")

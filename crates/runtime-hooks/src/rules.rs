@@ -244,7 +244,9 @@ impl RulesStore {
     /// Errors: the watch cannot be set up (e.g. the directory does not exist); the 10 s re-read
     /// still runs then.
     pub fn watch(self: &Arc<Self>) -> anyhow::Result<()> {
-        let Some(path) = self.path.clone() else { return Ok(()) };
+        let Some(path) = self.path.clone() else {
+            return Ok(());
+        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned();
         let name = path.file_name().map(|n| n.to_owned());
@@ -252,7 +254,10 @@ impl RulesStore {
             if let Ok(ev) = ev {
                 // Our file, or a ConfigMap's `..data` swap, or anything we cannot attribute.
                 let ours = ev.paths.is_empty()
-                    || ev.paths.iter().any(|p| p.file_name() == name.as_deref() || p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("..")));
+                    || ev
+                        .paths
+                        .iter()
+                        .any(|p| p.file_name() == name.as_deref() || p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("..")));
                 if ours && !matches!(ev.kind, notify::EventKind::Access(_)) {
                     let _ = tx.send(());
                 }
@@ -293,7 +298,9 @@ mod tests {
     fn defaults_are_koordlets() {
         let r = Rules::default();
         assert_eq!((r.group_identity.lsr, r.group_identity.ls, r.group_identity.be, r.group_identity.none), (2, 2, -1, 0));
-        assert!(r.group_identity.enable && r.batch_resource.enable && r.batch_resource.cfs_quota && r.cpuset.enable && r.cpuset.unset_cfs_quota);
+        assert!(
+            r.group_identity.enable && r.batch_resource.enable && r.batch_resource.cfs_quota && r.cpuset.enable && r.cpuset.unset_cfs_quota
+        );
         assert_eq!(r.cpu.cfs_period_us, 100_000);
         assert_eq!(Rules::parse(Path::new("r.json"), "{}").unwrap(), r);
         assert_eq!(Rules::parse(Path::new("r.yaml"), "{}").unwrap(), r);

@@ -49,7 +49,11 @@ impl HookService {
         self.framework.pod_hook(stage, &req.into_inner()).map(Response::new)
     }
 
-    fn container(&self, stage: Stage, req: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    fn container(
+        &self,
+        stage: Stage,
+        req: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         self.framework.container_hook(stage, &req.into_inner()).map(Response::new)
     }
 }
@@ -142,7 +146,14 @@ mod tests {
     fn registration_is_atomic_and_lists_stages() {
         let dir = tempfile::tempdir().unwrap();
         let sub = dir.path().join("hookserver.d");
-        let file = register(&sub, "runtime-hooks", Path::new("/run/rh.sock"), FailurePolicy::Ignore, &[Stage::PreRunPodSandbox, Stage::PreCreateContainer]).unwrap();
+        let file = register(
+            &sub,
+            "runtime-hooks",
+            Path::new("/run/rh.sock"),
+            FailurePolicy::Ignore,
+            &[Stage::PreRunPodSandbox, Stage::PreCreateContainer],
+        )
+        .unwrap();
         assert_eq!(file, sub.join("runtime-hooks.json"));
         let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         assert_eq!(json["remote-endpoint"], "/run/rh.sock");

@@ -23,25 +23,13 @@ struct Setup {
 /// flags; returns once the proxy has taken up the registration.
 fn setup(extra: &[&str]) -> Setup {
     let env = Containerd::from_env();
-    let dir = tempfile::Builder::new()
-        .prefix("rh-proxy")
-        .tempdir()
-        .unwrap();
+    let dir = tempfile::Builder::new().prefix("rh-proxy").tempdir().unwrap();
     let conf = dir.path().join("hookserver.d");
     std::fs::create_dir(&conf).unwrap();
     let proxy_bin = test_support::workspace_binary("runtime-proxy");
-    let proxy = ProxyProcess::start(
-        proxy_bin.to_str().unwrap(),
-        &env.socket,
-        &["--hook-config-dir", conf.to_str().unwrap()],
-    );
+    let proxy = ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
     let socket = dir.path().join("runtime-hooks.sock");
-    let mut args = vec![
-        "--listen",
-        socket.to_str().unwrap(),
-        "--hook-config-dir",
-        conf.to_str().unwrap(),
-    ];
+    let mut args = vec!["--listen", socket.to_str().unwrap(), "--hook-config-dir", conf.to_str().unwrap()];
     args.extend_from_slice(extra);
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
     assert!(
@@ -50,72 +38,37 @@ fn setup(extra: &[&str]) -> Setup {
         proxy.log(),
         hooks.log()
     );
-    Setup {
-        env,
-        dir,
-        proxy,
-        hooks,
-    }
+    Setup { env, dir, proxy, hooks }
 }
 
 #[tokio::test]
 async fn be_pod_gets_batch_resources_in_its_real_cgroup() {
     let s = setup(&[]);
-    let registration: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(s.dir.path().join("hookserver.d/runtime-hooks.json")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(
-        registration["runtime-hooks"],
-        serde_json::json!([
-            "PreRunPodSandbox",
-            "PreCreateContainer",
-            "PreUpdateContainerResources"
-        ])
-    );
+    let registration: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.dir.path().join("hookserver.d/runtime-hooks.json")).unwrap()).unwrap();
+    assert_eq!(registration["runtime-hooks"], serde_json::json!(["PreRunPodSandbox", "PreCreateContainer", "PreUpdateContainerResources"]));
     assert_eq!(registration["failure-policy"], "Ignore");
 
     let mut rt = runtime_client(s.proxy.socket());
     let (sandbox, container) = pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, BE_SPEC)]);
     let parent = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
     precreate_pod_cgroup(&parent);
-    let pod = Pod::start(&mut rt, sandbox, container)
-        .await
-        .expect("BE pod through the proxy");
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("BE pod through the proxy");
 
     // Container level: from the hook answer, applied by the proxy before containerd created it.
-    assert_eq!(
-        pod.cgroup_file("cpu", "cpu.shares"),
-        "512",
-        "batch-cpu request 500 → 500 × 1024 / 1000"
-    );
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "batch-cpu request 500 → 500 × 1024 / 1000");
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_period_us"), "100000");
-    assert_eq!(
-        pod.cgroup_file("cpu", "cpu.cfs_quota_us"),
-        "100000",
-        "batch-cpu limit 1000 → 1000 × 100000 / 1000"
-    );
-    assert_eq!(
-        pod.cgroup_file("memory", "memory.limit_in_bytes"),
-        "134217728",
-        "batch-memory limit 128Mi"
-    );
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000", "batch-cpu limit 1000 → 1000 × 100000 / 1000");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728", "batch-memory limit 128Mi");
     // Pod level: written by runtime-hooks itself at PreRunPodSandbox.
     assert_eq!(cgroup("cpu", &parent, "cpu.shares"), "512");
     assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "100000");
-    assert_eq!(
-        cgroup("memory", &parent, "memory.limit_in_bytes"),
-        "134217728"
-    );
+    assert_eq!(cgroup("memory", &parent, "memory.limit_in_bytes"), "134217728");
 
     // PreUpdateContainerResources: kubelet re-sends BestEffort values; the policy holds.
     rt.update_container_resources(cri::UpdateContainerResourcesRequest {
         container_id: pod.container_id.clone(),
-        linux: Some(cri::LinuxContainerResources {
-            cpu_shares: 2,
-            cpu_period: 100_000,
-            ..Default::default()
-        }),
+        linux: Some(cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() }),
         ..Default::default()
     })
     .await
@@ -127,32 +80,14 @@ async fn be_pod_gets_batch_resources_in_its_real_cgroup() {
     // second pod's cgroup is not pre-created (no kubelet): the pod still runs, with a warning.
     let second = {
         let (sandbox, container) = pod_configs(&s.env, &[(QOS, "LS")], &[]);
-        Pod::start(&mut rt, sandbox, container)
-            .await
-            .expect("second pod")
+        Pod::start(&mut rt, sandbox, container).await.expect("second pod")
     };
     let log = s.hooks.log();
-    let bvt_lines: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("cpu.bvt_warp_ns") && l.contains("skipped"))
-        .collect();
-    assert_eq!(
-        bvt_lines.len(),
-        1,
-        "exactly one line about the missing kernel file:\n{log}"
-    );
-    assert!(
-        !log.contains("plugin-failure-policy"),
-        "no plugin failed:\n{log}"
-    );
-    assert!(
-        log.contains("does not exist yet"),
-        "missing pod cgroup reported:\n{log}"
-    );
-    assert!(
-        log.contains("PreCreateContainer") && log.contains("cpu_shares=512"),
-        "the change is logged:\n{log}"
-    );
+    let bvt_lines: Vec<&str> = log.lines().filter(|l| l.contains("cpu.bvt_warp_ns") && l.contains("skipped")).collect();
+    assert_eq!(bvt_lines.len(), 1, "exactly one line about the missing kernel file:\n{log}");
+    assert!(!log.contains("plugin-failure-policy"), "no plugin failed:\n{log}");
+    assert!(log.contains("does not exist yet"), "missing pod cgroup reported:\n{log}");
+    assert!(log.contains("PreCreateContainer") && log.contains("cpu_shares=512"), "the change is logged:\n{log}");
 
     pod.remove(&mut rt).await;
     second.remove(&mut rt).await;
@@ -162,45 +97,18 @@ async fn be_pod_gets_batch_resources_in_its_real_cgroup() {
 async fn lsr_pod_gets_its_cpuset_and_be_pod_the_shared_pool() {
     let s = setup(&[]);
     let mut rt = runtime_client(s.proxy.socket());
-    let (sandbox, mut container) =
-        pod_configs(&s.env, &[(QOS, "LSR")], &[(STATUS, r#"{"cpuset": "1"}"#)]);
-    container
-        .linux
-        .as_mut()
-        .unwrap()
-        .resources
-        .as_mut()
-        .unwrap()
-        .cpu_quota = 50_000;
-    let lsr = Pod::start(&mut rt, sandbox, container)
-        .await
-        .expect("LSR pod");
+    let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, "LSR")], &[(STATUS, r#"{"cpuset": "1"}"#)]);
+    container.linux.as_mut().unwrap().resources.as_mut().unwrap().cpu_quota = 50_000;
+    let lsr = Pod::start(&mut rt, sandbox, container).await.expect("LSR pod");
     assert_eq!(lsr.cgroup_file("cpuset", "cpuset.cpus"), "1");
-    assert_eq!(
-        lsr.cgroup_file("cpu", "cpu.cfs_quota_us"),
-        "-1",
-        "bound CPUs: CFS quota unset"
-    );
+    assert_eq!(lsr.cgroup_file("cpu", "cpu.cfs_quota_us"), "-1", "bound CPUs: CFS quota unset");
 
     // A BE container for which kubelet asked for a cpuset is moved to the shared pool.
     let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, "BE")], &[]);
-    container
-        .linux
-        .as_mut()
-        .unwrap()
-        .resources
-        .as_mut()
-        .unwrap()
-        .cpuset_cpus = "0".into();
-    let be = Pod::start(&mut rt, sandbox, container)
-        .await
-        .expect("BE pod");
+    container.linux.as_mut().unwrap().resources.as_mut().unwrap().cpuset_cpus = "0".into();
+    let be = Pod::start(&mut rt, sandbox, container).await.expect("BE pod");
     let all = cgroup("cpuset", "", "cpuset.cpus");
-    assert_eq!(
-        be.cgroup_file("cpuset", "cpuset.cpus"),
-        all,
-        "cleared: the parent's CPUs"
-    );
+    assert_eq!(be.cgroup_file("cpuset", "cpuset.cpus"), all, "cleared: the parent's CPUs");
     lsr.remove(&mut rt).await;
     be.remove(&mut rt).await;
 }
@@ -208,49 +116,22 @@ async fn lsr_pod_gets_its_cpuset_and_be_pod_the_shared_pool() {
 #[tokio::test]
 async fn plugin_failures_follow_the_policies() {
     // Fail here and in the registration: a broken annotation refuses the pod, naming the cause.
-    let s = setup(&[
-        "--plugin-failure-policy",
-        "Fail",
-        "--failure-policy",
-        "Fail",
-    ]);
+    let s = setup(&["--plugin-failure-policy", "Fail", "--failure-policy", "Fail"]);
     let mut rt = runtime_client(s.proxy.socket());
-    let (sandbox, container) = pod_configs(
-        &s.env,
-        &[(QOS, "BE")],
-        &[(
-            SPEC,
-            r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#,
-        )],
-    );
-    let err = Pod::start(&mut rt, sandbox, container)
-        .await
-        .expect_err("refused");
+    let (sandbox, container) =
+        pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#)]);
+    let err = Pod::start(&mut rt, sandbox, container).await.expect_err("refused");
     for part in ["BatchResource", "PreRunPodSandbox", SPEC, "lots"] {
-        assert!(
-            err.message().contains(part),
-            "{part:?} missing from {:?}",
-            err.message()
-        );
+        assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
     }
 
     // Ignore: the same pod runs, unchanged by BatchResource; the failure is logged.
     let s = setup(&[]);
     let mut rt = runtime_client(s.proxy.socket());
     let (sandbox, container) = pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, "{not json")]);
-    let pod = Pod::start(&mut rt, sandbox, container)
-        .await
-        .expect("runs under Ignore");
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("runs under Ignore");
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
-    assert!(
-        s.hooks.wait_log(
-            &["BatchResource", SPEC, "plugin-failure-policy Ignore"],
-            0,
-            Duration::from_secs(2)
-        ),
-        "{}",
-        s.hooks.log()
-    );
+    assert!(s.hooks.wait_log(&["BatchResource", SPEC, "plugin-failure-policy Ignore"], 0, Duration::from_secs(2)), "{}", s.hooks.log());
     pod.remove(&mut rt).await;
 }
 
@@ -282,9 +163,7 @@ async fn rule_change_is_reapplied_to_running_pods() {
     std::fs::write(&tmp, "cpu:\n  cfsPeriodUs: 50000\n").unwrap();
     std::fs::rename(&tmp, &rules).unwrap();
     assert!(
-        eventually(Duration::from_secs(5), || pod
-            .cgroup_file("cpu", "cpu.cfs_period_us")
-            == "50000"
+        eventually(Duration::from_secs(5), || pod.cgroup_file("cpu", "cpu.cfs_period_us") == "50000"
             && pod.cgroup_file("cpu", "cpu.cfs_quota_us") == "50000"),
         "period {} quota {}\n{}",
         pod.cgroup_file("cpu", "cpu.cfs_period_us"),
@@ -316,16 +195,8 @@ async fn registration_is_removed_on_shutdown() {
     assert!(file.exists());
     assert_eq!(s.hooks.terminate(), Some(0), "{}", s.hooks.log());
     assert!(!file.exists(), "registration removed");
-    assert!(
-        !s.dir.path().join("runtime-hooks.sock").exists(),
-        "socket removed"
-    );
-    assert!(
-        s.proxy
-            .wait_log(&["hook server removed", "file=runtime-hooks.json"], 0),
-        "{}",
-        s.proxy.log()
-    );
+    assert!(!s.dir.path().join("runtime-hooks.sock").exists(), "socket removed");
+    assert!(s.proxy.wait_log(&["hook server removed", "file=runtime-hooks.json"], 0), "{}", s.proxy.log());
 }
 
 /// runtime-hooks' gRPC server accepts clients that put the socket path in `:authority` (raw or
@@ -338,35 +209,14 @@ async fn hook_server_accepts_any_authority() {
     let socket = s.dir.path().join("runtime-hooks.sock");
     let path = socket.display().to_string();
     let encoded = path.trim_start_matches('/').replace('/', "%2F");
-    let request = hook_api::v1alpha1::PodSandboxHookRequest {
-        cgroup_parent: "/kubepods/podx".into(),
-        ..Default::default()
-    }
-    .encode_to_vec();
-    for authority in [
-        None,
-        Some(path.as_bytes()),
-        Some(encoded.as_bytes()),
-        Some(b"localhost".as_slice()),
-    ] {
+    let request =
+        hook_api::v1alpha1::PodSandboxHookRequest { cgroup_parent: "/kubepods/podx".into(), ..Default::default() }.encode_to_vec();
+    for authority in [None, Some(path.as_bytes()), Some(encoded.as_bytes()), Some(b"localhost".as_slice())] {
         let what = authority.map(String::from_utf8_lossy);
-        let answer = handmade_call(
-            &socket,
-            authority,
-            "/runtime.v1alpha1.RuntimeHookService/PostStopPodSandboxHook",
-            &request,
-        )
-        .await
-        .unwrap();
-        let HandmadeAnswer::Answered(body) = answer else {
-            panic!("authority {what:?}: {answer:?}\n{}", s.hooks.log())
-        };
-        let resp =
-            hook_api::v1alpha1::PodSandboxHookResponse::decode(body.get(5..).unwrap_or_default())
-                .expect("hook answer");
-        assert_eq!(
-            resp.cgroup_parent, "/kubepods/podx",
-            "authority {what:?}: the echoed request"
-        );
+        let answer =
+            handmade_call(&socket, authority, "/runtime.v1alpha1.RuntimeHookService/PostStopPodSandboxHook", &request).await.unwrap();
+        let HandmadeAnswer::Answered(body) = answer else { panic!("authority {what:?}: {answer:?}\n{}", s.hooks.log()) };
+        let resp = hook_api::v1alpha1::PodSandboxHookResponse::decode(body.get(5..).unwrap_or_default()).expect("hook answer");
+        assert_eq!(resp.cgroup_parent, "/kubepods/podx", "authority {what:?}: the echoed request");
     }
 }

@@ -95,10 +95,15 @@ async fn corrects_a_pod_created_directly_on_containerd_within_one_interval() {
     assert_eq!(cgroup("memory", &parent, "memory.limit_in_bytes"), "134217728");
     // The drift is reported file by file, old → new.
     let log = s.hooks.log();
-    for (file, old, new) in [("cpu.shares", "2", "512"), ("cpu.cfs_quota_us", "-1", "100000"), ("memory.limit_in_bytes", "9223372036854771712", "134217728")] {
+    for (file, old, new) in
+        [("cpu.shares", "2", "512"), ("cpu.cfs_quota_us", "-1", "100000"), ("memory.limit_in_bytes", "9223372036854771712", "134217728")]
+    {
         let path = format!("{}/{}/{file}", parent, pod.container_id);
         assert!(
-            log.lines().any(|l| l.contains("drift corrected") && l.contains(&path) && l.contains(&format!("old={old}")) && l.contains(&format!("new={new}"))),
+            log.lines().any(|l| l.contains("drift corrected")
+                && l.contains(&path)
+                && l.contains(&format!("old={old}"))
+                && l.contains(&format!("new={new}"))),
             "no drift line for {path} {old} → {new}:\n{log}"
         );
     }
@@ -129,12 +134,7 @@ async fn rule_change_is_reapplied_without_waiting_for_the_interval() {
     // applies every rule in force.
     s.set_rules("groupIdentity:\n  be: 0\n");
     assert!(s.hooks.wait_log(&["rules changed"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
-    assert!(
-        eventually(Duration::from_secs(5), || values(&pod) == want(100_000, 100_000)),
-        "{:?}\n{}",
-        values(&pod),
-        s.hooks.log()
-    );
+    assert!(eventually(Duration::from_secs(5), || values(&pod) == want(100_000, 100_000)), "{:?}\n{}", values(&pod), s.hooks.log());
     s.set_rules("cpu:\n  cfsPeriodUs: 50000\n");
     assert!(eventually(Duration::from_secs(5), || values(&pod) == want(50_000, 50_000)), "{:?}\n{}", values(&pod), s.hooks.log());
     let parent = pod.cgroup_parent();
@@ -180,17 +180,24 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
     let selector = format!("{}={}", label.0, label.1);
     let log = root.path().join("hooks.log");
     let args = [
-        "--mode", "standalone", "--runtime-endpoint", env.socket.to_str().unwrap(), "--reconcile-interval", "1s",
-        "--selector", &selector, "--cgroup-root", root.path().to_str().unwrap(), "--cgroup-version", "v2",
-        "--kubepods-cgroup", "/kubepods",
+        "--mode",
+        "standalone",
+        "--runtime-endpoint",
+        env.socket.to_str().unwrap(),
+        "--reconcile-interval",
+        "1s",
+        "--selector",
+        &selector,
+        "--cgroup-root",
+        root.path().to_str().unwrap(),
+        "--cgroup-version",
+        "v2",
+        "--kubepods-cgroup",
+        "/kubepods",
     ];
     let hooks = Hooks::start(&args, log);
     let read = |d: &Path, f: &str| std::fs::read_to_string(d.join(f)).unwrap().trim().to_owned();
-    assert!(
-        eventually(Duration::from_secs(5), || read(&container_dir, "memory.max") == "134217728"),
-        "{}",
-        hooks.log()
-    );
+    assert!(eventually(Duration::from_secs(5), || read(&container_dir, "memory.max") == "134217728"), "{}", hooks.log());
     assert_eq!(read(&container_dir, "cpu.weight"), "20", "512 shares → weight 1 + (510 × 9999) / 262142");
     assert_eq!(read(&container_dir, "cpu.max"), "100000 100000");
     assert_eq!(read(&container_dir, "cpuset.cpus"), "", "BE: inherit the parent's CPUs");

@@ -35,7 +35,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use hook_api::v1alpha1::{self as hook, ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
+use hook_api::v1alpha1::{
+    self as hook, ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
+};
 use hook_api::{RuntimeHookService, RuntimeHookServiceClient, RuntimeHookServiceServer};
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
@@ -152,7 +154,11 @@ fn kubelet_create_request() -> cri::CreateContainerRequest {
         .map(|(k, v)| cri::KeyValue { key: k.to_string(), value: v.to_string() })
         .collect(),
         mounts: vec![
-            mount("/var/run/secrets/kubernetes.io/serviceaccount", &format!("{pod_dir}/volumes/kubernetes.io~projected/kube-api-access-9xk2p"), true),
+            mount(
+                "/var/run/secrets/kubernetes.io/serviceaccount",
+                &format!("{pod_dir}/volumes/kubernetes.io~projected/kube-api-access-9xk2p"),
+                true,
+            ),
             mount("/etc/hosts", &format!("{pod_dir}/etc-hosts"), false),
             mount("/dev/termination-log", &format!("{pod_dir}/containers/nginx/5f1e2d3c"), false),
         ],
@@ -184,10 +190,22 @@ fn kubelet_create_request() -> cri::CreateContainerRequest {
             security_context: Some(cri::LinuxContainerSecurityContext {
                 namespace_options: Some(cri::NamespaceOption { pid: cri::NamespaceMode::Container as i32, ..Default::default() }),
                 run_as_user: Some(cri::Int64Value { value: 101 }),
-                seccomp: Some(cri::SecurityProfile { profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32, ..Default::default() }),
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                    ..Default::default()
+                }),
                 masked_paths: [
-                    "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
-                    "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+                    "/proc/asound",
+                    "/proc/acpi",
+                    "/proc/kcore",
+                    "/proc/keys",
+                    "/proc/latency_stats",
+                    "/proc/timer_list",
+                    "/proc/timer_stats",
+                    "/proc/sched_debug",
+                    "/proc/scsi",
+                    "/sys/firmware",
+                    "/sys/devices/virtual/powercap",
                 ]
                 .map(String::from)
                 .to_vec(),
@@ -213,7 +231,10 @@ fn kubelet_create_request() -> cri::CreateContainerRequest {
             cgroup_parent: format!("/kubepods/burstable/pod{uid}"),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(cri::NamespaceOption { pid: cri::NamespaceMode::Container as i32, ..Default::default() }),
-                seccomp: Some(cri::SecurityProfile { profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32, ..Default::default() }),
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             resources: Some(cri::LinuxContainerResources {
@@ -521,16 +542,28 @@ impl RuntimeHookService for SlowHook {
     async fn post_stop_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
         self.pod(r).await
     }
-    async fn pre_create_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn pre_create_container_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         self.container(r).await
     }
-    async fn pre_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn pre_start_container_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         self.container(r).await
     }
-    async fn post_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn post_start_container_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         self.container(r).await
     }
-    async fn post_stop_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn post_stop_container_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         self.container(r).await
     }
     async fn pre_update_container_resources_hook(
@@ -613,12 +646,7 @@ async fn concurrent_pods(env: &Containerd) {
     let mut containerd = runtime_client(&env.socket);
     let hook_dir = hook_dir();
     let hook_socket: PathBuf = hook_dir.path().join("slow-hook.sock");
-    let hook = SlowHook {
-        delay: HOOK_DELAY,
-        calls: Default::default(),
-        in_flight: Default::default(),
-        max_in_flight: Default::default(),
-    };
+    let hook = SlowHook { delay: HOOK_DELAY, calls: Default::default(), in_flight: Default::default(), max_in_flight: Default::default() };
     let server = hook.serve(&hook_socket);
     let stages = ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"];
     let proxy = proxy(&env.socket, hook_dir.path(), Some(("slow.json", &hook_socket, &stages)));

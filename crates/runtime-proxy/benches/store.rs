@@ -118,7 +118,10 @@ async fn main() {
         recovered_containers,
         store_bytes as f64 / 1024.0 / recovered_pods.max(1) as f64
     );
-    println!("| `rebuild` of {recovered_pods} pod sandboxes + {recovered_containers} containers, in process, median of 5 | {} ms |", median.as_millis());
+    println!(
+        "| `rebuild` of {recovered_pods} pod sandboxes + {recovered_containers} containers, in process, median of 5 | {} ms |",
+        median.as_millis()
+    );
     println!("| release proxy after `kill -9`: its own log line | {line} |");
 
     let mut rt = runtime_client(&env.socket);

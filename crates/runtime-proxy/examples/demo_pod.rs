@@ -96,11 +96,7 @@ async fn run() -> Result<()> {
 }
 
 /// Everything after RunPodSandbox; on error also returns the sandbox ID to clean up.
-async fn with_sandbox(
-    rt: &mut RuntimeServiceClient<Channel>,
-    env: &Containerd,
-    mut pod: Pod,
-) -> Result<(), (anyhow::Error, String)> {
+async fn with_sandbox(rt: &mut RuntimeServiceClient<Channel>, env: &Containerd, mut pod: Pod) -> Result<(), (anyhow::Error, String)> {
     let sandbox_id = pod.sandbox_id.clone();
     let resources = cri::LinuxContainerResources {
         cpu_shares: KUBELET_SHARES,
@@ -170,8 +166,7 @@ async fn with_sandbox(
         let start = Instant::now();
         let sandbox_id = pod.sandbox_id.clone();
         timed(rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.clone() }), "StopPodSandbox").await?;
-        timed(rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sandbox_id.clone() }), "RemovePodSandbox")
-            .await?;
+        timed(rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sandbox_id.clone() }), "RemovePodSandbox").await?;
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let filter = cri::PodSandboxFilter { id: sandbox_id, ..Default::default() };
         let (left, _) = timed(rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }), "ListPodSandbox").await?;

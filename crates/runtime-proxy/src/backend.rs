@@ -61,11 +61,7 @@ impl Backend {
     /// reached the backend, so this is safe for every method).
     ///
     /// Errors: `UNAVAILABLE` naming the socket when it cannot be dialled or the connection fails.
-    pub async fn open_stream(
-        &self,
-        head: Request<()>,
-        end_of_stream: bool,
-    ) -> Result<(ResponseFuture, SendStream<Bytes>), Status> {
+    pub async fn open_stream(&self, head: Request<()>, end_of_stream: bool) -> Result<(ResponseFuture, SendStream<Bytes>), Status> {
         let mut sender = match self.sender().await?.ready().await {
             Ok(s) => s,
             Err(e) => {
@@ -112,7 +108,9 @@ impl Backend {
         tokio::spawn(async move {
             match conn.await {
                 Ok(()) => tracing::info!(backend = %path.display(), "backend connection closed"),
-                Err(e) => tracing::warn!(backend = %path.display(), error = %e, "backend connection broken"),
+                Err(e) => {
+                    tracing::warn!(backend = %path.display(), error = %e, "backend connection broken")
+                }
             }
         });
         tracing::info!(backend = %self.path.display(), "connected to backend");

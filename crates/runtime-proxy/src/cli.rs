@@ -61,11 +61,7 @@ pub struct Args {
 
     /// Pod label key that exempts a pod (and its containers) from every hook, together with
     /// --runtime-hook-server-val. Hook servers' own pods carry it to avoid blocking themselves.
-    #[arg(
-        long = "runtime-hook-server-key",
-        value_name = "KEY",
-        default_value = "runtimeproxy.koordinator.sh/skip-hookserver"
-    )]
+    #[arg(long = "runtime-hook-server-key", value_name = "KEY", default_value = "runtimeproxy.koordinator.sh/skip-hookserver")]
     pub hook_skip_key: String,
 
     /// Pod label value paired with --runtime-hook-server-key.

@@ -13,11 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use http::uri::PathAndQuery;
 use hook_api::merge;
-use hook_api::v1alpha1::{
-    ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
-};
+use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
+use http::uri::PathAndQuery;
 use tonic::transport::Channel;
 
 use crate::grpc::{Code, Status};

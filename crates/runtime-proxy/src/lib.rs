@@ -56,11 +56,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         bail!("--backend-runtime-mode Docker is not supported yet: only CRI runtimes (Containerd) are");
     }
     let runtime = Arc::new(Backend::new(&args.runtime_endpoint));
-    let image = if args.image_endpoint() == &args.runtime_endpoint {
-        runtime.clone()
-    } else {
-        Arc::new(Backend::new(args.image_endpoint()))
-    };
+    let image =
+        if args.image_endpoint() == &args.runtime_endpoint { runtime.clone() } else { Arc::new(Backend::new(args.image_endpoint())) };
     let metrics = Arc::new(Metrics::new());
     let registry = Registry::new(&args.hook_config_dir);
     let _watcher = registry.spawn_watcher().context("watching the hook config directory")?;

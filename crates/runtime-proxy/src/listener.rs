@@ -43,8 +43,7 @@ pub fn bind(path: &Path, backend: &Path) -> anyhow::Result<UnixListener> {
         Ok(m) => {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(m.mode() & 0o7777))
                 .with_context(|| format!("chmod {}", path.display()))?;
-            std::os::unix::fs::chown(path, Some(m.uid()), Some(m.gid()))
-                .with_context(|| format!("chown {}", path.display()))?;
+            std::os::unix::fs::chown(path, Some(m.uid()), Some(m.gid())).with_context(|| format!("chown {}", path.display()))?;
         }
         Err(e) => tracing::info!(
             socket = %path.display(), backend = %backend.display(), error = %e,

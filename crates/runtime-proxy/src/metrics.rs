@@ -104,9 +104,11 @@ impl Metrics {
     /// All families registered, all values zero.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("runtime_proxy");
-        let cri_duration = Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let cri_duration =
+            Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
         let cri_requests = Family::<CodeLabels, Counter>::default();
-        let hook_duration = Family::<HookLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let hook_duration =
+            Family::<HookLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
         let hook_requests = Family::<HookResultLabels, Counter>::default();
         let (hook_servers, hook_rejected, backend_up) = (Gauge::default(), Gauge::default(), Gauge::default());
         let store_objects = Family::<KindLabels, Gauge>::default();
@@ -118,7 +120,17 @@ impl Metrics {
         registry.register("hook_config_rejected", "Registration files currently rejected", hook_rejected.clone());
         registry.register("store_objects", "Store entries by kind", store_objects.clone());
         registry.register("backend_up", "1 when the runtime backend accepts a connection", backend_up.clone());
-        Metrics { registry, cri_duration, cri_requests, hook_duration, hook_requests, hook_servers, hook_rejected, store_objects, backend_up }
+        Metrics {
+            registry,
+            cri_duration,
+            cri_requests,
+            hook_duration,
+            hook_requests,
+            hook_servers,
+            hook_rejected,
+            store_objects,
+            backend_up,
+        }
     }
 
     /// Records one finished CRI call.
@@ -137,9 +149,7 @@ impl Metrics {
             HookResult::Error => "error",
             HookResult::Timeout => "timeout",
         };
-        self.hook_requests
-            .get_or_create(&HookResultLabels { stage: labels.stage, server: labels.server, result: result.to_owned() })
-            .inc();
+        self.hook_requests.get_or_create(&HookResultLabels { stage: labels.stage, server: labels.server, result: result.to_owned() }).inc();
     }
 
     /// The OpenMetrics text of every metric, after reading the gauges from their sources.
@@ -160,12 +170,20 @@ impl Metrics {
 
 /// The `method` label: the gRPC path of a CRI service method, else `other`.
 pub fn method_label(path: &str) -> String {
-    let known = ["/runtime.v1.RuntimeService/", "/runtime.v1.ImageService/", "/runtime.v1alpha2.RuntimeService/", "/runtime.v1alpha2.ImageService/"];
+    let known = [
+        "/runtime.v1.RuntimeService/",
+        "/runtime.v1.ImageService/",
+        "/runtime.v1alpha2.RuntimeService/",
+        "/runtime.v1alpha2.ImageService/",
+    ];
     let ok = known.iter().any(|prefix| {
-        path.strip_prefix(prefix)
-            .is_some_and(|m| !m.is_empty() && m.len() <= 64 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
+        path.strip_prefix(prefix).is_some_and(|m| !m.is_empty() && m.len() <= 64 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
     });
-    if ok { path.to_owned() } else { "other".to_owned() }
+    if ok {
+        path.to_owned()
+    } else {
+        "other".to_owned()
+    }
 }
 
 /// What the admin endpoint reads.
@@ -206,11 +224,7 @@ pub async fn serve_admin(addr: SocketAddr, admin: Arc<Admin>) -> std::io::Result
 impl Admin {
     async fn answer(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
         let reply = |status: u16, content_type: &str, body: String| {
-            Response::builder()
-                .status(status)
-                .header("content-type", content_type)
-                .body(Full::new(Bytes::from(body)))
-                .unwrap_or_default()
+            Response::builder().status(status).header("content-type", content_type).body(Full::new(Bytes::from(body))).unwrap_or_default()
         };
         match req.uri().path() {
             "/metrics" => {

@@ -167,18 +167,9 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
     let client = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let (pods_before, containers_before) = store.ids();
 
-    let sandboxes = client
-        .clone()
-        .list_pod_sandbox(with_timeout(cri::ListPodSandboxRequest { filter: None }))
-        .await?
-        .into_inner()
-        .items;
-    let containers = client
-        .clone()
-        .list_containers(with_timeout(cri::ListContainersRequest { filter: None }))
-        .await?
-        .into_inner()
-        .containers;
+    let sandboxes = client.clone().list_pod_sandbox(with_timeout(cri::ListPodSandboxRequest { filter: None })).await?.into_inner().items;
+    let containers =
+        client.clone().list_containers(with_timeout(cri::ListContainersRequest { filter: None })).await?.into_inner().containers;
     let mut report = RecoveryReport { listed: (sandboxes.len(), containers.len()), ..Default::default() };
 
     // Every status call at once, CONCURRENCY in flight.
@@ -498,7 +489,11 @@ pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSan
                     p
                 }
                 None if info.is_none() => return Err("no verbose info: cannot tell the pod cgroup parent".into()),
-                None => return Err("verbose info has neither config nor runtimeSpec.linux.cgroupsPath: cannot tell the pod cgroup parent".into()),
+                None => {
+                    return Err(
+                        "verbose info has neither config nor runtimeSpec.linux.cgroupsPath: cannot tell the pod cgroup parent".into()
+                    )
+                }
             }
         }
     };
@@ -633,10 +628,7 @@ fn cgroup_parent_of(cgroups_path: &str, id: &str) -> Option<String> {
 /// `config.envs` (`[{"key": …, "value": …}]`, empty value omitted) as a map, last one wins.
 fn config_envs(config: &Map<String, Value>) -> HashMap<String, String> {
     let list = config.get("envs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-    list.iter()
-        .filter_map(Value::as_object)
-        .filter_map(|kv| Some((string(kv, "key")?, string(kv, "value").unwrap_or_default())))
-        .collect()
+    list.iter().filter_map(Value::as_object).filter_map(|kv| Some((string(kv, "key")?, string(kv, "value").unwrap_or_default()))).collect()
 }
 
 /// OCI `process.env` (`["K=V", …]`) as a map, split at the first `=`, last one wins.
@@ -664,9 +656,7 @@ fn cri_resources(r: &Map<String, Value>) -> hook::LinuxContainerResources {
         oom_score_adj: int(&["oom_score_adj", "oomScoreAdj"]),
         cpuset_cpus: text(&["cpuset_cpus", "cpusetCpus"]),
         cpuset_mems: text(&["cpuset_mems", "cpusetMems"]),
-        hugepage_limits: hugepages
-            .map(|l| hugepage_limits(l, &["page_size", "pageSize"]))
-            .unwrap_or_default(),
+        hugepage_limits: hugepages.map(|l| hugepage_limits(l, &["page_size", "pageSize"])).unwrap_or_default(),
         unified: string_map(r.get("unified")),
         memory_swap_limit_in_bytes: int(&["memory_swap_limit_in_bytes", "memorySwapLimitInBytes"]),
     }
@@ -1047,7 +1037,8 @@ mod tests {
     fn envs_split_at_the_first_equals_sign() {
         let env = [Value::from("A=b=c"), Value::from("EMPTY="), Value::from("NOVALUE"), Value::from(3), Value::from("A=last")];
         assert_eq!(spec_envs(&env), map(&[("A", "last"), ("EMPTY", ""), ("NOVALUE", "")]));
-        let config: Value = serde_json::from_str(r#"{"envs": [{"key": "K"}, {"value": "no key"}, {"key": "X", "value": "1"}, 7]}"#).unwrap();
+        let config: Value =
+            serde_json::from_str(r#"{"envs": [{"key": "K"}, {"value": "no key"}, {"key": "X", "value": "1"}, 7]}"#).unwrap();
         assert_eq!(config_envs(config.as_object().unwrap()), map(&[("K", ""), ("X", "1")]));
     }
 

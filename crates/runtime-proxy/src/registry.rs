@@ -313,30 +313,18 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
         None => DEFAULT_TIMEOUT,
         Some(ms) => Duration::from_millis(ms),
     };
-    let order = integer_field(&obj, keys::ORDER, "an integer", "a 32-bit signed integer", |n| {
-        n.as_i64().and_then(|i| i32::try_from(i).ok())
-    })?
-    .unwrap_or(0);
+    let order =
+        integer_field(&obj, keys::ORDER, "an integer", "a 32-bit signed integer", |n| n.as_i64().and_then(|i| i32::try_from(i).ok()))?
+            .unwrap_or(0);
 
-    let server = HookServer {
-        name,
-        file: file.to_path_buf(),
-        endpoint,
-        failure_policy,
-        policy_explicit,
-        stages,
-        timeout,
-        order,
-    };
+    let server = HookServer { name, file: file.to_path_buf(), endpoint, failure_policy, policy_explicit, stages, timeout, order };
     Ok((server, warnings))
 }
 
 /// The value of `key`, `null` counting as absent. Like Go's `encoding/json`: an exact match
 /// first, else a key equal ignoring ASCII case.
 fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key)
-        .or_else(|| obj.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v))
-        .filter(|v| !v.is_null())
+    obj.get(key).or_else(|| obj.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v)).filter(|v| !v.is_null())
 }
 
 /// An optional integer key: `None` when absent or `null`; [`ConfigError::WrongType`] for a
@@ -507,10 +495,11 @@ impl Registry {
             if e.kind() == io::ErrorKind::NotFound {
                 // The directory itself gets 0755 whatever the umask; missing parents get 0755 less
                 // the umask (koord's MkdirAll(0755) applies the umask to both).
-                let created =
-                    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&dir).and_then(|()| {
-                        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
-                    });
+                let created = std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(&dir)
+                    .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)));
                 match created {
                     Ok(()) => tracing::info!(dir = %dir.display(), "created hook config directory"),
                     Err(e) => tracing::warn!(
@@ -611,12 +600,8 @@ impl Registry {
                 }
                 Loaded::Bad(error) => {
                     let last_good = st.good.get(&fname).cloned();
-                    let r = Rejected {
-                        name: fname.to_string_lossy().into_owned(),
-                        file: path,
-                        error,
-                        serving_last_good: last_good.is_some(),
-                    };
+                    let r =
+                        Rejected { name: fname.to_string_lossy().into_owned(), file: path, error, serving_last_good: last_good.is_some() };
                     if st.rejected.get(&fname) != Some(&r) {
                         match &last_good {
                             Some(prev) => tracing::warn!(
@@ -625,7 +610,9 @@ impl Registry {
                                 endpoint = %prev.endpoint.display(),
                                 "hook server config rejected; keeping its last good version"
                             ),
-                            None => tracing::warn!(file = %r.name, reason = %r.error, "hook server config rejected"),
+                            None => {
+                                tracing::warn!(file = %r.name, reason = %r.error, "hook server config rejected")
+                            }
                         }
                     }
                     if let Some(prev) = last_good {
@@ -691,8 +678,7 @@ impl Registry {
             bail!("hook config rescan interval must be > 0");
         }
         let signal = Arc::new(Signal::default());
-        let mut dir_watch =
-            DirWatch { dir: self.dir.clone(), signal: signal.clone(), watcher: None, id: None, problem: None };
+        let mut dir_watch = DirWatch { dir: self.dir.clone(), signal: signal.clone(), watcher: None, id: None, problem: None };
         dir_watch.ensure(false);
         let task = rt.spawn(watch_loop(self.clone(), dir_watch, signal, opts));
         Ok(WatchHandle { task })
@@ -793,11 +779,7 @@ pub struct WatchOptions {
 
 impl Default for WatchOptions {
     fn default() -> Self {
-        WatchOptions {
-            debounce: Duration::from_millis(75),
-            max_delay: Duration::from_secs(1),
-            rescan_interval: Duration::from_secs(30),
-        }
+        WatchOptions { debounce: Duration::from_millis(75), max_delay: Duration::from_secs(1), rescan_interval: Duration::from_secs(30) }
     }
 }
 
@@ -876,9 +858,7 @@ impl DirWatch {
                         return;
                     }
                 }
-                if matches!(ev.kind, EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)))
-                    && ev.paths.iter().any(|p| p == &dir)
-                {
+                if matches!(ev.kind, EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))) && ev.paths.iter().any(|p| p == &dir) {
                     signal.rewatch.store(true, Ordering::Relaxed);
                 }
                 signal.wake.notify_one();
@@ -966,9 +946,7 @@ mod tests {
     }
 
     fn server_json(endpoint: &str, extra: &str) -> String {
-        format!(
-            r#"{{"remote-endpoint":"{endpoint}","failure-policy":"Fail","runtime-hooks":["PreCreateContainer"]{extra}}}"#
-        )
+        format!(r#"{{"remote-endpoint":"{endpoint}","failure-policy":"Fail","runtime-hooks":["PreCreateContainer"]{extra}}}"#)
     }
 
     // ---- parse ----
@@ -1015,10 +993,8 @@ mod tests {
 
     #[test]
     fn unknown_and_duplicate_stages() {
-        let (s, warnings) = p(
-            r#"{"remote-endpoint":"/s.sock","runtime-hooks":["PostStopContainer","PreFutureThing","PostStopContainer",""]}"#,
-        )
-        .unwrap();
+        let (s, warnings) =
+            p(r#"{"remote-endpoint":"/s.sock","runtime-hooks":["PostStopContainer","PreFutureThing","PostStopContainer",""]}"#).unwrap();
         assert_eq!(s.stages.iter().copied().collect::<Vec<_>>(), [Stage::PostStopContainer]);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("test.json") && warnings[0].contains("PreFutureThing"), "{warnings:?}");
@@ -1065,9 +1041,7 @@ mod tests {
         assert_eq!(ok(r#"{"remote-endpoint":"unix:///run/k.sock"}"#).endpoint, Path::new("/run/k.sock"));
         assert_eq!(ok(r#"{"remote-endpoint":"unix:/run/k.sock"}"#).endpoint, Path::new("/run/k.sock"));
         assert_eq!(ok(r#"{"remote-endpoint":"/run/k.sock"}"#).endpoint, Path::new("/run/k.sock"));
-        for missing in
-            [r#"{}"#, r#"{"remote-endpoint":""}"#, r#"{"remote-endpoint":null}"#, r#"{"failure-policy":"Fail"}"#]
-        {
+        for missing in [r#"{}"#, r#"{"remote-endpoint":""}"#, r#"{"remote-endpoint":null}"#, r#"{"failure-policy":"Fail"}"#] {
             assert_eq!(p(missing).unwrap_err(), ConfigError::MissingEndpoint, "{missing}");
         }
         for bad in ["unix://", "run/k.sock", "tcp://127.0.0.1:9000", "unix://run/k.sock", "/a\\u0000b"] {
@@ -1283,10 +1257,7 @@ mod tests {
         assert_eq!(snap.generation(), 1);
         assert_eq!(snap.for_stage(Stage::PreCreateContainer).count(), 2);
         assert_eq!(snap.for_stage(Stage::PostStopContainer).count(), 0);
-        assert_eq!(
-            snap.for_stage(Stage::PreRunPodSandbox).map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            ["koordlet.json"]
-        );
+        assert_eq!(snap.for_stage(Stage::PreRunPodSandbox).map(|s| s.name.as_str()).collect::<Vec<_>>(), ["koordlet.json"]);
 
         // Nothing changed: no new generation, same Arcs.
         reg.rescan();
@@ -1373,12 +1344,7 @@ mod tests {
     }
 
     /// Waits (up to 10 s) on `changed()` until `cond` holds for the current snapshot.
-    async fn wait_for(
-        reg: &Registry,
-        rx: &mut watch::Receiver<u64>,
-        what: &str,
-        cond: impl Fn(&Snapshot) -> bool,
-    ) -> Arc<Snapshot> {
+    async fn wait_for(reg: &Registry, rx: &mut watch::Receiver<u64>, what: &str, cond: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let snap = reg.snapshot();

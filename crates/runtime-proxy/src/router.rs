@@ -40,18 +40,8 @@ pub struct Router {
 impl Router {
     /// A router over the two backends; pass the same `Arc` twice when images are served by the
     /// runtime socket (the default). Without an interceptor every call passes through.
-    pub fn new(
-        runtime: Arc<Backend>,
-        image: Arc<Backend>,
-        interceptor: Option<Arc<Interceptor>>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        Router {
-            runtime,
-            image,
-            interceptor,
-            metrics,
-        }
+    pub fn new(runtime: Arc<Backend>, image: Arc<Backend>, interceptor: Option<Arc<Interceptor>>, metrics: Arc<Metrics>) -> Self {
+        Router { runtime, image, interceptor, metrics }
     }
 
     /// The backend serving `path`.
@@ -80,11 +70,7 @@ impl Router {
         let method = req.uri().path().to_owned();
         let backend = self.backend_for(&method);
         let status = match (&self.interceptor, intercept::lookup(&method)) {
-            (Some(interceptor), Some(spec)) => {
-                interceptor
-                    .handle(spec, &method, backend, req, respond)
-                    .await
-            }
+            (Some(interceptor), Some(spec)) => interceptor.handle(spec, &method, backend, req, respond).await,
             _ => {
                 let deadline = grpc::parse_timeout(req.headers());
                 passthrough::forward(backend, req, respond, deadline, &method).await
@@ -115,9 +101,7 @@ fn set_default_authority(uri: &mut Uri) {
 /// True for the CRI ImageService of any version (`/runtime.v1.ImageService/ListImages`,
 /// `/runtime.v1alpha2.ImageService/...`).
 pub fn is_image_service(path: &str) -> bool {
-    path.split('/').nth(1).is_some_and(|service| {
-        service.starts_with("runtime.") && service.ends_with(".ImageService")
-    })
+    path.split('/').nth(1).is_some_and(|service| service.starts_with("runtime.") && service.ends_with(".ImageService"))
 }
 
 #[cfg(test)]

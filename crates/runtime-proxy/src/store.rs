@@ -78,10 +78,7 @@ impl Store {
 
     /// Number of (pod sandboxes, containers) known.
     pub fn len(&self) -> (usize, usize) {
-        (
-            self.pods.read().unwrap_or_else(|p| p.into_inner()).len(),
-            self.containers.read().unwrap_or_else(|p| p.into_inner()).len(),
-        )
+        (self.pods.read().unwrap_or_else(|p| p.into_inner()).len(), self.containers.read().unwrap_or_else(|p| p.into_inner()).len())
     }
 }
 

@@ -166,8 +166,8 @@ fn emit(edit: &(u32, Edit), current: &[u8], out: &mut Vec<u8>) -> Result<(), Wir
 mod tests {
     use super::*;
     use k8s_cri::v1 as cri;
-    use prost::Message;
     use proptest::prelude::*;
+    use prost::Message;
 
     fn create_request() -> cri::CreateContainerRequest {
         cri::CreateContainerRequest {

@@ -40,7 +40,11 @@ impl Setup {
     fn register(&self, name: &str, endpoint: &Path, policy: &str, stages: &[&str], extra: serde_json::Value) {
         let before = self.proxy.count_log(&["hook server", &format!("file={name}")]);
         register(self.dir.path(), name, endpoint, policy, stages, extra);
-        assert!(self.proxy.wait_log(&["hook server", &format!("file={name}")], before), "registry did not take up {name}:\n{}", self.proxy.log());
+        assert!(
+            self.proxy.wait_log(&["hook server", &format!("file={name}")], before),
+            "registry did not take up {name}:\n{}",
+            self.proxy.log()
+        );
     }
 
     async fn pod(&mut self, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Result<Pod, tonic::Status> {
@@ -54,7 +58,11 @@ impl Setup {
     async fn exec(&mut self, pod: &Pod, script: &str) -> String {
         let out = self
             .rt
-            .exec_sync(cri::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["sh".into(), "-c".into(), script.into()], timeout: 10 })
+            .exec_sync(cri::ExecSyncRequest {
+                container_id: pod.container_id.clone(),
+                cmd: vec!["sh".into(), "-c".into(), script.into()],
+                timeout: 10,
+            })
             .await
             .expect("ExecSync")
             .into_inner();
@@ -262,10 +270,7 @@ async fn skip_label_exempts_hook_servers_own_pods() {
     )
     .await;
     s.register("refuse.json", hook.socket(), "Fail", &["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"], json!({}));
-    let pod = s
-        .pod(&[], &[("runtimeproxy.koordinator.sh/skip-hookserver", "true")])
-        .await
-        .expect("a pod with the skip label runs");
+    let pod = s.pod(&[], &[("runtimeproxy.koordinator.sh/skip-hookserver", "true")]).await.expect("a pod with the skip label runs");
     assert!(hook.seen().is_empty(), "no hook called: {:?}", hook.seen());
     assert!(s.pod(&[], &[]).await.is_err(), "other pods are refused");
     pod.remove(&mut s.rt).await;

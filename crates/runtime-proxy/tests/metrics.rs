@@ -1,9 +1,9 @@
 //! The admin endpoint scraped after real traffic: per-method CRI latency and codes, per-hook
 //! latency, errors and timeouts, store size, registered servers and rejected files, health.
 
-use std::collections::HashMap;
 use k8s_cri::v1 as cri;
 use serde_json::json;
+use std::collections::HashMap;
 use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
 use test_support::fake_backend::{Behaviour, FakeBackend};
 use test_support::hooks::{register, TestHook};
@@ -45,9 +45,15 @@ async fn metrics_and_health_reflect_real_traffic() {
     assert_eq!(sample(&text, &format!("runtime_proxy_cri_requests_total{{method=\"{create}\",code=\"OK\"}}")), 1.0);
     assert_eq!(sample(&text, &format!("runtime_proxy_cri_request_duration_seconds_count{{method=\"{create}\"}}")), 1.0);
     assert!(sample(&text, &format!("runtime_proxy_cri_request_duration_seconds_sum{{method=\"{create}\"}}")) > 0.0);
-    assert_eq!(sample(&text, "runtime_proxy_cri_requests_total{method=\"/runtime.v1.RuntimeService/ContainerStatus\",code=\"NOT_FOUND\"}"), 1.0);
+    assert_eq!(
+        sample(&text, "runtime_proxy_cri_requests_total{method=\"/runtime.v1.RuntimeService/ContainerStatus\",code=\"NOT_FOUND\"}"),
+        1.0
+    );
     assert_eq!(sample(&text, "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"ok.json\",result=\"ok\"}"), 1.0);
-    assert_eq!(sample(&text, "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"hang.json\",result=\"timeout\"}"), 1.0);
+    assert_eq!(
+        sample(&text, "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"hang.json\",result=\"timeout\"}"),
+        1.0
+    );
     let hang_time = sample(&text, "runtime_proxy_hook_request_duration_seconds_sum{stage=\"PreCreateContainer\",server=\"hang.json\"}");
     assert!((0.1..5.0).contains(&hang_time), "the 100 ms timeout: {hang_time}");
     assert_eq!(sample(&text, "runtime_proxy_hook_servers"), 2.0);

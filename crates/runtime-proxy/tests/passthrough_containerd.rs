@@ -32,62 +32,34 @@ async fn pod_life_cycle_sets_real_cgroups() {
         ..Default::default()
     };
     let sandbox = sandbox_config(&env, &unique("lifecycle"), HashMap::new(), HashMap::new());
-    let container = container_config(
-        &env,
-        "main",
-        &["sleep", "3600"],
-        Some(resources),
-        &[("GREETING", "hello")],
-    );
-    let pod = Pod::start(&mut rt, sandbox, container)
-        .await
-        .expect("pod through the proxy");
+    let container = container_config(&env, "main", &["sleep", "3600"], Some(resources), &[("GREETING", "hello")]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod through the proxy");
 
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512");
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "50000");
-    assert_eq!(
-        pod.cgroup_file("memory", "memory.limit_in_bytes"),
-        "67108864"
-    );
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "67108864");
 
     let status = rt
-        .container_status(cri::ContainerStatusRequest {
-            container_id: pod.container_id.clone(),
-            verbose: false,
-        })
+        .container_status(cri::ContainerStatusRequest { container_id: pod.container_id.clone(), verbose: false })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(
-        status.status.unwrap().state,
-        cri::ContainerState::ContainerRunning as i32
-    );
+    assert_eq!(status.status.unwrap().state, cri::ContainerState::ContainerRunning as i32);
 
     let listed = rt
         .list_pod_sandbox(cri::ListPodSandboxRequest {
-            filter: Some(cri::PodSandboxFilter {
-                id: pod.sandbox_id.clone(),
-                ..Default::default()
-            }),
+            filter: Some(cri::PodSandboxFilter { id: pod.sandbox_id.clone(), ..Default::default() }),
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(listed.items.len(), 1);
-    assert_eq!(
-        listed.items[0].state,
-        cri::PodSandboxState::SandboxReady as i32
-    );
+    assert_eq!(listed.items[0].state, cri::PodSandboxState::SandboxReady as i32);
 
     let sandbox_id = pod.sandbox_id.clone();
     pod.remove(&mut rt).await;
     let listed = rt
-        .list_pod_sandbox(cri::ListPodSandboxRequest {
-            filter: Some(cri::PodSandboxFilter {
-                id: sandbox_id,
-                ..Default::default()
-            }),
-        })
+        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(cri::PodSandboxFilter { id: sandbox_id, ..Default::default() }) })
         .await
         .unwrap()
         .into_inner();
@@ -99,23 +71,13 @@ async fn exec_sync_and_update_resources() {
     let (env, proxy) = setup();
     let mut rt = runtime_client(proxy.socket());
     let sandbox = sandbox_config(&env, &unique("exec"), HashMap::new(), HashMap::new());
-    let container = container_config(
-        &env,
-        "main",
-        &["sleep", "3600"],
-        None,
-        &[("GREETING", "hello from env")],
-    );
+    let container = container_config(&env, "main", &["sleep", "3600"], None, &[("GREETING", "hello from env")]);
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod");
 
     let out = rt
         .exec_sync(cri::ExecSyncRequest {
             container_id: pod.container_id.clone(),
-            cmd: vec![
-                "sh".into(),
-                "-c".into(),
-                "echo $GREETING; echo oops >&2; exit 3".into(),
-            ],
+            cmd: vec!["sh".into(), "-c".into(), "echo $GREETING; echo oops >&2; exit 3".into()],
             timeout: 10,
         })
         .await
@@ -140,10 +102,7 @@ async fn exec_sync_and_update_resources() {
     .expect("UpdateContainerResources");
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "256");
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "20000");
-    assert_eq!(
-        pod.cgroup_file("memory", "memory.limit_in_bytes"),
-        "134217728"
-    );
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
     pod.remove(&mut rt).await;
 }
 
@@ -151,23 +110,11 @@ async fn exec_sync_and_update_resources() {
 async fn image_service_list_and_status() {
     let (env, proxy) = setup();
     let mut img = image_client(proxy.socket());
-    let images = img
-        .list_images(cri::ListImagesRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .images;
-    assert!(
-        images.iter().any(|i| i.repo_tags.contains(&env.test_image)),
-        "{} not listed: {images:?}",
-        env.test_image
-    );
+    let images = img.list_images(cri::ListImagesRequest { filter: None }).await.unwrap().into_inner().images;
+    assert!(images.iter().any(|i| i.repo_tags.contains(&env.test_image)), "{} not listed: {images:?}", env.test_image);
     let status = img
         .image_status(cri::ImageStatusRequest {
-            image: Some(cri::ImageSpec {
-                image: env.test_image.clone(),
-                ..Default::default()
-            }),
+            image: Some(cri::ImageSpec { image: env.test_image.clone(), ..Default::default() }),
             verbose: true,
         })
         .await
@@ -176,10 +123,7 @@ async fn image_service_list_and_status() {
     assert!(status.image.unwrap().repo_tags.contains(&env.test_image));
     let missing = img
         .image_status(cri::ImageStatusRequest {
-            image: Some(cri::ImageSpec {
-                image: "localhost/no-such-image:1".into(),
-                ..Default::default()
-            }),
+            image: Some(cri::ImageSpec { image: "localhost/no-such-image:1".into(), ..Default::default() }),
             verbose: false,
         })
         .await
@@ -193,17 +137,11 @@ async fn errors_come_back_exactly_as_containerd_sends_them() {
     let (env, proxy) = setup();
     // NOT_FOUND for an unknown container ID, with containerd's own message.
     let direct = runtime_client(&env.socket)
-        .container_status(cri::ContainerStatusRequest {
-            container_id: "no-such-container".into(),
-            verbose: false,
-        })
+        .container_status(cri::ContainerStatusRequest { container_id: "no-such-container".into(), verbose: false })
         .await
         .unwrap_err();
     let proxied = runtime_client(proxy.socket())
-        .container_status(cri::ContainerStatusRequest {
-            container_id: "no-such-container".into(),
-            verbose: false,
-        })
+        .container_status(cri::ContainerStatusRequest { container_id: "no-such-container".into(), verbose: false })
         .await
         .unwrap_err();
     assert_eq!(proxied.code(), Code::NotFound);
@@ -211,42 +149,18 @@ async fn errors_come_back_exactly_as_containerd_sends_them() {
 
     // A method no CRI version has: containerd's UNIMPLEMENTED, word for word.
     const PATH: &str = "/runtime.v1.RuntimeService/NoSuchMethod";
-    let direct = raw::unary(
-        test_support::channel(&env.socket),
-        PATH,
-        tonic::Request::new(Bytes::new()),
-    )
-    .await
-    .unwrap_err();
-    let proxied = raw::unary(
-        test_support::channel(proxy.socket()),
-        PATH,
-        tonic::Request::new(Bytes::new()),
-    )
-    .await
-    .unwrap_err();
+    let direct = raw::unary(test_support::channel(&env.socket), PATH, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    let proxied = raw::unary(test_support::channel(proxy.socket()), PATH, tonic::Request::new(Bytes::new())).await.unwrap_err();
     assert_eq!(proxied.code(), Code::Unimplemented);
     assert_eq!(proxied.message(), direct.message());
-    assert!(
-        proxied.message().contains("NoSuchMethod"),
-        "{}",
-        proxied.message()
-    );
+    assert!(proxied.message().contains("NoSuchMethod"), "{}", proxied.message());
 }
 
 #[tokio::test]
 async fn v1alpha2_version() {
     let (_env, proxy) = setup();
-    let mut alpha = k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient::new(
-        test_support::channel(proxy.socket()),
-    );
-    let v = alpha
-        .version(k8s_cri::v1alpha2::VersionRequest {
-            version: "0.1.0".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut alpha = k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient::new(test_support::channel(proxy.socket()));
+    let v = alpha.version(k8s_cri::v1alpha2::VersionRequest { version: "0.1.0".into() }).await.unwrap().into_inner();
     assert_eq!(v.runtime_api_version, "v1alpha2");
     assert_eq!(v.runtime_name, "containerd");
 }
@@ -256,18 +170,12 @@ async fn unknown_fields_reach_containerd() {
     // A Version request with a field number no CRI version defines: the proxy does not decode,
     // so containerd gets (and ignores) it, and the answer is the real one.
     let (_env, proxy) = setup();
-    let mut req = cri::VersionRequest {
-        version: "v1".into(),
-    }
-    .encode_to_vec();
+    let mut req = cri::VersionRequest { version: "v1".into() }.encode_to_vec();
     req.extend_from_slice(&[0xf8, 0x06, 0x2a]); // field 111, varint 42
-    let resp = raw::unary(
-        test_support::channel(proxy.socket()),
-        "/runtime.v1.RuntimeService/Version",
-        tonic::Request::new(Bytes::from(req)),
-    )
-    .await
-    .unwrap();
+    let resp =
+        raw::unary(test_support::channel(proxy.socket()), "/runtime.v1.RuntimeService/Version", tonic::Request::new(Bytes::from(req)))
+            .await
+            .unwrap();
     let v = cri::VersionResponse::decode(resp.into_inner()).unwrap();
     assert_eq!(v.runtime_api_version, "v1");
 }
@@ -279,18 +187,13 @@ async fn container_events_stream() {
     let subscribed = rt.get_container_events(cri::GetEventsRequest {}).await;
     if !env.has_container_events() {
         // containerd 1.6 does not implement it: its own UNIMPLEMENTED comes through.
-        let direct = runtime_client(&env.socket)
-            .get_container_events(cri::GetEventsRequest {})
-            .await
-            .unwrap_err();
+        let direct = runtime_client(&env.socket).get_container_events(cri::GetEventsRequest {}).await.unwrap_err();
         let proxied = subscribed.unwrap_err();
         assert_eq!(proxied.code(), Code::Unimplemented);
         assert_eq!(proxied.message(), direct.message());
         return;
     }
-    let mut events = subscribed
-        .expect("GetContainerEvents through the proxy")
-        .into_inner();
+    let mut events = subscribed.expect("GetContainerEvents through the proxy").into_inner();
     let sandbox = sandbox_config(&env, &unique("events"), HashMap::new(), HashMap::new());
     let container = container_config(&env, "main", &["sleep", "3600"], None, &[]);
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod");
@@ -302,30 +205,18 @@ async fn container_events_stream() {
         while let Some(ev) = events.message().await.expect("event stream") {
             if ev.container_id == cid {
                 seen.push(ev.container_event_type);
-                if ev.container_event_type == cri::ContainerEventType::ContainerDeletedEvent as i32
-                {
+                if ev.container_event_type == cri::ContainerEventType::ContainerDeletedEvent as i32 {
                     break;
                 }
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(20), collect)
-        .await
-        .expect("events within 20 s");
+    tokio::time::timeout(Duration::from_secs(20), collect).await.expect("events within 20 s");
     use cri::ContainerEventType::*;
-    let want = [
-        ContainerCreatedEvent,
-        ContainerStartedEvent,
-        ContainerStoppedEvent,
-        ContainerDeletedEvent,
-    ]
-    .map(|e| e as i32);
+    let want = [ContainerCreatedEvent, ContainerStartedEvent, ContainerStoppedEvent, ContainerDeletedEvent].map(|e| e as i32);
     let mut it = seen.iter();
     for w in want {
-        assert!(
-            it.any(|e| *e == w),
-            "event {w} missing or out of order in {seen:?}"
-        );
+        assert!(it.any(|e| *e == w), "event {w} missing or out of order in {seen:?}");
     }
 }
 
@@ -339,54 +230,21 @@ async fn any_authority_is_accepted() {
     let (_env, proxy) = setup();
     let path = proxy.socket().display().to_string();
     let encoded = path.trim_start_matches('/').replace('/', "%2F");
-    let authorities: [Option<&[u8]>; 6] = [
-        None,
-        Some(b""),
-        Some(b"localhost"),
-        Some(path.as_bytes()),
-        Some(encoded.as_bytes()),
-        Some(b"any printable {text} here!"),
-    ];
-    let request = cri::VersionRequest {
-        version: "v1".into(),
-    }
-    .encode_to_vec();
+    let authorities: [Option<&[u8]>; 6] =
+        [None, Some(b""), Some(b"localhost"), Some(path.as_bytes()), Some(encoded.as_bytes()), Some(b"any printable {text} here!")];
+    let request = cri::VersionRequest { version: "v1".into() }.encode_to_vec();
     for authority in authorities {
         let what = authority.map(String::from_utf8_lossy);
-        for method in [
-            "/runtime.v1.RuntimeService/Version",
-            "/runtime.v1alpha2.RuntimeService/Version",
-        ] {
-            let answer = handmade_call(proxy.socket(), authority, method, &request)
-                .await
-                .unwrap_or_else(|e| panic!("{what:?} {method}: {e}"));
-            let HandmadeAnswer::Answered(body) = answer else {
-                panic!("authority {what:?}, {method}: {answer:?}\n{}", proxy.log())
-            };
-            let version = cri::VersionResponse::decode(body.get(5..).unwrap_or_default())
-                .expect("VersionResponse");
-            assert_eq!(
-                version.runtime_name, "containerd",
-                "authority {what:?}, {method}"
-            );
+        for method in ["/runtime.v1.RuntimeService/Version", "/runtime.v1alpha2.RuntimeService/Version"] {
+            let answer =
+                handmade_call(proxy.socket(), authority, method, &request).await.unwrap_or_else(|e| panic!("{what:?} {method}: {e}"));
+            let HandmadeAnswer::Answered(body) = answer else { panic!("authority {what:?}, {method}: {answer:?}\n{}", proxy.log()) };
+            let version = cri::VersionResponse::decode(body.get(5..).unwrap_or_default()).expect("VersionResponse");
+            assert_eq!(version.runtime_name, "containerd", "authority {what:?}, {method}");
         }
         // An intercepted method too (unknown container: containerd's NOT_FOUND comes back).
-        let stop = cri::StopContainerRequest {
-            container_id: "no-such-container".into(),
-            timeout: 0,
-        }
-        .encode_to_vec();
-        let answer = handmade_call(
-            proxy.socket(),
-            authority,
-            "/runtime.v1.RuntimeService/StopContainer",
-            &stop,
-        )
-        .await
-        .unwrap();
-        assert!(
-            matches!(answer, HandmadeAnswer::Answered(_)),
-            "authority {what:?}, StopContainer: {answer:?}"
-        );
+        let stop = cri::StopContainerRequest { container_id: "no-such-container".into(), timeout: 0 }.encode_to_vec();
+        let answer = handmade_call(proxy.socket(), authority, "/runtime.v1.RuntimeService/StopContainer", &stop).await.unwrap();
+        assert!(matches!(answer, HandmadeAnswer::Answered(_)), "authority {what:?}, StopContainer: {answer:?}");
     }
 }

@@ -10,7 +10,7 @@ use prost::Message;
 use test_support::fake_backend::{grpc_frame, Behaviour, FakeBackend};
 use test_support::proxy::ProxyProcess;
 use test_support::{raw, runtime_client};
-use tonic::metadata::{MetadataValue, BinaryMetadataValue};
+use tonic::metadata::{BinaryMetadataValue, MetadataValue};
 use tonic::Code;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
@@ -21,10 +21,7 @@ async fn metadata_status_details_and_trailers_pass_unchanged() {
     let fake = FakeBackend::start(Behaviour::Reply {
         headers: vec![("x-backend-header".into(), "from-backend".into())],
         body: grpc_frame(&reply.encode_to_vec()),
-        trailers: vec![
-            ("grpc-status".into(), "0".into()),
-            ("x-backend-trailer".into(), "trailer-value".into()),
-        ],
+        trailers: vec![("grpc-status".into(), "0".into()), ("x-backend-trailer".into(), "trailer-value".into())],
         delay: Duration::ZERO,
     })
     .await;
@@ -104,14 +101,9 @@ async fn deadline_expires_and_backend_call_is_cancelled() {
     let fake = FakeBackend::start(Behaviour::Hang).await;
     let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
     let started = std::time::Instant::now();
-    let answer = raw::http2_call(
-        proxy.socket(),
-        "/runtime.v1.RuntimeService/Version",
-        &[("grpc-timeout", "300m")],
-        grpc_frame(&[]),
-    )
-    .await
-    .expect("an answer, not a hang");
+    let answer = raw::http2_call(proxy.socket(), "/runtime.v1.RuntimeService/Version", &[("grpc-timeout", "300m")], grpc_frame(&[]))
+        .await
+        .expect("an answer, not a hang");
     assert_eq!(answer.grpc_status().as_deref(), Some("4"), "DEADLINE_EXCEEDED: {answer:?}");
     let message = answer.grpc_message().unwrap_or_default();
     assert!(message.contains("/runtime.v1.RuntimeService/Version") && message.contains("deadline"), "{message}");

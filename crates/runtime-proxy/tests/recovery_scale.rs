@@ -35,7 +35,8 @@ async fn two_hundred_containers_recover_every_field() {
                 let resources = cri::LinuxContainerResources { cpu_shares: 2 + n as i64, ..Default::default() };
                 let idx = n.to_string();
                 let cc = container_config(&env, &format!("c{c}"), &["sleep", "3600"], Some(resources), &[("IDX", &idx)]);
-                let req = cri::CreateContainerRequest { pod_sandbox_id: sid.clone(), config: Some(cc), sandbox_config: Some(config.clone()) };
+                let req =
+                    cri::CreateContainerRequest { pod_sandbox_id: sid.clone(), config: Some(cc), sandbox_config: Some(config.clone()) };
                 let cid = rt.create_container(req).await.expect("CreateContainer").into_inner().container_id;
                 rt.start_container(cri::StartContainerRequest { container_id: cid.clone() }).await.expect("StartContainer");
                 containers.push((cid, n));

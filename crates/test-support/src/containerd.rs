@@ -154,14 +154,8 @@ impl Pod {
             .stop_container(cri::StopContainerRequest { container_id: self.container_id.clone(), timeout: 0 })
             .await
             .expect("StopContainer");
-        client
-            .remove_container(cri::RemoveContainerRequest { container_id: self.container_id.clone() })
-            .await
-            .expect("RemoveContainer");
-        client
-            .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: self.sandbox_id.clone() })
-            .await
-            .expect("StopPodSandbox");
+        client.remove_container(cri::RemoveContainerRequest { container_id: self.container_id.clone() }).await.expect("RemoveContainer");
+        client.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: self.sandbox_id.clone() }).await.expect("StopPodSandbox");
         client
             .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: self.sandbox_id.clone() })
             .await

@@ -80,7 +80,11 @@ impl Service {
         self.seen.lock().unwrap().push(Seen::Pod(stage.into(), req.clone()));
         (self.pod)(stage, &req).map(Response::new)
     }
-    fn container(&self, stage: &str, req: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    fn container(
+        &self,
+        stage: &str,
+        req: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let req = req.into_inner();
         self.seen.lock().unwrap().push(Seen::Container(stage.into(), req.clone()));
         (self.container)(stage, &req).map(Response::new)
@@ -103,28 +107,40 @@ impl RuntimeHookService for Service {
         }
         self.pod("PostStopPodSandbox", r)
     }
-    async fn pre_create_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn pre_create_container_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
         self.container("PreCreateContainer", r)
     }
-    async fn pre_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn pre_start_container_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
         self.container("PreStartContainer", r)
     }
-    async fn post_start_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn post_start_container_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
         self.container("PostStartContainer", r)
     }
-    async fn post_stop_container_hook(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn post_stop_container_hook(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;

@@ -43,17 +43,10 @@ impl Decoder for RawCodec {
 
 /// Calls `path` (e.g. `/runtime.v1.RuntimeService/NoSuchMethod`) with `request` bytes and a 64 MiB
 /// response limit; returns the response bytes and its metadata (headers and trailers merged).
-pub async fn unary(
-    channel: Channel,
-    path: &'static str,
-    request: tonic::Request<Bytes>,
-) -> Result<tonic::Response<Bytes>, Status> {
+pub async fn unary(channel: Channel, path: &'static str, request: tonic::Request<Bytes>) -> Result<tonic::Response<Bytes>, Status> {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(64 << 20);
-    grpc.ready()
-        .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
-    grpc.unary(request, PathAndQuery::from_static(path), RawCodec)
-        .await
+    grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
+    grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
 }
 
 /// What a plain HTTP/2 call returned: response headers, body bytes, trailers.
@@ -67,26 +60,14 @@ pub struct Http2Answer {
 impl Http2Answer {
     /// `grpc-status` from the trailers, or from the headers of a trailers-only answer.
     pub fn grpc_status(&self) -> Option<String> {
-        let from = |h: &http::HeaderMap| {
-            h.get("grpc-status")
-                .map(|v| v.to_str().unwrap_or("?").to_owned())
-        };
-        self.trailers
-            .as_ref()
-            .and_then(from)
-            .or_else(|| from(&self.headers))
+        let from = |h: &http::HeaderMap| h.get("grpc-status").map(|v| v.to_str().unwrap_or("?").to_owned());
+        self.trailers.as_ref().and_then(from).or_else(|| from(&self.headers))
     }
 
     /// `grpc-message` from the trailers or headers.
     pub fn grpc_message(&self) -> Option<String> {
-        let from = |h: &http::HeaderMap| {
-            h.get("grpc-message")
-                .map(|v| v.to_str().unwrap_or("?").to_owned())
-        };
-        self.trailers
-            .as_ref()
-            .and_then(from)
-            .or_else(|| from(&self.headers))
+        let from = |h: &http::HeaderMap| h.get("grpc-message").map(|v| v.to_str().unwrap_or("?").to_owned());
+        self.trailers.as_ref().and_then(from).or_else(|| from(&self.headers))
     }
 }
 
@@ -100,15 +81,11 @@ pub async fn http2_call(
 ) -> Result<Http2Answer, Box<dyn std::error::Error + Send + Sync>> {
     use http_body_util::{BodyExt, Full};
     let stream = tokio::net::UnixStream::connect(socket).await?;
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await?;
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(conn);
-    let mut req = http::Request::post(format!("http://localhost{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
+    let mut req =
+        http::Request::post(format!("http://localhost{path}")).header("content-type", "application/grpc").header("te", "trailers");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -116,11 +93,7 @@ pub async fn http2_call(
     let (parts, body) = resp.into_parts();
     let collected = body.collect().await?;
     let trailers = collected.trailers().cloned();
-    Ok(Http2Answer {
-        headers: parts.headers,
-        body: collected.to_bytes(),
-        trailers,
-    })
+    Ok(Http2Answer { headers: parts.headers, body: collected.to_bytes(), trailers })
 }
 
 /// How a [`handmade_call`] ended.
@@ -196,21 +169,13 @@ pub async fn handmade_call(
         let mut head = [0u8; 9];
         conn.read_exact(&mut head).await?;
         let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let (kind, flags, stream) = (
-            head[3],
-            head[4],
-            u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
-        );
+        let (kind, flags, stream) = (head[3], head[4], u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff);
         let mut payload = vec![0; len];
         conn.read_exact(&mut payload).await?;
         match (kind, stream) {
             (4, 0) if flags & 0x1 == 0 => conn.write_all(&frame(4, 0x1, 0, &[])).await?, // ACK their SETTINGS
             (6, 0) if flags & 0x1 == 0 => conn.write_all(&frame(6, 0x1, 0, &payload)).await?, // PING ACK
-            (3, 1) => {
-                return Ok(HandmadeAnswer::Reset(u32::from_be_bytes([
-                    payload[0], payload[1], payload[2], payload[3],
-                ])))
-            }
+            (3, 1) => return Ok(HandmadeAnswer::Reset(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]))),
             (0, 1) => {
                 data.extend_from_slice(&payload);
                 if flags & 0x1 != 0 {

@@ -109,7 +109,9 @@ pub fn spec_of(pod: &PodContext) -> anyhow::Result<Option<ExtendedResourceSpec>>
     if pod.qos() != QosClass::Be {
         return Ok(None);
     }
-    let Some(text) = pod.annotations.get(EXTENDED_RESOURCE_SPEC) else { return Ok(None) };
+    let Some(text) = pod.annotations.get(EXTENDED_RESOURCE_SPEC) else {
+        return Ok(None);
+    };
     let spec = serde_json::from_str(text).with_context(|| format!("pod annotation {EXTENDED_RESOURCE_SPEC}"))?;
     Ok(Some(spec))
 }
@@ -147,7 +149,9 @@ impl Plugin for BatchResource {
         if !rules.batch_resource.enable {
             return Ok(Change::default());
         }
-        let Some(spec) = spec_of(pod)? else { return Ok(Change::default()) };
+        let Some(spec) = spec_of(pod)? else {
+            return Ok(Change::default());
+        };
         if spec.containers.is_empty() {
             return Ok(Change::default());
         }
@@ -183,8 +187,12 @@ impl Plugin for BatchResource {
         if !rules.batch_resource.enable {
             return Ok(Change::default());
         }
-        let Some(spec) = spec_of(&c.pod)? else { return Ok(Change::default()) };
-        let Some(res) = spec.containers.get(&c.name) else { return Ok(Change::default()) };
+        let Some(spec) = spec_of(&c.pod)? else {
+            return Ok(Change::default());
+        };
+        let Some(res) = spec.containers.get(&c.name) else {
+            return Ok(Change::default());
+        };
         let ctx = || format!("pod annotation {EXTENDED_RESOURCE_SPEC}, container {:?}", c.name);
         let period = rules.cpu.cfs_period_us;
         let quota = match res.cpu_limit_milli().with_context(ctx)? {
@@ -212,7 +220,12 @@ mod tests {
         if let Some(s) = spec {
             annotations.insert(EXTENDED_RESOURCE_SPEC.to_string(), s.to_string());
         }
-        PodContext { labels: [(QOS_CLASS_KEY.to_string(), class.to_string())].into(), annotations, cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }
+        PodContext {
+            labels: [(QOS_CLASS_KEY.to_string(), class.to_string())].into(),
+            annotations,
+            cgroup_parent: "/kubepods/besteffort/pod1".into(),
+            ..Default::default()
+        }
     }
 
     fn container(pod: PodContext, name: &str) -> ContainerContext {
@@ -231,7 +244,13 @@ mod tests {
         let r = run(&container(pod("BE", Some(SPEC)), "main"), &Rules::default());
         assert_eq!(
             r,
-            Resources { cpu_shares: Some(512), cpu_period: Some(100_000), cpu_quota: Some(100_000), memory_limit_in_bytes: Some(134_217_728), cpuset_cpus: None }
+            Resources {
+                cpu_shares: Some(512),
+                cpu_period: Some(100_000),
+                cpu_quota: Some(100_000),
+                memory_limit_in_bytes: Some(134_217_728),
+                cpuset_cpus: None
+            }
         );
     }
 
@@ -254,7 +273,8 @@ mod tests {
         assert_eq!(r.cpu_shares, Some(256));
         assert_eq!(r.cpu_quota, Some(-1), "no limit: unlimited");
         assert_eq!(r.memory_limit_in_bytes, None, "no memory limit: unchanged");
-        let tiny = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1"}, "limits": {"kubernetes.io/batch-cpu": "1"}}}}"#;
+        let tiny =
+            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1"}, "limits": {"kubernetes.io/batch-cpu": "1"}}}}"#;
         let r = run(&container(pod("BE", Some(tiny)), "main"), &Rules::default());
         assert_eq!((r.cpu_shares, r.cpu_quota), (Some(2), Some(1000)), "kernel minimums");
         let big = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1M"}}}}"#;
@@ -272,8 +292,14 @@ mod tests {
 
     #[test]
     fn bad_annotations_are_errors_naming_the_annotation() {
-        for bad in ["{", r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#, r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-memory": "-1Gi"}}}}"#] {
-            let err = BatchResource.container(Stage::PreCreateContainer, &container(pod("BE", Some(bad)), "main"), &Rules::default()).unwrap_err();
+        for bad in [
+            "{",
+            r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#,
+            r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-memory": "-1Gi"}}}}"#,
+        ] {
+            let err = BatchResource
+                .container(Stage::PreCreateContainer, &container(pod("BE", Some(bad)), "main"), &Rules::default())
+                .unwrap_err();
             assert!(format!("{err:#}").contains(EXTENDED_RESOURCE_SPEC), "{err:#}");
             assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(bad)), &Rules::default()).is_err());
         }
@@ -287,12 +313,20 @@ mod tests {
         let c = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(two)), &Rules::default()).unwrap();
         assert_eq!(
             c.pod_cgroup,
-            vec![CgroupValue::CpuShares(1024), CgroupValue::CfsPeriod(100_000), CgroupValue::CfsQuota(150_000), CgroupValue::MemoryLimit(192 << 20)]
+            vec![
+                CgroupValue::CpuShares(1024),
+                CgroupValue::CfsPeriod(100_000),
+                CgroupValue::CfsQuota(150_000),
+                CgroupValue::MemoryLimit(192 << 20)
+            ]
         );
         assert!(c.resources.is_empty(), "pod values go to the cgroup only");
         // One container without limits: the pod is unlimited.
         let open = r#"{"containers": {"a": {"limits": {"kubernetes.io/batch-cpu": "1000"}}, "b": {"requests": {"kubernetes.io/batch-cpu": "100"}}}}"#;
         let c = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(open)), &Rules::default()).unwrap();
-        assert_eq!(c.pod_cgroup, vec![CgroupValue::CpuShares(102), CgroupValue::CfsPeriod(100_000), CgroupValue::CfsQuota(-1), CgroupValue::MemoryLimit(-1)]);
+        assert_eq!(
+            c.pod_cgroup,
+            vec![CgroupValue::CpuShares(102), CgroupValue::CfsPeriod(100_000), CgroupValue::CfsQuota(-1), CgroupValue::MemoryLimit(-1)]
+        );
     }
 }

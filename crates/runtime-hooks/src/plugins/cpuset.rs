@@ -56,7 +56,9 @@ pub fn bound_cpuset(pod: &PodContext) -> anyhow::Result<Option<String>> {
     if !matches!(pod.qos(), QosClass::Lse | QosClass::Lsr) {
         return Ok(None);
     }
-    let Some(text) = pod.annotations.get(RESOURCE_STATUS) else { return Ok(None) };
+    let Some(text) = pod.annotations.get(RESOURCE_STATUS) else {
+        return Ok(None);
+    };
     let status: ResourceStatus = serde_json::from_str(text).with_context(|| format!("pod annotation {RESOURCE_STATUS}"))?;
     let cpuset = status.cpuset.trim();
     if cpuset.is_empty() {

@@ -95,7 +95,11 @@ pub fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
 
 /// A pod sandbox config with these labels/annotations and a container "main" running `sleep`,
 /// with the resources kubelet gives a BestEffort container (2 shares, 100 ms period).
-pub fn pod_configs(env: &Containerd, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
+pub fn pod_configs(
+    env: &Containerd,
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
     let sandbox = sandbox_config(env, &unique("rh"), map(labels), map(annotations));
     let resources = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
     let container = container_config(env, "main", &["sleep", "3600"], Some(resources), &[]);
