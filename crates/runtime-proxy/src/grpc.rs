@@ -1,12 +1,15 @@
 //! The small part of the gRPC-over-HTTP/2 wire protocol the proxy needs to read and write itself:
-//! status codes, the `grpc-timeout` header, and the trailers-only responses it answers with when
-//! it cannot reach the backend (gRPC's `PROTOCOL-HTTP2.md`).
+//! status codes, the `grpc-timeout` header, the trailers-only responses it answers with when
+//! it cannot reach the backend, and the length-prefixed (possibly compressed) message of a unary
+//! call (gRPC's `PROTOCOL-HTTP2.md`, `compression.md`).
 //!
 //! Everything else about a call (body frames, metadata, trailers) passes through untouched.
 
 use std::fmt;
+use std::io::Read;
 use std::time::Duration;
 
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Response};
 
 /// A gRPC status code (`google.rpc.Code`), as carried in the `grpc-status` header or trailer.
@@ -20,6 +23,7 @@ impl Code {
     pub const INVALID_ARGUMENT: Code = Code(3);
     pub const DEADLINE_EXCEEDED: Code = Code(4);
     pub const NOT_FOUND: Code = Code(5);
+    pub const RESOURCE_EXHAUSTED: Code = Code(8);
     pub const FAILED_PRECONDITION: Code = Code(9);
     pub const UNIMPLEMENTED: Code = Code(12);
     pub const INTERNAL: Code = Code(13);
@@ -28,9 +32,22 @@ impl Code {
     /// The canonical upper-case name (`NOT_FOUND`), or the number for codes outside 0..=16.
     pub fn name(self) -> &'static str {
         const NAMES: [&str; 17] = [
-            "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-            "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-            "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+            "OK",
+            "CANCELLED",
+            "UNKNOWN",
+            "INVALID_ARGUMENT",
+            "DEADLINE_EXCEEDED",
+            "NOT_FOUND",
+            "ALREADY_EXISTS",
+            "PERMISSION_DENIED",
+            "RESOURCE_EXHAUSTED",
+            "FAILED_PRECONDITION",
+            "ABORTED",
+            "OUT_OF_RANGE",
+            "UNIMPLEMENTED",
+            "INTERNAL",
+            "UNAVAILABLE",
+            "DATA_LOSS",
             "UNAUTHENTICATED",
         ];
         NAMES.get(self.0 as usize).copied().unwrap_or("OUT_OF_SPEC")
@@ -129,6 +146,95 @@ pub fn parse_timeout(headers: &HeaderMap) -> Option<Duration> {
     })
 }
 
+/// The message encodings (`grpc-encoding`) the proxy can decompress: gzip and deflate (zlib), the
+/// two that grpc-go, gRPC C-core and grpc-java ship.
+pub const SUPPORTED_ENCODINGS: &str = "gzip, deflate, identity";
+
+/// The one message of a unary call's body (`body` = 1-byte compressed flag, 4-byte big-endian
+/// length, message), decompressed when its flag is set, per the `grpc-encoding` header
+/// `encoding`. At most `limit` bytes after decompression.
+///
+/// Returns `Ok(None)` when the body is not exactly one length-prefixed message (empty,
+/// truncated, several messages): the caller forwards such a body as it is and lets the backend
+/// answer it.
+///
+/// Errors: `UNIMPLEMENTED` naming the encoding when the flag is set and the encoding is not one
+/// of [`SUPPORTED_ENCODINGS`] (as a gRPC server without that decompressor answers); `INTERNAL`
+/// when the compressed bytes do not decompress, or the flag is set without a `grpc-encoding`;
+/// `RESOURCE_EXHAUSTED` when the message is larger than `limit` once decompressed.
+pub fn unary_message(body: &Bytes, encoding: Option<&HeaderValue>, limit: usize) -> Result<Option<Bytes>, Status> {
+    if body.len() < 5 || body[0] > 1 {
+        return Ok(None);
+    }
+    let len = (&body[1..5]).get_u32() as usize;
+    if body.len() != 5 + len {
+        return Ok(None);
+    }
+    let message = body.slice(5..);
+    if body[0] == 0 {
+        return Ok(Some(message));
+    }
+    let name = encoding.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let mut out = Vec::new();
+    let read = match name.as_deref() {
+        Some("gzip") => flate2::read::GzDecoder::new(&message[..]).take(limit as u64 + 1).read_to_end(&mut out),
+        Some("deflate") => flate2::read::ZlibDecoder::new(&message[..]).take(limit as u64 + 1).read_to_end(&mut out),
+        Some(other) => {
+            let why = format!("message compressed with grpc-encoding {other:?}, which runtime-proxy cannot decompress");
+            return Err(Status::new(Code::UNIMPLEMENTED, format!("{why} (it can: {SUPPORTED_ENCODINGS})")));
+        }
+        None => return Err(Status::new(Code::INTERNAL, "message flagged as compressed but the call has no grpc-encoding header")),
+    };
+    let name = name.unwrap_or_default();
+    if let Err(e) = read {
+        return Err(Status::new(Code::INTERNAL, format!("message does not decompress as grpc-encoding {name}: {e}")));
+    }
+    if out.len() > limit {
+        return Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("message larger than {limit} bytes once decompressed ({name})")));
+    }
+    Ok(Some(out.into()))
+}
+
+/// Frames an edited `message` the way the original `body` was framed: compressed again with
+/// the call's `encoding` when the original message was compressed (so the backend gets what the
+/// client meant to send, and refuses an encoding it lacks just as it would without the proxy),
+/// plain otherwise. Only called for bodies [`unary_message`] decoded, so the encoding is gzip
+/// or deflate; anything else frames the message plain (flag 0, valid under any `grpc-encoding`).
+pub fn reframe(message: &[u8], body: &Bytes, encoding: Option<&HeaderValue>) -> Bytes {
+    use std::io::Write;
+    let compressed = body.first() == Some(&1);
+    let data = match encoding.map(HeaderValue::as_bytes) {
+        Some(b"gzip") if compressed => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(message).and_then(|()| e.finish()).ok()
+        }
+        Some(b"deflate") if compressed => {
+            let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(message).and_then(|()| e.finish()).ok()
+        }
+        _ => None,
+    };
+    match data {
+        Some(data) => {
+            let mut b = BytesMut::with_capacity(5 + data.len());
+            b.put_u8(1);
+            b.put_u32(data.len() as u32);
+            b.put_slice(&data);
+            b.freeze()
+        }
+        None => frame(message),
+    }
+}
+
+/// Frames one message as a unary gRPC body, uncompressed (flag 0).
+pub fn frame(message: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(5 + message.len());
+    b.put_u8(0);
+    b.put_u32(message.len() as u32);
+    b.put_slice(message);
+    b.freeze()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +278,57 @@ mod tests {
     fn code_names() {
         assert_eq!(Code::NOT_FOUND.to_string(), "NOT_FOUND");
         assert_eq!(Code(99).name(), "OUT_OF_SPEC");
+    }
+
+    fn compressed(encoding: &str, message: &[u8]) -> Bytes {
+        use std::io::Write;
+        let data = match encoding {
+            "gzip" => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(message).unwrap();
+                e.finish().unwrap()
+            }
+            _ => {
+                let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(message).unwrap();
+                e.finish().unwrap()
+            }
+        };
+        let mut b = BytesMut::new();
+        b.put_u8(1);
+        b.put_u32(data.len() as u32);
+        b.put_slice(&data);
+        b.freeze()
+    }
+
+    #[test]
+    fn unary_messages() {
+        let plain = frame(b"abc");
+        assert_eq!(unary_message(&plain, None, 10).unwrap().unwrap(), Bytes::from_static(b"abc"));
+        let gzip = HeaderValue::from_static("gzip");
+        assert_eq!(unary_message(&plain, Some(&gzip), 10).unwrap().unwrap(), Bytes::from_static(b"abc"), "flag 0 under gzip");
+        for enc in ["gzip", "deflate"] {
+            let body = compressed(enc, b"hello hooks");
+            let got = unary_message(&body, Some(&HeaderValue::from_static(enc)), 100).unwrap().unwrap();
+            assert_eq!(got, Bytes::from_static(b"hello hooks"), "{enc}");
+            let err = unary_message(&body, Some(&HeaderValue::from_static(enc)), 5).unwrap_err();
+            assert_eq!(err.code, Code::RESOURCE_EXHAUSTED, "{enc}: {err}");
+        }
+        for enc in ["gzip", "deflate"] {
+            let header = HeaderValue::from_static(enc);
+            let again = reframe(b"edited", &compressed(enc, b"original"), Some(&header));
+            assert_eq!(again[0], 1, "{enc}: compressed again");
+            assert_eq!(unary_message(&again, Some(&header), 100).unwrap().unwrap(), Bytes::from_static(b"edited"));
+            assert_eq!(reframe(b"edited", &frame(b"original"), Some(&header)), frame(b"edited"), "{enc}: a plain message stays plain");
+        }
+        let snappy = unary_message(&compressed("gzip", b"x"), Some(&HeaderValue::from_static("snappy")), 10).unwrap_err();
+        assert_eq!(snappy.code, Code::UNIMPLEMENTED);
+        assert!(snappy.message.contains("\"snappy\""), "{snappy}");
+        let garbage = unary_message(&Bytes::from_static(&[1, 0, 0, 0, 2, 7, 7]), Some(&gzip), 10).unwrap_err();
+        assert_eq!(garbage.code, Code::INTERNAL, "{garbage}");
+        assert_eq!(unary_message(&compressed("gzip", b"x"), None, 10).unwrap_err().code, Code::INTERNAL);
+        assert_eq!(unary_message(&Bytes::from_static(&[0, 0, 0, 0, 9]), None, 10).unwrap(), None, "truncated");
+        assert_eq!(unary_message(&Bytes::new(), None, 10).unwrap(), None, "empty");
+        assert_eq!(unary_message(&Bytes::from_static(&[2, 0, 0, 0, 0]), None, 10).unwrap(), None, "bad flag");
     }
 }

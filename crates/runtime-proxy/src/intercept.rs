@@ -8,6 +8,18 @@
 //! so fields newer than our proto survive) → forward → on success, record in the store → answer
 //! the client unchanged → post stage (its answers are not applied).
 //!
+//! CRI versions: the same methods of `runtime.v1alpha2.RuntimeService` (kubelet 1.23–1.25,
+//! served by containerd 1.6 and 1.7) take the same flow. Every v1alpha2 message the proxy reads
+//! or edits has the v1 layout, field number by field number (v1 only added fields; see
+//! [`tests::v1alpha2_layout`]), so both are decoded as v1 messages and edited on the wire, and
+//! the fields v1alpha2 lacks stay absent.
+//!
+//! Compression: a request whose message is compressed (`grpc-encoding: gzip` or `deflate`) is
+//! decompressed to read it; when hooks change it, the edited message is compressed again the
+//! same way, otherwise the original bytes go on. A backend without that decompressor (containerd
+//! has none) then refuses the call exactly as it would without the proxy. Other encodings are
+//! refused by the proxy (`UNIMPLEMENTED`, naming the encoding), never read as plain messages.
+//!
 //! Ordering: calls for the same pod sandbox (its containers included) run one at a time, from
 //! the store read to the post stage ([`PodLocks`]); calls for different pods never wait on each
 //! other — there is no node-wide lock (koord mutates shared store entries without one).
@@ -20,7 +32,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::RecvStream;
 use hook_api::convert;
@@ -31,7 +43,7 @@ use prost::Message;
 
 use crate::backend::Backend;
 use crate::dispatch::Dispatcher;
-use crate::grpc::{Code, Status};
+use crate::grpc::{self, Code, Status};
 use crate::passthrough;
 use crate::recover;
 use crate::registry::{Registry, Stage};
@@ -54,31 +66,46 @@ pub enum Method {
     UpdateContainerResources,
 }
 
-/// One row of the interception table: a CRI method, its gRPC path and its hook stages
-/// (koordinator.md §3.1).
+/// One row of the interception table: a CRI RuntimeService method, its name (the last part of
+/// its gRPC path) and its hook stages (koordinator.md §3.1).
 #[derive(Debug)]
 pub struct MethodSpec {
     pub method: Method,
-    pub path: &'static str,
+    pub name: &'static str,
     pub pre: Option<Stage>,
     pub post: Option<Stage>,
 }
 
+/// The gRPC path prefixes of the intercepted services: CRI v1 and v1alpha2 RuntimeService.
+pub const SERVICES: [&str; 2] = ["/runtime.v1.RuntimeService/", "/runtime.v1alpha2.RuntimeService/"];
+
 /// Every intercepted method. Remove* have no stage; they are intercepted to keep the store exact.
 pub const METHODS: [MethodSpec; 8] = [
-    MethodSpec { method: Method::RunPodSandbox, path: "/runtime.v1.RuntimeService/RunPodSandbox", pre: Some(Stage::PreRunPodSandbox), post: None },
-    MethodSpec { method: Method::StopPodSandbox, path: "/runtime.v1.RuntimeService/StopPodSandbox", pre: None, post: Some(Stage::PostStopPodSandbox) },
-    MethodSpec { method: Method::RemovePodSandbox, path: "/runtime.v1.RuntimeService/RemovePodSandbox", pre: None, post: None },
-    MethodSpec { method: Method::CreateContainer, path: "/runtime.v1.RuntimeService/CreateContainer", pre: Some(Stage::PreCreateContainer), post: None },
-    MethodSpec { method: Method::StartContainer, path: "/runtime.v1.RuntimeService/StartContainer", pre: Some(Stage::PreStartContainer), post: Some(Stage::PostStartContainer) },
-    MethodSpec { method: Method::StopContainer, path: "/runtime.v1.RuntimeService/StopContainer", pre: None, post: Some(Stage::PostStopContainer) },
-    MethodSpec { method: Method::RemoveContainer, path: "/runtime.v1.RuntimeService/RemoveContainer", pre: None, post: None },
-    MethodSpec { method: Method::UpdateContainerResources, path: "/runtime.v1.RuntimeService/UpdateContainerResources", pre: Some(Stage::PreUpdateContainerResources), post: None },
+    MethodSpec { method: Method::RunPodSandbox, name: "RunPodSandbox", pre: Some(Stage::PreRunPodSandbox), post: None },
+    MethodSpec { method: Method::StopPodSandbox, name: "StopPodSandbox", pre: None, post: Some(Stage::PostStopPodSandbox) },
+    MethodSpec { method: Method::RemovePodSandbox, name: "RemovePodSandbox", pre: None, post: None },
+    MethodSpec { method: Method::CreateContainer, name: "CreateContainer", pre: Some(Stage::PreCreateContainer), post: None },
+    MethodSpec {
+        method: Method::StartContainer,
+        name: "StartContainer",
+        pre: Some(Stage::PreStartContainer),
+        post: Some(Stage::PostStartContainer),
+    },
+    MethodSpec { method: Method::StopContainer, name: "StopContainer", pre: None, post: Some(Stage::PostStopContainer) },
+    MethodSpec { method: Method::RemoveContainer, name: "RemoveContainer", pre: None, post: None },
+    MethodSpec {
+        method: Method::UpdateContainerResources,
+        name: "UpdateContainerResources",
+        pre: Some(Stage::PreUpdateContainerResources),
+        post: None,
+    },
 ];
 
-/// The row for a gRPC path, if the method is intercepted.
+/// The row for a gRPC path (`/runtime.v1.RuntimeService/CreateContainer`, or the same under
+/// `runtime.v1alpha2`), if the method is intercepted.
 pub fn lookup(path: &str) -> Option<&'static MethodSpec> {
-    METHODS.iter().find(|m| m.path == path)
+    let name = SERVICES.iter().find_map(|service| path.strip_prefix(service))?;
+    METHODS.iter().find(|m| m.name == name)
 }
 
 /// The interceptor's shared state.
@@ -107,29 +134,50 @@ enum HookState {
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 enum Call {
-    RunPodSandbox { req: cri::RunPodSandboxRequest, hook: hook::PodSandboxHookRequest },
-    CreateContainer { req: cri::CreateContainerRequest, hook: hook::ContainerResourceHookRequest },
-    UpdateContainerResources { req: cri::UpdateContainerResourcesRequest, entry: Option<ContainerEntry> },
+    RunPodSandbox {
+        req: cri::RunPodSandboxRequest,
+        hook: hook::PodSandboxHookRequest,
+    },
+    CreateContainer {
+        req: cri::CreateContainerRequest,
+        hook: hook::ContainerResourceHookRequest,
+    },
+    UpdateContainerResources {
+        req: cri::UpdateContainerResourcesRequest,
+        entry: Option<ContainerEntry>,
+    },
     /// StartContainer, StopContainer: the stored container, if known.
-    Container { id: String, entry: Option<ContainerEntry> },
+    Container {
+        id: String,
+        entry: Option<ContainerEntry>,
+    },
     /// StopPodSandbox: the stored pod, if known.
-    Pod { id: String, pod: Option<hook::PodSandboxHookRequest> },
-    RemoveContainer { id: String },
-    RemovePodSandbox { id: String },
+    Pod {
+        id: String,
+        pod: Option<hook::PodSandboxHookRequest>,
+    },
+    RemoveContainer {
+        id: String,
+    },
+    RemovePodSandbox {
+        id: String,
+    },
 }
 
 impl Interceptor {
-    /// Handles one intercepted call; returns its final status for the call log.
+    /// Handles one intercepted call (`method`: its gRPC path); returns its final status for the
+    /// call log.
     pub async fn handle(
         &self,
         spec: &'static MethodSpec,
+        method: &str,
         backend: &Backend,
         req: Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
     ) -> Status {
         let start = Instant::now();
         let deadline = crate::grpc::parse_timeout(req.headers()).map(|d| start + d);
-        let work = self.intercept(spec, backend, req, deadline);
+        let work = self.intercept(spec, method, backend, req, deadline);
         tokio::pin!(work);
         let outcome = tokio::select! {
             outcome = &mut work => outcome,
@@ -158,24 +206,26 @@ impl Interceptor {
     async fn intercept(
         &self,
         spec: &'static MethodSpec,
+        method: &str,
         backend: &Backend,
         req: Request<RecvStream>,
         deadline: Option<Instant>,
     ) -> Result<(passthrough::Answer, Option<impl std::future::Future<Output = ()> + '_>), Status> {
         let (mut parts, body) = req.into_parts();
-        let body = read_body(body, spec.path).await?;
-        let message = match grpc_message(&body) {
+        let body = read_body(body, method).await?;
+        let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
+        let message = match grpc::unary_message(&body, parts.headers.get("grpc-encoding"), MAX_REQUEST_BYTES).map_err(in_method)? {
             Some(m) => m,
             None => {
-                tracing::warn!(method = spec.path, "request is not one uncompressed gRPC message; forwarding without hooks");
-                return forward(backend, parts, body, deadline, spec.path).await.map(|a| (a, None));
+                tracing::warn!(method, "request is not one gRPC message; forwarding without hooks");
+                return forward(backend, parts, body, deadline, method).await.map(|a| (a, None));
             }
         };
         let mut call = match Call::decode(spec.method, message.clone()) {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(method = spec.path, error = %e, "cannot decode request; forwarding without hooks");
-                return forward(backend, parts, body, deadline, spec.path).await.map(|a| (a, None));
+                tracing::warn!(method, error = %e, "cannot decode request; forwarding without hooks");
+                return forward(backend, parts, body, deadline, method).await.map(|a| (a, None));
             }
         };
         // One call per pod at a time; the store is read once it is this call's turn.
@@ -195,16 +245,16 @@ impl Interceptor {
             body
         } else {
             match wire::apply(&message, &edits) {
-                Ok(edited) => frame(&edited),
+                Ok(edited) => grpc::reframe(&edited, &body, parts.headers.get("grpc-encoding")),
                 Err(e) => {
-                    return Err(Status::new(Code::INTERNAL, format!("{}: cannot apply hook changes to the request: {e}", spec.path)));
+                    return Err(Status::new(Code::INTERNAL, format!("{method}: cannot apply hook changes to the request: {e}")));
                 }
             }
         };
         if let Some(d) = deadline {
             set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
         }
-        let answer = forward(backend, parts, body, deadline, spec.path).await?;
+        let answer = forward(backend, parts, body, deadline, method).await?;
         if answer.status().code != Code::OK {
             return Ok((answer, None));
         }
@@ -242,7 +292,9 @@ impl Call {
                 Call::RunPodSandbox { req, hook }
             }
             Method::CreateContainer => Call::CreateContainer { req: cri::CreateContainerRequest::decode(msg)?, hook: Default::default() },
-            Method::UpdateContainerResources => Call::UpdateContainerResources { req: cri::UpdateContainerResourcesRequest::decode(msg)?, entry: None },
+            Method::UpdateContainerResources => {
+                Call::UpdateContainerResources { req: cri::UpdateContainerResourcesRequest::decode(msg)?, entry: None }
+            }
             Method::StartContainer => Call::Container { id: cri::StartContainerRequest::decode(msg)?.container_id, entry: None },
             Method::StopContainer => Call::Container { id: cri::StopContainerRequest::decode(msg)?.container_id, entry: None },
             Method::StopPodSandbox => Call::Pod { id: cri::StopPodSandboxRequest::decode(msg)?.pod_sandbox_id, pod: None },
@@ -276,7 +328,9 @@ impl Call {
                         }
                         hook_api::merge::merge_map(&mut e.hook.container_annotations, &req.annotations);
                     }
-                    None => tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container unknown to the store and the runtime; hooks skipped"),
+                    None => {
+                        tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container unknown to the store and the runtime; hooks skipped")
+                    }
                 }
             }
             Call::Container { id, entry } => {
@@ -299,7 +353,11 @@ impl Call {
     /// whose sandbox does not exist yet).
     fn pod_key(&self, store: &Store) -> Option<String> {
         let of_container = |entry: &Option<ContainerEntry>, id: &str| {
-            entry.as_ref().map(|e| e.sandbox_id.clone()).or_else(|| store.container(id).map(|e| e.sandbox_id)).unwrap_or_else(|| id.to_owned())
+            entry
+                .as_ref()
+                .map(|e| e.sandbox_id.clone())
+                .or_else(|| store.container(id).map(|e| e.sandbox_id))
+                .unwrap_or_else(|| id.to_owned())
         };
         match self {
             Call::RunPodSandbox { .. } => None,
@@ -414,12 +472,12 @@ impl Call {
     /// Records what a successful call taught the store.
     fn commit(&self, answer: &passthrough::Answer, store: &Store) {
         match self {
-            Call::RunPodSandbox { hook, .. } => match grpc_message(&answer.data).map(cri::RunPodSandboxResponse::decode) {
-                Some(Ok(resp)) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),
+            Call::RunPodSandbox { hook, .. } => match answer.message().map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
+                Ok(Some(Ok(resp))) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),
                 _ => tracing::warn!("RunPodSandbox answer without a sandbox ID; pod not recorded"),
             },
-            Call::CreateContainer { req, hook } => match grpc_message(&answer.data).map(cri::CreateContainerResponse::decode) {
-                Some(Ok(resp)) => {
+            Call::CreateContainer { req, hook } => match answer.message().map(|m| m.map(cri::CreateContainerResponse::decode)) {
+                Ok(Some(Ok(resp))) => {
                     let mut hook = hook.clone();
                     hook.container_meta.get_or_insert_with(Default::default).id = resp.container_id.clone();
                     store.put_container(&resp.container_id, ContainerEntry { sandbox_id: req.pod_sandbox_id.clone(), hook });
@@ -439,7 +497,11 @@ impl Call {
 /// resources, which koord leaves empty.
 fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
     let Some(config) = config else {
-        return hook::PodSandboxHookRequest { runtime_handler: runtime_handler.to_owned(), pod_meta: Some(Default::default()), ..Default::default() };
+        return hook::PodSandboxHookRequest {
+            runtime_handler: runtime_handler.to_owned(),
+            pod_meta: Some(Default::default()),
+            ..Default::default()
+        };
     };
     let meta = config.metadata.as_ref();
     let linux = config.linux.as_ref();
@@ -583,24 +645,6 @@ async fn read_body(mut body: RecvStream, method: &str) -> Result<Bytes, Status> 
     Ok(buf.freeze())
 }
 
-/// The message of a body holding exactly one uncompressed gRPC message.
-fn grpc_message(body: &Bytes) -> Option<Bytes> {
-    if body.len() < 5 || body[0] != 0 {
-        return None;
-    }
-    let len = (&body[1..5]).get_u32() as usize;
-    (body.len() == 5 + len).then(|| body.slice(5..))
-}
-
-/// Frames one message as a gRPC body (uncompressed).
-fn frame(message: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(5 + message.len());
-    b.put_u8(0);
-    b.put_u32(message.len() as u32);
-    b.put_slice(message);
-    b.freeze()
-}
-
 /// Rewrites `grpc-timeout` to what is left, so the backend's deadline is the kubelet's, not the
 /// kubelet's plus the time hooks took.
 fn set_timeout(headers: &mut http::HeaderMap, left: Duration) {
@@ -667,7 +711,12 @@ mod tests {
     async fn update_without_hook_changes_is_untouched_and_cpuset_clear_applies() {
         let stored = hook::ContainerResourceHookRequest {
             container_annotations: [("stored".to_string(), "1".to_string())].into(),
-            container_resources: Some(hook::LinuxContainerResources { cpu_shares: 1024, cpuset_cpus: "0-1".into(), oom_score_adj: 5, ..Default::default() }),
+            container_resources: Some(hook::LinuxContainerResources {
+                cpu_shares: 1024,
+                cpuset_cpus: "0-1".into(),
+                oom_score_adj: 5,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let store = Store::new();
@@ -703,11 +752,109 @@ mod tests {
         assert_eq!(h["grpc-timeout"], "1m");
     }
 
+    /// Every CRI v1alpha2 message the interceptor reads or edits, with every field it reads or
+    /// edits set, decodes as the v1 message with nothing left over (re-encoding gives the same
+    /// bytes; an unknown or differently typed field would be dropped or fail), and the proxy's
+    /// v1 edits land in the v1alpha2 fields. Checked against the protos too: v1alpha2 has no
+    /// field whose number or type differs from v1; v1 only adds fields (README, CRI versions).
     #[test]
-    fn grpc_framing() {
-        let f = frame(b"abc");
-        assert_eq!(grpc_message(&f).unwrap(), Bytes::from_static(b"abc"));
-        assert!(grpc_message(&Bytes::from_static(&[1, 0, 0, 0, 0])).is_none(), "compressed");
-        assert!(grpc_message(&Bytes::from_static(&[0, 0, 0, 0, 9])).is_none(), "truncated");
+    fn v1alpha2_layout() {
+        use k8s_cri::v1alpha2 as a2;
+        fn same_as_v1<A: Message, V: Message + Default>(what: &str, a: &A) -> V {
+            let bytes = a.encode_to_vec();
+            let v = V::decode(bytes.as_slice()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(v.encode_to_vec(), bytes, "{what}: v1alpha2 bytes re-encoded as v1");
+            v
+        }
+        let one = |k: &str, v: &str| HashMap::from([(k.to_string(), v.to_string())]);
+        let resources = a2::LinuxContainerResources {
+            cpu_period: 100_000,
+            cpu_quota: 50_000,
+            cpu_shares: 512,
+            memory_limit_in_bytes: 1 << 27,
+            oom_score_adj: -998,
+            cpuset_cpus: "0-1".into(),
+            cpuset_mems: "0".into(),
+            hugepage_limits: vec![a2::HugepageLimit { page_size: "2MB".into(), limit: 1 << 21 }],
+            unified: one("memory.high", "1000"),
+            memory_swap_limit_in_bytes: 1 << 28,
+        };
+        let sandbox = a2::PodSandboxConfig {
+            metadata: Some(a2::PodSandboxMetadata { name: "p".into(), uid: "u".into(), namespace: "n".into(), attempt: 2 }),
+            labels: one("l", "1"),
+            annotations: one("a", "2"),
+            linux: Some(a2::LinuxPodSandboxConfig {
+                cgroup_parent: "/kubepods/podu".into(),
+                overhead: Some(resources.clone()),
+                resources: Some(resources.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let run = a2::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: "runc".into() };
+        let v1_run: cri::RunPodSandboxRequest = same_as_v1("RunPodSandboxRequest", &run);
+        let hook = pod_hook_request(v1_run.config.as_ref(), &v1_run.runtime_handler);
+        assert_eq!((hook.cgroup_parent.as_str(), hook.labels["l"].as_str(), hook.pod_meta.unwrap().attempt), ("/kubepods/podu", "1", 2));
+        assert_eq!(hook.resources.unwrap().cpu_shares, 512);
+        let create = a2::CreateContainerRequest {
+            pod_sandbox_id: "sb".into(),
+            config: Some(a2::ContainerConfig {
+                metadata: Some(a2::ContainerMetadata { name: "c".into(), attempt: 1 }),
+                envs: vec![a2::KeyValue { key: "K".into(), value: "V".into() }],
+                annotations: one("ca", "3"),
+                linux: Some(a2::LinuxContainerConfig { resources: Some(resources.clone()), ..Default::default() }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(sandbox),
+        };
+        let _: cri::CreateContainerRequest = same_as_v1("CreateContainerRequest", &create);
+        let update = a2::UpdateContainerResourcesRequest {
+            container_id: "c".into(),
+            linux: Some(resources),
+            annotations: one("ua", "4"),
+            ..Default::default()
+        };
+        let _: cri::UpdateContainerResourcesRequest = same_as_v1("UpdateContainerResourcesRequest", &update);
+        let _: cri::RunPodSandboxResponse = same_as_v1("RunPodSandboxResponse", &a2::RunPodSandboxResponse { pod_sandbox_id: "sb".into() });
+        let _: cri::CreateContainerResponse =
+            same_as_v1("CreateContainerResponse", &a2::CreateContainerResponse { container_id: "c".into() });
+        let _: cri::StartContainerRequest = same_as_v1("StartContainerRequest", &a2::StartContainerRequest { container_id: "c".into() });
+        let _: cri::StopContainerRequest =
+            same_as_v1("StopContainerRequest", &a2::StopContainerRequest { container_id: "c".into(), timeout: 3 });
+        let _: cri::RemoveContainerRequest = same_as_v1("RemoveContainerRequest", &a2::RemoveContainerRequest { container_id: "c".into() });
+        let _: cri::StopPodSandboxRequest = same_as_v1("StopPodSandboxRequest", &a2::StopPodSandboxRequest { pod_sandbox_id: "sb".into() });
+        let _: cri::RemovePodSandboxRequest =
+            same_as_v1("RemovePodSandboxRequest", &a2::RemovePodSandboxRequest { pod_sandbox_id: "sb".into() });
+
+        // The v1 edits a hook causes, applied to v1alpha2 bytes, read back as v1alpha2.
+        let store = Store::new();
+        let v1_create = cri::CreateContainerRequest::decode(create.encode_to_vec().as_slice()).unwrap();
+        let before = container_hook_request(&v1_create, &store);
+        let mut after = before.clone();
+        after.container_resources.as_mut().unwrap().cpu_shares = 256;
+        after.container_resources.as_mut().unwrap().cpuset_cpus = "2-3".into();
+        after.container_envs.insert("HOOKED".into(), "1".into());
+        after.pod_cgroup_parent = "/kubepods/besteffort/podu".into();
+        let call = Call::CreateContainer { req: v1_create, hook: after };
+        let edited = wire::apply(&create.encode_to_vec(), &call.edits(&HookState::Container(before))).unwrap();
+        let got = a2::CreateContainerRequest::decode(edited.as_slice()).unwrap();
+        let config = got.config.unwrap();
+        let res = config.linux.unwrap().resources.unwrap();
+        assert_eq!((res.cpu_shares, res.cpuset_cpus.as_str(), res.cpu_quota), (256, "2-3", 50_000));
+        assert_eq!(config.envs.last().map(|kv| (kv.key.as_str(), kv.value.as_str())), Some(("HOOKED", "1")));
+        assert_eq!(got.sandbox_config.unwrap().linux.unwrap().cgroup_parent, "/kubepods/besteffort/podu");
+    }
+
+    #[test]
+    fn both_cri_versions_are_intercepted() {
+        for spec in &METHODS {
+            for service in SERVICES {
+                let path = format!("{service}{}", spec.name);
+                assert_eq!(lookup(&path).map(|s| s.method), Some(spec.method), "{path}");
+            }
+        }
+        assert!(lookup("/runtime.v1.RuntimeService/Version").is_none());
+        assert!(lookup("/runtime.v1.ImageService/RunPodSandbox").is_none());
+        assert!(lookup("/runtime.v2.RuntimeService/RunPodSandbox").is_none());
     }
 }

@@ -21,7 +21,7 @@ use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, Request, Response};
 
 use crate::backend::Backend;
-use crate::grpc::{Code, Status};
+use crate::grpc::{self, Code, Status};
 
 /// Forwards the call `req` to `backend`, answering through `respond`, and returns the call's
 /// final status (from the backend's trailers, or the proxy's own) for logging and metrics.
@@ -91,10 +91,8 @@ pub async fn forward(
     let resp = match head {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) => {
-            let status = Status::new(
-                Code::UNAVAILABLE,
-                format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()),
-            );
+            let status =
+                Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()));
             return reply(&mut respond, status);
         }
         Err(deadline_exceeded) => return reply(&mut respond, deadline_exceeded),
@@ -266,6 +264,15 @@ impl Answer {
             .unwrap_or_else(missing_status)
     }
 
+    /// The answer's one message, decompressed per its `grpc-encoding` (see
+    /// [`grpc::unary_message`]); `Ok(None)` when the body is not exactly one message.
+    ///
+    /// Errors: as [`grpc::unary_message`] (an encoding the proxy cannot decompress, a corrupt
+    /// message).
+    pub fn message(&self) -> Result<Option<Bytes>, Status> {
+        grpc::unary_message(&self.data, self.head.headers().get("grpc-encoding"), crate::intercept::MAX_REQUEST_BYTES)
+    }
+
     /// Sends the answer to the client unchanged; returns its status.
     pub fn send(self, respond: &mut SendResponse<Bytes>) -> Status {
         let status = self.status();
@@ -291,21 +298,16 @@ impl Answer {
 /// Sends one unary call (`head` and the whole `body`) to `backend` and collects the answer.
 ///
 /// Errors: as [`forward`] (`UNAVAILABLE`, `DEADLINE_EXCEEDED` when `deadline` passes first).
-pub async fn unary(
-    backend: &Backend,
-    head: Request<()>,
-    body: Bytes,
-    deadline: Option<Duration>,
-    method: &str,
-) -> Result<Answer, Status> {
+pub async fn unary(backend: &Backend, head: Request<()>, body: Bytes, deadline: Option<Duration>, method: &str) -> Result<Answer, Status> {
     let call = async {
         let (response, mut upstream) = backend.open_stream(head, body.is_empty()).await?;
         if !body.is_empty() {
             // Ignored: a backend that answers before reading the body still answers.
             let _ = upstream.send_data(body, true);
         }
-        let failed =
-            |e: h2::Error| Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()));
+        let failed = |e: h2::Error| {
+            Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()))
+        };
         let (head, mut recv) = response.await.map_err(failed)?.into_parts();
         let mut data = bytes::BytesMut::new();
         while let Some(chunk) = recv.data().await {

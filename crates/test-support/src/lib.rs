@@ -25,11 +25,10 @@ use tonic::transport::{Channel, Endpoint, Uri};
 /// A gRPC channel to the unix socket at `path` (connects lazily; 16 MiB messages as kubelet).
 pub fn channel(path: impl AsRef<Path>) -> Channel {
     let path: PathBuf = path.as_ref().to_owned();
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+    }))
 }
 
 /// A CRI v1 RuntimeService client with kubelet's 16 MiB message limits.
@@ -37,6 +36,19 @@ pub fn runtime_client(path: impl AsRef<Path>) -> k8s_cri::v1::runtime_service_cl
     k8s_cri::v1::runtime_service_client::RuntimeServiceClient::new(channel(path))
         .max_decoding_message_size(16 << 20)
         .max_encoding_message_size(16 << 20)
+}
+
+/// A CRI v1alpha2 RuntimeService client (kubelet 1.23–1.25) with kubelet's 16 MiB message limits.
+pub fn runtime_client_v1alpha2(path: impl AsRef<Path>) -> k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient<Channel> {
+    k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient::new(channel(path))
+        .max_decoding_message_size(16 << 20)
+        .max_encoding_message_size(16 << 20)
+}
+
+/// `message` re-read as another message type with the same wire layout (a CRI v1 config as its
+/// v1alpha2 twin). Panics (test code) when the bytes do not decode.
+pub fn transcode<T: prost::Message + Default>(message: &impl prost::Message) -> T {
+    T::decode(message.encode_to_vec().as_slice()).expect("same wire layout")
 }
 
 /// A CRI v1 ImageService client with kubelet's 16 MiB message limits.
