@@ -61,19 +61,49 @@ pub fn connect(path: impl AsRef<Path>) -> Channel {
     }))
 }
 
-/// Parses a unix socket flag value (`--listen`, backend endpoints; used by both binaries):
-/// accepts `PATH` or `unix://PATH` and returns the plain socket path.
+/// Longest unix socket path: `sockaddr_un.sun_path` holds 108 bytes including the trailing NUL
+/// (Linux `unix(7)`).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The socket path of a unix endpoint in any of kubelet's spellings: `/abs`, `unix:/abs` and
+/// `unix:///abs` all mean `/abs`. Used for both binaries' flags ([`parse_unix_path`]) and for
+/// `remote-endpoint` in registration files.
 ///
-/// Errors: an empty path, or another URL scheme (`tcp://`, `npipe://`): only unix sockets are
-/// supported.
-pub fn parse_unix_path(s: &str) -> Result<PathBuf, String> {
-    let path = match s.split_once("://") {
-        Some(("unix", rest)) => rest,
-        Some((scheme, _)) => return Err(format!("unsupported endpoint scheme {scheme:?}: only unix sockets (PATH or unix://PATH)")),
-        None => s,
+/// Errors (the reason): empty path; another scheme (`tcp://`, `npipe://`); a NUL byte; a path
+/// that is not absolute — a bare relative path, `unix:rel`, or `unix://host/path` (Go's URL
+/// parser, and so kubelet, would silently drop the `host` part; we refuse it).
+pub fn unix_socket_path(raw: &str) -> Result<&str, &'static str> {
+    let path = if let Some(rest) = raw.strip_prefix("unix://") {
+        rest
+    } else if let Some(rest) = raw.strip_prefix("unix:") {
+        rest
+    } else if raw.contains("://") {
+        return Err("only unix sockets are supported (/PATH, unix:/PATH or unix:///PATH)");
+    } else {
+        raw
     };
     if path.is_empty() {
-        return Err("empty socket path".into());
+        return Err("empty socket path");
+    }
+    if path.contains('\0') {
+        return Err("contains a NUL byte");
+    }
+    if !path.starts_with('/') {
+        return Err("socket path must be absolute (/PATH, unix:/PATH or unix:///PATH)");
+    }
+    Ok(path)
+}
+
+/// Parses a unix socket flag value (`--listen`, backend endpoints; both binaries): see
+/// [`unix_socket_path`] for the accepted forms; returns the plain socket path.
+///
+/// Errors: as [`unix_socket_path`], naming the value; also a path longer than
+/// [`MAX_SOCKET_PATH`] bytes, which no socket can be bound or dialled at (refused at start
+/// instead of failing every call later).
+pub fn parse_unix_path(s: &str) -> Result<PathBuf, String> {
+    let path = unix_socket_path(s).map_err(|reason| format!("{s:?}: {reason}"))?;
+    if path.len() > MAX_SOCKET_PATH {
+        return Err(format!("{s:?}: socket path is {} bytes; a unix socket address holds at most {MAX_SOCKET_PATH}", path.len()));
     }
     Ok(PathBuf::from(path))
 }

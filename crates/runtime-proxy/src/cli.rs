@@ -100,7 +100,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
+        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(|| format!("invalid duration {s:?}: too large")),
         _ => Err(format!("invalid duration {s:?}: unit must be ms, s or m")),
     }
 }
@@ -115,6 +115,25 @@ mod tests {
         assert_eq!(parse_unix_path("unix:///run/c.sock").unwrap(), PathBuf::from("/run/c.sock"));
         assert!(parse_unix_path("tcp://1.2.3.4:5").unwrap_err().contains("tcp"));
         assert!(parse_unix_path("unix://").is_err());
+    }
+
+    /// kubelet's three spellings mean the same absolute path; relative paths (also hidden in
+    /// `unix:rel` and `unix://host/path`) and paths too long for a socket address are refused.
+    #[test]
+    fn endpoint_forms_and_limits() {
+        for form in ["/tmp/x.sock", "unix:/tmp/x.sock", "unix:///tmp/x.sock"] {
+            assert_eq!(parse_unix_path(form).unwrap(), PathBuf::from("/tmp/x.sock"), "{form}");
+        }
+        for relative in ["x.sock", "tmp/x.sock", "unix:tmp/x.sock", "unix://tmp/x.sock", "./x.sock"] {
+            let err = parse_unix_path(relative).unwrap_err();
+            assert!(err.contains("absolute") && err.contains(relative), "{relative}: {err}");
+        }
+        let longest = format!("/{}", "x".repeat(hook_api::MAX_SOCKET_PATH - 1));
+        assert!(parse_unix_path(&longest).is_ok());
+        let err = parse_unix_path(&format!("{longest}y")).unwrap_err();
+        assert!(err.contains("108 bytes") && err.contains("at most 107"), "{err}");
+        let err = Args::try_parse_from(["rp", "--remote-runtime-service-endpoint", "unix://run/c.sock"]).unwrap_err().to_string();
+        assert!(err.contains("must be absolute"), "{err}");
     }
 
     #[test]
@@ -142,5 +161,7 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("s").is_err());
+        assert!(parse_duration(&format!("{}m", u64::MAX / 59)).unwrap_err().contains("too large"), "minutes overflow checked");
+        assert!(parse_duration("99999999999999999999s").is_err(), "beyond u64");
     }
 }

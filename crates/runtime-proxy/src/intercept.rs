@@ -138,9 +138,10 @@ enum Call {
         req: cri::RunPodSandboxRequest,
         hook: hook::PodSandboxHookRequest,
     },
+    /// `hook` is `None` for a pod sandbox nobody knows (see [`container_hook_request`]).
     CreateContainer {
         req: cri::CreateContainerRequest,
-        hook: hook::ContainerResourceHookRequest,
+        hook: Option<hook::ContainerResourceHookRequest>,
     },
     UpdateContainerResources {
         req: cri::UpdateContainerResourcesRequest,
@@ -291,7 +292,7 @@ impl Call {
                 let hook = pod_hook_request(req.config.as_ref(), &req.runtime_handler);
                 Call::RunPodSandbox { req, hook }
             }
-            Method::CreateContainer => Call::CreateContainer { req: cri::CreateContainerRequest::decode(msg)?, hook: Default::default() },
+            Method::CreateContainer => Call::CreateContainer { req: cri::CreateContainerRequest::decode(msg)?, hook: None },
             Method::UpdateContainerResources => {
                 Call::UpdateContainerResources { req: cri::UpdateContainerResourcesRequest::decode(msg)?, entry: None }
             }
@@ -314,6 +315,9 @@ impl Call {
                     recover::fetch_pod(runtime, store, &req.pod_sandbox_id).await;
                 }
                 *hook = container_hook_request(req, store);
+                if hook.is_none() {
+                    tracing::warn!(sandbox_id = %req.pod_sandbox_id, "CreateContainer: pod sandbox unknown to the store and the runtime, and no sandbox_config; hooks skipped");
+                }
             }
             Call::UpdateContainerResources { req, entry } => {
                 *entry = match store.container(&req.container_id) {
@@ -373,7 +377,7 @@ impl Call {
     fn pod_labels(&self) -> Option<&HashMap<String, String>> {
         match self {
             Call::RunPodSandbox { hook, .. } => Some(&hook.labels),
-            Call::CreateContainer { hook, .. } => Some(&hook.pod_labels),
+            Call::CreateContainer { hook, .. } => hook.as_ref().map(|h| &h.pod_labels),
             Call::UpdateContainerResources { entry, .. } | Call::Container { entry, .. } => entry.as_ref().map(|e| &e.hook.pod_labels),
             Call::Pod { pod, .. } => pod.as_ref().map(|p| &p.labels),
             Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => None,
@@ -395,7 +399,7 @@ impl Call {
         match self {
             Call::RunPodSandbox { hook, .. } => dispatcher.run(snapshot, stage, hook, deadline).await,
             Call::Pod { pod: Some(pod), .. } => dispatcher.run(snapshot, stage, pod, deadline).await,
-            Call::CreateContainer { hook, .. } => dispatcher.run(snapshot, stage, hook, deadline).await,
+            Call::CreateContainer { hook: Some(hook), .. } => dispatcher.run(snapshot, stage, hook, deadline).await,
             Call::UpdateContainerResources { entry: Some(e), .. } | Call::Container { entry: Some(e), .. } => {
                 dispatcher.run(snapshot, stage, &mut e.hook, deadline).await
             }
@@ -407,7 +411,7 @@ impl Call {
     fn hook_state(&self) -> HookState {
         match self {
             Call::RunPodSandbox { hook, .. } => HookState::Pod(hook.clone()),
-            Call::CreateContainer { hook, .. } => HookState::Container(hook.clone()),
+            Call::CreateContainer { hook: Some(hook), .. } => HookState::Container(hook.clone()),
             Call::UpdateContainerResources { entry: Some(e), .. } => HookState::Container(e.hook.clone()),
             _ => HookState::None,
         }
@@ -433,7 +437,7 @@ impl Call {
                 }
                 nested(1, inner)
             }
-            (Call::CreateContainer { req, hook }, HookState::Container(before)) => {
+            (Call::CreateContainer { req, hook: Some(hook) }, HookState::Container(before)) => {
                 let default = cri::ContainerConfig::default();
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
@@ -476,14 +480,16 @@ impl Call {
                 Ok(Some(Ok(resp))) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),
                 _ => tracing::warn!("RunPodSandbox answer without a sandbox ID; pod not recorded"),
             },
-            Call::CreateContainer { req, hook } => match answer.message().map(|m| m.map(cri::CreateContainerResponse::decode)) {
-                Ok(Some(Ok(resp))) => {
-                    let mut hook = hook.clone();
-                    hook.container_meta.get_or_insert_with(Default::default).id = resp.container_id.clone();
-                    store.put_container(&resp.container_id, ContainerEntry { sandbox_id: req.pod_sandbox_id.clone(), hook });
+            Call::CreateContainer { req, hook: Some(hook) } => {
+                match answer.message().map(|m| m.map(cri::CreateContainerResponse::decode)) {
+                    Ok(Some(Ok(resp))) => {
+                        let mut hook = hook.clone();
+                        hook.container_meta.get_or_insert_with(Default::default).id = resp.container_id.clone();
+                        store.put_container(&resp.container_id, ContainerEntry { sandbox_id: req.pod_sandbox_id.clone(), hook });
+                    }
+                    _ => tracing::warn!("CreateContainer answer without a container ID; container not recorded"),
                 }
-                _ => tracing::warn!("CreateContainer answer without a container ID; container not recorded"),
-            },
+            }
             Call::UpdateContainerResources { req, entry: Some(e) } => store.put_container(&req.container_id, e.clone()),
             Call::Container { id, entry: Some(e) } => store.put_container(id, e.clone()),
             Call::RemoveContainer { id } => store.remove_container(id),
@@ -523,13 +529,15 @@ fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler: &st
 
 /// The PreCreateContainer request (koordinator.md §3.3). Pod fields come from the store (they
 /// include the PreRunPodSandbox hooks' changes); for a pod the store does not know, from the
-/// request's `sandbox_config`.
-fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> hook::ContainerResourceHookRequest {
-    let pod = store.pod(&req.pod_sandbox_id).unwrap_or_else(|| pod_hook_request(req.sandbox_config.as_ref(), ""));
+/// request's `sandbox_config`. `None` when there is neither: the sandbox is unknown to everyone,
+/// so the call goes on without hooks and the runtime answers it (NOT_FOUND), as for the ID-only
+/// methods — a hook must not replace that answer with its own error.
+fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> Option<hook::ContainerResourceHookRequest> {
+    let pod = store.pod(&req.pod_sandbox_id).or_else(|| req.sandbox_config.as_ref().map(|c| pod_hook_request(Some(c), "")))?;
     let config = req.config.as_ref();
     let meta = config.and_then(|c| c.metadata.as_ref());
     let resources = config.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref());
-    hook::ContainerResourceHookRequest {
+    Some(hook::ContainerResourceHookRequest {
         pod_meta: pod.pod_meta,
         container_meta: Some(hook::ContainerMetadata {
             name: meta.map(|m| m.name.clone()).unwrap_or_default(),
@@ -543,7 +551,7 @@ fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> h
         pod_labels: pod.labels,
         pod_cgroup_parent: pod.cgroup_parent,
         container_envs: config.map(|c| c.envs.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect()).unwrap_or_default(),
-    }
+    })
 }
 
 /// The container's envs after the hooks: existing entries keep their order (their value
@@ -687,9 +695,9 @@ mod tests {
                 ..Default::default()
             }),
         };
-        let hook = container_hook_request(&req, &store);
+        let hook = container_hook_request(&req, &store).expect("pod from sandbox_config");
         assert_eq!(hook.pod_cgroup_parent, "/kubepods/pod1");
-        let call = Call::CreateContainer { req: req.clone(), hook: hook.clone() };
+        let call = Call::CreateContainer { req: req.clone(), hook: Some(hook.clone()) };
         let before = call.hook_state();
         assert!(call.edits(&before).is_empty());
 
@@ -697,7 +705,7 @@ mod tests {
         let mut hook = hook;
         hook.container_resources.as_mut().unwrap().cpu_shares = 512;
         hook.container_envs.insert("HOOKED".into(), "1".into());
-        let call = Call::CreateContainer { req: req.clone(), hook };
+        let call = Call::CreateContainer { req: req.clone(), hook: Some(hook) };
         let edited = wire::apply(&req.encode_to_vec(), &call.edits(&before)).unwrap();
         let got = cri::CreateContainerRequest::decode(edited.as_slice()).unwrap();
         let mut want = req;
@@ -705,6 +713,15 @@ mod tests {
         cfg.linux.as_mut().unwrap().resources.as_mut().unwrap().cpu_shares = 512;
         cfg.envs.push(cri::KeyValue { key: "HOOKED".into(), value: "1".into() });
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn create_container_for_a_sandbox_nobody_knows_has_no_hook_request() {
+        let req = cri::CreateContainerRequest { pod_sandbox_id: "gone".into(), config: Some(Default::default()), sandbox_config: None };
+        assert!(container_hook_request(&req, &Store::new()).is_none());
+        let call = Call::CreateContainer { req, hook: None };
+        assert!(matches!(call.hook_state(), HookState::None));
+        assert!(call.edits(&HookState::None).is_empty());
     }
 
     #[tokio::test]
@@ -829,13 +846,13 @@ mod tests {
         // The v1 edits a hook causes, applied to v1alpha2 bytes, read back as v1alpha2.
         let store = Store::new();
         let v1_create = cri::CreateContainerRequest::decode(create.encode_to_vec().as_slice()).unwrap();
-        let before = container_hook_request(&v1_create, &store);
+        let before = container_hook_request(&v1_create, &store).unwrap();
         let mut after = before.clone();
         after.container_resources.as_mut().unwrap().cpu_shares = 256;
         after.container_resources.as_mut().unwrap().cpuset_cpus = "2-3".into();
         after.container_envs.insert("HOOKED".into(), "1".into());
         after.pod_cgroup_parent = "/kubepods/besteffort/podu".into();
-        let call = Call::CreateContainer { req: v1_create, hook: after };
+        let call = Call::CreateContainer { req: v1_create, hook: Some(after) };
         let edited = wire::apply(&create.encode_to_vec(), &call.edits(&HookState::Container(before))).unwrap();
         let got = a2::CreateContainerRequest::decode(edited.as_slice()).unwrap();
         let config = got.config.unwrap();

@@ -34,6 +34,7 @@ pub mod store;
 pub mod wire;
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -49,11 +50,22 @@ use crate::store::Store;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains.
 ///
-/// Errors: `--backend-runtime-mode Docker` (not supported yet), or the socket cannot be bound
-/// (see [`listener::bind`]).
+/// Errors: `--backend-runtime-mode Docker` (not supported yet); the listening socket is a
+/// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     if args.backend_runtime_mode == BackendRuntimeMode::Docker {
         bail!("--backend-runtime-mode Docker is not supported yet: only CRI runtimes (Containerd) are");
+    }
+    for (flag, backend) in
+        [("--remote-runtime-service-endpoint", &args.runtime_endpoint), ("--remote-image-service-endpoint", args.image_endpoint())]
+    {
+        if same_socket(&args.listen, backend) {
+            bail!(
+                "--koord-runtimeproxy-endpoint {} and {flag} {} are the same socket: the proxy would forward every call to itself",
+                args.listen.display(),
+                backend.display()
+            );
+        }
     }
     let runtime = Arc::new(Backend::new(&args.runtime_endpoint));
     let image =
@@ -92,11 +104,47 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await
 }
 
+/// Whether two socket paths name the same socket: equal once symlinks, `.`, `..` and repeated
+/// slashes are resolved (the socket itself need not exist yet: then its directory is resolved).
+pub fn same_socket(a: &Path, b: &Path) -> bool {
+    fn resolved(p: &Path) -> PathBuf {
+        if let Ok(real) = std::fs::canonicalize(p) {
+            return real;
+        }
+        match (p.parent(), p.file_name()) {
+            (Some(dir), Some(name)) => std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or_else(|_| p.components().collect()),
+            _ => p.components().collect(),
+        }
+    }
+    resolved(a) == resolved(b)
+}
+
 /// Aborts a background task when dropped (the admin endpoint and recovery end with [`run`]).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_socket_sees_through_spelling_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("run")).unwrap();
+        let sock = d.join("run/c.sock");
+        assert!(same_socket(&sock, &d.join("run/./c.sock")), "not there yet, other spelling");
+        assert!(same_socket(&sock, &d.join("run/../run//c.sock")));
+        assert!(!same_socket(&sock, &d.join("run/p.sock")));
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        std::os::unix::fs::symlink(&sock, d.join("link.sock")).unwrap();
+        assert!(same_socket(&d.join("link.sock"), &sock), "a symlink to the socket");
+        std::os::unix::fs::symlink(d.join("run"), d.join("rundir")).unwrap();
+        assert!(same_socket(&d.join("rundir/new.sock"), &d.join("run/new.sock")), "a symlinked directory");
     }
 }

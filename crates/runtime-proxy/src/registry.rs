@@ -52,8 +52,8 @@
 //! [`Registry::rescan`] re-reads the whole directory and swaps in a new snapshot if anything
 //! (servers or rejections) changed. [`Registry::spawn_watcher`] runs it after every burst of
 //! inotify events in the directory (debounced) and every 30 s as a safety net; the latter also
-//! catches what inotify cannot see, such as symlink targets outside the directory being rewritten,
-//! and re-establishes the watch if the directory was removed and recreated.
+//! catches what inotify cannot see, such as symlink targets outside the directory being rewritten.
+//! A directory removed and recreated is watched (and rescanned) again within 250 ms of its return.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -68,6 +68,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use arc_swap::ArcSwap;
+use hook_api::MAX_SOCKET_PATH;
 use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{EventKind, RecursiveMode, Watcher as _};
 use serde_json::{Map, Value};
@@ -79,8 +80,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 /// Largest config file read (bytes): 1 MiB. koordlet's file is about 200 bytes.
 pub const MAX_FILE_SIZE: usize = 1 << 20;
-/// Longest socket path that fits `sockaddr_un.sun_path` (108 bytes with the trailing NUL).
-const MAX_SOCKET_PATH: usize = 107;
 
 /// Stage names koordlet registers that no proxy ever calls; accepted in `runtime-hooks` and
 /// skipped without a warning.
@@ -360,37 +359,31 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// `PATH`, `unix://PATH` or `unix:PATH` → the absolute socket path.
+/// `remote-endpoint` → the absolute socket path ([`hook_api::unix_socket_path`]).
 fn parse_endpoint(raw: &str) -> Result<PathBuf, ConfigError> {
-    let bad = |reason| Err(ConfigError::BadEndpoint { endpoint: raw.to_owned(), reason });
     if raw.is_empty() {
         return Err(ConfigError::MissingEndpoint);
     }
-    let path = if let Some(rest) = raw.strip_prefix("unix://") {
-        rest
-    } else if let Some(rest) = raw.strip_prefix("unix:") {
-        rest
-    } else if raw.contains("://") {
-        return bad("only unix sockets are supported (PATH or unix://PATH)");
-    } else {
-        raw
-    };
-    if path.is_empty() {
-        return bad("empty socket path");
-    }
-    if path.contains('\0') {
-        return bad("contains a NUL byte");
-    }
-    if !path.starts_with('/') {
-        return bad("socket path must be absolute");
-    }
-    Ok(PathBuf::from(path))
+    hook_api::unix_socket_path(raw).map(PathBuf::from).map_err(|reason| ConfigError::BadEndpoint { endpoint: raw.to_owned(), reason })
 }
 
 fn file_name_of(file: &Path) -> String {
     match file.file_name() {
-        Some(n) => n.to_string_lossy().into_owned(),
+        Some(n) => display_name(n),
         None => file.display().to_string(),
+    }
+}
+
+/// A file name for logs and metric labels, losslessly: a UTF-8 name without `\` as it is,
+/// any other with Rust's escapes (`\xFF` for a byte that is not UTF-8, `\\` for a backslash), so
+/// two different names never look the same (`to_string_lossy` maps every bad byte to U+FFFD).
+pub fn display_name(name: &std::ffi::OsStr) -> String {
+    match name.to_str() {
+        Some(s) if !s.contains('\\') => s.to_owned(),
+        _ => {
+            let debug = format!("{name:?}");
+            debug[1..debug.len() - 1].to_owned()
+        }
     }
 }
 
@@ -415,19 +408,49 @@ pub struct Rejected {
 #[derive(Debug, Default)]
 pub struct Snapshot {
     servers: Vec<Arc<HookServer>>,
+    /// Per stage (indexed by `Stage as usize`), the servers called there: in call order, each
+    /// endpoint once.
+    by_stage: [Vec<Arc<HookServer>>; Stage::ALL.len()],
     rejected: Vec<Rejected>,
     generation: u64,
 }
 
 impl Snapshot {
+    /// A snapshot of `servers` (sorted into call order here) and `rejected` files.
+    ///
+    /// An endpoint registered by several files is called once per stage, as the first of those
+    /// files in call order registers it; each such endpoint is returned with its files' names
+    /// (in call order) so the caller can warn.
+    pub fn new(mut servers: Vec<Arc<HookServer>>, rejected: Vec<Rejected>, generation: u64) -> (Snapshot, Vec<(PathBuf, Vec<String>)>) {
+        servers.sort_by(|a, b| (a.order, &a.name, &a.file).cmp(&(b.order, &b.name, &b.file)));
+        let mut by_stage: [Vec<Arc<HookServer>>; Stage::ALL.len()] = Default::default();
+        for stage in Stage::ALL {
+            for server in servers.iter().filter(|s| s.has_stage(stage)) {
+                let list = &mut by_stage[stage as usize];
+                if !list.iter().any(|s| s.endpoint == server.endpoint) {
+                    list.push(server.clone());
+                }
+            }
+        }
+        let mut shared: Vec<(PathBuf, Vec<String>)> = Vec::new();
+        for server in &servers {
+            match shared.iter_mut().find(|(e, _)| *e == server.endpoint) {
+                Some((_, names)) => names.push(server.name.clone()),
+                None => shared.push((server.endpoint.clone(), vec![server.name.clone()])),
+            }
+        }
+        shared.retain(|(_, names)| names.len() > 1);
+        (Snapshot { servers, by_stage, rejected, generation }, shared)
+    }
+
     /// Every registered server, sorted by ascending `(order, name)`.
     pub fn servers(&self) -> &[Arc<HookServer>] {
         &self.servers
     }
 
-    /// The servers called at `stage`, in call order.
+    /// The servers called at `stage`, in call order, each endpoint once (see [`Snapshot::new`]).
     pub fn for_stage(&self, stage: Stage) -> impl Iterator<Item = &Arc<HookServer>> + '_ {
-        self.servers.iter().filter(move |s| s.has_stage(stage))
+        self.by_stage[stage as usize].iter()
     }
 
     /// The server registered by the file named `name`, if any.
@@ -600,8 +623,7 @@ impl Registry {
                 }
                 Loaded::Bad(error) => {
                     let last_good = st.good.get(&fname).cloned();
-                    let r =
-                        Rejected { name: fname.to_string_lossy().into_owned(), file: path, error, serving_last_good: last_good.is_some() };
+                    let r = Rejected { name: display_name(&fname), file: path, error, serving_last_good: last_good.is_some() };
                     if st.rejected.get(&fname) != Some(&r) {
                         match &last_good {
                             Some(prev) => tracing::warn!(
@@ -641,9 +663,14 @@ impl Registry {
             return;
         }
         st.generation += 1;
-        let mut servers: Vec<Arc<HookServer>> = good.values().cloned().collect();
-        servers.sort_by(|a, b| (a.order, &a.name, &a.file).cmp(&(b.order, &b.name, &b.file)));
-        let snapshot = Snapshot { servers, rejected: rejected.values().cloned().collect(), generation: st.generation };
+        let (snapshot, shared) = Snapshot::new(good.values().cloned().collect(), rejected.values().cloned().collect(), st.generation);
+        for (endpoint, files) in shared {
+            tracing::warn!(
+                endpoint = %endpoint.display(),
+                files = %files.join(", "),
+                "one hook server endpoint registered by several files: called once per stage, with the settings of the first file in call order"
+            );
+        }
         st.good = good;
         st.rejected = rejected;
         tracing::debug!(
@@ -775,11 +802,19 @@ pub struct WatchOptions {
     pub max_delay: Duration,
     /// Periodic full rescan (and watch health check); default 30 s; must be > 0.
     pub rescan_interval: Duration,
+    /// While there is no watch (the directory is missing, e.g. deleted to be recreated), how often
+    /// to try again; default 250 ms, so a recreated directory is served within about a second.
+    pub retry_interval: Duration,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
-        WatchOptions { debounce: Duration::from_millis(75), max_delay: Duration::from_secs(1), rescan_interval: Duration::from_secs(30) }
+        WatchOptions {
+            debounce: Duration::from_millis(75),
+            max_delay: Duration::from_secs(1),
+            rescan_interval: Duration::from_secs(30),
+            retry_interval: Duration::from_millis(250),
+        }
     }
 }
 
@@ -893,6 +928,13 @@ async fn watch_loop(reg: Arc<Registry>, mut dir_watch: DirWatch, signal: Arc<Sig
             // The first tick is immediate: catches changes made before the watch was set up.
             _ = tick.tick() => {
                 dir_watch.ensure(false);
+            }
+            // No watch: the directory is missing (or could not be watched). Retry soon rather
+            // than at the next tick, and rescan once it is back.
+            () = tokio::time::sleep(opts.retry_interval), if dir_watch.watcher.is_none() => {
+                if !dir_watch.ensure(false) {
+                    continue;
+                }
             }
             () = signal.wake.notified() => {
                 let start = tokio::time::Instant::now();
@@ -1498,6 +1540,67 @@ mod tests {
         fs::create_dir(&d).unwrap();
         write(&d, "b.json", &server_json("/b.sock", ""));
         wait_for(&reg, &mut rx, "b.json in the new dir", |s| s.get("b.json").is_some()).await;
+    }
+
+    /// With the default 30 s rescan, a deleted and recreated directory is still taken up within
+    /// about a second (the watch is retried every 250 ms while the directory is missing).
+    #[tokio::test]
+    async fn recreated_directory_is_rewatched_within_a_second() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("hookserver.d");
+        fs::create_dir(&d).unwrap();
+        let reg = Registry::new(&d);
+        let mut rx = reg.changed();
+        let _w = reg.spawn_watcher_with(WatchOptions::default()).unwrap();
+        write(&d, "a.json", &server_json("/a.sock", ""));
+        wait_for(&reg, &mut rx, "a.json", |s| s.get("a.json").is_some()).await;
+        fs::remove_dir_all(&d).unwrap();
+        wait_for(&reg, &mut rx, "dir removed", |s| s.is_empty()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        fs::create_dir(&d).unwrap();
+        write(&d, "b.json", &server_json("/b.sock", ""));
+        let start = std::time::Instant::now();
+        let back =
+            tokio::time::timeout(Duration::from_millis(1500), wait_for(&reg, &mut rx, "b.json", |s| s.get("b.json").is_some())).await;
+        assert!(back.is_ok(), "not taken up within 1.5 s of the directory's return");
+        eprintln!("taken up {:?} after the directory came back", start.elapsed());
+    }
+
+    /// Two names that differ only in bytes that are not UTF-8 stay two names in logs, the
+    /// snapshot and metric labels (they were both `bad\u{FFFD}.json`).
+    #[test]
+    fn names_that_are_not_utf8_are_shown_losslessly() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (std::ffi::OsStr::from_bytes(b"bad\xff.json"), std::ffi::OsStr::from_bytes(b"bad\xfe.json"));
+        fs::write(tmp.path().join(a), server_json("/a.sock", "")).unwrap();
+        fs::write(tmp.path().join(b), server_json("/b.sock", "")).unwrap();
+        let reg = Registry::new(tmp.path());
+        let names: Vec<String> = reg.snapshot().servers().iter().map(|s| s.name.clone()).collect();
+        assert_eq!(names, ["bad\\xFE.json", "bad\\xFF.json"]);
+        assert_eq!(display_name(std::ffi::OsStr::new("koordlet.json")), "koordlet.json");
+        assert_eq!(display_name(std::ffi::OsStr::new("a\\xff.json")), "a\\\\xff.json", "a literal backslash is escaped too");
+    }
+
+    /// One endpoint in two files is called once per stage (the first file in call order wins
+    /// where both name the stage; the other's extra stages still count).
+    #[test]
+    fn an_endpoint_in_several_files_is_called_once_per_stage() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(tmp.path(), "a.json", &server_json("/same.sock", ""));
+        write(
+            tmp.path(),
+            "b.json",
+            r#"{"remote-endpoint":"unix:///same.sock","runtime-hooks":["PreCreateContainer","PostStopPodSandbox"]}"#,
+        );
+        write(tmp.path(), "c.json", &server_json("/other.sock", ""));
+        let reg = Registry::new(tmp.path());
+        let snap = reg.snapshot();
+        let at = |stage| snap.for_stage(stage).map(|s| s.name.as_str()).collect::<Vec<_>>();
+        assert_eq!(at(Stage::PreCreateContainer), ["a.json", "c.json"]);
+        assert_eq!(at(Stage::PostStopPodSandbox), ["b.json"], "b.json's own stage");
+        let (_, shared) = Snapshot::new(snap.servers().to_vec(), Vec::new(), 0);
+        assert_eq!(shared, [(PathBuf::from("/same.sock"), vec!["a.json".to_string(), "b.json".to_string()])]);
     }
 
     #[tokio::test]

@@ -134,6 +134,30 @@ async fn fail_policy_refuses_the_call_naming_stage_server_and_cause() {
     }
 }
 
+/// CreateContainer for a sandbox neither the store nor containerd knows, without a
+/// `sandbox_config`: no hook is called (a Fail hook would otherwise answer with its own error),
+/// and the client gets containerd's own answer, as without the proxy.
+#[tokio::test]
+async fn create_container_in_an_unknown_sandbox_gets_containerds_answer() {
+    let mut s = setup();
+    let hook = TestHook::start(
+        std::sync::Arc::new(|_, _| Err(tonic::Status::permission_denied("hook must not be asked"))),
+        std::sync::Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
+    )
+    .await;
+    s.register("strict.json", hook.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    let request = cri::CreateContainerRequest {
+        pod_sandbox_id: "0123456789abcdef-no-such-sandbox".into(),
+        config: Some(container_config(&s.env, "main", &["sleep", "1"], None, &[])),
+        sandbox_config: None,
+    };
+    let direct = runtime_client(&s.env.socket).create_container(request.clone()).await.expect_err("unknown sandbox");
+    let through = s.rt.create_container(request).await.expect_err("unknown sandbox");
+    assert_eq!((through.code(), through.message()), (direct.code(), direct.message()), "containerd's answer");
+    assert_eq!(through.code(), tonic::Code::NotFound, "{through:?}");
+    assert!(hook.seen().is_empty(), "no hook called: {:?}", hook.seen());
+}
+
 #[tokio::test]
 async fn ignore_policy_lets_pods_run_past_dead_slow_and_garbage_servers() {
     let mut s = setup();

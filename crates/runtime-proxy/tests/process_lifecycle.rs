@@ -77,6 +77,53 @@ fn docker_mode_is_refused_clearly() {
     assert!(!dir.path().join("p.sock").exists(), "nothing left behind");
 }
 
+/// Listening on the backend socket would make the proxy call itself and every call hang; it is
+/// refused at start, however the path is spelled (here: through a symlinked directory).
+#[test]
+fn listening_on_the_backend_socket_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = dir.path().join("run/containerd.sock");
+    std::fs::create_dir(dir.path().join("run")).unwrap();
+    let _live = std::os::unix::net::UnixListener::bind(&backend).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("run"), dir.path().join("alias")).unwrap();
+    for (flag, listen) in [
+        ("--remote-runtime-service-endpoint", backend.clone()),
+        ("--remote-image-service-endpoint", dir.path().join("alias/containerd.sock")),
+    ] {
+        let out = Command::new(BIN)
+            .arg("--koord-runtimeproxy-endpoint")
+            .arg(&listen)
+            .arg(flag)
+            .arg(format!("unix://{}", backend.display()))
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("are the same socket") && stderr.contains(flag), "{stderr}");
+    }
+    assert!(std::os::unix::net::UnixStream::connect(&backend).is_ok(), "the backend's socket was left alone");
+}
+
+/// Endpoint flags: a relative path or a path too long for a socket address exits at once with
+/// the reason, and creates nothing.
+#[test]
+fn unusable_endpoint_flags_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join(format!("{}/p.sock", "d".repeat(110)));
+    for (flag, value, reason) in [
+        ("--koord-runtimeproxy-endpoint", "unix:tmp/x.sock".to_owned(), "must be absolute"),
+        ("--remote-runtime-service-endpoint", "unix://run/containerd.sock".to_owned(), "must be absolute"),
+        ("--koord-runtimeproxy-endpoint", long.display().to_string(), "at most 107"),
+    ] {
+        let out = Command::new(BIN).current_dir(dir.path()).arg(flag).arg(&value).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(reason), "{flag} {value}: {stderr}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no directory created");
+}
+
 #[test]
 fn help_explains_every_flag() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
