@@ -54,6 +54,7 @@ for tool in cargo rustc; do command -v $tool >/dev/null || { echo "$tool not fou
 
 phase "build" cargo build "${LOCKED[@]}" --workspace --all-targets
 phase "unit tests" cargo test "${LOCKED[@]}" --workspace --lib --bins --no-fail-fast
+phase "CRI clients" bash crates/runtime-proxy/tests/clients/setup.sh target/cri-clients  # for tests/client_matrix.rs
 for v in 1.6 1.7; do
   ROOTS+=("$ROOT_PREFIX-$v")  # for the trap: phase runs integration in a subshell
   phase "integration (containerd $v)" integration "$v"

@@ -1,0 +1,340 @@
+//! The real-client matrix: CRI clients that we did not write, each run once directly on the real
+//! containerd and once through the real runtime-proxy, must give the same results.
+//!
+//! The clients (tests/clients/, installed by `tests/clients/setup.sh <workspace>/target/cri-clients`,
+//! which scripts/test.sh runs and these tests run again, a no-op when it is up to date):
+//!
+//! * Python grpcio with default channel options: `:authority` is the percent-encoded socket path;
+//! * Python grpcio with `grpc.default_authority` = the socket path: the raw path, as crictl 1.26
+//!   and grpc-go-era kubelets send it;
+//! * Node @grpc/grpc-js with the protos loaded by @grpc/proto-loader;
+//! * raw HTTP/2 from Python's h2 package with no `:authority` at all.
+//!
+//! Each runs the scenario of tests/clients/cri_scenario.py (Version, a host-network pod with one
+//! container, ExecSync, a NOT_FOUND, teardown, and on containerd 1.7 GetContainerEvents) over CRI
+//! v1 and v1alpha2; the results must be equal but for the IDs. One more test runs the grpcio client
+//! on a pod that the example hook changes, and checks the env and the real cgroup.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use serde_json::{json, Value};
+use test_support::containerd::{remove_sandbox, sandbox_config, unique, Containerd};
+use test_support::proxy::ProxyProcess;
+
+const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
+
+/// The clients of the matrix (tonic, the client of every other test, is not repeated here).
+#[derive(Clone, Copy, Debug)]
+enum Client {
+    GrpcioDefaultAuthority,
+    GrpcioRawAuthority,
+    GrpcJs,
+    H2NoAuthority,
+}
+
+/// What one run does beyond the common scenario.
+struct Scenario<'a> {
+    api: &'a str,
+    events: bool,
+    annotations: &'a [&'a str],
+    keep: bool,
+}
+
+/// What a client printed: its JSON result, its stderr and whether it exited 0.
+struct Outcome {
+    json: Value,
+    stderr: String,
+    ok: bool,
+}
+
+/// tests/clients/ of this crate.
+fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// `<workspace>/target/cri-clients`, brought up to date by setup.sh once per test binary: it
+/// installs what is missing or changed (e.g. after `cargo test` without scripts/test.sh, or a new
+/// pin) and returns in about a second when nothing is.
+fn setup_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/runtime-proxy is two levels down");
+        let dir = workspace.join("target/cri-clients");
+        let out = Command::new("bash").arg(clients_dir().join("setup.sh")).arg(&dir).output().expect("running tests/clients/setup.sh");
+        assert!(
+            out.status.success(),
+            "tests/clients/setup.sh {} failed:\n{}{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+impl Client {
+    /// The client's command line, without the scenario's arguments.
+    fn command(self) -> Command {
+        let dir = setup_dir();
+        let python = |script: &str| {
+            let mut c = Command::new(dir.join("venv/bin/python"));
+            // No __pycache__ next to the scripts in the source tree.
+            c.arg(clients_dir().join(script)).env("PYTHONPATH", dir.join("gen")).env("PYTHONDONTWRITEBYTECODE", "1");
+            c
+        };
+        match self {
+            Client::GrpcioDefaultAuthority => {
+                let mut c = python("grpcio_client.py");
+                c.args(["--authority", "default"]);
+                c
+            }
+            Client::GrpcioRawAuthority => {
+                let mut c = python("grpcio_client.py");
+                c.args(["--authority", "raw"]);
+                c
+            }
+            Client::H2NoAuthority => python("h2_client.py"),
+            Client::GrpcJs => {
+                let mut c = Command::new("node");
+                c.arg(clients_dir().join("grpcjs_client.js")).env("NODE_PATH", dir.join("node/node_modules"));
+                c
+            }
+        }
+    }
+
+    /// Starts the scenario on `socket` for a pod named `name` (unique: also its uid).
+    fn spawn(self, env: &Containerd, socket: &Path, name: &str, s: &Scenario) -> Child {
+        let mut c = self.command();
+        c.arg("--socket")
+            .arg(socket)
+            .args(["--image", &env.test_image, "--cgroup-parent", &env.cgroup_parent, "--name", name, "--api", s.api])
+            .arg("--log-dir")
+            .arg(env.log_root.join(name));
+        if s.events {
+            c.arg("--events");
+        }
+        if s.keep {
+            c.arg("--keep");
+        }
+        for a in s.annotations {
+            c.args(["--annotation", a]);
+        }
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().unwrap_or_else(|e| panic!("starting the {self:?} client: {e}"))
+    }
+}
+
+/// Waits for a client (every call has a 30 s deadline, so it ends) and reads its JSON result.
+fn finish(client: Client, child: Child) -> Outcome {
+    let out = child.wait_with_output().expect("waiting for the client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{client:?} printed no JSON result ({e}), exit {}:\n{stdout}\nstderr:\n{stderr}", out.status));
+    Outcome { json, stderr, ok: out.status.success() }
+}
+
+/// The part of a result that must not depend on the path: everything but the client's name and
+/// the IDs containerd chose.
+fn comparable(result: &Value) -> Value {
+    json!({
+        "version": result["version"],
+        "container_state": result["container_state"],
+        "exec": result["exec"],
+        "not_found": result["not_found"],
+        "events": result["events"],
+    })
+}
+
+/// The last lines of the proxy's log, for failure messages.
+fn log_tail(proxy: &ProxyProcess) -> String {
+    let log = proxy.log();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Held by every run that watches GetContainerEvents, so they go one at a time. containerd 1.7
+/// has one event channel that every GetContainerEvents stream reads from (no broadcast: two
+/// watchers at once each get only some of the events, containerd/containerd#7318, fixed in 2.0).
+static EVENT_WATCHER: Mutex<()> = Mutex::new(());
+
+/// Makes sure no cancelled GetContainerEvents stream is left on containerd 1.7 to swallow the
+/// events of the next run.
+///
+/// containerd 1.7 serves the stream as `for event := range containerEventsChan { if Send fails,
+/// return }`: a stream whose client went away (directly or through the proxy) stays on the
+/// channel until it receives one more event, which is then lost. Receivers are served in the
+/// order they started waiting, so this watches too and runs throwaway sandboxes (three events
+/// each) until it receives an event of one of them: every older stream has had its last event by
+/// then. Its own stream then swallows one more event when it is dropped (a later throwaway event
+/// or the next run's sandbox start, which the scenario does not look at), and so does each
+/// run's own stream after it (the next run's sandbox start).
+///
+/// It runs on a runtime of its own, dropped before it returns: the probe's connection is closed
+/// then, not left unread (and still taking events) while the test waits for a client.
+fn drain_cancelled_event_streams(env: &Containerd) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(drain(env));
+}
+
+/// The body of [`drain_cancelled_event_streams`].
+async fn drain(env: &Containerd) {
+    let mut rt = test_support::runtime_client(&env.socket);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut watcher = rt.clone();
+    let probe = tokio::spawn(async move {
+        let mut events = watcher.get_container_events(cri::GetEventsRequest {}).await.expect("GetContainerEvents").into_inner();
+        while let Ok(Some(event)) = events.message().await {
+            if tx.send(event.container_id).is_err() {
+                break;
+            }
+        }
+    });
+    for _ in 0..20 {
+        let config = sandbox_config(env, &unique("matrix-drain"), HashMap::new(), HashMap::new());
+        let sandbox_id = rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
+            .await
+            .expect("a throwaway sandbox")
+            .into_inner()
+            .pod_sandbox_id;
+        remove_sandbox(&mut rt, &sandbox_id).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while let Ok(Some(id)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+            if id == sandbox_id {
+                probe.abort();
+                return;
+            }
+        }
+    }
+    panic!("no event of 20 throwaway sandboxes reached a fresh GetContainerEvents stream");
+}
+
+/// Runs `client` directly on containerd and through a proxy over v1 (with the event stream on
+/// containerd 1.7) and v1alpha2, and compares. The two runs go at the same time, except those
+/// watching events (see [`EVENT_WATCHER`]).
+fn matrix(client: Client) {
+    let env = Containerd::from_env();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &[]);
+    for api in ["v1", "v1alpha2"] {
+        let events = api == "v1" && env.has_container_events();
+        let s = Scenario { api, events, annotations: &[], keep: false };
+        let (direct, proxied) = if events {
+            let _one_watcher = EVENT_WATCHER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            drain_cancelled_event_streams(&env);
+            let direct = finish(client, client.spawn(&env, &env.socket, &unique("matrix"), &s));
+            (direct, finish(client, client.spawn(&env, proxy.socket(), &unique("matrix"), &s)))
+        } else {
+            let direct = client.spawn(&env, &env.socket, &unique("matrix"), &s);
+            let proxied = client.spawn(&env, proxy.socket(), &unique("matrix"), &s);
+            (finish(client, direct), finish(client, proxied))
+        };
+
+        assert!(direct.ok, "{client:?} {api} failed directly on containerd {}: {}\n{}", env.version, direct.json, direct.stderr);
+        assert!(
+            proxied.ok,
+            "{client:?} {api} works directly on containerd {} but fails through the proxy: {}\n{}\nproxy log:\n{}",
+            env.version,
+            proxied.json,
+            proxied.stderr,
+            log_tail(&proxy)
+        );
+        assert_eq!(comparable(&direct.json), comparable(&proxied.json), "{client:?} {api}: direct (left) and through the proxy (right)");
+
+        // And what the scenario should give at all, so that two equal failures do not pass.
+        let r = &direct.json;
+        assert_eq!(r["version"]["runtime_name"], "containerd", "{r}");
+        assert_eq!(r["version"]["runtime_api_version"], api, "{r}");
+        assert_eq!(r["container_state"], "CONTAINER_RUNNING", "{r}");
+        assert_eq!(r["exec"], json!({"exit_code": 0, "stdout": "hello\nnone\n"}), "{r}");
+        assert_eq!(r["not_found"]["code"], "NOT_FOUND", "{r}");
+        assert!(r["not_found"]["message"].as_str().unwrap_or_default().contains("no-such-container-id"), "{r}");
+        let expected_events = if events {
+            json!(["CONTAINER_CREATED_EVENT", "CONTAINER_STARTED_EVENT", "CONTAINER_STOPPED_EVENT", "CONTAINER_DELETED_EVENT"])
+        } else {
+            Value::Null
+        };
+        assert_eq!(r["events"], expected_events, "{r}");
+    }
+    // With RP_TEST_LOG=debug the patched h2 logs each :authority it ignores; show them (--nocapture).
+    let mut ignored: Vec<String> =
+        proxy.log().lines().filter_map(|l| l.split_once("ignoring malformed authority").map(|(_, rest)| rest.to_owned())).collect();
+    ignored.sort();
+    ignored.dedup();
+    for line in ignored {
+        eprintln!("{client:?}: the proxy ignored the malformed authority{line}");
+    }
+}
+
+#[test]
+fn grpcio_default_options() {
+    matrix(Client::GrpcioDefaultAuthority);
+}
+
+#[test]
+fn grpcio_raw_socket_path_authority() {
+    matrix(Client::GrpcioRawAuthority);
+}
+
+#[test]
+fn grpc_js() {
+    matrix(Client::GrpcJs);
+}
+
+#[test]
+fn raw_h2_without_authority() {
+    matrix(Client::H2NoAuthority);
+}
+
+/// Kills the child when dropped.
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// grpcio (default options) through the proxy with the example hook registered: the hook's env and
+/// its cpu shares (256, not the 512 asked for) reach the real container. The client keeps the pod
+/// (`--keep`) so that its cgroup can be read; the test removes it.
+#[tokio::test]
+async fn grpcio_pod_changed_by_the_example_hook() {
+    let env = Containerd::from_env();
+    let dir = tempfile::Builder::new().prefix("rp-matrix-hook").tempdir().unwrap();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
+    let before = proxy.count_log(&["hook server added", "file=annotation-hook.json"]);
+    let _hook = Killed(
+        Command::new(test_support::example_binary("annotation_hook"))
+            .arg("--listen")
+            .arg(dir.path().join("annotation-hook.sock"))
+            .arg("--hook-config-dir")
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the example hook server"),
+    );
+    assert!(proxy.wait_log(&["hook server added", "file=annotation-hook.json"], before), "{}", proxy.log());
+
+    let name = unique("matrix-hook");
+    let client = Client::GrpcioDefaultAuthority;
+    let s = Scenario { api: "v1", events: false, annotations: &["example.runtime-proxy.dev/cpu-shares=256"], keep: true };
+    let out = finish(client, client.spawn(&env, proxy.socket(), &name, &s));
+
+    // Read the cgroup, remove the pod the client kept, then judge.
+    let container_id = out.json["container_id"].as_str().unwrap_or_default().to_owned();
+    let cpu_shares = format!("/sys/fs/cgroup/cpu{}/pod{name}/{container_id}/cpu.shares", env.cgroup_parent);
+    let shares = std::fs::read_to_string(&cpu_shares).map(|s| s.trim().to_owned());
+    if let Some(sandbox_id) = out.json["sandbox_id"].as_str() {
+        remove_sandbox(&mut test_support::runtime_client(&env.socket), sandbox_id).await;
+    }
+
+    assert!(out.ok, "grpcio through the proxy with the hook failed: {}\n{}\nproxy log:\n{}", out.json, out.stderr, log_tail(&proxy));
+    assert_eq!(out.json["exec"], json!({"exit_code": 0, "stdout": "hello\nannotation-hook\n"}), "the hook's HOOKED_BY env");
+    assert_eq!(shares.unwrap_or_else(|e| panic!("reading {cpu_shares}: {e}")), "256", "the hook's cpu shares, not the 512 asked for");
+}
