@@ -15,15 +15,12 @@
 //! v1 and v1alpha2; the results must be equal but for the IDs. One more test runs the grpcio client
 //! on a pod that the example hook changes, and checks the env and the real cgroup.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
-use k8s_cri::v1 as cri;
 use serde_json::{json, Value};
-use test_support::containerd::{remove_sandbox, sandbox_config, unique, Containerd};
+use test_support::containerd::{remove_sandbox, unique, Containerd};
 use test_support::proxy::ProxyProcess;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
@@ -163,56 +160,12 @@ fn log_tail(proxy: &ProxyProcess) -> String {
 /// watchers at once each get only some of the events, containerd/containerd#7318, fixed in 2.0).
 static EVENT_WATCHER: Mutex<()> = Mutex::new(());
 
-/// Makes sure no cancelled GetContainerEvents stream is left on containerd 1.7 to swallow the
-/// events of the next run.
-///
-/// containerd 1.7 serves the stream as `for event := range containerEventsChan { if Send fails,
-/// return }`: a stream whose client went away (directly or through the proxy) stays on the
-/// channel until it receives one more event, which is then lost. Receivers are served in the
-/// order they started waiting, so this watches too and runs throwaway sandboxes (three events
-/// each) until it receives an event of one of them: every older stream has had its last event by
-/// then. Its own stream then swallows one more event when it is dropped (a later throwaway event
-/// or the next run's sandbox start, which the scenario does not look at), and so does each
-/// run's own stream after it (the next run's sandbox start).
-///
-/// It runs on a runtime of its own, dropped before it returns: the probe's connection is closed
-/// then, not left unread (and still taking events) while the test waits for a client.
+/// [`test_support::containerd::drain_cancelled_event_streams`] on a runtime of its own, dropped
+/// before it returns: the probe's connection is closed then, not left unread (and still taking
+/// events) while the test waits for a client.
 fn drain_cancelled_event_streams(env: &Containerd) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-    runtime.block_on(drain(env));
-}
-
-/// The body of [`drain_cancelled_event_streams`].
-async fn drain(env: &Containerd) {
-    let mut rt = test_support::runtime_client(&env.socket);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut watcher = rt.clone();
-    let probe = tokio::spawn(async move {
-        let mut events = watcher.get_container_events(cri::GetEventsRequest {}).await.expect("GetContainerEvents").into_inner();
-        while let Ok(Some(event)) = events.message().await {
-            if tx.send(event.container_id).is_err() {
-                break;
-            }
-        }
-    });
-    for _ in 0..20 {
-        let config = sandbox_config(env, &unique("matrix-drain"), HashMap::new(), HashMap::new());
-        let sandbox_id = rt
-            .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
-            .await
-            .expect("a throwaway sandbox")
-            .into_inner()
-            .pod_sandbox_id;
-        remove_sandbox(&mut rt, &sandbox_id).await;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while let Ok(Some(id)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-            if id == sandbox_id {
-                probe.abort();
-                return;
-            }
-        }
-    }
-    panic!("no event of 20 throwaway sandboxes reached a fresh GetContainerEvents stream");
+    runtime.block_on(test_support::containerd::drain_cancelled_event_streams(env));
 }
 
 /// Runs `client` directly on containerd and through a proxy over v1 (with the event stream on

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
@@ -178,4 +179,50 @@ impl Pod {
 pub async fn remove_sandbox(client: &mut RuntimeServiceClient<Channel>, sandbox_id: &str) {
     let _ = client.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.into() }).await;
     let _ = client.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sandbox_id.into() }).await;
+}
+
+/// Makes sure no cancelled GetContainerEvents stream is left on containerd 1.7 to swallow the
+/// events of the next run.
+///
+/// containerd 1.7 serves the stream as `for event := range containerEventsChan { if Send fails,
+/// return }`: a stream whose client went away (directly or through the proxy) stays on the
+/// channel until it receives one more event, which is then lost. Receivers are served in the
+/// order they started waiting, so this watches too and runs throwaway sandboxes (three events
+/// each) until it receives an event of one of them: every older stream has had its last event by
+/// then. Its own stream then swallows one more event when it is dropped (a later throwaway event
+/// or the next run's sandbox start, which the scenario does not look at), and so does each
+/// run's own stream after it (the next run's sandbox start).
+///
+/// Panics (test code) on containerd 1.6, which has no GetContainerEvents: call it only where
+/// [`Containerd::has_container_events`].
+pub async fn drain_cancelled_event_streams(env: &Containerd) {
+    let mut rt = crate::runtime_client(&env.socket);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut watcher = rt.clone();
+    let probe = tokio::spawn(async move {
+        let mut events = watcher.get_container_events(cri::GetEventsRequest {}).await.expect("GetContainerEvents").into_inner();
+        while let Ok(Some(event)) = events.message().await {
+            if tx.send(event.container_id).is_err() {
+                break;
+            }
+        }
+    });
+    for _ in 0..20 {
+        let config = sandbox_config(env, &unique("events-drain"), HashMap::new(), HashMap::new());
+        let sandbox_id = rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
+            .await
+            .expect("a throwaway sandbox")
+            .into_inner()
+            .pod_sandbox_id;
+        remove_sandbox(&mut rt, &sandbox_id).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while let Ok(Some(id)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+            if id == sandbox_id {
+                probe.abort();
+                return;
+            }
+        }
+    }
+    panic!("no event of 20 throwaway sandboxes reached a fresh GetContainerEvents stream");
 }
