@@ -14,8 +14,8 @@ pub enum BackendRuntimeMode {
     /// Any CRI v1 runtime (containerd, CRI-O) behind a gRPC unix socket.
     #[value(name = "Containerd")]
     Containerd,
-    /// The Docker Engine HTTP API (dockershim clusters). Not supported yet: start-up fails with
-    /// a clear error.
+    /// The Docker Engine HTTP API (dockershim / cri-dockerd clusters): the proxy serves it on its
+    /// socket and forwards it to dockerd (see the `docker` module).
     #[value(name = "Docker")]
     Docker,
 }
@@ -55,7 +55,8 @@ pub struct Args {
     #[arg(long = "remote-image-service-endpoint", value_name = "PATH", value_parser = parse_unix_path)]
     pub image_endpoint: Option<PathBuf>,
 
-    /// Backend kind: `Containerd` (any CRI v1 runtime) or `Docker` (not supported yet).
+    /// Backend kind: `Containerd` (any CRI runtime, gRPC) or `Docker` (the Docker Engine API of
+    /// dockerd at --remote-runtime-service-endpoint, e.g. /var/run/docker.sock).
     #[arg(long = "backend-runtime-mode", value_enum, default_value = "Containerd")]
     pub backend_runtime_mode: BackendRuntimeMode,
 

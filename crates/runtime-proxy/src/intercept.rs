@@ -556,7 +556,7 @@ fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> O
 
 /// The container's envs after the hooks: existing entries keep their order (their value
 /// updated), new ones follow sorted by name — a stable order, unlike koord's map order.
-fn merged_envs(envs: &[cri::KeyValue], hooked: &HashMap<String, String>) -> Vec<cri::KeyValue> {
+pub(crate) fn merged_envs(envs: &[cri::KeyValue], hooked: &HashMap<String, String>) -> Vec<cri::KeyValue> {
     let mut out: Vec<cri::KeyValue> = envs
         .iter()
         .map(|kv| cri::KeyValue { key: kv.key.clone(), value: hooked.get(&kv.key).cloned().unwrap_or_else(|| kv.value.clone()) })
@@ -601,7 +601,7 @@ fn resource_edits(
 }
 
 /// The entries of `after` that are new or different from `before` (what the hooks set).
-fn changed_entries(before: &HashMap<String, String>, after: &HashMap<String, String>) -> HashMap<String, String> {
+pub(crate) fn changed_entries(before: &HashMap<String, String>, after: &HashMap<String, String>) -> HashMap<String, String> {
     after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 

@@ -17,10 +17,12 @@
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
 //! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`).
+//! * [`docker`] — Docker mode: the Docker Engine API front end over the same hook state.
 
 pub mod backend;
 pub mod cli;
 pub mod dispatch;
+pub mod docker;
 pub mod grpc;
 pub mod intercept;
 pub mod listener;
@@ -43,19 +45,16 @@ use crate::backend::Backend;
 use crate::cli::{Args, BackendRuntimeMode};
 use crate::dispatch::Dispatcher;
 use crate::intercept::Interceptor;
-use crate::metrics::{Admin, Metrics};
+use crate::metrics::{Admin, BackendProbe, Metrics};
 use crate::registry::Registry;
 use crate::router::Router;
 use crate::store::Store;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains.
 ///
-/// Errors: `--backend-runtime-mode Docker` (not supported yet); the listening socket is a
+/// Errors: the listening socket is a
 /// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    if args.backend_runtime_mode == BackendRuntimeMode::Docker {
-        bail!("--backend-runtime-mode Docker is not supported yet: only CRI runtimes (Containerd) are");
-    }
     for (flag, backend) in
         [("--remote-runtime-service-endpoint", &args.runtime_endpoint), ("--remote-image-service-endpoint", args.image_endpoint())]
     {
@@ -67,6 +66,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             );
         }
     }
+    if args.backend_runtime_mode == BackendRuntimeMode::Docker {
+        return run_docker(args, shutdown).await;
+    }
     let runtime = Arc::new(Backend::new(&args.runtime_endpoint));
     let image =
         if args.image_endpoint() == &args.runtime_endpoint { runtime.clone() } else { Arc::new(Backend::new(args.image_endpoint())) };
@@ -74,7 +76,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let registry = Registry::new(&args.hook_config_dir);
     let _watcher = registry.spawn_watcher().context("watching the hook config directory")?;
     let store = Arc::new(Store::new());
-    let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend: runtime.clone() });
+    let admin = Arc::new(Admin {
+        metrics: metrics.clone(),
+        hooks: registry.clone(),
+        store: store.clone(),
+        backend: BackendProbe::Grpc(runtime.clone()),
+    });
     let metrics_addr = args.metrics_addr;
     let _admin = AbortOnDrop(tokio::spawn(async move {
         if let Err(e) = metrics::serve_admin(metrics_addr, admin).await {
@@ -102,6 +109,43 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
     let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await
+}
+
+/// Docker mode: the Docker Engine API on the listening socket, forwarded to dockerd at
+/// `--remote-runtime-service-endpoint`, with the same hook state as CRI mode ([`docker`]).
+async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let registry = Registry::new(&args.hook_config_dir);
+    let _watcher = registry.spawn_watcher().context("watching the hook config directory")?;
+    let store = Arc::new(Store::new());
+    let backend = BackendProbe::Docker(args.runtime_endpoint.clone());
+    let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend });
+    let metrics_addr = args.metrics_addr;
+    let _admin = AbortOnDrop(tokio::spawn(async move {
+        if let Err(e) = metrics::serve_admin(metrics_addr, admin).await {
+            tracing::error!(addr = %metrics_addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
+        }
+    }));
+    let hooks = Arc::new(Interceptor {
+        registry,
+        store: store.clone(),
+        dispatcher: Dispatcher::new(metrics.clone()),
+        skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
+        pod_locks: Default::default(),
+        // Not used in Docker mode (a CRI channel to a socket that does not speak CRI is never dialled).
+        runtime: hook_api::connect(&args.runtime_endpoint),
+    });
+    let interceptor = Arc::new(docker::intercept::DockerInterceptor { hooks });
+    let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), interceptor, metrics });
+    let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
+    tracing::info!(
+        listen = %args.listen.display(),
+        dockerd = %args.runtime_endpoint.display(),
+        hook_config_dir = %args.hook_config_dir.display(),
+        "runtime-proxy serving the Docker Engine API"
+    );
+    let _keeper = AbortOnDrop(tokio::spawn(docker::recover::keep_store(args.runtime_endpoint.clone(), store)));
+    docker::serve(listener, &args.listen, front, shutdown, args.drain_timeout).await
 }
 
 /// Whether two socket paths name the same socket: equal once symlinks, `.`, `..` and repeated

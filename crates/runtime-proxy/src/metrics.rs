@@ -140,6 +140,15 @@ impl Metrics {
         self.cri_requests.get_or_create(&CodeLabels { method, code: code.name().to_owned() }).inc();
     }
 
+    /// Records one finished Docker Engine API call (Docker mode) in the same families as CRI
+    /// calls: `method` is the route's label (a fixed set: `docker POST /containers/create`, …,
+    /// `docker other`), `code` the HTTP status (`201`, `404`).
+    pub fn docker_call(&self, route: &'static str, status: u16, elapsed: Duration) {
+        let method = route.to_owned();
+        self.cri_duration.get_or_create(&MethodLabels { method: method.clone() }).observe(elapsed.as_secs_f64());
+        self.cri_requests.get_or_create(&CodeLabels { method, code: status.to_string() }).inc();
+    }
+
     /// Records one hook server call.
     pub fn hook_call(&self, stage: &str, server: &str, result: HookResult, elapsed: Duration) {
         let labels = HookLabels { stage: stage.to_owned(), server: server.to_owned() };
@@ -191,7 +200,28 @@ pub struct Admin {
     pub metrics: Arc<Metrics>,
     pub hooks: Arc<HookRegistry>,
     pub store: Arc<Store>,
-    pub backend: Arc<Backend>,
+    pub backend: BackendProbe,
+}
+
+/// How the admin endpoint checks that the backend is up.
+pub enum BackendProbe {
+    /// A gRPC runtime: the proxy's shared HTTP/2 connection is (re)established.
+    Grpc(Arc<Backend>),
+    /// dockerd (Docker mode): its socket accepts a connection.
+    Docker(std::path::PathBuf),
+}
+
+impl BackendProbe {
+    /// `Ok` when the backend is reachable; else why not, naming its socket.
+    pub async fn check(&self) -> Result<(), String> {
+        match self {
+            BackendProbe::Grpc(b) => b.connect().await.map_err(|s| s.message),
+            BackendProbe::Docker(path) => tokio::net::UnixStream::connect(path)
+                .await
+                .map(drop)
+                .map_err(|e| format!("dockerd unix://{}: cannot connect: {e}", path.display())),
+        }
+    }
 }
 
 /// Binds `addr` and serves `/metrics` and `/healthz` until the task is dropped; logs the bound
@@ -228,7 +258,7 @@ impl Admin {
         };
         match req.uri().path() {
             "/metrics" => {
-                let up = self.backend.connect().await.is_ok();
+                let up = self.backend.check().await.is_ok();
                 reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(&self.hooks, &self.store, up))
             }
             "/debug/store" => {
@@ -238,9 +268,9 @@ impl Admin {
                 let body = serde_json::json!({ "pod_sandboxes": pods, "containers": containers });
                 reply(200, "application/json", format!("{body}\n"))
             }
-            "/healthz" => match self.backend.connect().await {
+            "/healthz" => match self.backend.check().await {
                 Ok(()) => reply(200, "text/plain", "ok\n".into()),
-                Err(status) => reply(503, "text/plain", format!("{}\n", status.message)),
+                Err(why) => reply(503, "text/plain", format!("{why}\n")),
             },
             _ => reply(404, "text/plain", "not found: try /metrics, /healthz or /debug/store\n".into()),
         }

@@ -63,18 +63,24 @@ async fn sigterm_drains_in_flight_calls_and_removes_the_socket() {
     assert_eq!(code, Some(0), "clean exit after the drain");
 }
 
+/// Docker mode starts without dockerd and answers in Docker's error shape, naming the socket.
 #[test]
-fn docker_mode_is_refused_clearly() {
+fn docker_mode_serves_while_dockerd_is_down() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args(["--backend-runtime-mode", "Docker", "--koord-runtimeproxy-endpoint"])
-        .arg(dir.path().join("p.sock"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("Docker is not supported yet"), "{stderr}");
-    assert!(!dir.path().join("p.sock").exists(), "nothing left behind");
+    let socket = dir.path().join("p.sock");
+    let dockerd = dir.path().join("no-dockerd.sock");
+    let mut proxy = ProxyProcess::spawn(BIN, &socket, &dockerd, &["--backend-runtime-mode", "Docker"], dir.path().join("log"));
+    proxy.wait_ready();
+    use std::io::{Read, Write};
+    let mut conn = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    conn.write_all(b"GET /v1.41/version HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(answer.contains(r#"{"message":"runtime-proxy: dockerd unix://"#) && answer.contains("no-dockerd.sock"), "{answer}");
+    proxy.signal(libc::SIGTERM);
+    assert_eq!(proxy.wait_exit(Duration::from_secs(5)), Some(0));
+    assert!(!socket.exists(), "socket removed on exit");
 }
 
 /// Listening on the backend socket would make the proxy call itself and every call hang; it is

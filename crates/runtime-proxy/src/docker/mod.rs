@@ -1,0 +1,132 @@
+//! Docker mode (`--backend-runtime-mode Docker`): the proxy serves the Docker Engine HTTP API on
+//! its socket and forwards it to dockerd, for kubelet's dockershim or cri-dockerd pointed at the
+//! proxy (`--docker-endpoint`).
+//!
+//! * [`relay`] — the HTTP/1.1 pass-through: streamed bodies, hijacked (`101`) connections.
+//! * [`model`] — dockershim's names and labels, hook requests from Docker JSON and back.
+//! * [`intercept`] — the container calls of pods named the dockershim way, mapped onto the same
+//!   hook stages, registry, dispatcher, store, locks and skip label as CRI mode.
+//! * [`recover`] — the store rebuilt from dockerd (`/containers/json?all=1` + inspect).
+//!
+//! Routes (any `/v1.xx` prefix): `POST /containers/create`, `POST /containers/{id}/start`,
+//! `/stop`, `/update`, `DELETE /containers/{id}` are intercepted; everything else passes through.
+
+pub mod intercept;
+pub mod model;
+pub mod recover;
+pub mod relay;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixListener;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::Metrics;
+use intercept::DockerInterceptor;
+use relay::{Body, Upstream};
+
+/// The Docker front end's shared state.
+pub struct DockerFront {
+    /// dockerd's socket.
+    pub backend: std::path::PathBuf,
+    /// The hooked container calls.
+    pub interceptor: Arc<DockerInterceptor>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl DockerFront {
+    /// Handles one request of a client connection whose dockerd connection is `upstream`, and
+    /// logs it once (debug; warn for answers ≥ 400) with its route and status.
+    async fn handle(&self, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
+        let start = Instant::now();
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let resp = match intercept::route(&method, &path) {
+            Some(route) => self.interceptor.handle(route, upstream, req).await,
+            None => relay::forward(upstream, req).await,
+        };
+        let elapsed = start.elapsed();
+        let status = resp.status().as_u16();
+        let label = intercept::route(&method, &path).map(|r| r.label()).unwrap_or("docker other");
+        self.metrics.docker_call(label, status, elapsed);
+        let elapsed_us = elapsed.as_micros() as u64;
+        if status < 400 {
+            tracing::debug!(%method, path, status, elapsed_us, "Docker API call");
+        } else {
+            tracing::warn!(%method, path, status, elapsed_us, "Docker API call failed");
+        }
+        resp
+    }
+}
+
+/// Serves the Docker Engine API on `listener` until `shutdown` resolves, then removes the socket
+/// at `socket_path` and lets open requests (streams, hijacked connections excepted) finish for
+/// at most `drain_timeout`.
+///
+/// Errors: none so far (accept errors are logged and retried).
+pub async fn serve(
+    listener: UnixListener,
+    socket_path: &Path,
+    front: Arc<DockerFront>,
+    shutdown: impl Future<Output = ()>,
+    drain_timeout: Duration,
+) -> anyhow::Result<()> {
+    let tasks = TaskTracker::new();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let front = front.clone();
+                    let upstream = Arc::new(tokio::sync::Mutex::new(Upstream::new(&front.backend)));
+                    let service = hyper::service::service_fn(move |req| {
+                        let (front, upstream) = (front.clone(), upstream.clone());
+                        async move {
+                            let mut upstream = upstream.lock().await;
+                            Ok::<_, std::convert::Infallible>(front.handle(&mut upstream, req).await)
+                        }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
+                    let mut stop = stop_rx.clone();
+                    tasks.spawn(async move {
+                        tokio::pin!(conn);
+                        let ended = tokio::select! {
+                            ended = conn.as_mut() => ended,
+                            _ = stop.changed() => {
+                                // Finish the request in flight, then close.
+                                conn.as_mut().graceful_shutdown();
+                                conn.await
+                            }
+                        };
+                        if let Err(e) = ended {
+                            tracing::debug!(error = %e, "Docker API client connection ended with an error");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    if let Err(e) = std::fs::remove_file(socket_path) {
+        tracing::warn!(socket = %socket_path.display(), error = %e, "could not remove socket");
+    }
+    let _ = stop_tx.send(true);
+    tasks.close();
+    tracing::info!(connections = tasks.len(), "draining Docker API connections");
+    if tokio::time::timeout(drain_timeout, tasks.wait()).await.is_err() {
+        tracing::warn!(?drain_timeout, "drain timeout reached; exiting with connections still open");
+    }
+    Ok(())
+}
