@@ -83,7 +83,11 @@ async fn an_edited_gzip_message_goes_on_gzip_compressed_with_the_edit() {
             }),
             ..Default::default()
         }),
-        sandbox_config: None,
+        // The pod as kubelet describes it (the fake backend knows no sandbox).
+        sandbox_config: Some(cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "u".into(), namespace: "default".into(), attempt: 0 }),
+            ..Default::default()
+        }),
     };
     let answer = raw::http2_call(proxy.socket(), CREATE, &[("grpc-encoding", "gzip")], gzip_frame(&request.encode_to_vec())).await.unwrap();
     assert_eq!(answer.grpc_status().as_deref(), Some("0"), "{answer:?}");
