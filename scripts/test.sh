@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh — the project's test command (`make test`, CI): build everything, run the unit tests, then run
-# every integration test against a real containerd 1.6 and again against 1.7 (scripts/containerd.sh).
+# every integration test against a real containerd 1.6 and again against 1.7 (scripts/containerd.sh), then
+# the Docker-mode tests (crates/*/tests/docker_*.rs) against a real dockerd (scripts/dockerd.sh).
 #
 # Every phase runs even when an earlier one failed; the exit code is non-zero if any failed. The last
 # line is `N passed, M failed`, summed from cargo's "test result:" lines (a phase that fails without a
@@ -12,12 +13,14 @@ cd "$(dirname "$0")/.."
 LOCKED=() && [ -f Cargo.lock ] && LOCKED=(--locked)
 # One containerd root per checkout, so two checkouts can run their tests at the same time.
 ROOT_PREFIX=/tmp/rp-test-$(printf '%s' "$PWD" | cksum | cut -c1-8)-ctrd
+DOCKERD_ROOT=${ROOT_PREFIX%-ctrd}-dockerd  # short: unix socket paths below it must stay < 100 bytes
 OUT=$(mktemp /tmp/rp-test-out.XXXXXX)
-PASSED=0 FAILED=0 FAILED_PHASES=() TIMES=() ROOTS=()
+PASSED=0 FAILED=0 FAILED_PHASES=() TIMES=() ROOTS=() DOCKERD_ROOTS=()
 
 cleanup() {
   local r
   for r in "${ROOTS[@]}"; do scripts/containerd.sh down "$r" 2>/dev/null || true; done
+  for r in "${DOCKERD_ROOTS[@]}"; do scripts/dockerd.sh down "$r" 2>/dev/null || true; done
   rm -f "$OUT"
 }
 trap cleanup EXIT
@@ -38,14 +41,49 @@ phase() {
   TIMES+=("$(printf '%-28s %4ss  %s' "$name" $((SECONDS - start)) "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)")")
 }
 
-# integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap),, every integration test target against it, down.
+# test_targets [-v] GLOB: `--test NAME` lines for the integration test targets crates/*/tests/NAME.rs (or
+# NAME/main.rs) whose NAME matches GLOB (-v: does not match it).
+test_targets() {
+  local invert=0 f n
+  [ "$1" = -v ] && invert=1 && shift
+  for f in crates/*/tests/*.rs crates/*/tests/*/main.rs; do
+    [ -e "$f" ] || continue
+    n=${f#crates/*/tests/} && n=${n%.rs} && n=${n%/main}
+    # shellcheck disable=SC2053  # GLOB is a pattern
+    if [[ $n == $1 ]]; then [ $invert = 0 ] || continue; else [ $invert = 1 ] || continue; fi
+    printf '%s\n' --test "$n"
+  done
+}
+
+# integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap), every integration test
+# target against it but the Docker-mode ones (docker_*: they need dockerd), down.
 integration() {
-  local root=$ROOT_PREFIX-$1
+  local root=$ROOT_PREFIX-$1 tests
+  mapfile -t tests < <(test_targets -v 'docker_*')
+  [ ${#tests[@]} -gt 0 ] || { echo "no integration test targets"; return 0; }
   scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
-  RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace --test '*' --no-fail-fast
+  RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
   local rc=$?
   scripts/containerd.sh down "$root"
   return $rc
+}
+
+# docker_integration: dockerd up in $DOCKERD_ROOT (it must be in DOCKERD_ROOTS for the trap), the docker_* test
+# targets against it, down.
+docker_integration() {
+  local tests
+  mapfile -t tests < <(test_targets 'docker_*')
+  scripts/dockerd.sh up "$DOCKERD_ROOT" >/dev/null || return 1
+  RP_DOCKERD_ENV=$DOCKERD_ROOT/env cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
+  local rc=$?
+  scripts/dockerd.sh down "$DOCKERD_ROOT"
+  return $rc
+}
+
+# lint: rustfmt (rustfmt.toml) and clippy with warnings as errors, over the whole workspace.
+lint() {
+  cargo fmt --all -- --check || return 1
+  cargo clippy "${LOCKED[@]}" --workspace --all-targets -- -D warnings
 }
 
 printf '==> dependencies\n'
@@ -53,12 +91,17 @@ need_pkgs "${RP_PKGS[@]}" || { echo "installing ${RP_PKGS[*]} failed" >&2; exit 
 for tool in cargo rustc; do command -v $tool >/dev/null || { echo "$tool not found (it should be preinstalled)" >&2; exit 1; }; done
 
 phase "build" cargo build "${LOCKED[@]}" --workspace --all-targets
+phase "fmt and clippy" lint
 phase "unit tests" cargo test "${LOCKED[@]}" --workspace --lib --bins --no-fail-fast
 phase "CRI clients" bash crates/runtime-proxy/tests/clients/setup.sh target/cri-clients  # for tests/client_matrix.rs
 for v in 1.6 1.7; do
   ROOTS+=("$ROOT_PREFIX-$v")  # for the trap: phase runs integration in a subshell
   phase "integration (containerd $v)" integration "$v"
 done
+if compgen -G 'crates/*/tests/docker_*.rs' >/dev/null; then
+  DOCKERD_ROOTS+=("$DOCKERD_ROOT")  # for the trap, as above
+  phase "integration (dockerd)" docker_integration
+fi
 
 printf '\n==> summary\n'
 printf '%s\n' "${TIMES[@]}"

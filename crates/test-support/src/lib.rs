@@ -1,15 +1,18 @@
 //! Test support for runtime-proxy's integration tests and benchmarks.
 //!
 //! * [`containerd`] — the real containerd + runc that `scripts/containerd.sh` started, and pods on it.
+//! * [`dockerd`] — the real dockerd that `scripts/dockerd.sh` started, and its Debian CLI.
 //! * [`proxy`] — the real `runtime-proxy` binary as a child process on a temp socket.
 //! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
 //!   recorded metadata, huge answers); also a hook server that hangs or answers garbage.
 //! * [`hooks`] — programmable in-process hook servers and registration files.
 //!
 //! Integration tests need a running containerd: `make test` starts one per version and points
-//! `RP_CONTAINERD_ENV` at its env file.
+//! `RP_CONTAINERD_ENV` at its env file; the Docker-mode tests (`tests/docker_*.rs`) need a running
+//! dockerd, and `make test` points `RP_DOCKERD_ENV` at its env file.
 
 pub mod containerd;
+pub mod dockerd;
 pub mod fake_backend;
 pub mod hooks;
 pub mod proxy;
