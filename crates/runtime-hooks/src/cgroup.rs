@@ -6,10 +6,14 @@
 //! returning the [`Drift`] it corrected. That makes every write idempotent, which the
 //! reconciler relies on (a second pass over unchanged pods writes nothing).
 //!
-//! # Layout (cgroupfs driver)
+//! # Layout
 //!
 //! A cgroup directory is named by its path below the hierarchy root, as kubelet names it in
-//! `cgroup_parent` (`/kubepods/besteffort/pod<uid>`; a container is `<parent>/<container id>`):
+//! `cgroup_parent` (cgroupfs driver: `/kubepods/besteffort/pod<uid>`, a container
+//! `<parent>/<container id>`; systemd driver: `/kubepods.slice/kubepods-besteffort.slice/…`).
+//! Every name goes through [`crate::cgroup_path::resolve`] with the node's cgroup driver
+//! ([`CgroupFs::with_driver`]), so a bare systemd slice name (`kubepods-besteffort-pod<uid>.slice`)
+//! or a systemd cgroups path (`<slice>:cri-containerd:<id>`) lands in its expanded directory:
 //!
 //! | | v1 (legacy or hybrid) | v2 (unified) |
 //! |---|---|---|
@@ -24,25 +28,36 @@
 //! The root is `/sys/fs/cgroup` on a node and a temp directory in tests. [`CgroupFs::detect`]
 //! tells the versions apart by the file system type of the root (`cgroup2` → v2; `tmpfs` with
 //! per-controller mounts → v1, which includes the hybrid layout, where `unified/` holds only
-//! the v2 hierarchy without the cpu and memory controllers). The systemd driver's `.slice` /
-//! `.scope` names are not supported.
+//! the v2 hierarchy without the cpu and memory controllers).
 //!
-//! # Missing files
+//! # What the kernel does not support
 //!
-//! A file missing in an existing directory means the kernel lacks the feature (most kernels have
-//! no `cpu.bvt_warp_ns`, an Alibaba Cloud Linux / Anolis extension): the write is
-//! [`Written::Unsupported`], logged once per file name per process, and never an error. A missing
-//! directory is an error ([`CgroupError::NoDir`]): the pod or container is not (or no longer)
-//! there.
+//! A write the kernel does not support is [`Written::Unsupported`]: logged once per file name per
+//! process, skipped, never an error. That is
 //!
-//! Directory names come from hook requests and the runtime: a name with a `..` component, or
-//! one that is not absolute, is refused before anything is touched.
+//! * a file missing in an existing directory: the kernel lacks the feature (most kernels have no
+//!   `cpu.bvt_warp_ns`, an Alibaba Cloud Linux / Anolis extension; v2 lacks a controller's files
+//!   where the controller is not enabled);
+//! * `EOPNOTSUPP` (or `ENOENT`, the directory existing) from reading or writing any file;
+//! * for the optional feature files ([`CgroupValue::is_optional_feature`], group identity),
+//!   also `EINVAL` and `ENODEV`: a kernel that has the file but not the feature switched on.
+//!
+//! A missing directory is an error ([`CgroupError::NoDir`]): the pod or container is not (or no
+//! longer) there. `EINVAL` on the other files is a real refusal (v1: a child's CFS quota above
+//! its parent's), which [`crate::framework::apply_all`] retries.
+//!
+//! Directory names come from hook requests and the runtime: a name with a `..` component, a
+//! relative name that is not a systemd name, or a systemd name under the cgroupfs driver is
+//! refused before anything is touched ([`CgroupError::BadDir`]); an empty name (the runtime's
+//! default) or the root has no directory of its own ([`CgroupError::NoOwnDir`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use crate::cgroup_path::{self, CgroupDriver, PathError};
 
 /// CPU shares bounds of the kernel (and kubelet): 2..=262144.
 pub const MIN_SHARES: i64 = 2;
@@ -80,6 +95,13 @@ impl CgroupValue {
             CgroupValue::CpusetCpus(_) => "cpuset-cpus",
             CgroupValue::BvtWarpNs(_) => "bvt-warp-ns",
         }
+    }
+
+    /// True for values of an optional kernel feature (group identity's `cpu.bvt_warp_ns`): a
+    /// kernel that has the file but refuses the value (`EINVAL`, `ENODEV`) lacks the feature, and
+    /// the write is skipped like a missing file.
+    pub fn is_optional_feature(&self) -> bool {
+        matches!(self, CgroupValue::BvtWarpNs(_))
     }
 }
 
@@ -136,9 +158,14 @@ pub enum Written {
 /// Why a value could not be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    /// The directory name is not an absolute path without `..`.
-    #[error("refusing cgroup directory {0:?}: not an absolute path without \"..\"")]
-    BadDir(String),
+    /// The directory name is refused: a `..` component, a relative name that is not a systemd
+    /// name, or a systemd name under the cgroupfs driver (see [`crate::cgroup_path::resolve`]).
+    #[error("refusing cgroup directory {0:?}: {1}")]
+    BadDir(String, PathError),
+    /// The name has no directory of its own: empty (the runtime's default cgroup, valid in CRI)
+    /// or the root. Callers skip such writes.
+    #[error("cgroup {0:?} has no directory of its own (empty: the runtime's default; or the root)")]
+    NoOwnDir(String),
     /// The cgroup directory does not exist.
     #[error("cgroup directory {0} does not exist")]
     NoDir(PathBuf),
@@ -166,18 +193,42 @@ impl CgroupError {
     }
 }
 
-/// The cgroup file system: root, version, and the files the kernel turned out not to have.
+/// The cgroup file system: root, version, the node's cgroup driver, and the files the kernel
+/// turned out not to support.
 #[derive(Debug)]
 pub struct CgroupFs {
     root: PathBuf,
     version: CgroupVersion,
+    driver: Option<CgroupDriver>,
     unsupported: Mutex<BTreeSet<String>>,
 }
 
 impl CgroupFs {
-    /// A cgroup file system at `root` of the given version (tests use a temp tree).
+    /// A cgroup file system at `root` of the given version (tests use a temp tree), its driver
+    /// auto (each name's form decides, see [`crate::cgroup_path`]).
     pub fn new(root: impl Into<PathBuf>, version: CgroupVersion) -> CgroupFs {
-        CgroupFs { root: root.into(), version, unsupported: Mutex::new(BTreeSet::new()) }
+        CgroupFs { root: root.into(), version, driver: None, unsupported: Mutex::new(BTreeSet::new()) }
+    }
+
+    /// The same with the node's cgroup driver: `None` = auto (each name's form decides),
+    /// `Some(Cgroupfs)` refuses systemd names, `Some(Systemd)` expands them.
+    pub fn with_driver(mut self, driver: Option<CgroupDriver>) -> CgroupFs {
+        self.driver = driver;
+        self
+    }
+
+    /// The cgroup driver in use (`None`: auto).
+    pub fn driver(&self) -> Option<CgroupDriver> {
+        self.driver
+    }
+
+    /// The directory below each controller's root for a cgroup parent as kubelet or the runtime
+    /// gives it ([`crate::cgroup_path::resolve`] with this driver); `None` for an empty name
+    /// (the runtime's default) or the root.
+    ///
+    /// Errors: [`CgroupError::BadDir`].
+    pub fn resolve(&self, name: &str) -> Result<Option<String>, CgroupError> {
+        cgroup_path::resolve(name, self.driver).map_err(|e| CgroupError::BadDir(name.to_owned(), e))
     }
 
     /// The cgroup file system at `root`, its version detected from the file system type
@@ -224,16 +275,13 @@ impl CgroupFs {
         }
     }
 
-    /// The directory holding `value`'s file for the cgroup `dir` (kubelet's form,
-    /// `/kubepods/pod<uid>`).
+    /// The directory holding `value`'s file for the cgroup `dir`, in any form
+    /// [`CgroupFs::resolve`] accepts (`/kubepods/pod<uid>`, `kubepods-pod<uid>.slice`).
     ///
-    /// Errors: `dir` is not absolute or has a `..` component.
+    /// Errors: [`CgroupError::BadDir`]; [`CgroupError::NoOwnDir`] for an empty name or the root.
     pub fn dir_path(&self, dir: &str, value: &CgroupValue) -> Result<PathBuf, CgroupError> {
-        let rel = Path::new(dir);
-        if !rel.is_absolute() || rel.components().any(|c| matches!(c, Component::ParentDir)) {
-            return Err(CgroupError::BadDir(dir.to_owned()));
-        }
-        let rel = dir.trim_start_matches('/');
+        let resolved = self.resolve(dir)?.ok_or_else(|| CgroupError::NoOwnDir(dir.to_owned()))?;
+        let rel = resolved.trim_start_matches('/');
         Ok(match self.version {
             CgroupVersion::V1 => self.root.join(Self::controller(value)).join(rel),
             CgroupVersion::V2 => self.root.join(rel),
@@ -248,26 +296,41 @@ impl CgroupFs {
     /// Makes the cgroup `dir` hold `value`: reads the file, and writes only if the normalized
     /// value differs.
     ///
-    /// Errors: see [`CgroupError`]; a file the kernel does not have is `Ok(Unsupported)`.
+    /// Errors: see [`CgroupError`]; a write the kernel does not support (module documentation)
+    /// is `Ok(Unsupported)`, logged once per file name.
     pub fn apply(&self, dir: &str, value: &CgroupValue) -> Result<Written, CgroupError> {
         let dir_path = self.dir_path(dir, value)?;
         let path = dir_path.join(self.file_name(value));
         let current = match std::fs::read_to_string(&path) {
             Ok(s) => s.trim().to_owned(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if !dir_path.is_dir() {
-                    return Err(CgroupError::NoDir(dir_path));
-                }
-                self.note_unsupported(&path);
-                return Ok(Written::Unsupported);
-            }
-            Err(source) => return Err(CgroupError::Io { op: "reading".into(), path, source }),
+            Err(source) => return self.unsupported_or(value, &dir_path, CgroupError::Io { op: "reading".into(), path, source }),
         };
         let Some(new) = self.desired_text(&dir_path, value, &current)? else {
             return Ok(Written::Unchanged);
         };
-        std::fs::write(&path, &new).map_err(|source| CgroupError::Io { op: format!("writing {new:?} to"), path: path.clone(), source })?;
+        if let Err(source) = std::fs::write(&path, &new) {
+            return self.unsupported_or(value, &dir_path, CgroupError::Io { op: format!("writing {new:?} to"), path, source });
+        }
         Ok(Written::Corrected(Drift { path, old: current, new }))
+    }
+
+    /// An I/O error as the kernel meant it: a missing directory is [`CgroupError::NoDir`], an
+    /// unsupported write (see [`unsupported_errno`]) is `Ok(Unsupported)` (logged once), anything
+    /// else the error itself.
+    fn unsupported_or(&self, value: &CgroupValue, dir_path: &Path, error: CgroupError) -> Result<Written, CgroupError> {
+        let CgroupError::Io { path, source, .. } = &error else {
+            return Err(error);
+        };
+        if source.kind() == io::ErrorKind::NotFound && !dir_path.is_dir() {
+            return Err(CgroupError::NoDir(dir_path.to_owned()));
+        }
+        match source.raw_os_error() {
+            Some(errno) if unsupported_errno(value, errno) => {
+                self.note_unsupported(path, source);
+                Ok(Written::Unsupported)
+            }
+            _ => Err(error),
+        }
     }
 
     /// What to write given the current file content, or `None` when it already matches.
@@ -332,29 +395,42 @@ impl CgroupFs {
                 };
                 let want = parse_cpu_list(&target).map_err(|e| CgroupError::BadValue(format!("cpuset {target:?}: {e}")))?;
                 let have = parse_cpu_list(current).ok();
-                differs(target, have.as_ref() == Some(&want))
+                // Written in the canonical form: older kernels refuse spaces in the list.
+                differs(format_cpu_list(&want), have.as_ref() == Some(&want))
             }
         }
     }
 
-    /// Logs (once per file name) that the kernel lacks a file.
-    fn note_unsupported(&self, path: &Path) {
+    /// Logs (once per file name) that the kernel does not support a file.
+    fn note_unsupported(&self, path: &Path, error: &io::Error) {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let first = self.unsupported.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone());
-        if first {
-            tracing::warn!(
-                file = %name,
-                example = %path.display(),
-                "this kernel has no {name} (not in {}); every write of {name} is skipped",
-                path.parent().map(|p| p.display().to_string()).unwrap_or_default()
-            );
+        if !first {
+            return;
+        }
+        let dir = path.parent().map(|p| p.display().to_string()).unwrap_or_default();
+        if error.kind() == io::ErrorKind::NotFound {
+            tracing::warn!(file = %name, example = %path.display(), "this kernel has no {name} (not in {dir}); every write of {name} is skipped");
+        } else {
+            tracing::warn!(file = %name, example = %path.display(), "this kernel does not support {name} ({error}); every write of {name} is skipped");
         }
     }
 
-    /// File names found missing so far (kernel features this node lacks).
+    /// File names found unsupported so far (kernel features this node lacks).
     pub fn unsupported(&self) -> Vec<String> {
         self.unsupported.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
     }
+}
+
+/// True when `errno` from reading or writing `value`'s file in an existing directory means the
+/// kernel does not support the write (skipped, not an error): `ENOENT` (the file is missing) and
+/// `EOPNOTSUPP` for any file, and for optional features ([`CgroupValue::is_optional_feature`])
+/// also `EINVAL` and `ENODEV` (the file is there, the feature is not).
+pub fn unsupported_errno(value: &CgroupValue, errno: i32) -> bool {
+    errno == libc::EOPNOTSUPP
+        || errno == libc::ENOTSUP
+        || errno == libc::ENOENT
+        || (value.is_optional_feature() && (errno == libc::EINVAL || errno == libc::ENODEV))
 }
 
 /// cgroup v1 CPU shares → v2 `cpu.weight`, runc's conversion (`ConvertCPUSharesToCgroupV2Value`):
@@ -364,21 +440,67 @@ pub fn shares_to_weight(shares: i64) -> i64 {
     1 + ((s - 2) * 9999) / 262_142
 }
 
-/// Parses a kernel CPU list (`"0-3,6"`) into a sorted set. `""` is the empty set.
+/// Highest CPU number accepted in a CPU list, plus one (the kernel's `NR_CPUS` maximum).
+pub const MAX_CPUS: u32 = 8192;
+
+/// Parses a kernel CPU list (`cpuset.cpus`, the kernel's `bitmap_parselist` format:
+/// `"0-3,6"`) into a sorted set. Whitespace anywhere is removed first (`" 0 - 1 "` is `0-1`);
+/// then the list must be comma-separated elements, each a CPU number or an ascending range
+/// `A-B` of ASCII decimal numbers below [`MAX_CPUS`]. `""` (or only whitespace) is the empty
+/// set. Elements may overlap and come in any order.
 ///
-/// Errors: anything but comma-separated numbers and ascending ranges; more than 8192 CPUs.
+/// Errors: an empty element (`"0,,1"`, `"1,"`), a non-number (`"a"`, `"+1"`, `"1-"`), a
+/// descending range (`"3-1"`), a CPU ≥ 8192; the message names the element.
 pub fn parse_cpu_list(s: &str) -> Result<BTreeSet<u32>, String> {
-    let mut cpus = BTreeSet::new();
-    for part in s.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let a: u32 = a.trim().parse().map_err(|_| format!("bad CPU {a:?}"))?;
-        let b: u32 = b.trim().parse().map_err(|_| format!("bad CPU {b:?}"))?;
-        if a > b || b >= 8192 {
-            return Err(format!("bad CPU range {part:?}"));
+    let compact: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    if compact.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let number = |n: &str| {
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("{n:?} is not a CPU number"));
         }
-        cpus.extend(a..=b);
+        match n.parse::<u32>() {
+            Ok(v) if v < MAX_CPUS => Ok(v),
+            _ => Err(format!("CPU {n} is out of range (at most {})", MAX_CPUS - 1)),
+        }
+    };
+    let mut ranges = Vec::new();
+    for part in compact.split(',') {
+        if part.is_empty() {
+            return Err(format!("empty element in CPU list {compact:?}"));
+        }
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b) = (number(a)?, number(b)?);
+        if a > b {
+            return Err(format!("CPU range {part:?} is descending"));
+        }
+        ranges.push((a, b));
+    }
+    // Merged first, so a long list of overlapping ranges costs no more than MAX_CPUS inserts.
+    ranges.sort_unstable();
+    let mut cpus = BTreeSet::new();
+    let mut next = 0; // the lowest CPU not inserted yet
+    for (a, b) in ranges {
+        cpus.extend(a.max(next)..=b);
+        next = next.max(b + 1);
     }
     Ok(cpus)
+}
+
+/// The canonical kernel form of a CPU set: ascending, consecutive CPUs merged into ranges
+/// (`{0, 1, 2, 5, 7, 8}` → `"0-2,5,7-8"`, a single CPU without a range); `""` for the empty set.
+/// [`parse_cpu_list`] reads it back unchanged.
+pub fn format_cpu_list(cpus: &BTreeSet<u32>) -> String {
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    for &cpu in cpus {
+        match ranges.last_mut() {
+            Some((_, end)) if end.checked_add(1) == Some(cpu) => *end = cpu,
+            _ => ranges.push((cpu, cpu)),
+        }
+    }
+    let parts: Vec<String> = ranges.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+    parts.join(",")
 }
 
 fn page_size() -> i64 {
@@ -492,10 +614,79 @@ mod tests {
 
     #[test]
     fn refuses_relative_and_dotdot_dirs() {
-        let (_t, fs) = v1_tree();
-        for bad in ["pod", "/pod/../../etc", "", "/.."] {
-            assert!(matches!(fs.apply(bad, &CgroupValue::CpuShares(2)), Err(CgroupError::BadDir(_))), "{bad:?}");
+        let (t, fs) = v1_tree();
+        for bad in ["pod", "/pod/../../etc", "/..", "a--b.slice", "kubepods/pod1"] {
+            assert!(matches!(fs.apply(bad, &CgroupValue::CpuShares(2)), Err(CgroupError::BadDir(..))), "{bad:?}");
         }
+        // Empty (the runtime's default) and the root: no directory of their own, never written.
+        for none in ["", "/", "-.slice"] {
+            assert!(matches!(fs.apply(none, &CgroupValue::CpuShares(2)), Err(CgroupError::NoOwnDir(_))), "{none:?}");
+        }
+        assert_eq!(read(&t, "cpu/cpu.shares"), "1024");
+    }
+
+    #[test]
+    fn systemd_names_land_in_their_expanded_directory() {
+        let (t, _) = v1_tree();
+        let pod = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice";
+        for ctrl in ["cpu", "memory"] {
+            std::fs::create_dir_all(t.path().join(ctrl).join(pod).join("cri-containerd-c1.scope")).unwrap();
+        }
+        std::fs::write(t.path().join("cpu").join(pod).join("cpu.shares"), "2").unwrap();
+        std::fs::write(t.path().join("cpu").join(pod).join("cri-containerd-c1.scope/cpu.shares"), "2").unwrap();
+        // Auto (the form says systemd), then the systemd driver; each writes a new value.
+        for (driver, shares) in [(None, 512), (Some(CgroupDriver::Systemd), 513)] {
+            let fs = CgroupFs::new(t.path(), CgroupVersion::V1).with_driver(driver);
+            let w = fs.apply("kubepods-besteffort-pod1.slice", &CgroupValue::CpuShares(shares)).unwrap();
+            let Written::Corrected(d) = w else { panic!("{w:?}") };
+            assert_eq!(d.path, t.path().join("cpu").join(pod).join("cpu.shares"));
+            let scope = "kubepods-besteffort-pod1.slice:cri-containerd:c1";
+            assert!(matches!(fs.apply(scope, &CgroupValue::CpuShares(shares)).unwrap(), Written::Corrected(_)));
+            assert_eq!(read(&t, &format!("cpu/{pod}/cri-containerd-c1.scope/cpu.shares")), shares.to_string());
+        }
+        // The cgroupfs driver refuses a slice name, saying why.
+        let strict = CgroupFs::new(t.path(), CgroupVersion::V1).with_driver(Some(CgroupDriver::Cgroupfs));
+        let e = strict.apply("kubepods-besteffort-pod1.slice", &CgroupValue::CpuShares(2)).unwrap_err();
+        assert!(e.to_string().contains("kubepods-besteffort-pod1.slice") && e.to_string().contains("cgroupfs"), "{e}");
+        // kubelet's expanded form works under every driver.
+        assert_eq!(strict.apply(&format!("/{pod}"), &CgroupValue::CpuShares(513)).unwrap(), Written::Unchanged);
+    }
+
+    #[test]
+    fn unsupported_errnos() {
+        let bvt = CgroupValue::BvtWarpNs(-1);
+        let shares = CgroupValue::CpuShares(2);
+        for errno in [libc::EOPNOTSUPP, libc::ENOENT, libc::EINVAL, libc::ENODEV] {
+            assert!(unsupported_errno(&bvt, errno), "bvt errno {errno}");
+        }
+        assert!(unsupported_errno(&shares, libc::EOPNOTSUPP) && unsupported_errno(&shares, libc::ENOENT));
+        assert!(!unsupported_errno(&shares, libc::EINVAL), "EINVAL on a core file is a refusal (retried)");
+        assert!(!unsupported_errno(&bvt, libc::EACCES) && !unsupported_errno(&bvt, libc::EBUSY));
+    }
+
+    /// A kernel whose `cpu.bvt_warp_ns` exists but refuses the value with EINVAL: skipped, logged
+    /// once, never an error. The EINVAL is the real kernel's: the file is a symlink to a real
+    /// cgroup's `cpu.cfs_period_us`, which refuses "-1". Needs a writable cgroup v1 cpu
+    /// hierarchy at /sys/fs/cgroup/cpu (root); skipped elsewhere.
+    #[test]
+    fn einval_on_an_optional_feature_is_unsupported() {
+        let scratch = Path::new("/sys/fs/cgroup/cpu").join(format!("rh-unit-einval-{}", std::process::id()));
+        if std::fs::create_dir(&scratch).is_err() {
+            eprintln!("no writable cgroup v1 cpu hierarchy: skipped");
+            return;
+        }
+        let (t, fs) = v1_tree();
+        std::os::unix::fs::symlink(scratch.join("cpu.cfs_period_us"), t.path().join("cpu/pod/cpu.bvt_warp_ns")).unwrap();
+        let bvt = fs.apply("/pod", &CgroupValue::BvtWarpNs(-1));
+        // The same kernel refusal on a core file is an error.
+        std::os::unix::fs::symlink(scratch.join("cpu.cfs_period_us"), t.path().join("cpu/pod/c/cpu.cfs_period_us.link")).unwrap();
+        std::fs::remove_file(t.path().join("cpu/pod/c/cpu.cfs_period_us")).unwrap();
+        std::fs::rename(t.path().join("cpu/pod/c/cpu.cfs_period_us.link"), t.path().join("cpu/pod/c/cpu.cfs_period_us")).unwrap();
+        let period = fs.apply("/pod/c", &CgroupValue::CfsPeriod(5));
+        let _ = std::fs::remove_dir(&scratch);
+        assert_eq!(bvt.unwrap(), Written::Unsupported);
+        assert_eq!(fs.unsupported(), vec!["cpu.bvt_warp_ns".to_string()]);
+        assert!(period.as_ref().is_err_and(|e| e.is_invalid_argument()), "{period:?}");
     }
 
     /// A v2 tree laid out as cgroupfs does: `<root>/pod/c` with the unified file names.
@@ -551,6 +742,54 @@ mod tests {
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("a").is_err());
         assert!(parse_cpu_list("0-100000").is_err());
+    }
+
+    #[test]
+    fn cpu_lists_whitespace_and_strictness() {
+        for (text, canonical) in [
+            (" 0 - 1 ", "0-1"),
+            ("0-1,4,6-7", "0-1,4,6-7"),
+            ("\t6-7 , 4,\n0 -1\n", "0-1,4,6-7"),
+            ("3,2,1,0", "0-3"),
+            ("0-2,1-3", "0-3"),
+            ("5", "5"),
+            ("8191", "8191"),
+            ("", ""),
+            ("  ", ""),
+        ] {
+            let set = parse_cpu_list(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(format_cpu_list(&set), canonical, "{text:?}");
+            assert_eq!(parse_cpu_list(canonical).unwrap(), set, "{canonical:?} reads back");
+        }
+        for (bad, why) in [
+            ("0,,1", "empty element"),
+            ("1,", "empty element"),
+            (",1", "empty element"),
+            (",", "empty element"),
+            ("3-1", "descending"),
+            ("a", "not a CPU"),
+            ("+1", "not a CPU"),
+            ("-1", "not a CPU"),
+            ("1-", "not a CPU"),
+            ("1-2-3", "not a CPU"),
+            ("0x1", "not a CPU"),
+            ("1:2", "not a CPU"),
+            ("0-7:2/4", "not a CPU"),
+            ("8192", "out of range"),
+            ("0-99999999999999999999", "out of range"),
+            ("١", "not a CPU"),
+        ] {
+            let e = parse_cpu_list(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert_eq!(format_cpu_list(&BTreeSet::from([0, 2, 4])), "0,2,4");
+        assert_eq!(format_cpu_list(&BTreeSet::from([u32::MAX - 1, u32::MAX])), format!("{}-{}", u32::MAX - 1, u32::MAX));
+        // The file gets the canonical form, whatever spelling the value had.
+        let (t, fs) = v1_tree();
+        let w = fs.apply("/pod/c", &CgroupValue::CpusetCpus(" 3, 1 - 2 ".into())).unwrap();
+        assert!(matches!(&w, Written::Corrected(d) if d.new == "1-3"), "{w:?}");
+        assert_eq!(read(&t, "cpuset/pod/c/cpuset.cpus"), "1-3");
+        assert!(matches!(fs.apply("/pod/c", &CgroupValue::CpusetCpus("1,,2".into())), Err(CgroupError::BadValue(_))));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::cgroup::CgroupVersion;
+use crate::cgroup_path::CgroupDriver;
 use crate::plugin::FailurePolicy;
 
 /// How the policies reach the pods.
@@ -40,6 +41,29 @@ impl CgroupVersionArg {
     }
 }
 
+/// `--cgroup-driver`: how the node names cgroups (kubelet's and the runtime's cgroup driver).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CgroupDriverArg {
+    /// Ask the runtime (CRI `RuntimeConfig`, when there is a runtime endpoint and it answers);
+    /// otherwise each cgroup name's form decides (see `cgroup_path`).
+    Auto,
+    /// systemd: slices and scopes (`kubepods-besteffort-pod<uid>.slice`).
+    Systemd,
+    /// cgroupfs: absolute paths (`/kubepods/besteffort/pod<uid>`).
+    Cgroupfs,
+}
+
+impl CgroupDriverArg {
+    /// The explicit driver, `None` for auto.
+    pub fn driver(&self) -> Option<CgroupDriver> {
+        match self {
+            CgroupDriverArg::Auto => None,
+            CgroupDriverArg::Systemd => Some(CgroupDriver::Systemd),
+            CgroupDriverArg::Cgroupfs => Some(CgroupDriver::Cgroupfs),
+        }
+    }
+}
+
 /// All flags.
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -62,12 +86,14 @@ pub struct Args {
     pub listen: PathBuf,
 
     /// Where to register (proxy mode): `<DIR>/<--hook-name>.json` is written atomically at
-    /// start and removed at shutdown.
+    /// start, written again within a second when removed or taken over, and removed at shutdown
+    /// if it still names this server.
     #[arg(long, value_name = "DIR", default_value = "/etc/runtime/hookserver.d")]
     pub hook_config_dir: PathBuf,
 
-    /// Registration file name, without `.json`.
-    #[arg(long, value_name = "NAME", default_value = "runtime-hooks")]
+    /// Registration file name, without `.json`: a plain file name (not empty, no `/` or NUL,
+    /// not `.` or `..`, not starting with `.`, at most 200 bytes).
+    #[arg(long, value_name = "NAME", default_value = "runtime-hooks", value_parser = crate::server::parse_hook_name)]
     pub hook_name: String,
 
     /// `failure-policy` written into the registration: what runtime-proxy does when this server
@@ -104,8 +130,11 @@ pub struct Args {
     #[arg(long = "selector", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub selector: Vec<(String, String)>,
 
-    /// kubelet's QoS cgroup root (cgroupfs driver: `/kubepods`); when given, the reconciler also
-    /// sets the QoS directories (`/kubepods`, `/kubepods/burstable`, `/kubepods/besteffort`).
+    /// kubelet's QoS cgroup root (cgroupfs: `/kubepods`; systemd: `kubepods.slice` or
+    /// `/kubepods.slice`); when given, the reconciler also sets the QoS directories (`/kubepods`,
+    /// `/kubepods/burstable`, `/kubepods/besteffort`; systemd: `/kubepods.slice`,
+    /// `/kubepods.slice/kubepods-burstable.slice`, `/kubepods.slice/kubepods-besteffort.slice`).
+    /// Checked at start: absolute, or a slice name under the systemd (or auto) driver.
     #[arg(long, value_name = "DIR")]
     pub kubepods_cgroup: Option<String>,
 
@@ -116,6 +145,13 @@ pub struct Args {
     /// cgroup version of --cgroup-root.
     #[arg(long, value_enum, default_value = "auto")]
     pub cgroup_version: CgroupVersionArg,
+
+    /// The node's cgroup driver. `auto`: asks the runtime at --runtime-endpoint (CRI
+    /// `RuntimeConfig`, containerd 2.0 / CRI-O 1.28 and later); when there is none or it does
+    /// not answer, each cgroup name's form decides (`….slice` and `<slice>:<prefix>:<id>` are
+    /// systemd, other absolute paths cgroupfs).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub cgroup_driver: CgroupDriverArg,
 }
 
 impl Args {
@@ -208,6 +244,28 @@ mod tests {
         assert!(Args::try_parse_from(["runtime-hooks", "--mode", "nri"]).is_err());
         assert!(Args::try_parse_from(["runtime-hooks", "--selector", "novalue"]).is_err());
         assert!(Args::try_parse_from(["runtime-hooks", "--plugin-failure-policy", "fail"]).is_err());
+    }
+
+    #[test]
+    fn hook_name_is_a_plain_file_name() {
+        assert_eq!(Args::parse_from(["runtime-hooks", "--hook-name", "koordlet"]).hook_name, "koordlet");
+        assert_eq!(Args::parse_from(["runtime-hooks"]).hook_name, "runtime-hooks");
+        for bad in ["../../etc/evil", "a/b", "", ".", "..", ".hidden"] {
+            let e = Args::try_parse_from(["runtime-hooks", "--hook-name", bad]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+            assert!(e.to_string().contains("--hook-name"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn cgroup_driver_flag() {
+        assert_eq!(Args::parse_from(["runtime-hooks"]).cgroup_driver, CgroupDriverArg::Auto);
+        assert_eq!(Args::parse_from(["runtime-hooks"]).cgroup_driver.driver(), None);
+        let a = Args::parse_from(["runtime-hooks", "--cgroup-driver", "systemd", "--kubepods-cgroup", "kubepods.slice"]);
+        assert_eq!(a.cgroup_driver.driver(), Some(CgroupDriver::Systemd));
+        assert_eq!(a.kubepods_cgroup.as_deref(), Some("kubepods.slice"));
+        assert_eq!(Args::parse_from(["runtime-hooks", "--cgroup-driver", "cgroupfs"]).cgroup_driver.driver(), Some(CgroupDriver::Cgroupfs));
+        assert!(Args::try_parse_from(["runtime-hooks", "--cgroup-driver", "docker"]).is_err());
     }
 
     #[test]

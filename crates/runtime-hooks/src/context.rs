@@ -116,9 +116,11 @@ pub struct PodContext {
     /// Pod annotations (kubelet passes the pod's annotations; Koordinator's scheduler and
     /// manager write their decisions here).
     pub annotations: HashMap<String, String>,
-    /// The pod cgroup directory, relative to each controller's root, as kubelet passes it in
-    /// `cgroup_parent` (cgroupfs driver: `/kubepods/besteffort/pod<uid>`). May be empty (the
-    /// runtime-proxy lost it, or the runtime did not report it).
+    /// The pod cgroup parent as kubelet passes it in `cgroup_parent` or the runtime reports it:
+    /// cgroupfs `/kubepods/besteffort/pod<uid>`; systemd
+    /// `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid>.slice` or the bare
+    /// slice name. Turned into a directory by [`crate::cgroup::CgroupFs::resolve`]. May be empty:
+    /// the runtime's default cgroup (valid CRI), or a parent the proxy lost.
     pub cgroup_parent: String,
 }
 

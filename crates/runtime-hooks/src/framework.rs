@@ -15,9 +15,12 @@
 //! [`FailurePolicy::Fail`] the first one ends the call with an `INTERNAL` status (runtime-proxy
 //! then applies the registration's own failure policy); under `Ignore` it is logged at warn, the
 //! plugin's change is dropped and the next plugin runs. A cgroup write that fails counts as a
-//! failure of the plugin that asked for the value; a file the kernel lacks is skipped, never a
-//! failure, and so is a pod cgroup directory that does not exist yet (kubelet creates it before
-//! RunPodSandbox; other clients leave it to runc) — that is logged at warn.
+//! failure of the plugin that asked for the value, and so does a pod cgroup parent that cannot be
+//! resolved ([`CgroupFs::resolve`]: `..`, a relative name that is not a systemd name, a systemd
+//! name under the cgroupfs driver). Never failures: a write the kernel does not support (skipped,
+//! logged once); an empty cgroup parent, the runtime's default cgroup, valid in CRI (nothing
+//! written at pod level, a debug line); a pod cgroup directory that does not exist yet (kubelet
+//! creates it before RunPodSandbox; other clients leave it to runc) — that is logged at warn.
 
 use std::fmt;
 use std::sync::Arc;
@@ -221,19 +224,46 @@ impl Framework {
         self.run(stage, &container.key(), |p, rules| p.container(stage, container, rules))
     }
 
-    /// Writes an outcome's pod-level values to the pod's cgroup (proxy mode). A failed write is
-    /// the owning plugin's failure.
+    /// Writes an outcome's pod-level values to the pod's cgroup (proxy mode), its parent resolved
+    /// with the cgroup driver. A failed write, or a parent that cannot be resolved, is the owning
+    /// plugin's failure; an empty parent (the runtime's default) is skipped.
     fn write_pod_values(&self, stage: Stage, pod: &PodContext, outcome: &mut Outcome) -> Result<(), PluginFailure> {
         if outcome.pod_values.is_empty() {
             return Ok(());
         }
-        let writes = outcome.pod_values.iter().map(|o| (pod.cgroup_parent.clone(), o.clone())).collect();
+        let dir = match self.cgroups.resolve(&pod.cgroup_parent) {
+            Ok(Some(dir)) => dir,
+            Ok(None) => {
+                tracing::debug!(
+                    pod = %pod.key(),
+                    parent = %pod.cgroup_parent,
+                    "no pod cgroup of its own (empty parent: the runtime's default cgroup); pod-level values not written"
+                );
+                return Ok(());
+            }
+            Err(e) => {
+                // One failure per plugin that wanted a pod-level value.
+                let mut plugins: Vec<&'static str> = Vec::new();
+                for o in &outcome.pod_values {
+                    if !plugins.contains(&o.plugin) {
+                        plugins.push(o.plugin);
+                    }
+                }
+                for plugin in plugins {
+                    let error = anyhow::anyhow!("pod cgroup: {e}");
+                    self.fail_or_keep(PluginFailure { plugin, stage, target: pod.key(), error }, &mut outcome.failures)?;
+                }
+                return Ok(());
+            }
+        };
+        let writes = outcome.pod_values.iter().map(|o| (dir.clone(), o.clone())).collect();
         for w in apply_all(&self.cgroups, writes) {
             match w.result {
                 Ok(Written::Corrected(drift)) => {
                     tracing::info!(plugin = w.owned.plugin, pod = %pod.key(), "pod cgroup set: {drift}")
                 }
                 Ok(Written::Unchanged | Written::Unsupported) => {}
+                Err(CgroupError::NoOwnDir(_)) => {}
                 // kubelet creates the pod cgroup before RunPodSandbox; a client that does not
                 // (crictl, tests) leaves it to runc. Not the plugin's fault: say so and go on.
                 Err(CgroupError::NoDir(dir)) => tracing::warn!(
@@ -322,6 +352,7 @@ fn log_call(stage: Stage, target: &str, change: &Change) {
 mod tests {
     use super::*;
     use crate::cgroup::CgroupVersion;
+    use crate::cgroup_path::CgroupDriver;
     use crate::change::Resources;
     use hook_api::v1alpha1::{ContainerMetadata, LinuxContainerResources, PodSandboxMetadata};
 
@@ -485,5 +516,101 @@ mod tests {
         let blocked = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), ..Default::default() };
         let err = f.pod_hook(Stage::PreRunPodSandbox, &blocked).unwrap_err();
         assert!(err.message().contains("plugin quota") && err.message().contains("cpu.max"), "{}", err.message());
+    }
+
+    /// The built-in plugins on a v1 tree laid out like a systemd node (`kubepods.slice/…`).
+    fn builtin_on(root: &std::path::Path, driver: Option<CgroupDriver>, policy: FailurePolicy) -> Framework {
+        let cgroups = CgroupFs::new(root, CgroupVersion::V1).with_driver(driver);
+        Framework::new(crate::plugins::builtin(), policy, RulesStore::fixed(Rules::default()), Arc::new(cgroups))
+    }
+
+    const BE_SPEC: &str = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}}}"#;
+
+    fn be_pod(parent: &str) -> PodSandboxHookRequest {
+        PodSandboxHookRequest {
+            pod_meta: Some(PodSandboxMetadata { name: "be".into(), namespace: "ns".into(), uid: "1234".into(), attempt: 0 }),
+            labels: [(crate::context::QOS_CLASS_KEY.to_string(), "BE".to_string())].into(),
+            annotations: [(crate::plugins::batch_resource::EXTENDED_RESOURCE_SPEC.to_string(), BE_SPEC.to_string())].into(),
+            cgroup_parent: parent.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Creates `<root>/{cpu,memory}/<dir>` with kernel-like defaults (no cpu.bvt_warp_ns: this
+    /// kernel has no group identity).
+    fn v1_dir(root: &std::path::Path, dir: &str) {
+        for (ctrl, files) in [
+            ("cpu", &[("cpu.shares", "2"), ("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")][..]),
+            ("memory", &[("memory.limit_in_bytes", "9223372036854771712")][..]),
+        ] {
+            let d = root.join(ctrl).join(dir.trim_start_matches('/'));
+            std::fs::create_dir_all(&d).unwrap();
+            for (f, v) in files {
+                std::fs::write(d.join(f), v).unwrap();
+            }
+        }
+    }
+
+    /// The issue: a systemd slice name as the pod's cgroup parent was refused ("not an absolute
+    /// path"), failing every pod under Fail. It resolves to its expanded directory, where the BE
+    /// values land.
+    #[test]
+    fn a_systemd_slice_parent_gets_the_be_values_in_its_expanded_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let expanded = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234.slice";
+        v1_dir(t.path(), expanded);
+        let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap().trim().to_owned();
+        for driver in [Some(CgroupDriver::Systemd), None] {
+            std::fs::write(t.path().join("cpu").join(expanded).join("cpu.shares"), "2").unwrap();
+            let f = builtin_on(t.path(), driver, FailurePolicy::Fail);
+            let req = be_pod("kubepods-besteffort-pod1234.slice");
+            assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap(), echo_pod(&req), "{driver:?}");
+            assert_eq!(read(&format!("cpu/{expanded}/cpu.shares")), "512", "{driver:?}");
+            assert_eq!(read(&format!("cpu/{expanded}/cpu.cfs_quota_us")), "100000");
+            assert_eq!(read(&format!("cpu/{expanded}/cpu.cfs_period_us")), "100000");
+            assert_eq!(read(&format!("memory/{expanded}/memory.limit_in_bytes")), "134217728");
+            assert_eq!(f.cgroups().unsupported(), vec!["cpu.bvt_warp_ns".to_string()], "no group identity here: skipped");
+        }
+        // kubelet's own (expanded) form, under the cgroupfs driver too.
+        std::fs::write(t.path().join("cpu").join(expanded).join("cpu.shares"), "2").unwrap();
+        let f = builtin_on(t.path(), Some(CgroupDriver::Cgroupfs), FailurePolicy::Fail);
+        f.pod_hook(Stage::PreRunPodSandbox, &be_pod(&format!("/{expanded}"))).unwrap();
+        assert_eq!(read(&format!("cpu/{expanded}/cpu.shares")), "512");
+    }
+
+    /// Under the cgroupfs driver a slice name is refused: a failure of each plugin with pod
+    /// values, naming the name and the driver; nothing written.
+    #[test]
+    fn a_slice_name_under_the_cgroupfs_driver_is_the_plugins_failure() {
+        let t = tempfile::tempdir().unwrap();
+        let f = builtin_on(t.path(), Some(CgroupDriver::Cgroupfs), FailurePolicy::Fail);
+        let err = f.pod_hook(Stage::PreRunPodSandbox, &be_pod("kubepods-besteffort-pod1234.slice")).unwrap_err();
+        for part in ["GroupIdentity", "PreRunPodSandbox", "kubepods-besteffort-pod1234.slice", "cgroupfs"] {
+            assert!(err.message().contains(part), "{part:?} in {:?}", err.message());
+        }
+        let f = builtin_on(t.path(), Some(CgroupDriver::Cgroupfs), FailurePolicy::Ignore);
+        let pod = PodContext::from_pod_request(&be_pod("kubepods-besteffort-pod1234.slice"));
+        let mut outcome = f.run_pod(Stage::PreRunPodSandbox, &pod).unwrap();
+        f.write_pod_values(Stage::PreRunPodSandbox, &pod, &mut outcome).unwrap();
+        let failed: Vec<&str> = outcome.failures.iter().map(|f| f.plugin).collect();
+        assert_eq!(failed, ["GroupIdentity", "BatchResource"]);
+        assert!(!t.path().join("cpu").exists(), "nothing written");
+    }
+
+    /// The issue: an empty cgroup parent (CRI: the runtime's default) failed GroupIdentity under
+    /// Fail, for pods without a QoS class too, on a kernel without cpu.bvt_warp_ns. Nothing is
+    /// written at pod level and nothing fails.
+    #[test]
+    fn an_empty_parent_is_the_runtime_default_never_a_failure() {
+        let t = tempfile::tempdir().unwrap();
+        for driver in [None, Some(CgroupDriver::Systemd), Some(CgroupDriver::Cgroupfs)] {
+            let f = builtin_on(t.path(), driver, FailurePolicy::Fail);
+            for req in
+                [be_pod(""), PodSandboxHookRequest::default(), PodSandboxHookRequest { cgroup_parent: "/".into(), ..Default::default() }]
+            {
+                assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap(), echo_pod(&req), "{driver:?} {req:?}");
+            }
+        }
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0, "nothing written");
     }
 }

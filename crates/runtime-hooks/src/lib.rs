@@ -21,6 +21,8 @@
 //! * [`change`] — what a plugin asks for.
 //! * [`framework`] — runs a stage's plugins in order, merges, builds koordlet-style answers.
 //! * [`cgroup`] — cgroup v1/v2 files, units, idempotent writes, drift.
+//! * [`cgroup_path`] — cgroup drivers (systemd, cgroupfs), slice expansion: a cgroup parent as
+//!   kubelet or the runtime gives it → its directory.
 //! * [`server`] — proxy mode: the gRPC service and the registration file.
 //! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
 //! * [`cli`] — flags; [`run`] wires everything for the binary.
@@ -28,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod cgroup;
+pub mod cgroup_path;
 pub mod change;
 pub mod cli;
 pub mod context;
@@ -46,6 +49,7 @@ use anyhow::Context as _;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::cgroup::CgroupFs;
+use crate::cgroup_path::CgroupDriver;
 use crate::cli::{Args, Mode};
 use crate::framework::Framework;
 use crate::reconciler::Reconciler;
@@ -54,12 +58,17 @@ use crate::server::HookService;
 
 /// Runs the binary until `shutdown` resolves.
 ///
-/// Proxy mode: binds `--listen`, registers in `--hook-config-dir`, serves; at shutdown removes
-/// the registration first, then stops serving and removes the socket. Standalone mode (or proxy
+/// Proxy mode: binds `--listen`, registers in `--hook-config-dir`, serves, and keeps the
+/// registration in place ([`server::Registration`]); at shutdown removes the registration first
+/// (if it still names this server), then stops serving and removes the socket. Standalone mode (or proxy
 /// mode with `--runtime-endpoint`): runs the reconciler.
 ///
-/// Errors: bad flags (unknown plugin), an invalid rules file, an undetectable cgroup root, a
-/// socket that cannot be bound, a registration that cannot be written.
+/// The cgroup driver comes from `--cgroup-driver`, else from the runtime ([`cgroup_driver`]);
+/// it is logged at start.
+///
+/// Errors: bad flags (unknown plugin, a `--kubepods-cgroup` that is relative and not a slice
+/// name under the systemd or auto driver), an invalid rules file, an undetectable cgroup root,
+/// a socket that cannot be bound, a registration that cannot be written.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let plugins = plugins::select(&args.plugins).map_err(anyhow::Error::msg)?;
     let rules = match &args.rules {
@@ -77,6 +86,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         None => CgroupFs::detect(&args.cgroup_root)
             .with_context(|| format!("detecting the cgroup version of {}", args.cgroup_root.display()))?,
     };
+    let (driver, driver_source) = cgroup_driver(&args).await;
+    if let Some(kubepods) = &args.kubepods_cgroup {
+        cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
+    }
+    let cgroups = cgroups.with_driver(driver);
     let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)));
     let stages = framework.stages();
     tracing::info!(
@@ -85,6 +99,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         stages = %stages.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","),
         cgroup = ?framework.cgroups().version(),
         cgroup_root = %framework.cgroups().root().display(),
+        cgroup_driver = %driver_source,
         rules = %args.rules.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
         "runtime-hooks starting"
     );
@@ -118,26 +133,48 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     result
 }
 
+/// The node's cgroup driver and where it came from (for the start-up line): `--cgroup-driver`
+/// when given; under `auto`, the runtime's answer to CRI `RuntimeConfig` (asked once, 2 s at
+/// most, when there is a runtime endpoint: `--runtime-endpoint`, or standalone's default);
+/// otherwise `None`, each cgroup name's form deciding ([`cgroup_path::infer_driver`]).
+/// containerd implements `RuntimeConfig` from 2.0 (1.6 and 1.7 answer UNIMPLEMENTED).
+pub async fn cgroup_driver(args: &Args) -> (Option<CgroupDriver>, String) {
+    const FORM: &str = "auto: each cgroup name's form decides";
+    if let Some(d) = args.cgroup_driver.driver() {
+        return (Some(d), format!("{d} (--cgroup-driver)"));
+    }
+    let Some(endpoint) = args.reconcile_endpoint() else {
+        return (None, format!("{FORM} (no --runtime-endpoint to ask)"));
+    };
+    match reconciler::runtime_cgroup_driver(&endpoint, std::time::Duration::from_secs(2)).await {
+        Ok(d) => (Some(d), format!("{d} (the runtime's RuntimeConfig)")),
+        Err(e) => (None, format!("{FORM} (RuntimeConfig: {e})")),
+    }
+}
+
 async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     // Absolute: the proxy dials the registered path from its own working directory.
     let listen = std::path::absolute(&args.listen).with_context(|| format!("resolving {}", args.listen.display()))?;
     let listener = server::bind(&listen)?;
     let stages = framework.stages();
-    let registration = server::register(&args.hook_config_dir, &args.hook_name, &listen, args.failure_policy, &stages)?;
-    tracing::info!(socket = %listen.display(), registration = %registration.display(), "serving runtime hooks");
-    let shutdown = {
-        let registration = registration.clone();
-        async move {
-            shutdown.await;
-            // Unregister first, so the proxy stops calling us while calls in flight finish.
-            server::unregister(&registration);
+    let registration = server::Registration::new(&args.hook_config_dir, &args.hook_name, &listen, args.failure_policy, &stages)?;
+    registration.register()?;
+    tracing::info!(socket = %listen.display(), registration = %registration.file().display(), "serving runtime hooks");
+    let shutdown = async {
+        // Keep the registration in place (restored when removed or taken) until shutdown.
+        tokio::select! {
+            () = shutdown => {}
+            () = registration.keep(server::REGISTRATION_CHECK_INTERVAL) => {}
         }
+        // Unregister first, so the proxy stops calling us while calls in flight finish.
+        registration.unregister();
     };
     let served = tonic::transport::Server::builder()
         .add_service(HookService::new(framework).into_server())
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await;
-    server::unregister(&registration);
+    // Also when serving failed; a file that no longer names us is left alone.
+    registration.unregister();
     let _ = std::fs::remove_file(&listen);
     served.context("serving runtime hooks")
 }

@@ -6,9 +6,20 @@
 //! 1. lists the READY pod sandboxes and RUNNING containers from the CRI runtime
 //!    (`--runtime-endpoint`, CRI v1 `ListPodSandbox` / `ListContainers`);
 //! 2. learns each pod's cgroup parent from `PodSandboxStatus` (verbose: `config.linux.cgroup_parent`
-//!    in containerd's `info`) and each container's cgroup directory from `ContainerStatus`
-//!    (verbose: the OCI spec's `linux.cgroupsPath`; else `<parent>/<container id>`), both cached
-//!    per ID (they never change);
+//!    in containerd's `info`, as kubelet gave it) and each container's cgroup from
+//!    `ContainerStatus` (verbose: the OCI spec's `linux.cgroupsPath`), both cached per ID (they
+//!    never change), and turns them into directories with the cgroup driver
+//!    ([`crate::cgroup_path`]). What containerd reports, by driver:
+//!
+//!    | | pod `cgroup_parent` | container `cgroupsPath` | container directory |
+//!    |---|---|---|---|
+//!    | cgroupfs | `/kubepods/besteffort/pod<uid>` | `/kubepods/besteffort/pod<uid>/<id>` | the same |
+//!    | systemd | `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid>.slice` | `kubepods-besteffort-pod<uid>.slice:cri-containerd:<id>` | `<pod dir>/cri-containerd-<id>.scope` |
+//!    | empty parent | none (the runtime's default) | `/k8s.io/<id>` | the same |
+//!
+//!    containerd picks the systemd form by the parent's last component (`….slice`), whatever
+//!    runc's driver. A container without a reported path is `<pod dir>/<id>` (cgroupfs) or
+//!    `<pod dir>/cri-containerd-<id>.scope` (systemd);
 //! 3. asks the plugins what they would answer for the pod at PreRunPodSandbox and for each
 //!    container at PreCreateContainer — the same functions proxy mode calls — and keeps the
 //!    cgroup part: the pod-level values and the container resources;
@@ -20,9 +31,11 @@
 //!
 //! A pass is idempotent: a second pass over unchanged pods writes nothing. [`Reconciler::run`]
 //! repeats it every `--reconcile-interval` and at once when the rules change. Envs, annotations
-//! and cgroup parents cannot be changed for running containers and are not touched; pods whose
-//! cgroup parent the runtime does not report are skipped. Plugin failures are logged once (not
-//! every pass) and never stop the pass for other pods.
+//! and cgroup parents cannot be changed for running containers and are not touched. A pod with
+//! an empty cgroup parent (the runtime's default cgroup) gets no pod-level values (a debug line),
+//! its containers theirs; a pod whose runtime reports nothing about its cgroups (no verbose
+//! `config`, no `cgroupsPath`) is skipped. Plugin failures and cgroup names that cannot be
+//! resolved are logged once (not every pass) and never stop the pass for other pods.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -36,7 +49,8 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use crate::cgroup::{CgroupError, Drift, Written};
-use crate::context::{ContainerContext, KubeQos, PodContext};
+use crate::cgroup_path::{self, CgroupDriver};
+use crate::context::{ContainerContext, PodContext};
 use crate::framework::{apply_all, Framework, Owned};
 use crate::plugin::Stage;
 
@@ -156,19 +170,39 @@ impl Reconciler {
                 cgroup_parent: parent.clone(),
             };
             report.pods += 1;
+            // The pod's own directory: none for the runtime's default (empty parent).
+            let pod_dir = match self.framework.cgroups().resolve(&parent) {
+                Ok(dir) => dir,
+                Err(e) => {
+                    failures_now.insert(format!("{}: pod cgroup: {e}", pod.key()));
+                    None
+                }
+            };
             let mut writes: Vec<(String, String, Owned)> = Vec::new(); // (target, dir, value)
             match self.framework.run_pod(Stage::PreRunPodSandbox, &pod) {
                 Ok(outcome) => {
                     failures_now.extend(outcome.failures.iter().map(|f| f.to_string()));
-                    writes.extend(outcome.pod_values.into_iter().map(|o| (pod.key(), parent.clone(), o)));
+                    match &pod_dir {
+                        Some(dir) => writes.extend(outcome.pod_values.into_iter().map(|o| (pod.key(), dir.clone(), o))),
+                        None if parent.is_empty() && !outcome.pod_values.is_empty() => {
+                            tracing::debug!(pod = %pod.key(), "empty cgroup parent (the runtime's default cgroup): pod-level values not written")
+                        }
+                        None => {}
+                    }
                 }
                 Err(f) => {
                     failures_now.insert(f.to_string());
                 }
             }
             for c in by_pod.get(sandbox.id.as_str()).into_iter().flatten() {
-                let Some(dir) = self.container_dir(&c.id, &parent).await else {
-                    continue;
+                let meta_name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or_default();
+                let dir = match self.container_dir(&c.id, pod_dir.as_deref()).await {
+                    Ok(Some(dir)) => dir,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        failures_now.insert(format!("{}/{meta_name}: container cgroup: {e}", pod.key()));
+                        continue;
+                    }
                 };
                 let meta = c.metadata.clone().unwrap_or_default();
                 let container = ContainerContext {
@@ -183,7 +217,9 @@ impl Reconciler {
                 match self.framework.run_container(Stage::PreCreateContainer, &container) {
                     Ok(outcome) => {
                         failures_now.extend(outcome.failures.iter().map(|f| f.to_string()));
-                        writes.extend(outcome.pod_values.into_iter().map(|o| (pod.key(), parent.clone(), o)));
+                        if let Some(pod_dir) = &pod_dir {
+                            writes.extend(outcome.pod_values.into_iter().map(|o| (pod.key(), pod_dir.clone(), o)));
+                        }
                         writes.extend(outcome.container_values.into_iter().map(|o| (container.key(), dir.clone(), o)));
                     }
                     Err(f) => {
@@ -230,14 +266,16 @@ impl Reconciler {
     }
 
     fn kube_qos_dirs(&self, root: &str, report: &mut Report, failures: &mut HashSet<String>) {
-        let root = root.trim_end_matches('/');
+        let dirs = match cgroup_path::kube_qos_dirs(root, self.framework.cgroups().driver()) {
+            Ok(dirs) => dirs,
+            Err(e) => {
+                failures.insert(format!("kubepods QoS dirs: {e}"));
+                return;
+            }
+        };
         let rules = self.framework.rules().current();
         let mut writes = Vec::new();
-        for (qos, dir) in [
-            (KubeQos::Guaranteed, root.to_owned()),
-            (KubeQos::Burstable, format!("{root}/burstable")),
-            (KubeQos::BestEffort, format!("{root}/besteffort")),
-        ] {
+        for (qos, dir) in dirs {
             for plugin in self.framework.plugins() {
                 for value in plugin.kube_qos(qos, &rules) {
                     writes.push((format!("kubepods QoS dir {dir}"), dir.clone(), Owned { plugin: plugin.name(), value }));
@@ -268,20 +306,33 @@ impl Reconciler {
         parent
     }
 
-    /// The container's cgroup directory, from the cache or `ContainerStatus` (verbose).
-    async fn container_dir(&mut self, id: &str, parent: &str) -> Option<String> {
+    /// The container's cgroup directory, from the cache or `ContainerStatus` (verbose): its
+    /// `cgroupsPath` resolved with the pod's directory `pod_dir` and the driver
+    /// ([`cgroup_path::container_dir`]); when the runtime reports none,
+    /// [`cgroup_path::default_container_dir`] below `pod_dir`. `Ok(None)`: nothing to go by (the
+    /// status call failed, or no path and no pod directory), skipped this pass.
+    ///
+    /// Errors: the reported path cannot be resolved (see [`cgroup_path::resolve`]).
+    async fn container_dir(&mut self, id: &str, pod_dir: Option<&str>) -> Result<Option<String>, String> {
         if let Some(d) = self.dirs.get(id) {
-            return Some(d.clone());
+            return Ok(Some(d.clone()));
         }
-        let status =
-            self.client.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true }).await.ok()?.into_inner();
-        let dir = status
-            .info
-            .get("info")
-            .and_then(|i| container_cgroup_dir(i))
-            .unwrap_or_else(|| format!("{}/{id}", parent.trim_end_matches('/')));
+        let driver = self.framework.cgroups().driver();
+        let Ok(status) = self.client.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true }).await else {
+            return Ok(None);
+        };
+        let dir = match status.into_inner().info.get("info").and_then(|i| container_cgroup_dir(i)) {
+            Some(path) => cgroup_path::container_dir(&path, pod_dir, driver).map_err(|e| format!("refusing {path:?}: {e}"))?,
+            None => match pod_dir {
+                Some(pod_dir) => cgroup_path::default_container_dir(pod_dir, id, driver),
+                None => {
+                    tracing::debug!(container = id, "the runtime reports no cgroup and the pod has no directory of its own; skipped");
+                    return Ok(None);
+                }
+            },
+        };
         self.dirs.insert(id.to_owned(), dir.clone());
-        Some(dir)
+        Ok(Some(dir))
     }
 
     /// Runs passes until `shutdown`: one at once, then every `interval` (none: only on rule
@@ -332,22 +383,57 @@ impl Reconciler {
     }
 }
 
-/// The pod cgroup parent in containerd's verbose sandbox `info` JSON: `config.linux.cgroup_parent`,
-/// else the parent of the sandbox container's `runtimeSpec.linux.cgroupsPath`.
+/// The pod cgroup parent in containerd's verbose sandbox `info` JSON, as kubelet gave it (any
+/// form; resolve it with [`crate::cgroup::CgroupFs::resolve`]); `Some("")` for the runtime's
+/// default (an empty parent), `None` when the info says nothing.
+///
+/// With a `config` object (containerd): `config.linux.cgroup_parent`, absent or null meaning
+/// empty. Without one: from the sandbox container's `runtimeSpec.linux.cgroupsPath`, the parent
+/// directory of an absolute path or the slice of a systemd `<slice>:<prefix>:<name>`.
 pub fn sandbox_cgroup_parent(info: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(info).ok()?;
-    if let Some(p) = v["config"]["linux"]["cgroup_parent"].as_str().filter(|p| p.starts_with('/')) {
-        return Some(p.to_owned());
+    if v["config"].is_object() {
+        return Some(v["config"]["linux"]["cgroup_parent"].as_str().unwrap_or_default().to_owned());
     }
-    let path = v["runtimeSpec"]["linux"]["cgroupsPath"].as_str().filter(|p| p.starts_with('/'))?;
+    let path = v["runtimeSpec"]["linux"]["cgroupsPath"].as_str()?;
+    if cgroup_path::is_systemd_path(path) {
+        return cgroup_path::split_systemd_path(path).ok().map(|(slice, _)| slice.to_owned());
+    }
+    let path = Some(path).filter(|p| p.starts_with('/'))?;
     Path::new(path).parent().map(|p| p.display().to_string()).filter(|p| p != "/")
 }
 
-/// A container's cgroup directory in containerd's verbose container `info` JSON:
-/// `runtimeSpec.linux.cgroupsPath`, if it is a cgroupfs path (absolute).
+/// A container's cgroup in containerd's verbose container `info` JSON:
+/// `runtimeSpec.linux.cgroupsPath` as the runtime gave it to runc (cgroupfs: an absolute path;
+/// systemd: `<slice>:<prefix>:<name>`); `None` when absent or empty.
 pub fn container_cgroup_dir(info: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(info).ok()?;
-    v["runtimeSpec"]["linux"]["cgroupsPath"].as_str().filter(|p| p.starts_with('/')).map(str::to_owned)
+    v["runtimeSpec"]["linux"]["cgroupsPath"].as_str().filter(|p| !p.is_empty()).map(str::to_owned)
+}
+
+/// Asks the CRI runtime at `endpoint` for its cgroup driver: CRI v1 `RuntimeConfig`
+/// (`linux.cgroup_driver`: SYSTEMD = 0, CGROUPFS = 1), waiting at most `timeout`. containerd
+/// implements it from 2.0, CRI-O from 1.28; containerd 1.6 and 1.7 answer UNIMPLEMENTED.
+///
+/// Errors (a message for the start-up line): no answer in time, UNIMPLEMENTED or another status,
+/// an answer without a `linux` section ([`driver_of`]).
+pub async fn runtime_cgroup_driver(endpoint: &Path, timeout: Duration) -> Result<CgroupDriver, String> {
+    let mut client = RuntimeServiceClient::new(hook_api::connect(endpoint));
+    match tokio::time::timeout(timeout, client.runtime_config(cri::RuntimeConfigRequest {})).await {
+        Err(_) => Err(format!("no answer from {} within {timeout:?}", endpoint.display())),
+        Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => Err(format!("{} does not implement it", endpoint.display())),
+        Ok(Err(s)) => Err(format!("{}: {}: {}", endpoint.display(), s.code(), s.message())),
+        Ok(Ok(resp)) => driver_of(&resp.into_inner()).ok_or_else(|| "the answer has no linux section".to_owned()),
+    }
+}
+
+/// The driver in a `RuntimeConfig` answer: `linux.cgroup_driver` (proto3: an unset field is 0,
+/// SYSTEMD, as CRI defines it); `None` without a `linux` section or for an unknown value.
+pub fn driver_of(resp: &cri::RuntimeConfigResponse) -> Option<CgroupDriver> {
+    match cri::CgroupDriver::try_from(resp.linux.as_ref()?.cgroup_driver).ok()? {
+        cri::CgroupDriver::Systemd => Some(CgroupDriver::Systemd),
+        cri::CgroupDriver::Cgroupfs => Some(CgroupDriver::Cgroupfs),
+    }
 }
 
 #[cfg(test)]
@@ -361,10 +447,71 @@ mod tests {
         let spec_only = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/pod2/abc"}}}"#;
         assert_eq!(sandbox_cgroup_parent(spec_only).as_deref(), Some("/kubepods/pod2"));
         let systemd = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "kubepods-pod.slice:cri-containerd:abc"}}}"#;
-        assert_eq!(sandbox_cgroup_parent(systemd), None);
+        assert_eq!(sandbox_cgroup_parent(systemd).as_deref(), Some("kubepods-pod.slice"));
         assert_eq!(sandbox_cgroup_parent("not json"), None);
+        assert_eq!(sandbox_cgroup_parent("{}"), None, "nothing said: unknown");
         let container = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/pod2/def"}}}"#;
         assert_eq!(container_cgroup_dir(container).as_deref(), Some("/kubepods/pod2/def"));
-        assert_eq!(container_cgroup_dir(systemd), None);
+        assert_eq!(container_cgroup_dir(systemd).as_deref(), Some("kubepods-pod.slice:cri-containerd:abc"));
+        assert_eq!(container_cgroup_dir(r#"{"runtimeSpec": {"linux": {"cgroupsPath": ""}}}"#), None);
+    }
+
+    /// What containerd 1.6 and 1.7 (cgroupfs runc) report, captured from the dev containerds.
+    #[test]
+    fn cgroup_paths_as_containerd_reports_them() {
+        // kubelet's systemd parent: containerd makes the systemd form from its last component.
+        let parent = "/rp-test/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid_1.slice";
+        let sandbox = format!(
+            r#"{{"config": {{"linux": {{"cgroup_parent": "{parent}"}}}}, "runtimeSpec": {{"linux": {{"cgroupsPath": "kubepods-besteffort-poduid_1.slice:cri-containerd:s1"}}}}}}"#
+        );
+        assert_eq!(sandbox_cgroup_parent(&sandbox).as_deref(), Some(parent));
+        // A bare slice name is kept as given: resolved later, with the driver.
+        let bare = r#"{"config": {"linux": {"cgroup_parent": "kubepods-besteffort-poduid_3.slice"}}, "runtimeSpec": {"linux": {"cgroupsPath": "kubepods-besteffort-poduid_3.slice:cri-containerd:s3"}}}"#;
+        assert_eq!(sandbox_cgroup_parent(bare).as_deref(), Some("kubepods-besteffort-poduid_3.slice"));
+        // An empty parent: containerd omits it and puts the pod in its own namespace cgroup.
+        let empty = r#"{"config": {"linux": {"security_context": {}}}, "runtimeSpec": {"linux": {"cgroupsPath": "/k8s.io/s2"}}}"#;
+        assert_eq!(sandbox_cgroup_parent(empty).as_deref(), Some(""), "the runtime's default, not /k8s.io");
+        let container = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/k8s.io/c2"}}}"#;
+        assert_eq!(container_cgroup_dir(container).as_deref(), Some("/k8s.io/c2"));
+    }
+
+    #[test]
+    fn driver_from_runtime_config() {
+        let answer =
+            |d: Option<i32>| cri::RuntimeConfigResponse { linux: d.map(|cgroup_driver| cri::LinuxRuntimeConfiguration { cgroup_driver }) };
+        assert_eq!(driver_of(&answer(Some(cri::CgroupDriver::Systemd as i32))), Some(CgroupDriver::Systemd));
+        assert_eq!(driver_of(&answer(Some(cri::CgroupDriver::Cgroupfs as i32))), Some(CgroupDriver::Cgroupfs));
+        assert_eq!(driver_of(&answer(Some(7))), None);
+        assert_eq!(driver_of(&answer(None)), None);
+    }
+
+    /// `RuntimeConfig` against a fake runtime: each answer, UNIMPLEMENTED (containerd 1.6/1.7),
+    /// a runtime that never answers, no runtime at all.
+    #[tokio::test]
+    async fn driver_detection_over_cri() {
+        use prost::Message;
+        use test_support::fake_backend::{Behaviour, FakeBackend};
+        let timeout = Duration::from_millis(300);
+        for (driver, want) in [(cri::CgroupDriver::Cgroupfs, CgroupDriver::Cgroupfs), (cri::CgroupDriver::Systemd, CgroupDriver::Systemd)] {
+            let body =
+                cri::RuntimeConfigResponse { linux: Some(cri::LinuxRuntimeConfiguration { cgroup_driver: driver as i32 }) }.encode_to_vec();
+            let fake = FakeBackend::start(Behaviour::ok(&body)).await;
+            assert_eq!(runtime_cgroup_driver(fake.socket(), timeout).await, Ok(want));
+            assert_eq!(fake.calls_to("/runtime.v1.RuntimeService/RuntimeConfig").len(), 1);
+        }
+        let unimplemented = Behaviour::Reply {
+            headers: vec![],
+            body: Default::default(),
+            trailers: vec![("grpc-status".into(), "12".into()), ("grpc-message".into(), "unknown method RuntimeConfig".into())],
+            delay: Duration::ZERO,
+        };
+        let fake = FakeBackend::start(unimplemented).await;
+        let e = runtime_cgroup_driver(fake.socket(), timeout).await.unwrap_err();
+        assert!(e.contains("does not implement it"), "{e}");
+        let fake = FakeBackend::start(Behaviour::Hang).await;
+        let e = runtime_cgroup_driver(fake.socket(), timeout).await.unwrap_err();
+        assert!(e.contains("no answer"), "{e}");
+        let e = runtime_cgroup_driver(Path::new("/nonexistent/runtime.sock"), timeout).await.unwrap_err();
+        assert!(e.contains("/nonexistent/runtime.sock"), "{e}");
     }
 }

@@ -25,7 +25,9 @@
 //! ```
 //!
 //! Values are checked: group identity values in −1..=2 (what the kernel accepts), the CFS
-//! period in 1000..=1000000 µs.
+//! period in 1000..=1000000 µs. `{}` and a null document (YAML `---`, `null`, `~`, only
+//! comments; JSON `null`) mean all defaults; a file of only whitespace is an error (see
+//! [`Rules::parse`]); a UTF-8 BOM at the start is skipped.
 //!
 //! # Reload
 //!
@@ -132,16 +134,25 @@ impl Default for CpusetRules {
 impl Rules {
     /// Parses rules: JSON when `path` ends in `.json`, YAML otherwise; then [`Rules::validate`].
     ///
-    /// Errors name the file and the position or field.
+    /// A UTF-8 BOM at the start is skipped (some editors write one; runtime-proxy skips it in
+    /// registration files too). A null document means the defaults, like `{}`: YAML `---` (an
+    /// empty document), `null`, `~` or only comments; JSON `null`.
+    ///
+    /// Errors name the file and the position or field. A file with nothing but whitespace is an
+    /// error, not the defaults: it is what a reader sees while a writer truncates and rewrites
+    /// the file in place, and taking it for the defaults would flip every pod's policy for a
+    /// moment (a hot reload keeps the rules in force instead).
     pub fn parse(path: &Path, text: &str) -> anyhow::Result<Rules> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         if text.trim().is_empty() {
             bail!("{} is empty (write {{}} for the defaults)", path.display());
         }
-        let rules: Rules = if path.extension().is_some_and(|e| e == "json") {
+        let rules: Option<Rules> = if path.extension().is_some_and(|e| e == "json") {
             serde_json::from_str(text).with_context(|| format!("parsing {} as JSON", path.display()))?
         } else {
             serde_norway::from_str(text).with_context(|| format!("parsing {} as YAML", path.display()))?
         };
+        let rules = rules.unwrap_or_default();
         rules.validate().with_context(|| format!("checking {}", path.display()))?;
         Ok(rules)
     }
@@ -304,6 +315,44 @@ mod tests {
         assert_eq!(r.cpu.cfs_period_us, 100_000);
         assert_eq!(Rules::parse(Path::new("r.json"), "{}").unwrap(), r);
         assert_eq!(Rules::parse(Path::new("r.yaml"), "{}").unwrap(), r);
+    }
+
+    #[test]
+    fn null_documents_mean_the_defaults() {
+        for (name, text) in [
+            ("r.yaml", "---"),
+            ("r.yaml", "---\n"),
+            ("r.yaml", "null"),
+            ("r.yaml", "~\n"),
+            ("r.yaml", "--- ~"),
+            ("r.yaml", "# all defaults\n"),
+            ("r.yaml", "{}"),
+            ("r.json", "null"),
+            ("r.json", " {} "),
+        ] {
+            assert_eq!(Rules::parse(Path::new(name), text).unwrap(), Rules::default(), "{name} {text:?}");
+        }
+        for (name, text) in [("r.yaml", ""), ("r.yaml", " \n\t"), ("r.json", ""), ("r.json", "\n")] {
+            let e = format!("{:#}", Rules::parse(Path::new(name), text).unwrap_err());
+            assert!(e.contains("empty") && e.contains("{}"), "{name} {text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_utf8_bom_is_skipped() {
+        let r = Rules::parse(Path::new("r.json"), "\u{feff}{\"cpu\": {\"cfsPeriodUs\": 50000}}").unwrap();
+        assert_eq!(r.cpu.cfs_period_us, 50_000);
+        let r = Rules::parse(Path::new("r.yaml"), "\u{feff}groupIdentity:\n  be: 0\n").unwrap();
+        assert_eq!(r.group_identity.be, 0);
+        assert_eq!(Rules::parse(Path::new("r.yaml"), "\u{feff}---\n").unwrap(), Rules::default());
+        assert!(Rules::parse(Path::new("r.json"), "\u{feff}").unwrap_err().to_string().contains("empty"));
+        // Only at the start.
+        assert!(Rules::parse(Path::new("r.json"), "{}\u{feff}").is_err());
+        // Through the file, as the binary reads it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.json");
+        std::fs::write(&path, b"\xEF\xBB\xBF{\"batchResource\": {\"enable\": false}}").unwrap();
+        assert!(!RulesStore::open(&path).unwrap().current().batch_resource.enable);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -113,6 +114,32 @@ async fn lsr_pod_gets_its_cpuset_and_be_pod_the_shared_pool() {
     be.remove(&mut rt).await;
 }
 
+/// A cpuset written with spaces (`" 0 - 1 "`) reaches runc in the kernel's form (`0-1`); before,
+/// it went through verbatim and runc failed StartContainer writing `cpuset.cpus` (EINVAL). An
+/// invalid list is the CPUSet plugin's failure, under the plugin failure policy (Ignore: the pod
+/// runs on kubelet's cpuset, and the log names the annotation and the value).
+#[tokio::test]
+async fn lsr_cpuset_with_spaces_is_normalized_and_a_bad_one_is_a_plugin_failure() {
+    let s = setup(&[]);
+    let mut rt = runtime_client(s.proxy.socket());
+    let (sandbox, container) = pod_configs(&s.env, &[(QOS, "LSR")], &[(STATUS, r#"{"cpuset": " 0 - 1 "}"#)]);
+    let lsr = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("LSR pod: {e:?}\n{}", s.hooks.log()));
+    assert_eq!(lsr.cgroup_file("cpuset", "cpuset.cpus"), "0-1");
+    assert_eq!(lsr.cgroup_file("cpu", "cpu.cfs_quota_us"), "-1");
+    assert!(s.hooks.log().contains(r#"cpuset_cpus="0-1""#) || s.hooks.log().contains("cpuset_cpus=0-1"), "{}", s.hooks.log());
+
+    let (sandbox, container) = pod_configs(&s.env, &[(QOS, "LSR")], &[(STATUS, r#"{"cpuset": "0,,1"}"#)]);
+    let bad = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("runs under Ignore: {e:?}\n{}", s.hooks.log()));
+    assert_eq!(bad.cgroup_file("cpuset", "cpuset.cpus"), cgroup("cpuset", "", "cpuset.cpus"), "kubelet's (none): all CPUs");
+    assert!(
+        s.hooks.wait_log(&["CPUSet", STATUS, "\"0,,1\"", "empty element", "plugin-failure-policy Ignore"], 0, Duration::from_secs(2)),
+        "{}",
+        s.hooks.log()
+    );
+    lsr.remove(&mut rt).await;
+    bad.remove(&mut rt).await;
+}
+
 #[tokio::test]
 async fn plugin_failures_follow_the_policies() {
     // Fail here and in the registration: a broken annotation refuses the pod, naming the cause.
@@ -197,6 +224,109 @@ async fn registration_is_removed_on_shutdown() {
     assert!(!file.exists(), "registration removed");
     assert!(!s.dir.path().join("runtime-hooks.sock").exists(), "socket removed");
     assert!(s.proxy.wait_log(&["hook server removed", "file=runtime-hooks.json"], 0), "{}", s.proxy.log());
+}
+
+fn registered_endpoint(file: &Path) -> Option<String> {
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+    json["remote-endpoint"].as_str().map(str::to_owned)
+}
+
+/// The proxy's last word on `runtime-hooks.json`: the line of its last add, update or removal.
+fn proxy_view(proxy: &ProxyProcess) -> String {
+    let log = proxy.log();
+    let last = log.lines().rev().find(|l| l.contains("file=runtime-hooks.json") && l.contains("hook server "));
+    last.unwrap_or_default().to_owned()
+}
+
+/// A deleted registration file is written again within about a second, and the proxy takes the
+/// server up again; before, it stayed deleted until the server restarted.
+#[tokio::test]
+async fn a_deleted_registration_comes_back() {
+    let s = setup(&[]);
+    let file = s.dir.path().join("hookserver.d/runtime-hooks.json");
+    let ours = s.dir.path().join("runtime-hooks.sock").display().to_string();
+    std::fs::remove_file(&file).unwrap();
+    assert!(s.proxy.wait_log(&["hook server removed", "file=runtime-hooks.json"], 0), "{}", s.proxy.log());
+    let gone = std::time::Instant::now();
+    assert!(eventually(Duration::from_secs(3), || registered_endpoint(&file).as_deref() == Some(ours.as_str())), "{}", s.hooks.log());
+    assert!(gone.elapsed() < Duration::from_millis(2500), "back after {:?}", gone.elapsed());
+    assert_eq!(s.hooks.count(&["registration file was removed; registered again", "WARN"]), 1, "{}", s.hooks.log());
+    assert!(s.proxy.wait_log(&["hook server added", "file=runtime-hooks.json"], 1), "{}", s.proxy.log());
+    // And it still works: a BE pod gets its batch resources.
+    let mut rt = runtime_client(s.proxy.socket());
+    let (sandbox, container) = pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, BE_SPEC)]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512");
+    pod.remove(&mut rt).await;
+}
+
+/// Two instances with the same --hook-name: each takeover is a warning naming both endpoints,
+/// and when one exits the other stays registered (before, the second overwrote the file and the
+/// first never took it back; whichever exited first deleted the file for good).
+#[tokio::test]
+async fn same_hook_name_twice_never_leaves_the_survivor_unregistered() {
+    let mut s = setup(&[]);
+    let conf = s.dir.path().join("hookserver.d");
+    let file = conf.join("runtime-hooks.json");
+    let (a, b) = (s.dir.path().join("runtime-hooks.sock"), s.dir.path().join("b.sock"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let mut second = Hooks::start(&["--listen", b, "--hook-config-dir", conf.to_str().unwrap()], s.dir.path().join("b.log"));
+    let takeover = "named another endpoint";
+    // B takes it from A at start; A takes it back within a second, and so on, loudly.
+    let (a_ours, a_theirs, b_ours, b_theirs) = (format!("ours={a}"), format!("theirs={b}"), format!("ours={b}"), format!("theirs={a}"));
+    assert!(second.wait_log(&[takeover, "WARN", &b_ours, &b_theirs], 0, Duration::from_secs(5)), "{}", second.log());
+    assert!(s.hooks.wait_log(&[takeover, "WARN", &a_ours, &a_theirs], 0, Duration::from_secs(3)), "{}", s.hooks.log());
+    assert!(second.wait_log(&[takeover, "WARN", &b_ours, &b_theirs], 1, Duration::from_secs(3)), "{}", second.log());
+
+    // The first exits: whatever the file said at that moment, the second is registered after.
+    assert_eq!(s.hooks.terminate(), Some(0), "{}", s.hooks.log());
+    assert!(eventually(Duration::from_secs(3), || registered_endpoint(&file).as_deref() == Some(b)), "{}", second.log());
+    for _ in 0..15 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(registered_endpoint(&file).as_deref(), Some(b), "stays registered\n{}", second.log());
+    }
+    assert!(
+        eventually(Duration::from_secs(2), || proxy_view(&s.proxy).contains(&format!("endpoint={b}"))),
+        "the proxy calls the survivor: {}",
+        s.proxy.log()
+    );
+    // The survivor's exit removes its own file.
+    assert_eq!(second.terminate(), Some(0), "{}", second.log());
+    assert!(!file.exists(), "{}", second.log());
+    assert!(s.proxy.wait_log(&["hook server removed", "file=runtime-hooks.json"], 0), "{}", s.proxy.log());
+}
+
+/// `--hook-name` is a plain file name: `../../etc/evil` is refused at start with exit code 2,
+/// before anything is written (before, it registered `<dir>/../../etc/evil.json`).
+#[test]
+fn hook_name_with_a_path_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("a/b/hookserver.d");
+    let etc = dir.path().join("a/etc"); // where `../../etc/evil` would land
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::create_dir_all(&etc).unwrap();
+    let socket = dir.path().join("x.sock");
+    let empty = |d: &Path| std::fs::read_dir(d).unwrap().count() == 0;
+    for bad in ["../../etc/evil", "..", "", ".hidden"] {
+        let mut child = std::process::Command::new(HOOKS_BIN)
+            .args(["--hook-name", bad, "--hook-config-dir", conf.to_str().unwrap(), "--listen", socket.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let exited = eventually(Duration::from_secs(5), || child.try_wait().ok().flatten().is_some());
+        if !exited {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(exited, "{bad:?}: still running");
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(stderr.contains("--hook-name") && stderr.contains("hook name"), "{bad:?}: {stderr}");
+        assert!(empty(&etc) && empty(&conf) && !socket.exists(), "{bad:?}: nothing written");
+    }
 }
 
 /// runtime-hooks' gRPC server accepts clients that put the socket path in `:authority` (raw or

@@ -18,7 +18,9 @@
 //!
 //! Only `cpuset` is read (other keys are ignored). Per container:
 //!
-//! * LSE and LSR pods with a non-empty `cpuset`: `cpuset_cpus` = that list, and with
+//! * LSE and LSR pods with a non-empty `cpuset`: `cpuset_cpus` = that list in the kernel's
+//!   canonical form (whitespace removed, ascending, merged ranges: `" 0 - 1 "` → `0-1`; an
+//!   invalid list is the plugin's failure, under the plugin failure policy), and with
 //!   `unsetCfsQuota` (default) `cpu_quota` = −1: bound CPUs need no CFS throttling (koordlet
 //!   unsets it unless `--disable-unset-cpu-quota`). The pod cgroup's quota is unset too.
 //! * BE pods: `cpuset_cpus` = `""`, which runtime-proxy (like koord) applies as "clear": the
@@ -32,7 +34,7 @@
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
 
-use crate::cgroup::{parse_cpu_list, CgroupValue};
+use crate::cgroup::{format_cpu_list, parse_cpu_list, CgroupValue};
 use crate::change::{Change, Resources};
 use crate::context::{ContainerContext, PodContext, QosClass};
 use crate::plugin::{Plugin, Stage};
@@ -49,9 +51,13 @@ pub struct ResourceStatus {
     pub cpuset: String,
 }
 
-/// The cpuset the scheduler gave an LSE/LSR pod; `None` for other pods and when absent or empty.
+/// The cpuset the scheduler gave an LSE/LSR pod, in the kernel's canonical form (ascending,
+/// merged ranges: `" 6-7, 0 - 1,4 "` → `"0-1,4,6-7"`, see [`parse_cpu_list`] and
+/// [`format_cpu_list`]); `None` for other pods and when absent, empty or only whitespace.
 ///
-/// Errors: the annotation is not JSON, or `cpuset` is not a CPU list.
+/// Errors (the plugin's failure, under the plugin failure policy; the message names the
+/// annotation and the value): the annotation is not JSON, or `cpuset` is not a string holding a
+/// valid CPU list (empty elements, descending ranges, non-numbers, CPUs ≥ 8192).
 pub fn bound_cpuset(pod: &PodContext) -> anyhow::Result<Option<String>> {
     if !matches!(pod.qos(), QosClass::Lse | QosClass::Lsr) {
         return Ok(None);
@@ -60,14 +66,11 @@ pub fn bound_cpuset(pod: &PodContext) -> anyhow::Result<Option<String>> {
         return Ok(None);
     };
     let status: ResourceStatus = serde_json::from_str(text).with_context(|| format!("pod annotation {RESOURCE_STATUS}"))?;
-    let cpuset = status.cpuset.trim();
-    if cpuset.is_empty() {
-        return Ok(None);
-    }
-    if let Err(e) = parse_cpu_list(cpuset) {
-        bail!("pod annotation {RESOURCE_STATUS}: cpuset {cpuset:?}: {e}");
-    }
-    Ok(Some(cpuset.to_owned()))
+    let cpus = match parse_cpu_list(&status.cpuset) {
+        Ok(cpus) => cpus,
+        Err(e) => bail!("pod annotation {RESOURCE_STATUS}: cpuset {:?}: {e}", status.cpuset),
+    };
+    Ok(Some(format_cpu_list(&cpus)).filter(|c| !c.is_empty()))
 }
 
 /// The CPUSet plugin.
@@ -164,5 +167,33 @@ mod tests {
             let err = CpuSet.container(Stage::PreCreateContainer, &container("LSE", Some(bad)), &Rules::default()).unwrap_err();
             assert!(format!("{err:#}").contains(RESOURCE_STATUS), "{err:#}");
         }
+        for (value, why) in
+            [("0,,1", "empty element"), ("1,", "empty element"), ("3-1", "descending"), ("x", "not a CPU"), ("0-8192", "range")]
+        {
+            let status = format!(r#"{{"cpuset": "{value}"}}"#);
+            for c in [container("LSR", Some(&status)), container("LSE", Some(&status))] {
+                let err = format!("{:#}", CpuSet.container(Stage::PreCreateContainer, &c, &Rules::default()).unwrap_err());
+                assert!(err.contains(RESOURCE_STATUS) && err.contains(&format!("{value:?}")) && err.contains(why), "{value:?}: {err}");
+                let err = format!("{:#}", CpuSet.pod(Stage::PreRunPodSandbox, &c.pod, &Rules::default()).unwrap_err());
+                assert!(err.contains(RESOURCE_STATUS), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn cpusets_are_normalized_to_the_kernel_form() {
+        for (given, canonical) in [(" 0 - 1 ", "0-1"), ("6-7, 0 -1,4", "0-1,4,6-7"), ("3,1,2", "1-3"), ("0-1,1-2", "0-2"), (r"\t5\n", "5")]
+        {
+            let status = format!(r#"{{"cpuset": "{given}"}}"#);
+            let r = run(&container("LSR", Some(&status)), &Rules::default());
+            assert_eq!(r.cpuset_cpus.as_deref(), Some(canonical), "{given:?}");
+            assert_eq!(r.cpu_quota, Some(-1));
+        }
+        // Only whitespace: no cpuset, as if absent.
+        assert!(run(&container("LSR", Some(r#"{"cpuset": "  "}"#)), &Rules::default()).is_empty());
+        assert!(CpuSet
+            .pod(Stage::PreRunPodSandbox, &container("LSR", Some(r#"{"cpuset": " "}"#)).pod, &Rules::default())
+            .unwrap()
+            .is_empty());
     }
 }
