@@ -1,10 +1,15 @@
-# make demo | demo-hooks | test | bench | build | clean-containerd — see scripts/*.sh
-.PHONY: demo demo-hooks test bench build clean-containerd
+# make demo | demo-hooks | demo-docker | test | bench | build | clean-containerd — see scripts/*.sh
+.PHONY: demo demo-hooks demo-docker test bench build clean-containerd
 
-# runtime-proxy with the example hook, then runtime-proxy with runtime-hooks (proxy and standalone mode)
+# runtime-proxy with the example hook, then runtime-proxy with runtime-hooks (proxy and standalone mode),
+# then runtime-proxy in Docker mode in front of dockerd
 demo:
 	@scripts/demo.sh
 	@scripts/demo-hooks.sh
+	@scripts/demo-docker.sh
+
+demo-docker:
+	@scripts/demo-docker.sh
 
 demo-hooks:
 	@scripts/demo-hooks.sh
