@@ -17,7 +17,7 @@
 //! Compression: a request whose message is compressed (`grpc-encoding: gzip` or `deflate`) is
 //! decompressed to read it; when hooks change it, the edited message is compressed again the
 //! same way, otherwise the original bytes go on. A backend without that decompressor (containerd
-//! has none) then refuses the call exactly as it would without the proxy. Other encodings are
+//! 1.6; 1.7 has gzip) then refuses the call exactly as it would without the proxy. Other encodings are
 //! refused by the proxy (`UNIMPLEMENTED`, naming the encoding), never read as plain messages.
 //!
 //! Ordering: calls for the same pod sandbox (its containers included) run one at a time, from
