@@ -49,13 +49,34 @@ pub async fn get_json(socket: &Path, path: &str) -> Result<Value, String> {
     tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| format!("GET {path}: no answer within {CALL_TIMEOUT:?}"))?
 }
 
+/// An inspect answer's `Config` without what its image added: dockerd merges the image's `Env`
+/// and `Labels` into the container's, while the create call (and so the entry made then) had
+/// only the client's. Entries equal to the image's are dropped (a client that set exactly the
+/// image's value cannot be told apart; the image's value is what the container has either way).
+async fn own_config(socket: &Path, inspect: &Value) -> Option<Value> {
+    let mut config = inspect.get("Config")?.clone();
+    let image = inspect.get("Image").and_then(Value::as_str).unwrap_or("");
+    let Ok(image) = get_json(socket, &format!("/images/{image}/json")).await else { return Some(config) };
+    let image_config = image.get("Config");
+    if let (Some(Value::Array(env)), Some(Value::Array(image_env))) = (config.get_mut("Env"), image_config.and_then(|c| c.get("Env"))) {
+        env.retain(|e| !image_env.contains(e));
+    }
+    if let (Some(Value::Object(labels)), Some(Value::Object(image_labels))) =
+        (config.get_mut("Labels"), image_config.and_then(|c| c.get("Labels")))
+    {
+        labels.retain(|k, v| image_labels.get(k) != Some(v));
+    }
+    Some(config)
+}
+
 /// The store entry an inspect answer describes, recorded in `store`; `None` for a container
 /// not named the dockershim way. A container whose sandbox the store does not know has its
 /// sandbox inspected too (once).
 pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<Known> {
     let id = inspect.get("Id")?.as_str()?.to_owned();
     let kube = KubeName::parse(inspect.get("Name")?.as_str()?)?;
-    let config = inspect.get("Config");
+    let own = own_config(socket, inspect).await;
+    let config = own.as_ref();
     let host_config = inspect.get("HostConfig");
     if model::is_sandbox(&model::labels_of(config), &kube) {
         let pod = model::pod_request(&kube, config, host_config);
@@ -68,7 +89,8 @@ pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<Kno
         if let Ok(sandbox) = get_json(socket, &format!("/containers/{sandbox_id}/json")).await {
             let kube = sandbox.get("Name").and_then(Value::as_str).and_then(KubeName::parse);
             if let Some(kube) = kube {
-                let p = model::pod_request(&kube, sandbox.get("Config"), sandbox.get("HostConfig"));
+                let own = own_config(socket, &sandbox).await;
+                let p = model::pod_request(&kube, own.as_ref(), sandbox.get("HostConfig"));
                 store.put_pod(&sandbox_id, p.clone());
                 pod = Some(p);
             }
