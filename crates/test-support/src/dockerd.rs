@@ -1,5 +1,5 @@
 //! The real Docker engine (Debian's dockerd 20.10) started by `scripts/dockerd.sh up ROOT`, and
-//! its CLI, for the tests of the proxy's Docker mode.
+//! its CLI and raw Engine API calls ([`api`]), for the tests of the proxy's Docker mode.
 //!
 //! The daemon has no bridge network (containers need `--network none` or `container:<id>`), no
 //! registry, and a test-only default runtime that turns a negative `OomScoreAdj` into 0 in the
@@ -7,8 +7,11 @@
 //! requested value.
 
 use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// What `scripts/dockerd.sh` wrote to `$ROOT/env`.
 #[derive(Clone, Debug)]
@@ -87,4 +90,71 @@ impl Dockerd {
     pub fn docker_direct(&self) -> Command {
         self.docker(&self.socket)
     }
+}
+
+/// One Engine API call over HTTP/1.1 on the unix socket `socket` (dockerd's or the proxy's), as
+/// dockershim and cri-dockerd make them: `method path` (e.g. `POST`, `/v1.41/containers/create?name=…`)
+/// with `body` as JSON (`Content-Type: application/json`, `Content-Length`), on a connection of
+/// its own (`Connection: close`). Returns the status code and the body: parsed JSON, `Null` when
+/// empty, else the text as a JSON string. Panics (test code) when the socket cannot be reached
+/// or no answer comes within 60 s.
+pub fn api(socket: &Path, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, serde_json::Value) {
+    let bytes = body.map(|b| serde_json::to_vec(b).expect("JSON"));
+    let (status, answer) = api_raw(socket, method, path, bytes.as_deref());
+    let value = if answer.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&answer).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&answer).into_owned()))
+    };
+    (status, value)
+}
+
+/// Like [`api`], with the request body as bytes (sent as JSON) and the answer body as dockerd
+/// (or the proxy) wrote it, de-chunked: for byte-for-byte comparisons.
+pub fn api_raw(socket: &Path, method: &str, path: &str, body: Option<&[u8]>) -> (u16, Vec<u8>) {
+    let mut conn = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connecting to {}: {e}", socket.display()));
+    conn.set_read_timeout(Some(Duration::from_secs(60))).expect("read timeout");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: docker\r\nUser-Agent: rp-test\r\nConnection: close\r\n");
+    if let Some(b) = body {
+        request.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()));
+    }
+    request.push_str("\r\n");
+    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(body.unwrap_or_default());
+    conn.write_all(&bytes).unwrap_or_else(|e| panic!("{method} {path}: writing: {e}"));
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).unwrap_or_else(|e| panic!("{method} {path}: reading the answer: {e}"));
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("{method} {path}: no HTTP answer head in {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let rest = &raw[split + 4..];
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("{method} {path}: bad status line in {head:?}"));
+    let chunked = head.lines().any(|l| {
+        l.split_once(':')
+            .is_some_and(|(k, v)| k.trim().eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked"))
+    });
+    (status, if chunked { dechunk(rest) } else { rest.to_vec() })
+}
+
+/// The payload of a `Transfer-Encoding: chunked` body (trailers ignored; stops at a malformed size).
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size_text = String::from_utf8_lossy(&raw[..eol]);
+        let Ok(size) = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16) else { break };
+        raw = &raw[eol + 2..];
+        if size == 0 || raw.len() < size {
+            out.extend_from_slice(&raw[..size.min(raw.len())]);
+            break;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = raw.get(size + 2..).unwrap_or_default();
+    }
+    out
 }

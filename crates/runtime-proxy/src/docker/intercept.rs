@@ -281,7 +281,9 @@ impl DockerInterceptor {
                 return refuse(&status);
             }
         }
-        let after = entry.hook.container_resources.clone().unwrap_or_default();
+        let after = entry.hook.container_resources.get_or_insert_with(Default::default);
+        model::follow_swap(&before, after, true);
+        let after = after.clone();
         let obj = json.as_object_mut().expect("checked: an object");
         let bytes = if model::write_resources(obj, &before, &after, false) { Bytes::from(json.to_string()) } else { bytes };
         let resp = forward_bytes(upstream, parts, bytes).await;

@@ -161,6 +161,27 @@ pub fn write_resources(
     changed
 }
 
+/// Keeps the swap limit in step when hooks changed the memory limit but not the swap limit, so
+/// dockerd accepts the change (it refuses a memory limit above the swap limit: "Memory limit
+/// should be smaller than already set memoryswap limit"). Docker's `MemorySwap` is memory + swap:
+/// `-1` unlimited (kept), equal to the old memory limit (no swap, what kubelet asks for) → the
+/// new memory limit, `0` (Docker's default: twice the memory) → at create left to dockerd, at an
+/// update (where 0 means "unchanged", i.e. still twice the *old* limit) twice the new limit.
+pub fn follow_swap(before: &hook::LinuxContainerResources, after: &mut hook::LinuxContainerResources, update: bool) {
+    if after.memory_limit_in_bytes == before.memory_limit_in_bytes || after.memory_swap_limit_in_bytes != before.memory_swap_limit_in_bytes
+    {
+        return;
+    }
+    let (memory, swap) = (after.memory_limit_in_bytes, before.memory_swap_limit_in_bytes);
+    after.memory_swap_limit_in_bytes = match swap {
+        -1 => -1,
+        0 if update && memory > 0 => memory.saturating_mul(2),
+        0 => 0,
+        s if s == before.memory_limit_in_bytes => memory,
+        s => s.max(memory),
+    };
+}
+
 /// Sets `obj[key]` to an empty object if it is absent or not an object, and returns it.
 pub fn object_at<'a>(obj: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
     let slot = obj.entry(key.to_owned()).or_insert_with(|| Value::Object(Map::new()));
@@ -247,7 +268,9 @@ pub fn write_container_changes(
     let default = hook::LinuxContainerResources::default();
     let (b, a) = (before.container_resources.as_ref().unwrap_or(&default), after.container_resources.as_ref().unwrap_or(&default));
     if b != a {
-        changed |= write_resources(object_at(body, "HostConfig"), b, a, true);
+        let mut a = a.clone();
+        follow_swap(b, &mut a, false);
+        changed |= write_resources(object_at(body, "HostConfig"), b, &a, true);
     }
     if before.pod_cgroup_parent != after.pod_cgroup_parent {
         object_at(body, "HostConfig").insert("CgroupParent".into(), Value::from(after.pod_cgroup_parent.as_str()));
@@ -361,6 +384,30 @@ mod tests {
         let after = hook::LinuxContainerResources { oom_score_adj: 5, cpu_shares: 3, ..Default::default() };
         assert!(write_resources(&mut update, &before, &after, false));
         assert_eq!(Value::Object(update), json!({"CpuShares": 3}));
+    }
+
+    #[test]
+    fn swap_follows_memory() {
+        let r = |memory, swap| hook::LinuxContainerResources {
+            memory_limit_in_bytes: memory,
+            memory_swap_limit_in_bytes: swap,
+            ..Default::default()
+        };
+        let follow = |before: hook::LinuxContainerResources, memory, update| {
+            let mut after = before.clone();
+            after.memory_limit_in_bytes = memory;
+            follow_swap(&before, &mut after, update);
+            after.memory_swap_limit_in_bytes
+        };
+        assert_eq!(follow(r(64, 64), 200, true), 200, "no swap stays no swap");
+        assert_eq!(follow(r(64, 0), 200, true), 400, "an update of a default-swap container");
+        assert_eq!(follow(r(64, 0), 200, false), 0, "at create dockerd applies its default");
+        assert_eq!(follow(r(64, -1), 200, true), -1, "unlimited stays");
+        assert_eq!(follow(r(64, 100), 200, true), 200, "never below the memory limit");
+        assert_eq!(follow(r(64, 300), 200, true), 300);
+        let mut hooked = r(200, 500);
+        follow_swap(&r(64, 64), &mut hooked, true);
+        assert_eq!(hooked.memory_swap_limit_in_bytes, 500, "a swap the hook set itself is kept");
     }
 
     #[test]

@@ -98,6 +98,13 @@ pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<Kno
     }
     let mut hook = model::container_request(&kube, pod.as_ref(), config, host_config);
     hook.container_meta.get_or_insert_with(Default::default).id = id.clone();
+    if let Some(r) = hook.container_resources.as_mut() {
+        // dockerd reports a create's `MemorySwap: 0` (its default) as twice the memory limit;
+        // the entry made at create holds the 0 (a client asking for exactly twice looks the same).
+        if r.memory_limit_in_bytes > 0 && r.memory_swap_limit_in_bytes == r.memory_limit_in_bytes.saturating_mul(2) {
+            r.memory_swap_limit_in_bytes = 0;
+        }
+    }
     let entry = ContainerEntry { sandbox_id, hook };
     store.put_container(&id, entry.clone());
     Some(Known::Container(id, entry))
@@ -109,6 +116,15 @@ pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<Kno
 pub async fn fetch(socket: &Path, store: &Store, id: &str) -> Option<Known> {
     match get_json(socket, &format!("/containers/{id}/json")).await {
         Ok(inspect) => {
+            // A short ID or a name of something the store knows by its full ID: the stored entry
+            // (made at create, hooks' changes included) is the exact one.
+            let full = inspect.get("Id").and_then(Value::as_str).unwrap_or("");
+            if let Some(e) = store.container(full) {
+                return Some(Known::Container(full.to_owned(), e));
+            }
+            if let Some(p) = store.pod(full) {
+                return Some(Known::Pod(full.to_owned(), p));
+            }
             let known = record(socket, store, &inspect).await;
             if known.is_some() {
                 tracing::info!(id, "store miss: container recovered from dockerd");
