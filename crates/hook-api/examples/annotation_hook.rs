@@ -130,8 +130,7 @@ fn register(dir: &Path, endpoint: &Path) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let file = dir.join(format!("{NAME}.json"));
     let tmp = dir.join(format!(".{NAME}.json.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&config)?)?;
-    std::fs::rename(&tmp, &file)?;
+    hook_api::write_registration(&tmp, &file, &serde_json::to_vec_pretty(&config)?)?;
     Ok(file)
 }
 

@@ -61,6 +61,32 @@ pub fn connect(path: impl AsRef<Path>) -> Channel {
     }))
 }
 
+/// Like [`connect`], but every new connection is checked with `SO_PEERCRED` first: the process
+/// serving the socket must run as one of `allowed_uids`, else the connection is dropped and the
+/// call fails with an error naming the socket, the peer's uid and pid and the allowed uids.
+pub fn connect_checked(path: impl AsRef<Path>, allowed_uids: Vec<u32>) -> Channel {
+    let path: PathBuf = path.as_ref().to_owned();
+    let allowed = std::sync::Arc::new(allowed_uids);
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let (path, allowed) = (path.clone(), allowed.clone());
+        async move {
+            let stream = UnixStream::connect(&path).await?;
+            let cred = stream.peer_cred()?;
+            if !allowed.contains(&cred.uid()) {
+                let why = format!(
+                    "hook server unix://{} is run by uid {} (pid {}), not by an allowed uid {:?}",
+                    path.display(),
+                    cred.uid(),
+                    cred.pid().map_or_else(|| "?".to_owned(), |p| p.to_string()),
+                    allowed
+                );
+                return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, why));
+            }
+            Ok::<_, std::io::Error>(TokioIo::new(stream))
+        }
+    }))
+}
+
 /// Longest unix socket path: `sockaddr_un.sun_path` holds 108 bytes including the trailing NUL
 /// (Linux `unix(7)`).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -106,6 +132,29 @@ pub fn parse_unix_path(s: &str) -> Result<PathBuf, String> {
         return Err(format!("{s:?}: socket path is {} bytes; a unix socket address holds at most {MAX_SOCKET_PATH}", path.len()));
     }
     Ok(PathBuf::from(path))
+}
+
+/// Writes a registration file atomically: `bytes` go to the temp file `tmp` (hidden, in the same
+/// directory), which gets mode 0644 whatever the umask, and is then renamed over `file`, so a
+/// reader never sees half a file and runtime-proxy's trust check (owner root or the proxy's
+/// user, not group- or world-writable) accepts it.
+///
+/// Errors: the write, chmod or rename fails (the temp file is removed then).
+pub fn write_registration(tmp: &std::path::Path, file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let _ = std::fs::remove_file(tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(0o644))))
+        .and_then(|()| std::fs::rename(tmp, file));
+    if written.is_err() {
+        let _ = std::fs::remove_file(tmp);
+    }
+    written
 }
 
 pub mod merge;

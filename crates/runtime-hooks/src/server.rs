@@ -385,11 +385,7 @@ impl Registration {
     fn write(&self) -> io::Result<()> {
         // Hidden and not ending in "json": neither runtime-proxy nor koord-runtime-proxy reads it.
         let tmp = self.dir.join(format!(".{}.json.tmp-{}", self.name, std::process::id()));
-        let written = std::fs::write(&tmp, &self.doc).and_then(|()| std::fs::rename(&tmp, &self.file));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written
+        hook_api::write_registration(&tmp, &self.file, &self.doc)
     }
 
     /// Logs `what` at warn unless it is the problem already logged.

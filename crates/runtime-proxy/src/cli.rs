@@ -73,6 +73,12 @@ pub struct Args {
     #[arg(long = "hook-config-dir", value_name = "DIR", default_value = "/etc/runtime/hookserver.d")]
     pub hook_config_dir: PathBuf,
 
+    /// Accept registration files (and a hook config directory) that are group- or
+    /// world-writable or owned by a user other than root or the proxy's own: for development
+    /// only. By default such files are refused, like sshd's StrictModes.
+    #[arg(long = "insecure-hook-config")]
+    pub insecure_hook_config: bool,
+
     /// How long SIGTERM/SIGINT waits for in-flight calls (and open streams such as
     /// GetContainerEvents) before the proxy exits anyway. Examples: `10s`, `500ms`.
     #[arg(long = "drain-timeout", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]

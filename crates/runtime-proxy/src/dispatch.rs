@@ -9,7 +9,7 @@
 //! A timeout never ejects a server: the next call tries it again.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -44,9 +44,9 @@ impl HookMessage for ContainerResourceHookRequest {
     }
 }
 
-/// Calls hook servers; keeps one lazily connected channel per endpoint.
+/// Calls hook servers; keeps one lazily connected channel per endpoint and set of allowed uids.
 pub struct Dispatcher {
-    channels: Mutex<HashMap<PathBuf, Channel>>,
+    channels: Mutex<HashMap<(PathBuf, Vec<u32>), Channel>>,
     metrics: std::sync::Arc<Metrics>,
 }
 
@@ -116,12 +116,12 @@ impl Dispatcher {
         if budget.is_zero() {
             return Err(Status::new(Code::DEADLINE_EXCEEDED, "no time left of the CRI call's deadline"));
         }
-        let mut grpc = tonic::client::Grpc::new(self.channel(&server.endpoint));
+        let mut grpc = tonic::client::Grpc::new(self.channel(server));
         let mut request = tonic::Request::new(req.clone());
         request.set_timeout(budget);
         let codec = tonic_prost::ProstCodec::<R, R::Answer>::default();
         let call = async {
-            grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("connecting: {e}")))?;
+            grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("connecting: {}", error_chain(&e))))?;
             grpc.unary(request, PathAndQuery::from_static(stage.rpc_path()), codec).await
         };
         let started = Instant::now();
@@ -133,21 +133,52 @@ impl Dispatcher {
         }
     }
 
-    fn channel(&self, endpoint: &Path) -> Channel {
+    /// The channel to `server`'s endpoint, whose connections are checked against its
+    /// `allowed-uids` (default: root and the proxy's own uid).
+    fn channel(&self, server: &HookServer) -> Channel {
+        let key = (server.endpoint.clone(), allowed_uids(server));
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = channels.get(endpoint) {
+        if let Some(c) = channels.get(&key) {
             return c.clone();
         }
-        let c = hook_api::connect(endpoint);
-        channels.insert(endpoint.to_owned(), c.clone());
+        let c = hook_api::connect_checked(&key.0, key.1.clone());
+        channels.insert(key, c.clone());
         c
     }
 
-    /// Drops the channels of endpoints no server in `snapshot` uses any more.
+    /// Drops the channels no server in `snapshot` uses any more.
     pub fn prune(&self, snapshot: &Snapshot) {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        channels.retain(|endpoint, _| snapshot.servers().iter().any(|s| &s.endpoint == endpoint));
+        channels.retain(|(endpoint, uids), _| snapshot.servers().iter().any(|s| &s.endpoint == endpoint && allowed_uids(s) == *uids));
     }
+}
+
+/// The uids `server` may run as: its `allowed-uids`, else root and the proxy's own uid.
+fn allowed_uids(server: &HookServer) -> Vec<u32> {
+    if !server.allowed_uids.is_empty() {
+        return server.allowed_uids.clone();
+    }
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    let own = unsafe { libc::geteuid() };
+    let mut uids = vec![0, own];
+    uids.dedup();
+    uids
+}
+
+/// An error and its sources, `: `-separated (tonic's transport error alone says only
+/// "transport error").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 fn timed_out(budget: Duration, detail: &str) -> Status {

@@ -73,31 +73,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let image =
         if args.image_endpoint() == &args.runtime_endpoint { runtime.clone() } else { Arc::new(Backend::new(args.image_endpoint())) };
     let metrics = Arc::new(Metrics::new());
-    let registry = Registry::new(&args.hook_config_dir);
-    let _watcher = registry.spawn_watcher().context("watching the hook config directory")?;
-    let store = Arc::new(Store::new());
-    let admin = Arc::new(Admin {
-        metrics: metrics.clone(),
-        hooks: registry.clone(),
-        store: store.clone(),
-        backend: BackendProbe::Grpc(runtime.clone()),
-    });
-    let metrics_addr = args.metrics_addr;
-    let _admin = AbortOnDrop(tokio::spawn(async move {
-        if let Err(e) = metrics::serve_admin(metrics_addr, admin).await {
-            tracing::error!(addr = %metrics_addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
-        }
-    }));
-    let interceptor = Arc::new(Interceptor {
-        registry,
-        store: store.clone(),
-        dispatcher: Dispatcher::new(metrics.clone()),
-        skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
-        pod_locks: Default::default(),
-        runtime: hook_api::connect(&args.runtime_endpoint),
-    });
+    let hooks = HookState::start(&args, metrics.clone(), BackendProbe::Grpc(runtime.clone()))?;
     let connections = runtime.connections();
-    let router = Arc::new(Router::new(runtime, image, Some(interceptor), metrics));
+    let router = Arc::new(Router::new(runtime, image, Some(hooks.interceptor.clone()), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
         listen = %args.listen.display(),
@@ -107,6 +85,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         "runtime-proxy serving"
     );
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
+    let store = hooks.interceptor.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await
 }
@@ -115,27 +94,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 /// `--remote-runtime-service-endpoint`, with the same hook state as CRI mode ([`docker`]).
 async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
-    let registry = Registry::new(&args.hook_config_dir);
-    let _watcher = registry.spawn_watcher().context("watching the hook config directory")?;
-    let store = Arc::new(Store::new());
-    let backend = BackendProbe::Docker(args.runtime_endpoint.clone());
-    let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend });
-    let metrics_addr = args.metrics_addr;
-    let _admin = AbortOnDrop(tokio::spawn(async move {
-        if let Err(e) = metrics::serve_admin(metrics_addr, admin).await {
-            tracing::error!(addr = %metrics_addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
-        }
-    }));
-    let hooks = Arc::new(Interceptor {
-        registry,
-        store: store.clone(),
-        dispatcher: Dispatcher::new(metrics.clone()),
-        skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
-        pod_locks: Default::default(),
-        // Not used in Docker mode (a CRI channel to a socket that does not speak CRI is never dialled).
-        runtime: hook_api::connect(&args.runtime_endpoint),
-    });
-    let interceptor = Arc::new(docker::intercept::DockerInterceptor { hooks });
+    let hooks = HookState::start(&args, metrics.clone(), BackendProbe::Docker(args.runtime_endpoint.clone()))?;
+    let interceptor = Arc::new(docker::intercept::DockerInterceptor { hooks: hooks.interceptor.clone() });
     let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), interceptor, metrics });
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
@@ -144,8 +104,48 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::R
         hook_config_dir = %args.hook_config_dir.display(),
         "runtime-proxy serving the Docker Engine API"
     );
+    let store = hooks.interceptor.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(docker::recover::keep_store(args.runtime_endpoint.clone(), store)));
     docker::serve(listener, &args.listen, front, shutdown, args.drain_timeout).await
+}
+
+/// What both front ends share: the watched registry, the store, the dispatcher, the per-pod
+/// locks and skip label (in one [`Interceptor`]), and the admin endpoint. Background tasks end
+/// when it is dropped.
+struct HookState {
+    interceptor: Arc<Interceptor>,
+    _watcher: registry::WatchHandle,
+    _admin: AbortOnDrop,
+}
+
+impl HookState {
+    /// Scans and watches `--hook-config-dir` and serves the admin endpoint (`backend`: how its
+    /// health check reaches the backend).
+    ///
+    /// Errors: the directory watcher cannot start (no tokio runtime).
+    fn start(args: &Args, metrics: Arc<Metrics>, backend: BackendProbe) -> anyhow::Result<HookState> {
+        let registry = Registry::open(&args.hook_config_dir, !args.insecure_hook_config);
+        let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
+        let store = Arc::new(Store::new());
+        let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend });
+        let metrics_addr = args.metrics_addr;
+        let admin = AbortOnDrop(tokio::spawn(async move {
+            if let Err(e) = metrics::serve_admin(metrics_addr, admin).await {
+                tracing::error!(addr = %metrics_addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
+            }
+        }));
+        let interceptor = Arc::new(Interceptor {
+            registry,
+            store,
+            dispatcher: Dispatcher::new(metrics),
+            skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
+            pod_locks: Default::default(),
+            // CRI mode asks the runtime about objects the store misses; in Docker mode this
+            // channel is never dialled.
+            runtime: hook_api::connect(&args.runtime_endpoint),
+        });
+        Ok(HookState { interceptor, _watcher: watcher, _admin: admin })
+    }
 }
 
 /// Whether two socket paths name the same socket: equal once symlinks, `.`, `..` and repeated

@@ -34,6 +34,9 @@
 //! * `timeout-ms` (ours): per-call timeout in milliseconds, `1..=300000`, default 2000.
 //! * `order` (ours): a 32-bit signed integer, default 0. Servers are called in ascending
 //!   `(order, file name)`.
+//! * `allowed-uids` (ours): the uids the process serving the socket may run as, checked on
+//!   every new connection with `SO_PEERCRED`; default root and the proxy's own uid. A server
+//!   run by anyone else fails its calls (under its failure policy), naming the uid and pid.
 //!
 //! Unknown keys are ignored. `null` counts as absent. As in Go's `encoding/json`, a key that
 //! matches none exactly is matched ignoring ASCII case, and the last of duplicate keys wins.
@@ -97,6 +100,8 @@ pub mod keys {
     pub const TIMEOUT_MS: &str = "timeout-ms";
     /// Ours: call order, ascending.
     pub const ORDER: &str = "order";
+    /// Ours: the uids the hook server process may run as (checked with SO_PEERCRED).
+    pub const ALLOWED_UIDS: &str = "allowed-uids";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -155,6 +160,9 @@ pub struct HookServer {
     pub timeout: Duration,
     /// `order`, default 0: servers are called in ascending `(order, name)`.
     pub order: i32,
+    /// `allowed-uids`: the uids the hook server process may run as (SO_PEERCRED); empty means
+    /// the default, root and the proxy's own uid.
+    pub allowed_uids: Vec<u32>,
 }
 
 impl HookServer {
@@ -231,7 +239,35 @@ pub enum ConfigError {
     /// The file could not be opened or read. Never returned by [`parse`].
     #[error("cannot read: {0}")]
     Read(String),
+    /// The file (after following symlinks) or its directory may be written by someone other
+    /// than root and the proxy's own user: refused (see [`check_trust`]). Never returned by
+    /// [`parse`].
+    #[error("untrusted: {0}")]
+    Untrusted(String),
 }
+
+/// Whether a registration file or the hook config directory may be trusted, by its metadata
+/// (symlinks followed): owned by root or by the proxy's effective uid, and not writable by its
+/// group or by others (sshd's StrictModes rule). A registration decides the cgroups, CPU and
+/// memory of every pod on the node; whoever can write one can run code as root in effect.
+///
+/// Errors: the reason, naming the owner uid and the mode, e.g. `owner uid 1000 is neither root
+/// nor the proxy's uid 0` or `mode 0666 is group- or world-writable`.
+pub fn check_trust(meta: &std::fs::Metadata) -> Result<(), String> {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    let own = unsafe { libc::geteuid() };
+    let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
+    if uid != 0 && uid != own {
+        return Err(format!("owner uid {uid} is neither root nor the proxy's uid {own}"));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!("mode {mode:04o} is group- or world-writable"));
+    }
+    Ok(())
+}
+
+/// What [`check_trust`]'s refusals add to the log: the rule and the way out.
+const TRUST_RULE: &str = "registration files and their directory must be owned by root or the proxy's user and not group- or world-writable (--insecure-hook-config turns this check off)";
 
 /// Parses one config file's contents. `file` names the server (its file name) and is kept in
 /// [`HookServer::file`]; nothing is read from disk and nothing is logged above debug.
@@ -316,7 +352,24 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
         integer_field(&obj, keys::ORDER, "an integer", "a 32-bit signed integer", |n| n.as_i64().and_then(|i| i32::try_from(i).ok()))?
             .unwrap_or(0);
 
-    let server = HookServer { name, file: file.to_path_buf(), endpoint, failure_policy, policy_explicit, stages, timeout, order };
+    let mut allowed_uids = Vec::new();
+    match field(&obj, keys::ALLOWED_UIDS) {
+        None => {}
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                    Some(uid) => allowed_uids.push(uid),
+                    None => return Err(wrong_type(keys::ALLOWED_UIDS, "an array of uids (0..=4294967295)", item)),
+                }
+            }
+        }
+        Some(v) => return Err(wrong_type(keys::ALLOWED_UIDS, "an array of uids (0..=4294967295)", v)),
+    }
+    allowed_uids.sort_unstable();
+    allowed_uids.dedup();
+
+    let server =
+        HookServer { name, file: file.to_path_buf(), endpoint, failure_policy, policy_explicit, stages, timeout, order, allowed_uids };
     Ok((server, warnings))
 }
 
@@ -482,6 +535,8 @@ impl Snapshot {
 /// The hook servers registered in one directory, reloaded by [`Registry::rescan`] and the watcher.
 pub struct Registry {
     dir: PathBuf,
+    /// Whether [`check_trust`] applies (off with `--insecure-hook-config`).
+    strict: bool,
     current: ArcSwap<Snapshot>,
     /// Serialises scans; what the last one found, per file name.
     state: Mutex<ScanState>,
@@ -507,12 +562,19 @@ enum Loaded {
 }
 
 impl Registry {
-    /// A registry of the directory `dir`, scanned once before returning.
+    /// A registry of the directory `dir` that refuses untrusted files ([`check_trust`]);
+    /// see [`Registry::open`].
+    pub fn new(dir: impl Into<PathBuf>) -> Arc<Registry> {
+        Registry::open(dir, true)
+    }
+
+    /// A registry of the directory `dir`, scanned once before returning; `strict`: refuse
+    /// registration files that fail [`check_trust`], and every file while the directory does.
     ///
     /// A missing directory is created (mode 0755, parents too); if that fails, it is logged and
     /// the registry is empty until the directory appears (a watcher notices it within its rescan
     /// interval).
-    pub fn new(dir: impl Into<PathBuf>) -> Arc<Registry> {
+    pub fn open(dir: impl Into<PathBuf>, strict: bool) -> Arc<Registry> {
         let dir = dir.into();
         if let Err(e) = std::fs::metadata(&dir) {
             if e.kind() == io::ErrorKind::NotFound {
@@ -534,8 +596,12 @@ impl Registry {
             }
         }
         let (generation, _) = watch::channel(0);
+        if !strict {
+            tracing::warn!(dir = %dir.display(), "--insecure-hook-config: registration files are trusted whoever owns or may write them");
+        }
         let reg = Arc::new(Registry {
             dir,
+            strict,
             current: ArcSwap::from_pointee(Snapshot::default()),
             state: Mutex::new(ScanState::default()),
             generation,
@@ -602,10 +668,19 @@ impl Registry {
             }
         };
 
+        // An untrusted directory taints every file in it (anyone may swap them).
+        let dir_distrust = match std::fs::metadata(&self.dir) {
+            Ok(m) if self.strict => check_trust(&m).err().map(|why| format!("directory {}: {why}", self.dir.display())),
+            _ => None,
+        };
         let mut good = BTreeMap::new();
         let mut rejected = BTreeMap::new();
         for (fname, path) in entries {
-            match load(&path) {
+            let loaded = match &dir_distrust {
+                Some(why) => Loaded::Bad(ConfigError::Untrusted(why.clone())),
+                None => load(&path, self.strict),
+            };
+            match loaded {
                 Loaded::Absent => {}
                 Loaded::Good(server, warnings) => {
                     let old = st.good.get(&fname);
@@ -622,9 +697,13 @@ impl Registry {
                     good.insert(fname, server);
                 }
                 Loaded::Bad(error) => {
-                    let last_good = st.good.get(&fname).cloned();
+                    // An untrusted file is not served at all, not even its last good version.
+                    let last_good = st.good.get(&fname).cloned().filter(|_| !matches!(error, ConfigError::Untrusted(_)));
                     let r = Rejected { name: display_name(&fname), file: path, error, serving_last_good: last_good.is_some() };
                     if st.rejected.get(&fname) != Some(&r) {
+                        if matches!(r.error, ConfigError::Untrusted(_)) {
+                            tracing::warn!(file = %r.name, reason = %r.error, rule = TRUST_RULE, "hook server config refused");
+                        }
                         match &last_good {
                             Some(prev) => tracing::warn!(
                                 file = %r.name,
@@ -755,9 +834,10 @@ fn list_dir(dir: &Path) -> io::Result<Vec<(OsString, PathBuf)>> {
     Ok(out)
 }
 
-/// Reads and parses one config file, following symlinks. Opens with `O_NONBLOCK` and checks the
-/// opened file's type, so a FIFO named `x.json` cannot block the scan.
-fn load(path: &Path) -> Loaded {
+/// Reads and parses one config file, following symlinks (a ConfigMap's file is judged by its
+/// target). Opens with `O_NONBLOCK` and checks the opened file's type, so a FIFO named `x.json`
+/// cannot block the scan; `strict`: refuses a file that fails [`check_trust`].
+fn load(path: &Path, strict: bool) -> Loaded {
     let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Loaded::Absent,
@@ -778,6 +858,11 @@ fn load(path: &Path) -> Loaded {
             "a device"
         };
         return Loaded::Bad(ConfigError::NotRegularFile(kind));
+    }
+    if strict {
+        if let Err(why) = file.metadata().map_err(|e| e.to_string()).and_then(|m| check_trust(&m)) {
+            return Loaded::Bad(ConfigError::Untrusted(why));
+        }
     }
     let mut bytes = Vec::new();
     if let Err(e) = file.take(MAX_FILE_SIZE as u64 + 1).read_to_end(&mut bytes) {
@@ -1097,6 +1182,15 @@ mod tests {
         let long = format!(r#"{{"remote-endpoint":"/{}","runtime-hooks":["PreStartContainer"]}}"#, "x".repeat(120));
         let (_, warnings) = p(&long).unwrap();
         assert!(warnings.iter().any(|w| w.contains("longer than")), "{warnings:?}");
+    }
+
+    #[test]
+    fn allowed_uids() {
+        assert!(ok(&server_json("/s.sock", "")).allowed_uids.is_empty(), "default: root and the proxy's uid");
+        assert_eq!(ok(&server_json("/s.sock", r#","allowed-uids":[1000,0,1000]"#)).allowed_uids, [0, 1000]);
+        for bad in [r#","allowed-uids":[-1]"#, r#","allowed-uids":["0"]"#, r#","allowed-uids":0"#, r#","allowed-uids":[4294967296]"#] {
+            assert!(matches!(p(&server_json("/s.sock", bad)), Err(ConfigError::WrongType { key: "allowed-uids", .. })), "{bad}");
+        }
     }
 
     #[test]
@@ -1564,6 +1658,53 @@ mod tests {
             tokio::time::timeout(Duration::from_millis(1500), wait_for(&reg, &mut rx, "b.json", |s| s.get("b.json").is_some())).await;
         assert!(back.is_ok(), "not taken up within 1.5 s of the directory's return");
         eprintln!("taken up {:?} after the directory came back", start.elapsed());
+    }
+
+    /// StrictModes: a registration file writable by its group or others, or owned by another
+    /// user, is refused (its target judged for a symlink), and so is every file of a directory
+    /// that is; `Registry::open(dir, false)` (`--insecure-hook-config`) accepts them.
+    #[test]
+    fn untrusted_files_and_directories_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let chmod = |p: &Path, mode| fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("hookserver.d");
+        fs::create_dir(&d).unwrap();
+        chmod(&d, 0o755);
+        for name in ["ok.json", "group.json", "world.json", "other-owner.json"] {
+            fs::write(d.join(name), server_json(&format!("/{name}.sock"), "")).unwrap();
+            chmod(&d.join(name), 0o644);
+        }
+        chmod(&d.join("group.json"), 0o664);
+        chmod(&d.join("world.json"), 0o646);
+        std::os::unix::fs::chown(d.join("other-owner.json"), Some(65534), None).unwrap();
+        // A ConfigMap-style symlink is judged by its target (the link itself is always 0777).
+        let data = tmp.path().join("data");
+        fs::create_dir(&data).unwrap();
+        fs::write(data.join("target.json"), server_json("/link.sock", "")).unwrap();
+        chmod(&data.join("target.json"), 0o644);
+        symlink(data.join("target.json"), d.join("link.json")).unwrap();
+        fs::write(data.join("open.json"), server_json("/open.sock", "")).unwrap();
+        chmod(&data.join("open.json"), 0o666);
+        symlink(data.join("open.json"), d.join("open-link.json")).unwrap();
+
+        let reg = Registry::new(&d);
+        assert_eq!(names(&reg.snapshot()), ["link.json", "ok.json"]);
+        let why = |name: &str| reg.rejected().into_iter().find(|r| r.name == name).map(|r| r.error.to_string()).unwrap_or_default();
+        assert!(why("group.json").contains("mode 0664 is group- or world-writable"), "{}", why("group.json"));
+        assert!(why("world.json").contains("mode 0646"), "{}", why("world.json"));
+        assert!(why("other-owner.json").contains("owner uid 65534"), "{}", why("other-owner.json"));
+        assert!(why("open-link.json").contains("mode 0666"), "{}", why("open-link.json"));
+        assert_eq!(names(&Registry::open(&d, false).snapshot()).len(), 6, "--insecure-hook-config accepts all");
+
+        // A group-writable directory taints every file in it; fixed, they count again.
+        chmod(&d, 0o775);
+        reg.rescan();
+        assert!(reg.snapshot().is_empty(), "{:?}", names(&reg.snapshot()));
+        assert!(why("ok.json").contains("directory") && why("ok.json").contains("0775"), "{}", why("ok.json"));
+        chmod(&d, 0o755);
+        reg.rescan();
+        assert_eq!(names(&reg.snapshot()), ["link.json", "ok.json"]);
     }
 
     /// Two names that differ only in bytes that are not UTF-8 stay two names in logs, the

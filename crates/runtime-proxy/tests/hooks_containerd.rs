@@ -118,6 +118,41 @@ async fn example_hook_sets_cgroup_and_env_of_the_real_container() {
     plain.remove(&mut s.rt).await;
 }
 
+/// A hook server run by another user than root or the proxy's is refused on connect
+/// (SO_PEERCRED): under `Fail` the pod is refused naming the uid and pid; listed in the
+/// registration's `allowed-uids`, the same server is used.
+#[tokio::test]
+async fn a_hook_server_run_by_another_user_is_refused_unless_allowed() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let mut s = setup();
+    let sockets = tempfile::Builder::new().prefix("rp-nobody").tempdir().unwrap();
+    std::fs::set_permissions(sockets.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let hook_socket = sockets.path().join("nobody.sock");
+    let _hook = Killed(
+        Command::new(test_support::example_binary("annotation_hook"))
+            .arg("--listen")
+            .arg(&hook_socket)
+            .uid(65534)
+            .gid(65534)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the example hook server as uid 65534"),
+    );
+    assert!(test_support::wait_until(Duration::from_secs(10), || async { hook_socket.exists() }).await, "hook socket");
+
+    s.register("nobody.json", &hook_socket, "Fail", &["PreCreateContainer"], json!({}));
+    let err = s.pod(&[("example.runtime-proxy.dev/cpu-shares", "700")], &[]).await.expect_err("a hook server run by uid 65534");
+    for part in ["PreCreateContainer", "nobody.json", "uid 65534", "pid", "not by an allowed uid"] {
+        assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
+    }
+
+    s.register("nobody.json", &hook_socket, "Fail", &["PreCreateContainer"], json!({"allowed-uids": [65534]}));
+    let pod = s.pod(&[("example.runtime-proxy.dev/cpu-shares", "700")], &[]).await.expect("allowed now");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "700", "the hook's value");
+    pod.remove(&mut s.rt).await;
+}
+
 #[tokio::test]
 async fn fail_policy_refuses_the_call_naming_stage_server_and_cause() {
     let mut s = setup();

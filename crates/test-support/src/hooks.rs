@@ -227,6 +227,5 @@ pub fn register(dir: &Path, name: &str, endpoint: &Path, policy: &str, stages: &
         d.extend(e.clone());
     }
     let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&doc).unwrap()).expect("write registration");
-    std::fs::rename(&tmp, dir.join(name)).expect("rename registration");
+    hook_api::write_registration(&tmp, &dir.join(name), &serde_json::to_vec_pretty(&doc).unwrap()).expect("write registration");
 }
