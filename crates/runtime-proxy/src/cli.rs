@@ -79,6 +79,31 @@ pub struct Args {
     #[arg(long = "insecure-hook-config")]
     pub insecure_hook_config: bool,
 
+    /// Largest intercepted request body the proxy reads (bytes; kubelet's own limit is 16 MiB).
+    #[arg(long = "max-request-bytes", value_name = "BYTES", default_value_t = 16 << 20)]
+    pub max_request_bytes: usize,
+
+    /// How long an intercepted request's body may stall before the call is answered
+    /// DEADLINE_EXCEEDED (a client that never finishes its request). Examples: `30s`, `500ms`.
+    #[arg(long = "request-idle-timeout", value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub request_idle_timeout: Duration,
+
+    /// Most concurrent calls on one client connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long = "max-concurrent-streams", value_name = "N", default_value_t = 1000)]
+    pub max_concurrent_streams: u32,
+
+    /// Largest hook server answer (bytes); a larger one is a hook failure.
+    #[arg(long = "max-hook-answer-bytes", value_name = "BYTES", default_value_t = 4 << 20)]
+    pub max_hook_answer_bytes: usize,
+
+    /// Most entries a hook answer may add to one map (envs, labels, annotations).
+    #[arg(long = "max-hook-added-entries", value_name = "N", default_value_t = 1024)]
+    pub max_hook_added_entries: usize,
+
+    /// Largest key + value (bytes) of an entry a hook answer adds or changes.
+    #[arg(long = "max-hook-entry-bytes", value_name = "BYTES", default_value_t = 256 << 10)]
+    pub max_hook_entry_bytes: usize,
+
     /// How long SIGTERM/SIGINT waits for in-flight calls (and open streams such as
     /// GetContainerEvents) before the proxy exits anyway. Examples: `10s`, `500ms`.
     #[arg(long = "drain-timeout", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
@@ -91,6 +116,20 @@ pub struct Args {
 }
 
 impl Args {
+    /// The resource limits the flags set.
+    pub fn limits(&self) -> crate::limits::Limits {
+        crate::limits::Limits {
+            max_request_bytes: self.max_request_bytes,
+            request_idle_timeout: self.request_idle_timeout,
+            max_concurrent_streams: self.max_concurrent_streams.max(1),
+            hooks: crate::limits::HookLimits {
+                max_answer_bytes: self.max_hook_answer_bytes,
+                max_added_entries: self.max_hook_added_entries,
+                max_entry_bytes: self.max_hook_entry_bytes,
+            },
+        }
+    }
+
     /// The ImageService backend socket: `--remote-image-service-endpoint`, or the runtime one.
     pub fn image_endpoint(&self) -> &PathBuf {
         self.image_endpoint.as_ref().unwrap_or(&self.runtime_endpoint)
@@ -153,6 +192,7 @@ mod tests {
         assert_eq!(a.hook_skip_key, "runtimeproxy.koordinator.sh/skip-hookserver");
         assert_eq!(a.hook_skip_value, "true");
         assert_eq!(a.hook_config_dir, PathBuf::from("/etc/runtime/hookserver.d"));
+        assert_eq!(a.limits(), crate::limits::Limits::default(), "flag defaults are the documented limits");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use http::uri::PathAndQuery;
 use tonic::transport::Channel;
 
 use crate::grpc::{Code, Status};
+use crate::limits::HookLimits;
 use crate::metrics::{HookResult, Metrics};
 use crate::registry::{FailurePolicy, HookServer, Snapshot, Stage};
 
@@ -28,12 +29,20 @@ pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static 
     type Answer: prost::Message + Default + Send + Sync + 'static;
     /// Applies an answer to the request (the merge rules of [`hook_api::merge`]).
     fn apply(&mut self, answer: &Self::Answer);
+    /// Checks what the answer would add to the request's maps against `limits`.
+    ///
+    /// Errors: the first limit exceeded (see [`HookLimits::check_map`]).
+    fn check(&self, answer: &Self::Answer, limits: &HookLimits) -> Result<(), String>;
 }
 
 impl HookMessage for PodSandboxHookRequest {
     type Answer = PodSandboxHookResponse;
     fn apply(&mut self, answer: &PodSandboxHookResponse) {
         merge::apply_pod_response(self, answer);
+    }
+    fn check(&self, answer: &PodSandboxHookResponse, limits: &HookLimits) -> Result<(), String> {
+        limits.check_map("labels", &self.labels, &answer.labels)?;
+        limits.check_map("annotations", &self.annotations, &answer.annotations)
     }
 }
 
@@ -42,18 +51,24 @@ impl HookMessage for ContainerResourceHookRequest {
     fn apply(&mut self, answer: &ContainerResourceHookResponse) {
         merge::apply_container_response(self, answer);
     }
+    fn check(&self, answer: &ContainerResourceHookResponse, limits: &HookLimits) -> Result<(), String> {
+        limits.check_map("container_envs", &self.container_envs, &answer.container_envs)?;
+        limits.check_map("container_annotations", &self.container_annotations, &answer.container_annotations)
+    }
 }
 
 /// Calls hook servers; keeps one lazily connected channel per endpoint and set of allowed uids.
 pub struct Dispatcher {
     channels: Mutex<HashMap<(PathBuf, Vec<u32>), Channel>>,
     metrics: std::sync::Arc<Metrics>,
+    limits: HookLimits,
 }
 
 impl Dispatcher {
-    /// A dispatcher with no connections yet, recording into `metrics`.
-    pub fn new(metrics: std::sync::Arc<Metrics>) -> Self {
-        Dispatcher { channels: Mutex::new(HashMap::new()), metrics }
+    /// A dispatcher with no connections yet, recording into `metrics`; answers beyond `limits`
+    /// are hook failures (`RESOURCE_EXHAUSTED`, naming the limit's flag).
+    pub fn new(metrics: std::sync::Arc<Metrics>, limits: HookLimits) -> Self {
+        Dispatcher { channels: Mutex::new(HashMap::new()), metrics, limits }
     }
 
     /// Runs `stage` over the servers of `snapshot` registered for it, changing `req` with each
@@ -116,7 +131,7 @@ impl Dispatcher {
         if budget.is_zero() {
             return Err(Status::new(Code::DEADLINE_EXCEEDED, "no time left of the CRI call's deadline"));
         }
-        let mut grpc = tonic::client::Grpc::new(self.channel(server));
+        let mut grpc = tonic::client::Grpc::new(self.channel(server)).max_decoding_message_size(self.limits.max_answer_bytes);
         let mut request = tonic::Request::new(req.clone());
         request.set_timeout(budget);
         let codec = tonic_prost::ProstCodec::<R, R::Answer>::default();
@@ -126,8 +141,16 @@ impl Dispatcher {
         };
         let started = Instant::now();
         match tokio::time::timeout(budget, call).await {
-            Ok(Ok(answer)) => Ok(answer.into_inner()),
+            Ok(Ok(answer)) => {
+                let answer = answer.into_inner();
+                req.check(&answer, &self.limits).map_err(|why| Status::new(Code::RESOURCE_EXHAUSTED, why))?;
+                Ok(answer)
+            }
             Ok(Err(s)) if started.elapsed() >= budget => Err(timed_out(budget, &s.to_string())),
+            // tonic's decoder refusing an answer over `max_decoding_message_size` (OUT_OF_RANGE).
+            Ok(Err(s)) if s.message().contains("message length too large") => {
+                Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("{} (--max-hook-answer-bytes)", describe(&s))))
+            }
             Ok(Err(s)) => Err(Status::new(Code(s.code() as u16), describe(&s))),
             Err(_) => Err(timed_out(budget, "no answer")),
         }

@@ -50,8 +50,9 @@ use crate::registry::{Registry, Stage};
 use crate::store::{ContainerEntry, PodLocks, Store};
 use crate::wire::{self, Edit};
 
-/// Largest intercepted request the proxy reads into memory: kubelet's 16 MiB message limit.
-pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+/// Most bytes read (decompressed) of the answers the store learns from: RunPodSandbox's and
+/// CreateContainer's, which carry one ID.
+const ID_ANSWER_BYTES: usize = 1 << 20;
 
 /// The CRI v1 methods the interceptor handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +120,8 @@ pub struct Interceptor {
     pub pod_locks: PodLocks,
     /// A CRI client channel to the runtime, to ask it about objects the store does not know.
     pub runtime: tonic::transport::Channel,
+    /// Request size and idle bounds (and the hook answer bounds the dispatcher applies).
+    pub limits: crate::limits::Limits,
 }
 
 /// A copy of a call's hook request, taken before the pre stage.
@@ -213,9 +216,10 @@ impl Interceptor {
         deadline: Option<Instant>,
     ) -> Result<(passthrough::Answer, Option<impl std::future::Future<Output = ()> + '_>), Status> {
         let (mut parts, body) = req.into_parts();
-        let body = read_body(body, method).await?;
+        let body = read_body(body, method, &self.limits).await?;
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
-        let message = match grpc::unary_message(&body, parts.headers.get("grpc-encoding"), MAX_REQUEST_BYTES).map_err(in_method)? {
+        let encoding = parts.headers.get("grpc-encoding");
+        let message = match grpc::unary_message(&body, encoding, self.limits.max_request_bytes).map_err(in_method)? {
             Some(m) => m,
             None => {
                 tracing::warn!(method, "request is not one gRPC message; forwarding without hooks");
@@ -476,12 +480,12 @@ impl Call {
     /// Records what a successful call taught the store.
     fn commit(&self, answer: &passthrough::Answer, store: &Store) {
         match self {
-            Call::RunPodSandbox { hook, .. } => match answer.message().map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
+            Call::RunPodSandbox { hook, .. } => match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
                 Ok(Some(Ok(resp))) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),
                 _ => tracing::warn!("RunPodSandbox answer without a sandbox ID; pod not recorded"),
             },
             Call::CreateContainer { req, hook: Some(hook) } => {
-                match answer.message().map(|m| m.map(cri::CreateContainerResponse::decode)) {
+                match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::CreateContainerResponse::decode)) {
                     Ok(Some(Ok(resp))) => {
                         let mut hook = hook.clone();
                         hook.container_meta.get_or_insert_with(Default::default).id = resp.container_id.clone();
@@ -637,16 +641,24 @@ fn nested(field: u32, inner: Vec<(u32, Edit)>) -> Vec<(u32, Edit)> {
     }
 }
 
-/// Reads a whole request body (at most [`MAX_REQUEST_BYTES`] plus the 5-byte gRPC prefix).
+/// Reads a whole request body: at most `limits.max_request_bytes` plus the 5-byte gRPC prefix,
+/// with no gap longer than `limits.request_idle_timeout` between frames.
 ///
-/// Errors: `RESOURCE_EXHAUSTED` for a larger body, `CANCELLED` when the client's stream breaks.
-async fn read_body(mut body: RecvStream, method: &str) -> Result<Bytes, Status> {
+/// Errors: `RESOURCE_EXHAUSTED` for a larger body, `DEADLINE_EXCEEDED` for a stalled one,
+/// `CANCELLED` when the client's stream breaks; each names the method and the flag.
+async fn read_body(mut body: RecvStream, method: &str, limits: &crate::limits::Limits) -> Result<Bytes, Status> {
     let mut buf = BytesMut::new();
-    while let Some(chunk) = body.data().await {
+    loop {
+        let next = tokio::time::timeout(limits.request_idle_timeout, body.data()).await.map_err(|_| {
+            let idle = limits.request_idle_timeout;
+            Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: request body stalled for {idle:?} (--request-idle-timeout)"))
+        })?;
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(|e| Status::new(Code::CANCELLED, format!("{method}: request stream broken: {e}")))?;
         let _ = body.flow_control().release_capacity(chunk.len());
-        if buf.len() + chunk.len() > MAX_REQUEST_BYTES + 5 {
-            return Err(Status::new(Code(8), format!("{method}: request larger than {MAX_REQUEST_BYTES} bytes")));
+        if buf.len() + chunk.len() > limits.max_request_bytes + 5 {
+            let max = limits.max_request_bytes;
+            return Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("{method}: request larger than {max} bytes (--max-request-bytes)")));
         }
         buf.extend_from_slice(&chunk);
     }

@@ -14,6 +14,7 @@
 //! * [`recover`] — rebuilds the store from the runtime (start-up, reconnects, sweeps, misses).
 //! * [`passthrough`] — forwards a call frame by frame, streams included.
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
+//! * [`limits`] — bounds on request sizes, idle requests, streams and hook answers.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
 //! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`).
@@ -25,6 +26,7 @@ pub mod dispatch;
 pub mod docker;
 pub mod grpc;
 pub mod intercept;
+pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod passthrough;
@@ -87,7 +89,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
     let store = hooks.interceptor.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
-    server::serve(listener, &args.listen, router, shutdown, args.drain_timeout).await
+    server::serve(listener, &args.listen, router, shutdown, args.drain_timeout, args.max_concurrent_streams.max(1)).await
 }
 
 /// Docker mode: the Docker Engine API on the listening socket, forwarded to dockerd at
@@ -137,7 +139,8 @@ impl HookState {
         let interceptor = Arc::new(Interceptor {
             registry,
             store,
-            dispatcher: Dispatcher::new(metrics),
+            dispatcher: Dispatcher::new(metrics, args.limits().hooks),
+            limits: args.limits(),
             skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
             pod_locks: Default::default(),
             // CRI mode asks the runtime about objects the store misses; in Docker mode this

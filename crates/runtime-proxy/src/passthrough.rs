@@ -265,12 +265,13 @@ impl Answer {
     }
 
     /// The answer's one message, decompressed per its `grpc-encoding` (see
-    /// [`grpc::unary_message`]); `Ok(None)` when the body is not exactly one message.
+    /// [`grpc::unary_message`]) up to `limit` bytes; `Ok(None)` when the body is not exactly one
+    /// message.
     ///
     /// Errors: as [`grpc::unary_message`] (an encoding the proxy cannot decompress, a corrupt
-    /// message).
-    pub fn message(&self) -> Result<Option<Bytes>, Status> {
-        grpc::unary_message(&self.data, self.head.headers().get("grpc-encoding"), crate::intercept::MAX_REQUEST_BYTES)
+    /// message, more than `limit` bytes).
+    pub fn message(&self, limit: usize) -> Result<Option<Bytes>, Status> {
+        grpc::unary_message(&self.data, self.head.headers().get("grpc-encoding"), limit)
     }
 
     /// Sends the answer to the client unchanged; returns its status.

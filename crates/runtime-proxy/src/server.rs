@@ -17,11 +17,9 @@ use tokio_util::task::TaskTracker;
 use crate::backend::{CONNECTION_WINDOW, MAX_HEADER_LIST_SIZE, STREAM_WINDOW};
 use crate::router::Router;
 
-/// Most concurrent calls on one client connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
-pub const MAX_CONCURRENT_STREAMS: u32 = 1000;
-
 /// Serves `listener` until `shutdown` resolves, then removes the socket at `socket_path` and
-/// drains for at most `drain_timeout`.
+/// drains for at most `drain_timeout`. At most `max_streams` calls run at once on one client
+/// connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; the client holds back the rest).
 ///
 /// Errors: none so far (accept errors are logged and retried); the `Result` leaves room for the
 /// admin endpoint's bind errors.
@@ -31,6 +29,7 @@ pub async fn serve(
     router: Arc<Router>,
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
+    max_streams: u32,
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -39,7 +38,7 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    tasks.spawn(serve_connection(stream, router.clone(), tasks.clone(), stop_rx.clone()));
+                    tasks.spawn(serve_connection(stream, router.clone(), tasks.clone(), stop_rx.clone(), max_streams));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -64,12 +63,12 @@ pub async fn serve(
 
 /// Drives one client connection: accepts its streams and spawns a task per call; on `stop`,
 /// sends GOAWAY and keeps driving until the calls in flight have ended.
-async fn serve_connection(stream: UnixStream, router: Arc<Router>, tasks: TaskTracker, mut stop: watch::Receiver<bool>) {
+async fn serve_connection(stream: UnixStream, router: Arc<Router>, tasks: TaskTracker, mut stop: watch::Receiver<bool>, max_streams: u32) {
     let handshake = h2::server::Builder::new()
         .max_header_list_size(MAX_HEADER_LIST_SIZE)
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_concurrent_streams(max_streams)
         .handshake(stream)
         .await;
     let mut conn = match handshake {

@@ -36,7 +36,12 @@ pub fn channel(path: impl AsRef<Path>) -> Channel {
 
 /// A CRI v1 RuntimeService client with kubelet's 16 MiB message limits.
 pub fn runtime_client(path: impl AsRef<Path>) -> k8s_cri::v1::runtime_service_client::RuntimeServiceClient<Channel> {
-    k8s_cri::v1::runtime_service_client::RuntimeServiceClient::new(channel(path))
+    runtime_client_from(channel(path))
+}
+
+/// A CRI v1 RuntimeService client on an existing channel (calls share its connection).
+pub fn runtime_client_from(channel: Channel) -> k8s_cri::v1::runtime_service_client::RuntimeServiceClient<Channel> {
+    k8s_cri::v1::runtime_service_client::RuntimeServiceClient::new(channel)
         .max_decoding_message_size(16 << 20)
         .max_encoding_message_size(16 << 20)
 }

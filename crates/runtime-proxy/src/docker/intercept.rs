@@ -30,7 +30,7 @@ use super::model::{self, KubeName};
 use super::recover;
 use super::relay::{self, Body, Upstream};
 use crate::grpc::{Code, Status};
-use crate::intercept::{Interceptor, MAX_REQUEST_BYTES};
+use crate::intercept::Interceptor;
 use crate::registry::Stage;
 use crate::store::ContainerEntry;
 
@@ -152,7 +152,7 @@ impl DockerInterceptor {
     async fn create(&self, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
         let name = req.uri().query().and_then(|q| query_param(q, "name"));
         let (parts, body) = req.into_parts();
-        let bytes = match read_body(body).await {
+        let bytes = match read_body(body, &self.hooks.limits).await {
             Ok(b) => b,
             Err(resp) => return resp,
         };
@@ -261,7 +261,7 @@ impl DockerInterceptor {
     /// PreUpdateContainerResources, changes into the update body.
     async fn update(&self, upstream: &mut Upstream, req: Request<Incoming>, id: &str) -> Response<Body> {
         let (parts, body) = req.into_parts();
-        let bytes = match read_body(body).await {
+        let bytes = match read_body(body, &self.hooks.limits).await {
             Ok(b) => b,
             Err(resp) => return resp,
         };
@@ -368,18 +368,26 @@ fn refuse(status: &Status) -> Response<Body> {
     relay::error(http_status(status.code), &status.message)
 }
 
-/// Reads a request body whole (at most [`MAX_REQUEST_BYTES`]).
+/// Reads a request body whole: at most `limits.max_request_bytes`, with no gap longer than
+/// `limits.request_idle_timeout`.
 ///
-/// Errors: `413` for a larger body, `400` when the client's stream breaks; Docker's error shape.
-async fn read_body(mut body: Incoming) -> Result<Bytes, Response<Body>> {
+/// Errors: `413` for a larger body, `408` for a stalled one, `400` when the client's stream
+/// breaks; Docker's error shape, naming the flag.
+async fn read_body(mut body: Incoming, limits: &crate::limits::Limits) -> Result<Bytes, Response<Body>> {
     let mut buf = bytes::BytesMut::new();
-    while let Some(frame) = body.frame().await {
+    let max = limits.max_request_bytes;
+    loop {
+        let next = tokio::time::timeout(limits.request_idle_timeout, body.frame()).await.map_err(|_| {
+            let idle = limits.request_idle_timeout;
+            relay::error(StatusCode::REQUEST_TIMEOUT, &format!("runtime-proxy: request body stalled for {idle:?} (--request-idle-timeout)"))
+        })?;
+        let Some(frame) = next else { break };
         let frame = frame.map_err(|e| relay::error(StatusCode::BAD_REQUEST, &format!("runtime-proxy: reading the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > MAX_REQUEST_BYTES {
+            if buf.len() + data.len() > max {
                 return Err(relay::error(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("runtime-proxy: request body larger than {MAX_REQUEST_BYTES} bytes"),
+                    &format!("runtime-proxy: request body larger than {max} bytes (--max-request-bytes)"),
                 ));
             }
             buf.extend_from_slice(&data);
