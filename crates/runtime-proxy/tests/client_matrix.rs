@@ -244,15 +244,6 @@ fn raw_h2_without_authority() {
     matrix(Client::H2NoAuthority);
 }
 
-/// Kills the child when dropped.
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// grpcio (default options) through the proxy with the example hook registered: the hook's env and
 /// its cpu shares (256, not the 512 asked for) reach the real container. The client keeps the pod
 /// (`--keep`) so that its cgroup can be read; the test removes it.
@@ -261,18 +252,7 @@ async fn grpcio_pod_changed_by_the_example_hook() {
     let env = Containerd::from_env();
     let dir = tempfile::Builder::new().prefix("rp-matrix-hook").tempdir().unwrap();
     let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
-    let before = proxy.count_log(&["hook server added", "file=annotation-hook.json"]);
-    let _hook = Killed(
-        Command::new(test_support::example_binary("annotation_hook"))
-            .arg("--listen")
-            .arg(dir.path().join("annotation-hook.sock"))
-            .arg("--hook-config-dir")
-            .arg(dir.path())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the example hook server"),
-    );
-    assert!(proxy.wait_log(&["hook server added", "file=annotation-hook.json"], before), "{}", proxy.log());
+    let _hook = test_support::hooks::start_example_hook(dir.path(), &proxy);
 
     let name = unique("matrix-hook");
     let client = Client::GrpcioDefaultAuthority;

@@ -4,8 +4,6 @@
 //! full pod and container info; a kill -9 restart recovers pods of either version.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +13,7 @@ use k8s_cri::v1alpha2 as a2;
 use k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient as ClientA2;
 use serde_json::json;
 use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
-use test_support::hooks::{register, Seen, TestHook};
+use test_support::hooks::{register, start_example_hook, Seen, TestHook};
 use test_support::proxy::ProxyProcess;
 use test_support::{runtime_client, runtime_client_v1alpha2, transcode};
 use tonic::transport::Channel;
@@ -34,29 +32,6 @@ const ALL_STAGES: [&str; 7] = [
 
 fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The example hook (`hook-api/examples/annotation_hook.rs`) registered in `dir`, taken up by `proxy`.
-fn example_hook(dir: &Path, proxy: &ProxyProcess) -> Killed {
-    let before = proxy.count_log(&["hook server added", "file=annotation-hook.json"]);
-    let child = Command::new(test_support::example_binary("annotation_hook"))
-        .arg("--listen")
-        .arg(dir.join("annotation-hook.sock"))
-        .arg("--hook-config-dir")
-        .arg(dir)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the example hook server");
-    assert!(proxy.wait_log(&["hook server added", "file=annotation-hook.json"], before), "{}", proxy.log());
-    Killed(child)
 }
 
 /// A pod config and a container config (cpu shares 512, env KEEP=me) as kubelet would send them.
@@ -116,7 +91,7 @@ async fn v1alpha2_pod_gets_the_example_hooks_cgroup_values_and_env() {
     let env = Containerd::from_env();
     let dir = tempfile::Builder::new().prefix("rp-alpha").tempdir().unwrap();
     let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
-    let _hook = example_hook(dir.path(), &proxy);
+    let _hook = start_example_hook(dir.path(), &proxy);
     let mut rt = runtime_client_v1alpha2(proxy.socket());
 
     let (sandbox, container) = configs(&env, &[(SHARES_ANNOTATION, "700")]);

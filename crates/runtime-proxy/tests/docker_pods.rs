@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use hook_api::v1alpha1::{ContainerResourceHookRequest, PodSandboxHookRequest, Po
 use serde_json::{json, Value};
 use test_support::containerd::unique;
 use test_support::dockerd::{api, api_raw, Dockerd};
-use test_support::hooks::{register, Seen, TestHook};
+use test_support::hooks::{assert_same_container, next_seen, register, Seen, TestHook};
 use test_support::proxy::ProxyProcess;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
@@ -300,44 +300,6 @@ fn cgroup(controller: &str, dir: &str, file: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}")).trim().to_owned()
 }
 
-/// A child process killed when dropped.
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The first `stage` call the hook received after its first `from` calls, waiting up to 5 s for
-/// it (post stages run after the proxy has answered).
-async fn next(hook: &TestHook, stage: &str, from: usize) -> Seen {
-    let find = || hook.seen().into_iter().skip(from).find(|s| s.stage() == stage);
-    test_support::wait_until(Duration::from_secs(5), || async { find().is_some() }).await;
-    find().unwrap_or_else(|| panic!("no {stage} call after the first {from}: {:?}", hook.seen()))
-}
-
-fn container_req(seen: Seen) -> ContainerResourceHookRequest {
-    match seen {
-        Seen::Container(_, r) => r,
-        other => panic!("container stage expected: {other:?}"),
-    }
-}
-
-/// Asserts `after` equals `before` field by field (clear messages), then as a whole.
-fn assert_same_container(before: &ContainerResourceHookRequest, after: &ContainerResourceHookRequest, what: &str) {
-    assert_eq!(after.pod_meta, before.pod_meta, "{what}: pod_meta");
-    assert_eq!(after.pod_labels, before.pod_labels, "{what}: pod_labels");
-    assert_eq!(after.pod_annotations, before.pod_annotations, "{what}: pod_annotations");
-    assert_eq!(after.pod_cgroup_parent, before.pod_cgroup_parent, "{what}: pod_cgroup_parent");
-    assert_eq!(after.pod_resources, before.pod_resources, "{what}: pod_resources");
-    assert_eq!(after.container_meta, before.container_meta, "{what}: container_meta (name, attempt, ID)");
-    assert_eq!(after.container_annotations, before.container_annotations, "{what}: container_annotations");
-    assert_eq!(after.container_envs, before.container_envs, "{what}: container_envs");
-    assert_eq!(after.container_resources, before.container_resources, "{what}: container_resources");
-    assert_eq!(after, before, "{what}: whole request");
-}
-
 /// The example hook (`hook-api/examples/annotation_hook.rs`) on a dockershim pod: the pod
 /// annotation `example.runtime-proxy.dev/cpu-shares=700` becomes the container's real
 /// `cpu.shares` and its `HOOKED_BY`/`CPU_SHARES` envs (kubelet's kept); an update asking for
@@ -345,18 +307,7 @@ fn assert_same_container(before: &ContainerResourceHookRequest, after: &Containe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_hook_sets_cgroup_and_env_of_the_real_container() {
     let s = setup();
-    let hook_socket = s.dir.path().join("annotation-hook.sock");
-    let _hook = Killed(
-        Command::new(test_support::example_binary("annotation_hook"))
-            .arg("--listen")
-            .arg(&hook_socket)
-            .arg("--hook-config-dir")
-            .arg(s.dir.path())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the example hook server"),
-    );
-    assert!(s.proxy.wait_log(&["hook server added", "file=annotation-hook.json"], 0), "{}", s.proxy.log());
+    let _hook = test_support::hooks::start_example_hook(s.dir.path(), &s.proxy);
 
     let mut pod = s.pod(&[("app", "web")], &[("example.runtime-proxy.dev/cpu-shares", "700")]);
     pod.run(&["KEEP=me", "EQ=a=b"], resources(512)).expect("pod through the proxy");
@@ -398,7 +349,7 @@ async fn runtime_hooks_give_a_be_pod_its_batch_resources() {
     let socket = s.dir.path().join("runtime-hooks.sock");
     let log = s.dir.path().join("runtime-hooks.log");
     let log_file = std::fs::File::create(&log).unwrap();
-    let _hooks = Killed(
+    let _hooks = test_support::hooks::KillOnDrop(
         Command::new(test_support::workspace_binary("runtime-hooks"))
             .arg("--listen")
             .arg(&socket)
@@ -542,7 +493,7 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     let mut pod = Pod::new(&env, &socket, &[("app", "db")], &[("team", "storage")]);
     let kubelet = json!({"CpuShares": 512, "CpuPeriod": 100_000, "CpuQuota": 50_000, "Memory": 64 << 20, "MemorySwap": 0, "CpusetCpus": "0", "OomScoreAdj": 500});
     pod.run(&["KEEP=me", "EQ=a=b"], kubelet).expect("pod through proxy A");
-    let before = container_req(next(&hook, "PreStartContainer", 0).await);
+    let before = next_seen(&hook, "PreStartContainer", 0).await.container();
     let container_parent = format!("{}-c", pod.parent);
     assert_eq!(cgroup("cpu", &format!("{container_parent}/{}", pod.container_id), "cpu.shares"), "700", "hooked parent and shares applied");
     assert_eq!(before.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())), Some(("main", pod.container_id.as_str())));
@@ -561,13 +512,13 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
 
     let n = hook.seen().len();
     pod.call("stop?t=0", &pod.container_id, None, 204);
-    let after = container_req(next(&hook, "PostStopContainer", n).await);
+    let after = next_seen(&hook, "PostStopContainer", n).await.container();
     assert_same_container(&before, &after, "PostStopContainer after the restart");
 
-    let Seen::Pod(_, run_req) = next(&hook, "PreRunPodSandbox", 0).await else { panic!("pod stage expected") };
+    let Seen::Pod(_, run_req) = next_seen(&hook, "PreRunPodSandbox", 0).await else { panic!("pod stage expected") };
     let n = hook.seen().len();
     pod.call("stop?t=5", &pod.sandbox_id, None, 204);
-    let Seen::Pod(_, stop_req) = next(&hook, "PostStopPodSandbox", n).await else { panic!("pod stage expected") };
+    let Seen::Pod(_, stop_req) = next_seen(&hook, "PostStopPodSandbox", n).await else { panic!("pod stage expected") };
     let mut stored = run_req.clone();
     hook_api::merge::apply_pod_response(&mut stored, &pod_answer("PreRunPodSandbox", &run_req));
     assert_eq!(stop_req.labels, stored.labels, "PostStopPodSandbox after the restart: labels");
@@ -602,26 +553,26 @@ async fn short_ids_and_names_resolve_and_unknown_ids_get_dockerds_answer() {
 
     // By full ID (the store's entry from the create): the reference request.
     pod.call("start", &full, None, 204);
-    let reference = container_req(next(&hook, "PreStartContainer", 0).await);
+    let reference = next_seen(&hook, "PreStartContainer", 0).await.container();
     assert_eq!(reference.container_meta.as_ref().map(|m| m.id.as_str()), Some(full.as_str()));
     assert_eq!(reference.pod_labels.get("app").map(String::as_str), Some("web"));
     assert_eq!(reference.pod_annotations, map(&[("team", "storage")]));
     assert_eq!(reference.pod_cgroup_parent, pod.parent);
     assert_eq!(reference.container_envs, map(&[("KEEP", "me")]));
-    next(&hook, "PostStartContainer", 0).await;
+    next_seen(&hook, "PostStartContainer", 0).await;
 
     let n = hook.seen().len();
     pod.call("stop?t=0", &short, None, 204);
-    assert_same_container(&reference, &container_req(next(&hook, "PostStopContainer", n).await), "PostStopContainer by short ID");
+    assert_same_container(&reference, &next_seen(&hook, "PostStopContainer", n).await.container(), "PostStopContainer by short ID");
 
     let n = hook.seen().len();
     pod.call("start", &name, None, 204);
-    assert_same_container(&reference, &container_req(next(&hook, "PreStartContainer", n).await), "PreStartContainer by name");
-    next(&hook, "PostStartContainer", n).await;
+    assert_same_container(&reference, &next_seen(&hook, "PreStartContainer", n).await.container(), "PreStartContainer by name");
+    next_seen(&hook, "PostStartContainer", n).await;
 
     let n = hook.seen().len();
     pod.update(&short, json!({"CpuShares": 256}));
-    let update = container_req(next(&hook, "PreUpdateContainerResources", n).await);
+    let update = next_seen(&hook, "PreUpdateContainerResources", n).await.container();
     assert_eq!(update.container_resources.as_ref().map(|r| r.cpu_shares), Some(256), "kubelet's update merged in");
     let mut want = reference.clone();
     want.container_resources.get_or_insert_with(Default::default).cpu_shares = 256;
@@ -630,11 +581,11 @@ async fn short_ids_and_names_resolve_and_unknown_ids_get_dockerds_answer() {
 
     let n = hook.seen().len();
     pod.call("stop?t=0", &name, None, 204);
-    assert_same_container(&want, &container_req(next(&hook, "PostStopContainer", n).await), "PostStopContainer by name");
+    assert_same_container(&want, &next_seen(&hook, "PostStopContainer", n).await.container(), "PostStopContainer by name");
 
     let n = hook.seen().len();
     pod.call("stop?t=5", &pod.sandbox_name(), None, 204);
-    let Seen::Pod(_, stop) = next(&hook, "PostStopPodSandbox", n).await else { panic!("pod stage expected") };
+    let Seen::Pod(_, stop) = next_seen(&hook, "PostStopPodSandbox", n).await else { panic!("pod stage expected") };
     assert_eq!(stop.pod_meta.as_ref().map(|m| (m.name.as_str(), m.uid.as_str())), Some((pod.name.as_str(), pod.uid.as_str())));
     assert_eq!((stop.cgroup_parent.as_str(), stop.labels.get("app").map(String::as_str)), (pod.parent.as_str(), Some("web")));
 

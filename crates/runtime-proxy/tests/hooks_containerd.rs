@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
@@ -70,30 +69,10 @@ impl Setup {
     }
 }
 
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn example_hook_sets_cgroup_and_env_of_the_real_container() {
     let mut s = setup();
-    let hook_socket = s.dir.path().join("annotation-hook.sock");
-    let before = s.proxy.count_log(&["hook server added", "file=annotation-hook.json"]);
-    let _hook = Killed(
-        Command::new(test_support::example_binary("annotation_hook"))
-            .arg("--listen")
-            .arg(&hook_socket)
-            .arg("--hook-config-dir")
-            .arg(s.dir.path())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the example hook server"),
-    );
-    assert!(s.proxy.wait_log(&["hook server added", "file=annotation-hook.json"], before), "{}", s.proxy.log());
+    let _hook = test_support::hooks::start_example_hook(s.dir.path(), &s.proxy);
 
     let pod = s.pod(&[("example.runtime-proxy.dev/cpu-shares", "700")], &[]).await.expect("pod");
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "700", "the hook's cpu shares, not kubelet's 512");
@@ -129,16 +108,8 @@ async fn a_hook_server_run_by_another_user_is_refused_unless_allowed() {
     let sockets = tempfile::Builder::new().prefix("rp-nobody").tempdir().unwrap();
     std::fs::set_permissions(sockets.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let hook_socket = sockets.path().join("nobody.sock");
-    let _hook = Killed(
-        Command::new(test_support::example_binary("annotation_hook"))
-            .arg("--listen")
-            .arg(&hook_socket)
-            .uid(65534)
-            .gid(65534)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the example hook server as uid 65534"),
-    );
+    let child = test_support::hooks::example_hook_command(&hook_socket, None).uid(65534).gid(65534).spawn();
+    let _hook = test_support::hooks::KillOnDrop(child.expect("start the example hook server as uid 65534"));
     assert!(test_support::wait_until(Duration::from_secs(10), || async { hook_socket.exists() }).await, "hook socket");
 
     s.register("nobody.json", &hook_socket, "Fail", &["PreCreateContainer"], json!({}));

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hook_api::v1alpha1::{ContainerResourceHookRequest, PodSandboxHookRequest, PodSandboxHookResponse};
+use hook_api::v1alpha1::{PodSandboxHookRequest, PodSandboxHookResponse};
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use serde_json::json;
 use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
-use test_support::hooks::{register, Seen, TestHook};
+use test_support::hooks::{assert_same_container, next_seen, register, Seen, TestHook};
 use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;
 use tonic::transport::Channel;
@@ -67,35 +67,6 @@ fn proxy(socket: &Path, backend: &Path, hooks: &Path, log: PathBuf) -> ProxyProc
     p
 }
 
-/// The first `stage` call the hook received after its first `from` calls, waiting up to 5 s for
-/// it (post stages run after the proxy has answered the client).
-async fn next(hook: &TestHook, stage: &str, from: usize) -> Seen {
-    let find = || hook.seen().into_iter().skip(from).find(|s| s.stage() == stage);
-    test_support::wait_until(Duration::from_secs(5), || async { find().is_some() }).await;
-    find().unwrap_or_else(|| panic!("no {stage} call after the first {from}: {:?}", hook.seen()))
-}
-
-fn container_req(seen: Seen) -> ContainerResourceHookRequest {
-    match seen {
-        Seen::Container(_, r) => r,
-        other => panic!("container stage expected: {other:?}"),
-    }
-}
-
-/// Asserts `after` equals `before` field by field (clear messages), then as a whole.
-fn assert_same_container(before: &ContainerResourceHookRequest, after: &ContainerResourceHookRequest, what: &str) {
-    assert_eq!(after.pod_meta, before.pod_meta, "{what}: pod_meta");
-    assert_eq!(after.pod_cgroup_parent, before.pod_cgroup_parent, "{what}: pod_cgroup_parent");
-    assert_eq!(after.pod_labels, before.pod_labels, "{what}: pod_labels");
-    assert_eq!(after.pod_annotations, before.pod_annotations, "{what}: pod_annotations");
-    assert_eq!(after.pod_resources, before.pod_resources, "{what}: pod_resources");
-    assert_eq!(after.container_meta, before.container_meta, "{what}: container_meta (name, attempt, ID)");
-    assert_eq!(after.container_annotations, before.container_annotations, "{what}: container_annotations");
-    assert_eq!(after.container_envs, before.container_envs, "{what}: container_envs");
-    assert_eq!(after.container_resources, before.container_resources, "{what}: container_resources");
-    assert_eq!(after, before, "{what}: whole request");
-}
-
 fn update_request(container_id: &str) -> cri::UpdateContainerResourcesRequest {
     cri::UpdateContainerResourcesRequest {
         container_id: container_id.into(),
@@ -144,13 +115,13 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     let mut a = proxy(&socket, &env.socket, &hooks, dir.path().join("a.log"));
     let mut rt = runtime_client(&socket);
     let pod = start_pod(&env, &mut rt).await;
-    let Seen::Pod(_, run_req) = next(&hook, "PreRunPodSandbox", 0).await else { panic!("pod stage expected") };
+    let Seen::Pod(_, run_req) = next_seen(&hook, "PreRunPodSandbox", 0).await else { panic!("pod stage expected") };
     let parent = format!("{}-hooked", pod.cgroup_parent());
     let container_parent = format!("{parent}-c");
     assert_eq!(read_cgroup("cpu", &container_parent, &pod.container_id, "cpu.shares"), "700", "hooked parent and shares applied");
     let n = hook.seen().len();
     rt.update_container_resources(update_request(&pod.container_id)).await.expect("update through A");
-    let before = container_req(next(&hook, "PreUpdateContainerResources", n).await);
+    let before = next_seen(&hook, "PreUpdateContainerResources", n).await.container();
     assert_eq!(before.pod_cgroup_parent, container_parent);
     assert_eq!(before.container_envs.get("HOOKED").map(String::as_str), Some("yes"));
     assert_eq!(before.container_annotations, map(&[("hooked-container", "yes")]));
@@ -169,18 +140,18 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     // (Each step waits for a call made after it: without recovery B would call no hook at all.)
     let n = hook.seen().len();
     rt.update_container_resources(update_request(&pod.container_id)).await.expect("update through B");
-    let after_update = container_req(next(&hook, "PreUpdateContainerResources", n).await);
+    let after_update = next_seen(&hook, "PreUpdateContainerResources", n).await.container();
     assert_same_container(&before, &after_update, "PreUpdateContainerResources after the restart");
 
     let n = hook.seen().len();
     rt.stop_container(cri::StopContainerRequest { container_id: pod.container_id.clone(), timeout: 0 }).await.expect("stop");
-    let post_stop = container_req(next(&hook, "PostStopContainer", n).await);
+    let post_stop = next_seen(&hook, "PostStopContainer", n).await.container();
     assert_same_container(&before, &post_stop, "PostStopContainer after the restart");
 
     rt.remove_container(cri::RemoveContainerRequest { container_id: pod.container_id.clone() }).await.expect("remove");
     let n = hook.seen().len();
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.sandbox_id.clone() }).await.expect("stop pod");
-    let Seen::Pod(_, stop_req) = next(&hook, "PostStopPodSandbox", n).await else { panic!("pod stage expected") };
+    let Seen::Pod(_, stop_req) = next_seen(&hook, "PostStopPodSandbox", n).await else { panic!("pod stage expected") };
     // What the store held before the restart: the PreRunPodSandbox request with the hook's answer.
     let mut stored_pod = run_req.clone();
     hook_api::merge::apply_pod_response(&mut stored_pod, &pod_answer("PreRunPodSandbox", &run_req));
@@ -222,7 +193,7 @@ async fn recovery_waits_for_the_runtime_and_covers_pods_the_proxy_never_saw() {
     assert!(p.wait_log(&["store recovered"], 0), "no recovery once the runtime is up:\n{}", p.log());
 
     rt.stop_container(cri::StopContainerRequest { container_id: pod.container_id.clone(), timeout: 0 }).await.expect("stop");
-    let req = container_req(next(&hook, "PostStopContainer", 0).await);
+    let req = next_seen(&hook, "PostStopContainer", 0).await.container();
     assert_eq!(req.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())), Some(("main", pod.container_id.as_str())));
     assert_eq!(req.pod_cgroup_parent, pod.cgroup_parent());
     assert_eq!(req.pod_labels, map(&[("app", "direct")]));
@@ -232,6 +203,6 @@ async fn recovery_waits_for_the_runtime_and_covers_pods_the_proxy_never_saw() {
     assert_eq!((r.cpu_shares, r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes), (256, 32 << 20, 0));
     let parent = pod.cgroup_parent();
     pod.remove(&mut rt).await;
-    let Seen::Pod(_, stop) = next(&hook, "PostStopPodSandbox", 0).await else { panic!("pod stage expected") };
+    let Seen::Pod(_, stop) = next_seen(&hook, "PostStopPodSandbox", 0).await else { panic!("pod stage expected") };
     assert_eq!(stop.cgroup_parent, parent);
 }

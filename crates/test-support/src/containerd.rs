@@ -226,3 +226,22 @@ pub async fn drain_cancelled_event_streams(env: &Containerd) {
     }
     panic!("no event of 20 throwaway sandboxes reached a fresh GetContainerEvents stream");
 }
+
+impl Containerd {
+    /// Reads a harness env file (`ROOT/env`, as `scripts/containerd.sh up` writes it) directly,
+    /// for a test that runs a containerd of its own next to the shared one.
+    ///
+    /// Panics (test code) when the file cannot be read or lacks a key.
+    pub fn from_file(file: &std::path::Path) -> Containerd {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        let vars: HashMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+        let get = |k: &str| vars.get(k).unwrap_or_else(|| panic!("{} has no {k}", file.display())).to_string();
+        Containerd {
+            socket: get("CONTAINERD_SOCK").into(),
+            version: get("CONTAINERD_VERSION"),
+            test_image: get("CRI_TEST_IMAGE"),
+            cgroup_parent: get("CRI_CGROUP_PARENT"),
+            log_root: get("CRI_LOG_ROOT").into(),
+        }
+    }
+}

@@ -21,6 +21,11 @@ pub enum Behaviour {
     Reply { headers: Vec<(String, String)>, body: Bytes, trailers: Vec<(String, String)>, delay: std::time::Duration },
     /// Never answer; the call stays open until the client gives up.
     Hang,
+    /// A minimal CRI runtime for volume tests: RunPodSandbox and CreateContainer answer a fresh
+    /// ID each (`fake-sandbox-N`, `fake-container-N`, unique in the process),
+    /// PodSandboxStatus and ContainerStatus `NOT_FOUND` (it keeps no objects), every other call
+    /// an empty OK message (empty lists for ListPodSandbox / ListContainers). Nothing is decoded.
+    Cri,
 }
 
 /// One call as the fake received it.
@@ -141,6 +146,18 @@ async fn answer(
             drop(guard);
             unreachable!()
         }
+        Behaviour::Cri => {
+            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            let (data, trailers) = cri_answer(&path);
+            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
+            let mut frames = Vec::new();
+            if let Some(data) = data {
+                frames.push(Ok(Frame::data(data)));
+            }
+            frames.push(Ok(Frame::trailers(trailers)));
+            let resp = Response::builder().status(200).header("content-type", "application/grpc");
+            resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
+        }
         Behaviour::Reply { headers, body: reply, trailers, delay } => {
             let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
             rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
@@ -161,4 +178,32 @@ async fn answer(
             resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
         }
     }
+}
+
+/// [`Behaviour::Cri`]'s answer to a call on `path`: the response message (gRPC-framed; `None`
+/// for an error status) and the trailers.
+fn cri_answer(path: &str) -> (Option<Bytes>, HeaderMap) {
+    use k8s_cri::v1 as cri;
+    use prost::Message;
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let mut trailers = HeaderMap::new();
+    let method = path.rsplit('/').next().unwrap_or_default();
+    let message = match method {
+        "RunPodSandbox" => {
+            let id = format!("fake-sandbox-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+            cri::RunPodSandboxResponse { pod_sandbox_id: id }.encode_to_vec()
+        }
+        "CreateContainer" => {
+            let id = format!("fake-container-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+            cri::CreateContainerResponse { container_id: id }.encode_to_vec()
+        }
+        "PodSandboxStatus" | "ContainerStatus" => {
+            trailers.insert("grpc-status", HeaderValue::from_static("5"));
+            trailers.insert("grpc-message", HeaderValue::from_static("fake backend: no such object"));
+            return (None, trailers);
+        }
+        _ => Vec::new(),
+    };
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    (Some(grpc_frame(&message)), trailers)
 }

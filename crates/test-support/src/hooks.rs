@@ -229,3 +229,68 @@ pub fn register(dir: &Path, name: &str, endpoint: &Path, policy: &str, stages: &
     let tmp = dir.join(format!(".{name}.tmp"));
     hook_api::write_registration(&tmp, &dir.join(name), &serde_json::to_vec_pretty(&doc).unwrap()).expect("write registration");
 }
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The command that runs the example hook server (`hook-api/examples/annotation_hook.rs`) on
+/// `socket`, registering itself in `register_in` if given; stderr discarded. Callers may add
+/// to it (e.g. a uid) before spawning.
+pub fn example_hook_command(socket: &Path, register_in: Option<&Path>) -> std::process::Command {
+    let mut cmd = std::process::Command::new(crate::example_binary("annotation_hook"));
+    cmd.arg("--listen").arg(socket).stderr(std::process::Stdio::null());
+    if let Some(dir) = register_in {
+        cmd.arg("--hook-config-dir").arg(dir);
+    }
+    cmd
+}
+
+/// Starts the example hook server on `dir/annotation-hook.sock`, registered in `dir`, and waits
+/// until `proxy` has taken up its registration. Panics (test code) otherwise.
+pub fn start_example_hook(dir: &Path, proxy: &crate::proxy::ProxyProcess) -> KillOnDrop {
+    let seen = ["hook server added", "file=annotation-hook.json"];
+    let before = proxy.count_log(&seen);
+    let child = example_hook_command(&dir.join("annotation-hook.sock"), Some(dir)).spawn().expect("start the example hook server");
+    let hook = KillOnDrop(child);
+    assert!(proxy.wait_log(&seen, before), "the proxy did not take up the example hook:\n{}", proxy.log());
+    hook
+}
+
+/// The first `stage` call `hook` received after its first `from` calls, waiting up to 5 s for it
+/// (post stages run after the proxy has answered). Panics (test code) when there is none.
+pub async fn next_seen(hook: &TestHook, stage: &str, from: usize) -> Seen {
+    let find = || hook.seen().into_iter().skip(from).find(|s| s.stage() == stage);
+    crate::wait_until(std::time::Duration::from_secs(5), || async { find().is_some() }).await;
+    find().unwrap_or_else(|| panic!("no {stage} call after the first {from}: {:?}", hook.seen()))
+}
+
+impl Seen {
+    /// The container request of a container stage. Panics (test code) for a pod stage.
+    pub fn container(self) -> ContainerResourceHookRequest {
+        match self {
+            Seen::Container(_, r) => r,
+            other => panic!("container stage expected: {other:?}"),
+        }
+    }
+}
+
+/// Asserts `after` equals `before` field by field (clear messages), then as a whole.
+pub fn assert_same_container(before: &ContainerResourceHookRequest, after: &ContainerResourceHookRequest, what: &str) {
+    assert_eq!(after.pod_meta, before.pod_meta, "{what}: pod_meta");
+    assert_eq!(after.pod_cgroup_parent, before.pod_cgroup_parent, "{what}: pod_cgroup_parent");
+    assert_eq!(after.pod_labels, before.pod_labels, "{what}: pod_labels");
+    assert_eq!(after.pod_annotations, before.pod_annotations, "{what}: pod_annotations");
+    assert_eq!(after.pod_resources, before.pod_resources, "{what}: pod_resources");
+    assert_eq!(after.container_meta, before.container_meta, "{what}: container_meta (name, attempt, ID)");
+    assert_eq!(after.container_annotations, before.container_annotations, "{what}: container_annotations");
+    assert_eq!(after.container_envs, before.container_envs, "{what}: container_envs");
+    assert_eq!(after.container_resources, before.container_resources, "{what}: container_resources");
+    assert_eq!(after, before, "{what}: whole request");
+}
