@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench.sh — `make bench`: the proxy's added latency per CRI call (benches/latency.rs), then what hooks
+# bench.sh — `make bench`: the proxy's added latency per CRI call next to a raw byte relay's (socat) with
+# CPU time and context switches per call, load average and the targets (benches/latency.rs), then what hooks
 # cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once through a 100 ms hook),
 # then the store at node scale (benches/store.rs: RSS idle and with 200 pods, store memory per pod,
 # recovery time after kill -9), against a real containerd 1.6, which it starts and stops (also on
@@ -12,7 +13,7 @@ CTRD=/tmp/rp-bench-ctrd
 trap 'scripts/containerd.sh down "$CTRD" >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM
 
-need_pkgs "${RP_PKGS[@]}"
+need_pkgs "${RP_PKGS[@]}" socat
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 export RP_CONTAINERD_ENV=$CTRD/env
 cargo bench --locked -p runtime-proxy --bench latency -- "$@"

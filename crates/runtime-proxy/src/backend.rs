@@ -16,6 +16,7 @@ use http::Request;
 use tokio::net::UnixStream;
 
 use crate::grpc::{Code, Status};
+use crate::uds::Socket;
 
 /// Largest header block accepted, from kubelet and from the backend: 16 MiB, grpc-go's default
 /// (so any metadata one side can send reaches the other).
@@ -96,7 +97,7 @@ impl Backend {
         if let Some(s) = self.live() {
             return Ok(s);
         }
-        let stream = UnixStream::connect(&self.path).await.map_err(|e| self.unavailable("cannot connect", &e))?;
+        let stream = UnixStream::connect(&self.path).await.and_then(Socket::new).map_err(|e| self.unavailable("cannot connect", &e))?;
         let (sender, conn) = h2::client::Builder::new()
             .max_header_list_size(MAX_HEADER_LIST_SIZE)
             .initial_window_size(STREAM_WINDOW)

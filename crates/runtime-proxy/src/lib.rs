@@ -35,6 +35,7 @@ pub mod registry;
 pub mod router;
 pub mod server;
 pub mod store;
+pub mod uds;
 pub mod wire;
 
 use std::future::Future;

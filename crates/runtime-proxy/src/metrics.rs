@@ -39,15 +39,17 @@ use crate::grpc::Code;
 use crate::registry::Registry as HookRegistry;
 use crate::store::Store;
 
+// The CRI labels are `&'static str` (method paths interned once, see [`method_label`]), so
+// recording a call allocates nothing.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabels {
-    method: String,
+    method: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabels {
-    method: String,
-    code: String,
+    method: &'static str,
+    code: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -136,17 +138,17 @@ impl Metrics {
     /// Records one finished CRI call.
     pub fn cri_call(&self, path: &str, code: Code, elapsed: Duration) {
         let method = method_label(path);
-        self.cri_duration.get_or_create(&MethodLabels { method: method.clone() }).observe(elapsed.as_secs_f64());
-        self.cri_requests.get_or_create(&CodeLabels { method, code: code.name().to_owned() }).inc();
+        self.cri_duration.get_or_create(&MethodLabels { method }).observe(elapsed.as_secs_f64());
+        self.cri_requests.get_or_create(&CodeLabels { method, code: code.name() }).inc();
     }
 
     /// Records one finished Docker Engine API call (Docker mode) in the same families as CRI
     /// calls: `method` is the route's label (a fixed set: `docker POST /containers/create`, …,
     /// `docker other`), `code` the HTTP status (`201`, `404`).
     pub fn docker_call(&self, route: &'static str, status: u16, elapsed: Duration) {
-        let method = route.to_owned();
-        self.cri_duration.get_or_create(&MethodLabels { method: method.clone() }).observe(elapsed.as_secs_f64());
-        self.cri_requests.get_or_create(&CodeLabels { method, code: status.to_string() }).inc();
+        let method = route;
+        self.cri_duration.get_or_create(&MethodLabels { method }).observe(elapsed.as_secs_f64());
+        self.cri_requests.get_or_create(&CodeLabels { method, code: intern(&status.to_string()) }).inc();
     }
 
     /// Records one hook server call.
@@ -178,7 +180,10 @@ impl Metrics {
 }
 
 /// The `method` label: the gRPC path of a CRI service method, else `other`.
-pub fn method_label(path: &str) -> String {
+///
+/// Interned: each distinct path is copied once for the life of the process (the same strings
+/// the metric families keep as keys anyway; at most 64 alphanumeric characters per method).
+pub fn method_label(path: &str) -> &'static str {
     let known = [
         "/runtime.v1.RuntimeService/",
         "/runtime.v1.ImageService/",
@@ -189,10 +194,22 @@ pub fn method_label(path: &str) -> String {
         path.strip_prefix(prefix).is_some_and(|m| !m.is_empty() && m.len() <= 64 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
     });
     if ok {
-        path.to_owned()
+        intern(path)
     } else {
-        "other".to_owned()
+        "other"
     }
+}
+
+/// `s` as a string that lives for the rest of the process, copied (leaked) the first time only.
+fn intern(s: &str) -> &'static str {
+    static NAMES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> = std::sync::OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(name) = names.get(s) {
+        return name;
+    }
+    let name: &'static str = Box::leak(s.into());
+    names.insert(name);
+    name
 }
 
 /// What the admin endpoint reads.

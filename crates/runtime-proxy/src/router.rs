@@ -70,7 +70,10 @@ impl Router {
         let method = req.uri().path().to_owned();
         let backend = self.backend_for(&method);
         let status = match (&self.interceptor, intercept::lookup(&method)) {
-            (Some(interceptor), Some(spec)) => interceptor.handle(spec, &method, backend, req, respond).await,
+            // Boxed: the interceptor's future is tens of KB (decoded requests, hook calls), and
+            // inline it made every call's task that big — each pass-through call paid for
+            // copying it into the spawned task (half the proxy's instructions per call).
+            (Some(interceptor), Some(spec)) => Box::pin(interceptor.handle(spec, &method, backend, req, respond)).await,
             _ => {
                 let deadline = grpc::parse_timeout(req.headers());
                 passthrough::forward(backend, req, respond, deadline, &method).await

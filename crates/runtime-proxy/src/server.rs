@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::backend::{CONNECTION_WINDOW, MAX_HEADER_LIST_SIZE, STREAM_WINDOW};
 use crate::router::Router;
+use crate::uds::Socket;
 
 /// Serves `listener` until `shutdown` resolves, then removes the socket at `socket_path` and
 /// drains for at most `drain_timeout`. At most `max_streams` calls run at once on one client
@@ -64,6 +65,13 @@ pub async fn serve(
 /// Drives one client connection: accepts its streams and spawns a task per call; on `stop`,
 /// sends GOAWAY and keeps driving until the calls in flight have ended.
 async fn serve_connection(stream: UnixStream, router: Arc<Router>, tasks: TaskTracker, mut stop: watch::Receiver<bool>, max_streams: u32) {
+    let stream = match Socket::new(stream) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot register client connection");
+            return;
+        }
+    };
     let handshake = h2::server::Builder::new()
         .max_header_list_size(MAX_HEADER_LIST_SIZE)
         .initial_window_size(STREAM_WINDOW)
