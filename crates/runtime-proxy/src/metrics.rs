@@ -200,12 +200,20 @@ pub fn method_label(path: &str) -> &'static str {
     }
 }
 
-/// `s` as a string that lives for the rest of the process, copied (leaked) the first time only.
+/// Most distinct label values [`intern`] keeps; beyond, new ones are counted as `other`, so a
+/// client calling ever new method names cannot grow the proxy's memory (or the metric families).
+const MAX_INTERNED: usize = 512;
+
+/// `s` as a string that lives for the rest of the process, copied (leaked) the first time only;
+/// `other` once [`MAX_INTERNED`] values exist.
 fn intern(s: &str) -> &'static str {
     static NAMES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> = std::sync::OnceLock::new();
     let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     if let Some(name) = names.get(s) {
         return name;
+    }
+    if names.len() >= MAX_INTERNED {
+        return "other";
     }
     let name: &'static str = Box::leak(s.into());
     names.insert(name);
