@@ -6,7 +6,7 @@
 //!
 //! | NRI call | stage run | answer |
 //! |---|---|---|
-//! | `Configure` | – | the events the plugins' stages need, plus RemovePodSandbox and RemoveContainer (to forget objects) |
+//! | `Configure` | – | the events the plugins' stages need, plus StopContainer, RemovePodSandbox and RemoveContainer (to know which objects are live) |
 //! | `Synchronize` (pods and containers that existed before we connected) | PreRunPodSandbox per pod (pod-level values written), PreCreateContainer per created or running container | `ContainerUpdate`s with the containers' resources, applied by the runtime |
 //! | `StateChange` RunPodSandbox (after the sandbox started: the pod cgroup exists) | PreRunPodSandbox | – (pod-level values written by runtime-hooks, as koordlet does) |
 //! | `CreateContainer` (before the container is created) | PreCreateContainer | `ContainerAdjustment`: resources, cpuset, env, annotations |
@@ -117,10 +117,10 @@ pub fn event_of(stage: Stage) -> Event {
     }
 }
 
-/// The `ConfigureResponse.events` mask for these stages: bit `event - 1` per event, plus the
-/// remove events (to forget objects).
+/// The `ConfigureResponse.events` mask for these stages: bit `event - 1` per event, plus
+/// StopContainer and the remove events (to know which objects are live).
 pub fn event_mask(stages: &[Stage]) -> i32 {
-    let events = stages.iter().map(|s| event_of(*s)).chain([Event::RemovePodSandbox, Event::RemoveContainer]);
+    let events = stages.iter().map(|s| event_of(*s)).chain([Event::StopContainer, Event::RemovePodSandbox, Event::RemoveContainer]);
     events.fold(0, |mask, e| mask | (1 << (e as i32 - 1)))
 }
 
@@ -297,8 +297,10 @@ impl NriPlugin {
             }
             "CreateContainer" => {
                 let req: nri::CreateContainerRequest = decode(method, payload)?;
-                let (pod, container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
+                let (pod, mut container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
                 self.known.pods.entry(pod.id.clone()).or_insert_with(|| pod.clone());
+                // containerd 1.7 sends CONTAINER_UNKNOWN here; it exists once we answer.
+                container.state = nri::ContainerState::ContainerCreated as i32;
                 self.known.containers.insert(container.id.clone(), container.clone());
                 let ctx = convert::container_context(&pod, &container, None);
                 let adjust = match self.container(Stage::PreCreateContainer, &ctx)? {
@@ -333,6 +335,9 @@ impl NriPlugin {
             "StopContainer" => {
                 let req: nri::StopContainerRequest = decode(method, payload)?;
                 let (pod, container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
+                if let Some(known) = self.known.containers.get_mut(&container.id) {
+                    known.state = nri::ContainerState::ContainerStopped as i32;
+                }
                 self.container(Stage::PostStopContainer, &convert::container_context(&pod, &container, None))?;
                 Ok(nri::StopContainerResponse { update: Vec::new() }.encode_to_vec())
             }
@@ -409,21 +414,22 @@ impl NriPlugin {
     /// skip the object.
     fn apply_all(&self, reason: &str) -> Vec<nri::ContainerUpdate> {
         let mut pods = 0;
-        for pod in self.known.pods.values() {
+        for pod in self.known.pods.values().filter(|p| self.selected(&convert::pod_context(p))) {
             match self.pod(Stage::PreRunPodSandbox, pod) {
                 Ok(()) => pods += 1,
                 Err((_, msg)) => tracing::warn!(reason, "NRI: {msg}; pod skipped"),
             }
         }
-        let mut updates = Vec::new();
+        let (mut updates, mut containers) = (Vec::new(), 0);
         for c in self.known.containers.values() {
             let live = matches!(
                 nri::ContainerState::try_from(c.state),
                 Ok(nri::ContainerState::ContainerCreated | nri::ContainerState::ContainerRunning)
             );
-            let Some(pod) = self.known.pods.get(&c.pod_sandbox_id).filter(|_| live) else {
+            let Some(pod) = self.known.pods.get(&c.pod_sandbox_id).filter(|p| live && self.selected(&convert::pod_context(p))) else {
                 continue;
             };
+            containers += 1;
             let ctx = convert::container_context(pod, c, None);
             match self.container(Stage::PreCreateContainer, &ctx) {
                 Ok(Some(change)) => {
@@ -434,7 +440,7 @@ impl NriPlugin {
                 Err((_, msg)) => tracing::warn!(reason, "NRI: {msg}; container skipped"),
             }
         }
-        tracing::info!(reason, pods, containers = self.known.containers.len(), updates = updates.len(), "NRI: applied to known pods");
+        tracing::info!(reason, pods, containers, updates = updates.len(), "NRI: applied to known pods");
         updates
     }
 }
@@ -473,9 +479,10 @@ mod tests {
     #[test]
     fn event_mask_of_the_default_plugins() {
         let stages = [Stage::PreRunPodSandbox, Stage::PreCreateContainer, Stage::PreUpdateContainerResources];
-        // RunPodSandbox 1, RemovePodSandbox 3, CreateContainer 4, UpdateContainer 8, RemoveContainer 11.
-        assert_eq!(event_mask(&stages), 1 | 1 << 2 | 1 << 3 | 1 << 7 | 1 << 10);
-        assert_eq!(event_mask(&[]), 1 << 2 | 1 << 10);
+        // RunPodSandbox 1, RemovePodSandbox 3, CreateContainer 4, UpdateContainer 8, StopContainer 10,
+        // RemoveContainer 11.
+        assert_eq!(event_mask(&stages), 1 | 1 << 2 | 1 << 3 | 1 << 7 | 1 << 9 | 1 << 10);
+        assert_eq!(event_mask(&[]), 1 << 2 | 1 << 9 | 1 << 10);
         // Within NRI 0.6.1's ValidEvents (bits 0..=10).
         assert_eq!(event_mask(&Stage::ALL) & !((1 << 11) - 1), 0);
     }
