@@ -4,6 +4,8 @@
 #   scripts/containerd.sh up VERSION ROOT   VERSION 1.6 = Debian bookworm's package (/usr/bin/containerd),
 #                                           VERSION 1.7 = Debian trixie's containerd .deb, downloaded once and
 #                                           unpacked into the cache (never installed); runc stays bookworm's.
+#   RP_NRI=1 scripts/containerd.sh up 1.7 ROOT  the same with containerd's NRI on (1.7 only): socket ROOT/run/nri.sock,
+#                                           registration timeout 5 s, request timeout 2 s; NRI_SOCKET in ROOT/env
 #   scripts/containerd.sh down ROOT         stop everything started for ROOT (never fails; keeps ROOT and cache)
 #   scripts/containerd.sh purge ROOT        down + rm -rf ROOT
 #
@@ -20,12 +22,13 @@ set -euo pipefail
 PAUSE_REF=localhost/pause:local
 BUSYBOX_REF=localhost/busybox:local
 CACHE=${RP_CACHE:-/var/cache/runtime-proxy}
+NRI=${RP_NRI:-0}
 PKGS=(containerd runc busybox-static gcc libc6-dev)
 BASE_PATH=$PATH
 
 log() { echo "[containerd.sh] $*" >&2; }
 die() { log "error: $*"; exit 1; }
-usage() { sed -n '4,8s/^# //p' "$0" >&2; exit 2; }
+usage() { sed -n '4,10s/^# //p' "$0" >&2; exit 2; }
 
 # set_root ROOT: absolute ROOT and everything derived from it; 1.7 puts its own binaries first on PATH.
 set_root() {
@@ -147,6 +150,18 @@ debug = { address = "$ROOT/run/debug.sock" }
   runtime_type = "io.containerd.runc.v2"
   options = { SystemdCgroup = false, Root = "$ROOT/runc" }
 EOF
+  [ "$NRI" = 1 ] || return 0
+  mkdir -p "$ROOT/nri/plugins" "$ROOT/nri/conf.d"
+  cat >>"$ROOT/config.toml" <<EOF
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = false
+  socket_path = "$ROOT/run/nri.sock"
+  plugin_path = "$ROOT/nri/plugins"
+  plugin_config_path = "$ROOT/nri/conf.d"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "2s"
+EOF
 }
 
 start_containerd() {
@@ -160,20 +175,24 @@ start_containerd() {
   log "containerd $VERSION up: pid $pid, socket $SOCK"
 }
 
+nri_on() { grep -qF 'io.containerd.nri.v1.nri' "$ROOT/config.toml" 2>/dev/null; }
+
 write_env() {
   printf '%s\n' "CONTAINERD_SOCK=$SOCK" "CONTAINERD_VERSION=$(containerd --version | awk '{print $3}')" \
     "CRI_SANDBOX_IMAGE=$PAUSE_REF" "CRI_TEST_IMAGE=$BUSYBOX_REF" "CRI_CGROUP_PARENT=$CGROUP_PARENT" \
-    "CRI_LOG_ROOT=$ROOT/logs" "CONTAINERD_ROOT=$ROOT" | tee "$ROOT/env"
+    "CRI_LOG_ROOT=$ROOT/logs" "CONTAINERD_ROOT=$ROOT" $(nri_on && echo "NRI_SOCKET=$ROOT/run/nri.sock") | tee "$ROOT/env"
 }
 
 up() {
   VERSION=$1
   case $VERSION in 1.6 | 1.7) ;; *) die "VERSION must be 1.6 or 1.7, not '$VERSION'" ;; esac
+  [ "$NRI" = 0 ] || [ "$VERSION" = 1.7 ] || die "RP_NRI=1 needs containerd 1.7 (1.6 has no NRI)"
   set_root "$2"
   mkdir -p "$ROOT"
   if [ -n "$(daemon_pid)" ]; then
     local was; was=$(cat "$ROOT/version" 2>/dev/null || true)
     [ "$was" = "$VERSION" ] || die "$ROOT already runs containerd $was; run down first"
+    [ "$NRI" = "$(nri_on && echo 1 || echo 0)" ] || die "$ROOT already runs containerd with NRI $(nri_on && echo on || echo off); run down first"
     ready || die "containerd pid $(daemon_pid) of $ROOT does not answer; run down first"
     log "containerd $VERSION already running in $ROOT"
   else

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test.sh — the project's test command (`make test`, CI): build everything, run the unit tests, then run
-# every integration test against a real containerd 1.6 and again against 1.7 (scripts/containerd.sh), then
-# the Docker-mode tests (crates/*/tests/docker_*.rs) against a real dockerd (scripts/dockerd.sh).
+# every integration test against a real containerd 1.6 and again against 1.7 with NRI on (scripts/containerd.sh),
+# then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their own (they restart it and
+# connect plugins that see every pod), then the Docker-mode tests (crates/*/tests/docker_*.rs) against a real
+# dockerd (scripts/dockerd.sh).
 #
 # Every phase runs even when an earlier one failed; the exit code is non-zero if any failed. The last
 # line is `N passed, M failed`, summed from cargo's "test result:" lines (a phase that fails without a
@@ -55,13 +57,27 @@ test_targets() {
   done
 }
 
-# integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap), every integration test
-# target against it but the Docker-mode ones (docker_*: they need dockerd), down.
+# integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap; 1.7 with NRI on and no
+# plugin connected, as nodes that enable it run), every integration test target against it but the Docker-mode
+# ones (docker_*: they need dockerd) and the NRI-mode ones (nri_*: nri_integration), down.
 integration() {
-  local root=$ROOT_PREFIX-$1 tests
-  mapfile -t tests < <(test_targets -v 'docker_*')
+  local root=$ROOT_PREFIX-$1 tests nri=0
+  [ "$1" = 1.7 ] && nri=1
+  mapfile -t tests < <(test_targets -v '@(docker|nri)_*')
   [ ${#tests[@]} -gt 0 ] || { echo "no integration test targets"; return 0; }
-  scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
+  RP_NRI=$nri scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
+  RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
+  local rc=$?
+  scripts/containerd.sh down "$root"
+  return $rc
+}
+
+# nri_integration: a containerd 1.7 with NRI on in its own root (it must be in ROOTS for the trap), the nri_*
+# test targets against it, down.
+nri_integration() {
+  local root=$ROOT_PREFIX-nri tests
+  mapfile -t tests < <(test_targets 'nri_*')
+  RP_NRI=1 scripts/containerd.sh up 1.7 "$root" >/dev/null || return 1
   RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
   local rc=$?
   scripts/containerd.sh down "$root"
@@ -98,6 +114,10 @@ for v in 1.6 1.7; do
   ROOTS+=("$ROOT_PREFIX-$v")  # for the trap: phase runs integration in a subshell
   phase "integration (containerd $v)" integration "$v"
 done
+if compgen -G 'crates/*/tests/nri_*.rs' >/dev/null; then
+  ROOTS+=("$ROOT_PREFIX-nri")  # for the trap, as above
+  phase "integration (NRI, ctrd 1.7)" nri_integration
+fi
 if compgen -G 'crates/*/tests/docker_*.rs' >/dev/null; then
   DOCKERD_ROOTS+=("$DOCKERD_ROOT")  # for the trap, as above
   phase "integration (dockerd)" docker_integration

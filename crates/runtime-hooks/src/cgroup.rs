@@ -288,6 +288,24 @@ impl CgroupFs {
         })
     }
 
+    /// The CPUs a container of the pod cgroup `pod_dir` may use when it has no cpuset of its own
+    /// (the shared pool): the pod directory's CPUs (v1 `cpuset/<dir>/cpuset.cpus`, v2
+    /// `<dir>/cpuset.cpus.effective`), else the root's; `None` when neither can be read. For
+    /// runtimes that cannot be asked to clear a cpuset (NRI takes `""` as "no change").
+    pub fn shared_cpus(&self, pod_dir: Option<&str>) -> Option<String> {
+        let (controller, file) = match self.version {
+            CgroupVersion::V1 => ("cpuset", "cpuset.cpus"),
+            CgroupVersion::V2 => ("", "cpuset.cpus.effective"),
+        };
+        let base = self.root.join(controller);
+        let pod = pod_dir.and_then(|d| self.resolve(d).ok().flatten()).map(|d| base.join(d.trim_start_matches('/')));
+        pod.into_iter().chain([base.clone()]).find_map(|dir| {
+            let text = std::fs::read_to_string(dir.join(file)).ok()?;
+            let cpus = parse_cpu_list(text.trim()).ok().filter(|c| !c.is_empty())?;
+            Some(format_cpu_list(&cpus))
+        })
+    }
+
     /// The full path of `value`'s file for the cgroup `dir`.
     pub fn file_path(&self, dir: &str, value: &CgroupValue) -> Result<PathBuf, CgroupError> {
         Ok(self.dir_path(dir, value)?.join(self.file_name(value)))
@@ -600,6 +618,20 @@ mod tests {
         let w = fs.apply("/pod/c", &CgroupValue::CpusetCpus(String::new())).unwrap();
         assert!(matches!(&w, Written::Corrected(d) if d.new == "0-1"), "{w:?}");
         assert!(fs.apply("/pod/c", &CgroupValue::CpusetCpus("x".into())).is_err());
+    }
+
+    #[test]
+    fn shared_cpus_from_the_pod_then_the_root() {
+        let (t, fs) = v1_tree();
+        std::fs::remove_file(t.path().join("cpuset/cpuset.cpus")).unwrap();
+        std::fs::remove_file(t.path().join("cpuset/pod/cpuset.cpus")).unwrap();
+        assert_eq!(fs.shared_cpus(Some("/pod")), None, "nothing readable");
+        std::fs::write(t.path().join("cpuset/cpuset.cpus"), "0-3\n").unwrap();
+        assert_eq!(fs.shared_cpus(Some("/pod")).as_deref(), Some("0-3"), "the root when the pod has none");
+        std::fs::write(t.path().join("cpuset/pod/cpuset.cpus"), "0,1\n").unwrap();
+        assert_eq!(fs.shared_cpus(Some("/pod")).as_deref(), Some("0-1"));
+        assert_eq!(fs.shared_cpus(None).as_deref(), Some("0-3"));
+        assert_eq!(fs.shared_cpus(Some("../x")).as_deref(), Some("0-3"), "a bad name falls back to the root");
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub enum Mode {
     Proxy,
     /// No proxy: list pods from the CRI runtime and write their cgroup files directly.
     Standalone,
+    /// No proxy: an NRI plugin of the runtime (containerd >= 1.7 with NRI enabled), called at
+    /// pod and container events; container changes are NRI adjustments and updates.
+    Nri,
 }
 
 /// `--cgroup-version`.
@@ -76,9 +79,22 @@ impl CgroupDriverArg {
 pub struct Args {
     /// `proxy`: serve hooks to runtime-proxy on --listen (and, with --runtime-endpoint, also
     /// re-apply rule changes to running pods); `standalone`: no proxy, reconcile the cgroups of
-    /// the pods of --runtime-endpoint.
+    /// the pods of --runtime-endpoint; `nri`: no proxy, an NRI plugin on --nri-socket.
     #[arg(long, value_enum, default_value = "proxy")]
     pub mode: Mode,
+
+    /// NRI mode: the runtime's NRI socket (containerd: `socket_path` of
+    /// `[plugins."io.containerd.nri.v1.nri"]`). Waited for when absent; re-dialled when closed.
+    #[arg(long, value_name = "SOCKET", default_value = crate::nri::DEFAULT_SOCKET, value_parser = parse_unix_path)]
+    pub nri_socket: PathBuf,
+
+    /// NRI mode: the plugin's name, as the runtime logs it.
+    #[arg(long, value_name = "NAME", default_value = "runtime-hooks")]
+    pub nri_plugin_name: String,
+
+    /// NRI mode: the plugin's index, two digits; plugins are called in ascending index order.
+    #[arg(long, value_name = "NN", default_value = "50", value_parser = crate::nri::parse_plugin_index)]
+    pub nri_plugin_index: String,
 
     /// Unix socket to serve hooks on (proxy mode). A stale socket is replaced, a live one never;
     /// the parent directory is created. `unix://` prefix optional.
@@ -161,7 +177,7 @@ impl Args {
         match (self.mode, &self.runtime_endpoint) {
             (_, Some(p)) => Some(p.clone()),
             (Mode::Standalone, None) => Some(PathBuf::from("/var/run/containerd/containerd.sock")),
-            (Mode::Proxy, None) => None,
+            (Mode::Proxy | Mode::Nri, None) => None,
         }
     }
 
@@ -241,9 +257,33 @@ mod tests {
         assert_eq!(a.plugins, ["cpuset", "BatchResource"]);
         assert_eq!(a.plugin_failure_policy, FailurePolicy::Fail);
         assert_eq!(a.cgroup_version.version(), Some(CgroupVersion::V2));
-        assert!(Args::try_parse_from(["runtime-hooks", "--mode", "nri"]).is_err());
+        assert!(Args::try_parse_from(["runtime-hooks", "--mode", "koordlet"]).is_err());
         assert!(Args::try_parse_from(["runtime-hooks", "--selector", "novalue"]).is_err());
         assert!(Args::try_parse_from(["runtime-hooks", "--plugin-failure-policy", "fail"]).is_err());
+    }
+
+    #[test]
+    fn nri_flags() {
+        let a = Args::parse_from(["runtime-hooks", "--mode", "nri"]);
+        assert_eq!(a.mode, Mode::Nri);
+        assert_eq!(
+            (a.nri_socket.to_str(), a.nri_plugin_name.as_str(), a.nri_plugin_index.as_str()),
+            (Some("/var/run/nri/nri.sock"), "runtime-hooks", "50")
+        );
+        assert_eq!(a.reconcile_endpoint(), None, "NRI mode reconciles only when asked");
+        let a = Args::parse_from([
+            "runtime-hooks",
+            "--mode",
+            "nri",
+            "--nri-socket",
+            "unix:///run/n.sock",
+            "--nri-plugin-name",
+            "rh",
+            "--nri-plugin-index",
+            "07",
+        ]);
+        assert_eq!((a.nri_socket.to_str(), a.nri_plugin_name.as_str(), a.nri_plugin_index.as_str()), (Some("/run/n.sock"), "rh", "07"));
+        assert_eq!(Args::try_parse_from(["runtime-hooks", "--nri-plugin-index", "7"]).unwrap_err().exit_code(), 2);
     }
 
     #[test]

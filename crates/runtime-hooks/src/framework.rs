@@ -282,15 +282,37 @@ impl Framework {
         Ok(())
     }
 
+    /// A pod event in any mode that sees pods as they are created (proxy: PreRunPodSandbox; NRI:
+    /// RunPodSandbox): runs the stage's plugins and writes their pod-level values. Ignored
+    /// failures are logged here; the caller turns the rest of the change into its answer.
+    ///
+    /// Errors: the first plugin failure under [`FailurePolicy::Fail`] (not logged).
+    pub fn pod_stage(&self, stage: Stage, pod: &PodContext) -> Result<Outcome, PluginFailure> {
+        let mut outcome = self.run_pod(stage, pod)?;
+        self.write_pod_values(stage, pod, &mut outcome)?;
+        log_ignored(&outcome);
+        Ok(outcome)
+    }
+
+    /// A container event (proxy: PreCreateContainer, PreUpdateContainerResources; NRI:
+    /// CreateContainer, UpdateContainer): runs the stage's plugins and writes pod-level values if
+    /// any plugin asks for them here. Ignored failures are logged here.
+    ///
+    /// Errors: the first plugin failure under [`FailurePolicy::Fail`] (not logged).
+    pub fn container_stage(&self, stage: Stage, container: &ContainerContext) -> Result<Outcome, PluginFailure> {
+        let mut outcome = self.run_container(stage, container)?;
+        self.write_pod_values(stage, &container.pod, &mut outcome)?;
+        log_ignored(&outcome);
+        Ok(outcome)
+    }
+
     /// Answers a pod-level hook call: echo the request, override with the plugins' change,
     /// write pod-level cgroup values.
     ///
     /// Errors: a plugin failure under [`FailurePolicy::Fail`], as `INTERNAL`.
     pub fn pod_hook(&self, stage: Stage, req: &PodSandboxHookRequest) -> Result<PodSandboxHookResponse, Status> {
         let pod = PodContext::from_pod_request(req);
-        let result = self.run_pod(stage, &pod).and_then(|mut o| self.write_pod_values(stage, &pod, &mut o).map(|()| o));
-        let outcome = result.map_err(|f| failure_status(&f))?;
-        log_ignored(&outcome);
+        let outcome = self.pod_stage(stage, &pod).map_err(|f| failure_status(&f))?;
         let mut resp = echo_pod(req);
         let change = &outcome.change;
         if let Some(parent) = &change.cgroup_parent {
@@ -310,10 +332,7 @@ impl Framework {
     /// Errors: a plugin failure under [`FailurePolicy::Fail`], as `INTERNAL`.
     pub fn container_hook(&self, stage: Stage, req: &ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> {
         let container = ContainerContext::from_request(req);
-        let result =
-            self.run_container(stage, &container).and_then(|mut o| self.write_pod_values(stage, &container.pod, &mut o).map(|()| o));
-        let outcome = result.map_err(|f| failure_status(&f))?;
-        log_ignored(&outcome);
+        let outcome = self.container_stage(stage, &container).map_err(|f| failure_status(&f))?;
         let mut resp = echo_container(req);
         let change = &outcome.change;
         if let Some(parent) = &change.cgroup_parent {
@@ -340,7 +359,8 @@ fn log_ignored(outcome: &Outcome) {
     }
 }
 
-fn log_call(stage: Stage, target: &str, change: &Change) {
+/// Logs what a hook call changed (info), or that it changed nothing (debug).
+pub(crate) fn log_call(stage: Stage, target: &str, change: &Change) {
     if change.is_empty() {
         tracing::debug!(%stage, on = target, "no change");
     } else {

@@ -1,7 +1,7 @@
 //! runtime-hooks: the hook-server half of runtime-proxy, in the role of koordlet's runtime hooks.
 //!
 //! Plugins turn a pod's QoS class and Koordinator's annotations into cgroup settings. They reach
-//! the pods in one of two modes:
+//! the pods in one of three modes:
 //!
 //! * **proxy**: a `runtime.v1alpha1.RuntimeHookService` server that runtime-proxy (or
 //!   koord-runtime-proxy) calls before RunPodSandbox, CreateContainer and
@@ -9,6 +9,8 @@
 //!   Pod-level cgroup values are written by the server itself, as koordlet does.
 //! * **standalone**: a reconciler that lists the pods of the CRI runtime and writes their cgroup
 //!   files directly, on an interval and when the rules change.
+//! * **nri**: an NRI plugin of the runtime (containerd >= 1.7), called before containers are
+//!   created; the plugins' changes become NRI adjustments and updates ([`nri`]).
 //!
 //! Module map, from the inputs to the outputs:
 //!
@@ -24,6 +26,8 @@
 //! * [`cgroup_path`] — cgroup drivers (systemd, cgroupfs), slice expansion: a cgroup parent as
 //!   kubelet or the runtime gives it → its directory.
 //! * [`server`] — proxy mode: the gRPC service and the registration file.
+//! * [`nri`] — NRI mode: the plugin protocol (ttrpc over NRI's multiplexed socket) and the
+//!   mapping between NRI's objects and the plugins' contexts and changes.
 //! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
 //! * [`cli`] — flags; [`run`] wires everything for the binary.
 
@@ -35,6 +39,7 @@ pub mod change;
 pub mod cli;
 pub mod context;
 pub mod framework;
+pub mod nri;
 pub mod plugin;
 pub mod plugins;
 pub mod quantity;
@@ -123,6 +128,16 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         Mode::Standalone => {
             shutdown.await;
             Ok(())
+        }
+        Mode::Nri => {
+            let options = nri::Options {
+                socket: args.nri_socket.clone(),
+                name: args.nri_plugin_name.clone(),
+                index: args.nri_plugin_index.clone(),
+                selector: args.selector.clone(),
+            };
+            tracing::info!(socket = %options.socket.display(), "NRI plugin starting");
+            nri::run(framework, options, shutdown).await
         }
     };
     let _ = stop_tx.send(true);

@@ -1,0 +1,214 @@
+//! NRI's pods and containers to the plugins' contexts, and the plugins' [`Change`] to NRI's
+//! answers. Pure functions.
+//!
+//! | NRI | context |
+//! |---|---|
+//! | `PodSandbox.name`, `namespace`, `uid`, `labels`, `annotations` | the same [`PodContext`] fields |
+//! | `PodSandbox.linux.cgroup_parent` | `cgroup_parent` (kubelet's, as containerd got it) |
+//! | `Container.name` (the CRI metadata name), `id`, `annotations` | the same [`ContainerContext`] fields |
+//! | `Container.env` (`KEY=VALUE` strings) | `envs` |
+//! | `Container.linux.resources` (or an update's new resources) | `resources` in CRI units |
+//!
+//! | [`Change`] | `ContainerAdjustment` (CreateContainer) | `ContainerUpdate` (UpdateContainer, Synchronize, rule changes) |
+//! |---|---|---|
+//! | `cpu_shares`, `cpu_quota`, `cpu_period` | `linux.resources.cpu` | `linux.resources.cpu` |
+//! | `memory_limit_in_bytes` | `linux.resources.memory.limit`, and `swap` the same (as kubelet: no swap beyond the limit) | the same |
+//! | `cpuset_cpus` | `linux.resources.cpu.cpus`; `""` (BE: the shared pool) becomes the pod's CPUs, since NRI reads `""` as "no change" | the same |
+//! | `envs` | `env` | – (cannot change after creation) |
+//! | `annotations` | `annotations` | – |
+//! | `cgroup_parent` | – (NRI cannot move a container to another pod cgroup) | – |
+//! | `pod_cgroup` | written by runtime-hooks itself | the same |
+
+use std::collections::HashMap;
+
+use hook_api::v1alpha1::LinuxContainerResources;
+
+use super::proto::api as nri;
+use crate::change::{Change, Resources};
+use crate::context::{ContainerContext, PodContext};
+
+/// The plugins' view of an NRI pod.
+pub fn pod_context(pod: &nri::PodSandbox) -> PodContext {
+    PodContext {
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        uid: pod.uid.clone(),
+        labels: pod.labels.clone(),
+        annotations: pod.annotations.clone(),
+        cgroup_parent: pod.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default(),
+    }
+}
+
+/// The plugins' view of an NRI container; `resources` overrides the container's own (the new
+/// resources of an UpdateContainer).
+pub fn container_context(pod: &nri::PodSandbox, container: &nri::Container, resources: Option<&nri::LinuxResources>) -> ContainerContext {
+    let resources = resources.or_else(|| container.linux.as_ref().and_then(|l| l.resources.as_ref()));
+    ContainerContext {
+        pod: pod_context(pod),
+        name: container.name.clone(),
+        id: container.id.clone(),
+        annotations: container.annotations.clone(),
+        envs: envs(&container.env),
+        resources: resources.map(cri_resources),
+    }
+}
+
+/// `KEY=VALUE` strings as a map (a string without `=` is a key with an empty value).
+pub fn envs(env: &[String]) -> HashMap<String, String> {
+    env.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.clone(), String::new()),
+        })
+        .collect()
+}
+
+/// NRI resources in CRI units (0 / `""` = not set).
+pub fn cri_resources(r: &nri::LinuxResources) -> LinuxContainerResources {
+    let cpu = r.cpu.clone().unwrap_or_default();
+    let mem = r.memory.unwrap_or_default();
+    LinuxContainerResources {
+        cpu_period: cpu.period.map(|v| v.value as i64).unwrap_or(0),
+        cpu_quota: cpu.quota.map(|v| v.value).unwrap_or(0),
+        cpu_shares: cpu.shares.map(|v| v.value as i64).unwrap_or(0),
+        memory_limit_in_bytes: mem.limit.map(|v| v.value).unwrap_or(0),
+        memory_swap_limit_in_bytes: mem.swap.map(|v| v.value).unwrap_or(0),
+        cpuset_cpus: cpu.cpus,
+        cpuset_mems: cpu.mems,
+        unified: r.unified.clone(),
+        ..Default::default()
+    }
+}
+
+/// The set fields of `r` as NRI resources, `None` when nothing is set. `shared_cpus` gives the
+/// CPUs of the shared pool for a cpuset of `""`; when it has none, the cpuset is left alone.
+pub fn nri_resources(r: &Resources, shared_cpus: impl FnOnce() -> Option<String>) -> Option<nri::LinuxResources> {
+    let cpus = match r.cpuset_cpus.as_deref() {
+        Some("") => shared_cpus().unwrap_or_default(),
+        Some(c) => c.to_owned(),
+        None => String::new(),
+    };
+    let cpu = nri::LinuxCpu {
+        shares: r.cpu_shares.map(|v| nri::OptionalUInt64 { value: v.max(0) as u64 }),
+        quota: r.cpu_quota.map(|value| nri::OptionalInt64 { value }),
+        period: r.cpu_period.map(|v| nri::OptionalUInt64 { value: v.max(0) as u64 }),
+        cpus,
+        ..Default::default()
+    };
+    let memory = r.memory_limit_in_bytes.filter(|v| *v > 0).map(|value| nri::LinuxMemory {
+        limit: Some(nri::OptionalInt64 { value }),
+        swap: Some(nri::OptionalInt64 { value }),
+        ..Default::default()
+    });
+    let cpu = (cpu != nri::LinuxCpu::default()).then_some(cpu);
+    (cpu.is_some() || memory.is_some()).then(|| nri::LinuxResources { cpu, memory, ..Default::default() })
+}
+
+/// A CreateContainer answer: resources, envs and annotations of the change. The change's
+/// `cgroup_parent` cannot be expressed (the caller logs it).
+pub fn adjustment(change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> nri::ContainerAdjustment {
+    nri::ContainerAdjustment {
+        annotations: change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        env: change.envs.iter().map(|(k, v)| nri::KeyValue { key: k.clone(), value: v.clone() }).collect(),
+        linux: nri_resources(&change.resources, shared_cpus)
+            .map(|resources| nri::LinuxContainerAdjustment { resources: Some(resources), ..Default::default() }),
+    }
+}
+
+/// An update of a created container's resources, `None` when the change sets none.
+pub fn update(container_id: &str, change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> Option<nri::ContainerUpdate> {
+    nri_resources(&change.resources, shared_cpus).map(|resources| nri::ContainerUpdate {
+        container_id: container_id.to_owned(),
+        linux: Some(nri::LinuxContainerUpdate { resources: Some(resources) }),
+        ignore_failure: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> nri::PodSandbox {
+        nri::PodSandbox {
+            id: "sb".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            labels: [("koordinator.sh/qosClass".to_string(), "BE".to_string())].into(),
+            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/podu".into(), ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn contexts_from_nri() {
+        let c = nri::Container {
+            id: "c1".into(),
+            name: "main".into(),
+            env: vec!["PATH=/bin".into(), "A=b=c".into(), "BARE".into()],
+            linux: Some(nri::LinuxContainer {
+                resources: Some(nri::LinuxResources {
+                    cpu: Some(nri::LinuxCpu {
+                        shares: Some(nri::OptionalUInt64 { value: 2 }),
+                        period: Some(nri::OptionalUInt64 { value: 100_000 }),
+                        cpus: "0-1".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let ctx = container_context(&pod(), &c, None);
+        assert_eq!((ctx.key(), ctx.id.as_str()), ("ns/p/main".to_string(), "c1"));
+        assert_eq!(ctx.pod.qos(), crate::context::QosClass::Be);
+        assert_eq!(ctx.pod.kube_qos(), crate::context::KubeQos::BestEffort);
+        assert_eq!((ctx.envs["PATH"].as_str(), ctx.envs["A"].as_str(), ctx.envs["BARE"].as_str()), ("/bin", "b=c", ""));
+        let r = ctx.resources.unwrap();
+        assert_eq!((r.cpu_shares, r.cpu_period, r.cpu_quota, r.cpuset_cpus.as_str()), (2, 100_000, 0, "0-1"));
+        let new = nri::LinuxResources {
+            memory: Some(nri::LinuxMemory { limit: Some(nri::OptionalInt64 { value: 5 }), ..Default::default() }),
+            ..Default::default()
+        };
+        let ctx = container_context(&pod(), &c, Some(&new));
+        assert_eq!(ctx.resources.unwrap().memory_limit_in_bytes, 5, "an update's resources win");
+        assert_eq!(pod_context(&nri::PodSandbox::default()), PodContext::default(), "absent parts are empty, not a panic");
+    }
+
+    #[test]
+    fn changes_to_adjustments_and_updates() {
+        let change = Change {
+            resources: Resources {
+                cpu_shares: Some(512),
+                cpu_quota: Some(-1),
+                cpu_period: Some(100_000),
+                memory_limit_in_bytes: Some(134_217_728),
+                cpuset_cpus: Some(String::new()),
+            },
+            envs: [("K".to_string(), "v".to_string())].into(),
+            annotations: [("a".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        };
+        let adj = adjustment(&change, || Some("0-3".into()));
+        assert_eq!(adj.env, vec![nri::KeyValue { key: "K".into(), value: "v".into() }]);
+        assert_eq!(adj.annotations["a"], "1");
+        let r = adj.linux.unwrap().resources.unwrap();
+        let cpu = r.cpu.unwrap();
+        assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value, cpu.period.unwrap().value), (512, -1, 100_000));
+        assert_eq!(cpu.cpus, "0-3", "\"\" is the shared pool spelled out");
+        let mem = r.memory.unwrap();
+        assert_eq!((mem.limit.unwrap().value, mem.swap.unwrap().value), (134_217_728, 134_217_728));
+
+        // Without a shared pool to name, the cpuset is left alone.
+        let only_cpuset = Change { resources: Resources { cpuset_cpus: Some(String::new()), ..Default::default() }, ..Default::default() };
+        assert_eq!(adjustment(&only_cpuset, || None).linux, None);
+        assert_eq!(update("c", &only_cpuset, || None), None);
+        let u = update("c", &change, || None).unwrap();
+        assert_eq!(u.container_id, "c");
+        let cpu = u.linux.unwrap().resources.unwrap().cpu.unwrap();
+        assert_eq!((cpu.shares.unwrap().value, cpu.cpus.as_str()), (512, ""));
+        assert_eq!(update("c", &Change::default(), || None), None);
+        assert_eq!(adjustment(&Change::default(), || None), nri::ContainerAdjustment::default());
+    }
+}

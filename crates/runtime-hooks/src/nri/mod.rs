@@ -1,0 +1,497 @@
+//! NRI mode: runtime-hooks as an external NRI plugin of containerd (≥ 1.7) or CRI-O, no proxy.
+//!
+//! The runtime calls the plugin synchronously at pod and container life-cycle events; the
+//! plugins run through the same [`Framework`] as in proxy mode and their [`Change`] is turned
+//! into NRI's answers ([`convert`]):
+//!
+//! | NRI call | stage run | answer |
+//! |---|---|---|
+//! | `Configure` | – | the events the plugins' stages need, plus StopContainer, RemovePodSandbox and RemoveContainer (to know which objects are live) |
+//! | `Synchronize` (pods and containers that existed before we connected) | PreRunPodSandbox per pod (pod-level values written), PreCreateContainer per created or running container | `ContainerUpdate`s with the containers' resources, applied by the runtime |
+//! | `StateChange` RunPodSandbox (after the sandbox started: the pod cgroup exists) | PreRunPodSandbox | – (pod-level values written by runtime-hooks, as koordlet does) |
+//! | `CreateContainer` (before the container is created) | PreCreateContainer | `ContainerAdjustment`: resources, cpuset, env, annotations |
+//! | `UpdateContainer` (kubelet's UpdateContainerResources) | PreUpdateContainerResources, with the new resources | a `ContainerUpdate` of that container: the plugins' fields override kubelet's |
+//! | `StateChange` StopPodSandbox, StartContainer, PostStartContainer; `StopContainer` | PostStopPodSandbox, PreStartContainer, PostStartContainer, PostStopContainer, if a plugin wants them | – (pod-level values only) |
+//!
+//! A rule change is re-applied at once to every pod and container the plugin knows (from
+//! Synchronize and later events): pod-level values written, container resources sent to the
+//! runtime with `Runtime.UpdateContainers`.
+//!
+//! Plugin failures: under `--plugin-failure-policy Ignore` the failing plugin's change is
+//! dropped; under `Fail` the NRI call is answered with an error, and the runtime fails the
+//! CRI call (RunPodSandbox, CreateContainer, UpdateContainerResources), as proxy mode with
+//! `Fail`/`Fail`. A failure while synchronizing or re-applying rules skips that object.
+//!
+//! Connection: dial `--nri-socket`, register (`Runtime.RegisterPlugin` with `--nri-plugin-name`
+//! and `--nri-plugin-index`), then serve the runtime's calls until the socket closes; when
+//! it closes or cannot be dialled (containerd restarting) dial again after 100 ms, doubling up
+//! to 5 s, reset once registered. Shutdown closes the socket: the runtime drops the plugin and
+//! goes on without it. A plugin that does not answer within the runtime's request timeout
+//! (containerd's `plugin_request_timeout`, 2 s by default) is dropped by the runtime, which then
+//! runs the call without it.
+//!
+//! `--selector` applies here too: pods whose labels do not hold every pair get no change.
+
+pub mod convert;
+pub mod wire;
+
+/// Generated protobuf types: NRI's API (subset) and ttrpc's envelope (`proto/nri/`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    /// `nri.pkg.api.v1alpha1` (NRI 0.6.1's `pkg/api/api.proto`, a subset).
+    pub mod api {
+        include!(concat!(env!("OUT_DIR"), "/nri.pkg.api.v1alpha1.rs"));
+    }
+    /// `ttrpc` (`Request`, `Response`, `Status`).
+    pub mod ttrpc {
+        include!(concat!(env!("OUT_DIR"), "/ttrpc.rs"));
+    }
+}
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use prost::Message;
+use tokio::net::UnixStream;
+use tokio::sync::watch;
+
+use self::proto::api::{self as nri, Event};
+use self::proto::ttrpc;
+use self::wire::{Receiver, Sender, FLAG_REMOTE_CLOSED, PLUGIN_CONN, REQUEST, RESPONSE, RUNTIME_CONN};
+use crate::change::Change;
+use crate::context::{ContainerContext, PodContext};
+use crate::framework::{log_call, Framework, Outcome, PluginFailure};
+use crate::plugin::Stage;
+
+/// The runtime's NRI socket unless `--nri-socket` says otherwise (NRI's `DefaultSocketPath`).
+pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
+/// The service the runtime calls.
+pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
+/// The service the plugin calls.
+pub const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// gRPC status codes used in answers.
+const CODE_INTERNAL: i32 = 13;
+const CODE_UNIMPLEMENTED: i32 = 12;
+const CODE_INVALID_ARGUMENT: i32 = 3;
+
+/// Where and as whom to connect.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The runtime's NRI socket.
+    pub socket: PathBuf,
+    /// Plugin name (`--nri-plugin-name`).
+    pub name: String,
+    /// Plugin index, two digits (`--nri-plugin-index`): plugins are called in ascending order.
+    pub index: String,
+    /// Only pods whose labels hold every pair get changes (empty: all).
+    pub selector: Vec<(String, String)>,
+}
+
+/// `--nri-plugin-index`: exactly two ASCII digits (NRI's `CheckPluginIndex`).
+pub fn parse_plugin_index(s: &str) -> Result<String, String> {
+    if s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("invalid NRI plugin index {s:?}: must be two digits, 00 to 99"))
+    }
+}
+
+/// The NRI event a stage is run at, if NRI has one.
+pub fn event_of(stage: Stage) -> Event {
+    match stage {
+        Stage::PreRunPodSandbox => Event::RunPodSandbox,
+        Stage::PostStopPodSandbox => Event::StopPodSandbox,
+        Stage::PreCreateContainer => Event::CreateContainer,
+        Stage::PreStartContainer => Event::StartContainer,
+        Stage::PostStartContainer => Event::PostStartContainer,
+        Stage::PreUpdateContainerResources => Event::UpdateContainer,
+        Stage::PostStopContainer => Event::StopContainer,
+    }
+}
+
+/// The `ConfigureResponse.events` mask for these stages: bit `event - 1` per event, plus
+/// StopContainer and the remove events (to know which objects are live).
+pub fn event_mask(stages: &[Stage]) -> i32 {
+    let events = stages.iter().map(|s| event_of(*s)).chain([Event::StopContainer, Event::RemovePodSandbox, Event::RemoveContainer]);
+    events.fold(0, |mask, e| mask | (1 << (e as i32 - 1)))
+}
+
+/// Pods and containers the runtime told us about (Synchronize and events), for re-applying
+/// rule changes.
+#[derive(Debug, Default)]
+struct Known {
+    pods: HashMap<String, nri::PodSandbox>,
+    containers: HashMap<String, nri::Container>,
+}
+
+/// Runs the plugin until `shutdown` resolves: connects, serves, reconnects with back-off.
+///
+/// Errors: none so far (a runtime that is not there is waited for); kept for the caller's shape.
+pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    tokio::pin!(shutdown);
+    let mut plugin = NriPlugin { framework: framework.clone(), options, known: Known::default(), synchronized: false };
+    let mut rules = framework.rules().subscribe();
+    rules.borrow_and_update();
+    let mut backoff = BACKOFF_MIN;
+    let mut last_error: Option<String> = None;
+    loop {
+        let outcome = tokio::select! {
+            () = &mut shutdown => break,
+            r = plugin.session(&mut rules) => r,
+        };
+        let registered = plugin.synchronized;
+        plugin.synchronized = false;
+        plugin.known = Known::default();
+        let msg = match outcome {
+            Ok(()) => "the runtime closed the connection".to_owned(),
+            Err(e) => format!("{e:#}"),
+        };
+        if registered {
+            backoff = BACKOFF_MIN;
+            tracing::warn!(socket = %plugin.options.socket.display(), "NRI connection lost ({msg}); reconnecting");
+            last_error = None;
+        } else if last_error.as_deref() != Some(msg.as_str()) {
+            tracing::warn!(socket = %plugin.options.socket.display(), "NRI: {msg}; retrying (up to every {BACKOFF_MAX:?})");
+            last_error = Some(msg);
+        } else {
+            tracing::debug!(socket = %plugin.options.socket.display(), "NRI: {msg}; retrying");
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+    tracing::info!("NRI plugin stopping: closing the connection");
+    Ok(())
+}
+
+struct NriPlugin {
+    framework: Arc<Framework>,
+    options: Options,
+    known: Known,
+    /// Configured and synchronized on the current connection.
+    synchronized: bool,
+}
+
+/// What a handled call answers: a payload, or a status.
+type Answer = Result<Vec<u8>, (i32, String)>;
+
+impl NriPlugin {
+    /// One connection: dial, register, serve until it closes.
+    async fn session(&mut self, rules: &mut watch::Receiver<u64>) -> anyhow::Result<()> {
+        let socket = &self.options.socket;
+        let stream = UnixStream::connect(socket).await.with_context(|| format!("connecting to {}", socket.display()))?;
+        let (read, write) = stream.into_split();
+        let sender = Sender::new(write);
+        let mut receiver = Receiver::new(read);
+        let mut next_stream = 1u32;
+        let mut calls: HashMap<u32, &'static str> = HashMap::new();
+        let register = nri::RegisterPluginRequest { plugin_name: self.options.name.clone(), plugin_idx: self.options.index.clone() };
+        call(&sender, &mut next_stream, &mut calls, "RegisterPlugin", &register).await?;
+        tracing::info!(socket = %socket.display(), name = %self.options.name, index = %self.options.index, "NRI: connected, registering");
+        loop {
+            tokio::select! {
+                msg = receiver.next() => {
+                    let msg = match msg {
+                        Ok(m) => m,
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                        Err(e) => return Err(e).context("reading from the runtime"),
+                    };
+                    match (msg.conn, msg.kind) {
+                        (PLUGIN_CONN, REQUEST) => {
+                            let response = self.handle(&msg.payload);
+                            sender.respond(msg.stream, &response).await.context("answering the runtime")?;
+                        }
+                        (RUNTIME_CONN, RESPONSE) => self.response(calls.remove(&msg.stream), &msg.payload)?,
+                        (conn, kind) => tracing::debug!(conn, kind, stream = msg.stream, "NRI: unexpected ttrpc message ignored"),
+                    }
+                }
+                changed = rules.changed(), if self.synchronized => {
+                    if changed.is_err() {
+                        // The rules store is gone; nothing more to re-apply.
+                        std::future::pending::<()>().await;
+                    }
+                    let updates = self.apply_all("rules changed");
+                    if !updates.is_empty() {
+                        let req = nri::UpdateContainersRequest { update: updates, evict: Vec::new() };
+                        call(&sender, &mut next_stream, &mut calls, "UpdateContainers", &req).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A response to one of our calls.
+    fn response(&mut self, method: Option<&'static str>, payload: &[u8]) -> anyhow::Result<()> {
+        let resp = ttrpc::Response::decode(payload).context("decoding a ttrpc response")?;
+        let method = method.unwrap_or("an unknown call");
+        if let Some(status) = resp.status.filter(|s| s.code != 0) {
+            if method == "RegisterPlugin" {
+                anyhow::bail!("RegisterPlugin refused: code {}: {}", status.code, status.message);
+            }
+            tracing::warn!(code = status.code, "NRI: {method} failed: {}", status.message);
+            return Ok(());
+        }
+        match method {
+            "RegisterPlugin" => tracing::info!(name = %self.options.name, index = %self.options.index, "NRI: registered"),
+            "UpdateContainers" => {
+                let failed = nri::UpdateContainersResponse::decode(resp.payload.as_slice()).map(|r| r.failed).unwrap_or_default();
+                if failed.is_empty() {
+                    tracing::info!("NRI: containers updated for the new rules");
+                } else {
+                    let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
+                    tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers");
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Answers one request of the runtime.
+    fn handle(&mut self, payload: &[u8]) -> ttrpc::Response {
+        let answer = match ttrpc::Request::decode(payload) {
+            Err(e) => Err((CODE_INVALID_ARGUMENT, format!("runtime-hooks: undecodable ttrpc request: {e}"))),
+            Ok(req) if req.service != PLUGIN_SERVICE => {
+                Err((CODE_UNIMPLEMENTED, format!("runtime-hooks: unknown service {}", req.service)))
+            }
+            Ok(req) => self.dispatch(&req.method, &req.payload),
+        };
+        match answer {
+            Ok(payload) => ttrpc::Response { status: None, payload },
+            Err((code, message)) => ttrpc::Response { status: Some(ttrpc::Status { code, message }), payload: Vec::new() },
+        }
+    }
+
+    fn dispatch(&mut self, method: &str, payload: &[u8]) -> Answer {
+        fn decode<M: Message + Default>(method: &str, payload: &[u8]) -> Result<M, (i32, String)> {
+            M::decode(payload).map_err(|e| (CODE_INVALID_ARGUMENT, format!("runtime-hooks: undecodable {method} request: {e}")))
+        }
+        match method {
+            "Configure" => {
+                let req: nri::ConfigureRequest = decode(method, payload)?;
+                let events = event_mask(&self.framework.stages());
+                tracing::info!(runtime = %req.runtime_name, version = %req.runtime_version, events = format!("{events:#x}"), "NRI: configured");
+                Ok(nri::ConfigureResponse { events }.encode_to_vec())
+            }
+            "Synchronize" => {
+                let req: nri::SynchronizeRequest = decode(method, payload)?;
+                self.known.pods = req.pods.into_iter().map(|p| (p.id.clone(), p)).collect();
+                self.known.containers = req.containers.into_iter().map(|c| (c.id.clone(), c)).collect();
+                let update = self.apply_all("synchronize");
+                self.synchronized = true;
+                Ok(nri::SynchronizeResponse { update }.encode_to_vec())
+            }
+            "Shutdown" => {
+                tracing::info!("NRI: the runtime is shutting down");
+                Ok(nri::Empty {}.encode_to_vec())
+            }
+            "CreateContainer" => {
+                let req: nri::CreateContainerRequest = decode(method, payload)?;
+                let (pod, mut container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
+                self.known.pods.entry(pod.id.clone()).or_insert_with(|| pod.clone());
+                // containerd 1.7 sends CONTAINER_UNKNOWN here; it exists once we answer.
+                container.state = nri::ContainerState::ContainerCreated as i32;
+                self.known.containers.insert(container.id.clone(), container.clone());
+                let ctx = convert::container_context(&pod, &container, None);
+                let adjust = match self.container(Stage::PreCreateContainer, &ctx)? {
+                    Some(change) => {
+                        if let Some(parent) = &change.cgroup_parent {
+                            tracing::warn!(on = %ctx.key(), parent, "NRI cannot move a container to another pod cgroup parent; cgroup_parent not applied");
+                        }
+                        let dir = ctx.pod.cgroup_parent.clone();
+                        Some(convert::adjustment(&change, || self.framework.cgroups().shared_cpus(Some(&dir))))
+                    }
+                    None => None,
+                };
+                Ok(nri::CreateContainerResponse { adjust, update: Vec::new(), evict: Vec::new() }.encode_to_vec())
+            }
+            "UpdateContainer" => {
+                let req: nri::UpdateContainerRequest = decode(method, payload)?;
+                let (pod, mut container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
+                let ctx = convert::container_context(&pod, &container, req.linux_resources.as_ref());
+                if let Some(new) = req.linux_resources {
+                    container.linux.get_or_insert_with(Default::default).resources = Some(new);
+                }
+                self.known.containers.insert(container.id.clone(), container.clone());
+                let update = match self.container(Stage::PreUpdateContainerResources, &ctx)? {
+                    Some(change) => {
+                        let dir = ctx.pod.cgroup_parent.clone();
+                        convert::update(&container.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))).into_iter().collect()
+                    }
+                    None => Vec::new(),
+                };
+                Ok(nri::UpdateContainerResponse { update, evict: Vec::new() }.encode_to_vec())
+            }
+            "StopContainer" => {
+                let req: nri::StopContainerRequest = decode(method, payload)?;
+                let (pod, container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
+                if let Some(known) = self.known.containers.get_mut(&container.id) {
+                    known.state = nri::ContainerState::ContainerStopped as i32;
+                }
+                self.container(Stage::PostStopContainer, &convert::container_context(&pod, &container, None))?;
+                Ok(nri::StopContainerResponse { update: Vec::new() }.encode_to_vec())
+            }
+            "StateChange" => {
+                let req: nri::StateChangeEvent = decode(method, payload)?;
+                self.state_change(req)?;
+                Ok(nri::Empty {}.encode_to_vec())
+            }
+            other => Err((CODE_UNIMPLEMENTED, format!("runtime-hooks: {PLUGIN_SERVICE}/{other} is not implemented"))),
+        }
+    }
+
+    fn state_change(&mut self, evt: nri::StateChangeEvent) -> Result<(), (i32, String)> {
+        let pod = evt.pod.unwrap_or_default();
+        let event = Event::try_from(evt.event).unwrap_or(Event::Unknown);
+        match event {
+            Event::RunPodSandbox => {
+                self.known.pods.insert(pod.id.clone(), pod.clone());
+                self.pod(Stage::PreRunPodSandbox, &pod)
+            }
+            Event::StopPodSandbox => self.pod(Stage::PostStopPodSandbox, &pod),
+            Event::RemovePodSandbox => {
+                self.known.pods.remove(&pod.id);
+                self.known.containers.retain(|_, c| c.pod_sandbox_id != pod.id);
+                Ok(())
+            }
+            Event::StartContainer | Event::PostStartContainer => {
+                let stage = if event == Event::StartContainer { Stage::PreStartContainer } else { Stage::PostStartContainer };
+                let container = evt.container.unwrap_or_default();
+                self.container(stage, &convert::container_context(&pod, &container, None)).map(|_| ())
+            }
+            Event::RemoveContainer => {
+                if let Some(c) = evt.container {
+                    self.known.containers.remove(&c.id);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn selected(&self, pod: &PodContext) -> bool {
+        self.options.selector.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
+    }
+
+    fn wants(&self, stage: Stage) -> bool {
+        self.framework.stages().contains(&stage)
+    }
+
+    /// A pod-level stage: pod values written. Errors: a failure under `Fail`, as a status.
+    fn pod(&self, stage: Stage, pod: &nri::PodSandbox) -> Result<(), (i32, String)> {
+        let ctx = convert::pod_context(pod);
+        if !self.wants(stage) || !self.selected(&ctx) {
+            return Ok(());
+        }
+        let outcome = self.framework.pod_stage(stage, &ctx).map_err(|f| failure(&f))?;
+        log_call(stage, &ctx.key(), &outcome.change);
+        Ok(())
+    }
+
+    /// A container-level stage: the merged change (`None` when the stage is not wanted or the pod
+    /// not selected). Errors: a failure under `Fail`, as a status.
+    fn container(&self, stage: Stage, ctx: &ContainerContext) -> Result<Option<Change>, (i32, String)> {
+        if !self.wants(stage) || !self.selected(&ctx.pod) {
+            return Ok(None);
+        }
+        let outcome: Outcome = self.framework.container_stage(stage, ctx).map_err(|f| failure(&f))?;
+        log_call(stage, &ctx.key(), &outcome.change);
+        Ok(Some(outcome.change))
+    }
+
+    /// Every known pod at PreRunPodSandbox (pod values written) and every created or running
+    /// container at PreCreateContainer (resources returned as updates). Failures are logged and
+    /// skip the object.
+    fn apply_all(&self, reason: &str) -> Vec<nri::ContainerUpdate> {
+        let mut pods = 0;
+        for pod in self.known.pods.values().filter(|p| self.selected(&convert::pod_context(p))) {
+            match self.pod(Stage::PreRunPodSandbox, pod) {
+                Ok(()) => pods += 1,
+                Err((_, msg)) => tracing::warn!(reason, "NRI: {msg}; pod skipped"),
+            }
+        }
+        let (mut updates, mut containers) = (Vec::new(), 0);
+        for c in self.known.containers.values() {
+            let live = matches!(
+                nri::ContainerState::try_from(c.state),
+                Ok(nri::ContainerState::ContainerCreated | nri::ContainerState::ContainerRunning)
+            );
+            let Some(pod) = self.known.pods.get(&c.pod_sandbox_id).filter(|p| live && self.selected(&convert::pod_context(p))) else {
+                continue;
+            };
+            containers += 1;
+            let ctx = convert::container_context(pod, c, None);
+            match self.container(Stage::PreCreateContainer, &ctx) {
+                Ok(Some(change)) => {
+                    let dir = ctx.pod.cgroup_parent.clone();
+                    updates.extend(convert::update(&c.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))));
+                }
+                Ok(None) => {}
+                Err((_, msg)) => tracing::warn!(reason, "NRI: {msg}; container skipped"),
+            }
+        }
+        tracing::info!(reason, pods, containers, updates = updates.len(), "NRI: applied to known pods");
+        updates
+    }
+}
+
+/// A plugin failure under `Fail` as an NRI error: the runtime fails the CRI call.
+fn failure(f: &PluginFailure) -> (i32, String) {
+    tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Fail)");
+    (CODE_INTERNAL, format!("runtime-hooks: {f} (plugin-failure-policy Fail)"))
+}
+
+/// Sends a request of the `Runtime` service; its response is matched by stream ID in `calls`.
+async fn call(
+    sender: &Sender,
+    next_stream: &mut u32,
+    calls: &mut HashMap<u32, &'static str>,
+    method: &'static str,
+    msg: &impl Message,
+) -> anyhow::Result<()> {
+    let stream = *next_stream;
+    *next_stream += 2;
+    let req = ttrpc::Request {
+        service: RUNTIME_SERVICE.into(),
+        method: method.into(),
+        payload: msg.encode_to_vec(),
+        timeout_nano: 0,
+        metadata: Vec::new(),
+    };
+    calls.insert(stream, method);
+    sender.send(RUNTIME_CONN, stream, REQUEST, FLAG_REMOTE_CLOSED, &req.encode_to_vec()).await.with_context(|| format!("sending {method}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_mask_of_the_default_plugins() {
+        let stages = [Stage::PreRunPodSandbox, Stage::PreCreateContainer, Stage::PreUpdateContainerResources];
+        // RunPodSandbox 1, RemovePodSandbox 3, CreateContainer 4, UpdateContainer 8, StopContainer 10,
+        // RemoveContainer 11.
+        assert_eq!(event_mask(&stages), 1 | 1 << 2 | 1 << 3 | 1 << 7 | 1 << 9 | 1 << 10);
+        assert_eq!(event_mask(&[]), 1 << 2 | 1 << 9 | 1 << 10);
+        // Within NRI 0.6.1's ValidEvents (bits 0..=10).
+        assert_eq!(event_mask(&Stage::ALL) & !((1 << 11) - 1), 0);
+    }
+
+    #[test]
+    fn plugin_index_is_two_digits() {
+        assert_eq!(parse_plugin_index("05").unwrap(), "05");
+        for bad in ["5", "005", "ab", "", "1a"] {
+            assert!(parse_plugin_index(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! NRI mode on a real containerd 1.7 with NRI on (`RP_NRI=1 scripts/containerd.sh up 1.7 ROOT`;
+//! `scripts/test.sh` runs this target in its own phase, against its own containerd). No proxy:
+//! pods are created directly on containerd, which calls runtime-hooks as an NRI plugin.
+//!
+//! The tests run one at a time (a lock): every NRI plugin sees every pod of its containerd, and
+//! some tests restart containerd or stop the plugin. Each test's plugin still selects only its
+//! own pods (`--selector`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd, Pod};
+use test_support::runtime_client;
+use tonic::transport::Channel;
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The harness's env file, with NRI's socket.
+struct Env {
+    ctrd: Containerd,
+    nri_socket: PathBuf,
+    root: PathBuf,
+}
+
+/// `None` (the test is skipped, loudly) when the containerd under test has no NRI.
+fn env() -> Option<Env> {
+    let ctrd = Containerd::from_env();
+    let file = std::env::var("RP_CONTAINERD_ENV").unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let get = |k: &str| text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.strip_prefix('='))).map(PathBuf::from);
+    match get("NRI_SOCKET") {
+        Some(nri_socket) => Some(Env { ctrd, nri_socket, root: get("CONTAINERD_ROOT").expect("CONTAINERD_ROOT") }),
+        None => {
+            eprintln!("SKIPPED: {file} has no NRI_SOCKET (start containerd with RP_NRI=1 scripts/containerd.sh up 1.7 ROOT)");
+            None
+        }
+    }
+}
+
+struct Plugin {
+    hooks: Hooks,
+    label: (String, String),
+    rules: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// runtime-hooks in NRI mode, selecting pods labelled `test=<unique>`; waits until it is
+/// synchronized when `wait` is set.
+fn start_plugin(env: &Env, wait: bool) -> Plugin {
+    let dir = tempfile::Builder::new().prefix("rh-nri").tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, "cpu: {}\n").unwrap();
+    let label = ("test".to_string(), unique("nri"));
+    let selector = format!("{}={}", label.0, label.1);
+    let args = [
+        "--mode",
+        "nri",
+        "--nri-socket",
+        env.nri_socket.to_str().unwrap(),
+        "--nri-plugin-name",
+        "runtime-hooks-test",
+        "--nri-plugin-index",
+        "10",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--selector",
+        &selector,
+    ];
+    let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
+    if wait {
+        assert!(
+            hooks.wait_log(&["NRI: applied to known pods", "synchronize"], 0, Duration::from_secs(10)),
+            "not synchronized:\n{}",
+            hooks.log()
+        );
+    }
+    Plugin { hooks, label, rules, _dir: dir }
+}
+
+impl Plugin {
+    fn labels<'a>(&'a self, qos: &'a str) -> Vec<(&'a str, &'a str)> {
+        vec![(QOS, qos), (&self.label.0, &self.label.1)]
+    }
+
+    fn set_rules(&self, text: &str) {
+        let tmp = self.rules.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.rules).unwrap();
+    }
+}
+
+/// A pod whose container prints its own cgroup values when it starts, then sleeps.
+fn reporting_pod(env: &Env, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
+    let sandbox = sandbox_config(&env.ctrd, &unique("rh-nri"), map(labels), map(annotations));
+    let resources = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
+    let script = "echo shares=$(cat /sys/fs/cgroup/cpu/cpu.shares) quota=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) \
+                  period=$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us) mem=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes) \
+                  cpus=$(cat /sys/fs/cgroup/cpuset/cpuset.cpus); exec sleep 3600";
+    let container = container_config(&env.ctrd, "main", &["sh", "-c", script], Some(resources), &[]);
+    (sandbox, container)
+}
+
+/// What the container printed at start (its CRI log, without the timestamp and stream).
+fn startup_line(env: &Env, sandbox: &cri::PodSandboxConfig) -> String {
+    let uid = &sandbox.metadata.as_ref().unwrap().uid;
+    let path = env.ctrd.log_root.join(uid).join("main.log");
+    let mut text = String::new();
+    eventually(Duration::from_secs(10), || {
+        text = std::fs::read_to_string(&path).unwrap_or_default();
+        text.contains("cpus=")
+    });
+    text.lines().find(|l| l.contains("shares=")).map(|l| l.splitn(4, ' ').nth(3).unwrap_or(l).to_owned()).unwrap_or(text)
+}
+
+/// The OCI spec containerd stored for a container (verbose ContainerStatus), `linux.resources`.
+async fn spec_resources(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> serde_json::Value {
+    let status = rt.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true }).await.unwrap().into_inner();
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    info["runtimeSpec"]["linux"]["resources"].clone()
+}
+
+/// RunPodSandbox and CreateContainer, without StartContainer.
+async fn create(
+    rt: &mut RuntimeServiceClient<Channel>,
+    sandbox: &cri::PodSandboxConfig,
+    container: cri::ContainerConfig,
+) -> Result<(String, String), tonic::Status> {
+    let sandbox_id = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    let created = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.clone(),
+            config: Some(container),
+            sandbox_config: Some(sandbox.clone()),
+        })
+        .await;
+    match created {
+        Ok(r) => Ok((sandbox_id, r.into_inner().container_id)),
+        Err(e) => {
+            remove_sandbox(rt, &sandbox_id).await;
+            Err(e)
+        }
+    }
+}
+
+fn pod_values(parent: &str) -> (String, String, String) {
+    (cgroup("cpu", parent, "cpu.shares"), cgroup("cpu", parent, "cpu.cfs_quota_us"), cgroup("memory", parent, "memory.limit_in_bytes"))
+}
+
+const BE_LINE: &str = "shares=512 quota=100000 period=100000 mem=134217728";
+
+#[tokio::test]
+async fn be_pod_gets_koordlet_values_before_its_process_starts() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let mut plugin = start_plugin(&env, true);
+    let mut rt = runtime_client(&env.ctrd.socket);
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let (sandbox_id, container_id) = create(&mut rt, &sandbox, container).await.expect("BE pod on containerd");
+    let parent = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
+
+    // RunPodSandbox: the pod cgroup got koordlet's pod-level values from runtime-hooks.
+    assert_eq!(pod_values(&parent), ("512".into(), "100000".into(), "134217728".into()), "pod cgroup\n{}", plugin.hooks.log());
+    // CreateContainer, before any process: the adjustment is in the spec containerd stored.
+    let spec = spec_resources(&mut rt, &container_id).await;
+    assert_eq!(spec["cpu"]["shares"], 512, "{spec}");
+    assert_eq!((spec["cpu"]["quota"].clone(), spec["cpu"]["period"].clone()), (100000.into(), 100000.into()), "{spec}");
+    assert_eq!(spec["memory"]["limit"], 134217728, "{spec}");
+    let shared = cgroup("cpuset", "", "cpuset.cpus");
+    assert_eq!(spec["cpu"]["cpus"], shared.as_str(), "BE: the shared pool, spelled out\n{spec}");
+
+    // The process sees them from its first instruction.
+    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await.expect("StartContainer");
+    let line = startup_line(&env, &sandbox);
+    assert_eq!(line, format!("{BE_LINE} cpus={shared}"), "what the container read at start");
+
+    // UpdateContainerResources with kubelet's BestEffort values: the plugin's fields win.
+    let update = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, cpu_quota: 0, ..Default::default() };
+    rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+        container_id: container_id.clone(),
+        linux: Some(update),
+        ..Default::default()
+    })
+    .await
+    .expect("UpdateContainerResources");
+    let pod = Pod { sandbox_id, container_id, config: sandbox };
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "kept through UpdateContainerResources\n{}", plugin.hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
+    assert!(plugin.hooks.count(&["PreUpdateContainerResources", "cpu_shares=512"]) >= 1, "{}", plugin.hooks.log());
+    pod.remove(&mut rt).await;
+
+    // SIGTERM: a clean exit; containerd drops the plugin and goes on.
+    assert_eq!(plugin.hooks.terminate(), Some(0), "{}", plugin.hooks.log());
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("a pod without the plugin");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2", "no plugin: kubelet's value");
+    pod.remove(&mut rt).await;
+}
+
+#[tokio::test]
+async fn lsr_pod_gets_its_cpuset_and_no_quota() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let plugin = start_plugin(&env, true);
+    let mut rt = runtime_client(&env.ctrd.socket);
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("LSR"), &[(STATUS, r#"{"cpuset": " 1 "}"#)]);
+    let pod = Pod::start(&mut rt, sandbox.clone(), container).await.expect("LSR pod");
+    assert_eq!(pod.cgroup_file("cpuset", "cpuset.cpus"), "1", "{}", plugin.hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "-1");
+    assert!(startup_line(&env, &sandbox).ends_with("cpus=1"), "{}", startup_line(&env, &sandbox));
+    pod.remove(&mut rt).await;
+}
+
+#[tokio::test]
+async fn rule_change_is_reapplied_to_running_pods() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let plugin = start_plugin(&env, true);
+    let mut rt = runtime_client(&env.ctrd.socket);
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("BE pod");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_period_us"), "100000");
+    plugin.set_rules("cpu: {cfsPeriodUs: 50000}\n");
+    let ok = eventually(Duration::from_secs(5), || {
+        (pod.cgroup_file("cpu", "cpu.cfs_period_us"), pod.cgroup_file("cpu", "cpu.cfs_quota_us")) == ("50000".into(), "50000".into())
+    });
+    assert!(ok, "container not updated for the new rules\n{}", plugin.hooks.log());
+    let parent = pod.cgroup_parent();
+    assert_eq!((cgroup("cpu", &parent, "cpu.cfs_period_us"), cgroup("cpu", &parent, "cpu.cfs_quota_us")), ("50000".into(), "50000".into()));
+    assert!(plugin.hooks.count(&["NRI: containers updated for the new rules"]) >= 1, "{}", plugin.hooks.log());
+    pod.remove(&mut rt).await;
+}
+
+#[tokio::test]
+async fn synchronize_applies_to_pods_that_existed_before_the_plugin() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let mut rt = runtime_client(&env.ctrd.socket);
+    // The plugin's label is chosen before it starts, so the pod made before it is selected.
+    let mut plugin = start_plugin(&env, true);
+    plugin.hooks.terminate();
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("BE pod without a plugin");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
+    let selector = format!("{}={}", plugin.label.0, plugin.label.1);
+    let hooks = Hooks::start(
+        &["--mode", "nri", "--nri-socket", env.nri_socket.to_str().unwrap(), "--nri-plugin-index", "10", "--selector", &selector],
+        plugin._dir.path().join("hooks2.log"),
+    );
+    assert!(hooks.wait_log(&["synchronize", "updates=1"], 0, Duration::from_secs(10)), "{}", hooks.log());
+    let ok = eventually(Duration::from_secs(5), || pod.cgroup_file("cpu", "cpu.shares") == "512");
+    assert!(ok, "not corrected by Synchronize\n{}", hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
+    assert_eq!(pod_values(&pod.cgroup_parent()), ("512".into(), "100000".into(), "134217728".into()));
+    pod.remove(&mut rt).await;
+}
+
+#[tokio::test]
+async fn reconnects_when_containerd_restarts() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let plugin = start_plugin(&env, true);
+    let mut rt = runtime_client(&env.ctrd.socket);
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let before = Pod::start(&mut rt, sandbox, container).await.expect("BE pod");
+
+    restart_containerd(&env.root);
+    assert!(plugin.hooks.wait_log(&["NRI connection lost"], 0, Duration::from_secs(10)), "{}", plugin.hooks.log());
+    assert!(plugin.hooks.wait_log(&["NRI: registered"], 1, Duration::from_secs(20)), "not registered again\n{}", plugin.hooks.log());
+    // The new containerd synchronized the plugin with the pod that survived the restart.
+    assert!(plugin.hooks.wait_log(&["synchronize", "pods=1", "updates=1"], 0, Duration::from_secs(10)), "{}", plugin.hooks.log());
+
+    let mut rt = runtime_client(&env.ctrd.socket);
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let after = Pod::start(&mut rt, sandbox.clone(), container).await.expect("BE pod after the restart");
+    assert_eq!(after.cgroup_file("cpu", "cpu.shares"), "512", "{}", plugin.hooks.log());
+    assert!(startup_line(&env, &sandbox).starts_with(BE_LINE));
+    after.remove(&mut rt).await;
+    before.remove(&mut rt).await;
+}
+
+#[tokio::test]
+async fn pods_start_when_the_plugin_dies_or_hangs() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let mut rt = runtime_client(&env.ctrd.socket);
+
+    // Killed: the socket closes, containerd drops the plugin at once.
+    let plugin = start_plugin(&env, true);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(plugin.hooks.pid(), libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(200));
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let start = Instant::now();
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("a pod after the plugin was killed");
+    let killed = start.elapsed();
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
+    pod.remove(&mut rt).await;
+
+    // Hung (SIGSTOP): containerd waits its request timeout (2 s here), drops the plugin, and
+    // the pod starts without it.
+    let plugin = start_plugin(&env, true);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(plugin.hooks.pid(), libc::SIGSTOP) };
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let start = Instant::now();
+    let pod = Pod::start(&mut rt, sandbox, container).await;
+    let hung = start.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(plugin.hooks.pid(), libc::SIGCONT) };
+    let pod = pod.expect("a pod while the plugin hangs");
+    eprintln!("pod start: plugin killed {killed:?}, plugin hung {hung:?}");
+    assert!(hung >= Duration::from_millis(1900), "containerd waited {hung:?} for the hung plugin");
+    assert!(hung < Duration::from_secs(8), "{hung:?}");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2", "the plugin was dropped");
+    pod.remove(&mut rt).await;
+    // Once it runs again it finds the connection closed and registers anew.
+    assert!(plugin.hooks.wait_log(&["NRI: registered"], 1, Duration::from_secs(15)), "{}", plugin.hooks.log());
+}
+
+/// SIGTERM the harness's containerd and start it again with the same config (pods keep running
+/// in their shims).
+fn restart_containerd(root: &Path) {
+    let pid: i32 = std::fs::read_to_string(root.join("containerd.pid")).unwrap().trim().parse().unwrap();
+    // SAFETY: kill(2) on the harness's containerd, by its recorded pid.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert!(
+        eventually(Duration::from_secs(10), || !Path::new(&format!("/proc/{pid}/cmdline")).exists() || zombie(pid)),
+        "containerd did not stop"
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/containerd.sh");
+    let out = std::process::Command::new(script).args(["up", "1.7"]).arg(root).env("RP_NRI", "1").output().unwrap();
+    assert!(out.status.success(), "containerd.sh up: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z")).unwrap_or(true)
+}
