@@ -64,11 +64,15 @@ impl CgroupDriverArg {
     }
 }
 
+/// `--version`: the crate version and the git revision it was built from (build.rs), e.g.
+/// `0.1.0 (git 27cbb9f)`.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")");
+
 /// All flags.
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "runtime-hooks",
-    version,
+    version = VERSION,
     about = "Runtime hook server with koordlet's QoS plugins (GroupIdentity, BatchResource, CPUSet): \
              serves runtime.v1alpha1 hooks to runtime-proxy, or reconciles pod cgroups on its own.",
     long_about = None
