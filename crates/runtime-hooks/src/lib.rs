@@ -121,6 +121,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let result = match args.mode {
         Mode::Proxy => serve(&args, framework, shutdown).await,
         Mode::Standalone => {
+            notify_systemd(hook_api::sd_notify::READY);
             shutdown.await;
             Ok(())
         }
@@ -131,6 +132,16 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     }
     tracing::info!("runtime-hooks stopped");
     result
+}
+
+/// Tells systemd `state` (`READY=1` once serving, `STOPPING=1`) when started by a
+/// `Type=notify` unit; a failure is logged, never fatal.
+pub fn notify_systemd(state: &str) {
+    match hook_api::sd_notify::notify(state) {
+        Ok(true) => tracing::debug!(state, "notified systemd"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(state, error = %e, "could not notify systemd (NOTIFY_SOCKET)"),
+    }
 }
 
 /// The node's cgroup driver and where it came from (for the start-up line): `--cgroup-driver`
@@ -160,6 +171,8 @@ async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Out
     let registration = server::Registration::new(&args.hook_config_dir, &args.hook_name, &listen, args.failure_policy, &stages)?;
     registration.register()?;
     tracing::info!(socket = %listen.display(), registration = %registration.file().display(), "serving runtime hooks");
+    // The listener is bound and tonic serves it from the first poll below.
+    notify_systemd(hook_api::sd_notify::READY);
     let shutdown = async {
         // Keep the registration in place (restored when removed or taken) until shutdown.
         tokio::select! {
