@@ -156,6 +156,12 @@ pub struct Args {
     /// systemd, other absolute paths cgroupfs).
     #[arg(long, value_enum, default_value = "auto")]
     pub cgroup_driver: CgroupDriverArg,
+
+    /// Liveness check, e.g. for a Kubernetes exec probe: instead of serving, make one hook call
+    /// (PostStopPodSandboxHook, answered with the plain echo) to the server on --listen; exit 0
+    /// when it answers within 2 s, 1 otherwise.
+    #[arg(long)]
+    pub probe: bool,
 }
 
 impl Args {

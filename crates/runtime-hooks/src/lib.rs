@@ -134,6 +134,20 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     result
 }
 
+/// `--probe`: one PostStopPodSandboxHook call, with an empty request, to the server listening
+/// on `listen` (no plugin acts at that stage: the answer is the echo), within `timeout`.
+///
+/// Errors: no answer within `timeout`, the socket refusing the connection, an error status.
+pub async fn probe(listen: &std::path::Path, timeout: std::time::Duration) -> anyhow::Result<()> {
+    let mut client = hook_api::RuntimeHookServiceClient::new(hook_api::connect(listen));
+    let call = client.post_stop_pod_sandbox_hook(hook_api::v1alpha1::PodSandboxHookRequest::default());
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer from {} within {timeout:?}", listen.display()))?
+        .with_context(|| format!("hook call to {}", listen.display()))?;
+    Ok(())
+}
+
 /// Tells systemd `state` (`READY=1` once serving, `STOPPING=1`) when started by a
 /// `Type=notify` unit; a failure is logged, never fatal.
 pub fn notify_systemd(state: &str) {

@@ -17,6 +17,15 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if args.probe {
+        return match runtime_hooks::probe(&args.listen, std::time::Duration::from_secs(2)).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("runtime-hooks: probe: {e:#}");
+                std::process::ExitCode::from(1)
+            }
+        };
+    }
     // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
     let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
     let shutdown = async {

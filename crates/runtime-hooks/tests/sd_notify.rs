@@ -1,7 +1,8 @@
 //! `Type=notify` units: the real runtime-hooks binary, started with `NOTIFY_SOCKET` as systemd
 //! starts it, sends `READY=1` once it is registered and its socket accepts connections (proxy
 //! mode) or its reconciler runs (standalone), and `STOPPING=1` at SIGTERM. Cgroups: an empty temp
-//! tree; the runtime endpoint is missing.
+//! tree; the runtime endpoint is missing. Also `--probe`, the liveness check, against the live
+//! server and after it stopped.
 
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::Path;
@@ -54,8 +55,24 @@ fn proxy_mode_ready_when_registered_and_serving() {
     assert_eq!(receive(&listener, dir.path()), "READY=1");
     UnixStream::connect(dir.path().join("run/hooks.sock")).expect("the socket accepts when READY=1 arrives");
     assert!(dir.path().join("hookserver.d/runtime-hooks.json").exists(), "registered before READY=1");
+    assert_eq!(probe(dir.path()), (0, String::new()), "--probe against the live server");
     stop(child, &listener, dir.path());
     assert!(!dir.path().join("hookserver.d/runtime-hooks.json").exists(), "unregistered at exit");
+    let (code, stderr) = probe(dir.path());
+    assert_eq!(code, 1, "--probe without a server: {stderr}");
+    assert!(stderr.contains("runtime-hooks: probe:") && stderr.contains("hooks.sock"), "{stderr}");
+}
+
+/// `runtime-hooks --probe --listen SOCKET`, the DaemonSet's liveness probe: exit code and stderr.
+fn probe(dir: &Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_runtime-hooks"))
+        .arg("--probe")
+        .arg("--listen")
+        .arg(dir.join("run/hooks.sock"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running runtime-hooks --probe");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]
