@@ -85,7 +85,8 @@ async fn status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> Result<(Str
 }
 
 async fn env_hooked_by(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> Result<String> {
-    let request = cri::ExecSyncRequest { container_id: id.into(), cmd: vec!["sh".into(), "-c".into(), "echo $HOOKED_BY".into()], timeout: 10 };
+    let request =
+        cri::ExecSyncRequest { container_id: id.into(), cmd: vec!["sh".into(), "-c".into(), "echo $HOOKED_BY".into()], timeout: 10 };
     let out = rt.exec_sync(request).await.context("ExecSync")?.into_inner();
     ensure!(out.exit_code == 0, "ExecSync exit code {}: {}", out.exit_code, String::from_utf8_lossy(&out.stderr));
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
@@ -150,11 +151,8 @@ async fn run(o: &Opts) -> Result<()> {
         }
         "remove" => {
             let state = State::read(&o.state)?;
-            let pod = Pod {
-                sandbox_id: state.get("SANDBOX")?.into(),
-                container_id: state.get("CONTAINER")?.into(),
-                config: Default::default(),
-            };
+            let pod =
+                Pod { sandbox_id: state.get("SANDBOX")?.into(), container_id: state.get("CONTAINER")?.into(), config: Default::default() };
             pod.remove(&mut rt).await;
             println!("  pod {} removed", state.get("SANDBOX")?);
         }
