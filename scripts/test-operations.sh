@@ -72,7 +72,7 @@ for p in runtime-proxy runtime-hooks; do
     dpkg --purge runtime-proxy runtime-hooks >/dev/null
   fi
 done
-need_pkgs "${RP_PKGS[@]}" util-linux python3 curl
+need_pkgs "${RP_PKGS[@]}" util-linux procps python3 curl
 # dpkg removes the packages' empty directories at purge even when they existed before the install: note which
 # did, to put them back (empty, as they were).
 KEEP_DIRS=()

@@ -51,7 +51,7 @@ for p in "${PKGS[@]}"; do
     log "purging what an unfinished earlier run installed" && purge_ours
   fi
 done
-need_pkgs dpkg-dev systemd python3 python3-venv util-linux
+need_pkgs dpkg-dev systemd python3 python3-venv util-linux procps binutils
 bash scripts/package.sh deb || { log "building the packages failed"; echo "test result: FAILED. 0 passed; 1 failed;"; exit 1; }
 VERSION=$(awk -F'"' '/^\[workspace.package\]/ {p = 1} p && /^version *=/ {print $2; exit}' Cargo.toml)
 REVISION=${GIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
