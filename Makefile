@@ -1,5 +1,5 @@
-# make demo | demo-hooks | demo-docker | test | bench | build | clean-containerd — see scripts/*.sh
-.PHONY: demo demo-hooks demo-docker test bench build clean-containerd
+# make demo | demo-hooks | demo-docker | test | bench | build | release | deb | clean-containerd — see scripts/*.sh
+.PHONY: demo demo-hooks demo-docker test bench build release deb clean-containerd
 
 # runtime-proxy with the example hook, then runtime-proxy with runtime-hooks (proxy and standalone mode),
 # then runtime-proxy in Docker mode in front of dockerd
@@ -22,6 +22,14 @@ bench:
 
 build:
 	cargo build --locked --workspace --all-targets
+
+# stripped, optimised binaries (cargo profile dist), packaged: target/dist/packages/*.deb and a tarball
+release:
+	@scripts/package.sh all
+
+# only the two Debian packages (docs/operations.md)
+deb:
+	@scripts/package.sh deb
 
 # stop and delete every containerd the scripts start (/tmp/rp-test-*-ctrd-1.6 and -1.7, rp-demo-ctrd, rp-demo-hooks-ctrd, rp-bench-ctrd)
 clean-containerd:

@@ -3,7 +3,8 @@
 # every integration test against a real containerd 1.6 and again against 1.7 with NRI on (scripts/containerd.sh),
 # then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their own (they restart it and
 # connect plugins that see every pod), then the Docker-mode tests (crates/*/tests/docker_*.rs) against a real
-# dockerd (scripts/dockerd.sh).
+# dockerd (scripts/dockerd.sh), then the Debian packages installed on this machine (scripts/test-packages.sh,
+# scripts/test-operations.sh).
 #
 # Every phase runs even when an earlier one failed; the exit code is non-zero if any failed. The last
 # line is `N passed, M failed`, summed from cargo's "test result:" lines (a phase that fails without a
@@ -122,6 +123,9 @@ if compgen -G 'crates/*/tests/docker_*.rs' >/dev/null; then
   DOCKERD_ROOTS+=("$DOCKERD_ROOT")  # for the trap, as above
   phase "integration (dockerd)" docker_integration
 fi
+
+phase "packages" scripts/test-packages.sh
+phase "operations" scripts/test-operations.sh
 
 printf '\n==> summary\n'
 printf '%s\n' "${TIMES[@]}"

@@ -67,11 +67,15 @@ impl CgroupDriverArg {
     }
 }
 
+/// `--version`: the crate version and the git revision it was built from (build.rs), e.g.
+/// `0.1.0 (git 27cbb9f)`.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")");
+
 /// All flags.
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "runtime-hooks",
-    version,
+    version = VERSION,
     about = "Runtime hook server with koordlet's QoS plugins (GroupIdentity, BatchResource, CPUSet): \
              serves runtime.v1alpha1 hooks to runtime-proxy, or reconciles pod cgroups on its own.",
     long_about = None
@@ -168,6 +172,12 @@ pub struct Args {
     /// systemd, other absolute paths cgroupfs).
     #[arg(long, value_enum, default_value = "auto")]
     pub cgroup_driver: CgroupDriverArg,
+
+    /// Liveness check, e.g. for a Kubernetes exec probe: instead of serving, make one hook call
+    /// (PostStopPodSandboxHook, answered with the plain echo) to the server on --listen; exit 0
+    /// when it answers within 2 s, 1 otherwise.
+    #[arg(long)]
+    pub probe: bool,
 }
 
 impl Args {

@@ -126,6 +126,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let result = match args.mode {
         Mode::Proxy => serve(&args, framework, shutdown).await,
         Mode::Standalone => {
+            notify_systemd(hook_api::sd_notify::READY);
             shutdown.await;
             Ok(())
         }
@@ -146,6 +147,30 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     }
     tracing::info!("runtime-hooks stopped");
     result
+}
+
+/// `--probe`: one PostStopPodSandboxHook call, with an empty request, to the server listening
+/// on `listen` (no plugin acts at that stage: the answer is the echo), within `timeout`.
+///
+/// Errors: no answer within `timeout`, the socket refusing the connection, an error status.
+pub async fn probe(listen: &std::path::Path, timeout: std::time::Duration) -> anyhow::Result<()> {
+    let mut client = hook_api::RuntimeHookServiceClient::new(hook_api::connect(listen));
+    let call = client.post_stop_pod_sandbox_hook(hook_api::v1alpha1::PodSandboxHookRequest::default());
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer from {} within {timeout:?}", listen.display()))?
+        .with_context(|| format!("hook call to {}", listen.display()))?;
+    Ok(())
+}
+
+/// Tells systemd `state` (`READY=1` once serving, `STOPPING=1`) when started by a
+/// `Type=notify` unit; a failure is logged, never fatal.
+pub fn notify_systemd(state: &str) {
+    match hook_api::sd_notify::notify(state) {
+        Ok(true) => tracing::debug!(state, "notified systemd"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(state, error = %e, "could not notify systemd (NOTIFY_SOCKET)"),
+    }
 }
 
 /// The node's cgroup driver and where it came from (for the start-up line): `--cgroup-driver`
@@ -175,6 +200,8 @@ async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Out
     let registration = server::Registration::new(&args.hook_config_dir, &args.hook_name, &listen, args.failure_policy, &stages)?;
     registration.register()?;
     tracing::info!(socket = %listen.display(), registration = %registration.file().display(), "serving runtime hooks");
+    // The listener is bound and tonic serves it from the first poll below.
+    notify_systemd(hook_api::sd_notify::READY);
     let shutdown = async {
         // Keep the registration in place (restored when removed or taken) until shutdown.
         tokio::select! {

@@ -20,11 +20,15 @@ pub enum BackendRuntimeMode {
     Docker,
 }
 
+/// `--version`: the crate version and the git revision it was built from (build.rs), e.g.
+/// `0.1.0 (git 27cbb9f)`.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")");
+
 /// All flags of the `runtime-proxy` binary.
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "runtime-proxy",
-    version,
+    version = VERSION,
     about = "A CRI proxy: kubelet talks to it instead of the container runtime; it forwards every call \
              and calls runtime hook servers at the pod and container lifecycle points.",
     long_about = None

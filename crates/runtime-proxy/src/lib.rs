@@ -90,6 +90,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
     let store = hooks.interceptor.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
+    notify_systemd(hook_api::sd_notify::READY);
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout, args.max_concurrent_streams.max(1)).await
 }
 
@@ -109,6 +110,7 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::R
     );
     let store = hooks.interceptor.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(docker::recover::keep_store(args.runtime_endpoint.clone(), store)));
+    notify_systemd(hook_api::sd_notify::READY);
     docker::serve(listener, &args.listen, front, shutdown, args.drain_timeout).await
 }
 
@@ -165,6 +167,16 @@ pub fn same_socket(a: &Path, b: &Path) -> bool {
         }
     }
     resolved(a) == resolved(b)
+}
+
+/// Tells systemd `state` (`READY=1` once the socket is bound and served, `STOPPING=1`) when
+/// started by a `Type=notify` unit; a failure is logged, never fatal.
+pub fn notify_systemd(state: &str) {
+    match hook_api::sd_notify::notify(state) {
+        Ok(true) => tracing::debug!(state, "notified systemd"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(state, error = %e, "could not notify systemd (NOTIFY_SOCKET)"),
+    }
 }
 
 /// Aborts a background task when dropped (the admin endpoint and recovery end with [`run`]).

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# test-packages.sh — the packages phase of `make test` (also on its own, as root on Debian 12): builds both
+# .debs (scripts/package.sh deb), installs them on this machine and checks them, then purges them, leaving the
+# machine as it was:
+#
+#   * dpkg -i of both; what landed where (dpkg -L), the conffiles, file modes; nothing enabled or started;
+#   * the installed binaries' --help and --version (`runtime-proxy <version> (git <revision>)`);
+#   * systemd-analyze verify of both units (offline: systemd need not be PID 1), silent and exit 0; the
+#     exposure score of `systemd-analyze security --offline` is printed;
+#   * the installed /etc/runtime-hooks/rules.yaml is a rules file runtime-hooks starts with;
+#   * deploy/*.yaml against the Kubernetes OpenAPI schema (PyPI kubernetes-validate, pinned in
+#     deploy/validate-requirements.txt, whose schemas ship in the package: run without a network), --strict;
+#     a manifest with an unknown field must fail; the KubeletConfiguration snippet names the proxy's socket;
+#   * RUNTIME_PROXY_ENABLE=yes / RUNTIME_HOOKS_ENABLE=yes at install enable the units (systemctl enable works
+#     offline);
+#   * dpkg --purge: every packaged path, the enablement links and the conffiles are gone; paths that existed
+#     before the test (e.g. /etc/runtime) are still there.
+#
+# Prints `ok`/`FAIL` per check and a cargo-style `test result:` line that scripts/test.sh counts.
+# Refuses to run when runtime-proxy or runtime-hooks is installed already (not ours to remove).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+TARGET=${CARGO_TARGET_DIR:-target}
+OUT=$TARGET/dist/packages
+VENV=$TARGET/kubernetes-validate
+PKGS=(runtime-proxy runtime-hooks)
+PASS=0 FAIL=0 BEFORE=$(mktemp) TMP=$(mktemp -d)
+
+log() { echo "[test-packages.sh] $*" >&2; }
+# check NAME CMD...: runs CMD; `ok NAME`, or `FAIL NAME` with CMD's output.
+check() {
+  local name=$1 out
+  shift
+  if out=$("$@" 2>&1); then
+    echo "ok    $name" && PASS=$((PASS + 1))
+  else
+    echo "FAIL  $name" && sed 's/^/      /' <<<"$out" && FAIL=$((FAIL + 1))
+  fi
+}
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed'; }
+purge_ours() { dpkg --purge "${PKGS[@]}" >/dev/null 2>&1 || true; }
+cleanup() { purge_ours; rm -rf "$TMP" "$BEFORE" "$MARK"; }
+
+# Installed by an earlier run of this script that did not finish (its marker is in /run): purge; else refuse.
+MARK=/run/runtime-proxy-test-packages
+for p in "${PKGS[@]}"; do
+  if installed "$p"; then
+    [ -e "$MARK" ] || { log "$p is installed on this machine already; not touching it"; exit 1; }
+    log "purging what an unfinished earlier run installed" && purge_ours
+  fi
+done
+need_pkgs dpkg-dev systemd python3 python3-venv util-linux procps binutils
+bash scripts/package.sh deb || { log "building the packages failed"; echo "test result: FAILED. 0 passed; 1 failed;"; exit 1; }
+VERSION=$(awk -F'"' '/^\[workspace.package\]/ {p = 1} p && /^version *=/ {print $2; exit}' Cargo.toml)
+REVISION=${GIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+ARCH=$(dpkg --print-architecture)
+DEBS=("$OUT/runtime-proxy_${VERSION}_$ARCH.deb" "$OUT/runtime-hooks_${VERSION}_$ARCH.deb")
+
+# Every path the packages hold (and their parents), and which of them exist now: purge must restore this.
+for deb in "${DEBS[@]}"; do dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|; s|/$||'; done | grep -v '^\.\?$' | sort -u |
+  while read -r p; do
+    if [ -d "$p" ] && [ ! -L "$p" ] && [ -z "$(ls -A "$p")" ]; then echo "present-dir $p"; elif [ -e "$p" ]; then echo "present $p"; else echo "absent $p"; fi
+  done >"$BEFORE"
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+: >"$MARK"
+
+echo "==> install"
+check "dpkg -i both packages" dpkg -i "${DEBS[@]}"
+check "both installed" bash -c 'for p in runtime-proxy runtime-hooks; do dpkg-query -W -f="\${Status} \${Version}\n" $p | grep -qx "install ok installed '"$VERSION"'" || exit 1; done'
+expect_files() {  # PKG PATH...: each PATH is in `dpkg -L PKG` and exists
+  local pkg=$1 list p
+  shift
+  list=$(dpkg -L "$pkg")
+  for p in "$@"; do grep -qx "$p" <<<"$list" || { echo "$p not in dpkg -L $pkg"; return 1; }; [ -e "$p" ] || { echo "$p missing"; return 1; }; done
+}
+check "runtime-proxy files (dpkg -L)" expect_files runtime-proxy /usr/bin/runtime-proxy /lib/systemd/system/runtime-proxy.service \
+  /etc/default/runtime-proxy /etc/runtime/hookserver.d /usr/share/doc/runtime-proxy/copyright \
+  /usr/share/doc/runtime-proxy/changelog.gz /usr/share/doc/runtime-proxy/operations.md \
+  /usr/share/doc/runtime-proxy/examples/runtime-proxy-docker.conf /usr/share/doc/runtime-proxy/examples/10-runtime-proxy.conf \
+  /usr/share/doc/runtime-proxy/examples/kubelet-config.yaml
+check "runtime-hooks files (dpkg -L)" expect_files runtime-hooks /usr/bin/runtime-hooks /lib/systemd/system/runtime-hooks.service \
+  /etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml /etc/runtime/hookserver.d /usr/share/doc/runtime-hooks/copyright \
+  /usr/share/doc/runtime-hooks/operations.md /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks.yaml
+check "conffiles" bash -c '[ "$(dpkg-query -W -f="\${Conffiles}" runtime-proxy | awk "{print \$1}" | paste -sd" ")" = "/etc/default/runtime-proxy" ] &&
+  [ "$(dpkg-query -W -f="\${Conffiles}" runtime-hooks | awk "{print \$1}" | sort | paste -sd" ")" = "/etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml" ]'
+check "modes and owners" bash -c 'for f in /usr/bin/runtime-proxy /usr/bin/runtime-hooks; do [ "$(stat -c "%a %U:%G" $f)" = "755 root:root" ] || { stat -c "%n %a %U:%G" $f; exit 1; }; done
+  for f in /lib/systemd/system/runtime-*.service /etc/default/runtime-* /etc/runtime-hooks/rules.yaml; do [ "$(stat -c "%a %U:%G" $f)" = "644 root:root" ] || { stat -c "%n %a %U:%G" $f; exit 1; }; done'
+check "binaries stripped" bash -c 'for f in /usr/bin/runtime-proxy /usr/bin/runtime-hooks; do file -L $f 2>/dev/null | grep -q "not stripped" && { echo "$f not stripped"; exit 1; }; [ -z "$(objdump -h $f | grep -E "\.debug_|\.symtab")" ] || { echo "$f has debug/symbol sections"; exit 1; }; done'
+check "no unit enabled or started" bash -c '! ls /etc/systemd/system/*.wants/runtime-* 2>/dev/null && ! pgrep -f "^/usr/bin/runtime-(proxy|hooks)"'
+
+echo "==> binaries"
+check "runtime-proxy --version" bash -c "[ \"\$(/usr/bin/runtime-proxy --version)\" = 'runtime-proxy $VERSION (git $REVISION)' ] || /usr/bin/runtime-proxy --version"
+check "runtime-hooks --version" bash -c "[ \"\$(/usr/bin/runtime-hooks --version)\" = 'runtime-hooks $VERSION (git $REVISION)' ] || /usr/bin/runtime-hooks --version"
+check "runtime-proxy --help" bash -c '/usr/bin/runtime-proxy --help | grep -q -- --koord-runtimeproxy-endpoint'
+check "runtime-hooks --help" bash -c '/usr/bin/runtime-hooks --help | grep -q -- --probe'
+# The flags in /etc/default/* are accepted: ExecStart as systemd expands it, plus --help (clap parses first).
+flags_ok() {  # BIN VAR FILE
+  local bin=$1 var=$2
+  (set -a && . "$3" && set +a && eval "set -- \$$var" && "$bin" "$@" --help >/dev/null)
+}
+check "/etc/default/runtime-proxy flags parse" flags_ok /usr/bin/runtime-proxy RUNTIME_PROXY_OPTS /etc/default/runtime-proxy
+check "/etc/default/runtime-hooks flags parse" flags_ok /usr/bin/runtime-hooks RUNTIME_HOOKS_OPTS /etc/default/runtime-hooks
+
+echo "==> systemd units"
+verify() { local out; out=$(systemd-analyze verify "$@" 2>&1) || { echo "$out"; return 1; }; [ -z "$out" ] || { echo "$out"; return 1; }; }
+check "systemd-analyze verify runtime-proxy.service" verify /lib/systemd/system/runtime-proxy.service
+check "systemd-analyze verify runtime-hooks.service" verify /lib/systemd/system/runtime-hooks.service
+refuses_broken() {  # the same check fails for a unit with a misspelt key (systemd-analyze only warns, exit 0)
+  sed 's/^ProtectHome=/ProtectHomee=/' /lib/systemd/system/runtime-proxy.service >"$TMP/broken.service"
+  ! verify "$TMP/broken.service" >/dev/null
+}
+check "a unit with an unknown key fails the same check" refuses_broken
+for u in runtime-proxy runtime-hooks; do
+  echo "      $u.service: $(systemd-analyze security --offline=yes /lib/systemd/system/$u.service 2>/dev/null | grep -o 'Overall exposure level.*' || echo 'no security score')"
+done
+check "Type=notify, EnvironmentFile, Before=kubelet" bash -c 'for u in runtime-proxy runtime-hooks; do f=/lib/systemd/system/$u.service; grep -qx Type=notify $f && grep -qx "EnvironmentFile=-/etc/default/$u" $f && grep -q "^Before=kubelet.service" $f || { echo $u; exit 1; }; done
+  grep -q "^After=.*containerd.service" /lib/systemd/system/runtime-proxy.service'
+check "TimeoutStopSec above the default --drain-timeout" bash -c 't=$(sed -n "s/^TimeoutStopSec=\([0-9]*\)s$/\1/p" /lib/systemd/system/runtime-proxy.service); d=$(grep -o -- "--drain-timeout [0-9]*s" /etc/default/runtime-proxy | grep -o "[0-9]*"); [ "$t" -gt "$d" ]'
+
+echo "==> configuration"
+rules_ok() {  # runtime-hooks starts with the installed rules file (exit 2 on an invalid one), serves, stops
+  local d=$TMP/rules pid
+  mkdir -p "$d/hooks" "$d/cgroup"
+  /usr/bin/runtime-hooks --rules /etc/runtime-hooks/rules.yaml --listen "$d/h.sock" --hook-config-dir "$d/hooks" \
+    --cgroup-root "$d/cgroup" --cgroup-version v1 --cgroup-driver cgroupfs >"$d/log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do /usr/bin/runtime-hooks --probe --listen "$d/h.sock" 2>/dev/null && break; sleep 0.1; done
+  /usr/bin/runtime-hooks --probe --listen "$d/h.sock" || { cat "$d/log"; kill "$pid"; return 1; }
+  kill -TERM "$pid" && wait "$pid" && grep -q 'rules=/etc/runtime-hooks/rules.yaml' "$d/log" || { cat "$d/log"; return 1; }
+}
+check "installed rules.yaml accepted by runtime-hooks" rules_ok
+
+echo "==> Kubernetes manifests"
+validator() {
+  if [ ! -x "$VENV/bin/kubernetes-validate" ] || ! cmp -s deploy/validate-requirements.txt "$VENV/requirements.txt"; then
+    rm -rf "$VENV" && python3 -m venv "$VENV" && "$VENV/bin/pip" install -q -r deploy/validate-requirements.txt &&
+      cp deploy/validate-requirements.txt "$VENV/requirements.txt"
+  fi
+}
+check "kubernetes-validate installed (PyPI, pinned)" validator
+# unshare -n: a network namespace with no interfaces, so the schemas can only come from the package.
+kv() { unshare -n "$VENV/bin/kubernetes-validate" --strict "$@"; }
+for f in deploy/*.yaml; do check "valid: $f (offline, --strict)" kv "$f"; done
+check "invalid manifest refused" bash -c "sed 's/^\(  *\)terminationGracePeriodSeconds:/\1terminationGracePeriodSecond:/' deploy/runtime-hooks.yaml >$TMP/bad.yaml && grep -q terminationGracePeriodSecond: $TMP/bad.yaml && ! unshare -n $VENV/bin/kubernetes-validate --strict $TMP/bad.yaml"
+check "DaemonSet: skip label, probe, mounts" "$VENV/bin/python" - <<'PY'
+import yaml
+ds = yaml.safe_load(open("deploy/runtime-hooks.yaml"))
+t = ds["spec"]["template"]
+assert t["metadata"]["labels"]["runtimeproxy.koordinator.sh/skip-hookserver"] == "true"
+c = t["spec"]["containers"][0]
+assert c["livenessProbe"]["exec"]["command"][:2] == ["/usr/bin/runtime-hooks", "--probe"]
+assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+paths = {v["hostPath"]["path"] for v in t["spec"]["volumes"] if "hostPath" in v}
+assert paths == {"/sys/fs/cgroup", "/etc/runtime/hookserver.d", "/var/run/runtime-hooks"}, paths
+mounts = {m["mountPath"] for m in c["volumeMounts"]}
+assert {"/etc/runtime/hookserver.d", "/var/run/runtime-hooks"} <= mounts, "the proxy dials the registered path: same paths as the host"
+assert "--cgroup-root=/host/sys/fs/cgroup" in c["args"] and "/host/sys/fs/cgroup" in mounts
+PY
+check "KubeletConfiguration snippet names the proxy's default socket" "$VENV/bin/python" - <<'PY'
+import yaml
+k = yaml.safe_load(open("deploy/kubelet/kubelet-config.yaml"))
+assert k["apiVersion"] == "kubelet.config.k8s.io/v1beta1" and k["kind"] == "KubeletConfiguration"
+assert k["containerRuntimeEndpoint"] == "unix:///var/run/koord-runtimeproxy/runtimeproxy.sock"
+assert "--koord-runtimeproxy-endpoint /var/run/koord-runtimeproxy/runtimeproxy.sock" in open("packaging/default/runtime-proxy").read()
+PY
+check "ConfigMap rules = the packaged rules.yaml" bash -c "'$VENV/bin/python' -c 'import sys, yaml; sys.stdout.write(yaml.safe_load(open(\"deploy/runtime-hooks-rules.yaml\"))[\"data\"][\"rules.yaml\"])' >$TMP/cm-rules.yaml &&
+  cmp <(grep -v '^#' packaging/examples/rules.yaml) $TMP/cm-rules.yaml"
+
+echo "==> enable at install (RUNTIME_PROXY_ENABLE=yes, RUNTIME_HOOKS_ENABLE=yes)"
+check "dpkg --purge, then install with the enable variables" bash -c "dpkg --purge runtime-proxy runtime-hooks >/dev/null && RUNTIME_PROXY_ENABLE=yes RUNTIME_HOOKS_ENABLE=yes dpkg -i ${DEBS[*]} >/dev/null"
+check "both units enabled (multi-user.target.wants)" bash -c '[ -L /etc/systemd/system/multi-user.target.wants/runtime-proxy.service ] && [ -L /etc/systemd/system/multi-user.target.wants/runtime-hooks.service ]'
+
+echo "==> purge"
+check "dpkg --purge both" dpkg --purge "${PKGS[@]}"
+check "nothing installed" bash -c '! dpkg-query -W -f="\${Status}\n" runtime-proxy runtime-hooks 2>/dev/null | grep -q installed'
+# dpkg removes a package's empty directories at purge even when they existed before the install (it does not
+# record that): put back those that were there, as they were (empty, so nothing else is lost), and say so.
+restore_dirs() {
+  local state p
+  while read -r state p; do
+    [ "$state" = present-dir ] && [ ! -e "$p" ] && mkdir -p "$p" && echo "      (dpkg removed the empty $p that existed before the install; recreated)"
+  done <"$BEFORE"
+  true
+}
+restore_dirs
+check "machine as before (packaged paths, conffiles, enablement links)" bash -c "
+  while read -r state p; do
+    if [ \$state = absent ] && [ -e \$p ]; then echo \"\$p left behind\"; bad=1; fi
+    if [ \$state != absent ] && [ ! -e \$p ]; then echo \"\$p was there before and is gone\"; bad=1; fi
+  done <$BEFORE
+  ls /etc/systemd/system/*.wants/runtime-* 2>/dev/null && bad=1
+  exit \${bad:-0}"
+
+echo
+echo "test result: $([ $FAIL -eq 0 ] && echo ok || echo FAILED). $PASS passed; $FAIL failed;"
+[ $FAIL -eq 0 ]
