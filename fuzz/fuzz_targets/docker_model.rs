@@ -36,7 +36,9 @@ fuzz_target!(|data: &[u8]| {
         let body = Value::Object(body);
         let again = model::pod_request(&kube, Some(&body), body.get("HostConfig"));
         assert_eq!(again.cgroup_parent, after.cgroup_parent);
-        for (k, v) in &resp.labels {
+        // A label named `annotation.<key>` reads back as an annotation: dockershim's encoding
+        // cannot tell them apart (cri-dockerd has the same ambiguity).
+        for (k, v) in resp.labels.iter().filter(|(k, _)| !k.starts_with(model::ANNOTATION_PREFIX)) {
             assert_eq!(again.labels.get(k), Some(v), "label {k:?}");
         }
         for (k, v) in &resp.annotations {
@@ -57,7 +59,10 @@ fuzz_target!(|data: &[u8]| {
         for (k, v) in &resp.container_annotations {
             assert_eq!(again.container_annotations.get(k), Some(v), "annotation {k:?}");
         }
-        for (k, v) in &resp.container_envs {
+        // An env name with `=` (no valid name has one) becomes `K=E=V`, which reads back as `K`
+        // = `E=V`: the same text containerd makes of it in CRI mode, so not checked here
+        // (corpus/docker_model/regression-env-name-with-equals).
+        for (k, v) in resp.container_envs.iter().filter(|(k, _)| !k.contains('=')) {
             assert_eq!(again.container_envs.get(k), Some(v), "env {k:?}");
         }
         // Resources: every field the hook changed now reads as the hook's value (the swap
