@@ -1,5 +1,5 @@
-# make demo | demo-hooks | demo-docker | test | bench | build | release | deb | clean-containerd — see scripts/*.sh
-.PHONY: demo demo-hooks demo-docker test bench build release deb clean-containerd
+# make demo | demo-hooks | demo-docker | test | fuzz | bench | build | release | deb | clean-containerd — see scripts/*.sh
+.PHONY: demo demo-hooks demo-docker test fuzz bench build release deb clean-containerd
 
 # runtime-proxy with the example hook, then runtime-proxy with runtime-hooks (proxy and standalone mode),
 # then runtime-proxy in Docker mode in front of dockerd
@@ -16,6 +16,10 @@ demo-hooks:
 
 test:
 	@scripts/test.sh
+
+# every cargo fuzz target for FUZZ_SECONDS (default 60) each
+fuzz:
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
 
 bench:
 	@scripts/bench.sh

@@ -97,10 +97,12 @@ docker_integration() {
   return $rc
 }
 
-# lint: rustfmt (rustfmt.toml) and clippy with warnings as errors, over the whole workspace.
+# lint: rustfmt (rustfmt.toml) and clippy with warnings as errors, over the whole workspace and the fuzz
+# targets (fuzz/, a workspace of its own).
 lint() {
   cargo fmt --all -- --check || return 1
-  cargo clippy "${LOCKED[@]}" --workspace --all-targets -- -D warnings
+  cargo clippy "${LOCKED[@]}" --workspace --all-targets -- -D warnings || return 1
+  (cd fuzz && cargo fmt -- --check && cargo clippy --locked --all-targets -- -D warnings)
 }
 
 printf '==> dependencies\n'
@@ -110,6 +112,8 @@ for tool in cargo rustc; do command -v $tool >/dev/null || { echo "$tool not fou
 phase "build" cargo build "${LOCKED[@]}" --workspace --all-targets
 phase "fmt and clippy" lint
 phase "unit tests" cargo test "${LOCKED[@]}" --workspace --lib --bins --no-fail-fast
+# cargo fuzz targets (fuzz/), FUZZ_SECONDS each (default 20; 0 skips): scripts/fuzz.sh.
+[ "${FUZZ_SECONDS:-20}" = 0 ] || phase "fuzz" scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 phase "CRI clients" bash crates/runtime-proxy/tests/clients/setup.sh target/cri-clients  # for tests/client_matrix.rs
 for v in 1.6 1.7; do
   ROOTS+=("$ROOT_PREFIX-$v")  # for the trap: phase runs integration in a subshell

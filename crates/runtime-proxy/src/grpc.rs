@@ -134,6 +134,11 @@ pub fn parse_timeout(headers: &HeaderMap) -> Option<Duration> {
         return None;
     }
     let (digits, unit) = v.split_at(v.len() - 1);
+    // Digits only: `u64::from_str` also takes a leading `+`, so `+5S` was a 5 s deadline
+    // (found by fuzz/fuzz_targets/grpc_timeout.rs).
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let n: u64 = digits.parse().ok()?;
     Some(match unit {
         "H" => Duration::from_secs(n * 3600),
@@ -257,6 +262,14 @@ mod tests {
         assert_eq!(parse_timeout(&hdr("5x")), None);
         assert_eq!(parse_timeout(&hdr("S")), None);
         assert_eq!(parse_timeout(&HeaderMap::new()), None);
+    }
+
+    /// Fuzz finding (fuzz/fuzz_targets/grpc_timeout.rs, fuzz/regressions/grpc_timeout/): a sign is not a digit.
+    #[test]
+    fn timeout_with_a_sign_is_malformed() {
+        assert_eq!(parse_timeout(&hdr("+2222n")), None);
+        assert_eq!(parse_timeout(&hdr("+5S")), None);
+        assert_eq!(parse_timeout(&hdr("-5S")), None);
     }
 
     #[test]

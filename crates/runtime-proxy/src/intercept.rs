@@ -124,9 +124,9 @@ pub struct Interceptor {
     pub limits: crate::limits::Limits,
 }
 
-/// A copy of a call's hook request, taken before the pre stage.
+/// A copy of a call's hook request, taken before the pre stage. (Public for the fuzz targets in `fuzz/`.)
 #[derive(Debug)]
-enum HookState {
+pub enum HookState {
     Pod(hook::PodSandboxHookRequest),
     Container(hook::ContainerResourceHookRequest),
     None,
@@ -134,9 +134,10 @@ enum HookState {
 
 /// An intercepted call after decoding: the CRI request and what the hooks see. (One lives per
 /// call, so the variants' different sizes do not matter.)
+/// Public for the fuzz targets in `fuzz/` (decode, hook request, edits; no I/O).
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
-enum Call {
+pub enum Call {
     RunPodSandbox {
         req: cri::RunPodSandboxRequest,
         hook: hook::PodSandboxHookRequest,
@@ -289,7 +290,7 @@ async fn forward(
 impl Call {
     /// Decodes the request; for RunPodSandbox also builds the hook request (the others need the
     /// store: [`Call::load`]).
-    fn decode(method: Method, msg: Bytes) -> Result<Call, prost::DecodeError> {
+    pub fn decode(method: Method, msg: Bytes) -> Result<Call, prost::DecodeError> {
         Ok(match method {
             Method::RunPodSandbox => {
                 let req = cri::RunPodSandboxRequest::decode(msg)?;
@@ -412,7 +413,7 @@ impl Call {
     }
 
     /// The hook request as it stands (before the pre stage: to compare with after it).
-    fn hook_state(&self) -> HookState {
+    pub fn hook_state(&self) -> HookState {
         match self {
             Call::RunPodSandbox { hook, .. } => HookState::Pod(hook.clone()),
             Call::CreateContainer { hook: Some(hook), .. } => HookState::Container(hook.clone()),
@@ -424,7 +425,7 @@ impl Call {
     /// The wire edits that carry what the hooks changed (the hook request now, compared with
     /// `before` the pre stage) into the CRI request. Only fields a hook changed are edited, so
     /// with no hook (or hooks that only echo) the request goes out byte for byte.
-    fn edits(&self, before: &HookState) -> Vec<(u32, Edit)> {
+    pub fn edits(&self, before: &HookState) -> Vec<(u32, Edit)> {
         match (self, before) {
             (Call::RunPodSandbox { req, hook }, HookState::Pod(before)) => {
                 let default = cri::PodSandboxConfig::default();
@@ -505,7 +506,7 @@ impl Call {
 
 /// The PreRunPodSandbox request (koordinator.md §3.2), plus the pod's attempt, overhead and
 /// resources, which koord leaves empty.
-fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
+pub fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
     let Some(config) = config else {
         return hook::PodSandboxHookRequest {
             runtime_handler: runtime_handler.to_owned(),
@@ -536,7 +537,7 @@ fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler: &st
 /// request's `sandbox_config`. `None` when there is neither: the sandbox is unknown to everyone,
 /// so the call goes on without hooks and the runtime answers it (NOT_FOUND), as for the ID-only
 /// methods — a hook must not replace that answer with its own error.
-fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> Option<hook::ContainerResourceHookRequest> {
+pub fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> Option<hook::ContainerResourceHookRequest> {
     let pod = store.pod(&req.pod_sandbox_id).or_else(|| req.sandbox_config.as_ref().map(|c| pod_hook_request(Some(c), "")))?;
     let config = req.config.as_ref();
     let meta = config.and_then(|c| c.metadata.as_ref());

@@ -335,11 +335,12 @@ impl DockerInterceptor {
 }
 
 /// The value of `key` in a query string (percent-decoded), if present.
-fn query_param(query: &str, key: &str) -> Option<String> {
+pub fn query_param(query: &str, key: &str) -> Option<String> {
     query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == key).map(|(_, v)| percent_decode(v))
 }
 
-fn percent_decode(s: &str) -> String {
+/// `+` is a space, `%XX` a byte (invalid `%` sequences kept); not UTF-8 → U+FFFD.
+pub fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
