@@ -28,10 +28,15 @@ pub struct Hooks {
 impl Hooks {
     /// Starts the binary with `args`, logging (debug) to `log`.
     pub fn start(args: &[&str], log: PathBuf) -> Hooks {
+        Hooks::start_logging(args, log, "info,runtime_hooks=debug")
+    }
+
+    /// Starts the binary with `args`, logging to `log` at `rust_log` (the `RUST_LOG` filter).
+    pub fn start_logging(args: &[&str], log: PathBuf, rust_log: &str) -> Hooks {
         let file = std::fs::File::create(&log).expect("log file");
         let child = Command::new(HOOKS_BIN)
             .args(args)
-            .env("RUST_LOG", "info,runtime_hooks=debug")
+            .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
