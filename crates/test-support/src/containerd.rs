@@ -34,16 +34,7 @@ impl Containerd {
         let file = std::env::var("RP_CONTAINERD_ENV").unwrap_or_else(|_| {
             panic!("RP_CONTAINERD_ENV is not set: run integration tests with `make test` (or `scripts/test.sh`), which starts a real containerd and sets it")
         });
-        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {file}: {e}"));
-        let vars: HashMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
-        let get = |k: &str| vars.get(k).unwrap_or_else(|| panic!("{file} has no {k}")).to_string();
-        Containerd {
-            socket: get("CONTAINERD_SOCK").into(),
-            version: get("CONTAINERD_VERSION"),
-            test_image: get("CRI_TEST_IMAGE"),
-            cgroup_parent: get("CRI_CGROUP_PARENT"),
-            log_root: get("CRI_LOG_ROOT").into(),
-        }
+        Containerd::from_file(std::path::Path::new(&file))
     }
 
     /// True for containerd 1.7 and later (GetContainerEvents implemented).
