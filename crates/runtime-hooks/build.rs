@@ -1,37 +1,12 @@
-//! Sets `GIT_REVISION` for `--version` (`runtime-hooks 0.1.0 (git 27cbb9f)`): the `GIT_REVISION`
-//! environment variable when set (release builds from a source tarball), else `git rev-parse
-//! --short HEAD` of the checkout, else `unknown`. Reruns when HEAD or the branch it names moves.
-//! runtime-proxy's build.rs does the same. Also compiles NRI's protocol (`proto/nri/api.proto`)
-//! and ttrpc's envelope (`proto/nri/ttrpc.proto`) into prost message types; the ttrpc framing
-//! and NRI's connection multiplexing are ours (`src/nri/wire.rs`).
+//! Sets `GIT_REVISION` for `--version` (`runtime-hooks 0.1.0 (git 27cbb9f)`), as runtime-proxy
+//! does (the shared step in `crates/git_revision.rs`), and compiles NRI's protocol
+//! (`proto/nri/api.proto`) and ttrpc's envelope (`proto/nri/ttrpc.proto`) into prost message
+//! types; the ttrpc framing and NRI's connection multiplexing are ours (`src/nri/wire.rs`).
 
-use std::process::Command;
-
-fn git(args: &[&str]) -> Option<String> {
-    let out = Command::new("git").args(args).output().ok()?;
-    let text = String::from_utf8(out.stdout).ok()?.trim().to_owned();
-    (out.status.success() && !text.is_empty()).then_some(text)
-}
+include!("../git_revision.rs");
 
 fn main() -> std::io::Result<()> {
-    println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-env-changed=GIT_REVISION");
-    // HEAD, the ref it points to (loose or packed), in the right directory also in a worktree.
-    let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
-    watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
-    for name in watched {
-        if let Some(path) = git(&["rev-parse", "--git-path", &name]) {
-            if std::path::Path::new(&path).exists() {
-                println!("cargo:rerun-if-changed={path}");
-            }
-        }
-    }
-    let revision = std::env::var("GIT_REVISION")
-        .ok()
-        .filter(|r| !r.trim().is_empty())
-        .or_else(|| git(&["rev-parse", "--short", "HEAD"]))
-        .unwrap_or_else(|| "unknown".to_owned());
-    println!("cargo:rustc-env=GIT_REVISION={}", revision.trim());
+    emit_git_revision();
     println!("cargo:rerun-if-changed=proto/nri");
     prost_build::Config::new().compile_protos(&["proto/nri/api.proto", "proto/nri/ttrpc.proto"], &["proto/nri"])
 }
