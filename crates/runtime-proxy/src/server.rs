@@ -32,6 +32,29 @@ pub async fn serve(
     drain_timeout: Duration,
     max_streams: u32,
 ) -> anyhow::Result<()> {
+    accept_and_drain(listener, socket_path, shutdown, drain_timeout, |stream, stop, tasks| {
+        serve_connection(stream, router.clone(), tasks, stop, max_streams)
+    })
+    .await;
+    Ok(())
+}
+
+/// The accept loop both front ends share (CRI here, Docker in [`crate::docker`]): each accepted
+/// connection runs `serve_conn(stream, stop, tasks)` as a task of `tasks` (where it may spawn
+/// per-call tasks too; `stop` turns true at shutdown, when it should finish what is in flight and
+/// close). When `shutdown` resolves: stop accepting, remove the socket at `socket_path` (new
+/// clients fail fast instead of hanging), signal `stop`, and wait up to `drain_timeout` for the
+/// tasks. Accept errors are logged and retried after 50 ms.
+pub async fn accept_and_drain<F, Fut>(
+    listener: UnixListener,
+    socket_path: &Path,
+    shutdown: impl Future<Output = ()>,
+    drain_timeout: Duration,
+    mut serve_conn: F,
+) where
+    F: FnMut(UnixStream, watch::Receiver<bool>, TaskTracker) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let tasks = TaskTracker::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -39,7 +62,7 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    tasks.spawn(serve_connection(stream, router.clone(), tasks.clone(), stop_rx.clone(), max_streams));
+                    tasks.spawn(serve_conn(stream, stop_rx.clone(), tasks.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -59,7 +82,6 @@ pub async fn serve(
     if tokio::time::timeout(drain_timeout, tasks.wait()).await.is_err() {
         tracing::warn!(?drain_timeout, open = tasks.len(), "drain timeout reached; exiting with calls still open");
     }
-    Ok(())
 }
 
 /// Drives one client connection: accepts its streams and spawns a task per call; on `stop`,

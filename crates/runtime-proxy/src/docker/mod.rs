@@ -25,7 +25,6 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixListener;
-use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
 use intercept::DockerInterceptor;
@@ -67,7 +66,7 @@ impl DockerFront {
 
 /// Serves the Docker Engine API on `listener` until `shutdown` resolves, then removes the socket
 /// at `socket_path` and lets open requests (streams, hijacked connections excepted) finish for
-/// at most `drain_timeout`.
+/// at most `drain_timeout` (the accept loop is CRI mode's, [`crate::server::accept_and_drain`]).
 ///
 /// Errors: none so far (accept errors are logged and retried).
 pub async fn serve(
@@ -77,56 +76,32 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
 ) -> anyhow::Result<()> {
-    let tasks = TaskTracker::new();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let front = front.clone();
-                    let upstream = Arc::new(tokio::sync::Mutex::new(Upstream::new(&front.backend)));
-                    let service = hyper::service::service_fn(move |req| {
-                        let (front, upstream) = (front.clone(), upstream.clone());
-                        async move {
-                            let mut upstream = upstream.lock().await;
-                            Ok::<_, std::convert::Infallible>(front.handle(&mut upstream, req).await)
-                        }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
-                    let mut stop = stop_rx.clone();
-                    tasks.spawn(async move {
-                        tokio::pin!(conn);
-                        let ended = tokio::select! {
-                            ended = conn.as_mut() => ended,
-                            _ = stop.changed() => {
-                                // Finish the request in flight, then close.
-                                conn.as_mut().graceful_shutdown();
-                                conn.await
-                            }
-                        };
-                        if let Err(e) = ended {
-                            tracing::debug!(error = %e, "Docker API client connection ended with an error");
-                        }
-                    });
+    crate::server::accept_and_drain(listener, socket_path, shutdown, drain_timeout, |stream, mut stop, _tasks| {
+        let front = front.clone();
+        let upstream = Arc::new(tokio::sync::Mutex::new(Upstream::new(&front.backend)));
+        let service = hyper::service::service_fn(move |req| {
+            let (front, upstream) = (front.clone(), upstream.clone());
+            async move {
+                let mut upstream = upstream.lock().await;
+                Ok::<_, std::convert::Infallible>(front.handle(&mut upstream, req).await)
+            }
+        });
+        let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
+        async move {
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                ended = conn.as_mut() => ended,
+                _ = stop.changed() => {
+                    // Finish the request in flight, then close.
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            () = &mut shutdown => break,
+            };
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, "Docker API client connection ended with an error");
+            }
         }
-    }
-    drop(listener);
-    if let Err(e) = std::fs::remove_file(socket_path) {
-        tracing::warn!(socket = %socket_path.display(), error = %e, "could not remove socket");
-    }
-    let _ = stop_tx.send(true);
-    tasks.close();
-    tracing::info!(connections = tasks.len(), "draining Docker API connections");
-    if tokio::time::timeout(drain_timeout, tasks.wait()).await.is_err() {
-        tracing::warn!(?drain_timeout, "drain timeout reached; exiting with connections still open");
-    }
+    })
+    .await;
     Ok(())
 }
