@@ -9,7 +9,10 @@
 # missing. By hand, in fuzz/:
 #   RUSTC_BOOTSTRAP=1 RUSTFLAGS=--cap-lints=warn cargo fuzz run -s none TARGET [INPUT | DIR…] [-- -max_total_time=N]
 #
-# Environment: FUZZ_SANITIZER (default none: the code under test is safe Rust, and ASan costs about 2× the
+# Environment: FUZZ_RUNS=N runs N inputs per target instead of SECONDS, and FUZZ_SEED=N fixes libFuzzer's
+# random seed: with both, a run is the same every time for the same code and corpus (what `make test` does, so
+# that its verdict depends on the change, not on luck; `make fuzz` explores with a new seed each time).
+# FUZZ_SANITIZER (default none: the code under test is safe Rust, and ASan costs about 2× the
 # executions; address works too), FUZZ_KEEP_CORPUS=1 merges the new coverage-increasing inputs of this run into
 # fuzz/corpus (otherwise they go to a scratch directory and the tree is left as it was).
 #
@@ -19,6 +22,8 @@ cd "$(dirname "$0")/../fuzz"
 
 SECS=${1:-60}
 SANITIZER=${FUZZ_SANITIZER:-none}
+if [ -n "${FUZZ_RUNS:-}" ]; then limit=(-runs="$FUZZ_RUNS") budget="$FUZZ_RUNS runs"; else limit=(-max_total_time="$SECS") budget="$SECS s"; fi
+[ -z "${FUZZ_SEED:-}" ] || { limit+=(-seed="$FUZZ_SEED"); budget+=", seed $FUZZ_SEED"; }
 export RUSTC_BOOTSTRAP=1
 # cargo fuzz builds with --cfg fuzzing, which turns on vendor/h2's fuzz_bridge module, whose missing docs
 # h2 denies; a path dependency's lints are not capped by cargo, so cap them here (clippy runs separately).
@@ -42,10 +47,10 @@ passed=0 failed=0 lines=()
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t" "corpus/$t"
   log=$work/$t.log
-  printf '\n==> fuzz %s (%s s)\n' "$t" "$SECS"
+  printf '\n==> fuzz %s (%s)\n' "$t" "$budget"
   # New inputs go to the first directory (scratch); fuzz/corpus/$t is read. -timeout: one input, seconds.
   cargo fuzz run -s "$SANITIZER" "$t" "$work/$t" "corpus/$t" -- \
-    -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1
+    "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1
   rc=$?
   runs=$(awk '/^stat::number_of_executed_units:/ { print $2 }' "$log" | tail -1)
   secs=$(awk '/^Done [0-9]+ runs in/ { print $5 }' "$log" | tail -1)
@@ -65,7 +70,7 @@ for t in "${targets[@]}"; do
   fi
 done
 
-printf '\n==> fuzz summary (%s s per target, sanitizer %s, %s s in all)\n' "$SECS" "$SANITIZER" "$((SECONDS - start))"
+printf '\n==> fuzz summary (%s per target, sanitizer %s, %s s in all)\n' "$budget" "$SANITIZER" "$((SECONDS - start))"
 printf '%s\n' "${lines[@]}"
 echo "test result: $([ "$failed" -eq 0 ] && echo ok || echo FAILED). $passed passed; $failed failed (fuzz targets)"
 [ "$failed" -eq 0 ]

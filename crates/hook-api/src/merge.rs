@@ -17,7 +17,7 @@
 //! | pod `cgroup_parent` | replaces the request's when not empty | koord `UpdateRequest` |
 //! | pod `resources` | ignored (CRI mode applies no pod-level resources) | koord CRI mode |
 //! | `container_annotations` | merged, answer wins per key | koord `MergeMap` |
-//! | `container_envs` | merged, answer wins per key (koord replaces the whole map, which a sparse answer would empty; with koordlet's echo both agree) | ours |
+//! | `container_envs` | merged, answer wins per key (koord replaces the whole map, which a sparse answer would empty; with koordlet's echo both agree); an empty name is ignored (no process can read it; containerd and dockerd would write `=V` into the environment) | ours |
 //! | `pod_cgroup_parent` | replaces when not empty | koord |
 //! | `container_resources` | when present, field by field by [`merge_resources`] | koord `updateResource` |
 //!
@@ -63,7 +63,11 @@ pub fn apply_pod_response(req: &mut PodSandboxHookRequest, resp: &PodSandboxHook
 /// PreUpdateContainerResources and the post stages) to the hook request.
 pub fn apply_container_response(req: &mut ContainerResourceHookRequest, resp: &ContainerResourceHookResponse) {
     merge_map(&mut req.container_annotations, &resp.container_annotations);
-    merge_map(&mut req.container_envs, &resp.container_envs);
+    for (k, v) in resp.container_envs.iter().filter(|(k, _)| !k.is_empty()) {
+        if req.container_envs.get(k) != Some(v) {
+            req.container_envs.insert(k.clone(), v.clone());
+        }
+    }
     if !resp.pod_cgroup_parent.is_empty() {
         req.pod_cgroup_parent.clone_from(&resp.pod_cgroup_parent);
     }
@@ -219,6 +223,14 @@ mod tests {
         assert_eq!(req.container_envs, map(&[("PATH", "/bin"), ("X", "2")]));
         assert_eq!(req.pod_cgroup_parent, "/kubepods/besteffort/pod1", "empty means no change");
         assert_eq!(req.container_resources, Some(resources()), "absent resources: no change");
+    }
+
+    #[test]
+    fn env_with_empty_name_is_ignored() {
+        let mut req = ContainerResourceHookRequest { container_envs: map(&[("PATH", "/bin")]), ..Default::default() };
+        let resp = ContainerResourceHookResponse { container_envs: map(&[("", "2"), ("X", "1")]), ..Default::default() };
+        apply_container_response(&mut req, &resp);
+        assert_eq!(req.container_envs, map(&[("PATH", "/bin"), ("X", "1")]));
     }
 
     #[test]
