@@ -6,7 +6,10 @@
 //! kubelet's deadline. A failure (unreachable, timeout, an error status, an undecodable answer)
 //! under `Fail` ends the stage with a status naming the stage, the server's file and endpoint
 //! and the cause; under `Ignore` it is logged and the next server sees the request unchanged.
-//! A timeout never ejects a server: the next call tries it again.
+//! A timeout never ejects a server: the next call tries it again, on a new connection (the
+//! timed-out one is let go once the calls still on it end), so that a connection the server
+//! stopped reading (a frozen process whose socket buffer is full) cannot keep accumulating what
+//! cancelled calls left queued on it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -57,9 +60,14 @@ impl HookMessage for ContainerResourceHookRequest {
     }
 }
 
-/// Calls hook servers; keeps one lazily connected channel per endpoint and set of allowed uids.
+/// A channel's key: the hook server's endpoint and the uids allowed to serve it.
+type ChannelKey = (PathBuf, Vec<u32>);
+
+/// Calls hook servers; keeps one lazily connected channel per endpoint and set of allowed uids,
+/// each with a serial number (so that a timed-out call drops only the channel it used).
 pub struct Dispatcher {
-    channels: Mutex<HashMap<(PathBuf, Vec<u32>), Channel>>,
+    channels: Mutex<HashMap<ChannelKey, (u64, Channel)>>,
+    serial: std::sync::atomic::AtomicU64,
     metrics: std::sync::Arc<Metrics>,
     limits: HookLimits,
 }
@@ -68,7 +76,7 @@ impl Dispatcher {
     /// A dispatcher with no connections yet, recording into `metrics`; answers beyond `limits`
     /// are hook failures (`RESOURCE_EXHAUSTED`, naming the limit's flag).
     pub fn new(metrics: std::sync::Arc<Metrics>, limits: HookLimits) -> Self {
-        Dispatcher { channels: Mutex::new(HashMap::new()), metrics, limits }
+        Dispatcher { channels: Mutex::new(HashMap::new()), serial: Default::default(), metrics, limits }
     }
 
     /// Runs `stage` over the servers of `snapshot` registered for it, changing `req` with each
@@ -131,7 +139,8 @@ impl Dispatcher {
         if budget.is_zero() {
             return Err(Status::new(Code::DEADLINE_EXCEEDED, "no time left of the CRI call's deadline"));
         }
-        let mut grpc = tonic::client::Grpc::new(self.channel(server)).max_decoding_message_size(self.limits.max_answer_bytes);
+        let (key, serial, channel) = self.channel(server);
+        let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(self.limits.max_answer_bytes);
         let mut request = tonic::Request::new(req.clone());
         request.set_timeout(budget);
         let codec = tonic_prost::ProstCodec::<R, R::Answer>::default();
@@ -140,7 +149,11 @@ impl Dispatcher {
             grpc.unary(request, PathAndQuery::from_static(stage.rpc_path()), codec).await
         };
         let started = Instant::now();
-        match tokio::time::timeout(budget, call).await {
+        let outcome = tokio::time::timeout(budget, call).await;
+        if outcome.is_err() || started.elapsed() >= budget {
+            self.forget(&key, serial);
+        }
+        match outcome {
             Ok(Ok(answer)) => {
                 let answer = answer.into_inner();
                 req.check(&answer, &self.limits).map_err(|why| Status::new(Code::RESOURCE_EXHAUSTED, why))?;
@@ -158,15 +171,26 @@ impl Dispatcher {
 
     /// The channel to `server`'s endpoint, whose connections are checked against its
     /// `allowed-uids` (default: root and the proxy's own uid).
-    fn channel(&self, server: &HookServer) -> Channel {
+    /// Returns the channel's key and serial number with it (for [`Dispatcher::forget`]).
+    fn channel(&self, server: &HookServer) -> (ChannelKey, u64, Channel) {
         let key = (server.endpoint.clone(), allowed_uids(server));
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = channels.get(&key) {
-            return c.clone();
+        if let Some((serial, c)) = channels.get(&key) {
+            return (key, *serial, c.clone());
         }
+        let serial = self.serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let c = hook_api::connect_checked(&key.0, key.1.clone());
-        channels.insert(key, c.clone());
-        c
+        channels.insert(key.clone(), (serial, c.clone()));
+        (key, serial, c)
+    }
+
+    /// Drops the channel `serial` of `key` after a call on it timed out: the next call connects
+    /// anew. A channel made since by another timed-out call is kept.
+    fn forget(&self, key: &ChannelKey, serial: u64) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if channels.get(key).is_some_and(|(s, _)| *s == serial) {
+            channels.remove(key);
+        }
     }
 
     /// Drops the channels no server in `snapshot` uses any more.

@@ -85,13 +85,20 @@ impl Status {
     /// it as this status.
     pub fn trailers_only(&self) -> Response<()> {
         let mut resp = Response::new(());
-        let h = resp.headers_mut();
-        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        *resp.headers_mut() = self.trailers();
+        resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        resp
+    }
+
+    /// The trailers that end a response with this status: `grpc-status` and percent-encoded
+    /// `grpc-message` (for a response whose head, and maybe messages, went out already).
+    pub fn trailers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
         h.insert("grpc-status", HeaderValue::from(self.code.0));
         if let Ok(v) = HeaderValue::from_str(&percent_encode(&self.message)) {
             h.insert("grpc-message", v);
         }
-        resp
+        h
     }
 }
 

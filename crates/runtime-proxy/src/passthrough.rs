@@ -48,12 +48,16 @@ pub async fn forward(
     };
 
     let upload = async move {
+        let mut upstream = upstream;
         if request_done {
-            drop(upstream);
-            Ok(None)
-        } else {
-            pipe(body, upstream).await
+            return Ok(None);
         }
+        let sent = pipe(body, &mut upstream).await;
+        if let Err(PipeError::Broken(e)) = &sent {
+            // The client's side broke: the backend's call is reset with the same reason.
+            upstream.send_reset(e.reason().unwrap_or(Reason::CANCEL));
+        }
+        sent
     };
     tokio::pin!(upload);
     let mut upload_done = request_done;
@@ -108,11 +112,26 @@ pub async fn forward(
     if response_done {
         return status.unwrap_or_else(missing_status);
     }
-    let download = pipe(body, downstream);
+    let mut downstream = downstream;
+    let download = pipe(body, &mut downstream);
     let downloaded = if upload_done { download.await } else { tokio::join!(upload, download).1 };
     match downloaded {
         Ok(Some(trailers)) => status = Status::from_headers(&trailers).or(status),
         Ok(None) => {}
+        Err(PipeError::Broken(e)) if e.is_reset() && e.is_remote() => {
+            // The backend reset the call: the client gets the same reset, as from the backend.
+            downstream.send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
+            return PipeError::Broken(e).into_status();
+        }
+        Err(PipeError::Broken(e)) => {
+            // The backend's connection broke (containerd stopped or crashed) after the response
+            // head went out: end the call with trailers, as gRPC servers end a failed stream, so
+            // that the client sees UNAVAILABLE naming the backend rather than a bare reset.
+            let failed =
+                Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()));
+            let _ = downstream.send_trailers(failed.trailers());
+            return failed;
+        }
         Err(e) => return e.into_status(),
     }
     status.unwrap_or_else(missing_status)
@@ -139,9 +158,10 @@ fn describe(reason: Result<Reason, h2::Error>) -> String {
 /// Why a body could not be copied from one stream to the other.
 #[derive(Debug)]
 pub enum PipeError {
-    /// The receiving side reset its stream (a client giving up: the call is cancelled).
+    /// The receiving side reset its stream or went away (a client giving up: the call is
+    /// cancelled).
     Reset(String),
-    /// The sending side's stream broke (a backend or connection failure).
+    /// The source stream broke: its peer reset it, or its connection failed.
     Broken(h2::Error),
 }
 
@@ -173,13 +193,14 @@ pub const UNCONFIRMED_LIMIT: usize = 64 << 10;
 /// message and end of stream leave in one write; once [`UNCONFIRMED_LIMIT`] bytes are handed
 /// over, the copy waits until the receiver's window has taken them, so a slow receiver holds
 /// at most that much (plus one frame) per stream in the proxy. A reset on `send` stops the copy
-/// (and dropping `recv` resets the source); a broken `recv` resets `send`.
-pub async fn pipe(mut recv: RecvStream, mut send: SendStream<Bytes>) -> Result<Option<HeaderMap>, PipeError> {
+/// (and dropping `recv` resets the source). A broken `recv` is returned as
+/// [`PipeError::Broken`] with `send` left open: the caller ends it as its direction requires.
+pub async fn pipe(mut recv: RecvStream, send: &mut SendStream<Bytes>) -> Result<Option<HeaderMap>, PipeError> {
     let mut unconfirmed = 0;
     loop {
         if unconfirmed >= UNCONFIRMED_LIMIT {
             send.reserve_capacity(1);
-            poll_fn(|cx| poll_capacity(&mut send, cx)).await?;
+            poll_fn(|cx| poll_capacity(send, cx)).await?;
             unconfirmed = 0;
         }
         let next = tokio::select! {
@@ -191,34 +212,33 @@ pub async fn pipe(mut recv: RecvStream, mut send: SendStream<Bytes>) -> Result<O
             Some(Ok(chunk)) => {
                 let len = chunk.len();
                 let end = recv.is_end_stream();
-                send.send_data(chunk, end).map_err(PipeError::Broken)?;
+                send.send_data(chunk, end).map_err(gone)?;
                 unconfirmed += len;
                 let _ = recv.flow_control().release_capacity(len);
                 if end {
                     return Ok(None);
                 }
             }
-            Some(Err(e)) => {
-                send.send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
-                return Err(PipeError::Broken(e));
-            }
+            Some(Err(e)) => return Err(PipeError::Broken(e)),
             None => break,
         }
     }
     match recv.trailers().await {
         Ok(Some(trailers)) => {
-            send.send_trailers(trailers.clone()).map_err(PipeError::Broken)?;
+            send.send_trailers(trailers.clone()).map_err(gone)?;
             Ok(Some(trailers))
         }
         Ok(None) => {
-            send.send_data(Bytes::new(), true).map_err(PipeError::Broken)?;
+            send.send_data(Bytes::new(), true).map_err(gone)?;
             Ok(None)
         }
-        Err(e) => {
-            send.send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
-            Err(PipeError::Broken(e))
-        }
+        Err(e) => Err(PipeError::Broken(e)),
     }
+}
+
+/// The receiving side could not take a frame: it is reset or its connection is gone.
+fn gone(e: h2::Error) -> PipeError {
+    PipeError::Reset(e.to_string())
 }
 
 /// Ready when `send` has window for at least one more byte; fails when it is reset or closed.
@@ -230,7 +250,7 @@ fn poll_capacity(send: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<Res
         match send.poll_capacity(cx) {
             Poll::Ready(Some(Ok(0))) => continue,
             Poll::Ready(Some(Ok(_))) => return Poll::Ready(Ok(())),
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(PipeError::Broken(e))),
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(gone(e))),
             Poll::Ready(None) => return Poll::Ready(Err(PipeError::Reset("stream closed".into()))),
             Poll::Pending => {
                 return match send.poll_reset(cx) {
