@@ -327,6 +327,9 @@ pub async fn keep_store(endpoint: PathBuf, store: Arc<Store>, mut connections: t
     loop {
         let why = tokio::select! {
             changed = connections.changed() => match changed {
+                // The proxy's first backend connection (made lazily, by the first call) is no
+                // reconnection: the start-up rebuild saw that runtime already.
+                Ok(()) if *connections.borrow_and_update() <= 1 => continue,
                 Ok(()) => "backend reconnected",
                 Err(_) => return,
             },

@@ -494,9 +494,10 @@ async fn kill_and_restart() {
     // containerd comes back. Nothing calls the proxy until pod B exists.
     let connected_before = proxy.count_log(&["connected to backend"]);
     let recovered_before = proxy.count_log(&["store recovered"]);
-    // (The proxy's first backend connection, made by the first call after start-up, already
-    // logged one rebuild "backend reconnected": only one after the restart counts.)
+    // The proxy's first backend connection, made by the first call after start-up, is no
+    // reconnection: the only rebuild so far is the start-up one.
     let reconnect_rebuilds = proxy.count_log(&["store recovered", "backend reconnected"]);
+    assert_eq!(reconnect_rebuilds, 0, "no rebuild for the first connection:\n{}", proxy.log());
     let restarted = Instant::now();
     tokio::task::spawn_blocking({
         let ctrd = ctrd.clone();
