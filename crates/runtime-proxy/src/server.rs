@@ -114,7 +114,9 @@ async fn serve_connection(stream: UnixStream, router: Arc<Router>, tasks: TaskTr
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
                     let router = router.clone();
-                    tasks.spawn(async move { router.handle(req, respond).await });
+                    // Boxed: a call's future is about 1 KB, and tokio copies a task's future
+                    // when it spawns and again when it completes; a box is one pointer.
+                    tasks.spawn(Box::pin(async move { router.handle(req, respond).await }));
                 }
                 Some(Err(e)) => {
                     tracing::debug!(error = %e, "client connection ended with an error");
