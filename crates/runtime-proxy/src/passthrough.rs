@@ -30,9 +30,12 @@ use crate::grpc::{self, Code, Status};
 /// with the call), and the proxy gives up waiting for the response head when it expires, so a
 /// hung backend cannot hold a call past the kubelet's deadline.
 ///
-/// Statuses the proxy answers itself: `UNAVAILABLE` when the backend cannot be reached or resets
-/// the call (see [`Backend::open_stream`]); `DEADLINE_EXCEEDED` naming the method and backend.
-/// A client that goes away yields `CANCELLED` (nothing is sent; the backend stream is reset).
+/// Statuses the proxy answers itself: `UNAVAILABLE` naming the method and backend when the
+/// backend cannot be reached (see [`Backend::open_stream`]) or its connection breaks, before or
+/// after the response head (then as trailers); `DEADLINE_EXCEEDED` naming the method and backend.
+/// A call the backend resets (`RST_STREAM`) is reset for the client with the same reason, as
+/// the client would see it directly. A client that goes away yields `CANCELLED` (nothing is sent;
+/// the backend stream is reset).
 pub async fn forward(
     backend: &Backend,
     req: Request<RecvStream>,
@@ -94,6 +97,11 @@ pub async fn forward(
     };
     let resp = match head {
         Ok(Ok(resp)) => resp,
+        Ok(Err(e)) if e.is_reset() && e.is_remote() => {
+            // The backend reset the call: the client gets the same reset, as from the backend.
+            respond.send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
+            return PipeError::Broken(e).into_status();
+        }
         Ok(Err(e)) => {
             let status =
                 Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()));

@@ -133,3 +133,17 @@ async fn backend_down_is_unavailable_naming_the_socket() {
     assert_eq!(err.code(), Code::Unavailable);
     assert!(err.message().contains(&missing.display().to_string()), "{}", err.message());
 }
+
+#[tokio::test]
+async fn a_call_the_backend_resets_is_reset_for_the_client_too() {
+    // The backend sends the response head and a message, then RST_STREAM(INTERNAL_ERROR): the
+    // client must see what it would see directly (a reset, not a status the proxy made up; a
+    // broken backend *connection* instead ends the call UNAVAILABLE, tests/faults.rs).
+    let fake = FakeBackend::start(Behaviour::ResetAfter { body: grpc_frame(&cri::VersionResponse::default().encode_to_vec()) }).await;
+    let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
+    let direct = runtime_client(fake.socket()).version(cri::VersionRequest::default()).await.unwrap_err();
+    let proxied = runtime_client(proxy.socket()).version(cri::VersionRequest::default()).await.unwrap_err();
+    assert_eq!(direct.code(), Code::Internal, "{direct:?}");
+    assert_eq!(proxied.code(), direct.code(), "through the proxy: {proxied:?}; direct: {direct:?}");
+    assert!(!proxied.message().contains("backend unix://"), "a reset, not the proxy's own status: {proxied:?}");
+}

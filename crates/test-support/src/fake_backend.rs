@@ -26,6 +26,9 @@ pub enum Behaviour {
     /// PodSandboxStatus and ContainerStatus `NOT_FOUND` (it keeps no objects), every other call
     /// an empty OK message (empty lists for ListPodSandbox / ListContainers). Nothing is decoded.
     Cri,
+    /// Answer the response head and `body`, then fail the body: hyper resets the stream
+    /// (`RST_STREAM`) instead of sending trailers, as a backend that aborts a call does.
+    ResetAfter { body: Bytes },
 }
 
 /// One call as the fake received it.
@@ -128,7 +131,7 @@ impl Drop for CountOnDrop {
     }
 }
 
-type FakeBody = StreamBody<futures_lite::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>;
+type FakeBody = StreamBody<futures_lite::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>>;
 
 async fn answer(
     req: Request<Incoming>,
@@ -155,6 +158,12 @@ async fn answer(
                 frames.push(Ok(Frame::data(data)));
             }
             frames.push(Ok(Frame::trailers(trailers)));
+            let resp = Response::builder().status(200).header("content-type", "application/grpc");
+            resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
+        }
+        Behaviour::ResetAfter { body: reply } => {
+            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body: Bytes::new() });
+            let frames = vec![Ok(Frame::data(reply)), Err(std::io::Error::other("the fake backend aborts the call"))];
             let resp = Response::builder().status(200).header("content-type", "application/grpc");
             resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
         }
