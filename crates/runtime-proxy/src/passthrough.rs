@@ -4,8 +4,9 @@
 //! trailers are sent on unchanged; the response's status, headers, body frames and trailers
 //! (`grpc-status`, `grpc-message`, `grpc-status-details-bin`) come back unchanged. Nothing is
 //! decoded, so it serves every method, stream and service, known or not, and imposes no message
-//! size limit of its own. A reset on either side (a client giving up, a backend failing) is
-//! passed on to the other.
+//! size limit of its own. A reset on either side (a client giving up, a backend aborting a call)
+//! is passed on to the other; a backend connection that breaks ends the call `UNAVAILABLE` naming
+//! the socket.
 //!
 //! It works on raw HTTP/2 streams (the `h2` crate) rather than a body abstraction so that a
 //! unary call's head and first body frame leave in one write: the proxy's added latency is about
