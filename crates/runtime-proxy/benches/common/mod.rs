@@ -101,6 +101,17 @@ pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
+/// The whole machine's CPU time so far (`/proc/stat`, clock ticks of all CPUs): (busy, total),
+/// busy being everything but idle and iowait.
+pub fn machine_cpu() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user and nice)
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
 /// The CPUs this process may run on.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(0, |n| n.get())
