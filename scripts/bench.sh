@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # bench.sh — `make bench`: the proxy's added latency per CRI call next to a raw byte relay's (socat) with
-# CPU time and context switches per call, load average and the targets (benches/latency.rs), then what hooks
+# CPU time and context switches per call, load average and the targets (benches/latency.rs), then throughput
+# through the same three paths under concurrency (benches/concurrency.rs: 16 and 64 callers on 1 and on 16
+# connections; calls/s, p50/p99, CPU per call of each process), then what hooks
 # cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once through a 100 ms hook),
 # then the store at node scale (benches/store.rs: RSS idle and with 200 pods, store memory per pod,
 # recovery time after kill -9), against a real containerd 1.6, which it starts and stops (also on
 # failure or Ctrl-C); then pod start time by mode (runtime-hooks' benches/pod_start.rs: BE pods on containerd alone,
 # through runtime-proxy + runtime-hooks in proxy mode, and with runtime-hooks as an NRI plugin) against a containerd 1.7
 # with NRI on, which it starts after the 1.6 one is down and stops the same way. Extra arguments go to every bench;
-# RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks 3000), RP_BENCH_PODS the pods per mode of
-# pod_start (default 50).
+# RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks 3000), RP_BENCH_CONC_ROUNDS and
+# RP_BENCH_CONC_ROUND_MS the rounds of the concurrency bench (defaults 6 and 600 ms), RP_BENCH_PODS the pods per mode
+# of pod_start (default 50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -22,6 +25,8 @@ need_pkgs "${RP_PKGS[@]}" socat
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 export RP_CONTAINERD_ENV=$CTRD/env
 cargo bench --locked -p runtime-proxy --bench latency -- "$@"
+echo
+cargo bench --locked -p runtime-proxy --bench concurrency -- "$@"
 echo
 cargo bench --locked -p runtime-proxy --bench hooks -- "$@"
 echo

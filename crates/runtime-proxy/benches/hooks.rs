@@ -28,6 +28,8 @@
 //! `RP_BENCH_CALLS` sets the measured calls per path of the first (default 3000),
 //! `RP_BENCH_CLIENT=tonic` its CRI client (default: kubelet-like framing, see above).
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,6 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
+use common::{percentile, us, usage};
 use hook_api::v1alpha1::{
     self as hook, ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
 };
@@ -59,14 +62,6 @@ const PODS: usize = 50;
 const HOOK_DELAY: Duration = Duration::from_millis(100);
 /// Label on every bench pod sandbox, so that leftovers can be found and removed.
 const BENCH_LABEL: &str = "runtime-proxy-bench";
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
@@ -395,14 +390,9 @@ async fn intercepted_create(calls: usize) {
     );
 }
 
-/// On-CPU time of every thread of process `pid` so far (`/proc/PID/task/*/schedstat`, ns).
+/// On-CPU time of every thread of process `pid` so far (`/proc/PID/task/*/schedstat`).
 fn cpu_time(pid: u32) -> Duration {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task");
-    let ns: u64 = tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(ns)
+    Duration::from_nanos(usage(pid, false).0)
 }
 
 /// How the CRI calls of the first measurement are made.

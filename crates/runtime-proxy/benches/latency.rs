@@ -20,9 +20,13 @@
 //! another program as the proxy (e.g. a script that execs it under valgrind), stopped with
 //! SIGTERM at the end.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{cpus, loadavg, percentile, us, usage, Relay};
 
 use k8s_cri::v1 as cri;
 use test_support::containerd::Containerd;
@@ -31,79 +35,6 @@ use test_support::runtime_client;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const WARM_UP: usize = 500;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-/// `socat UNIX-LISTEN:<socket>,fork UNIX-CONNECT:<backend>`; killed when dropped.
-struct Relay {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Relay {
-    fn start(backend: &Path) -> Relay {
-        let dir = tempfile::Builder::new().prefix("rp-bench-relay").tempdir().expect("temp dir");
-        let socket = dir.path().join("relay.sock");
-        let child = Command::new("socat")
-            .arg(format!("UNIX-LISTEN:{},fork", socket.display()))
-            .arg(format!("UNIX-CONNECT:{}", backend.display()))
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("socat (Debian package socat; `make bench` installs it)");
-        let start = Instant::now();
-        while !socket.exists() {
-            assert!(start.elapsed() < Duration::from_secs(10), "socat did not listen on {}", socket.display());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Relay { child, socket, _dir: dir }
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// CPU time (ns, `/proc/PID/task/*/schedstat`) and context switches (voluntary + involuntary,
-/// `/proc/PID/task/*/status`) of process `pid` and its child processes (socat forks one per
-/// connection), all threads.
-fn usage(pid: u32) -> (u64, u64) {
-    let (mut ns, mut switches) = (0, 0);
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (0, 0) };
-    for task in tasks.flatten() {
-        let path = task.path();
-        if let Some(v) = std::fs::read_to_string(path.join("schedstat")).ok().and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        {
-            ns += v;
-        }
-        for line in std::fs::read_to_string(path.join("status")).unwrap_or_default().lines() {
-            if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:").or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:")) {
-                switches += v.trim().parse::<u64>().unwrap_or(0);
-            }
-        }
-        for child in std::fs::read_to_string(path.join("children")).unwrap_or_default().split_whitespace() {
-            if let Ok(c) = child.parse::<u32>() {
-                let (n, s) = usage(c);
-                ns += n;
-                switches += s;
-            }
-        }
-    }
-    (ns, switches)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -115,7 +46,7 @@ async fn main() {
     let wrapped = std::env::var("RP_BENCH_PROXY_BIN").ok();
     let proxy = ProxyProcess::start(wrapped.as_deref().unwrap_or(BIN), &env.socket, &[]);
     let relay = Relay::start(&env.socket);
-    let mut clients = [runtime_client(&env.socket), runtime_client(&relay.socket), runtime_client(proxy.socket())];
+    let mut clients = [runtime_client(&env.socket), runtime_client(relay.socket()), runtime_client(proxy.socket())];
     let load_before = loadavg();
 
     // [method][path]
@@ -123,8 +54,8 @@ async fn main() {
     let (mut proxy_start, mut relay_start) = ((0, 0), (0, 0));
     for i in 0..(calls + WARM_UP) {
         if i == WARM_UP {
-            proxy_start = usage(proxy.pid());
-            relay_start = usage(relay.child.id());
+            proxy_start = usage(proxy.pid(), false);
+            relay_start = usage(relay.pid(), true);
         }
         for (m, s) in samples.iter_mut().enumerate() {
             for (p, client) in clients.iter_mut().enumerate() {
@@ -140,7 +71,7 @@ async fn main() {
             }
         }
     }
-    let (proxy_end, relay_end) = (usage(proxy.pid()), usage(relay.child.id()));
+    let (proxy_end, relay_end) = (usage(proxy.pid(), false), usage(relay.pid(), true));
     let load_after = loadavg();
     let per_call = |end: (u64, u64), start: (u64, u64)| {
         let n = (2 * calls) as f64;
@@ -154,10 +85,7 @@ async fn main() {
         env.version
     );
     println!();
-    println!(
-        "load average before: {load_before}; after: {load_after} ({} CPUs)",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
+    println!("load average before: {load_before}; after: {load_after} ({} CPUs)", cpus());
     println!();
     println!("| method | direct p50 | relay p50 | proxy p50 | relay added p50 | proxy added p50 | ratio | direct p99 | relay p99 | proxy p99 | relay added p99 | proxy added p99 | ratio |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");

@@ -23,6 +23,8 @@ pub struct Containerd {
     pub cgroup_parent: String,
     /// Directory for pod log directories.
     pub log_root: PathBuf,
+    /// The harness directory (`CONTAINERD_ROOT`; absent in env files of older harness versions).
+    pub root: Option<PathBuf>,
 }
 
 impl Containerd {
@@ -35,6 +37,13 @@ impl Containerd {
             panic!("RP_CONTAINERD_ENV is not set: run integration tests with `make test` (or `scripts/test.sh`), which starts a real containerd and sets it")
         });
         Containerd::from_file(std::path::Path::new(&file))
+    }
+
+    /// containerd's process ID, from `ROOT/containerd.pid` (written by `scripts/containerd.sh up`),
+    /// if that process is alive; benches read its CPU time.
+    pub fn pid(&self) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.root.as_ref()?.join("containerd.pid")).ok()?.trim().parse().ok()?;
+        std::path::Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
     }
 
     /// True for containerd 1.7 and later (GetContainerEvents implemented).
@@ -233,6 +242,7 @@ impl Containerd {
             test_image: get("CRI_TEST_IMAGE"),
             cgroup_parent: get("CRI_CGROUP_PARENT"),
             log_root: get("CRI_LOG_ROOT").into(),
+            root: vars.get("CONTAINERD_ROOT").map(PathBuf::from),
         }
     }
 }

@@ -1,0 +1,118 @@
+//! Helpers shared by the benches (`mod common;` in each): percentiles, the raw byte relay, CPU
+//! time and context switches of a process, the load average.
+//!
+//! Each bench is its own crate and uses only some of these, hence `allow(dead_code)`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Nearest-rank percentile `p` (0 < p ≤ 1) of `sorted`, which must not be empty.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// `d` in microseconds.
+pub fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// `socat UNIX-LISTEN:<socket>,fork UNIX-CONNECT:<backend>`, a raw byte relay (one more process
+/// that copies bytes and understands nothing: the floor for any proxy on the path); killed when
+/// dropped.
+pub struct Relay {
+    child: Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Relay {
+    /// Starts socat in front of `backend` on a fresh temp socket and waits (up to 10 s) until it listens.
+    pub fn start(backend: &Path) -> Relay {
+        let dir = tempfile::Builder::new().prefix("rp-bench-relay").tempdir().expect("temp dir");
+        let socket = dir.path().join("relay.sock");
+        let child = Command::new("socat")
+            .arg(format!("UNIX-LISTEN:{},fork", socket.display()))
+            .arg(format!("UNIX-CONNECT:{}", backend.display()))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("socat (Debian package socat; `make bench` installs it)");
+        let start = Instant::now();
+        while !socket.exists() {
+            assert!(start.elapsed() < Duration::from_secs(10), "socat did not listen on {}", socket.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Relay { child, socket, _dir: dir }
+    }
+
+    /// The relay's listening socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The listening socat's process ID (it forks one child per connection).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU time (ns, `/proc/PID/task/*/schedstat`) and context switches (voluntary + involuntary,
+/// `/proc/PID/task/*/status`) of process `pid`, all threads, and with `children` those of its
+/// child processes too, recursively (socat forks one per connection). (0, 0) for a process that
+/// is gone.
+pub fn usage(pid: u32, children: bool) -> (u64, u64) {
+    let (mut ns, mut switches) = (0, 0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (0, 0) };
+    for task in tasks.flatten() {
+        let path = task.path();
+        if let Some(v) = std::fs::read_to_string(path.join("schedstat")).ok().and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        {
+            ns += v;
+        }
+        for line in std::fs::read_to_string(path.join("status")).unwrap_or_default().lines() {
+            if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:").or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:")) {
+                switches += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+        if !children {
+            continue;
+        }
+        for child in std::fs::read_to_string(path.join("children")).unwrap_or_default().split_whitespace() {
+            if let Ok(c) = child.parse::<u32>() {
+                let (n, s) = usage(c, true);
+                ns += n;
+                switches += s;
+            }
+        }
+    }
+    (ns, switches)
+}
+
+/// The 1, 5 and 15 minute load averages, e.g. `1.20 0.85 0.70`.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// The whole machine's CPU time so far (`/proc/stat`, clock ticks of all CPUs): (busy, total),
+/// busy being everything but idle and iowait.
+pub fn machine_cpu() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user and nice)
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// The CPUs this process may run on.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get())
+}
