@@ -178,6 +178,13 @@ impl Backend {
         if let Some(s) = self.live() {
             return Ok(s);
         }
+        // Boxed: the dial's future (the HTTP/2 handshake's codec) is larger than all the rest of
+        // a call's, and every call's future would otherwise carry room for it, to be copied.
+        Box::pin(self.dial()).await
+    }
+
+    /// Dials (once for a burst of callers) and starts the connection's task.
+    async fn dial(&self) -> Result<SendRequest<Bytes>, Status> {
         let _guard = self.connecting.lock().await;
         if let Some(s) = self.live() {
             return Ok(s);
