@@ -62,32 +62,6 @@ pub fn connect(path: impl AsRef<Path>) -> Channel {
     }))
 }
 
-/// Like [`connect`], but every new connection is checked with `SO_PEERCRED` first: the process
-/// serving the socket must run as one of `allowed_uids`, else the connection is dropped and the
-/// call fails with an error naming the socket, the peer's uid and pid and the allowed uids.
-pub fn connect_checked(path: impl AsRef<Path>, allowed_uids: Vec<u32>) -> Channel {
-    let path: PathBuf = path.as_ref().to_owned();
-    let allowed = std::sync::Arc::new(allowed_uids);
-    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-        let (path, allowed) = (path.clone(), allowed.clone());
-        async move {
-            let stream = UnixStream::connect(&path).await?;
-            let cred = stream.peer_cred()?;
-            if !allowed.contains(&cred.uid()) {
-                let why = format!(
-                    "hook server unix://{} is run by uid {} (pid {}), not by an allowed uid {:?}",
-                    path.display(),
-                    cred.uid(),
-                    cred.pid().map_or_else(|| "?".to_owned(), |p| p.to_string()),
-                    allowed
-                );
-                return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, why));
-            }
-            Ok::<_, std::io::Error>(TokioIo::new(stream))
-        }
-    }))
-}
-
 /// Longest unix socket path: `sockaddr_un.sun_path` holds 108 bytes including the trailing NUL
 /// (Linux `unix(7)`).
 pub const MAX_SOCKET_PATH: usize = 107;

@@ -7,23 +7,32 @@
 //! under `Fail` ends the stage with a status naming the stage, the server's file and endpoint
 //! and the cause; under `Ignore` it is logged and the next server sees the request unchanged.
 //! A timeout never ejects a server: the next call tries it again, on a new connection (the
-//! timed-out one is let go once the calls still on it end), so that a connection the server
-//! stopped reading (a frozen process whose socket buffer is full) cannot keep accumulating what
+//! timed-out one is let go once the calls still on it end, and closed at the latest
+//! [`CLOSE_GRACE`](crate::backend::CLOSE_GRACE) later), so that a connection the server stopped
+//! reading (a frozen process whose socket buffer is full) cannot keep accumulating what
 //! cancelled calls left queued on it.
+//!
+//! Hook calls are made with the proxy's own HTTP/2 client ([`Backend::hook_server`], the one
+//! that talks to containerd, plus the peer's uid check): the call's future writes its request
+//! and reads its answer itself, on the task of the CRI call, with no channel worker task
+//! between it and the connection.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hook_api::merge;
 use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
-use http::uri::PathAndQuery;
-use tonic::transport::Channel;
+use http::header::{CONTENT_TYPE, TE, USER_AGENT};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderValue, Method, Request, Uri};
 
-use crate::grpc::{Code, Status};
+use crate::backend::Backend;
+use crate::grpc::{self, Code, Status};
 use crate::limits::HookLimits;
 use crate::metrics::{HookResult, Metrics};
+use crate::passthrough::{self, Answer};
 use crate::registry::{FailurePolicy, HookServer, Snapshot, Stage};
 
 /// A hook request type (pod-level or container-level) with its answer type and merge rule.
@@ -66,7 +75,7 @@ type ChannelKey = (PathBuf, Vec<u32>);
 /// Calls hook servers; keeps one lazily connected channel per endpoint and set of allowed uids,
 /// each with a serial number (so that a timed-out call drops only the channel it used).
 pub struct Dispatcher {
-    channels: Mutex<HashMap<ChannelKey, (u64, Channel)>>,
+    channels: Mutex<HashMap<ChannelKey, (u64, Arc<Backend>)>>,
     serial: std::sync::atomic::AtomicU64,
     metrics: std::sync::Arc<Metrics>,
     limits: HookLimits,
@@ -125,6 +134,15 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// One hook call: `req` to `server`'s `stage` RPC, within the server's timeout capped by
+    /// `deadline`; returns the server's answer, checked against the answer limits.
+    ///
+    /// Errors (the message starts with the code's name, e.g. `Unavailable: `, then the cause):
+    /// `DEADLINE_EXCEEDED` "timed out after …" when the budget runs out (then the connection is
+    /// let go); `UNAVAILABLE` when the server cannot be reached, runs as a uid not allowed, or
+    /// fails the call; the server's own status when not OK; `RESOURCE_EXHAUSTED` naming
+    /// `--max-hook-answer-bytes` for an answer over it (or the flag of a map limit exceeded);
+    /// `INTERNAL` for an answer that is not one message of the answer type.
     async fn call<R: HookMessage>(
         &self,
         server: &HookServer,
@@ -139,47 +157,45 @@ impl Dispatcher {
         if budget.is_zero() {
             return Err(Status::new(Code::DEADLINE_EXCEEDED, "no time left of the CRI call's deadline"));
         }
-        let (key, serial, channel) = self.channel(server);
-        let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(self.limits.max_answer_bytes);
-        let mut request = tonic::Request::new(req.clone());
-        request.set_timeout(budget);
-        let codec = tonic_prost::ProstCodec::<R, R::Answer>::default();
-        let call = async {
-            grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("connecting: {}", error_chain(&e))))?;
-            grpc.unary(request, PathAndQuery::from_static(stage.rpc_path()), codec).await
-        };
+        let (key, serial, backend) = self.channel(server);
+        let rpc = stage.rpc_path().rsplit('/').next().unwrap_or_default();
+        let call = passthrough::exchange(&backend, head(stage, budget), framed(req), rpc, self.limits.max_answer_bytes);
         let started = Instant::now();
+        // On timeout the call's streams are dropped here (reset), before the channel is let go.
         let outcome = tokio::time::timeout(budget, call).await;
         if outcome.is_err() || started.elapsed() >= budget {
             self.forget(&key, serial);
         }
-        match outcome {
-            Ok(Ok(answer)) => {
-                let answer = answer.into_inner();
+        let answer = match outcome {
+            Ok(Ok(answer)) => decode::<R::Answer>(&answer, self.limits.max_answer_bytes),
+            // Only the answer's size makes the exchange itself fail with RESOURCE_EXHAUSTED.
+            Ok(Err(s)) if s.code == Code::RESOURCE_EXHAUSTED => {
+                Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("{} (--max-hook-answer-bytes)", describe(s.code, &s.message))))
+            }
+            Ok(Err(s)) => Err(Status::new(s.code, describe(s.code, &s.message))),
+            Err(_) => return Err(timed_out(budget, "no answer")),
+        };
+        match answer {
+            Ok(answer) => {
                 req.check(&answer, &self.limits).map_err(|why| Status::new(Code::RESOURCE_EXHAUSTED, why))?;
                 Ok(answer)
             }
-            Ok(Err(s)) if started.elapsed() >= budget => Err(timed_out(budget, &s.to_string())),
-            // tonic's decoder refusing an answer over `max_decoding_message_size` (OUT_OF_RANGE).
-            Ok(Err(s)) if s.message().contains("message length too large") => {
-                Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("{} (--max-hook-answer-bytes)", describe(&s))))
-            }
-            Ok(Err(s)) => Err(Status::new(Code(s.code() as u16), describe(&s))),
-            Err(_) => Err(timed_out(budget, "no answer")),
+            Err(s) if started.elapsed() >= budget => Err(timed_out(budget, &s.message)),
+            Err(s) => Err(s),
         }
     }
 
     /// The channel to `server`'s endpoint, whose connections are checked against its
     /// `allowed-uids` (default: root and the proxy's own uid).
     /// Returns the channel's key and serial number with it (for [`Dispatcher::forget`]).
-    fn channel(&self, server: &HookServer) -> (ChannelKey, u64, Channel) {
+    fn channel(&self, server: &HookServer) -> (ChannelKey, u64, Arc<Backend>) {
         let key = (server.endpoint.clone(), allowed_uids(server));
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((serial, c)) = channels.get(&key) {
             return (key, *serial, c.clone());
         }
         let serial = self.serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let c = hook_api::connect_checked(&key.0, key.1.clone());
+        let c = Arc::new(Backend::hook_server(&key.0, key.1.clone()));
         channels.insert(key.clone(), (serial, c.clone()));
         (key, serial, c)
     }
@@ -212,26 +228,198 @@ fn allowed_uids(server: &HookServer) -> Vec<u32> {
     uids
 }
 
-/// An error and its sources, `: `-separated (tonic's transport error alone says only
-/// "transport error").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
+/// The request head of a hook call at `stage` that may take `budget`: what grpc-go and tonic
+/// send for a unary call, with `grpc-timeout` so the server can give up when the proxy does.
+fn head(stage: Stage, budget: Duration) -> Request<()> {
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(Scheme::HTTP);
+    // The authority is never dialled; "localhost" is what grpc-go sends for unix sockets.
+    uri.authority = Some(Authority::from_static("localhost"));
+    uri.path_and_query = Some(PathAndQuery::from_static(stage.rpc_path()));
+    let mut head = Request::new(());
+    *head.method_mut() = Method::POST;
+    *head.uri_mut() = Uri::from_parts(uri).expect("scheme, authority and an absolute path make a URI");
+    let headers = head.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(TE, HeaderValue::from_static("trailers"));
+    headers.insert("grpc-timeout", grpc::timeout_value(budget));
+    headers.insert(USER_AGENT, HeaderValue::from_static(concat!("runtime-proxy/", env!("CARGO_PKG_VERSION"))));
+    head
+}
+
+/// `message` encoded as a unary gRPC body (uncompressed, see [`grpc::frame`]), in one buffer.
+fn framed(message: &impl prost::Message) -> bytes::Bytes {
+    use bytes::BufMut;
+    let len = message.encoded_len();
+    let mut body = bytes::BytesMut::with_capacity(5 + len);
+    body.put_u8(0);
+    body.put_u32(len as u32);
+    message.encode(&mut body).expect("the buffer has room for the encoded message");
+    body.freeze()
+}
+
+/// The message of a hook server's answer, decoded as `A`.
+///
+/// Errors (messages start with the code's name, see [`describe`]): the answer's status when
+/// it is not OK (its message percent-decoded; a code outside gRPC's 0–16 is `UNKNOWN`); without
+/// `grpc-status`, the code gRPC maps the HTTP status to, else `INTERNAL`; `RESOURCE_EXHAUSTED`
+/// naming `--max-hook-answer-bytes` for a message over `limit` bytes once decompressed;
+/// `INTERNAL` for a body that is not one message, or a message that does not decode as `A`.
+fn decode<A: prost::Message + Default>(answer: &Answer, limit: usize) -> Result<A, Status> {
+    let status = answer.trailers.as_ref().and_then(Status::from_headers).or_else(|| Status::from_headers(answer.head.headers()));
+    match status {
+        Some(s) if s.code == Code::OK => {}
+        Some(s) => {
+            let code = if s.code.0 > 16 { Code::UNKNOWN } else { s.code };
+            return Err(Status::new(code, describe(code, &grpc::percent_decode(&s.message))));
         }
-        source = s.source();
+        None => {
+            let http = answer.head.status();
+            // gRPC's HTTP to gRPC status mapping (doc/http-grpc-status-mapping.md).
+            let code = match http.as_u16() {
+                200 | 400 => Code::INTERNAL,
+                401 => Code(16),
+                403 => Code(7),
+                404 => Code::UNIMPLEMENTED,
+                429 | 502 | 503 | 504 => Code::UNAVAILABLE,
+                _ => Code::UNKNOWN,
+            };
+            return Err(Status::new(code, describe(code, &format!("answer without grpc-status (HTTP status {http})"))));
+        }
     }
-    out
+    let message = match answer.message(limit) {
+        Ok(Some(m)) => m,
+        Ok(None) => {
+            let why = format!("answer is not one gRPC message ({} bytes of body)", answer.data.len());
+            return Err(Status::new(Code::INTERNAL, describe(Code::INTERNAL, &why)));
+        }
+        Err(s) if s.code == Code::RESOURCE_EXHAUSTED => {
+            return Err(Status::new(s.code, format!("{} (--max-hook-answer-bytes)", describe(s.code, &s.message))))
+        }
+        Err(s) => return Err(Status::new(s.code, describe(s.code, &s.message))),
+    };
+    A::decode(message).map_err(|e| {
+        let name = std::any::type_name::<A>().rsplit("::").next().unwrap_or_default();
+        Status::new(Code::INTERNAL, describe(Code::INTERNAL, &format!("answer does not decode as {name}: {e}")))
+    })
 }
 
 fn timed_out(budget: Duration, detail: &str) -> Status {
     Status::new(Code::DEADLINE_EXCEEDED, format!("timed out after {budget:?} ({detail})"))
 }
 
-fn describe(s: &tonic::Status) -> String {
-    format!("{:?}: {}", s.code(), s.message())
+/// `<CodeName>: <message>`, the code named in CamelCase (`PermissionDenied`), as hook failures
+/// have always been described (it was tonic's `Debug` of the code).
+fn describe(code: Code, message: &str) -> String {
+    const NAMES: [&str; 17] = [
+        "Ok",
+        "Cancelled",
+        "Unknown",
+        "InvalidArgument",
+        "DeadlineExceeded",
+        "NotFound",
+        "AlreadyExists",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "FailedPrecondition",
+        "Aborted",
+        "OutOfRange",
+        "Unimplemented",
+        "Internal",
+        "Unavailable",
+        "DataLoss",
+        "Unauthenticated",
+    ];
+    format!("{}: {message}", NAMES.get(code.0 as usize).copied().unwrap_or("Unknown"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http::{HeaderMap, Response};
+    use prost::Message;
+
+    fn answer(http: u16, head: &[(&str, &str)], data: Bytes, trailers: Option<&[(&str, &str)]>) -> Answer {
+        let map = |kv: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in kv {
+                h.insert(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+            }
+            h
+        };
+        let mut resp = Response::new(());
+        *resp.status_mut() = http::StatusCode::from_u16(http).unwrap();
+        *resp.headers_mut() = map(head);
+        Answer { head: resp, data, trailers: trailers.map(map) }
+    }
+
+    fn pod_answer() -> PodSandboxHookResponse {
+        PodSandboxHookResponse { labels: [("a".to_string(), "b".to_string())].into(), ..Default::default() }
+    }
+
+    #[test]
+    fn an_ok_answer_decodes() {
+        let ok = answer(200, &[], grpc::frame(&pod_answer().encode_to_vec()), Some(&[("grpc-status", "0")]));
+        assert_eq!(decode::<PodSandboxHookResponse>(&ok, 1 << 20).unwrap(), pod_answer());
+    }
+
+    #[test]
+    fn an_error_status_keeps_its_code_and_decoded_message() {
+        let denied = answer(200, &[("grpc-status", "7"), ("grpc-message", "quota 100%25 used %E2%9C%97")], Bytes::new(), None);
+        let err = decode::<PodSandboxHookResponse>(&denied, 1 << 20).unwrap_err();
+        assert_eq!(err, Status::new(Code(7), "PermissionDenied: quota 100% used ✗"));
+        let odd = answer(200, &[], Bytes::new(), Some(&[("grpc-status", "99"), ("grpc-message", "what")]));
+        assert_eq!(decode::<PodSandboxHookResponse>(&odd, 1 << 20).unwrap_err(), Status::new(Code::UNKNOWN, "Unknown: what"));
+    }
+
+    #[test]
+    fn answers_that_are_not_one_message_of_the_type_are_internal() {
+        let ok = Some(&[("grpc-status", "0")][..]);
+        let cases = [
+            (answer(200, &[], Bytes::new(), ok), "not one gRPC message"),
+            (answer(200, &[], grpc::frame(&[0xff, 0xff]), ok), "does not decode as PodSandboxHookResponse"),
+            (answer(200, &[], grpc::frame(b""), None), "without grpc-status"),
+        ];
+        for (a, want) in cases {
+            let err = decode::<PodSandboxHookResponse>(&a, 1 << 20).unwrap_err();
+            assert_eq!(err.code, Code::INTERNAL, "{err}");
+            assert!(err.message.starts_with("Internal: ") && err.message.contains(want), "{err}");
+        }
+        let not_found = decode::<PodSandboxHookResponse>(&answer(404, &[], Bytes::new(), None), 1 << 20).unwrap_err();
+        assert_eq!(not_found.code, Code::UNIMPLEMENTED, "{not_found}");
+        assert!(not_found.message.contains("HTTP status 404"), "{not_found}");
+    }
+
+    #[test]
+    fn an_answer_over_the_limit_names_the_flag() {
+        let big = PodSandboxHookResponse { labels: [("a".to_string(), "x".repeat(2000))].into(), ..Default::default() };
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gzip, &big.encode_to_vec()).unwrap();
+        let data = gzip.finish().unwrap();
+        let mut body = vec![1];
+        body.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        body.extend_from_slice(&data);
+        let a = answer(200, &[("grpc-encoding", "gzip")], body.into(), Some(&[("grpc-status", "0")]));
+        assert_eq!(decode::<PodSandboxHookResponse>(&a, 4096).unwrap(), big, "compressed, within the limit once decompressed");
+        let err = decode::<PodSandboxHookResponse>(&a, 1000).unwrap_err();
+        assert_eq!(err.code, Code::RESOURCE_EXHAUSTED);
+        assert!(err.message.starts_with("ResourceExhausted: ") && err.message.ends_with("(--max-hook-answer-bytes)"), "{err}");
+    }
+
+    #[test]
+    fn a_framed_request_is_the_message_behind_its_prefix() {
+        let answer = pod_answer();
+        assert_eq!(framed(&answer), grpc::frame(&answer.encode_to_vec()));
+    }
+
+    #[test]
+    fn the_head_is_a_grpc_unary_call_with_the_budget() {
+        let h = head(Stage::PreCreateContainer, Duration::from_millis(1500));
+        assert_eq!(h.method(), Method::POST);
+        assert_eq!(h.uri(), "http://localhost/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook");
+        assert_eq!(h.headers()["content-type"], "application/grpc");
+        assert_eq!(h.headers()["te"], "trailers");
+        assert_eq!(h.headers()["grpc-timeout"], "1500m");
+    }
 }

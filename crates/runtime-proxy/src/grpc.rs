@@ -158,6 +158,41 @@ pub fn parse_timeout(headers: &HeaderMap) -> Option<Duration> {
     })
 }
 
+/// A `grpc-timeout` header value for `left`: whole milliseconds (at least 1, so a call with
+/// under a millisecond left still has a deadline), or whole seconds from 100 000 s on (the
+/// value holds at most 8 digits).
+pub fn timeout_value(left: Duration) -> HeaderValue {
+    let ms = left.as_millis().max(1);
+    let value = if ms < 100_000_000 { format!("{ms}m") } else { format!("{}S", left.as_secs().min(99_999_999)) };
+    HeaderValue::from_str(&value).expect("digits and a unit are a valid header value")
+}
+
+/// Decodes a `grpc-message` value as sent (see [`percent_encode`]): `%XX` becomes the byte XX,
+/// anything else is kept (a `%` not followed by two hex digits too); bytes that are not UTF-8
+/// become U+FFFD.
+pub fn percent_decode(msg: &str) -> String {
+    if !msg.contains('%') {
+        return msg.to_owned();
+    }
+    let b = msg.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: Option<&u8>| c.and_then(|c| (*c as char).to_digit(16));
+        match (b[i], hex(b.get(i + 1)), hex(b.get(i + 2))) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The message encodings (`grpc-encoding`) the proxy can decompress: gzip and deflate (zlib), the
 /// two that grpc-go, gRPC C-core and grpc-java ship.
 pub const SUPPORTED_ENCODINGS: &str = "gzip, deflate, identity";
@@ -283,6 +318,26 @@ mod tests {
     fn message_encoding() {
         assert_eq!(percent_encode("backend unix:///a b"), "backend unix:///a b");
         assert_eq!(percent_encode("100% é\n"), "100%25 %C3%A9%0A");
+        for msg in ["", "plain + text", "100% é\n", "%%", "ü%"] {
+            assert_eq!(percent_decode(&percent_encode(msg)), msg);
+        }
+        assert_eq!(percent_decode("50%"), "50%", "an incomplete escape is kept");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("%FF"), "\u{FFFD}", "not UTF-8");
+    }
+
+    #[test]
+    fn timeout_values() {
+        assert_eq!(timeout_value(Duration::from_millis(1500)), "1500m");
+        assert_eq!(timeout_value(Duration::from_micros(2500)), "2m");
+        assert_eq!(timeout_value(Duration::ZERO), "1m");
+        assert_eq!(timeout_value(Duration::from_secs(100_000)), "100000S");
+        assert_eq!(timeout_value(Duration::MAX), "99999999S");
+        for d in [Duration::from_millis(1), Duration::from_millis(99_999_999), Duration::from_secs(100_000)] {
+            let mut h = HeaderMap::new();
+            h.insert("grpc-timeout", timeout_value(d));
+            assert_eq!(parse_timeout(&h), Some(d), "{d:?}");
+        }
     }
 
     #[test]

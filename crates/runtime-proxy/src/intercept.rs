@@ -37,7 +37,7 @@ use h2::server::SendResponse;
 use h2::RecvStream;
 use hook_api::convert;
 use hook_api::v1alpha1 as hook;
-use http::{HeaderValue, Request};
+use http::Request;
 use k8s_cri::v1 as cri;
 use prost::Message;
 
@@ -669,11 +669,7 @@ async fn read_body(mut body: RecvStream, method: &str, limits: &crate::limits::L
 /// Rewrites `grpc-timeout` to what is left, so the backend's deadline is the kubelet's, not the
 /// kubelet's plus the time hooks took.
 fn set_timeout(headers: &mut http::HeaderMap, left: Duration) {
-    let ms = left.as_millis().max(1);
-    let value = if ms < 100_000_000 { format!("{ms}m") } else { format!("{}S", left.as_secs().min(99_999_999)) };
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert("grpc-timeout", v);
-    }
+    headers.insert("grpc-timeout", grpc::timeout_value(left));
 }
 
 #[cfg(test)]

@@ -68,12 +68,9 @@ pub async fn forward(
     let head = async {
         match deadline {
             None => Ok(response.await),
-            Some(d) => tokio::time::timeout(d, response).await.map_err(|_| {
-                Status::new(
-                    Code::DEADLINE_EXCEEDED,
-                    format!("{method}: deadline of {d:?} exceeded waiting for backend unix://{}", backend.path().display()),
-                )
-            }),
+            Some(d) => tokio::time::timeout(d, response)
+                .await
+                .map_err(|_| Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline of {d:?} exceeded waiting for {backend}"))),
         }
     };
     tokio::pin!(head);
@@ -104,8 +101,7 @@ pub async fn forward(
             return PipeError::Broken(e).into_status();
         }
         Ok(Err(e)) => {
-            let status =
-                Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()));
+            let status = Status::new(Code::UNAVAILABLE, format!("{method}: {backend} failed the call: {e}"));
             return reply(&mut respond, status);
         }
         Err(deadline_exceeded) => return reply(&mut respond, deadline_exceeded),
@@ -136,8 +132,7 @@ pub async fn forward(
             // The backend's connection broke (containerd stopped or crashed) after the response
             // head went out: end the call with trailers, as gRPC servers end a failed stream, so
             // that the client sees UNAVAILABLE naming the backend rather than a bare reset.
-            let failed =
-                Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()));
+            let failed = Status::new(Code::UNAVAILABLE, format!("{method}: {backend} failed the call: {e}"));
             let _ = downstream.send_trailers(failed.trailers());
             return failed;
         }
@@ -329,32 +324,54 @@ impl Answer {
 ///
 /// Errors: as [`forward`] (`UNAVAILABLE`, `DEADLINE_EXCEEDED` when `deadline` passes first).
 pub async fn unary(backend: &Backend, head: Request<()>, body: Bytes, deadline: Option<Duration>, method: &str) -> Result<Answer, Status> {
-    let call = async {
-        let (response, mut upstream) = backend.open_stream(head, body.is_empty()).await?;
-        if !body.is_empty() {
-            // Ignored: a backend that answers before reading the body still answers.
-            let _ = upstream.send_data(body, true);
-        }
-        let failed = |e: h2::Error| {
-            Status::new(Code::UNAVAILABLE, format!("{method}: backend unix://{} failed the call: {e}", backend.path().display()))
-        };
-        let (head, mut recv) = response.await.map_err(failed)?.into_parts();
-        let mut data = bytes::BytesMut::new();
-        while let Some(chunk) = recv.data().await {
-            let chunk = chunk.map_err(failed)?;
-            let _ = recv.flow_control().release_capacity(chunk.len());
-            data.extend_from_slice(&chunk);
-        }
-        let trailers = recv.trailers().await.map_err(failed)?;
-        Ok(Answer { head: Response::from_parts(head, ()), data: data.freeze(), trailers })
-    };
+    let call = exchange(backend, head, body, method, usize::MAX);
     match deadline {
         None => call.await,
-        Some(d) => tokio::time::timeout(d, call).await.map_err(|_| {
-            Status::new(
-                Code::DEADLINE_EXCEEDED,
-                format!("{method}: deadline exceeded waiting for backend unix://{}", backend.path().display()),
-            )
-        })?,
+        Some(d) => tokio::time::timeout(d, call)
+            .await
+            .map_err(|_| Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline exceeded waiting for {backend}")))?,
     }
+}
+
+/// Sends one unary call (`head` and the whole `body`, in one write when the connection is
+/// idle) to `backend` and collects the answer, whose body may hold at most one message of
+/// `max_message` bytes (plus its 5-byte prefix). No deadline of its own: the caller bounds it
+/// (dropping the future resets the stream).
+///
+/// Errors: `UNAVAILABLE` naming `method` and the backend when it cannot be reached or fails
+/// the call (a reset, a broken connection); `RESOURCE_EXHAUSTED` as soon as the answer's body
+/// exceeds `max_message` + 5 bytes (the stream is reset; at most one frame more is read).
+pub async fn exchange(backend: &Backend, head: Request<()>, body: Bytes, method: &str, max_message: usize) -> Result<Answer, Status> {
+    let (response, mut upstream) = backend.open_stream(head, body.is_empty()).await?;
+    if !body.is_empty() {
+        // Ignored: a backend that answers before reading the body still answers.
+        let _ = upstream.send_data(body, true);
+    }
+    let failed = |e: h2::Error| Status::new(Code::UNAVAILABLE, format!("{method}: {backend} failed the call: {e}"));
+    let (head, mut recv) = response.await.map_err(failed)?.into_parts();
+    let max_data = max_message.saturating_add(5);
+    // The usual unary answer is one DATA frame: kept as it came, without a copy.
+    let (mut first, mut joined) = (Bytes::new(), bytes::BytesMut::new());
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.map_err(failed)?;
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        let have = if joined.is_empty() { first.len() } else { joined.len() };
+        if have + chunk.len() > max_data {
+            return Err(Status::new(
+                Code::RESOURCE_EXHAUSTED,
+                format!("{method}: answer from {backend} larger than one message of {max_message} bytes"),
+            ));
+        }
+        if have == 0 {
+            first = chunk;
+        } else {
+            if joined.is_empty() {
+                joined.extend_from_slice(&first);
+            }
+            joined.extend_from_slice(&chunk);
+        }
+    }
+    let data = if joined.is_empty() { first } else { joined.freeze() };
+    let trailers = recv.trailers().await.map_err(failed)?;
+    Ok(Answer { head: Response::from_parts(head, ()), data, trailers })
 }
