@@ -266,8 +266,7 @@ fn framed(message: &impl prost::Message) -> bytes::Bytes {
 /// naming `--max-hook-answer-bytes` for a message over `limit` bytes once decompressed;
 /// `INTERNAL` for a body that is not one message, or a message that does not decode as `A`.
 fn decode<A: prost::Message + Default>(answer: &Answer, limit: usize) -> Result<A, Status> {
-    let status = answer.trailers.as_ref().and_then(Status::from_headers).or_else(|| Status::from_headers(answer.head.headers()));
-    match status {
+    match answer.grpc_status() {
         Some(s) if s.code == Code::OK => {}
         Some(s) => {
             let code = if s.code.0 > 16 { Code::UNKNOWN } else { s.code };
@@ -311,26 +310,15 @@ fn timed_out(budget: Duration, detail: &str) -> Status {
 /// `<CodeName>: <message>`, the code named in CamelCase (`PermissionDenied`), as hook failures
 /// have always been described (it was tonic's `Debug` of the code).
 fn describe(code: Code, message: &str) -> String {
-    const NAMES: [&str; 17] = [
-        "Ok",
-        "Cancelled",
-        "Unknown",
-        "InvalidArgument",
-        "DeadlineExceeded",
-        "NotFound",
-        "AlreadyExists",
-        "PermissionDenied",
-        "ResourceExhausted",
-        "FailedPrecondition",
-        "Aborted",
-        "OutOfRange",
-        "Unimplemented",
-        "Internal",
-        "Unavailable",
-        "DataLoss",
-        "Unauthenticated",
-    ];
-    format!("{}: {message}", NAMES.get(code.0 as usize).copied().unwrap_or("Unknown"))
+    // From the canonical name (`PERMISSION_DENIED`); codes outside 0..=16 read as `Unknown`.
+    let canonical = if code.0 <= 16 { code.name() } else { Code::UNKNOWN.name() };
+    let mut name = String::with_capacity(canonical.len());
+    for word in canonical.split('_') {
+        let (first, rest) = word.split_at(1);
+        name.push_str(first);
+        name.push_str(&rest.to_ascii_lowercase());
+    }
+    format!("{name}: {message}")
 }
 
 #[cfg(test)]
@@ -405,6 +393,15 @@ mod tests {
         let err = decode::<PodSandboxHookResponse>(&a, 1000).unwrap_err();
         assert_eq!(err.code, Code::RESOURCE_EXHAUSTED);
         assert!(err.message.starts_with("ResourceExhausted: ") && err.message.ends_with("(--max-hook-answer-bytes)"), "{err}");
+    }
+
+    #[test]
+    fn codes_are_described_in_camel_case() {
+        assert_eq!(describe(Code::OK, "m"), "Ok: m");
+        assert_eq!(describe(Code(7), "m"), "PermissionDenied: m");
+        assert_eq!(describe(Code::DEADLINE_EXCEEDED, "m"), "DeadlineExceeded: m");
+        assert_eq!(describe(Code(16), "m"), "Unauthenticated: m");
+        assert_eq!(describe(Code(42), "m"), "Unknown: m");
     }
 
     #[test]

@@ -279,13 +279,15 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// The call's status, from the trailers or a trailers-only head.
+    /// The call's status, from the trailers or a trailers-only head; `UNKNOWN` when neither
+    /// carries `grpc-status`.
     pub fn status(&self) -> Status {
-        self.trailers
-            .as_ref()
-            .and_then(Status::from_headers)
-            .or_else(|| Status::from_headers(self.head.headers()))
-            .unwrap_or_else(missing_status)
+        self.grpc_status().unwrap_or_else(missing_status)
+    }
+
+    /// The status the trailers or a trailers-only head carry; `None` without `grpc-status`.
+    pub fn grpc_status(&self) -> Option<Status> {
+        self.trailers.as_ref().and_then(Status::from_headers).or_else(|| Status::from_headers(self.head.headers()))
     }
 
     /// The answer's one message, decompressed per its `grpc-encoding` (see
