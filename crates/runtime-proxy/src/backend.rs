@@ -21,7 +21,8 @@
 use std::fmt;
 use std::future::poll_fn;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -69,8 +70,11 @@ pub struct Backend {
     /// Serialises connection attempts so a burst of calls after a failure dials once.
     connecting: tokio::sync::Mutex<()>,
     /// Counts connections made (1 = the first; more = reconnections, e.g. after the runtime
-    /// restarted), for the store's recovery.
+    /// restarted), for the store's recovery: the first, and then the first after one was lost.
     connections: tokio::sync::watch::Sender<u64>,
+    /// A connection broke since the count last went up (set by the shared connection's task
+    /// and by relays, [`Backend::connection_lost`]).
+    lost: Arc<AtomicBool>,
 }
 
 impl Backend {
@@ -85,6 +89,7 @@ impl Backend {
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             connections: tokio::sync::watch::Sender::new(0),
+            lost: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -162,9 +167,53 @@ impl Backend {
         })
     }
 
-    /// Notified with the number of connections made so far, each time a new one is made.
+    /// Notified with the number of connections made so far, counting the first and each first
+    /// one after a connection was lost (the runtime restarted), each time that number changes.
     pub fn connections(&self) -> tokio::sync::watch::Receiver<u64> {
         self.connections.subscribe()
+    }
+
+    /// Dials a connection of the caller's own, with no HTTP/2 on it yet (a relay's: the
+    /// client's own preface and frames go through it).
+    ///
+    /// Errors: `UNAVAILABLE` naming the socket when it cannot be dialled.
+    pub async fn dial_raw(&self) -> Result<UnixStream, Status> {
+        let stream = UnixStream::connect(&self.path).await.map_err(|e| self.unavailable("cannot connect", &e))?;
+        self.connected();
+        Ok(stream)
+    }
+
+    /// Whether the socket can be dialled now (the connection is closed at once); counted as
+    /// [`Backend::dial_raw`] is.
+    pub fn reachable(&self) -> bool {
+        let up = std::os::unix::net::UnixStream::connect(&self.path).is_ok();
+        if up {
+            self.connected();
+        }
+        up
+    }
+
+    /// Tells the backend that a connection to it broke (its peer closed it or it failed), so
+    /// the next connection made counts as a reconnection.
+    pub fn connection_lost(&self) {
+        self.lost.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts a new connection when it is the first, or the first since one was lost, and logs
+    /// that at info ("connected to backend"); other connections (one per relayed client
+    /// connection) at debug.
+    fn connected(&self) {
+        let first = *self.connections.borrow() == 0;
+        if first || self.lost.swap(false, Ordering::Relaxed) {
+            if self.allowed_uids.is_some() {
+                tracing::debug!(hook_server = %self.path.display(), "connected to hook server");
+            } else {
+                tracing::info!(backend = %self.path.display(), "connected to backend");
+            }
+            self.connections.send_modify(|n| *n += 1);
+        } else {
+            tracing::debug!(path = %self.path.display(), "new {} connection", self.what);
+        }
     }
 
     /// Dials now, so a caller can learn whether the backend is up (start-up checks, health).
@@ -199,7 +248,7 @@ impl Backend {
             .handshake(stream)
             .await
             .map_err(|e| self.unavailable("HTTP/2 handshake failed", &e))?;
-        let (path, what, hook) = (self.path.clone(), self.what, self.allowed_uids.is_some());
+        let (path, what, hook, lost) = (self.path.clone(), self.what, self.allowed_uids.is_some(), self.lost.clone());
         let mut dropped = self.dropped.subscribe();
         tokio::spawn(async move {
             tokio::pin!(conn);
@@ -215,13 +264,9 @@ impl Backend {
                 Some(Err(e)) => tracing::warn!(backend = %path.display(), error = %e, "{what} connection broken"),
                 None => tracing::debug!(path = %path.display(), "{what} connection not closed within {CLOSE_GRACE:?} of its last use; cut"),
             }
+            lost.store(true, Ordering::Relaxed);
         });
-        if hook {
-            tracing::debug!(hook_server = %self.path.display(), "connected to hook server");
-        } else {
-            tracing::info!(backend = %self.path.display(), "connected to backend");
-        }
-        self.connections.send_modify(|n| *n += 1);
+        self.connected();
         *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender.clone());
         Ok(sender)
     }

@@ -33,8 +33,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use h2::server::SendResponse;
-use h2::RecvStream;
 use hook_api::convert;
 use hook_api::v1alpha1 as hook;
 use http::Request;
@@ -170,53 +168,26 @@ pub enum Call {
 }
 
 impl Interceptor {
-    /// Handles one intercepted call (`method`: its gRPC path); returns its final status for the
-    /// call log.
-    pub async fn handle(
+    /// Runs one intercepted call (`method`: its gRPC path; `parts`: its request head; `body`:
+    /// its body as the front end receives it) up to the backend's answer. Returns the answer,
+    /// to send to the client unchanged, and the post stage, to run once it has been sent.
+    ///
+    /// The caller's `grpc-timeout` bounds the pre stage and the backend call; the backend's copy
+    /// of it is rewritten to what is left.
+    ///
+    /// Errors: the status to answer the client with, naming the method: the body's limits (see
+    /// [`read_body`]), a hook failure under `Fail`, the backend's `UNAVAILABLE` or
+    /// `DEADLINE_EXCEEDED` (see [`passthrough::unary`]), `INTERNAL` when hook changes cannot be
+    /// applied to the request.
+    pub async fn intercept(
         &self,
         spec: &'static MethodSpec,
         method: &str,
         backend: &Backend,
-        req: Request<RecvStream>,
-        mut respond: SendResponse<Bytes>,
-    ) -> Status {
-        let start = Instant::now();
-        let deadline = crate::grpc::parse_timeout(req.headers()).map(|d| start + d);
-        let work = self.intercept(spec, method, backend, req, deadline);
-        tokio::pin!(work);
-        let outcome = tokio::select! {
-            outcome = &mut work => outcome,
-            reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
-                let why = reason.map(|r| r.to_string()).unwrap_or_else(|e| e.to_string());
-                return Status::new(Code::CANCELLED, format!("client reset the call: {why}"));
-            }
-        };
-        match outcome {
-            Ok((answer, post)) => {
-                let status = answer.send(&mut respond);
-                if let Some(post) = post {
-                    post.await;
-                }
-                status
-            }
-            Err(status) => {
-                let _ = respond.send_response(status.trailers_only(), true);
-                status
-            }
-        }
-    }
-
-    /// Everything but answering the client. Returns the backend's answer and the post stage to
-    /// run after it has been sent.
-    async fn intercept(
-        &self,
-        spec: &'static MethodSpec,
-        method: &str,
-        backend: &Backend,
-        req: Request<RecvStream>,
-        deadline: Option<Instant>,
+        mut parts: http::request::Parts,
+        body: RequestBody,
     ) -> Result<(passthrough::Answer, Option<impl std::future::Future<Output = ()> + '_>), Status> {
-        let (mut parts, body) = req.into_parts();
+        let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
         let body = read_body(body, method, &self.limits).await?;
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
         let encoding = parts.headers.get("grpc-encoding");
@@ -642,21 +613,24 @@ fn nested(field: u32, inner: Vec<(u32, Edit)>) -> Vec<(u32, Edit)> {
     }
 }
 
+/// A request body as the front end receives it: its chunks in order (the DATA frames' data),
+/// closed after the last; an `Err` ends it early (the stream broke).
+pub type RequestBody = tokio::sync::mpsc::UnboundedReceiver<Result<Bytes, Status>>;
+
 /// Reads a whole request body: at most `limits.max_request_bytes` plus the 5-byte gRPC prefix,
 /// with no gap longer than `limits.request_idle_timeout` between frames.
 ///
 /// Errors: `RESOURCE_EXHAUSTED` for a larger body, `DEADLINE_EXCEEDED` for a stalled one,
-/// `CANCELLED` when the client's stream breaks; each names the method and the flag.
-async fn read_body(mut body: RecvStream, method: &str, limits: &crate::limits::Limits) -> Result<Bytes, Status> {
+/// the front end's status when the client's stream breaks; each names the method (and the flag).
+pub async fn read_body(mut body: RequestBody, method: &str, limits: &crate::limits::Limits) -> Result<Bytes, Status> {
     let mut buf = BytesMut::new();
     loop {
-        let next = tokio::time::timeout(limits.request_idle_timeout, body.data()).await.map_err(|_| {
+        let next = tokio::time::timeout(limits.request_idle_timeout, body.recv()).await.map_err(|_| {
             let idle = limits.request_idle_timeout;
             Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: request body stalled for {idle:?} (--request-idle-timeout)"))
         })?;
         let Some(chunk) = next else { break };
-        let chunk = chunk.map_err(|e| Status::new(Code::CANCELLED, format!("{method}: request stream broken: {e}")))?;
-        let _ = body.flow_control().release_capacity(chunk.len());
+        let chunk = chunk.map_err(|s| Status::new(s.code, format!("{method}: {}", s.message)))?;
         if buf.len() + chunk.len() > limits.max_request_bytes + 5 {
             let max = limits.max_request_bytes;
             return Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("{method}: request larger than {max} bytes (--max-request-bytes)")));

@@ -1,32 +1,28 @@
-//! Where each call goes: the one entry point for every request the proxy receives.
+//! Where each call goes, and the one place a finished call is recorded.
 //!
-//! The route is picked from the gRPC path (`/<package>.<Service>/<Method>`) alone:
-//! `runtime.v1.ImageService` and `runtime.v1alpha2.ImageService` go to the image backend, every
-//! other path (RuntimeService, methods and services the compiled proto does not know, server
-//! streams such as GetContainerEvents, CRI v1alpha2) to the runtime backend. The CRI v1 methods
-//! of [`intercept::METHODS`] go through the interceptor; everything else through the generic
-//! pass-through.
+//! The route is picked from the gRPC path (`/<package>.<Service>/<Method>`) alone ([`Route`]):
+//! the CRI methods of [`intercept::METHODS`] (v1 and v1alpha2) go through the interceptor;
+//! `runtime.v1.ImageService` and `runtime.v1alpha2.ImageService` calls go to the image backend
+//! when that is another socket; every other call (RuntimeService, ImageService on the runtime
+//! socket, methods and services the compiled proto does not know, server streams such as
+//! GetContainerEvents) is relayed as it is to the runtime backend ([`crate::relay`]).
 //!
-//! A call without an `:authority` (the client sent none, or sent one that is not a valid URI
-//! authority, such as the unix socket path gRPC clients put there, which the patched h2 ignores:
-//! vendor/README.md) is given `localhost`, so what reaches the backend is well-formed.
+//! A call the proxy sends on itself (intercepted, image) without an `:authority`, or with one
+//! that is not a valid URI authority (such as the unix socket path gRPC clients put there), is
+//! given `localhost` ([`default_uri`]), so what reaches the backend is well-formed.
 //!
-//! Each call is logged here, once, when it ends.
+//! Each call is logged once, when it ends ([`Router::record`]).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
-use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::RecvStream;
 use http::uri::{Authority, Scheme};
-use http::{Request, Uri};
+use http::Uri;
 
 use crate::backend::Backend;
-use crate::grpc::{self, Code};
+use crate::grpc::{Code, Status};
 use crate::intercept::{self, Interceptor};
 use crate::metrics::Metrics;
-use crate::passthrough;
 
 /// Routes calls to the runtime and image backends (which may be one and the same) and to the
 /// interceptor.
@@ -58,29 +54,27 @@ impl Router {
         &self.runtime
     }
 
-    /// Handles one call to its end, records it in the metrics and logs it once: at `debug` with
-    /// the method, gRPC code and latency in microseconds; at `warn` when the code is not OK, with
-    /// the status message.
-    /// Every failure of the proxy's own is answered as a gRPC status (see [`passthrough::forward`]).
-    pub async fn handle(&self, mut req: Request<RecvStream>, respond: SendResponse<Bytes>) {
-        let start = Instant::now();
-        if req.uri().authority().is_none() {
-            set_default_authority(req.uri_mut());
+    /// The interceptor, if hooks are served.
+    pub fn interceptor(&self) -> Option<&Arc<Interceptor>> {
+        self.interceptor.as_ref()
+    }
+
+    /// Where the call to `path` goes (see the module docs).
+    pub fn route(&self, path: &str) -> Route {
+        if let (Some(_), Some(spec)) = (&self.interceptor, intercept::lookup(path)) {
+            return Route::Intercept(spec);
         }
-        let method = req.uri().path().to_owned();
-        let backend = self.backend_for(&method);
-        let status = match (&self.interceptor, intercept::lookup(&method)) {
-            // Boxed: the interceptor's future is tens of KB (decoded requests, hook calls), and
-            // inline it made every call's task that big — each pass-through call paid for
-            // copying it into the spawned task (half the proxy's instructions per call).
-            (Some(interceptor), Some(spec)) => Box::pin(interceptor.handle(spec, &method, backend, req, respond)).await,
-            _ => {
-                let deadline = grpc::parse_timeout(req.headers());
-                passthrough::forward(backend, req, respond, deadline, &method).await
-            }
-        };
-        let elapsed = start.elapsed();
-        self.metrics.cri_call(&method, status.code, elapsed);
+        if is_image_service(path) && !Arc::ptr_eq(&self.image, &self.runtime) {
+            return Route::Image;
+        }
+        Route::Relay
+    }
+
+    /// Records one finished call in the metrics and logs it once: at `debug` with the method,
+    /// gRPC code and latency in microseconds; at `warn` when the code is not OK, with the
+    /// status message.
+    pub fn record(&self, method: &str, status: &Status, elapsed: Duration) {
+        self.metrics.cri_call(method, status.code, elapsed);
         let elapsed_us = elapsed.as_micros() as u64;
         if status.code == Code::OK {
             tracing::debug!(method, code = %status.code, elapsed_us, "CRI call");
@@ -90,15 +84,28 @@ impl Router {
     }
 }
 
-/// Gives a URI without authority the scheme `http` and the authority `localhost` (what tonic and
-/// grpc-go send on unix sockets); a URI without a path is left as it is.
-fn set_default_authority(uri: &mut Uri) {
-    let mut parts = uri.clone().into_parts();
-    parts.scheme = Some(Scheme::HTTP);
-    parts.authority = Some(Authority::from_static("localhost"));
-    if let Ok(with) = Uri::from_parts(parts) {
-        *uri = with;
-    }
+/// Where a call goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Route {
+    /// Forwarded frame by frame on the client connection's own runtime connection.
+    Relay,
+    /// Taken over by the interceptor (a hooked method).
+    Intercept(&'static intercept::MethodSpec),
+    /// Taken over and sent to the image backend, which is another socket (an ImageService call;
+    /// all of its methods are unary).
+    Image,
+}
+
+/// The URI of a call the proxy sends on itself: scheme `http`, the client's `authority` when it
+/// is a valid URI authority, else `localhost` (what tonic and grpc-go send on unix sockets), and
+/// `path`.
+///
+/// Errors: `None` when `path` is not a valid URI path.
+pub fn default_uri(authority: Option<&[u8]>, path: &str) -> Option<Uri> {
+    let authority = authority
+        .and_then(|a| Authority::try_from(a).ok())
+        .unwrap_or_else(|| Authority::from_static("localhost"));
+    Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query(path).build().ok()
 }
 
 /// True for the CRI ImageService of any version (`/runtime.v1.ImageService/ListImages`,
@@ -113,9 +120,11 @@ mod tests {
 
     #[test]
     fn default_authority() {
-        let mut uri = Uri::from_static("/runtime.v1.RuntimeService/Version");
-        set_default_authority(&mut uri);
-        assert_eq!(uri, "http://localhost/runtime.v1.RuntimeService/Version");
+        let path = "/runtime.v1.RuntimeService/Version";
+        assert_eq!(default_uri(None, path).unwrap(), "http://localhost/runtime.v1.RuntimeService/Version");
+        assert_eq!(default_uri(Some(b"/run/x.sock"), path).unwrap(), "http://localhost/runtime.v1.RuntimeService/Version");
+        assert_eq!(default_uri(Some(b"node:1"), path).unwrap(), "http://node:1/runtime.v1.RuntimeService/Version");
+        assert!(default_uri(None, "not a path").is_none());
     }
 
     #[test]

@@ -1,6 +1,5 @@
-//! The accept loop: serves HTTP/2 (gRPC, prior knowledge, as kubelet connects) on the listening
-//! socket, runs every call (stream) as its own task through the [`Router`], and drains on
-//! shutdown.
+//! The accept loop: serves each client connection (gRPC over HTTP/2, prior knowledge, as kubelet
+//! connects) on the listening socket with a [`crate::relay`], and drains on shutdown.
 //!
 //! Shutdown: stop accepting, remove the socket (new clients fail fast instead of hanging), send
 //! GOAWAY on every connection, wait up to the drain timeout for in-flight calls and streams.
@@ -14,9 +13,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{CONNECTION_WINDOW, MAX_HEADER_LIST_SIZE, STREAM_WINDOW};
 use crate::router::Router;
-use crate::uds::Socket;
 
 /// Serves `listener` until `shutdown` resolves, then removes the socket at `socket_path` and
 /// drains for at most `drain_timeout`. At most `max_streams` calls run at once on one client
@@ -33,7 +30,7 @@ pub async fn serve(
     max_streams: u32,
 ) -> anyhow::Result<()> {
     accept_and_drain(listener, socket_path, shutdown, drain_timeout, |stream, stop, tasks| {
-        serve_connection(stream, router.clone(), tasks, stop, max_streams)
+        crate::relay::serve_connection(stream, router.clone(), tasks, stop, max_streams)
     })
     .await;
     Ok(())
@@ -81,55 +78,5 @@ pub async fn accept_and_drain<F, Fut>(
     tracing::info!(tasks = tasks.len(), "draining in-flight calls");
     if tokio::time::timeout(drain_timeout, tasks.wait()).await.is_err() {
         tracing::warn!(?drain_timeout, open = tasks.len(), "drain timeout reached; exiting with calls still open");
-    }
-}
-
-/// Drives one client connection: accepts its streams and spawns a task per call; on `stop`,
-/// sends GOAWAY and keeps driving until the calls in flight have ended.
-async fn serve_connection(stream: UnixStream, router: Arc<Router>, tasks: TaskTracker, mut stop: watch::Receiver<bool>, max_streams: u32) {
-    let stream = match Socket::new(stream) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot register client connection");
-            return;
-        }
-    };
-    let handshake = h2::server::Builder::new()
-        .max_header_list_size(MAX_HEADER_LIST_SIZE)
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_concurrent_streams(max_streams)
-        .handshake(stream)
-        .await;
-    let mut conn = match handshake {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::debug!(error = %e, "client HTTP/2 handshake failed");
-            return;
-        }
-    };
-    let mut stopping = false;
-    loop {
-        tokio::select! {
-            next = conn.accept() => match next {
-                Some(Ok((req, respond))) => {
-                    let router = router.clone();
-                    // Boxed: a call's future is about 1 KB, and tokio copies a task's future
-                    // when it spawns and again when it completes; a box is one pointer.
-                    tasks.spawn(Box::pin(async move { router.handle(req, respond).await }));
-                }
-                Some(Err(e)) => {
-                    tracing::debug!(error = %e, "client connection ended with an error");
-                    break;
-                }
-                None => break,
-            },
-            changed = stop.changed(), if !stopping => {
-                stopping = true;
-                if changed.is_ok() {
-                    conn.graceful_shutdown();
-                }
-            }
-        }
     }
 }

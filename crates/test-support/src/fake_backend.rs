@@ -101,7 +101,7 @@ impl FakeBackend {
         &self.socket
     }
 
-    /// Every call received so far (for `Hang`, only the head is recorded: empty body).
+    /// Every call received so far, once its request body was whole.
     pub fn calls(&self) -> Vec<Recorded> {
         self.recorded.lock().unwrap().clone()
     }
@@ -141,16 +141,21 @@ async fn answer(
 ) -> Response<FakeBody> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
+    // As a gRPC server's handler, the fake sees a call once its request message is whole: a
+    // stream reset before that (runtime-proxy resets the runtime's copy of every call it takes
+    // over) never becomes a call.
+    let Ok(body) = body.collect().await.map(|c| c.to_bytes()) else {
+        return Response::new(StreamBody::new(futures_lite::stream::iter(Vec::new())));
+    };
     match behaviour {
         Behaviour::Hang => {
-            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body: Bytes::new() });
+            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
             let guard = CountOnDrop(dropped);
             std::future::pending::<()>().await;
             drop(guard);
             unreachable!()
         }
         Behaviour::Cri => {
-            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
             let (data, trailers) = cri_answer(&path);
             rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
             let mut frames = Vec::new();
@@ -162,13 +167,12 @@ async fn answer(
             resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
         }
         Behaviour::ResetAfter { body: reply } => {
-            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body: Bytes::new() });
+            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
             let frames = vec![Ok(Frame::data(reply)), Err(std::io::Error::other("the fake backend aborts the call"))];
             let resp = Response::builder().status(200).header("content-type", "application/grpc");
             resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
         }
         Behaviour::Reply { headers, body: reply, trailers, delay } => {
-            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
             rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
             // No timer for no delay: tokio's timer wheel has 1 ms ticks, so even a zero sleep
             // can cost up to a millisecond, which would swamp latency measurements.

@@ -110,7 +110,15 @@ macro_rules! ready {
 #[cfg_attr(feature = "unstable", allow(missing_docs))]
 mod codec;
 mod error;
+
+// PATCH (runtime-proxy, vendor/README.md): the HPACK decoder is public with `unstable`, for the
+// proxy's frame relay, which decodes header blocks it forwards verbatim.
+#[cfg(not(feature = "unstable"))]
 mod hpack;
+
+#[cfg(feature = "unstable")]
+#[allow(missing_docs)]
+pub mod hpack;
 
 #[cfg(not(feature = "unstable"))]
 mod proto;
