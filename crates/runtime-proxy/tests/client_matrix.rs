@@ -14,6 +14,10 @@
 //! container, ExecSync, a NOT_FOUND, teardown, and on containerd 1.7 GetContainerEvents) over CRI
 //! v1 and v1alpha2; the results must be equal but for the IDs. One more test runs the grpcio client
 //! on a pod that the example hook changes, and checks the env and the real cgroup.
+//!
+//! The other side too: a hook server we did not write the gRPC side of, tests/clients/hook_server.py
+//! (Python grpcio, stubs generated from crates/hook-api/proto by the same setup.sh), changes and
+//! refuses real pods through the proxy.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -74,16 +78,19 @@ fn setup_dir() -> &'static Path {
     })
 }
 
+/// The command that runs tests/clients/`script` with the setup's venv and generated stubs.
+fn python(script: &str) -> Command {
+    let dir = setup_dir();
+    let mut c = Command::new(dir.join("venv/bin/python"));
+    // No __pycache__ next to the scripts in the source tree.
+    c.arg(clients_dir().join(script)).env("PYTHONPATH", dir.join("gen")).env("PYTHONDONTWRITEBYTECODE", "1");
+    c
+}
+
 impl Client {
     /// The client's command line, without the scenario's arguments.
     fn command(self) -> Command {
         let dir = setup_dir();
-        let python = |script: &str| {
-            let mut c = Command::new(dir.join("venv/bin/python"));
-            // No __pycache__ next to the scripts in the source tree.
-            c.arg(clients_dir().join(script)).env("PYTHONPATH", dir.join("gen")).env("PYTHONDONTWRITEBYTECODE", "1");
-            c
-        };
         match self {
             Client::GrpcioDefaultAuthority => {
                 let mut c = python("grpcio_client.py");
@@ -270,4 +277,134 @@ async fn grpcio_pod_changed_by_the_example_hook() {
     assert!(out.ok, "grpcio through the proxy with the hook failed: {}\n{}\nproxy log:\n{}", out.json, out.stderr, log_tail(&proxy));
     assert_eq!(out.json["exec"], json!({"exit_code": 0, "stdout": "hello\nannotation-hook\n"}), "the hook's HOOKED_BY env");
     assert_eq!(shares.unwrap_or_else(|e| panic!("reading {cpu_shares}: {e}")), "256", "the hook's cpu shares, not the 512 asked for");
+}
+
+/// A hook server whose gRPC side we did not write: tests/clients/hook_server.py, Python grpcio
+/// (C-core) serving `runtime.v1alpha1.RuntimeHookService` with stubs that grpc_tools.protoc
+/// generated from crates/hook-api/proto, registered by a JSON file (`failure-policy` Fail,
+/// `timeout-ms` 7000) for PreRunPodSandbox and PreCreateContainer. Through the proxy (tonic) on
+/// the real containerd, this proves that:
+///
+/// * its PreRunPodSandbox answer (the label `py-hook: yes`) is on the sandbox as containerd itself
+///   reports it (PodSandboxStatus asked of containerd directly);
+/// * its PreCreateContainer answer reaches the running container: the env PY_HOOK=grpcio, the env
+///   PY_HOOK_POD_LABEL=yes (the label it set at PreRunPodSandbox, handed back to it by the
+///   proxy's store), kubelet's own env kept (ExecSync `env`), and cpu shares 333, not the 512
+///   asked for, in the container's real cgroup;
+/// * its PERMISSION_DENIED "quota 100% used" (a `%` that grpc-message carries percent-encoded)
+///   refuses RunPodSandbox with that code and a message naming the stage, the registration file
+///   and the endpoint and quoting the server's message decoded; containerd never sees that pod;
+/// * every call carried a `grpc-timeout`: the deadline the server saw was at most the 7 s
+///   registered, and more than the 2 s default (so it is this registration's `timeout-ms`).
+#[tokio::test]
+async fn grpcio_hook_server_changes_and_refuses_real_pods() {
+    use std::collections::HashMap;
+
+    use k8s_cri::v1 as cri;
+    use test_support::containerd::{container_config, sandbox_config, Pod};
+    use test_support::hooks::{register, KillOnDrop};
+
+    let env = Containerd::from_env();
+    let dir = tempfile::Builder::new().prefix("rp-pyhook").tempdir().unwrap();
+    let configs = dir.path().join("hookserver.d");
+    std::fs::create_dir(&configs).unwrap();
+    let socket = dir.path().join("py-hook.sock");
+    let record = dir.path().join("calls.jsonl");
+    let server_log = dir.path().join("hook_server.log");
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", configs.to_str().unwrap()]);
+
+    let log = std::fs::File::create(&server_log).unwrap();
+    let mut server = python("hook_server.py");
+    server.arg("--socket").arg(&socket).arg("--record").arg(&record);
+    server.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
+    let mut server = KillOnDrop(server.spawn().expect("starting tests/clients/hook_server.py"));
+    let server_output = || std::fs::read_to_string(&server_log).unwrap_or_default();
+    let started = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            panic!("hook_server.py exited with {status}:\n{}", server_output());
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "hook_server.py did not listen:\n{}", server_output());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let seen = ["hook server added", "file=py-hook.json"];
+    let before = proxy.count_log(&seen);
+    register(&configs, "py-hook.json", &socket, "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({"timeout-ms": 7000}));
+    assert!(proxy.wait_log(&seen, before), "the proxy did not take up py-hook.json:\n{}", log_tail(&proxy));
+    let context = || format!("proxy log:\n{}\nhook_server.py:\n{}", log_tail(&proxy), server_output());
+
+    // A pod the server changes. Read what containerd and the container report, remove, then judge.
+    let mut rt = test_support::runtime_client(proxy.socket());
+    let name = unique("py-hook");
+    let sandbox = sandbox_config(&env, &name, HashMap::new(), HashMap::new());
+    let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
+    let container = container_config(&env, "main", &["sleep", "3600"], Some(resources), &[("KEEP", "me")]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("the pod through the proxy: {e:?}\n{}", context()));
+    let status = test_support::runtime_client(&env.socket)
+        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.sandbox_id.clone(), verbose: false })
+        .await
+        .map(|r| r.into_inner().status.unwrap_or_default().labels);
+    let exec = rt
+        .exec_sync(cri::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["env".into()], timeout: 10 })
+        .await
+        .map(|r| r.into_inner());
+    let cpu_shares = format!("/sys/fs/cgroup/cpu{}/{}/cpu.shares", pod.cgroup_parent(), pod.container_id);
+    let shares = std::fs::read_to_string(&cpu_shares).map(|s| s.trim().to_owned());
+    pod.remove(&mut rt).await;
+
+    let labels = status.unwrap_or_else(|e| panic!("PodSandboxStatus on containerd: {e:?}"));
+    assert_eq!(
+        labels.get("py-hook").map(String::as_str),
+        Some("yes"),
+        "the hook's label as containerd reports it: {labels:?}\n{}",
+        context()
+    );
+    let exec = exec.unwrap_or_else(|e| panic!("ExecSync env: {e:?}"));
+    let stdout = String::from_utf8_lossy(&exec.stdout);
+    assert_eq!(exec.exit_code, 0, "env: {stdout}{}", String::from_utf8_lossy(&exec.stderr));
+    let envs: HashMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once('=')).collect();
+    for (key, value) in [("PY_HOOK", "grpcio"), ("PY_HOOK_POD_LABEL", "yes"), ("KEEP", "me")] {
+        assert_eq!(envs.get(key).copied(), Some(value), "{key} in the container's env:\n{stdout}\n{}", context());
+    }
+    assert_eq!(shares.unwrap_or_else(|e| panic!("reading {cpu_shares}: {e}")), "333", "the hook's cpu shares, not the 512 asked for");
+
+    // A pod the server refuses: RunPodSandbox fails, and containerd never sees the pod.
+    let denied = unique("py-hook-denied");
+    let labels = HashMap::from([("py-hook/quota".to_owned(), "exhausted".to_owned())]);
+    let request =
+        cri::RunPodSandboxRequest { config: Some(sandbox_config(&env, &denied, labels, HashMap::new())), runtime_handler: String::new() };
+    let err = match rt.run_pod_sandbox(request).await {
+        Ok(r) => {
+            remove_sandbox(&mut rt, &r.into_inner().pod_sandbox_id).await;
+            panic!("RunPodSandbox of a pod whose quota is exhausted succeeded\n{}", context());
+        }
+        Err(e) => e,
+    };
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}\n{}", context());
+    let endpoint = socket.display().to_string();
+    for part in ["PreRunPodSandbox", "py-hook.json", &endpoint, "quota 100% used", "failure-policy Fail"] {
+        assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
+    }
+    let sandboxes = test_support::runtime_client(&env.socket).list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }).await.unwrap();
+    let reached: Vec<_> =
+        sandboxes.into_inner().items.into_iter().filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == denied)).collect();
+    assert!(reached.is_empty(), "the refused pod reached containerd: {reached:?}");
+
+    // What the server recorded: each call, with the deadline it had left.
+    let calls: Vec<Value> = std::fs::read_to_string(&record)
+        .unwrap_or_else(|e| panic!("reading {}: {e}\n{}", record.display(), server_output()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    let stages = |pod: &str| -> Vec<String> {
+        calls.iter().filter(|c| c["pod"] == pod).map(|c| c["stage"].as_str().unwrap_or_default().to_owned()).collect()
+    };
+    assert_eq!(stages(&name), ["PreRunPodSandbox", "PreCreateContainer"], "{calls:?}");
+    assert_eq!(stages(&denied), ["PreRunPodSandbox"], "{calls:?}");
+    let deadlines = Value::Array(calls.iter().map(|c| c["time_remaining"].clone()).collect());
+    eprintln!("hook_server.py: refused with {:?}; seconds left when its handlers ran: {deadlines}", err.message());
+    for call in &calls {
+        let remaining = call["time_remaining"].as_f64().unwrap_or_else(|| panic!("a call without grpc-timeout: {call}"));
+        assert!(remaining > 2.0 && remaining <= 7.0, "the deadline the server saw is not the registered 7 s: {call}");
+    }
 }

@@ -2,7 +2,9 @@
 # setup.sh DIR — installs the CRI clients of the client-matrix test (tests/client_matrix.rs) into DIR:
 #
 #   DIR/venv  a Python venv with requirements.txt (grpcio, grpcio-tools, protobuf, h2), pinned exactly;
-#   DIR/gen   Python protobuf + gRPC stubs of proto/v1.proto and proto/v1alpha2.proto (grpc_tools.protoc);
+#   DIR/gen   Python protobuf + gRPC stubs of proto/v1.proto and proto/v1alpha2.proto, and of the hook protocol
+#             (crates/hook-api/proto/runtime/v1alpha1/api.proto, as the package runtime.v1alpha1.api_pb2*, for
+#             hook_server.py) (grpc_tools.protoc);
 #   DIR/node  `npm ci` of package.json + package-lock.json (@grpc/grpc-js, @grpc/proto-loader).
 #
 # proto/*.proto are verbatim copies of k8s-cri 0.11.0's proto/ (packages runtime.v1 and runtime.v1alpha2).
@@ -17,6 +19,8 @@ set -euo pipefail
 
 [ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
+HOOK_PROTO_DIR=$(cd "$HERE/../../../hook-api/proto" && pwd)
+HOOK_PROTO=$HOOK_PROTO_DIR/runtime/v1alpha1/api.proto
 mkdir -p "$1"
 DIR=$(cd "$1" && pwd)
 LOG=$DIR/setup.log
@@ -63,12 +67,15 @@ if ! fresh venv "$HERE/requirements.txt" || [ ! -x "$DIR/venv/bin/python" ]; the
 fi
 
 # Python stubs, generated from the protos with the pinned grpcio-tools.
-if ! fresh gen "$HERE/requirements.txt" "$HERE"/proto/*.proto || [ ! -f "$DIR/gen/v1_pb2_grpc.py" ]; then
+if ! fresh gen "$HERE/requirements.txt" "$HERE"/proto/*.proto "$HOOK_PROTO" || [ ! -f "$DIR/gen/v1_pb2_grpc.py" ] ||
+  [ ! -f "$DIR/gen/runtime/v1alpha1/api_pb2_grpc.py" ]; then
   rm -rf "$DIR/gen" "$DIR/.stamp-gen"
   mkdir -p "$DIR/gen"
   run "grpc_tools.protoc" "$DIR/venv/bin/python" -m grpc_tools.protoc -I"$HERE/proto" --python_out="$DIR/gen" \
     --grpc_python_out="$DIR/gen" "$HERE/proto/v1.proto" "$HERE/proto/v1alpha2.proto"
-  stamp gen "$HERE/requirements.txt" "$HERE"/proto/*.proto
+  run "grpc_tools.protoc (hook proto)" "$DIR/venv/bin/python" -m grpc_tools.protoc -I"$HOOK_PROTO_DIR" \
+    --python_out="$DIR/gen" --grpc_python_out="$DIR/gen" "$HOOK_PROTO"
+  stamp gen "$HERE/requirements.txt" "$HERE"/proto/*.proto "$HOOK_PROTO"
 fi
 
 # Node: the locked packages (no install scripts: protobufjs' postinstall only prints a notice).
@@ -82,7 +89,7 @@ fi
 
 # The check that everything loads: a failure here is a broken install, not a test failure.
 run "importing grpc, h2 and the stubs" env PYTHONPATH="$DIR/gen" "$DIR/venv/bin/python" -c \
-  'import grpc, h2.connection, v1_pb2, v1_pb2_grpc, v1alpha2_pb2, v1alpha2_pb2_grpc'
+  'import grpc, h2.connection, v1_pb2, v1_pb2_grpc, v1alpha2_pb2, v1alpha2_pb2_grpc, runtime.v1alpha1.api_pb2_grpc'
 run "requiring @grpc/grpc-js and @grpc/proto-loader" env NODE_PATH="$DIR/node/node_modules" node -e \
   "require('@grpc/grpc-js'); require('@grpc/proto-loader').loadSync('$HERE/proto/v1.proto')"
 
