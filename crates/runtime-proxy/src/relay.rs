@@ -11,10 +11,10 @@
 //! through, so flow control and keepalive are the two peers' own, as without the proxy; the
 //! relay only caps SETTINGS_MAX_CONCURRENT_STREAMS at `--max-concurrent-streams`.
 //!
-//! **Taken-over calls** ([`Route::Intercept`], [`Route::Image`]): the header block goes on
+//! **Taken-over calls** ([`Route::Intercept`], [`Route::Unary`]): the header block goes on
 //! (to keep HPACK in step) and the runtime's stream is reset (CANCEL) at once; the body is
-//! handed to a task of its own (the interceptor, or a unary call to the image backend over the
-//! shared [`Backend`]) and its answer is written back here. Header blocks the relay writes are
+//! handed to a task of its own (the interceptor, or one unary call over the shared [`Backend`]
+//! connection) and its answer is written back here. Header blocks the relay writes are
 //! literal, never indexed ([`frame::put_literal`]), so they fit anywhere in the connection. Once
 //! the runtime sends a block the relay cannot forward (an answer on a stream it took over), all
 //! later blocks to the client are written that way too. The answer's DATA takes room in the
@@ -25,12 +25,13 @@
 //! **Statuses of the proxy's own**: a relayed call still waiting for its response head when its
 //! `grpc-timeout` passes is answered `DEADLINE_EXCEEDED` and reset at the runtime; when the
 //! runtime's connection breaks, every relayed call in flight ends `UNAVAILABLE` naming the
-//! socket (as trailers once its head went out), and the connection goes on answering new calls
-//! `UNAVAILABLE` itself — the relay is then the client's HTTP/2 peer (SETTINGS and PING
-//! acknowledged) — until a call finds the runtime reachable again: then it sends GOAWAY the
-//! graceful way (GOAWAY, PING, then the final GOAWAY once acknowledged) so the client comes
-//! back on a new connection, relayed again. A client connection accepted while the runtime is
-//! down starts in that state.
+//! socket (as trailers once its head went out), and the connection goes on serving new calls
+//! by taking each over ([`Route::Unary`]: `UNAVAILABLE` naming the socket while the runtime is
+//! down) — the relay is then the client's HTTP/2 peer (SETTINGS and PING acknowledged) — and
+//! once a call finds the runtime reachable again, it sends GOAWAY the graceful way (GOAWAY,
+//! PING, then the final GOAWAY once acknowledged) so the client comes back on a new
+//! connection, relayed again. A client connection accepted while the runtime is down starts in
+//! that state. GetContainerEvents, a server stream, is answered `UNAVAILABLE` meanwhile.
 //!
 //! **Shutdown** (`stop`): graceful GOAWAY, then the connection ends once its calls have.
 
@@ -575,14 +576,27 @@ impl Relay {
             }
         }
         let start = Instant::now();
-        if let Some(gone) = &self.gone {
-            let status = Status::new(Code::UNAVAILABLE, format!("{path}: {gone}"));
+        if let Some(gone) = self.gone.clone() {
+            // No runtime connection to relay on: the call goes over the shared one, which
+            // answers UNAVAILABLE naming the socket while the runtime is down. Once it is back,
+            // the client is asked to come back on a new, relayed, connection.
             if self.closing == Closing::Open && self.runtime.reachable() {
                 tracing::info!(backend = %self.runtime.path().display(), "backend reachable again; asking the client to reconnect");
                 self.begin_close();
             }
-            self.answer_status(id, &status);
-            self.router.record(&path, &status, start.elapsed());
+            if path.ends_with("/GetContainerEvents") {
+                // A stream cannot be taken over whole; the client opens it again on the new
+                // connection.
+                let status = Status::new(Code::UNAVAILABLE, format!("{path}: {gone}"));
+                self.answer_status(id, &status);
+                self.router.record(&path, &status, start.elapsed());
+                return Ok(());
+            }
+            let route = match self.router.route(&path) {
+                Route::Relay => Route::Unary,
+                other => other,
+            };
+            self.take_over(id, path, route, end_stream);
             return Ok(());
         }
         self.to_backend(&block.raw);

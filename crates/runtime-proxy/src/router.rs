@@ -65,7 +65,7 @@ impl Router {
             return Route::Intercept(spec);
         }
         if is_image_service(path) && !Arc::ptr_eq(&self.image, &self.runtime) {
-            return Route::Image;
+            return Route::Unary;
         }
         Route::Relay
     }
@@ -91,9 +91,11 @@ pub enum Route {
     Relay,
     /// Taken over by the interceptor (a hooked method).
     Intercept(&'static intercept::MethodSpec),
-    /// Taken over and sent to the image backend, which is another socket (an ImageService call;
-    /// all of its methods are unary).
-    Image,
+    /// Taken over and sent as one unary call over the shared connection to its backend
+    /// ([`Router::backend_for`]): ImageService calls when images are served by another socket
+    /// (all its methods are unary), and calls on a client connection whose runtime connection
+    /// is gone.
+    Unary,
 }
 
 /// The URI of a call the proxy sends on itself: scheme `http`, the client's `authority` when it
