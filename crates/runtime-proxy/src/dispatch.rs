@@ -32,8 +32,8 @@ use crate::backend::Backend;
 use crate::grpc::{self, Code, Status};
 use crate::limits::HookLimits;
 use crate::metrics::{HookResult, Metrics};
-use crate::passthrough::{self, Answer};
 use crate::registry::{FailurePolicy, HookServer, Snapshot, Stage};
+use crate::unary::{self, Answer};
 
 /// A hook request type (pod-level or container-level) with its answer type and merge rule.
 pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static {
@@ -159,7 +159,7 @@ impl Dispatcher {
         }
         let (key, serial, backend) = self.channel(server);
         let rpc = stage.rpc_path().rsplit('/').next().unwrap_or_default();
-        let call = passthrough::exchange(&backend, head(stage, budget), framed(req), rpc, self.limits.max_answer_bytes);
+        let call = unary::exchange(&backend, head(stage, budget), framed(req), rpc, self.limits.max_answer_bytes);
         let started = Instant::now();
         // On timeout the call's streams are dropped here (reset), before the channel is let go.
         let outcome = tokio::time::timeout(budget, call).await;

@@ -42,10 +42,10 @@ use prost::Message;
 use crate::backend::Backend;
 use crate::dispatch::Dispatcher;
 use crate::grpc::{self, Code, Status};
-use crate::passthrough;
 use crate::recover;
 use crate::registry::{Registry, Stage};
 use crate::store::{ContainerEntry, PodLocks, Store};
+use crate::unary;
 use crate::wire::{self, Edit};
 
 /// Most bytes read (decompressed) of the answers the store learns from: RunPodSandbox's and
@@ -177,7 +177,7 @@ impl Interceptor {
     ///
     /// Errors: the status to answer the client with, naming the method: the body's limits (see
     /// [`read_body`]), a hook failure under `Fail`, the backend's `UNAVAILABLE` or
-    /// `DEADLINE_EXCEEDED` (see [`passthrough::unary`]), `INTERNAL` when hook changes cannot be
+    /// `DEADLINE_EXCEEDED` (see [`unary::unary`]), `INTERNAL` when hook changes cannot be
     /// applied to the request.
     pub async fn intercept(
         &self,
@@ -186,7 +186,7 @@ impl Interceptor {
         backend: &Backend,
         mut parts: http::request::Parts,
         body: RequestBody,
-    ) -> Result<(passthrough::Answer, Option<impl std::future::Future<Output = ()> + '_>), Status> {
+    ) -> Result<(unary::Answer, Option<impl std::future::Future<Output = ()> + '_>), Status> {
         let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
         let body = read_body(body, method, &self.limits).await?;
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
@@ -253,9 +253,9 @@ async fn forward(
     body: Bytes,
     deadline: Option<Instant>,
     method: &str,
-) -> Result<passthrough::Answer, Status> {
+) -> Result<unary::Answer, Status> {
     let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    passthrough::unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
+    unary::unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
 }
 
 impl Call {
@@ -450,7 +450,7 @@ impl Call {
     }
 
     /// Records what a successful call taught the store.
-    fn commit(&self, answer: &passthrough::Answer, store: &Store) {
+    fn commit(&self, answer: &unary::Answer, store: &Store) {
         match self {
             Call::RunPodSandbox { hook, .. } => match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
                 Ok(Some(Ok(resp))) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),

@@ -5,15 +5,19 @@
 //!
 //! * [`cli`] — flags, compatible with koord-runtime-proxy's.
 //! * [`listener`] — the listening socket (stale socket, parent dir, mode and owner).
-//! * [`server`] — HTTP/2 accept loop and graceful drain.
-//! * [`router`] — picks the interceptor or the pass-through, and the backend; logs calls.
+//! * [`server`] — accept loop and graceful drain.
+//! * [`relay`] — each client connection relayed frame by frame over a runtime connection of its
+//!   own; the calls hooks need (and those it cannot relay) taken over. [`frame`] — HTTP/2 frames
+//!   and literal header blocks as bytes.
+//! * [`router`] — which calls are relayed, intercepted or sent on as unary calls; logs calls.
 //! * [`intercept`] — the hooked CRI methods: one generic flow, a table of stages.
 //! * [`dispatch`] — calls the hook servers of a stage in order, with deadlines and policies.
 //! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
 //! * [`store`] — what the proxy knows of each pod sandbox and container.
 //! * [`recover`] — rebuilds the store from the runtime (start-up, reconnects, sweeps, misses).
-//! * [`passthrough`] — forwards a call frame by frame, streams included.
-//! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket.
+//! * [`unary`] — one unary call over a shared backend connection (intercepted calls, hooks).
+//! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket
+//!   (runtime or hook server), and the relays' own runtime connections.
 //! * [`limits`] — bounds on request sizes, idle requests, streams and hook answers.
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
@@ -30,7 +34,6 @@ pub mod intercept;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
-pub mod passthrough;
 pub mod recover;
 pub mod registry;
 pub mod relay;
@@ -38,6 +41,7 @@ pub mod router;
 pub mod server;
 pub mod store;
 pub mod uds;
+pub mod unary;
 pub mod wire;
 
 use std::future::Future;

@@ -57,9 +57,9 @@ use crate::backend::{Backend, MAX_HEADER_LIST_SIZE};
 use crate::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
 use crate::grpc::{self, Code, Status};
 use crate::intercept::{self, RequestBody};
-use crate::passthrough::{self, Answer};
 use crate::router::{self, Route, Router};
 use crate::uds::Socket;
+use crate::unary::{self, Answer};
 
 /// Bytes waiting to be written to one side above which the relay stops reading the other.
 const HIGH_WATER: usize = 1 << 20;
@@ -317,7 +317,10 @@ impl Relay {
                 self.stopping = true;
                 self.begin_close();
             }
-            if self.closing != Closing::Open && self.streams.is_empty() && self.to_client.is_empty() && matches!(self.closing, Closing::Final(_))
+            if self.closing != Closing::Open
+                && self.streams.is_empty()
+                && self.to_client.is_empty()
+                && matches!(self.closing, Closing::Final(_))
             {
                 self.done = true;
             }
@@ -349,7 +352,11 @@ impl Relay {
     fn client_bytes(&mut self) -> Result<(), Fatal> {
         if !self.preface {
             if self.c_in.len() < frame::PREFACE.len() {
-                return if frame::PREFACE.starts_with(&self.c_in) { Ok(()) } else { Err(Fatal(reason::PROTOCOL_ERROR, "not an HTTP/2 client")) };
+                return if frame::PREFACE.starts_with(&self.c_in) {
+                    Ok(())
+                } else {
+                    Err(Fatal(reason::PROTOCOL_ERROR, "not an HTTP/2 client"))
+                };
             }
             if &self.c_in[..frame::PREFACE.len()] != frame::PREFACE {
                 return Err(Fatal(reason::PROTOCOL_ERROR, "not an HTTP/2 client"));
@@ -435,7 +442,7 @@ impl Relay {
                 } else if self.backend.is_none() {
                     return Ok(());
                 }
-                self.to_backend(&raw);
+                self.send_backend(&raw);
                 self.flush_replies();
                 Ok(())
             }
@@ -446,7 +453,7 @@ impl Relay {
                         self.closing = Closing::Final(self.last_stream);
                     }
                 } else if self.backend.is_some() {
-                    self.to_backend(&raw);
+                    self.send_backend(&raw);
                 } else if !head.has(flag::ACK) && head.len == 8 {
                     let opaque: [u8; 8] = raw[HEAD_LEN..].try_into().expect("8 bytes");
                     frame::ping(&mut self.to_client, true, &opaque);
@@ -472,7 +479,7 @@ impl Relay {
                     t.window += i64::from(increment);
                     self.flush_reply(head.stream);
                 } else {
-                    self.to_backend(&raw);
+                    self.send_backend(&raw);
                 }
                 Ok(())
             }
@@ -483,17 +490,17 @@ impl Relay {
                         self.streams.remove(&head.stream);
                     }
                     Some(false) => {
-                        self.to_backend(&raw);
+                        self.send_backend(&raw);
                         self.end_stream(head.stream, Status::new(Code::CANCELLED, "client reset the call"));
                     }
-                    None => self.to_backend(&raw),
+                    None => self.send_backend(&raw),
                 }
                 Ok(())
             }
             // PRIORITY, GOAWAY, PUSH_PROMISE (a client must not send it: the runtime says so),
             // and frame types this relay does not know (which peers ignore).
             _ => {
-                self.to_backend(&raw);
+                self.send_backend(&raw);
                 Ok(())
             }
         }
@@ -502,7 +509,7 @@ impl Relay {
     fn client_data(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
         let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&head.stream) else {
             if self.backend.is_some() {
-                self.to_backend(&raw);
+                self.send_backend(&raw);
             } else if head.len > 0 {
                 frame::window_update(&mut self.to_client, 0, head.len as u32);
             }
@@ -550,7 +557,7 @@ impl Relay {
         let end_stream = block.flags & flag::END_STREAM != 0;
         if id <= self.last_stream || id % 2 == 0 {
             // Trailers of a call the client streams to (or a peer error the runtime reports).
-            self.to_backend(&block.raw);
+            self.send_backend(&block.raw);
             if let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&id) {
                 if end_stream {
                     t.body = None;
@@ -564,13 +571,13 @@ impl Relay {
             Header::Path(p) => Some(Box::<str>::from(&**p)),
             _ => None,
         }) else {
-            self.to_backend(&block.raw);
+            self.send_backend(&block.raw);
             return Ok(());
         };
         if let Closing::Final(last) = self.closing {
             if id > last {
                 // Refused by the final GOAWAY: the client knows; the runtime must not run it.
-                self.to_backend(&block.raw);
+                self.send_backend(&block.raw);
                 self.reset_at_backend(id);
                 return Ok(());
             }
@@ -599,7 +606,7 @@ impl Relay {
             self.take_over(id, path, route, end_stream);
             return Ok(());
         }
-        self.to_backend(&block.raw);
+        self.send_backend(&block.raw);
         if self.streams.len() >= self.max_streams as usize {
             self.reset_at_backend(id);
             frame::rst_stream(&mut self.to_client, id, reason::REFUSED_STREAM);
@@ -962,7 +969,8 @@ impl Relay {
         }
         for (id, timeout) in expired {
             let method = self.streams.get(&id).map(|s| s.method.clone()).unwrap_or_default();
-            let status = Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline of {timeout:?} exceeded waiting for {}", self.runtime));
+            let status =
+                Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline of {timeout:?} exceeded waiting for {}", self.runtime));
             self.fail_relayed(id, status);
         }
         if let Some(d) = next {
@@ -1028,7 +1036,8 @@ impl Relay {
         }
     }
 
-    fn to_backend(&mut self, raw: &[u8]) {
+    /// Queues `raw` for the runtime, if there is a runtime connection.
+    fn send_backend(&mut self, raw: &[u8]) {
         if self.backend.is_some() {
             self.to_backend.extend_from_slice(raw);
         }
@@ -1054,7 +1063,7 @@ async fn take_over_call<'a>(
             let limits = router.interceptor().map(|i| i.limits.clone()).unwrap_or_default();
             let deadline = grpc::parse_timeout(&parts.headers);
             let body = intercept::read_body(body, method, &limits).await?;
-            let answer = passthrough::unary(backend, Request::from_parts(parts, ()), body, deadline, method).await?;
+            let answer = unary::unary(backend, Request::from_parts(parts, ()), body, deadline, method).await?;
             Ok((answer, None))
         }
     }

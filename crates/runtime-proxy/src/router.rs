@@ -104,9 +104,7 @@ pub enum Route {
 ///
 /// Errors: `None` when `path` is not a valid URI path.
 pub fn default_uri(authority: Option<&[u8]>, path: &str) -> Option<Uri> {
-    let authority = authority
-        .and_then(|a| Authority::try_from(a).ok())
-        .unwrap_or_else(|| Authority::from_static("localhost"));
+    let authority = authority.and_then(|a| Authority::try_from(a).ok()).unwrap_or_else(|| Authority::from_static("localhost"));
     Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query(path).build().ok()
 }
 

@@ -132,6 +132,47 @@ async fn image_service_list_and_status() {
     assert!(missing.image.is_none());
 }
 
+/// ImageService on another socket (`--remote-image-service-endpoint`, here a symlink to the same
+/// containerd): the proxy takes image calls over and sends them there whole, interleaved with
+/// runtime calls relayed on the same client connection; a client that grants each stream only
+/// 64 bytes of window still gets every answer whole and as containerd gives it.
+#[tokio::test]
+async fn image_service_on_another_socket_is_served_there() {
+    let env = Containerd::from_env();
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images.sock");
+    std::os::unix::fs::symlink(&env.socket, &images).unwrap();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--remote-image-service-endpoint", images.to_str().unwrap()]);
+    let channel = test_support::channel_with_stream_window(proxy.socket(), 64);
+    let mut img = k8s_cri::v1::image_service_client::ImageServiceClient::new(channel.clone());
+    let mut img2 = img.clone();
+    let mut rt = test_support::runtime_client_from(channel);
+    let status_request =
+        || cri::ImageStatusRequest { image: Some(cri::ImageSpec { image: env.test_image.clone(), ..Default::default() }), verbose: false };
+    let direct = image_client(&env.socket).image_status(status_request()).await.unwrap().into_inner();
+    assert!(direct.encoded_len() > 64, "the answer needs more than one window: {} bytes", direct.encoded_len());
+    for round in 0..3 {
+        let (listed, version, status) = tokio::join!(
+            img.list_images(cri::ListImagesRequest { filter: None }),
+            rt.version(cri::VersionRequest::default()),
+            img2.image_status(status_request())
+        );
+        let listed = listed.unwrap_or_else(|e| panic!("round {round}: ListImages: {e:?}")).into_inner().images;
+        assert!(listed.iter().any(|i| i.repo_tags.contains(&env.test_image)), "{} not listed: {listed:?}", env.test_image);
+        assert_eq!(version.expect("Version").into_inner().runtime_name, "containerd");
+        assert_eq!(status.expect("ImageStatus").into_inner(), direct, "round {round}: the same answer as directly");
+    }
+    let missing = img
+        .image_status(cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec { image: "localhost/no-such-image:1".into(), ..Default::default() }),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(missing.image.is_none());
+}
+
 #[tokio::test]
 async fn errors_come_back_exactly_as_containerd_sends_them() {
     let (env, proxy) = setup();

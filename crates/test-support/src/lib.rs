@@ -34,6 +34,19 @@ pub fn channel(path: impl AsRef<Path>) -> Channel {
     }))
 }
 
+/// A channel as [`channel`] whose client grants each stream only `window` bytes of HTTP/2 flow
+/// control window at first (SETTINGS_INITIAL_WINDOW_SIZE), so a larger answer must wait for
+/// the client's WINDOW_UPDATEs.
+pub fn channel_with_stream_window(path: impl AsRef<Path>, window: u32) -> Channel {
+    let path: PathBuf = path.as_ref().to_owned();
+    Endpoint::from_static("http://localhost").initial_stream_window_size(window).connect_with_connector_lazy(tower::service_fn(
+        move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        },
+    ))
+}
+
 /// A CRI v1 RuntimeService client with kubelet's 16 MiB message limits.
 pub fn runtime_client(path: impl AsRef<Path>) -> k8s_cri::v1::runtime_service_client::RuntimeServiceClient<Channel> {
     runtime_client_from(channel(path))
