@@ -29,6 +29,8 @@
 //! hooks run only after success and entries live until Remove.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -169,24 +171,25 @@ pub enum Call {
 
 impl Interceptor {
     /// Runs one intercepted call (`method`: its gRPC path; `parts`: its request head; `body`:
-    /// its body as the front end receives it) up to the backend's answer. Returns the answer,
-    /// to send to the client unchanged, and the post stage, to run once it has been sent.
+    /// its body as the front end receives it) up to the backend's answer, which `onward` sends
+    /// it for. Returns the answer (for the front end to give the client, unless `onward` did)
+    /// and the post stage, to run once the client has it.
     ///
-    /// The caller's `grpc-timeout` bounds the pre stage and the backend call; the backend's copy
-    /// of it is rewritten to what is left.
+    /// The caller's `grpc-timeout` bounds the pre stage and the backend call (the head `onward`
+    /// gets carries what is left of it).
     ///
     /// Errors: the status to answer the client with, naming the method: the body's limits (see
-    /// [`read_body`]), a hook failure under `Fail`, the backend's `UNAVAILABLE` or
-    /// `DEADLINE_EXCEEDED` (see [`unary::unary`]), `INTERNAL` when hook changes cannot be
+    /// [`read_body`]), a hook failure under `Fail`, `onward`'s (`UNAVAILABLE`,
+    /// `DEADLINE_EXCEEDED`, see [`unary::unary`]), `INTERNAL` when hook changes cannot be
     /// applied to the request.
-    pub async fn intercept(
-        &self,
+    pub async fn intercept<'a>(
+        &'a self,
         spec: &'static MethodSpec,
         method: &str,
-        backend: &Backend,
+        onward: Onward<'a>,
         mut parts: http::request::Parts,
         body: RequestBody,
-    ) -> Result<(unary::Answer, Option<impl std::future::Future<Output = ()> + '_>), Status> {
+    ) -> Result<(unary::Answer, Option<impl std::future::Future<Output = ()> + 'a>), Status> {
         let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
         let body = read_body(body, method, &self.limits).await?;
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
@@ -195,14 +198,14 @@ impl Interceptor {
             Some(m) => m,
             None => {
                 tracing::warn!(method, "request is not one gRPC message; forwarding without hooks");
-                return forward(backend, parts, body, deadline, method).await.map(|a| (a, None));
+                return onward(parts, body, deadline).await.map(|a| (a, None));
             }
         };
         let mut call = match Call::decode(spec.method, message.clone()) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(method, error = %e, "cannot decode request; forwarding without hooks");
-                return forward(backend, parts, body, deadline, method).await.map(|a| (a, None));
+                return onward(parts, body, deadline).await.map(|a| (a, None));
             }
         };
         // One call per pod at a time; the store is read once it is this call's turn.
@@ -231,7 +234,7 @@ impl Interceptor {
         if let Some(d) = deadline {
             set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
         }
-        let answer = forward(backend, parts, body, deadline, method).await?;
+        let answer = onward(parts, body, deadline).await?;
         if answer.status().code != Code::OK {
             return Ok((answer, None));
         }
@@ -247,15 +250,22 @@ impl Interceptor {
     }
 }
 
-async fn forward(
-    backend: &Backend,
-    parts: http::request::Parts,
-    body: Bytes,
-    deadline: Option<Instant>,
-    method: &str,
-) -> Result<unary::Answer, Status> {
-    let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    unary::unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
+/// How an intercepted call goes on once the pre stage is done: called once with the request
+/// head, the (edited) body and the caller's deadline, it yields the backend's whole answer.
+pub type Onward<'a> = Box<
+    dyn FnOnce(http::request::Parts, Bytes, Option<Instant>) -> Pin<Box<dyn Future<Output = Result<unary::Answer, Status>> + Send + 'a>>
+        + Send
+        + 'a,
+>;
+
+/// Onward as one unary call over the shared connection to `backend` (`method`: for messages).
+pub fn over_shared<'a>(backend: &'a Backend, method: &'a str) -> Onward<'a> {
+    Box::new(move |parts, body, deadline| {
+        Box::pin(async move {
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            unary::unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
+        })
+    })
 }
 
 impl Call {

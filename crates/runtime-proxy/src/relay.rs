@@ -1,5 +1,5 @@
 //! The CRI front end: each client connection is relayed, frame by frame, over a runtime
-//! connection of its own, and the calls the proxy must see are taken over.
+//! connection of its own; the calls hooks need are intercepted on the way.
 //!
 //! **Relayed calls** (everything but the hooked methods): their frames go on as they came, in
 //! one task per client connection that reads both sockets — no HTTP/2 stack re-encodes them,
@@ -11,27 +11,38 @@
 //! through, so flow control and keepalive are the two peers' own, as without the proxy; the
 //! relay only caps SETTINGS_MAX_CONCURRENT_STREAMS at `--max-concurrent-streams`.
 //!
-//! **Taken-over calls** ([`Route::Intercept`], [`Route::Unary`]): the header block goes on
-//! (to keep HPACK in step) and the runtime's stream is reset (CANCEL) at once; the body is
-//! handed to a task of its own (the interceptor, or one unary call over the shared [`Backend`]
-//! connection) and its answer is written back here. Header blocks the relay writes are
-//! literal, never indexed ([`frame::put_literal`]), so they fit anywhere in the connection. Once
-//! the runtime sends a block the relay cannot forward (an answer on a stream it took over), all
-//! later blocks to the client are written that way too. The answer's DATA takes room in the
-//! client's window that the runtime does not know about: the relay keeps that count and holds
-//! back the client's connection-level WINDOW_UPDATE credit for it (and, meanwhile, any runtime
-//! DATA the client has no room for).
+//! **Intercepted calls** ([`Route::Intercept`]): the header block goes on at once, the body is
+//! held and handed to the interceptor's task; when the pre stage is done the task hands back
+//! the body (edited by the hooks, or as it was) and the relay sends it on the same stream. The
+//! answer is relayed as any other, and a copy goes to the task, which records it in the store
+//! and runs the post stage (calls for one pod wait for each other in the interceptor, so the
+//! next call of a pod sees the store updated). A call the pre stage refuses is answered by the
+//! relay and reset at the runtime before any message reached it.
+//!
+//! **Taken-over calls** ([`Route::Unary`]): ImageService calls when images are served by another
+//! socket, and calls on a connection whose runtime connection is gone: the header block goes on
+//! (to keep HPACK in step) and the runtime's stream is reset (CANCEL) at once; a task sends the
+//! call over the shared [`Backend`] connection and the relay writes its answer back.
+//!
+//! **Bytes of the relay's own**: header blocks it writes are literal, never indexed
+//! ([`frame::put_literal`]), so they fit anywhere in the connection; once the runtime sends a
+//! block the relay cannot forward (an answer on a stream it took over), all later blocks to the
+//! client are written that way too. DATA the relay writes of its own (an edited request, a
+//! taken-over answer) takes room in a peer's window the other peer does not know of: the relay
+//! counts each connection window, holds back that much of the other peer's WINDOW_UPDATE
+//! credit, and holds a frame the receiver has no room for until it has; DATA it takes without
+//! forwarding (a held request body) is credited back to the sender at once.
 //!
 //! **Statuses of the proxy's own**: a relayed call still waiting for its response head when its
 //! `grpc-timeout` passes is answered `DEADLINE_EXCEEDED` and reset at the runtime; when the
-//! runtime's connection breaks, every relayed call in flight ends `UNAVAILABLE` naming the
-//! socket (as trailers once its head went out), and the connection goes on serving new calls
-//! by taking each over ([`Route::Unary`]: `UNAVAILABLE` naming the socket while the runtime is
-//! down) — the relay is then the client's HTTP/2 peer (SETTINGS and PING acknowledged) — and
-//! once a call finds the runtime reachable again, it sends GOAWAY the graceful way (GOAWAY,
-//! PING, then the final GOAWAY once acknowledged) so the client comes back on a new
-//! connection, relayed again. A client connection accepted while the runtime is down starts in
-//! that state. GetContainerEvents, a server stream, is answered `UNAVAILABLE` meanwhile.
+//! runtime's connection breaks, every call in flight ends `UNAVAILABLE` naming the socket (as
+//! trailers once its head went out), and the connection goes on serving new calls by taking
+//! each over (`UNAVAILABLE` naming the socket while the runtime is down) — the relay is then the
+//! client's HTTP/2 peer (SETTINGS and PING acknowledged) — and once a call finds the runtime
+//! reachable again, it sends GOAWAY the graceful way (GOAWAY, PING, then the final GOAWAY once
+//! acknowledged) so the client comes back on a new connection, relayed again. A client
+//! connection accepted while the runtime is down starts in that state. GetContainerEvents, a
+//! server stream, is answered `UNAVAILABLE` meanwhile.
 //!
 //! **Shutdown** (`stop`): graceful GOAWAY, then the connection ends once its calls have.
 
@@ -46,7 +57,7 @@ use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use h2::hpack::{Decoder, Header};
-use http::{HeaderMap, Method, Request};
+use http::{HeaderMap, Method, Request, Response};
 use tokio::io::AsyncWrite;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -56,10 +67,10 @@ use tokio_util::task::TaskTracker;
 use crate::backend::{Backend, MAX_HEADER_LIST_SIZE};
 use crate::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
 use crate::grpc::{self, Code, Status};
-use crate::intercept::{self, RequestBody};
+use crate::intercept::{self, Onward, RequestBody};
 use crate::router::{self, Route, Router};
 use crate::uds::Socket;
-use crate::unary::{self, Answer};
+use crate::unary::Answer;
 
 /// Bytes waiting to be written to one side above which the relay stops reading the other.
 const HIGH_WATER: usize = 1 << 20;
@@ -67,9 +78,13 @@ const HIGH_WATER: usize = 1 << 20;
 /// The opaque data of the PING the relay sends between its two GOAWAY frames.
 const CLOSING_PING: [u8; 8] = *b"rp-close";
 
+/// Most bytes of an intercepted call's answer copied for the interceptor (which reads one ID
+/// from it); a longer answer still goes to the client whole.
+const ANSWER_COPY_LIMIT: usize = 16 << 20;
+
 /// Serves one client connection until it ends (see the module docs). `max_streams`: most calls
-/// at once on it (`--max-concurrent-streams`); `stop` turns true at shutdown; taken-over calls
-/// run as tasks of `tasks`.
+/// at once on it (`--max-concurrent-streams`); `stop` turns true at shutdown; intercepted and
+/// taken-over calls run as tasks of `tasks`.
 pub async fn serve_connection(client: UnixStream, router: Arc<Router>, tasks: TaskTracker, stop: watch::Receiver<bool>, max_streams: u32) {
     let client = match Socket::new(client) {
         Ok(s) => s,
@@ -83,7 +98,7 @@ pub async fn serve_connection(client: UnixStream, router: Arc<Router>, tasks: Ta
         Ok(s) => (Some(s), None),
         Err(status) => (None, Some(status.message)),
     };
-    let (replies_tx, replies) = mpsc::unbounded_channel();
+    let (commands_tx, commands) = mpsc::unbounded_channel();
     let mut stop = stop;
     let stopped: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
         while !*stop.borrow_and_update() {
@@ -111,16 +126,18 @@ pub async fn serve_connection(client: UnixStream, router: Arc<Router>, tasks: Ta
         b_verbatim: true,
         c_block: None,
         b_block: None,
+        c_held: None,
         b_held: None,
         streams: HashMap::new(),
         last_stream: 0,
-        client_window: frame::DEFAULT_WINDOW,
+        client_window: Window::default(),
+        backend_window: Window::default(),
         client_initial_window: frame::DEFAULT_WINDOW,
+        backend_initial_window: frame::DEFAULT_WINDOW,
         client_max_frame: frame::DEFAULT_MAX_FRAME,
         backend_max_frame: frame::DEFAULT_MAX_FRAME,
-        debt: 0,
-        replies_tx,
-        replies,
+        commands_tx,
+        commands,
         timer: None,
         next_deadline: None,
         stopped,
@@ -136,10 +153,14 @@ fn unavailable(backend: &Backend, e: &dyn std::fmt::Display) -> Status {
     Status::new(Code::UNAVAILABLE, format!("{backend}: cannot connect: {e}"))
 }
 
-/// The answer of a taken-over call, from its task.
-struct Reply {
-    stream: u32,
-    answer: Result<Answer, Status>,
+/// What a call's task asks of the relay.
+enum Command {
+    /// Send this body on the intercepted stream, and the runtime's answer back.
+    Send { stream: u32, body: Bytes, answer: oneshot::Sender<Result<Answer, Status>> },
+    /// Answer the intercepted stream with this status (its runtime stream is reset).
+    Fail { stream: u32, status: Status },
+    /// Write this answer of a taken-over call to the client.
+    Reply { stream: u32, answer: Result<Answer, Status> },
 }
 
 /// How far the graceful GOAWAY has gone.
@@ -150,6 +171,31 @@ enum Closing {
     Pinged,
     /// The final GOAWAY sent: streams above this one are not served.
     Final(u32),
+}
+
+/// A peer's connection-level flow-control window, as the relay sends to it.
+struct Window {
+    /// Room left (bytes): what the peer granted minus what it was sent.
+    room: i64,
+    /// DATA bytes the relay sent the peer of its own, whose credit (the peer's WINDOW_UPDATEs
+    /// for them) must not reach the other peer.
+    debt: u64,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window { room: frame::DEFAULT_WINDOW, debt: 0 }
+    }
+}
+
+impl Window {
+    /// The peer granted `increment` more: returns what of it is the other peer's (to forward).
+    fn granted(&mut self, increment: u32) -> u32 {
+        self.room += i64::from(increment);
+        let held = self.debt.min(u64::from(increment));
+        self.debt -= held;
+        increment - held as u32
+    }
 }
 
 /// A header block being collected (HEADERS, then CONTINUATION until END_HEADERS).
@@ -167,29 +213,46 @@ struct Block {
 struct Stream {
     method: Box<str>,
     start: Instant,
+    /// The response head went to the client.
+    head_sent: bool,
     kind: StreamKind,
 }
 
 enum StreamKind {
+    /// Forwarded as it is; `deadline`: the caller's (`grpc-timeout`), enforced until the head.
     Relayed {
-        /// The caller's deadline (`grpc-timeout`), enforced until the response head.
         deadline: Option<Instant>,
-        /// The response head went to the client.
-        head_sent: bool,
     },
-    TakenOver(TakenOver),
+    Intercepted(Box<Intercepted>),
+    TakenOver(Box<TakenOver>),
+}
+
+/// The relay's side of a call's task: where its request body goes.
+struct Task {
+    /// Where the body goes; `None` once it ended (or the task stopped taking it).
+    body: Option<mpsc::UnboundedSender<Result<Bytes, Status>>>,
+    /// Sent to when the client reset the call or went away (dropped unsent otherwise).
+    cancel: Option<oneshot::Sender<()>>,
+    /// The client sent END_STREAM.
+    client_done: bool,
+}
+
+struct Intercepted {
+    task: Task,
+    /// The body to send on, as far as not yet sent.
+    outgoing: Option<Bytes>,
+    /// Room in the runtime's window for this stream.
+    window: i64,
+    /// Where the answer goes, once whole.
+    answer: Option<oneshot::Sender<Result<Answer, Status>>>,
+    /// The answer so far, as relayed to the client.
+    head: Option<Response<()>>,
+    data: BytesMut,
 }
 
 struct TakenOver {
-    /// Where the body goes; `None` once it ended (or was refused).
-    body: Option<mpsc::UnboundedSender<Result<Bytes, Status>>>,
-    /// Bytes of body received.
-    received: usize,
-    /// Dropped to cancel the task (the client reset the call).
-    _cancel: oneshot::Sender<()>,
-    /// The client sent END_STREAM.
-    client_done: bool,
-    /// Room in the client's window for this stream's DATA.
+    task: Task,
+    /// Room in the client's window for this stream.
     window: i64,
     /// The answer, as far as it is not written yet.
     reply: Option<PendingReply>,
@@ -229,21 +292,21 @@ struct Relay {
     b_verbatim: bool,
     c_block: Option<Block>,
     b_block: Option<Block>,
+    /// A client DATA frame waiting for room in the runtime's connection window.
+    c_held: Option<(Head, BytesMut)>,
     /// A runtime DATA frame waiting for room in the client's connection window.
     b_held: Option<(Head, BytesMut)>,
     streams: HashMap<u32, Stream>,
     /// The highest stream the client opened.
     last_stream: u32,
-    /// Room in the client's connection window (what it granted minus what it was sent).
-    client_window: i64,
+    client_window: Window,
+    backend_window: Window,
     client_initial_window: i64,
+    backend_initial_window: i64,
     client_max_frame: usize,
     backend_max_frame: usize,
-    /// DATA bytes the relay wrote of its own whose credit it has not yet held back from the
-    /// client's WINDOW_UPDATEs to the runtime.
-    debt: u64,
-    replies_tx: mpsc::UnboundedSender<Reply>,
-    replies: mpsc::UnboundedReceiver<Reply>,
+    commands_tx: mpsc::UnboundedSender<Command>,
+    commands: mpsc::UnboundedReceiver<Command>,
     timer: Option<Pin<Box<Sleep>>>,
     next_deadline: Option<Instant>,
     stopped: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -264,7 +327,7 @@ impl Relay {
             if self.done {
                 return Poll::Ready(());
             }
-            if self.to_backend.len() < HIGH_WATER {
+            if self.c_held.is_none() && self.to_backend.len() < HIGH_WATER {
                 match read(&mut self.client, &mut self.c_in, cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         self.client_gone();
@@ -292,18 +355,17 @@ impl Relay {
                         }
                         Poll::Ready(Ok(_)) => {
                             busy = true;
-                            if let Err(Fatal(code, why)) = self.backend_bytes() {
+                            if let Err(Fatal(_, why)) = self.backend_bytes() {
                                 self.backend_lost(format!("protocol error: {why}"));
-                                let _ = code;
                             }
                         }
                         Poll::Pending => {}
                     }
                 }
             }
-            while let Poll::Ready(Some(reply)) = self.replies.poll_recv(cx) {
+            while let Poll::Ready(Some(command)) = self.commands.poll_recv(cx) {
                 busy = true;
-                self.on_reply(reply);
+                self.on_command(command);
             }
             if let Some(timer) = &mut self.timer {
                 if timer.as_mut().poll(cx).is_ready() {
@@ -317,11 +379,7 @@ impl Relay {
                 self.stopping = true;
                 self.begin_close();
             }
-            if self.closing != Closing::Open
-                && self.streams.is_empty()
-                && self.to_client.is_empty()
-                && matches!(self.closing, Closing::Final(_))
-            {
+            if matches!(self.closing, Closing::Final(_)) && self.streams.is_empty() && self.to_client.is_empty() {
                 self.done = true;
             }
             if !busy && !self.done {
@@ -369,7 +427,7 @@ impl Relay {
                 frame::settings(&mut self.to_client, &[(setting::MAX_CONCURRENT_STREAMS, self.max_streams)]);
             }
         }
-        while self.c_in.len() >= HEAD_LEN {
+        while self.c_held.is_none() && self.c_in.len() >= HEAD_LEN {
             let head = Head::parse(&self.c_in);
             if head.len > self.backend_max_frame {
                 return Err(Fatal(reason::FRAME_SIZE_ERROR, "frame larger than SETTINGS_MAX_FRAME_SIZE"));
@@ -389,17 +447,7 @@ impl Relay {
 
     fn client_frame(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
         if head.kind == kind::CONTINUATION || self.c_block.is_some() {
-            let Some(block) = &mut self.c_block else { return Err(Fatal(reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS")) };
-            if head.kind != kind::CONTINUATION || head.stream != block.stream {
-                return Err(Fatal(reason::PROTOCOL_ERROR, "header block interrupted"));
-            }
-            block.fragment.extend_from_slice(&raw[HEAD_LEN..]);
-            block.raw.extend_from_slice(&raw);
-            if block.fragment.len() > MAX_HEADER_LIST_SIZE as usize {
-                return Err(Fatal(reason::PROTOCOL_ERROR, "header block too large"));
-            }
-            if head.has(flag::END_HEADERS) {
-                let block = self.c_block.take().expect("checked above");
+            if let Some(block) = collect(&mut self.c_block, head, &raw)? {
                 return self.client_block(block);
             }
             return Ok(());
@@ -407,9 +455,7 @@ impl Relay {
         match head.kind {
             kind::DATA => self.client_data(head, raw),
             kind::HEADERS => {
-                let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
-                let fragment = BytesMut::from(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
-                let block = Block { stream: head.stream, flags: head.flags, raw, fragment };
+                let block = start_block(head, raw)?;
                 if head.has(flag::END_HEADERS) {
                     self.client_block(block)
                 } else {
@@ -461,19 +507,13 @@ impl Relay {
                 Ok(())
             }
             kind::WINDOW_UPDATE => {
-                if head.len != 4 {
-                    return Err(Fatal(reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size"));
-                }
-                let increment = u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]]) & 0x7fff_ffff;
+                let increment = increment(&head, &raw)?;
                 if head.stream == 0 {
-                    self.client_window += i64::from(increment);
-                    let held = self.debt.min(u64::from(increment));
-                    self.debt -= held;
-                    let rest = increment - held as u32;
-                    if rest > 0 && self.backend.is_some() {
-                        frame::window_update(&mut self.to_backend, 0, rest);
+                    let theirs = self.client_window.granted(increment);
+                    if theirs > 0 && self.backend.is_some() {
+                        frame::window_update(&mut self.to_backend, 0, theirs);
                     }
-                    self.release_held();
+                    self.release_b_held();
                     self.flush_replies();
                 } else if let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&head.stream) {
                     t.window += i64::from(increment);
@@ -484,16 +524,25 @@ impl Relay {
                 Ok(())
             }
             kind::RST_STREAM => {
-                match self.streams.get(&head.stream).map(|s| matches!(s.kind, StreamKind::TakenOver(_))) {
-                    // The task sees its cancel sender dropped, and records the call itself.
-                    Some(true) => {
-                        self.streams.remove(&head.stream);
-                    }
-                    Some(false) => {
+                let Some(stream) = self.streams.get_mut(&head.stream) else {
+                    self.send_backend(&raw);
+                    return Ok(());
+                };
+                match &mut stream.kind {
+                    StreamKind::Relayed { .. } => {
                         self.send_backend(&raw);
                         self.end_stream(head.stream, Status::new(Code::CANCELLED, "client reset the call"));
                     }
-                    None => self.send_backend(&raw),
+                    // The task is told, and records the call itself.
+                    StreamKind::Intercepted(i) => {
+                        i.task.cancel();
+                        self.send_backend(&raw);
+                        self.streams.remove(&head.stream);
+                    }
+                    StreamKind::TakenOver(t) => {
+                        t.task.cancel();
+                        self.streams.remove(&head.stream);
+                    }
                 }
                 Ok(())
             }
@@ -507,61 +556,78 @@ impl Relay {
     }
 
     fn client_data(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
-        let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&head.stream) else {
-            if self.backend.is_some() {
-                self.send_backend(&raw);
-            } else if head.len > 0 {
-                frame::window_update(&mut self.to_client, 0, head.len as u32);
+        let task = match self.streams.get_mut(&head.stream).map(|s| &mut s.kind) {
+            Some(StreamKind::Intercepted(i)) => &mut i.task,
+            Some(StreamKind::TakenOver(t)) => &mut t.task,
+            _ => {
+                if self.backend.is_none() {
+                    if head.len > 0 {
+                        frame::window_update(&mut self.to_client, 0, head.len as u32);
+                    }
+                } else if head.len as i64 > self.backend_window.room {
+                    self.c_held = Some((head, raw));
+                } else {
+                    self.backend_window.room -= head.len as i64;
+                    self.send_backend(&raw);
+                }
+                return Ok(());
             }
-            return Ok(());
         };
         let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
-        // The runtime never sees these bytes: the client gets its window back from the relay.
+        // The runtime does not get these bytes as they are: the client gets its window back.
         if head.len > 0 {
             frame::window_update(&mut self.to_client, 0, head.len as u32);
             if !head.has(flag::END_STREAM) {
                 frame::window_update(&mut self.to_client, head.stream, head.len as u32);
             }
         }
-        t.received += range.len();
-        if let Some(body) = &t.body {
+        if let Some(body) = &task.body {
             if range.end > range.start {
                 let chunk = raw.freeze().slice(HEAD_LEN + range.start..HEAD_LEN + range.end);
                 if body.send(Ok(chunk)).is_err() {
-                    t.body = None;
+                    task.body = None;
                 }
             }
         }
         if head.has(flag::END_STREAM) {
-            t.body = None;
-            t.client_done = true;
-            let replied = t.replied;
-            if replied {
-                self.streams.remove(&head.stream);
-            }
+            task.body = None;
+            task.client_done = true;
+            self.remove_if_done(head.stream);
         }
         Ok(())
     }
 
+    /// Sends the held client DATA frame once the runtime's window has room, and reads on.
+    fn release_c_held(&mut self) {
+        if let Some((head, _)) = &self.c_held {
+            if head.len as i64 <= self.backend_window.room {
+                let (head, raw) = self.c_held.take().expect("checked");
+                self.backend_window.room -= head.len as i64;
+                self.send_backend(&raw);
+                if let Err(Fatal(code, why)) = self.client_bytes() {
+                    self.fatal(code, why);
+                }
+            }
+        }
+    }
+
     /// A whole header block from the client: decoded, forwarded, and a new call routed.
     fn client_block(&mut self, mut block: Block) -> Result<(), Fatal> {
-        self.headers.clear();
-        let headers = &mut self.headers;
-        self.c_hpack
-            .decode(&mut Cursor::new(&mut block.fragment), |h| {
-                headers.push(h);
-                ControlFlow::Continue(())
-            })
-            .map_err(|_| Fatal(reason::COMPRESSION_ERROR, "cannot decode a header block"))?;
+        decode(&mut self.c_hpack, &mut block.fragment, &mut self.headers)?;
         let id = block.stream;
         let end_stream = block.flags & flag::END_STREAM != 0;
         if id <= self.last_stream || id % 2 == 0 {
             // Trailers of a call the client streams to (or a peer error the runtime reports).
             self.send_backend(&block.raw);
-            if let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&id) {
-                if end_stream {
-                    t.body = None;
-                    t.client_done = true;
+            if end_stream {
+                let task = match self.streams.get_mut(&id).map(|s| &mut s.kind) {
+                    Some(StreamKind::Intercepted(i)) => Some(&mut i.task),
+                    Some(StreamKind::TakenOver(t)) => Some(&mut t.task),
+                    _ => None,
+                };
+                if let Some(task) = task {
+                    task.body = None;
+                    task.client_done = true;
                 }
             }
             return Ok(());
@@ -599,11 +665,8 @@ impl Relay {
                 self.router.record(&path, &status, start.elapsed());
                 return Ok(());
             }
-            let route = match self.router.route(&path) {
-                Route::Relay => Route::Unary,
-                other => other,
-            };
-            self.take_over(id, path, route, end_stream);
+            let route = self.router.route(&path);
+            self.take_over(id, path, route, end_stream, false);
             return Ok(());
         }
         self.send_backend(&block.raw);
@@ -612,58 +675,86 @@ impl Relay {
             frame::rst_stream(&mut self.to_client, id, reason::REFUSED_STREAM);
             return Ok(());
         }
-        let route = self.router.route(&path);
-        if let Route::Relay = route {
-            let deadline = self.headers.iter().find_map(|h| match h {
-                Header::Field { name, value } if name == "grpc-timeout" => grpc::parse_timeout_value(value).map(|d| start + d),
-                _ => None,
-            });
-            if let Some(d) = deadline {
-                self.arm(d);
+        match self.router.route(&path) {
+            Route::Relay => {
+                let deadline = self.headers.iter().find_map(|h| match h {
+                    Header::Field { name, value } if name == "grpc-timeout" => grpc::parse_timeout_value(value).map(|d| start + d),
+                    _ => None,
+                });
+                if let Some(d) = deadline {
+                    self.arm(d);
+                }
+                self.streams.insert(id, Stream { method: path, start, head_sent: false, kind: StreamKind::Relayed { deadline } });
             }
-            self.streams.insert(id, Stream { method: path, start, kind: StreamKind::Relayed { deadline, head_sent: false } });
-            return Ok(());
+            route @ Route::Intercept(_) => self.take_over(id, path, route, end_stream, true),
+            route @ Route::Unary => {
+                self.reset_at_backend(id);
+                self.take_over(id, path, route, end_stream, false);
+            }
         }
-        self.reset_at_backend(id);
-        self.take_over(id, path, route, end_stream);
         Ok(())
     }
 
-    /// Starts the task of a taken-over call.
-    fn take_over(&mut self, id: u32, path: Box<str>, route: Route, end_stream: bool) {
+    /// Starts the task of an intercepted call (`relayed`: it goes on on this stream) or a
+    /// taken-over one (over the shared connection).
+    fn take_over(&mut self, id: u32, path: Box<str>, route: Route, end_stream: bool, relayed: bool) {
         let start = Instant::now();
         let parts = request_parts(&self.headers, &path);
         let (body_tx, body) = mpsc::unbounded_channel();
         let (cancel, cancelled) = oneshot::channel();
-        let taken = TakenOver {
-            body: (!end_stream).then_some(body_tx),
-            received: 0,
-            _cancel: cancel,
-            client_done: end_stream,
-            window: self.client_initial_window,
-            reply: None,
-            replied: false,
+        let task = Task { body: (!end_stream).then_some(body_tx), cancel: Some(cancel), client_done: end_stream };
+        let kind = if relayed {
+            StreamKind::Intercepted(Box::new(Intercepted {
+                task,
+                outgoing: None,
+                window: self.backend_initial_window,
+                answer: None,
+                head: None,
+                data: BytesMut::new(),
+            }))
+        } else {
+            StreamKind::TakenOver(Box::new(TakenOver { task, window: self.client_initial_window, reply: None, replied: false }))
         };
-        self.streams.insert(id, Stream { method: path.clone(), start, kind: StreamKind::TakenOver(taken) });
-        let (router, replies) = (self.router.clone(), self.replies_tx.clone());
+        self.streams.insert(id, Stream { method: path.clone(), start, head_sent: false, kind });
+        let (router, commands) = (self.router.clone(), self.commands_tx.clone());
         self.tasks.spawn(Box::pin(async move {
             let method: &str = &path;
+            let onward: Onward<'_> = if relayed {
+                let late = format!("{method}: deadline exceeded waiting for {}", router.runtime());
+                on_stream(id, commands.clone(), late)
+            } else {
+                intercept::over_shared(router.backend_for(method), method)
+            };
+            let cancelled = async {
+                if cancelled.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
             let outcome = tokio::select! {
-                outcome = take_over_call(&router, route, method, parts, body) => outcome,
-                _ = cancelled => {
+                outcome = call(&router, route, method, onward, parts, body) => outcome,
+                () = cancelled => {
                     router.record(method, &Status::new(Code::CANCELLED, "client reset the call"), start.elapsed());
                     return;
                 }
             };
-            let (answer, post) = match outcome {
-                Ok((answer, post)) => (Ok(answer), post),
-                Err(status) => (Err(status), None),
+            let (status, post) = match outcome {
+                Ok((answer, post)) => {
+                    let status = answer.status();
+                    if !relayed {
+                        let _ = commands.send(Command::Reply { stream: id, answer: Ok(answer) });
+                    }
+                    (status, post)
+                }
+                Err(status) => {
+                    let command = if relayed {
+                        Command::Fail { stream: id, status: status.clone() }
+                    } else {
+                        Command::Reply { stream: id, answer: Err(status.clone()) }
+                    };
+                    let _ = commands.send(command);
+                    (status, None)
+                }
             };
-            let status = match &answer {
-                Ok(a) => a.status(),
-                Err(s) => s.clone(),
-            };
-            let _ = replies.send(Reply { stream: id, answer });
             if let Some(post) = post {
                 post.await;
             }
@@ -694,42 +785,30 @@ impl Relay {
 
     fn backend_frame(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
         if head.kind == kind::CONTINUATION || self.b_block.is_some() {
-            let Some(block) = &mut self.b_block else { return Err(Fatal(reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS")) };
-            if head.kind != kind::CONTINUATION || head.stream != block.stream {
-                return Err(Fatal(reason::PROTOCOL_ERROR, "header block interrupted"));
-            }
-            block.fragment.extend_from_slice(&raw[HEAD_LEN..]);
-            block.raw.extend_from_slice(&raw);
-            if block.fragment.len() > MAX_HEADER_LIST_SIZE as usize {
-                return Err(Fatal(reason::PROTOCOL_ERROR, "header block too large"));
-            }
-            if head.has(flag::END_HEADERS) {
-                let block = self.b_block.take().expect("checked above");
+            if let Some(block) = collect(&mut self.b_block, head, &raw)? {
                 return self.backend_block(block);
             }
             return Ok(());
         }
-        let relayed = matches!(self.streams.get(&head.stream), Some(Stream { kind: StreamKind::Relayed { .. }, .. }));
+        let on_stream =
+            matches!(self.streams.get(&head.stream), Some(Stream { kind: StreamKind::Relayed { .. } | StreamKind::Intercepted(_), .. }));
         match head.kind {
             kind::DATA => {
-                if !relayed {
+                if !on_stream {
                     // A stream the relay ended or took over: the runtime gets its window back.
                     if head.len > 0 {
                         frame::window_update(&mut self.to_backend, 0, head.len as u32);
                     }
                     return Ok(());
                 }
-                if (head.len as i64) > self.client_window {
+                if head.len as i64 > self.client_window.room {
                     self.b_held = Some((head, raw));
                     return Ok(());
                 }
-                self.forward_data(head, raw);
-                Ok(())
+                self.forward_data(head, raw)
             }
             kind::HEADERS => {
-                let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
-                let fragment = BytesMut::from(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
-                let block = Block { stream: head.stream, flags: head.flags, raw, fragment };
+                let block = start_block(head, raw)?;
                 if head.has(flag::END_HEADERS) {
                     self.backend_block(block)
                 } else {
@@ -744,6 +823,15 @@ impl Relay {
                     match *id {
                         setting::HEADER_TABLE_SIZE => self.c_hpack.queue_size_update(*value as usize),
                         setting::MAX_FRAME_SIZE => self.backend_max_frame = *value as usize,
+                        setting::INITIAL_WINDOW_SIZE => {
+                            let delta = i64::from(*value) - self.backend_initial_window;
+                            self.backend_initial_window = i64::from(*value);
+                            for s in self.streams.values_mut() {
+                                if let StreamKind::Intercepted(i) = &mut s.kind {
+                                    i.window += delta;
+                                }
+                            }
+                        }
                         setting::MAX_CONCURRENT_STREAMS => {
                             *value = (*value).min(self.max_streams);
                             capped = true;
@@ -755,10 +843,28 @@ impl Relay {
                     entries.push((setting::MAX_CONCURRENT_STREAMS, self.max_streams));
                 }
                 frame::settings(&mut self.to_client, &entries);
+                self.flush_outgoing();
+                Ok(())
+            }
+            kind::WINDOW_UPDATE => {
+                let increment = increment(&head, &raw)?;
+                if head.stream == 0 {
+                    let theirs = self.backend_window.granted(increment);
+                    if theirs > 0 {
+                        frame::window_update(&mut self.to_client, 0, theirs);
+                    }
+                    self.release_c_held();
+                    self.flush_outgoing();
+                } else if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream) {
+                    i.window += i64::from(increment);
+                    self.flush_send(head.stream);
+                } else if on_stream {
+                    self.to_client.extend_from_slice(&raw);
+                }
                 Ok(())
             }
             kind::PUSH_PROMISE => Err(Fatal(reason::PROTOCOL_ERROR, "PUSH_PROMISE from a gRPC server")),
-            kind::WINDOW_UPDATE | kind::RST_STREAM | kind::PRIORITY if head.stream != 0 && !relayed => Ok(()),
+            kind::RST_STREAM | kind::PRIORITY if head.stream != 0 && !on_stream => Ok(()),
             kind::RST_STREAM => {
                 self.to_client.extend_from_slice(&raw);
                 let code = if head.len == 4 { u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]]) } else { reason::PROTOCOL_ERROR };
@@ -766,7 +872,7 @@ impl Relay {
                 self.end_stream(head.stream, status);
                 Ok(())
             }
-            // SETTINGS ACK, PING, GOAWAY, WINDOW_UPDATE, PRIORITY, unknown types.
+            // SETTINGS ACK, PING, GOAWAY, PRIORITY, unknown types.
             _ => {
                 self.to_client.extend_from_slice(&raw);
                 Ok(())
@@ -774,47 +880,55 @@ impl Relay {
         }
     }
 
-    fn forward_data(&mut self, head: Head, raw: BytesMut) {
-        self.client_window -= head.len as i64;
+    fn forward_data(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
+        self.client_window.room -= head.len as i64;
         self.to_client.extend_from_slice(&raw);
+        if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream) {
+            let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
+            if i.data.len() + range.len() <= ANSWER_COPY_LIMIT {
+                i.data.extend_from_slice(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
+            }
+        }
         if head.has(flag::END_STREAM) {
             self.end_stream(head.stream, Status::new(Code::UNKNOWN, "backend ended the call without a grpc-status"));
         }
+        Ok(())
     }
 
     /// Sends the held runtime DATA frame once the client's window has room, and reads on.
-    fn release_held(&mut self) {
+    fn release_b_held(&mut self) {
         if let Some((head, _)) = &self.b_held {
-            if (head.len as i64) <= self.client_window {
+            if head.len as i64 <= self.client_window.room {
                 let (head, raw) = self.b_held.take().expect("checked");
-                if matches!(self.streams.get(&head.stream), Some(Stream { kind: StreamKind::Relayed { .. }, .. })) {
-                    self.forward_data(head, raw);
-                }
-                if let Err(Fatal(_, why)) = self.backend_bytes() {
+                let result = self.forward_data(head, raw).and_then(|()| self.backend_bytes());
+                if let Err(Fatal(_, why)) = result {
                     self.backend_lost(format!("protocol error: {why}"));
                 }
             }
         }
     }
 
-    /// A whole header block from the runtime: the response head or trailers of a relayed call.
+    /// A whole header block from the runtime: the response head or trailers of a call.
     fn backend_block(&mut self, mut block: Block) -> Result<(), Fatal> {
-        self.headers.clear();
-        let headers = &mut self.headers;
-        self.b_hpack
-            .decode(&mut Cursor::new(&mut block.fragment), |h| {
-                headers.push(h);
-                ControlFlow::Continue(())
-            })
-            .map_err(|_| Fatal(reason::COMPRESSION_ERROR, "cannot decode a header block"))?;
+        decode(&mut self.b_hpack, &mut block.fragment, &mut self.headers)?;
         let id = block.stream;
         let end_stream = block.flags & flag::END_STREAM != 0;
-        let Some(Stream { kind: StreamKind::Relayed { head_sent, .. }, .. }) = self.streams.get_mut(&id) else {
+        let Some(stream) = self.streams.get_mut(&id) else {
             // Not forwardable: from now on the client's table is left as it is.
             self.b_verbatim = false;
             return Ok(());
         };
-        *head_sent = true;
+        if let StreamKind::TakenOver(_) = stream.kind {
+            self.b_verbatim = false;
+            return Ok(());
+        }
+        let first = !stream.head_sent;
+        stream.head_sent = true;
+        if let StreamKind::Intercepted(i) = &mut stream.kind {
+            if first {
+                i.head = Some(response_head(&self.headers));
+            }
+        }
         if self.b_verbatim {
             self.to_client.extend_from_slice(&block.raw);
         } else {
@@ -830,53 +944,87 @@ impl Relay {
         }
         if end_stream {
             let status = status_of(&self.headers);
+            if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&id) {
+                if !first {
+                    let trailers = fields(&self.headers);
+                    let answer = Answer {
+                        head: i.head.take().unwrap_or_default(),
+                        data: std::mem::take(&mut i.data).freeze(),
+                        trailers: Some(trailers),
+                    };
+                    i.answered(Ok(answer));
+                } else {
+                    let answer = Answer { head: i.head.take().unwrap_or_default(), data: Bytes::new(), trailers: None };
+                    i.answered(Ok(answer));
+                }
+            }
             self.end_stream(id, status);
         }
         Ok(())
     }
 
-    // ===== the proxy's own answers =====
+    // ===== the intercepted call's body, the taken-over call's answer =====
 
-    /// Ends a call in the relay's books and records it.
-    fn end_stream(&mut self, id: u32, status: Status) {
-        if let Some(stream) = self.streams.remove(&id) {
-            self.router.record(&stream.method, &status, stream.start.elapsed());
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Send { stream, body, answer } => {
+                match (self.backend.is_some(), self.streams.get_mut(&stream)) {
+                    (true, Some(Stream { kind: StreamKind::Intercepted(i), .. })) => {
+                        i.outgoing = Some(body);
+                        i.answer = Some(answer);
+                    }
+                    _ => {
+                        let why = self.gone.clone().unwrap_or_else(|| "the client's connection closed".into());
+                        let _ = answer.send(Err(Status::new(Code::UNAVAILABLE, why)));
+                        return;
+                    }
+                }
+                self.flush_send(stream);
+            }
+            Command::Fail { stream, status } => {
+                if let Some(Stream { kind: StreamKind::Intercepted(_), .. }) = self.streams.get(&stream) {
+                    self.fail(stream, status);
+                }
+            }
+            Command::Reply { stream, answer } => self.on_reply(stream, answer),
         }
     }
 
-    fn reset_at_backend(&mut self, id: u32) {
-        if self.backend.is_some() {
-            frame::rst_stream(&mut self.to_backend, id, reason::CANCEL);
+    /// Sends as much of an intercepted call's body as the runtime's windows take.
+    fn flush_send(&mut self, id: u32) {
+        let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&id) else { return };
+        let Some(out) = &mut i.outgoing else { return };
+        let room = self.backend_window.room.min(i.window).max(0) as usize;
+        let n = room.min(out.len());
+        if n == 0 && !out.is_empty() {
+            return;
+        }
+        let chunk = out.split_to(n);
+        let end = out.is_empty();
+        frame::put_data(&mut self.to_backend, id, &chunk, end, self.backend_max_frame);
+        self.backend_window.room -= n as i64;
+        self.backend_window.debt += n as u64;
+        i.window -= n as i64;
+        if end {
+            i.outgoing = None;
         }
     }
 
-    /// Answers stream `id` with `status`, trailers-only.
-    fn answer_status(&mut self, id: u32, status: &Status) {
-        let mut block = BytesMut::with_capacity(64 + status.message.len());
-        frame::put_status(&mut block, 200);
-        frame::put_literal(&mut block, b"content-type", b"application/grpc");
-        put_status_fields(&mut block, status);
-        frame::put_headers(&mut self.to_client, id, true, &block, self.client_max_frame);
-    }
-
-    /// Ends a relayed call with `status` from the proxy: trailers after its head, else
-    /// trailers-only; the runtime's stream is reset.
-    fn fail_relayed(&mut self, id: u32, status: Status) {
-        let Some(Stream { kind: StreamKind::Relayed { head_sent, .. }, .. }) = self.streams.get(&id) else { return };
-        if *head_sent {
-            let mut block = BytesMut::with_capacity(32 + status.message.len());
-            put_status_fields(&mut block, &status);
-            frame::put_headers(&mut self.to_client, id, true, &block, self.client_max_frame);
-        } else {
-            self.answer_status(id, &status);
+    fn flush_outgoing(&mut self) {
+        let ids: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| matches!(&s.kind, StreamKind::Intercepted(i) if i.outgoing.is_some()))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.flush_send(id);
         }
-        self.reset_at_backend(id);
-        self.end_stream(id, status);
     }
 
-    fn on_reply(&mut self, reply: Reply) {
-        let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&reply.stream) else { return };
-        t.reply = Some(match reply.answer {
+    fn on_reply(&mut self, id: u32, answer: Result<Answer, Status>) {
+        let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&id) else { return };
+        t.reply = Some(match answer {
             Ok(answer) => {
                 let mut head = BytesMut::with_capacity(128);
                 frame::put_status(&mut head, answer.head.status().as_u16());
@@ -888,22 +1036,16 @@ impl Relay {
                 });
                 PendingReply { head: Some(head), data: answer.data, trailers }
             }
-            Err(status) => {
-                let mut head = BytesMut::with_capacity(64 + status.message.len());
-                frame::put_status(&mut head, 200);
-                frame::put_literal(&mut head, b"content-type", b"application/grpc");
-                put_status_fields(&mut head, &status);
-                PendingReply { head: Some(head), data: Bytes::new(), trailers: None }
-            }
+            Err(status) => PendingReply { head: Some(trailers_only(&status)), data: Bytes::new(), trailers: None },
         });
-        self.flush_reply(reply.stream);
+        self.flush_reply(id);
     }
 
     fn flush_replies(&mut self) {
         let ids: Vec<u32> = self
             .streams
             .iter()
-            .filter(|(_, s)| matches!(&s.kind, StreamKind::TakenOver(TakenOver { reply: Some(_), .. })))
+            .filter(|(_, s)| matches!(&s.kind, StreamKind::TakenOver(t) if t.reply.is_some()))
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
@@ -920,15 +1062,15 @@ impl Relay {
             frame::put_headers(&mut self.to_client, id, end, &head, self.client_max_frame);
         }
         if !reply.data.is_empty() {
-            let room = self.client_window.min(t.window).max(0) as usize;
+            let room = self.client_window.room.min(t.window).max(0) as usize;
             let n = room.min(reply.data.len());
             if n > 0 {
                 let chunk = reply.data.split_to(n);
                 let end = reply.data.is_empty() && reply.trailers.is_none();
                 frame::put_data(&mut self.to_client, id, &chunk, end, self.client_max_frame);
-                self.client_window -= n as i64;
+                self.client_window.room -= n as i64;
+                self.client_window.debt += n as u64;
                 t.window -= n as i64;
-                self.debt += n as u64;
             }
         }
         if reply.data.is_empty() {
@@ -937,10 +1079,58 @@ impl Relay {
             }
             t.reply = None;
             t.replied = true;
-            if t.client_done {
+            self.remove_if_done(id);
+        }
+    }
+
+    /// Forgets a taken-over stream once answered and the client is done sending.
+    fn remove_if_done(&mut self, id: u32) {
+        if let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get(&id) {
+            if t.replied && t.task.client_done {
                 self.streams.remove(&id);
             }
         }
+    }
+
+    // ===== the proxy's own answers =====
+
+    /// Ends a call in the relay's books; records it when the relay is the one to (a relayed
+    /// call: the other kinds' tasks record theirs).
+    fn end_stream(&mut self, id: u32, status: Status) {
+        if let Some(stream) = self.streams.remove(&id) {
+            if let StreamKind::Relayed { .. } = stream.kind {
+                self.router.record(&stream.method, &status, stream.start.elapsed());
+            }
+        }
+    }
+
+    fn reset_at_backend(&mut self, id: u32) {
+        if self.backend.is_some() {
+            frame::rst_stream(&mut self.to_backend, id, reason::CANCEL);
+        }
+    }
+
+    /// Answers stream `id` with `status`, trailers-only.
+    fn answer_status(&mut self, id: u32, status: &Status) {
+        frame::put_headers(&mut self.to_client, id, true, &trailers_only(status), self.client_max_frame);
+    }
+
+    /// Ends a relayed or intercepted call with `status` from the proxy: trailers after its
+    /// head, else trailers-only; the runtime's stream is reset.
+    fn fail(&mut self, id: u32, status: Status) {
+        let Some(stream) = self.streams.get_mut(&id) else { return };
+        if stream.head_sent {
+            let mut block = BytesMut::with_capacity(32 + status.message.len());
+            put_fields(&mut block, &status.trailers());
+            frame::put_headers(&mut self.to_client, id, true, &block, self.client_max_frame);
+        } else {
+            frame::put_headers(&mut self.to_client, id, true, &trailers_only(&status), self.client_max_frame);
+        }
+        if let StreamKind::Intercepted(i) = &mut stream.kind {
+            i.answered(Err(status.clone()));
+        }
+        self.reset_at_backend(id);
+        self.end_stream(id, status);
     }
 
     // ===== deadlines, loss, closing =====
@@ -959,11 +1149,11 @@ impl Relay {
         let mut expired = Vec::new();
         let mut next: Option<Instant> = None;
         for (id, s) in &self.streams {
-            if let StreamKind::Relayed { deadline: Some(d), head_sent: false } = s.kind {
-                if d <= now {
+            if let (StreamKind::Relayed { deadline: Some(d) }, false) = (&s.kind, s.head_sent) {
+                if *d <= now {
                     expired.push((*id, d.saturating_duration_since(s.start)));
                 } else {
-                    next = Some(next.map_or(d, |n| n.min(d)));
+                    next = Some(next.map_or(*d, |n| n.min(*d)));
                 }
             }
         }
@@ -971,14 +1161,14 @@ impl Relay {
             let method = self.streams.get(&id).map(|s| s.method.clone()).unwrap_or_default();
             let status =
                 Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline of {timeout:?} exceeded waiting for {}", self.runtime));
-            self.fail_relayed(id, status);
+            self.fail(id, status);
         }
         if let Some(d) = next {
             self.arm(d);
         }
     }
 
-    /// The runtime connection broke: relayed calls end `UNAVAILABLE`, new ones are answered so.
+    /// The runtime connection broke: calls on it end `UNAVAILABLE`, new ones are taken over.
     fn backend_lost(&mut self, why: String) {
         if self.backend.take().is_none() {
             return;
@@ -989,12 +1179,12 @@ impl Relay {
         self.b_in.clear();
         self.b_block = None;
         self.b_held = None;
-        let relayed: Vec<u32> =
-            self.streams.iter().filter(|(_, s)| matches!(s.kind, StreamKind::Relayed { .. })).map(|(id, _)| *id).collect();
-        for id in relayed {
+        self.c_held = None;
+        let on_it: Vec<u32> = self.streams.iter().filter(|(_, s)| !matches!(s.kind, StreamKind::TakenOver(_))).map(|(id, _)| *id).collect();
+        for id in on_it {
             let method = self.streams.get(&id).map(|s| s.method.clone()).unwrap_or_default();
             let status = Status::new(Code::UNAVAILABLE, format!("{method}: {} failed the call: {why}", self.runtime));
-            self.fail_relayed(id, status);
+            self.fail(id, status);
         }
         self.gone = Some(format!("{} failed: {why}", self.runtime));
     }
@@ -1020,8 +1210,12 @@ impl Relay {
         self.done = true;
         let ids: Vec<u32> = self.streams.keys().copied().collect();
         for id in ids {
-            if let Some(Stream { kind: StreamKind::Relayed { .. }, .. }) = self.streams.get(&id) {
-                self.end_stream(id, Status::new(Code::CANCELLED, "client went away"));
+            if let Some(stream) = self.streams.get_mut(&id) {
+                match &mut stream.kind {
+                    StreamKind::Relayed { .. } => self.end_stream(id, Status::new(Code::CANCELLED, "client went away")),
+                    StreamKind::Intercepted(i) => i.task.cancel(),
+                    StreamKind::TakenOver(t) => t.task.cancel(),
+                }
             }
         }
         self.streams.clear();
@@ -1030,10 +1224,7 @@ impl Relay {
     /// After the loop (whose last turn wrote what it could): calls still open are recorded as
     /// cancelled; both sockets close when the relay is dropped.
     fn finish(&mut self) {
-        let ids: Vec<u32> = self.streams.keys().copied().collect();
-        for id in ids {
-            self.end_stream(id, Status::new(Code::CANCELLED, "connection closed"));
-        }
+        self.client_gone();
     }
 
     /// Queues `raw` for the runtime, if there is a runtime connection.
@@ -1044,29 +1235,115 @@ impl Relay {
     }
 }
 
-/// The call of a taken-over stream: the interceptor's, or a unary call to the image backend.
-async fn take_over_call<'a>(
+impl Task {
+    /// Tells the task the client reset the call (or went away).
+    fn cancel(&mut self) {
+        self.body = None;
+        if let Some(c) = self.cancel.take() {
+            let _ = c.send(());
+        }
+    }
+}
+
+impl Intercepted {
+    /// Hands the answer to the task, if it waits for one.
+    fn answered(&mut self, answer: Result<Answer, Status>) {
+        if let Some(tx) = self.answer.take() {
+            let _ = tx.send(answer);
+        }
+    }
+}
+
+/// Onward for an intercepted call: the body goes back to the relay, to be sent on `stream`;
+/// the answer comes from it (`late`: the message when the deadline passes first).
+fn on_stream<'a>(stream: u32, commands: mpsc::UnboundedSender<Command>, late: String) -> Onward<'a> {
+    Box::new(move |_head, body, deadline| {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            let gone = || Status::new(Code::UNAVAILABLE, "the client's connection closed");
+            commands.send(Command::Send { stream, body, answer: tx }).map_err(|_| gone())?;
+            let answer = async { rx.await.unwrap_or_else(|_| Err(gone())) };
+            match deadline {
+                None => answer.await,
+                Some(d) => tokio::time::timeout_at(d.into(), answer).await.map_err(|_| Status::new(Code::DEADLINE_EXCEEDED, late))?,
+            }
+        })
+    })
+}
+
+/// The call of an intercepted or taken-over stream: the interceptor's, or one unary call.
+async fn call<'a>(
     router: &'a Router,
     route: Route,
     method: &'a str,
+    onward: Onward<'a>,
     parts: Option<http::request::Parts>,
     body: RequestBody,
 ) -> Result<(Answer, Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>), Status> {
     let parts = parts.ok_or_else(|| Status::new(Code::INTERNAL, format!("{method}: not a valid request head")))?;
-    let backend = router.backend_for(method);
     match (route, router.interceptor()) {
         (Route::Intercept(spec), Some(interceptor)) => {
-            let (answer, post) = interceptor.intercept(spec, method, backend, parts, body).await?;
+            let (answer, post) = interceptor.intercept(spec, method, onward, parts, body).await?;
             Ok((answer, post.map(|p| Box::pin(p) as Pin<Box<dyn Future<Output = ()> + Send + 'a>>)))
         }
         _ => {
             let limits = router.interceptor().map(|i| i.limits.clone()).unwrap_or_default();
-            let deadline = grpc::parse_timeout(&parts.headers);
+            let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
             let body = intercept::read_body(body, method, &limits).await?;
-            let answer = unary::unary(backend, Request::from_parts(parts, ()), body, deadline, method).await?;
-            Ok((answer, None))
+            Ok((onward(parts, body, deadline).await?, None))
         }
     }
+}
+
+/// Adds a frame to the header block being collected; returns the block once whole.
+///
+/// Errors: a frame other than CONTINUATION of the same stream (the block is interrupted), a
+/// CONTINUATION without a block, a block over [`MAX_HEADER_LIST_SIZE`].
+fn collect(pending: &mut Option<Block>, head: Head, raw: &[u8]) -> Result<Option<Block>, Fatal> {
+    let Some(block) = pending else { return Err(Fatal(reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS")) };
+    if head.kind != kind::CONTINUATION || head.stream != block.stream {
+        return Err(Fatal(reason::PROTOCOL_ERROR, "header block interrupted"));
+    }
+    block.fragment.extend_from_slice(&raw[HEAD_LEN..]);
+    block.raw.extend_from_slice(raw);
+    if block.fragment.len() > MAX_HEADER_LIST_SIZE as usize {
+        return Err(Fatal(reason::PROTOCOL_ERROR, "header block too large"));
+    }
+    Ok(if head.has(flag::END_HEADERS) { pending.take() } else { None })
+}
+
+/// The header block a HEADERS frame starts (whole when it has END_HEADERS, else CONTINUATION
+/// frames follow: [`collect`]).
+///
+/// Errors: padding or priority fields that do not fit the frame.
+fn start_block(head: Head, raw: BytesMut) -> Result<Block, Fatal> {
+    let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
+    let fragment = BytesMut::from(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
+    Ok(Block { stream: head.stream, flags: head.flags, raw, fragment })
+}
+
+/// Decodes one header block into `out` (cleared first).
+///
+/// Errors: COMPRESSION_ERROR when it does not decode (the connection cannot go on: HPACK state
+/// is lost).
+fn decode(hpack: &mut Decoder, fragment: &mut BytesMut, out: &mut Vec<Header>) -> Result<(), Fatal> {
+    out.clear();
+    hpack
+        .decode(&mut Cursor::new(fragment), |h| {
+            out.push(h);
+            ControlFlow::Continue(())
+        })
+        .map_err(|_| Fatal(reason::COMPRESSION_ERROR, "cannot decode a header block"))
+}
+
+/// A WINDOW_UPDATE's increment.
+///
+/// Errors: FRAME_SIZE_ERROR for a payload that is not 4 bytes.
+fn increment(head: &Head, raw: &[u8]) -> Result<u32, Fatal> {
+    if head.len != 4 {
+        return Err(Fatal(reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size"));
+    }
+    Ok(u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]]) & 0x7fff_ffff)
 }
 
 /// The request head of a taken-over call, from its decoded header block; `None` when the path
@@ -1089,6 +1366,29 @@ fn request_parts(headers: &[Header], path: &str) -> Option<http::request::Parts>
     Some(parts)
 }
 
+/// A response head from a decoded header block.
+fn response_head(headers: &[Header]) -> Response<()> {
+    let mut head = Response::new(());
+    for h in headers {
+        if let Header::Status(s) = h {
+            *head.status_mut() = *s;
+        }
+    }
+    *head.headers_mut() = fields(headers);
+    head
+}
+
+/// The regular fields of a decoded header block.
+fn fields(headers: &[Header]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(headers.len());
+    for h in headers {
+        if let Header::Field { name, value } = h {
+            map.append(name.clone(), value.clone());
+        }
+    }
+    map
+}
+
 /// The status a block of trailers (or a trailers-only head) carries; `UNKNOWN` without one.
 fn status_of(headers: &[Header]) -> Status {
     let mut code = None;
@@ -1108,14 +1408,19 @@ fn status_of(headers: &[Header]) -> Status {
     }
 }
 
+/// A trailers-only answer's header block: `:status 200`, `content-type`, the status fields.
+fn trailers_only(status: &Status) -> BytesMut {
+    let mut block = BytesMut::with_capacity(64 + status.message.len());
+    frame::put_status(&mut block, 200);
+    frame::put_literal(&mut block, b"content-type", b"application/grpc");
+    put_fields(&mut block, &status.trailers());
+    block
+}
+
 fn put_fields(out: &mut BytesMut, headers: &HeaderMap) {
     for (name, value) in headers {
         frame::put_literal(out, name.as_str().as_bytes(), value.as_bytes());
     }
-}
-
-fn put_status_fields(out: &mut BytesMut, status: &Status) {
-    put_fields(out, &status.trailers());
 }
 
 fn read(socket: &mut Socket, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {

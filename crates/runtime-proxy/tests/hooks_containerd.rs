@@ -201,6 +201,30 @@ async fn ignore_policy_lets_pods_run_past_dead_slow_and_garbage_servers() {
     second.remove(&mut s.rt).await;
 }
 
+/// A hook that makes CreateContainer ~300 KB (three 100 KB env vars): the edited body is larger
+/// than containerd's initial flow-control windows (64 KiB), so the proxy sends it on the call's
+/// own stream in window-sized parts as containerd grants room; three pods in a row on one
+/// client connection show the windows' books stay right (a proxy that overran a window would
+/// get FLOW_CONTROL_ERROR, and one that lost credit would stall).
+#[tokio::test]
+async fn an_edited_request_larger_than_the_runtimes_window_reaches_it_whole() {
+    let mut s = setup();
+    let big = TestHook::echoing(|stage, resp| {
+        if stage == "PreCreateContainer" {
+            for (i, c) in ["a", "b", "c"].iter().enumerate() {
+                resp.container_envs.insert(format!("BIG{i}"), c.repeat(100_000));
+            }
+        }
+    })
+    .await;
+    s.register("big.json", big.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    for round in 0..3 {
+        let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        assert_eq!(s.exec(&pod, "echo ${#BIG0} ${#BIG1} ${#BIG2} ${BIG2:99990} $KEEP").await, "100000 100000 100000 cccccccccc me");
+        pod.remove(&mut s.rt).await;
+    }
+}
+
 #[tokio::test]
 async fn servers_chain_in_order_each_seeing_the_changes_before_it() {
     let mut s = setup();
