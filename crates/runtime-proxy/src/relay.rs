@@ -93,12 +93,11 @@ pub async fn serve_connection(client: UnixStream, router: Arc<Router>, tasks: Ta
             return;
         }
     };
-    let runtime = router.runtime().clone();
+    let runtime = router.runtime();
     let (backend, gone) = match runtime.dial_raw().await.and_then(|s| Socket::new(s).map_err(|e| unavailable(&runtime, &e))) {
         Ok(s) => (Some(s), None),
         Err(status) => (None, Some(status.message)),
     };
-    let (commands_tx, commands) = mpsc::unbounded_channel();
     let mut stop = stop;
     let stopped: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
         while !*stop.borrow_and_update() {
@@ -107,46 +106,10 @@ pub async fn serve_connection(client: UnixStream, router: Arc<Router>, tasks: Ta
             }
         }
     });
-    let mut relay = Relay {
-        router,
-        runtime,
-        tasks,
-        max_streams,
-        client,
-        backend,
-        gone,
-        c_in: BytesMut::with_capacity(16 << 10),
-        b_in: BytesMut::with_capacity(16 << 10),
-        to_client: BytesMut::with_capacity(16 << 10),
-        to_backend: BytesMut::with_capacity(16 << 10),
-        preface: false,
-        c_hpack: Decoder::new(4096),
-        b_hpack: Decoder::new(4096),
-        headers: Vec::new(),
-        b_verbatim: true,
-        c_block: None,
-        b_block: None,
-        c_held: None,
-        b_held: None,
-        streams: HashMap::new(),
-        last_stream: 0,
-        client_window: Window::default(),
-        backend_window: Window::default(),
-        client_initial_window: frame::DEFAULT_WINDOW,
-        backend_initial_window: frame::DEFAULT_WINDOW,
-        client_max_frame: frame::DEFAULT_MAX_FRAME,
-        backend_max_frame: frame::DEFAULT_MAX_FRAME,
-        commands_tx,
-        commands,
-        timer: None,
-        next_deadline: None,
-        stopped,
-        stopping: false,
-        closing: Closing::Open,
-        done: false,
-    };
+    let core = Core::new(router, tasks, max_streams, backend.is_some(), gone);
+    let mut relay = Relay { core, client, backend, stopped };
     poll_fn(|cx| relay.poll_run(cx)).await;
-    relay.finish();
+    relay.core.finish();
 }
 
 fn unavailable(backend: &Backend, e: &dyn std::fmt::Display) -> Status {
@@ -266,20 +229,24 @@ struct PendingReply {
     trailers: Option<BytesMut>,
 }
 
-struct Relay {
+/// A relayed connection's state and frame handling, without the sockets: bytes read are handed
+/// to [`Core::client_input`] and [`Core::backend_input`], and what is to be written waits in
+/// [`Core::to_client`] and [`Core::to_backend`]. (Public for the fuzz target in `fuzz/`.)
+pub struct Core {
     router: Arc<Router>,
     runtime: Arc<Backend>,
     tasks: TaskTracker,
     max_streams: u32,
-    client: Socket,
-    /// The runtime connection; `None` once it broke or when it could not be dialled.
-    backend: Option<Socket>,
+    /// There is a runtime connection (false once it broke or when it could not be dialled).
+    connected: bool,
     /// Why there is no runtime connection (for the statuses of calls answered meanwhile).
     gone: Option<String>,
     c_in: BytesMut,
     b_in: BytesMut,
-    to_client: BytesMut,
-    to_backend: BytesMut,
+    /// Bytes to write to the client.
+    pub to_client: BytesMut,
+    /// Bytes to write to the runtime.
+    pub to_backend: BytesMut,
     /// The client's preface was read.
     preface: bool,
     /// Decodes the client's header blocks (its encoder's table, as the runtime's decoder has it).
@@ -309,11 +276,19 @@ struct Relay {
     commands: mpsc::UnboundedReceiver<Command>,
     timer: Option<Pin<Box<Sleep>>>,
     next_deadline: Option<Instant>,
-    stopped: Pin<Box<dyn Future<Output = ()> + Send>>,
     stopping: bool,
     closing: Closing,
     /// The connection is over (the client went away, or a connection error).
     done: bool,
+}
+
+/// A [`Core`] and its two sockets.
+struct Relay {
+    core: Core,
+    client: Socket,
+    /// The runtime connection; `None` once it broke or when it could not be dialled.
+    backend: Option<Socket>,
+    stopped: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 /// A connection error: GOAWAY with `reason` to the client, then the connection ends.
@@ -324,67 +299,65 @@ impl Relay {
         loop {
             let mut busy = false;
             self.flush(cx);
-            if self.done {
+            if self.core.done {
                 return Poll::Ready(());
             }
-            if self.c_held.is_none() && self.to_backend.len() < HIGH_WATER {
-                match read(&mut self.client, &mut self.c_in, cx) {
+            if self.core.c_held.is_none() && self.core.to_backend.len() < HIGH_WATER {
+                match read(&mut self.client, &mut self.core.c_in, cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                        self.client_gone();
+                        self.core.client_gone();
                         return Poll::Ready(());
                     }
                     Poll::Ready(Ok(_)) => {
                         busy = true;
-                        if let Err(Fatal(code, why)) = self.client_bytes() {
-                            self.fatal(code, why);
-                        }
+                        self.core.client_read();
                     }
                     Poll::Pending => {}
                 }
             }
-            if self.b_held.is_none() && self.to_client.len() < HIGH_WATER {
+            if self.core.b_held.is_none() && self.core.to_client.len() < HIGH_WATER {
                 if let Some(backend) = &mut self.backend {
-                    match read(backend, &mut self.b_in, cx) {
+                    match read(backend, &mut self.core.b_in, cx) {
                         Poll::Ready(Ok(0)) => {
                             busy = true;
-                            self.backend_lost("the connection was closed".into());
+                            self.core.backend_lost("the connection was closed".into());
                         }
                         Poll::Ready(Err(e)) => {
                             busy = true;
-                            self.backend_lost(e.to_string());
+                            self.core.backend_lost(e.to_string());
                         }
                         Poll::Ready(Ok(_)) => {
                             busy = true;
-                            if let Err(Fatal(_, why)) = self.backend_bytes() {
-                                self.backend_lost(format!("protocol error: {why}"));
-                            }
+                            self.core.backend_read();
                         }
                         Poll::Pending => {}
                     }
                 }
             }
-            while let Poll::Ready(Some(command)) = self.commands.poll_recv(cx) {
-                busy = true;
-                self.on_command(command);
+            if !self.core.connected {
+                self.backend = None;
             }
-            if let Some(timer) = &mut self.timer {
+            while let Poll::Ready(Some(command)) = self.core.commands.poll_recv(cx) {
+                busy = true;
+                self.core.on_command(command);
+            }
+            if let Some(timer) = &mut self.core.timer {
                 if timer.as_mut().poll(cx).is_ready() {
                     busy = true;
-                    self.timer = None;
-                    self.expire_deadlines();
+                    self.core.timer = None;
+                    self.core.expire_deadlines();
                 }
             }
-            if !self.stopping && self.stopped.as_mut().poll(cx).is_ready() {
+            if !self.core.stopping && self.stopped.as_mut().poll(cx).is_ready() {
                 busy = true;
-                self.stopping = true;
-                self.begin_close();
+                self.core.stop();
             }
-            if matches!(self.closing, Closing::Final(_)) && self.streams.is_empty() && self.to_client.is_empty() {
-                self.done = true;
+            if self.core.finished() {
+                self.core.done = true;
             }
-            if !busy && !self.done {
+            if !busy && !self.core.done {
                 self.flush(cx);
-                if !self.done {
+                if !self.core.done {
                     return Poll::Pending;
                 }
             }
@@ -393,15 +366,110 @@ impl Relay {
 
     /// Writes what is waiting for either side, as far as the sockets take it.
     fn flush(&mut self, cx: &mut Context<'_>) {
-        if !self.to_client.is_empty() && write(&mut self.client, &mut self.to_client, cx).is_err() {
-            self.client_gone();
+        if !self.core.to_client.is_empty() && write(&mut self.client, &mut self.core.to_client, cx).is_err() {
+            self.core.client_gone();
         }
         if let Some(backend) = &mut self.backend {
-            if !self.to_backend.is_empty() {
-                if let Err(e) = write(backend, &mut self.to_backend, cx) {
-                    self.backend_lost(e.to_string());
+            if !self.core.to_backend.is_empty() {
+                if let Err(e) = write(backend, &mut self.core.to_backend, cx) {
+                    self.core.backend_lost(e.to_string());
+                    self.backend = None;
                 }
             }
+        }
+    }
+}
+
+impl Core {
+    /// A connection's state: `connected` when there is a runtime connection to relay on.
+    /// `max_streams`: most calls at once (`--max-concurrent-streams`); intercepted and
+    /// taken-over calls run as tasks of `tasks`.
+    pub fn new(router: Arc<Router>, tasks: TaskTracker, max_streams: u32, connected: bool, gone: Option<String>) -> Core {
+        let runtime = router.runtime().clone();
+        let (commands_tx, commands) = mpsc::unbounded_channel();
+        Core {
+            router,
+            runtime,
+            tasks,
+            max_streams,
+            connected,
+            gone,
+            c_in: BytesMut::with_capacity(16 << 10),
+            b_in: BytesMut::with_capacity(16 << 10),
+            to_client: BytesMut::with_capacity(16 << 10),
+            to_backend: BytesMut::with_capacity(16 << 10),
+            preface: false,
+            c_hpack: Decoder::new(4096),
+            b_hpack: Decoder::new(4096),
+            headers: Vec::new(),
+            b_verbatim: true,
+            c_block: None,
+            b_block: None,
+            c_held: None,
+            b_held: None,
+            streams: HashMap::new(),
+            last_stream: 0,
+            client_window: Window::default(),
+            backend_window: Window::default(),
+            client_initial_window: frame::DEFAULT_WINDOW,
+            backend_initial_window: frame::DEFAULT_WINDOW,
+            client_max_frame: frame::DEFAULT_MAX_FRAME,
+            backend_max_frame: frame::DEFAULT_MAX_FRAME,
+            commands_tx,
+            commands,
+            timer: None,
+            next_deadline: None,
+            stopping: false,
+            closing: Closing::Open,
+            done: false,
+        }
+    }
+
+    /// Takes bytes the client sent (as read from its socket).
+    pub fn client_input(&mut self, data: &[u8]) {
+        self.c_in.extend_from_slice(data);
+        self.client_read();
+    }
+
+    /// Takes bytes the runtime sent (as read from its socket).
+    pub fn backend_input(&mut self, data: &[u8]) {
+        self.b_in.extend_from_slice(data);
+        self.backend_read();
+    }
+
+    /// Runs what the calls' tasks asked for so far.
+    pub fn run_commands(&mut self) {
+        while let Ok(command) = self.commands.try_recv() {
+            self.on_command(command);
+        }
+    }
+
+    /// The runtime connection broke (`why`, for the statuses): see the module docs.
+    pub fn backend_lost(&mut self, why: String) {
+        self.lose_backend(why);
+    }
+
+    /// Shutdown: graceful GOAWAY; the connection ends once its calls have ([`Core::finished`]).
+    pub fn stop(&mut self) {
+        self.stopping = true;
+        self.begin_close();
+    }
+
+    /// Whether the connection is over: a connection error, the client gone, or closed and
+    /// drained.
+    pub fn finished(&self) -> bool {
+        self.done || (matches!(self.closing, Closing::Final(_)) && self.streams.is_empty() && self.to_client.is_empty())
+    }
+
+    fn client_read(&mut self) {
+        if let Err(Fatal(code, why)) = self.client_bytes() {
+            self.fatal(code, why);
+        }
+    }
+
+    fn backend_read(&mut self) {
+        if let Err(Fatal(_, why)) = self.backend_bytes() {
+            self.lose_backend(format!("protocol error: {why}"));
         }
     }
 
@@ -421,7 +489,7 @@ impl Relay {
             }
             self.c_in.advance(frame::PREFACE.len());
             self.preface = true;
-            if self.backend.is_some() {
+            if self.connected {
                 self.to_backend.extend_from_slice(frame::PREFACE);
             } else {
                 frame::settings(&mut self.to_client, &[(setting::MAX_CONCURRENT_STREAMS, self.max_streams)]);
@@ -481,11 +549,11 @@ impl Relay {
                             _ => {}
                         }
                     }
-                    if self.backend.is_none() {
+                    if !self.connected {
                         frame::settings_ack(&mut self.to_client);
                         return Ok(());
                     }
-                } else if self.backend.is_none() {
+                } else if !self.connected {
                     return Ok(());
                 }
                 self.send_backend(&raw);
@@ -498,7 +566,7 @@ impl Relay {
                         frame::goaway(&mut self.to_client, self.last_stream, reason::NO_ERROR);
                         self.closing = Closing::Final(self.last_stream);
                     }
-                } else if self.backend.is_some() {
+                } else if self.connected {
                     self.send_backend(&raw);
                 } else if !head.has(flag::ACK) && head.len == 8 {
                     let opaque: [u8; 8] = raw[HEAD_LEN..].try_into().expect("8 bytes");
@@ -510,7 +578,7 @@ impl Relay {
                 let increment = increment(&head, &raw)?;
                 if head.stream == 0 {
                     let theirs = self.client_window.granted(increment);
-                    if theirs > 0 && self.backend.is_some() {
+                    if theirs > 0 && self.connected {
                         frame::window_update(&mut self.to_backend, 0, theirs);
                     }
                     self.release_b_held();
@@ -560,7 +628,7 @@ impl Relay {
             Some(StreamKind::Intercepted(i)) => &mut i.task,
             Some(StreamKind::TakenOver(t)) => &mut t.task,
             _ => {
-                if self.backend.is_none() {
+                if !self.connected {
                     if head.len > 0 {
                         frame::window_update(&mut self.to_client, 0, head.len as u32);
                     }
@@ -776,7 +844,7 @@ impl Relay {
             }
             let raw = self.b_in.split_to(HEAD_LEN + head.len);
             self.backend_frame(head, raw)?;
-            if self.backend.is_none() {
+            if !self.connected {
                 break;
             }
         }
@@ -902,7 +970,7 @@ impl Relay {
                 let (head, raw) = self.b_held.take().expect("checked");
                 let result = self.forward_data(head, raw).and_then(|()| self.backend_bytes());
                 if let Err(Fatal(_, why)) = result {
-                    self.backend_lost(format!("protocol error: {why}"));
+                    self.lose_backend(format!("protocol error: {why}"));
                 }
             }
         }
@@ -968,7 +1036,7 @@ impl Relay {
     fn on_command(&mut self, command: Command) {
         match command {
             Command::Send { stream, body, answer } => {
-                match (self.backend.is_some(), self.streams.get_mut(&stream)) {
+                match (self.connected, self.streams.get_mut(&stream)) {
                     (true, Some(Stream { kind: StreamKind::Intercepted(i), .. })) => {
                         i.outgoing = Some(body);
                         i.answer = Some(answer);
@@ -1105,7 +1173,7 @@ impl Relay {
     }
 
     fn reset_at_backend(&mut self, id: u32) {
-        if self.backend.is_some() {
+        if self.connected {
             frame::rst_stream(&mut self.to_backend, id, reason::CANCEL);
         }
     }
@@ -1169,10 +1237,11 @@ impl Relay {
     }
 
     /// The runtime connection broke: calls on it end `UNAVAILABLE`, new ones are taken over.
-    fn backend_lost(&mut self, why: String) {
-        if self.backend.take().is_none() {
+    fn lose_backend(&mut self, why: String) {
+        if !self.connected {
             return;
         }
+        self.connected = false;
         tracing::warn!(backend = %self.runtime.path().display(), error = %why, "backend connection broken");
         self.runtime.connection_lost();
         self.to_backend.clear();
@@ -1221,15 +1290,15 @@ impl Relay {
         self.streams.clear();
     }
 
-    /// After the loop (whose last turn wrote what it could): calls still open are recorded as
-    /// cancelled; both sockets close when the relay is dropped.
-    fn finish(&mut self) {
+    /// After the connection (whose last turn wrote what it could): calls still open are
+    /// recorded as cancelled, their tasks told.
+    pub fn finish(&mut self) {
         self.client_gone();
     }
 
     /// Queues `raw` for the runtime, if there is a runtime connection.
     fn send_backend(&mut self, raw: &[u8]) {
-        if self.backend.is_some() {
+        if self.connected {
             self.to_backend.extend_from_slice(raw);
         }
     }
