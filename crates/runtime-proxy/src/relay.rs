@@ -94,7 +94,7 @@ pub async fn serve_connection(client: UnixStream, router: Arc<Router>, tasks: Ta
         }
     };
     let runtime = router.runtime();
-    let (backend, gone) = match runtime.dial_raw().await.and_then(|s| Socket::new(s).map_err(|e| unavailable(&runtime, &e))) {
+    let (backend, gone) = match runtime.dial_raw().await.and_then(|s| Socket::new(s).map_err(|e| unavailable(runtime, &e))) {
         Ok(s) => (Some(s), None),
         Err(status) => (None, Some(status.message)),
     };
