@@ -143,6 +143,7 @@ fuzz_target!(|ops: Vec<Op>| {
             assert!(whole_frames(&core.to_backend), "partial frame to the runtime: {:?}", core.to_backend);
             core.to_client.clear();
             core.to_backend.clear();
+            core.after_write();
             if core.finished() {
                 break;
             }

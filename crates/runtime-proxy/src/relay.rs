@@ -46,7 +46,7 @@
 //!
 //! **Shutdown** (`stop`): graceful GOAWAY, then the connection ends once its calls have.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::{poll_fn, Future};
 use std::io::Cursor;
 use std::ops::ControlFlow;
@@ -208,9 +208,15 @@ struct Intercepted {
     window: i64,
     /// Where the answer goes, once whole.
     answer: Option<oneshot::Sender<Result<Answer, Status>>>,
+    /// The interceptor handed the body back (the pre stage is done).
+    sent: bool,
     /// The answer so far, as relayed to the client.
     head: Option<Response<()>>,
     data: BytesMut,
+    /// What the runtime answered before the pre stage was done (an encoding it does not
+    /// take, say), held for the client until it is: frames, and the whole answer.
+    early: BytesMut,
+    early_answer: Option<Result<Answer, Status>>,
 }
 
 struct TakenOver {
@@ -263,7 +269,8 @@ pub struct Core {
     c_held: Option<(Head, BytesMut)>,
     /// A runtime DATA frame waiting for room in the client's connection window.
     b_held: Option<(Head, BytesMut)>,
-    streams: HashMap<u32, Stream>,
+    /// By stream ID (few at once: a B-tree needs no hashing).
+    streams: BTreeMap<u32, Stream>,
     /// The highest stream the client opened.
     last_stream: u32,
     client_window: Window,
@@ -274,7 +281,16 @@ pub struct Core {
     backend_max_frame: usize,
     commands_tx: mpsc::UnboundedSender<Command>,
     commands: mpsc::UnboundedReceiver<Command>,
+    /// Relayed calls that ended, to record ([`Core::after_write`]).
+    ended: Vec<(Box<str>, Status, std::time::Duration)>,
+    /// The runtime's header blocks that went on before they were decoded, with the call each
+    /// ended, if any ([`Core::after_write`]).
+    undecoded: Vec<Undecoded>,
     timer: Option<Pin<Box<Sleep>>>,
+    /// A timer was set or a task started since the last look at them: both must be polled
+    /// once (a new timer to have the waker, the command channel so a task's command wakes the
+    /// relay).
+    aux_due: bool,
     next_deadline: Option<Instant>,
     stopping: bool,
     closing: Closing,
@@ -291,11 +307,15 @@ struct Relay {
     stopped: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
+/// A runtime header block that went on before it was decoded, and the call it ended, if any.
+type Undecoded = (BytesMut, Option<(Box<str>, std::time::Duration)>);
+
 /// A connection error: GOAWAY with `reason` to the client, then the connection ends.
 struct Fatal(u32, &'static str);
 
 impl Relay {
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut first = true;
         loop {
             let mut busy = false;
             self.flush(cx);
@@ -311,52 +331,67 @@ impl Relay {
                     Poll::Ready(Ok(_)) => {
                         busy = true;
                         self.core.client_read();
+                        self.flush(cx);
                     }
                     Poll::Pending => {}
                 }
             }
             if self.core.b_held.is_none() && self.core.to_client.len() < HIGH_WATER {
-                if let Some(backend) = &mut self.backend {
-                    match read(backend, &mut self.core.b_in, cx) {
-                        Poll::Ready(Ok(0)) => {
-                            busy = true;
-                            self.core.backend_lost("the connection was closed".into());
-                        }
-                        Poll::Ready(Err(e)) => {
-                            busy = true;
-                            self.core.backend_lost(e.to_string());
-                        }
-                        Poll::Ready(Ok(_)) => {
-                            busy = true;
-                            self.core.backend_read();
-                        }
-                        Poll::Pending => {}
+                let got = match &mut self.backend {
+                    Some(backend) => read(backend, &mut self.core.b_in, cx),
+                    None => Poll::Pending,
+                };
+                match got {
+                    Poll::Ready(Ok(0)) => {
+                        busy = true;
+                        self.core.backend_lost("the connection was closed".into());
                     }
+                    Poll::Ready(Err(e)) => {
+                        busy = true;
+                        self.core.backend_lost(e.to_string());
+                    }
+                    Poll::Ready(Ok(_)) => {
+                        busy = true;
+                        self.core.backend_read();
+                        self.flush(cx);
+                    }
+                    Poll::Pending => {}
                 }
             }
             if !self.core.connected {
                 self.backend = None;
             }
-            while let Poll::Ready(Some(command)) = self.core.commands.poll_recv(cx) {
-                busy = true;
-                self.core.on_command(command);
-            }
-            if let Some(timer) = &mut self.core.timer {
-                if timer.as_mut().poll(cx).is_ready() {
-                    busy = true;
-                    self.core.timer = None;
-                    self.core.expire_deadlines();
+            // The calls' tasks, the deadline timer and shutdown, once per wake-up: each keeps
+            // the task's waker from its last poll, so what happens to them wakes the relay up
+            // for another turn (a new timer or task: see `aux_due`). Commands are only looked
+            // for while a task can send one or one is waiting.
+            if first || self.core.aux_due {
+                first = false;
+                if self.core.commands_tx.strong_count() > 1 || !self.core.commands.is_empty() {
+                    while let Poll::Ready(Some(command)) = self.core.commands.poll_recv(cx) {
+                        busy = true;
+                        self.core.on_command(command);
+                    }
                 }
-            }
-            if !self.core.stopping && self.stopped.as_mut().poll(cx).is_ready() {
-                busy = true;
-                self.core.stop();
+                self.core.aux_due = false;
+                if let Some(timer) = &mut self.core.timer {
+                    if timer.as_mut().poll(cx).is_ready() {
+                        busy = true;
+                        self.core.timer = None;
+                        self.core.expire_deadlines();
+                    }
+                }
+                if !self.core.stopping && self.stopped.as_mut().poll(cx).is_ready() {
+                    busy = true;
+                    self.core.stop();
+                }
             }
             if self.core.finished() {
                 self.core.done = true;
             }
             if !busy && !self.core.done {
                 self.flush(cx);
+                self.core.after_write();
                 if !self.core.done {
                     return Poll::Pending;
                 }
@@ -407,7 +442,7 @@ impl Core {
             b_block: None,
             c_held: None,
             b_held: None,
-            streams: HashMap::new(),
+            streams: BTreeMap::new(),
             last_stream: 0,
             client_window: Window::default(),
             backend_window: Window::default(),
@@ -417,7 +452,10 @@ impl Core {
             backend_max_frame: frame::DEFAULT_MAX_FRAME,
             commands_tx,
             commands,
+            ended: Vec::new(),
+            undecoded: Vec::new(),
             timer: None,
+            aux_due: false,
             next_deadline: None,
             stopping: false,
             closing: Closing::Open,
@@ -495,39 +533,49 @@ impl Core {
                 frame::settings(&mut self.to_client, &[(setting::MAX_CONCURRENT_STREAMS, self.max_streams)]);
             }
         }
-        while self.c_held.is_none() && self.c_in.len() >= HEAD_LEN {
-            let head = Head::parse(&self.c_in);
+        // Frames are handled where they lie in the input; it is taken for the loop (a frame held
+        // back stops it) and given back without what was handled.
+        let mut input = std::mem::take(&mut self.c_in);
+        let mut at = 0;
+        let result = loop {
+            if self.c_held.is_some() || self.done || input.len() - at < HEAD_LEN {
+                break Ok(());
+            }
+            let head = Head::parse(&input[at..]);
             if head.len > self.backend_max_frame {
-                return Err(Fatal(reason::FRAME_SIZE_ERROR, "frame larger than SETTINGS_MAX_FRAME_SIZE"));
+                break Err(Fatal(reason::FRAME_SIZE_ERROR, "frame larger than SETTINGS_MAX_FRAME_SIZE"));
             }
-            if self.c_in.len() < HEAD_LEN + head.len {
-                self.c_in.reserve(HEAD_LEN + head.len - self.c_in.len());
-                break;
+            let end = at + HEAD_LEN + head.len;
+            if input.len() < end {
+                input.reserve(end - input.len());
+                break Ok(());
             }
-            let raw = self.c_in.split_to(HEAD_LEN + head.len);
-            self.client_frame(head, raw)?;
-            if self.done {
-                break;
+            let handled = self.client_frame(head, &input[at..end]);
+            at = end;
+            if handled.is_err() {
+                break handled;
             }
-        }
-        Ok(())
+        };
+        input.advance(at);
+        self.c_in = input;
+        result
     }
 
-    fn client_frame(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
+    fn client_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
         if head.kind == kind::CONTINUATION || self.c_block.is_some() {
-            if let Some(block) = collect(&mut self.c_block, head, &raw)? {
-                return self.client_block(block);
+            if let Some(mut block) = collect(&mut self.c_block, head, raw)? {
+                return self.client_block(block.stream, block.flags, &block.raw, &mut block.fragment);
             }
             return Ok(());
         }
         match head.kind {
             kind::DATA => self.client_data(head, raw),
             kind::HEADERS => {
-                let block = start_block(head, raw)?;
+                let mut fragment = fragment(&head, raw)?;
                 if head.has(flag::END_HEADERS) {
-                    self.client_block(block)
+                    self.client_block(head.stream, head.flags, raw, &mut fragment)
                 } else {
-                    self.c_block = Some(block);
+                    self.c_block = Some(Block { stream: head.stream, flags: head.flags, raw: BytesMut::from(raw), fragment });
                     Ok(())
                 }
             }
@@ -556,7 +604,7 @@ impl Core {
                 } else if !self.connected {
                     return Ok(());
                 }
-                self.send_backend(&raw);
+                self.send_backend(raw);
                 self.flush_replies();
                 Ok(())
             }
@@ -567,7 +615,7 @@ impl Core {
                         self.closing = Closing::Final(self.last_stream);
                     }
                 } else if self.connected {
-                    self.send_backend(&raw);
+                    self.send_backend(raw);
                 } else if !head.has(flag::ACK) && head.len == 8 {
                     let opaque: [u8; 8] = raw[HEAD_LEN..].try_into().expect("8 bytes");
                     frame::ping(&mut self.to_client, true, &opaque);
@@ -575,7 +623,7 @@ impl Core {
                 Ok(())
             }
             kind::WINDOW_UPDATE => {
-                let increment = increment(&head, &raw)?;
+                let increment = increment(&head, raw)?;
                 if head.stream == 0 {
                     let theirs = self.client_window.granted(increment);
                     if theirs > 0 && self.connected {
@@ -587,24 +635,24 @@ impl Core {
                     t.window += i64::from(increment);
                     self.flush_reply(head.stream);
                 } else {
-                    self.send_backend(&raw);
+                    self.send_backend(raw);
                 }
                 Ok(())
             }
             kind::RST_STREAM => {
                 let Some(stream) = self.streams.get_mut(&head.stream) else {
-                    self.send_backend(&raw);
+                    self.send_backend(raw);
                     return Ok(());
                 };
                 match &mut stream.kind {
                     StreamKind::Relayed { .. } => {
-                        self.send_backend(&raw);
+                        self.send_backend(raw);
                         self.end_stream(head.stream, Status::new(Code::CANCELLED, "client reset the call"));
                     }
                     // The task is told, and records the call itself.
                     StreamKind::Intercepted(i) => {
                         i.task.cancel();
-                        self.send_backend(&raw);
+                        self.send_backend(raw);
                         self.streams.remove(&head.stream);
                     }
                     StreamKind::TakenOver(t) => {
@@ -617,13 +665,13 @@ impl Core {
             // PRIORITY, GOAWAY, PUSH_PROMISE (a client must not send it: the runtime says so),
             // and frame types this relay does not know (which peers ignore).
             _ => {
-                self.send_backend(&raw);
+                self.send_backend(raw);
                 Ok(())
             }
         }
     }
 
-    fn client_data(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
+    fn client_data(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
         let task = match self.streams.get_mut(&head.stream).map(|s| &mut s.kind) {
             Some(StreamKind::Intercepted(i)) => &mut i.task,
             Some(StreamKind::TakenOver(t)) => &mut t.task,
@@ -633,10 +681,10 @@ impl Core {
                         frame::window_update(&mut self.to_client, 0, head.len as u32);
                     }
                 } else if head.len as i64 > self.backend_window.room {
-                    self.c_held = Some((head, raw));
+                    self.c_held = Some((head, BytesMut::from(raw)));
                 } else {
                     self.backend_window.room -= head.len as i64;
-                    self.send_backend(&raw);
+                    self.send_backend(raw);
                 }
                 return Ok(());
             }
@@ -651,7 +699,7 @@ impl Core {
         }
         if let Some(body) = &task.body {
             if range.end > range.start {
-                let chunk = raw.freeze().slice(HEAD_LEN + range.start..HEAD_LEN + range.end);
+                let chunk = Bytes::copy_from_slice(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
                 if body.send(Ok(chunk)).is_err() {
                     task.body = None;
                 }
@@ -671,7 +719,7 @@ impl Core {
             if head.len as i64 <= self.backend_window.room {
                 let (head, raw) = self.c_held.take().expect("checked");
                 self.backend_window.room -= head.len as i64;
-                self.send_backend(&raw);
+                self.send_backend(raw.as_ref());
                 if let Err(Fatal(code, why)) = self.client_bytes() {
                     self.fatal(code, why);
                 }
@@ -680,13 +728,13 @@ impl Core {
     }
 
     /// A whole header block from the client: decoded, forwarded, and a new call routed.
-    fn client_block(&mut self, mut block: Block) -> Result<(), Fatal> {
-        decode(&mut self.c_hpack, &mut block.fragment, &mut self.headers)?;
-        let id = block.stream;
-        let end_stream = block.flags & flag::END_STREAM != 0;
+    /// `raw`: the block's frames as they came; `fragment`: the block itself.
+    fn client_block(&mut self, id: u32, flags: u8, raw: &[u8], fragment: &mut BytesMut) -> Result<(), Fatal> {
+        decode(&mut self.c_hpack, fragment, &mut self.headers)?;
+        let end_stream = flags & flag::END_STREAM != 0;
         if id <= self.last_stream || id % 2 == 0 {
             // Trailers of a call the client streams to (or a peer error the runtime reports).
-            self.send_backend(&block.raw);
+            self.send_backend(raw);
             if end_stream {
                 let task = match self.streams.get_mut(&id).map(|s| &mut s.kind) {
                     Some(StreamKind::Intercepted(i)) => Some(&mut i.task),
@@ -705,13 +753,13 @@ impl Core {
             Header::Path(p) => Some(Box::<str>::from(&**p)),
             _ => None,
         }) else {
-            self.send_backend(&block.raw);
+            self.send_backend(raw);
             return Ok(());
         };
         if let Closing::Final(last) = self.closing {
             if id > last {
                 // Refused by the final GOAWAY: the client knows; the runtime must not run it.
-                self.send_backend(&block.raw);
+                self.send_backend(raw);
                 self.reset_at_backend(id);
                 return Ok(());
             }
@@ -737,7 +785,7 @@ impl Core {
             self.take_over(id, path, route, end_stream, false);
             return Ok(());
         }
-        self.send_backend(&block.raw);
+        self.send_backend(raw);
         if self.streams.len() >= self.max_streams as usize {
             self.reset_at_backend(id);
             frame::rst_stream(&mut self.to_client, id, reason::REFUSED_STREAM);
@@ -777,14 +825,18 @@ impl Core {
                 outgoing: None,
                 window: self.backend_initial_window,
                 answer: None,
+                sent: false,
                 head: None,
                 data: BytesMut::new(),
+                early: BytesMut::new(),
+                early_answer: None,
             }))
         } else {
             StreamKind::TakenOver(Box::new(TakenOver { task, window: self.client_initial_window, reply: None, replied: false }))
         };
         self.streams.insert(id, Stream { method: path.clone(), start, head_sent: false, kind });
         let (router, commands) = (self.router.clone(), self.commands_tx.clone());
+        self.aux_due = true;
         self.tasks.spawn(Box::pin(async move {
             let method: &str = &path;
             let onward: Onward<'_> = if relayed {
@@ -833,33 +885,56 @@ impl Core {
     // ===== runtime → client =====
 
     fn backend_bytes(&mut self) -> Result<(), Fatal> {
-        while self.b_held.is_none() && self.b_in.len() >= HEAD_LEN {
-            let head = Head::parse(&self.b_in);
+        let mut input = std::mem::take(&mut self.b_in);
+        let mut at = 0;
+        let result = loop {
+            if self.b_held.is_some() || !self.connected || input.len() - at < HEAD_LEN {
+                break Ok(());
+            }
+            let head = Head::parse(&input[at..]);
             if head.len > self.client_max_frame.max(frame::DEFAULT_MAX_FRAME) {
-                return Err(Fatal(reason::FRAME_SIZE_ERROR, "frame larger than SETTINGS_MAX_FRAME_SIZE"));
+                break Err(Fatal(reason::FRAME_SIZE_ERROR, "frame larger than SETTINGS_MAX_FRAME_SIZE"));
             }
-            if self.b_in.len() < HEAD_LEN + head.len {
-                self.b_in.reserve(HEAD_LEN + head.len - self.b_in.len());
-                break;
+            let end = at + HEAD_LEN + head.len;
+            if input.len() < end {
+                input.reserve(end - input.len());
+                break Ok(());
             }
-            let raw = self.b_in.split_to(HEAD_LEN + head.len);
-            self.backend_frame(head, raw)?;
-            if !self.connected {
-                break;
+            let handled = self.backend_frame(head, &input[at..end]);
+            at = end;
+            if handled.is_err() {
+                break handled;
             }
+        };
+        input.advance(at);
+        if self.connected {
+            self.b_in = input;
         }
-        Ok(())
+        result
     }
 
-    fn backend_frame(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
+    fn backend_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
         if head.kind == kind::CONTINUATION || self.b_block.is_some() {
-            if let Some(block) = collect(&mut self.b_block, head, &raw)? {
-                return self.backend_block(block);
+            if let Some(mut block) = collect(&mut self.b_block, head, raw)? {
+                return self.backend_block(block.stream, block.flags, &block.raw, &mut block.fragment);
             }
             return Ok(());
         }
-        let on_stream =
-            matches!(self.streams.get(&head.stream), Some(Stream { kind: StreamKind::Relayed { .. } | StreamKind::Intercepted(_), .. }));
+        let on_stream = match self.streams.get_mut(&head.stream) {
+            Some(Stream { kind: StreamKind::Relayed { .. }, .. }) => true,
+            Some(Stream { kind: StreamKind::Intercepted(i), .. }) if i.sent => true,
+            Some(Stream { kind: StreamKind::Intercepted(i), .. }) => {
+                // Before the pre stage is done: a reset is held with the rest (see
+                // `backend_block`); a message before the request's is not gRPC, and dropped.
+                if head.kind == kind::RST_STREAM && i.early_answer.is_none() {
+                    i.early.extend_from_slice(raw);
+                    i.early_answer = Some(Err(Status::new(Code::UNAVAILABLE, "stream reset by the backend")));
+                    return Ok(());
+                }
+                false
+            }
+            _ => false,
+        };
         match head.kind {
             kind::DATA => {
                 if !on_stream {
@@ -870,17 +945,17 @@ impl Core {
                     return Ok(());
                 }
                 if head.len as i64 > self.client_window.room {
-                    self.b_held = Some((head, raw));
+                    self.b_held = Some((head, BytesMut::from(raw)));
                     return Ok(());
                 }
                 self.forward_data(head, raw)
             }
             kind::HEADERS => {
-                let block = start_block(head, raw)?;
+                let mut fragment = fragment(&head, raw)?;
                 if head.has(flag::END_HEADERS) {
-                    self.backend_block(block)
+                    self.backend_block(head.stream, head.flags, raw, &mut fragment)
                 } else {
-                    self.b_block = Some(block);
+                    self.b_block = Some(Block { stream: head.stream, flags: head.flags, raw: BytesMut::from(raw), fragment });
                     Ok(())
                 }
             }
@@ -915,7 +990,7 @@ impl Core {
                 Ok(())
             }
             kind::WINDOW_UPDATE => {
-                let increment = increment(&head, &raw)?;
+                let increment = increment(&head, raw)?;
                 if head.stream == 0 {
                     let theirs = self.backend_window.granted(increment);
                     if theirs > 0 {
@@ -927,30 +1002,33 @@ impl Core {
                     i.window += i64::from(increment);
                     self.flush_send(head.stream);
                 } else if on_stream {
-                    self.to_client.extend_from_slice(&raw);
+                    self.to_client.extend_from_slice(raw);
                 }
                 Ok(())
             }
             kind::PUSH_PROMISE => Err(Fatal(reason::PROTOCOL_ERROR, "PUSH_PROMISE from a gRPC server")),
             kind::RST_STREAM | kind::PRIORITY if head.stream != 0 && !on_stream => Ok(()),
             kind::RST_STREAM => {
-                self.to_client.extend_from_slice(&raw);
+                self.to_client.extend_from_slice(raw);
                 let code = if head.len == 4 { u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]]) } else { reason::PROTOCOL_ERROR };
                 let status = Status::new(Code::UNAVAILABLE, format!("stream reset by the backend: {}", h2::Reason::from(code)));
+                if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream) {
+                    i.answered(Err(status.clone()));
+                }
                 self.end_stream(head.stream, status);
                 Ok(())
             }
             // SETTINGS ACK, PING, GOAWAY, PRIORITY, unknown types.
             _ => {
-                self.to_client.extend_from_slice(&raw);
+                self.to_client.extend_from_slice(raw);
                 Ok(())
             }
         }
     }
 
-    fn forward_data(&mut self, head: Head, raw: BytesMut) -> Result<(), Fatal> {
+    fn forward_data(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
         self.client_window.room -= head.len as i64;
-        self.to_client.extend_from_slice(&raw);
+        self.to_client.extend_from_slice(raw);
         if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream) {
             let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
             if i.data.len() + range.len() <= ANSWER_COPY_LIMIT {
@@ -968,7 +1046,7 @@ impl Core {
         if let Some((head, _)) = &self.b_held {
             if head.len as i64 <= self.client_window.room {
                 let (head, raw) = self.b_held.take().expect("checked");
-                let result = self.forward_data(head, raw).and_then(|()| self.backend_bytes());
+                let result = self.forward_data(head, &raw).and_then(|()| self.backend_bytes());
                 if let Err(Fatal(_, why)) = result {
                     self.lose_backend(format!("protocol error: {why}"));
                 }
@@ -977,10 +1055,22 @@ impl Core {
     }
 
     /// A whole header block from the runtime: the response head or trailers of a call.
-    fn backend_block(&mut self, mut block: Block) -> Result<(), Fatal> {
-        decode(&mut self.b_hpack, &mut block.fragment, &mut self.headers)?;
-        let id = block.stream;
-        let end_stream = block.flags & flag::END_STREAM != 0;
+    /// `raw`: the block's frames as they came; `fragment`: the block itself.
+    fn backend_block(&mut self, id: u32, flags: u8, raw: &[u8], fragment: &mut BytesMut) -> Result<(), Fatal> {
+        let end_stream = flags & flag::END_STREAM != 0;
+        if self.b_verbatim {
+            if let Some(stream @ Stream { kind: StreamKind::Relayed { .. }, .. }) = self.streams.get_mut(&id) {
+                // A relayed call's block goes on as it came, before it is decoded (for the
+                // call's status, and to follow the table): that waits until the write is done.
+                stream.head_sent = true;
+                self.to_client.extend_from_slice(raw);
+                let ended = if end_stream { self.streams.remove(&id).map(|s| (s.method, s.start.elapsed())) } else { None };
+                self.undecoded.push((std::mem::take(fragment), ended));
+                return Ok(());
+            }
+        }
+        self.decode_undecoded()?;
+        decode(&mut self.b_hpack, fragment, &mut self.headers)?;
         let Some(stream) = self.streams.get_mut(&id) else {
             // Not forwardable: from now on the client's table is left as it is.
             self.b_verbatim = false;
@@ -990,6 +1080,24 @@ impl Core {
             self.b_verbatim = false;
             return Ok(());
         }
+        if let StreamKind::Intercepted(i) = &mut stream.kind {
+            if !i.sent {
+                // The runtime answers before the pre stage is done: held, so that the client
+                // gets it after the hooks ran, as it would without the relay.
+                self.b_verbatim = false;
+                let first = i.head.is_none();
+                if first {
+                    i.head = Some(response_head(&self.headers));
+                }
+                frame::put_headers(&mut i.early, id, end_stream, &literal_block(&self.headers), self.client_max_frame);
+                if end_stream {
+                    let head = i.head.take().unwrap_or_default();
+                    let trailers = (!first).then(|| fields(&self.headers));
+                    i.early_answer = Some(Ok(Answer { head, data: Bytes::new(), trailers }));
+                }
+                return Ok(());
+            }
+        }
         let first = !stream.head_sent;
         stream.head_sent = true;
         if let StreamKind::Intercepted(i) = &mut stream.kind {
@@ -998,17 +1106,9 @@ impl Core {
             }
         }
         if self.b_verbatim {
-            self.to_client.extend_from_slice(&block.raw);
+            self.to_client.extend_from_slice(raw);
         } else {
-            let mut out = BytesMut::with_capacity(block.raw.len() + 64);
-            for h in &self.headers {
-                match h {
-                    Header::Status(s) => frame::put_status(&mut out, s.as_u16()),
-                    Header::Field { name, value } => frame::put_literal(&mut out, name.as_str().as_bytes(), value.as_bytes()),
-                    _ => {}
-                }
-            }
-            frame::put_headers(&mut self.to_client, id, end_stream, &out, self.client_max_frame);
+            frame::put_headers(&mut self.to_client, id, end_stream, &literal_block(&self.headers), self.client_max_frame);
         }
         if end_stream {
             let status = status_of(&self.headers);
@@ -1037,7 +1137,20 @@ impl Core {
         match command {
             Command::Send { stream, body, answer } => {
                 match (self.connected, self.streams.get_mut(&stream)) {
-                    (true, Some(Stream { kind: StreamKind::Intercepted(i), .. })) => {
+                    (true, Some(Stream { kind: StreamKind::Intercepted(i), head_sent, .. })) => {
+                        i.sent = true;
+                        if !i.early.is_empty() {
+                            self.to_client.extend_from_slice(&i.early);
+                            i.early.clear();
+                            *head_sent = true;
+                        }
+                        if let Some(early) = i.early_answer.take() {
+                            // Answered already: the body has nowhere to go.
+                            let _ = answer.send(early);
+                            self.reset_at_backend(stream);
+                            self.streams.remove(&stream);
+                            return;
+                        }
                         i.outgoing = Some(body);
                         i.answer = Some(answer);
                     }
@@ -1167,8 +1280,33 @@ impl Core {
     fn end_stream(&mut self, id: u32, status: Status) {
         if let Some(stream) = self.streams.remove(&id) {
             if let StreamKind::Relayed { .. } = stream.kind {
-                self.router.record(&stream.method, &status, stream.start.elapsed());
+                self.ended.push((stream.method, status, stream.start.elapsed()));
             }
+        }
+    }
+
+    /// Decodes the runtime's header blocks that went on undecoded (in order, before any later
+    /// block), and learns the status of the calls they ended.
+    ///
+    /// Errors: a block that does not decode (the runtime connection cannot go on).
+    fn decode_undecoded(&mut self) -> Result<(), Fatal> {
+        for (mut fragment, ended) in std::mem::take(&mut self.undecoded) {
+            decode(&mut self.b_hpack, &mut fragment, &mut self.headers)?;
+            if let Some((method, elapsed)) = ended {
+                self.ended.push((method, status_of(&self.headers), elapsed));
+            }
+        }
+        Ok(())
+    }
+
+    /// What waits until the bytes at hand are written: decoding the runtime's blocks that went
+    /// on undecoded, and recording the relayed calls that ended (metrics and the call log).
+    pub fn after_write(&mut self) {
+        if let Err(Fatal(_, why)) = self.decode_undecoded() {
+            self.lose_backend(format!("protocol error: {why}"));
+        }
+        for (method, status, elapsed) in self.ended.drain(..) {
+            self.router.record(&method, &status, elapsed);
         }
     }
 
@@ -1209,6 +1347,7 @@ impl Core {
         }
         self.next_deadline = Some(deadline);
         self.timer = Some(Box::pin(tokio::time::sleep_until(deadline.into())));
+        self.aux_due = true;
     }
 
     fn expire_deadlines(&mut self) {
@@ -1241,6 +1380,7 @@ impl Core {
         if !self.connected {
             return;
         }
+        let _ = self.decode_undecoded();
         self.connected = false;
         tracing::warn!(backend = %self.runtime.path().display(), error = %why, "backend connection broken");
         self.runtime.connection_lost();
@@ -1294,6 +1434,7 @@ impl Core {
     /// recorded as cancelled, their tasks told.
     pub fn finish(&mut self) {
         self.client_gone();
+        self.after_write();
     }
 
     /// Queues `raw` for the runtime, if there is a runtime connection.
@@ -1364,7 +1505,7 @@ async fn call<'a>(
     }
 }
 
-/// Adds a frame to the header block being collected; returns the block once whole.
+/// Adds a CONTINUATION frame to the header block being collected; returns the block once whole.
 ///
 /// Errors: a frame other than CONTINUATION of the same stream (the block is interrupted), a
 /// CONTINUATION without a block, a block over [`MAX_HEADER_LIST_SIZE`].
@@ -1381,14 +1522,12 @@ fn collect(pending: &mut Option<Block>, head: Head, raw: &[u8]) -> Result<Option
     Ok(if head.has(flag::END_HEADERS) { pending.take() } else { None })
 }
 
-/// The header block a HEADERS frame starts (whole when it has END_HEADERS, else CONTINUATION
-/// frames follow: [`collect`]).
+/// The header block fragment of a HEADERS frame (without padding and priority fields).
 ///
 /// Errors: padding or priority fields that do not fit the frame.
-fn start_block(head: Head, raw: BytesMut) -> Result<Block, Fatal> {
-    let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
-    let fragment = BytesMut::from(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
-    Ok(Block { stream: head.stream, flags: head.flags, raw, fragment })
+fn fragment(head: &Head, raw: &[u8]) -> Result<BytesMut, Fatal> {
+    let range = frame::unpadded(head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
+    Ok(BytesMut::from(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]))
 }
 
 /// Decodes one header block into `out` (cleared first).
@@ -1445,6 +1584,20 @@ fn response_head(headers: &[Header]) -> Response<()> {
     }
     *head.headers_mut() = fields(headers);
     head
+}
+
+/// A decoded header block encoded again literally ([`frame::put_literal`]): `:status` and the
+/// regular fields.
+fn literal_block(headers: &[Header]) -> BytesMut {
+    let mut out = BytesMut::with_capacity(128);
+    for h in headers {
+        match h {
+            Header::Status(s) => frame::put_status(&mut out, s.as_u16()),
+            Header::Field { name, value } => frame::put_literal(&mut out, name.as_str().as_bytes(), value.as_bytes()),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The regular fields of a decoded header block.
