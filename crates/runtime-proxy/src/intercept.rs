@@ -5,8 +5,10 @@
 //!
 //! Flow: read the request → decode → build the hook request (from the request and the store) →
 //! pre stage → edit the request bytes where hooks changed something (original bytes otherwise,
-//! so fields newer than our proto survive) → forward → on success, record in the store → answer
-//! the client unchanged → post stage (its answers are not applied).
+//! so fields newer than our proto survive) → send on ([`Onward`]: the relay sends the body on
+//! the call's own stream and gives the client the answer unchanged as it comes, see
+//! [`crate::relay`]) → on success, record in the store → post stage (its answers are not
+//! applied).
 //!
 //! CRI versions: the same methods of `runtime.v1alpha2.RuntimeService` (kubelet 1.23–1.25,
 //! served by containerd 1.6 and 1.7) take the same flow. Every v1alpha2 message the proxy reads

@@ -310,6 +310,13 @@ struct Relay {
 /// A runtime header block that went on before it was decoded, and the call it ended, if any.
 type Undecoded = (BytesMut, Option<(Box<str>, std::time::Duration)>);
 
+/// The two peers of a relayed connection.
+#[derive(Clone, Copy)]
+enum Side {
+    Client,
+    Backend,
+}
+
 /// A connection error: GOAWAY with `reason` to the client, then the connection ends.
 struct Fatal(u32, &'static str);
 
@@ -533,32 +540,7 @@ impl Core {
                 frame::settings(&mut self.to_client, &[(setting::MAX_CONCURRENT_STREAMS, self.max_streams)]);
             }
         }
-        // Frames are handled where they lie in the input; it is taken for the loop (a frame held
-        // back stops it) and given back without what was handled.
-        let mut input = std::mem::take(&mut self.c_in);
-        let mut at = 0;
-        let result = loop {
-            if self.c_held.is_some() || self.done || input.len() - at < HEAD_LEN {
-                break Ok(());
-            }
-            let head = Head::parse(&input[at..]);
-            if head.len > self.backend_max_frame {
-                break Err(Fatal(reason::FRAME_SIZE_ERROR, "frame larger than SETTINGS_MAX_FRAME_SIZE"));
-            }
-            let end = at + HEAD_LEN + head.len;
-            if input.len() < end {
-                input.reserve(end - input.len());
-                break Ok(());
-            }
-            let handled = self.client_frame(head, &input[at..end]);
-            at = end;
-            if handled.is_err() {
-                break handled;
-            }
-        };
-        input.advance(at);
-        self.c_in = input;
-        result
+        self.frames(Side::Client)
     }
 
     fn client_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
@@ -605,7 +587,7 @@ impl Core {
                     return Ok(());
                 }
                 self.send_backend(raw);
-                self.flush_replies();
+                self.flush_pending();
                 Ok(())
             }
             kind::PING => {
@@ -630,7 +612,7 @@ impl Core {
                         frame::window_update(&mut self.to_backend, 0, theirs);
                     }
                     self.release_b_held();
-                    self.flush_replies();
+                    self.flush_pending();
                 } else if let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&head.stream) {
                     t.window += i64::from(increment);
                     self.flush_reply(head.stream);
@@ -885,14 +867,32 @@ impl Core {
     // ===== runtime → client =====
 
     fn backend_bytes(&mut self) -> Result<(), Fatal> {
-        let mut input = std::mem::take(&mut self.b_in);
+        self.frames(Side::Backend)
+    }
+
+    /// Handles the whole frames at the front of one side's input, where they lie (no copy per
+    /// frame): the input is taken for the loop and given back without what was handled. Stops
+    /// at a frame held back for want of window, and when that side can take no more (the
+    /// connection over, the runtime connection lost).
+    ///
+    /// Errors: a frame larger than the receiver's SETTINGS_MAX_FRAME_SIZE, or the frame
+    /// handler's.
+    fn frames(&mut self, from: Side) -> Result<(), Fatal> {
+        let (mut input, max_frame) = match from {
+            Side::Client => (std::mem::take(&mut self.c_in), self.backend_max_frame),
+            Side::Backend => (std::mem::take(&mut self.b_in), self.client_max_frame.max(frame::DEFAULT_MAX_FRAME)),
+        };
         let mut at = 0;
         let result = loop {
-            if self.b_held.is_some() || !self.connected || input.len() - at < HEAD_LEN {
+            let stopped = match from {
+                Side::Client => self.c_held.is_some() || self.done,
+                Side::Backend => self.b_held.is_some() || !self.connected,
+            };
+            if stopped || input.len() - at < HEAD_LEN {
                 break Ok(());
             }
             let head = Head::parse(&input[at..]);
-            if head.len > self.client_max_frame.max(frame::DEFAULT_MAX_FRAME) {
+            if head.len > max_frame {
                 break Err(Fatal(reason::FRAME_SIZE_ERROR, "frame larger than SETTINGS_MAX_FRAME_SIZE"));
             }
             let end = at + HEAD_LEN + head.len;
@@ -900,15 +900,21 @@ impl Core {
                 input.reserve(end - input.len());
                 break Ok(());
             }
-            let handled = self.backend_frame(head, &input[at..end]);
+            let handled = match from {
+                Side::Client => self.client_frame(head, &input[at..end]),
+                Side::Backend => self.backend_frame(head, &input[at..end]),
+            };
             at = end;
             if handled.is_err() {
                 break handled;
             }
         };
         input.advance(at);
-        if self.connected {
-            self.b_in = input;
+        match from {
+            Side::Client => self.c_in = input,
+            // Once the runtime connection is lost, what it sent is dropped with it.
+            Side::Backend if self.connected => self.b_in = input,
+            Side::Backend => {}
         }
         result
     }
@@ -986,7 +992,7 @@ impl Core {
                     entries.push((setting::MAX_CONCURRENT_STREAMS, self.max_streams));
                 }
                 frame::settings(&mut self.to_client, &entries);
-                self.flush_outgoing();
+                self.flush_pending();
                 Ok(())
             }
             kind::WINDOW_UPDATE => {
@@ -997,7 +1003,7 @@ impl Core {
                         frame::window_update(&mut self.to_client, 0, theirs);
                     }
                     self.release_c_held();
-                    self.flush_outgoing();
+                    self.flush_pending();
                 } else if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream) {
                     i.window += i64::from(increment);
                     self.flush_send(head.stream);
@@ -1191,15 +1197,24 @@ impl Core {
         }
     }
 
-    fn flush_outgoing(&mut self) {
-        let ids: Vec<u32> = self
+    /// Writes what waits for window room: intercepted calls' bodies to the runtime, taken-over
+    /// calls' answers to the client.
+    fn flush_pending(&mut self) {
+        let waiting: Vec<(u32, bool)> = self
             .streams
             .iter()
-            .filter(|(_, s)| matches!(&s.kind, StreamKind::Intercepted(i) if i.outgoing.is_some()))
-            .map(|(id, _)| *id)
+            .filter_map(|(id, s)| match &s.kind {
+                StreamKind::Intercepted(i) if i.outgoing.is_some() => Some((*id, true)),
+                StreamKind::TakenOver(t) if t.reply.is_some() => Some((*id, false)),
+                _ => None,
+            })
             .collect();
-        for id in ids {
-            self.flush_send(id);
+        for (id, body) in waiting {
+            if body {
+                self.flush_send(id);
+            } else {
+                self.flush_reply(id);
+            }
         }
     }
 
@@ -1220,18 +1235,6 @@ impl Core {
             Err(status) => PendingReply { head: Some(trailers_only(&status)), data: Bytes::new(), trailers: None },
         });
         self.flush_reply(id);
-    }
-
-    fn flush_replies(&mut self) {
-        let ids: Vec<u32> = self
-            .streams
-            .iter()
-            .filter(|(_, s)| matches!(&s.kind, StreamKind::TakenOver(t) if t.reply.is_some()))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            self.flush_reply(id);
-        }
     }
 
     /// Writes as much of a taken-over call's answer as the client's windows take.
