@@ -183,16 +183,6 @@ impl Backend {
         Ok(stream)
     }
 
-    /// Whether the socket can be dialled now (the connection is closed at once); counted as
-    /// [`Backend::dial_raw`] is.
-    pub fn reachable(&self) -> bool {
-        let up = std::os::unix::net::UnixStream::connect(&self.path).is_ok();
-        if up {
-            self.connected();
-        }
-        up
-    }
-
     /// Tells the backend that a connection to it broke (its peer closed it or it failed), so
     /// the next connection made counts as a reconnection.
     pub fn connection_lost(&self) {

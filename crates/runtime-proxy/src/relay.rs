@@ -78,6 +78,14 @@ const HIGH_WATER: usize = 1 << 20;
 /// The opaque data of the PING the relay sends between its two GOAWAY frames.
 const CLOSING_PING: [u8; 8] = *b"rp-close";
 
+/// Most fields a header block may decode to (gRPC calls carry a dozen); a larger one ends the
+/// connection (it cannot go on: the HPACK state is lost), as one over `MAX_HEADER_LIST_SIZE`
+/// decoded bytes does.
+const MAX_FIELDS: usize = 4096;
+
+/// Decoded fields kept room for between blocks.
+const MAX_FIELDS_KEPT: usize = 64;
+
 /// Most bytes of an intercepted call's answer copied for the interceptor (which reads one ID
 /// from it); a longer answer still goes to the client whole.
 const ANSWER_COPY_LIMIT: usize = 16 << 20;
@@ -124,6 +132,8 @@ enum Command {
     Fail { stream: u32, status: Status },
     /// Write this answer of a taken-over call to the client.
     Reply { stream: u32, answer: Result<Answer, Status> },
+    /// Whether the runtime took a connection, while there is none to relay on.
+    Probed { up: bool },
 }
 
 /// How far the graceful GOAWAY has gone.
@@ -213,6 +223,10 @@ struct Intercepted {
     /// The answer so far, as relayed to the client.
     head: Option<Response<()>>,
     data: BytesMut,
+    /// The answer was too long to copy whole ([`ANSWER_COPY_LIMIT`]).
+    data_cut: bool,
+    /// The caller's deadline (`grpc-timeout`), enforced once the body went on, until the head.
+    deadline: Option<Instant>,
     /// What the runtime answered before the pre stage was done (an encoding it does not
     /// take, say), held for the client until it is: frames, and the whole answer.
     early: BytesMut,
@@ -279,6 +293,10 @@ pub struct Core {
     backend_initial_window: i64,
     client_max_frame: usize,
     backend_max_frame: usize,
+    /// The runtime's SETTINGS reached the client.
+    backend_settings: bool,
+    /// A task is dialling the runtime to learn whether it is back (no runtime connection).
+    probing: bool,
     commands_tx: mpsc::UnboundedSender<Command>,
     commands: mpsc::UnboundedReceiver<Command>,
     /// Relayed calls that ended, to record ([`Core::after_write`]).
@@ -329,7 +347,8 @@ impl Relay {
             if self.core.done {
                 return Poll::Ready(());
             }
-            if self.core.c_held.is_none() && self.core.to_backend.len() < HIGH_WATER {
+            let room = self.core.to_backend.len() < HIGH_WATER && self.core.to_client.len() < HIGH_WATER;
+            if self.core.c_held.is_none() && room {
                 match read(&mut self.client, &mut self.core.c_in, cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         self.core.client_gone();
@@ -343,7 +362,7 @@ impl Relay {
                     Poll::Pending => {}
                 }
             }
-            if self.core.b_held.is_none() && self.core.to_client.len() < HIGH_WATER {
+            if self.core.b_held.is_none() && room {
                 let got = match &mut self.backend {
                     Some(backend) => read(backend, &mut self.core.b_in, cx),
                     None => Poll::Pending,
@@ -457,6 +476,8 @@ impl Core {
             backend_initial_window: frame::DEFAULT_WINDOW,
             client_max_frame: frame::DEFAULT_MAX_FRAME,
             backend_max_frame: frame::DEFAULT_MAX_FRAME,
+            backend_settings: false,
+            probing: false,
             commands_tx,
             commands,
             ended: Vec::new(),
@@ -575,7 +596,7 @@ impl Core {
                                     }
                                 }
                             }
-                            setting::MAX_FRAME_SIZE => self.client_max_frame = value as usize,
+                            setting::MAX_FRAME_SIZE => self.client_max_frame = frame_size(value),
                             _ => {}
                         }
                     }
@@ -672,10 +693,12 @@ impl Core {
             }
         };
         let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
-        // The runtime does not get these bytes as they are: the client gets its window back.
+        // The runtime does not get these bytes as they are: the client gets its connection
+        // window back, and the stream's while the task takes the body (a body it no longer
+        // takes stalls in the client, not in the proxy).
         if head.len > 0 {
             frame::window_update(&mut self.to_client, 0, head.len as u32);
-            if !head.has(flag::END_STREAM) {
+            if !head.has(flag::END_STREAM) && task.body.is_some() {
                 frame::window_update(&mut self.to_client, head.stream, head.len as u32);
             }
         }
@@ -727,6 +750,7 @@ impl Core {
                     task.body = None;
                     task.client_done = true;
                 }
+                self.remove_if_done(id);
             }
             return Ok(());
         }
@@ -751,9 +775,19 @@ impl Core {
             // No runtime connection to relay on: the call goes over the shared one, which
             // answers UNAVAILABLE naming the socket while the runtime is down. Once it is back,
             // the client is asked to come back on a new, relayed, connection.
-            if self.closing == Closing::Open && self.runtime.reachable() {
-                tracing::info!(backend = %self.runtime.path().display(), "backend reachable again; asking the client to reconnect");
-                self.begin_close();
+            if self.closing == Closing::Open && !self.probing {
+                // Is it back? Dialled by a task (a connect can block), answered as a command.
+                self.probing = true;
+                self.aux_due = true;
+                let (runtime, commands) = (self.runtime.clone(), self.commands_tx.clone());
+                self.tasks.spawn(async move {
+                    let up = runtime.dial_raw().await.is_ok();
+                    let _ = commands.send(Command::Probed { up });
+                });
+            }
+            if self.streams.len() >= self.max_streams as usize {
+                frame::rst_stream(&mut self.to_client, id, reason::REFUSED_STREAM);
+                return Ok(());
             }
             if path.ends_with("/GetContainerEvents") {
                 // A stream cannot be taken over whole; the client opens it again on the new
@@ -764,7 +798,7 @@ impl Core {
                 return Ok(());
             }
             let route = self.router.route(&path);
-            self.take_over(id, path, route, end_stream, false);
+            self.take_over(id, path, route, end_stream, None);
             return Ok(());
         }
         self.send_backend(raw);
@@ -773,35 +807,39 @@ impl Core {
             frame::rst_stream(&mut self.to_client, id, reason::REFUSED_STREAM);
             return Ok(());
         }
-        match self.router.route(&path) {
+        let route = self.router.route(&path);
+        let deadline = match route {
+            Route::Unary => None,
+            _ => self.headers.iter().find_map(|h| match h {
+                Header::Field { name, value } if name == "grpc-timeout" => grpc::parse_timeout_value(value).map(|d| start + d),
+                _ => None,
+            }),
+        };
+        if let Some(d) = deadline {
+            self.arm(d);
+        }
+        match route {
             Route::Relay => {
-                let deadline = self.headers.iter().find_map(|h| match h {
-                    Header::Field { name, value } if name == "grpc-timeout" => grpc::parse_timeout_value(value).map(|d| start + d),
-                    _ => None,
-                });
-                if let Some(d) = deadline {
-                    self.arm(d);
-                }
                 self.streams.insert(id, Stream { method: path, start, head_sent: false, kind: StreamKind::Relayed { deadline } });
             }
-            route @ Route::Intercept(_) => self.take_over(id, path, route, end_stream, true),
-            route @ Route::Unary => {
+            Route::Intercept(_) => self.take_over(id, path, route, end_stream, Some(deadline)),
+            Route::Unary => {
                 self.reset_at_backend(id);
-                self.take_over(id, path, route, end_stream, false);
+                self.take_over(id, path, route, end_stream, None);
             }
         }
         Ok(())
     }
 
-    /// Starts the task of an intercepted call (`relayed`: it goes on on this stream) or a
-    /// taken-over one (over the shared connection).
-    fn take_over(&mut self, id: u32, path: Box<str>, route: Route, end_stream: bool, relayed: bool) {
+    /// Starts the task of an intercepted call that goes on on this stream (`relayed`: `Some`
+    /// of its deadline) or of a call taken over (sent over the shared connection).
+    fn take_over(&mut self, id: u32, path: Box<str>, route: Route, end_stream: bool, relayed: Option<Option<Instant>>) {
         let start = Instant::now();
         let parts = request_parts(&self.headers, &path);
         let (body_tx, body) = mpsc::unbounded_channel();
         let (cancel, cancelled) = oneshot::channel();
         let task = Task { body: (!end_stream).then_some(body_tx), cancel: Some(cancel), client_done: end_stream };
-        let kind = if relayed {
+        let kind = if let Some(deadline) = relayed {
             StreamKind::Intercepted(Box::new(Intercepted {
                 task,
                 outgoing: None,
@@ -810,6 +848,8 @@ impl Core {
                 sent: false,
                 head: None,
                 data: BytesMut::new(),
+                data_cut: false,
+                deadline,
                 early: BytesMut::new(),
                 early_answer: None,
             }))
@@ -818,26 +858,25 @@ impl Core {
         };
         self.streams.insert(id, Stream { method: path.clone(), start, head_sent: false, kind });
         let (router, commands) = (self.router.clone(), self.commands_tx.clone());
+        let relayed = relayed.is_some();
         self.aux_due = true;
         self.tasks.spawn(Box::pin(async move {
             let method: &str = &path;
-            let onward: Onward<'_> = if relayed {
-                let late = format!("{method}: deadline exceeded waiting for {}", router.runtime());
-                on_stream(id, commands.clone(), late)
-            } else {
-                intercept::over_shared(router.backend_for(method), method)
-            };
+            let onward: Onward<'_> =
+                if relayed { on_stream(id, commands.clone()) } else { intercept::over_shared(router.backend_for(method), method) };
             let cancelled = async {
                 if cancelled.await.is_err() {
                     std::future::pending::<()>().await;
                 }
             };
             let outcome = tokio::select! {
-                outcome = call(&router, route, method, onward, parts, body) => outcome,
+                // A client's reset wins over what it caused (the answer channel dropped).
+                biased;
                 () = cancelled => {
                     router.record(method, &Status::new(Code::CANCELLED, "client reset the call"), start.elapsed());
                     return;
                 }
+                outcome = call(&router, route, method, onward, parts, body) => outcome,
             };
             let (status, post) = match outcome {
                 Ok((answer, post)) => {
@@ -971,7 +1010,7 @@ impl Core {
                 for (id, value) in &mut entries {
                     match *id {
                         setting::HEADER_TABLE_SIZE => self.c_hpack.queue_size_update(*value as usize),
-                        setting::MAX_FRAME_SIZE => self.backend_max_frame = *value as usize,
+                        setting::MAX_FRAME_SIZE => self.backend_max_frame = frame_size(*value),
                         setting::INITIAL_WINDOW_SIZE => {
                             let delta = i64::from(*value) - self.backend_initial_window;
                             self.backend_initial_window = i64::from(*value);
@@ -992,6 +1031,7 @@ impl Core {
                     entries.push((setting::MAX_CONCURRENT_STREAMS, self.max_streams));
                 }
                 frame::settings(&mut self.to_client, &entries);
+                self.backend_settings = true;
                 self.flush_pending();
                 Ok(())
             }
@@ -1013,7 +1053,38 @@ impl Core {
                 Ok(())
             }
             kind::PUSH_PROMISE => Err(Fatal(reason::PROTOCOL_ERROR, "PUSH_PROMISE from a gRPC server")),
-            kind::RST_STREAM | kind::PRIORITY if head.stream != 0 && !on_stream => Ok(()),
+            // A stream the relay answers itself (taken over, or an early answer held): not the
+            // client's business. A reset of a stream already ended (RST_STREAM(NO_ERROR) after
+            // the trailers: "stop sending") goes on.
+            kind::RST_STREAM | kind::PRIORITY if head.stream != 0 && !on_stream => {
+                if head.kind == kind::RST_STREAM && !self.streams.contains_key(&head.stream) {
+                    self.to_client.extend_from_slice(raw);
+                }
+                Ok(())
+            }
+            kind::GOAWAY if head.len >= 8 => {
+                // The runtime is going away: streams above `last` were not processed (the
+                // client retries them, it has the GOAWAY); the connection ends once the rest
+                // have, and the relay adds no GOAWAY of its own.
+                self.to_client.extend_from_slice(raw);
+                let last = u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]]) & 0x7fff_ffff;
+                let refused: Vec<u32> = self
+                    .streams
+                    .range(last.saturating_add(1)..)
+                    .filter(|(_, s)| !matches!(s.kind, StreamKind::TakenOver(_)))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in refused {
+                    if let Some(Stream { kind: StreamKind::Intercepted(mut i), .. }) = self.streams.remove(&id) {
+                        i.task.cancel();
+                    }
+                }
+                self.closing = match self.closing {
+                    Closing::Final(f) => Closing::Final(f.min(last)),
+                    _ => Closing::Final(last),
+                };
+                Ok(())
+            }
             kind::RST_STREAM => {
                 self.to_client.extend_from_slice(raw);
                 let code = if head.len == 4 { u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]]) } else { reason::PROTOCOL_ERROR };
@@ -1037,8 +1108,18 @@ impl Core {
         self.to_client.extend_from_slice(raw);
         if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream) {
             let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
-            if i.data.len() + range.len() <= ANSWER_COPY_LIMIT {
+            if i.data.len() + range.len() <= ANSWER_COPY_LIMIT && !i.data_cut {
                 i.data.extend_from_slice(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
+            } else {
+                // Too long to copy: the interceptor gets no message from it (the client still
+                // gets all of it).
+                i.data_cut = true;
+                i.data.clear();
+            }
+            if head.has(flag::END_STREAM) {
+                // Ended without trailers: the answer's status is the head's, if any.
+                let answer = Answer { head: i.head.take().unwrap_or_default(), data: std::mem::take(&mut i.data).freeze(), trailers: None };
+                i.answered(Ok(answer));
             }
         }
         if head.has(flag::END_STREAM) {
@@ -1052,7 +1133,22 @@ impl Core {
         if let Some((head, _)) = &self.b_held {
             if head.len as i64 <= self.client_window.room {
                 let (head, raw) = self.b_held.take().expect("checked");
-                let result = self.forward_data(head, &raw).and_then(|()| self.backend_bytes());
+                let live = match self.streams.get(&head.stream) {
+                    Some(Stream { kind: StreamKind::Relayed { .. }, .. }) => true,
+                    Some(Stream { kind: StreamKind::Intercepted(i), .. }) => i.sent,
+                    _ => false,
+                };
+                let result = if live {
+                    self.forward_data(head, &raw)
+                } else {
+                    // The call ended meanwhile (a deadline, a failure): the runtime gets its
+                    // window back, the client nothing on a closed stream.
+                    if head.len > 0 {
+                        frame::window_update(&mut self.to_backend, 0, head.len as u32);
+                    }
+                    Ok(())
+                };
+                let result = result.and_then(|()| self.backend_bytes());
                 if let Err(Fatal(_, why)) = result {
                     self.lose_backend(format!("protocol error: {why}"));
                 }
@@ -1174,6 +1270,13 @@ impl Core {
                 }
             }
             Command::Reply { stream, answer } => self.on_reply(stream, answer),
+            Command::Probed { up } => {
+                self.probing = false;
+                if up && self.closing == Closing::Open {
+                    tracing::info!(backend = %self.runtime.path().display(), "backend reachable again; asking the client to reconnect");
+                    self.begin_close();
+                }
+            }
         }
     }
 
@@ -1263,6 +1366,13 @@ impl Core {
             }
             t.reply = None;
             t.replied = true;
+            if !t.task.client_done {
+                // Answered while the client still sends (a task that failed early): it is told
+                // to stop (RFC 9113 §8.1), and the stream is forgotten.
+                t.task.cancel();
+                frame::rst_stream(&mut self.to_client, id, reason::NO_ERROR);
+                self.streams.remove(&id);
+            }
             self.remove_if_done(id);
         }
     }
@@ -1293,13 +1403,23 @@ impl Core {
     ///
     /// Errors: a block that does not decode (the runtime connection cannot go on).
     fn decode_undecoded(&mut self) -> Result<(), Fatal> {
+        let mut result = Ok(());
         for (mut fragment, ended) in std::mem::take(&mut self.undecoded) {
-            decode(&mut self.b_hpack, &mut fragment, &mut self.headers)?;
+            let status = match result {
+                Ok(()) => match decode(&mut self.b_hpack, &mut fragment, &mut self.headers) {
+                    Ok(()) => status_of(&self.headers),
+                    Err(e) => {
+                        result = Err(e);
+                        Status::new(Code::UNKNOWN, "the backend's trailers could not be decoded")
+                    }
+                },
+                Err(_) => Status::new(Code::UNKNOWN, "the backend's trailers could not be decoded"),
+            };
             if let Some((method, elapsed)) = ended {
-                self.ended.push((method, status_of(&self.headers), elapsed));
+                self.ended.push((method, status, elapsed));
             }
         }
-        Ok(())
+        result
     }
 
     /// What waits until the bytes at hand are written: decoding the runtime's blocks that went
@@ -1359,7 +1479,12 @@ impl Core {
         let mut expired = Vec::new();
         let mut next: Option<Instant> = None;
         for (id, s) in &self.streams {
-            if let (StreamKind::Relayed { deadline: Some(d) }, false) = (&s.kind, s.head_sent) {
+            let deadline = match &s.kind {
+                StreamKind::Relayed { deadline } => *deadline,
+                StreamKind::Intercepted(i) if i.sent => i.deadline,
+                _ => None,
+            };
+            if let (Some(d), false) = (&deadline, s.head_sent) {
                 if *d <= now {
                     expired.push((*id, d.saturating_duration_since(s.start)));
                 } else {
@@ -1391,7 +1516,19 @@ impl Core {
         self.b_in.clear();
         self.b_block = None;
         self.b_held = None;
-        self.c_held = None;
+        // The relay is the client's peer from now on: SETTINGS if the runtime's never came, the
+        // held DATA's credit back, and the client's connection window as a fresh peer's.
+        if !self.backend_settings {
+            frame::settings(&mut self.to_client, &[(setting::MAX_CONCURRENT_STREAMS, self.max_streams)]);
+        }
+        if let Some((head, _)) = self.c_held.take() {
+            self.backend_window.room += head.len as i64;
+        }
+        let client_view = self.backend_window.room + self.backend_window.debt as i64;
+        if client_view < frame::DEFAULT_WINDOW {
+            frame::window_update(&mut self.to_client, 0, (frame::DEFAULT_WINDOW - client_view) as u32);
+        }
+        self.backend_window = Window { room: frame::DEFAULT_WINDOW.max(client_view), debt: 0 };
         let on_it: Vec<u32> = self.streams.iter().filter(|(_, s)| !matches!(s.kind, StreamKind::TakenOver(_))).map(|(id, _)| *id).collect();
         for id in on_it {
             let method = self.streams.get(&id).map(|s| s.method.clone()).unwrap_or_default();
@@ -1468,18 +1605,15 @@ impl Intercepted {
 }
 
 /// Onward for an intercepted call: the body goes back to the relay, to be sent on `stream`;
-/// the answer comes from it (`late`: the message when the deadline passes first).
-fn on_stream<'a>(stream: u32, commands: mpsc::UnboundedSender<Command>, late: String) -> Onward<'a> {
-    Box::new(move |_head, body, deadline| {
+/// the answer comes from it (which also enforces the deadline, as for relayed calls, so that
+/// the task and the client learn the same outcome).
+fn on_stream<'a>(stream: u32, commands: mpsc::UnboundedSender<Command>) -> Onward<'a> {
+    Box::new(move |_head, body, _deadline| {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
             let gone = || Status::new(Code::UNAVAILABLE, "the client's connection closed");
             commands.send(Command::Send { stream, body, answer: tx }).map_err(|_| gone())?;
-            let answer = async { rx.await.unwrap_or_else(|_| Err(gone())) };
-            match deadline {
-                None => answer.await,
-                Some(d) => tokio::time::timeout_at(d.into(), answer).await.map_err(|_| Status::new(Code::DEADLINE_EXCEEDED, late))?,
-            }
+            rx.await.unwrap_or_else(|_| Err(gone()))
         })
     })
 }
@@ -1539,12 +1673,31 @@ fn fragment(head: &Head, raw: &[u8]) -> Result<BytesMut, Fatal> {
 /// is lost).
 fn decode(hpack: &mut Decoder, fragment: &mut BytesMut, out: &mut Vec<Header>) -> Result<(), Fatal> {
     out.clear();
-    hpack
-        .decode(&mut Cursor::new(fragment), |h| {
-            out.push(h);
-            ControlFlow::Continue(())
-        })
-        .map_err(|_| Fatal(reason::COMPRESSION_ERROR, "cannot decode a header block"))
+    if out.capacity() > 4 * MAX_FIELDS_KEPT {
+        out.shrink_to(MAX_FIELDS_KEPT);
+    }
+    let mut size = 0usize;
+    let mut too_large = false;
+    let decoded = hpack.decode(&mut Cursor::new(fragment), |h| {
+        // RFC 9113 §6.5.2's size of a field: name, value and 32.
+        size += h.len();
+        if out.len() >= MAX_FIELDS || size > MAX_HEADER_LIST_SIZE as usize {
+            too_large = true;
+            return ControlFlow::Break(());
+        }
+        out.push(h);
+        ControlFlow::Continue(())
+    });
+    if too_large {
+        return Err(Fatal(reason::PROTOCOL_ERROR, "header list too large"));
+    }
+    decoded.map_err(|_| Fatal(reason::COMPRESSION_ERROR, "cannot decode a header block"))
+}
+
+/// A SETTINGS_MAX_FRAME_SIZE value within what RFC 9113 allows (16 KiB to 16 MiB − 1; a peer
+/// that sends another breaks the protocol, and is read as the nearest bound).
+fn frame_size(value: u32) -> usize {
+    value.clamp(frame::DEFAULT_MAX_FRAME as u32, (1 << 24) - 1) as usize
 }
 
 /// A WINDOW_UPDATE's increment.
