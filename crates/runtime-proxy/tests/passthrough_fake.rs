@@ -147,3 +147,45 @@ async fn a_call_the_backend_resets_is_reset_for_the_client_too() {
     assert_eq!(proxied.code(), direct.code(), "through the proxy: {proxied:?}; direct: {direct:?}");
     assert!(!proxied.message().contains("backend unix://"), "a reset, not the proxy's own status: {proxied:?}");
 }
+
+/// A header block that decodes to 32 000 fields (each one byte on the wire: HPACK static index
+/// 16) ends that client's connection with GOAWAY(PROTOCOL_ERROR), not a panic or gigabytes of
+/// decoded headers; the proxy goes on serving other connections.
+#[tokio::test]
+async fn a_header_block_of_too_many_fields_ends_the_connection_not_the_proxy() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let reply = cri::VersionResponse { version: "0.1.0".into(), runtime_name: "fake".into(), ..Default::default() };
+    let fake = FakeBackend::start(Behaviour::ok(&reply.encode_to_vec())).await;
+    let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    };
+    let path = b"/runtime.v1.RuntimeService/Version";
+    let mut block = vec![0x83, 0x86, 0x04, path.len() as u8];
+    block.extend_from_slice(path);
+    block.extend(std::iter::repeat_n(0x90u8, 16_000));
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, &[]));
+    out.extend(frame(1, 0, 1, &block)); // HEADERS, no END_HEADERS
+    out.extend(frame(9, 0x4, 1, &[0x90u8; 16_000])); // CONTINUATION, END_HEADERS
+    let mut conn = tokio::net::UnixStream::connect(proxy.socket()).await.unwrap();
+    conn.write_all(&out).await.unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut seen)).await.expect("the proxy closes the connection").ok();
+    let mut goaway = None;
+    let mut at = 0;
+    while at + 9 <= seen.len() {
+        let len = u32::from_be_bytes([0, seen[at], seen[at + 1], seen[at + 2]]) as usize;
+        if seen[at + 3] == 7 && len >= 8 && at + 9 + len <= seen.len() {
+            goaway = Some(u32::from_be_bytes(seen[at + 13..at + 17].try_into().unwrap()));
+        }
+        at += 9 + len;
+    }
+    assert_eq!(goaway, Some(1), "GOAWAY(PROTOCOL_ERROR) before the close: {seen:?}");
+    let v = runtime_client(proxy.socket()).version(cri::VersionRequest::default()).await.expect("the proxy still serves");
+    assert_eq!(v.into_inner().runtime_name, "fake");
+}
