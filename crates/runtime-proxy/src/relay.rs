@@ -220,6 +220,9 @@ struct Intercepted {
     answer: Option<oneshot::Sender<Result<Answer, Status>>>,
     /// The interceptor handed the body back (the pre stage is done).
     sent: bool,
+    /// The client's END_STREAM already went to the runtime (on its HEADERS, or on trailers,
+    /// which go on at once): nothing can follow it, the body is not sent.
+    upstream_closed: bool,
     /// The answer so far, as relayed to the client.
     head: Option<Response<()>>,
     data: BytesMut,
@@ -742,7 +745,10 @@ impl Core {
             self.send_backend(raw);
             if end_stream {
                 let task = match self.streams.get_mut(&id).map(|s| &mut s.kind) {
-                    Some(StreamKind::Intercepted(i)) => Some(&mut i.task),
+                    Some(StreamKind::Intercepted(i)) => {
+                        i.upstream_closed = true;
+                        Some(&mut i.task)
+                    }
                     Some(StreamKind::TakenOver(t)) => Some(&mut t.task),
                     _ => None,
                 };
@@ -846,6 +852,7 @@ impl Core {
                 window: self.backend_initial_window,
                 answer: None,
                 sent: false,
+                upstream_closed: end_stream,
                 head: None,
                 data: BytesMut::new(),
                 data_cut: false,
@@ -1283,6 +1290,10 @@ impl Core {
     /// Sends as much of an intercepted call's body as the runtime's windows take.
     fn flush_send(&mut self, id: u32) {
         let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&id) else { return };
+        if i.upstream_closed {
+            i.outgoing = None;
+            return;
+        }
         let Some(out) = &mut i.outgoing else { return };
         let room = self.backend_window.room.min(i.window).max(0) as usize;
         let n = room.min(out.len());

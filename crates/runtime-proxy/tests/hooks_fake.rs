@@ -144,3 +144,27 @@ async fn the_kubelet_deadline_caps_a_hook_servers_timeout() {
     assert!(started.elapsed() < Duration::from_secs(10), "bounded by the kubelet's 400 ms, not the hook's 60 s");
     assert!(fake.calls_to(CREATE).is_empty(), "refused calls never reach the runtime");
 }
+
+/// A hooked call whose HEADERS already end the stream (no message at all: not what gRPC
+/// clients send, but valid HTTP/2): nothing may follow that END_STREAM to the runtime, so the
+/// call goes on as it came and the client gets the runtime's answer — here one that takes
+/// 200 ms, so the interceptor is done long before it.
+#[tokio::test]
+async fn a_hooked_call_without_a_body_gets_the_runtimes_answer() {
+    let reply = cri::StartContainerResponse::default().encode_to_vec();
+    let fake = FakeBackend::start(Behaviour::Reply {
+        headers: vec![],
+        body: grpc_frame(&reply),
+        trailers: vec![("grpc-status".into(), "0".into())],
+        delay: Duration::from_millis(200),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(&fake, dir.path());
+    let start = "/runtime.v1.RuntimeService/StartContainer";
+    let answer = raw::http2_call(proxy.socket(), start, &[], Bytes::new()).await.expect("an answer, not a reset");
+    assert_eq!(answer.grpc_status().as_deref(), Some("0"), "{answer:?}");
+    let calls = fake.calls_to(start);
+    assert_eq!(calls.len(), 1);
+    assert!(calls[0].body.is_empty(), "the runtime got the call as the client sent it");
+}
