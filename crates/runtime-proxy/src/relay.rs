@@ -46,6 +46,7 @@
 //!
 //! **Shutdown** (`stop`): graceful GOAWAY, then the connection ends once its calls have.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::{poll_fn, Future};
 use std::io::Cursor;
@@ -177,8 +178,19 @@ struct Block {
     /// The HEADERS frame's flags (END_STREAM).
     flags: u8,
     /// The frames as they came, to forward verbatim.
-    raw: BytesMut,
+    raw: Vec<u8>,
     /// The block itself (fragments without padding and priority), to decode.
+    fragment: BytesMut,
+}
+
+/// A whole header block ([`assemble`]).
+struct Whole<'a> {
+    stream: u32,
+    /// The HEADERS frame's flags (END_STREAM).
+    flags: u8,
+    /// The block's frames as they came.
+    raw: Cow<'a, [u8]>,
+    /// The block itself, to decode.
     fragment: BytesMut,
 }
 
@@ -513,11 +525,6 @@ impl Core {
         }
     }
 
-    /// The runtime connection broke (`why`, for the statuses): see the module docs.
-    pub fn backend_lost(&mut self, why: String) {
-        self.lose_backend(why);
-    }
-
     /// Shutdown: graceful GOAWAY; the connection ends once its calls have ([`Core::finished`]).
     pub fn stop(&mut self) {
         self.stopping = true;
@@ -538,7 +545,7 @@ impl Core {
 
     fn backend_read(&mut self) {
         if let Err(Fatal(_, why)) = self.backend_bytes() {
-            self.lose_backend(format!("protocol error: {why}"));
+            self.backend_lost(format!("protocol error: {why}"));
         }
     }
 
@@ -568,23 +575,14 @@ impl Core {
     }
 
     fn client_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
-        if head.kind == kind::CONTINUATION || self.c_block.is_some() {
-            if let Some(mut block) = collect(&mut self.c_block, head, raw)? {
-                return self.client_block(block.stream, block.flags, &block.raw, &mut block.fragment);
-            }
-            return Ok(());
+        if matches!(head.kind, kind::HEADERS | kind::CONTINUATION) || self.c_block.is_some() {
+            return match assemble(&mut self.c_block, head, raw)? {
+                Some(mut block) => self.client_block(block.stream, block.flags, &block.raw, &mut block.fragment),
+                None => Ok(()),
+            };
         }
         match head.kind {
             kind::DATA => self.client_data(head, raw),
-            kind::HEADERS => {
-                let mut fragment = fragment(&head, raw)?;
-                if head.has(flag::END_HEADERS) {
-                    self.client_block(head.stream, head.flags, raw, &mut fragment)
-                } else {
-                    self.c_block = Some(Block { stream: head.stream, flags: head.flags, raw: BytesMut::from(raw), fragment });
-                    Ok(())
-                }
-            }
             kind::SETTINGS => {
                 if !head.has(flag::ACK) {
                     for (id, value) in frame::settings_entries(&raw[HEAD_LEN..]) {
@@ -966,11 +964,11 @@ impl Core {
     }
 
     fn backend_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
-        if head.kind == kind::CONTINUATION || self.b_block.is_some() {
-            if let Some(mut block) = collect(&mut self.b_block, head, raw)? {
-                return self.backend_block(block.stream, block.flags, &block.raw, &mut block.fragment);
-            }
-            return Ok(());
+        if matches!(head.kind, kind::HEADERS | kind::CONTINUATION) || self.b_block.is_some() {
+            return match assemble(&mut self.b_block, head, raw)? {
+                Some(mut block) => self.backend_block(block.stream, block.flags, &block.raw, &mut block.fragment),
+                None => Ok(()),
+            };
         }
         let on_stream = match self.streams.get_mut(&head.stream) {
             Some(Stream { kind: StreamKind::Relayed { .. }, .. }) => true,
@@ -1001,15 +999,6 @@ impl Core {
                     return Ok(());
                 }
                 self.forward_data(head, raw)
-            }
-            kind::HEADERS => {
-                let mut fragment = fragment(&head, raw)?;
-                if head.has(flag::END_HEADERS) {
-                    self.backend_block(head.stream, head.flags, raw, &mut fragment)
-                } else {
-                    self.b_block = Some(Block { stream: head.stream, flags: head.flags, raw: BytesMut::from(raw), fragment });
-                    Ok(())
-                }
             }
             kind::SETTINGS if !head.has(flag::ACK) => {
                 let mut entries: Vec<(u16, u32)> = frame::settings_entries(&raw[HEAD_LEN..]).collect();
@@ -1157,7 +1146,7 @@ impl Core {
                 };
                 let result = result.and_then(|()| self.backend_bytes());
                 if let Err(Fatal(_, why)) = result {
-                    self.lose_backend(format!("protocol error: {why}"));
+                    self.backend_lost(format!("protocol error: {why}"));
                 }
             }
         }
@@ -1437,7 +1426,7 @@ impl Core {
     /// on undecoded, and recording the relayed calls that ended (metrics and the call log).
     pub fn after_write(&mut self) {
         if let Err(Fatal(_, why)) = self.decode_undecoded() {
-            self.lose_backend(format!("protocol error: {why}"));
+            self.backend_lost(format!("protocol error: {why}"));
         }
         for (method, status, elapsed) in self.ended.drain(..) {
             self.router.record(&method, &status, elapsed);
@@ -1514,8 +1503,9 @@ impl Core {
         }
     }
 
-    /// The runtime connection broke: calls on it end `UNAVAILABLE`, new ones are taken over.
-    fn lose_backend(&mut self, why: String) {
+    /// The runtime connection broke (`why`, for the statuses): calls on it end `UNAVAILABLE`,
+    /// new ones are taken over (see the module docs).
+    pub fn backend_lost(&mut self, why: String) {
         if !self.connected {
             return;
         }
@@ -1653,12 +1643,27 @@ async fn call<'a>(
     }
 }
 
-/// Adds a CONTINUATION frame to the header block being collected; returns the block once whole.
+/// One side's header block assembly (RFC 9113 §4.3): a HEADERS frame starts a block, whole at
+/// once when it has END_HEADERS, and CONTINUATION frames of the same stream add to it until
+/// one has. Returns the block once whole: the frames as they came (`raw`, borrowed when the
+/// block is one frame) and the block itself (`fragment`, without padding and priority fields).
 ///
-/// Errors: a frame other than CONTINUATION of the same stream (the block is interrupted), a
-/// CONTINUATION without a block, a block over [`MAX_HEADER_LIST_SIZE`].
-fn collect(pending: &mut Option<Block>, head: Head, raw: &[u8]) -> Result<Option<Block>, Fatal> {
-    let Some(block) = pending else { return Err(Fatal(reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS")) };
+/// Errors: any other frame while a block is open (the block is interrupted), a CONTINUATION
+/// without a block, padding or priority fields that do not fit the frame, a block over
+/// [`MAX_HEADER_LIST_SIZE`].
+fn assemble<'a>(pending: &mut Option<Block>, head: Head, raw: &'a [u8]) -> Result<Option<Whole<'a>>, Fatal> {
+    let Some(block) = pending else {
+        if head.kind != kind::HEADERS {
+            return Err(Fatal(reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS"));
+        }
+        let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
+        let fragment = BytesMut::from(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
+        if head.has(flag::END_HEADERS) {
+            return Ok(Some(Whole { stream: head.stream, flags: head.flags, raw: Cow::Borrowed(raw), fragment }));
+        }
+        *pending = Some(Block { stream: head.stream, flags: head.flags, raw: raw.to_vec(), fragment });
+        return Ok(None);
+    };
     if head.kind != kind::CONTINUATION || head.stream != block.stream {
         return Err(Fatal(reason::PROTOCOL_ERROR, "header block interrupted"));
     }
@@ -1667,15 +1672,11 @@ fn collect(pending: &mut Option<Block>, head: Head, raw: &[u8]) -> Result<Option
     if block.fragment.len() > MAX_HEADER_LIST_SIZE as usize {
         return Err(Fatal(reason::PROTOCOL_ERROR, "header block too large"));
     }
-    Ok(if head.has(flag::END_HEADERS) { pending.take() } else { None })
-}
-
-/// The header block fragment of a HEADERS frame (without padding and priority fields).
-///
-/// Errors: padding or priority fields that do not fit the frame.
-fn fragment(head: &Head, raw: &[u8]) -> Result<BytesMut, Fatal> {
-    let range = frame::unpadded(head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
-    Ok(BytesMut::from(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]))
+    if !head.has(flag::END_HEADERS) {
+        return Ok(None);
+    }
+    let Block { stream, flags, raw, fragment } = pending.take().expect("checked above");
+    Ok(Some(Whole { stream, flags, raw: Cow::Owned(raw), fragment }))
 }
 
 /// Decodes one header block into `out` (cleared first).
