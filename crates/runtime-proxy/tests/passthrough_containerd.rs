@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use k8s_cri::v1 as cri;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
 use prost::Message;
 use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
 use test_support::proxy::ProxyProcess;
@@ -106,6 +107,19 @@ async fn exec_sync_and_update_resources() {
     pod.remove(&mut rt).await;
 }
 
+/// ImageStatus of an image nobody has: an answer without an image, not an error.
+async fn assert_unknown_image_has_no_status(img: &mut ImageServiceClient<tonic::transport::Channel>) {
+    let missing = img
+        .image_status(cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec { image: "localhost/no-such-image:1".into(), ..Default::default() }),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(missing.image.is_none());
+}
+
 #[tokio::test]
 async fn image_service_list_and_status() {
     let (env, proxy) = setup();
@@ -121,15 +135,7 @@ async fn image_service_list_and_status() {
         .unwrap()
         .into_inner();
     assert!(status.image.unwrap().repo_tags.contains(&env.test_image));
-    let missing = img
-        .image_status(cri::ImageStatusRequest {
-            image: Some(cri::ImageSpec { image: "localhost/no-such-image:1".into(), ..Default::default() }),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(missing.image.is_none());
+    assert_unknown_image_has_no_status(&mut img).await;
 }
 
 /// ImageService on another socket (`--remote-image-service-endpoint`, here a symlink to the same
@@ -144,7 +150,7 @@ async fn image_service_on_another_socket_is_served_there() {
     std::os::unix::fs::symlink(&env.socket, &images).unwrap();
     let proxy = ProxyProcess::start(BIN, &env.socket, &["--remote-image-service-endpoint", images.to_str().unwrap()]);
     let channel = test_support::channel_with_stream_window(proxy.socket(), 64);
-    let mut img = k8s_cri::v1::image_service_client::ImageServiceClient::new(channel.clone());
+    let mut img = ImageServiceClient::new(channel.clone());
     let mut img2 = img.clone();
     let mut rt = test_support::runtime_client_from(channel);
     let status_request =
@@ -162,15 +168,7 @@ async fn image_service_on_another_socket_is_served_there() {
         assert_eq!(version.expect("Version").into_inner().runtime_name, "containerd");
         assert_eq!(status.expect("ImageStatus").into_inner(), direct, "round {round}: the same answer as directly");
     }
-    let missing = img
-        .image_status(cri::ImageStatusRequest {
-            image: Some(cri::ImageSpec { image: "localhost/no-such-image:1".into(), ..Default::default() }),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(missing.image.is_none());
+    assert_unknown_image_has_no_status(&mut img).await;
 }
 
 #[tokio::test]
