@@ -136,12 +136,12 @@ pub fn percent_encode(msg: &str) -> String {
 /// `S` seconds, `m` milliseconds, `u` microseconds, `n` nanoseconds). `None` when the header is
 /// absent or malformed (then the call has no deadline, as a gRPC server would treat it).
 pub fn parse_timeout(headers: &HeaderMap) -> Option<Duration> {
-    parse_timeout_value(headers.get("grpc-timeout")?)
+    parse_timeout_value(headers.get("grpc-timeout")?.as_bytes())
 }
 
 /// Parses one `grpc-timeout` value (see [`parse_timeout`]).
-pub fn parse_timeout_value(value: &HeaderValue) -> Option<Duration> {
-    let v = value.to_str().ok()?;
+pub fn parse_timeout_value(value: &[u8]) -> Option<Duration> {
+    let v = std::str::from_utf8(value).ok()?;
     if v.len() < 2 || v.len() > 9 {
         return None;
     }

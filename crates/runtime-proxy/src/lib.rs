@@ -19,7 +19,8 @@
 //! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket
 //!   (runtime or hook server), and the relays' own runtime connections.
 //! * [`limits`] — bounds on request sizes, idle requests, streams and hook answers.
-//! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses.
+//! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses. [`hpack`] — the
+//!   relay's HPACK decoder.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
 //! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`).
 //! * [`docker`] — Docker mode: the Docker Engine API front end over the same hook state.
@@ -30,6 +31,7 @@ pub mod dispatch;
 pub mod docker;
 pub mod frame;
 pub mod grpc;
+pub mod hpack;
 pub mod intercept;
 pub mod limits;
 pub mod listener;

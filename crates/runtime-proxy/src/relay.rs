@@ -49,15 +49,12 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::{poll_fn, Future};
-use std::io::Cursor;
-use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use h2::hpack::{Decoder, Header};
 use http::{HeaderMap, Method, Request, Response};
 use tokio::io::AsyncWrite;
 use tokio::net::UnixStream;
@@ -68,6 +65,7 @@ use tokio_util::task::TaskTracker;
 use crate::backend::{Backend, MAX_HEADER_LIST_SIZE};
 use crate::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
 use crate::grpc::{self, Code, Status};
+use crate::hpack::{self, Fields};
 use crate::intercept::{self, Onward, RequestBody};
 use crate::router::{self, Route, Router};
 use crate::uds::Socket;
@@ -83,9 +81,6 @@ const CLOSING_PING: [u8; 8] = *b"rp-close";
 /// connection (it cannot go on: the HPACK state is lost), as one over `MAX_HEADER_LIST_SIZE`
 /// decoded bytes does.
 const MAX_FIELDS: usize = 4096;
-
-/// Decoded fields kept room for between blocks.
-const MAX_FIELDS_KEPT: usize = 64;
 
 /// Most bytes of an intercepted call's answer copied for the interceptor (which reads one ID
 /// from it); a longer answer still goes to the client whole.
@@ -180,7 +175,7 @@ struct Block {
     /// The frames as they came, to forward verbatim.
     raw: Vec<u8>,
     /// The block itself (fragments without padding and priority), to decode.
-    fragment: BytesMut,
+    fragment: Vec<u8>,
 }
 
 /// A whole header block ([`assemble`]).
@@ -190,8 +185,8 @@ struct Whole<'a> {
     flags: u8,
     /// The block's frames as they came.
     raw: Cow<'a, [u8]>,
-    /// The block itself, to decode.
-    fragment: BytesMut,
+    /// The block itself, to decode (borrowed when the block is one frame).
+    fragment: Cow<'a, [u8]>,
 }
 
 /// One call in flight.
@@ -285,11 +280,11 @@ pub struct Core {
     /// The client's preface was read.
     preface: bool,
     /// Decodes the client's header blocks (its encoder's table, as the runtime's decoder has it).
-    c_hpack: Decoder,
+    c_hpack: hpack::Decoder,
     /// Decodes the runtime's header blocks.
-    b_hpack: Decoder,
+    b_hpack: hpack::Decoder,
     /// The last decoded block (reused).
-    headers: Vec<Header>,
+    headers: Fields,
     /// The runtime's header blocks still go to the client as they came.
     b_verbatim: bool,
     c_block: Option<Block>,
@@ -319,6 +314,8 @@ pub struct Core {
     /// The runtime's header blocks that went on before they were decoded, with the call each
     /// ended, if any ([`Core::after_write`]).
     undecoded: Vec<Undecoded>,
+    /// The blocks of `undecoded`, one after the other.
+    undecoded_bytes: Vec<u8>,
     timer: Option<Pin<Box<Sleep>>>,
     /// A timer was set or a task started since the last look at them: both must be polled
     /// once (a new timer to have the waker, the command channel so a task's command wakes the
@@ -340,8 +337,9 @@ struct Relay {
     stopped: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
-/// A runtime header block that went on before it was decoded, and the call it ended, if any.
-type Undecoded = (BytesMut, Option<(Box<str>, std::time::Duration)>);
+/// A runtime header block that went on before it was decoded (where it lies in
+/// `Core::undecoded_bytes`), and the call it ended, if any.
+type Undecoded = (std::ops::Range<usize>, Option<(Box<str>, std::time::Duration)>);
 
 /// The two peers of a relayed connection.
 #[derive(Clone, Copy)]
@@ -356,6 +354,10 @@ struct Fatal(u32, &'static str);
 impl Relay {
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let mut first = true;
+        // A socket whose read came back Pending in this poll has the task's waker: what it
+        // receives from now on wakes the relay for another poll, so it is not read again in
+        // this one (each read that finds nothing costs a readiness check and a waker update).
+        let (mut client_waits, mut backend_waits) = (false, false);
         loop {
             let mut busy = false;
             self.flush(cx);
@@ -363,7 +365,7 @@ impl Relay {
                 return Poll::Ready(());
             }
             let room = self.core.to_backend.len() < HIGH_WATER && self.core.to_client.len() < HIGH_WATER;
-            if self.core.c_held.is_none() && room {
+            if self.core.c_held.is_none() && room && !client_waits {
                 match read(&mut self.client, &mut self.core.c_in, cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         self.core.client_gone();
@@ -374,10 +376,10 @@ impl Relay {
                         self.core.client_read();
                         self.flush(cx);
                     }
-                    Poll::Pending => {}
+                    Poll::Pending => client_waits = true,
                 }
             }
-            if self.core.b_held.is_none() && room {
+            if self.core.b_held.is_none() && room && !backend_waits {
                 let got = match &mut self.backend {
                     Some(backend) => read(backend, &mut self.core.b_in, cx),
                     None => Poll::Pending,
@@ -396,7 +398,7 @@ impl Relay {
                         self.core.backend_read();
                         self.flush(cx);
                     }
-                    Poll::Pending => {}
+                    Poll::Pending => backend_waits = true,
                 }
             }
             if !self.core.connected {
@@ -475,9 +477,9 @@ impl Core {
             to_client: BytesMut::with_capacity(16 << 10),
             to_backend: BytesMut::with_capacity(16 << 10),
             preface: false,
-            c_hpack: Decoder::new(4096),
-            b_hpack: Decoder::new(4096),
-            headers: Vec::new(),
+            c_hpack: hpack::Decoder::default(),
+            b_hpack: hpack::Decoder::default(),
+            headers: Fields::default(),
             b_verbatim: true,
             c_block: None,
             b_block: None,
@@ -497,6 +499,7 @@ impl Core {
             commands,
             ended: Vec::new(),
             undecoded: Vec::new(),
+            undecoded_bytes: Vec::new(),
             timer: None,
             aux_due: false,
             next_deadline: None,
@@ -577,7 +580,7 @@ impl Core {
     fn client_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
         if matches!(head.kind, kind::HEADERS | kind::CONTINUATION) || self.c_block.is_some() {
             return match assemble(&mut self.c_block, head, raw)? {
-                Some(mut block) => self.client_block(block.stream, block.flags, &block.raw, &mut block.fragment),
+                Some(block) => self.client_block(block.stream, block.flags, &block.raw, &block.fragment),
                 None => Ok(()),
             };
         }
@@ -587,7 +590,7 @@ impl Core {
                 if !head.has(flag::ACK) {
                     for (id, value) in frame::settings_entries(&raw[HEAD_LEN..]) {
                         match id {
-                            setting::HEADER_TABLE_SIZE => self.b_hpack.queue_size_update(value as usize),
+                            setting::HEADER_TABLE_SIZE => self.b_hpack.set_allowed(value as usize),
                             setting::INITIAL_WINDOW_SIZE => {
                                 let delta = i64::from(value) - self.client_initial_window;
                                 self.client_initial_window = i64::from(value);
@@ -735,7 +738,7 @@ impl Core {
 
     /// A whole header block from the client: decoded, forwarded, and a new call routed.
     /// `raw`: the block's frames as they came; `fragment`: the block itself.
-    fn client_block(&mut self, id: u32, flags: u8, raw: &[u8], fragment: &mut BytesMut) -> Result<(), Fatal> {
+    fn client_block(&mut self, id: u32, flags: u8, raw: &[u8], fragment: &[u8]) -> Result<(), Fatal> {
         decode(&mut self.c_hpack, fragment, &mut self.headers)?;
         let end_stream = flags & flag::END_STREAM != 0;
         if id <= self.last_stream || id % 2 == 0 {
@@ -759,10 +762,7 @@ impl Core {
             return Ok(());
         }
         self.last_stream = id;
-        let Some(path) = self.headers.iter().find_map(|h| match h {
-            Header::Path(p) => Some(Box::<str>::from(&**p)),
-            _ => None,
-        }) else {
+        let Some(path) = self.headers.get(b":path").and_then(|p| std::str::from_utf8(p).ok()).map(Box::<str>::from) else {
             self.send_backend(raw);
             return Ok(());
         };
@@ -814,10 +814,7 @@ impl Core {
         let route = self.router.route(&path);
         let deadline = match route {
             Route::Unary => None,
-            _ => self.headers.iter().find_map(|h| match h {
-                Header::Field { name, value } if name == "grpc-timeout" => grpc::parse_timeout_value(value).map(|d| start + d),
-                _ => None,
-            }),
+            _ => self.headers.get(b"grpc-timeout").and_then(grpc::parse_timeout_value).map(|d| start + d),
         };
         if let Some(d) = deadline {
             self.arm(d);
@@ -966,7 +963,7 @@ impl Core {
     fn backend_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
         if matches!(head.kind, kind::HEADERS | kind::CONTINUATION) || self.b_block.is_some() {
             return match assemble(&mut self.b_block, head, raw)? {
-                Some(mut block) => self.backend_block(block.stream, block.flags, &block.raw, &mut block.fragment),
+                Some(block) => self.backend_block(block.stream, block.flags, &block.raw, &block.fragment),
                 None => Ok(()),
             };
         }
@@ -1005,7 +1002,7 @@ impl Core {
                 let mut capped = false;
                 for (id, value) in &mut entries {
                     match *id {
-                        setting::HEADER_TABLE_SIZE => self.c_hpack.queue_size_update(*value as usize),
+                        setting::HEADER_TABLE_SIZE => self.c_hpack.set_allowed(*value as usize),
                         setting::MAX_FRAME_SIZE => self.backend_max_frame = frame_size(*value),
                         setting::INITIAL_WINDOW_SIZE => {
                             let delta = i64::from(*value) - self.backend_initial_window;
@@ -1154,7 +1151,7 @@ impl Core {
 
     /// A whole header block from the runtime: the response head or trailers of a call.
     /// `raw`: the block's frames as they came; `fragment`: the block itself.
-    fn backend_block(&mut self, id: u32, flags: u8, raw: &[u8], fragment: &mut BytesMut) -> Result<(), Fatal> {
+    fn backend_block(&mut self, id: u32, flags: u8, raw: &[u8], fragment: &[u8]) -> Result<(), Fatal> {
         let end_stream = flags & flag::END_STREAM != 0;
         if self.b_verbatim {
             if let Some(stream @ Stream { kind: StreamKind::Relayed { .. }, .. }) = self.streams.get_mut(&id) {
@@ -1163,7 +1160,9 @@ impl Core {
                 stream.head_sent = true;
                 self.to_client.extend_from_slice(raw);
                 let ended = if end_stream { self.streams.remove(&id).map(|s| (s.method, s.start.elapsed())) } else { None };
-                self.undecoded.push((std::mem::take(fragment), ended));
+                let at = self.undecoded_bytes.len();
+                self.undecoded_bytes.extend_from_slice(fragment);
+                self.undecoded.push((at..self.undecoded_bytes.len(), ended));
                 return Ok(());
             }
         }
@@ -1404,9 +1403,10 @@ impl Core {
     /// Errors: a block that does not decode (the runtime connection cannot go on).
     fn decode_undecoded(&mut self) -> Result<(), Fatal> {
         let mut result = Ok(());
-        for (mut fragment, ended) in std::mem::take(&mut self.undecoded) {
+        let (mut blocks, mut bytes) = (std::mem::take(&mut self.undecoded), std::mem::take(&mut self.undecoded_bytes));
+        for (range, ended) in blocks.drain(..) {
             let status = match result {
-                Ok(()) => match decode(&mut self.b_hpack, &mut fragment, &mut self.headers) {
+                Ok(()) => match decode(&mut self.b_hpack, &bytes[range], &mut self.headers) {
                     Ok(()) => status_of(&self.headers),
                     Err(e) => {
                         result = Err(e);
@@ -1419,6 +1419,9 @@ impl Core {
                 self.ended.push((method, status, elapsed));
             }
         }
+        // The buffers go back, empty, for the next blocks.
+        bytes.clear();
+        (self.undecoded, self.undecoded_bytes) = (blocks, bytes);
         result
     }
 
@@ -1657,11 +1660,11 @@ fn assemble<'a>(pending: &mut Option<Block>, head: Head, raw: &'a [u8]) -> Resul
             return Err(Fatal(reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS"));
         }
         let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
-        let fragment = BytesMut::from(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
+        let fragment = &raw[HEAD_LEN + range.start..HEAD_LEN + range.end];
         if head.has(flag::END_HEADERS) {
-            return Ok(Some(Whole { stream: head.stream, flags: head.flags, raw: Cow::Borrowed(raw), fragment }));
+            return Ok(Some(Whole { stream: head.stream, flags: head.flags, raw: Cow::Borrowed(raw), fragment: Cow::Borrowed(fragment) }));
         }
-        *pending = Some(Block { stream: head.stream, flags: head.flags, raw: raw.to_vec(), fragment });
+        *pending = Some(Block { stream: head.stream, flags: head.flags, raw: raw.to_vec(), fragment: fragment.to_vec() });
         return Ok(None);
     };
     if head.kind != kind::CONTINUATION || head.stream != block.stream {
@@ -1676,34 +1679,19 @@ fn assemble<'a>(pending: &mut Option<Block>, head: Head, raw: &'a [u8]) -> Resul
         return Ok(None);
     }
     let Block { stream, flags, raw, fragment } = pending.take().expect("checked above");
-    Ok(Some(Whole { stream, flags, raw: Cow::Owned(raw), fragment }))
+    Ok(Some(Whole { stream, flags, raw: Cow::Owned(raw), fragment: Cow::Owned(fragment) }))
 }
 
-/// Decodes one header block into `out` (cleared first).
+/// Decodes one header block into `out`.
 ///
-/// Errors: COMPRESSION_ERROR when it does not decode (the connection cannot go on: HPACK state
-/// is lost).
-fn decode(hpack: &mut Decoder, fragment: &mut BytesMut, out: &mut Vec<Header>) -> Result<(), Fatal> {
-    out.clear();
-    if out.capacity() > 4 * MAX_FIELDS_KEPT {
-        out.shrink_to(MAX_FIELDS_KEPT);
-    }
-    let mut size = 0usize;
-    let mut too_large = false;
-    let decoded = hpack.decode(&mut Cursor::new(fragment), |h| {
-        // RFC 9113 §6.5.2's size of a field: name, value and 32.
-        size += h.len();
-        if out.len() >= MAX_FIELDS || size > MAX_HEADER_LIST_SIZE as usize {
-            too_large = true;
-            return ControlFlow::Break(());
-        }
-        out.push(h);
-        ControlFlow::Continue(())
-    });
-    if too_large {
-        return Err(Fatal(reason::PROTOCOL_ERROR, "header list too large"));
-    }
-    decoded.map_err(|_| Fatal(reason::COMPRESSION_ERROR, "cannot decode a header block"))
+/// Errors (the connection cannot go on either way: the HPACK state is lost): PROTOCOL_ERROR for
+/// a block of more than `MAX_FIELDS` fields or `MAX_HEADER_LIST_SIZE` bytes, COMPRESSION_ERROR
+/// for one that does not decode.
+fn decode(hpack: &mut hpack::Decoder, fragment: &[u8], out: &mut Fields) -> Result<(), Fatal> {
+    hpack.decode(fragment, out, MAX_FIELDS, MAX_HEADER_LIST_SIZE as usize).map_err(|e| match e {
+        hpack::Error::TooLarge => Fatal(reason::PROTOCOL_ERROR, "header list too large"),
+        _ => Fatal(reason::COMPRESSION_ERROR, "cannot decode a header block"),
+    })
 }
 
 /// A SETTINGS_MAX_FRAME_SIZE value within what RFC 9113 allows (16 KiB to 16 MiB − 1; a peer
@@ -1723,77 +1711,52 @@ fn increment(head: &Head, raw: &[u8]) -> Result<u32, Fatal> {
 }
 
 /// The request head of a taken-over call, from its decoded header block; `None` when the path
-/// is not a valid URI path.
-fn request_parts(headers: &[Header], path: &str) -> Option<http::request::Parts> {
-    let mut authority = None;
-    let mut map = HeaderMap::with_capacity(headers.len());
-    for h in headers {
-        match h {
-            Header::Authority(a) => authority = Some(a.as_bytes().to_vec()),
-            Header::Field { name, value } => {
-                map.append(name.clone(), value.clone());
-            }
-            _ => {}
-        }
-    }
-    let uri = router::default_uri(authority.as_deref(), path)?;
+/// is not a valid URI path. Fields that are not valid HTTP headers are left out.
+fn request_parts(headers: &Fields, path: &str) -> Option<http::request::Parts> {
+    let uri = router::default_uri(headers.get(b":authority"), path)?;
     let (mut parts, ()) = Request::builder().method(Method::POST).uri(uri).body(()).ok()?.into_parts();
-    parts.headers = map;
+    parts.headers = fields(headers);
     Some(parts)
 }
 
 /// A response head from a decoded header block.
-fn response_head(headers: &[Header]) -> Response<()> {
+fn response_head(headers: &Fields) -> Response<()> {
     let mut head = Response::new(());
-    for h in headers {
-        if let Header::Status(s) = h {
-            *head.status_mut() = *s;
-        }
+    if let Some(status) = headers.get(b":status").and_then(|s| http::StatusCode::from_bytes(s).ok()) {
+        *head.status_mut() = status;
     }
     *head.headers_mut() = fields(headers);
     head
 }
 
-/// A decoded header block encoded again literally ([`frame::put_literal`]): `:status` and the
-/// regular fields.
-fn literal_block(headers: &[Header]) -> BytesMut {
+/// A decoded header block encoded again literally ([`frame::put_literal`]), pseudo-header
+/// fields other than `:status` left out.
+fn literal_block(headers: &Fields) -> BytesMut {
     let mut out = BytesMut::with_capacity(128);
-    for h in headers {
-        match h {
-            Header::Status(s) => frame::put_status(&mut out, s.as_u16()),
-            Header::Field { name, value } => frame::put_literal(&mut out, name.as_str().as_bytes(), value.as_bytes()),
-            _ => {}
+    for (name, value) in headers.iter() {
+        if name == b":status" || !name.starts_with(b":") {
+            frame::put_literal(&mut out, name, value);
         }
     }
     out
 }
 
-/// The regular fields of a decoded header block.
-fn fields(headers: &[Header]) -> HeaderMap {
+/// The regular fields of a decoded header block that are valid HTTP headers.
+fn fields(headers: &Fields) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(headers.len());
-    for h in headers {
-        if let Header::Field { name, value } = h {
-            map.append(name.clone(), value.clone());
+    for (name, value) in headers.iter() {
+        if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
+            map.append(name, value);
         }
     }
     map
 }
 
 /// The status a block of trailers (or a trailers-only head) carries; `UNKNOWN` without one.
-fn status_of(headers: &[Header]) -> Status {
-    let mut code = None;
-    let mut message = "";
-    for h in headers {
-        if let Header::Field { name, value } = h {
-            if name == "grpc-status" {
-                code = value.to_str().ok().and_then(|v| v.parse::<u16>().ok());
-            } else if name == "grpc-message" {
-                message = value.to_str().unwrap_or("");
-            }
-        }
-    }
+fn status_of(headers: &Fields) -> Status {
+    let code = headers.get(b"grpc-status").and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok());
     match code {
-        Some(c) => Status::new(Code(c), message),
+        Some(c) => Status::new(Code(c), std::str::from_utf8(headers.get(b"grpc-message").unwrap_or_default()).unwrap_or("")),
         None => Status::new(Code::UNKNOWN, "backend ended the call without a grpc-status"),
     }
 }

@@ -1,7 +1,11 @@
 mod decoder;
 mod encoder;
 pub(crate) mod header;
+// PATCH (runtime-proxy, vendor/README.md): the Huffman decoder is public with `unstable`.
+#[cfg(not(feature = "unstable"))]
 pub(crate) mod huffman;
+#[cfg(feature = "unstable")]
+pub mod huffman;
 mod table;
 
 #[cfg(test)]
