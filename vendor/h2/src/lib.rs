@@ -111,8 +111,9 @@ macro_rules! ready {
 mod codec;
 mod error;
 
-// PATCH (runtime-proxy, vendor/README.md): the HPACK decoder is public with `unstable`, for the
-// proxy's frame relay, which decodes header blocks it forwards verbatim.
+// PATCH (runtime-proxy, vendor/README.md): the HPACK module is public with `unstable`: the
+// proxy's frame relay decodes Huffman strings with it, and its tests check their blocks with
+// h2's encoder and decoder.
 #[cfg(not(feature = "unstable"))]
 mod hpack;
 
