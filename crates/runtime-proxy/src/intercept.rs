@@ -217,12 +217,18 @@ impl Interceptor {
         };
         call.load(&self.store, &self.runtime).await;
         let hooked = !call.skips_hooks(&self.skip_label);
-        let before = call.hook_state();
         let snapshot = self.registry.snapshot();
-        if let (Some(stage), true) = (spec.pre, hooked) {
-            call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await?;
-        }
-        let edits = call.edits(&before);
+        // With no hook server for the pre stage the request goes on as it came: no copy of the
+        // hook request to compare with, no edits to look for.
+        let pre = spec.pre.filter(|&stage| hooked && snapshot.for_stage(stage).next().is_some());
+        let edits = match pre {
+            Some(stage) => {
+                let before = call.hook_state();
+                call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await?;
+                call.edits(&before)
+            }
+            None => Vec::new(),
+        };
         let body = if edits.is_empty() {
             body
         } else {
@@ -240,7 +246,7 @@ impl Interceptor {
         if answer.status().code != Code::OK {
             return Ok((answer, None));
         }
-        call.commit(&answer, &self.store);
+        call.commit(&answer, &self.store, spec.post.is_some() && hooked);
         let post = match (spec.post, hooked) {
             (Some(stage), true) => Some(async move {
                 let _turn = guard;
@@ -299,7 +305,7 @@ impl Call {
     async fn load(&mut self, store: &Store, runtime: &tonic::transport::Channel) {
         match self {
             Call::CreateContainer { req, hook } => {
-                if store.pod(&req.pod_sandbox_id).is_none() {
+                if !store.has_pod(&req.pod_sandbox_id) {
                     recover::fetch_pod(runtime, store, &req.pod_sandbox_id).await;
                 }
                 *hook = container_hook_request(req, store);
@@ -461,8 +467,9 @@ impl Call {
         }
     }
 
-    /// Records what a successful call taught the store.
-    fn commit(&self, answer: &unary::Answer, store: &Store) {
+    /// Records what a successful call taught the store; `post`: a post stage follows, which
+    /// needs the call's hook request still (else it moves into the store).
+    fn commit(&mut self, answer: &unary::Answer, store: &Store, post: bool) {
         match self {
             Call::RunPodSandbox { hook, .. } => match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
                 Ok(Some(Ok(resp))) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),
@@ -471,7 +478,7 @@ impl Call {
             Call::CreateContainer { req, hook: Some(hook) } => {
                 match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::CreateContainerResponse::decode)) {
                     Ok(Some(Ok(resp))) => {
-                        let mut hook = hook.clone();
+                        let mut hook = if post { hook.clone() } else { std::mem::take(hook) };
                         hook.container_meta.get_or_insert_with(Default::default).id = resp.container_id.clone();
                         store.put_container(&resp.container_id, ContainerEntry { sandbox_id: req.pod_sandbox_id.clone(), hook });
                     }

@@ -836,7 +836,7 @@ impl Core {
     /// of its deadline) or of a call taken over (sent over the shared connection).
     fn take_over(&mut self, id: u32, path: Box<str>, route: Route, end_stream: bool, relayed: Option<Option<Instant>>) {
         let start = Instant::now();
-        let parts = request_parts(&self.headers, &path);
+        let parts = request_parts(&self.headers, &path, relayed.is_none());
         let (body_tx, body) = mpsc::unbounded_channel();
         let (cancel, cancelled) = oneshot::channel();
         let task = Task { body: (!end_stream).then_some(body_tx), cancel: Some(cancel), client_done: end_stream };
@@ -1710,12 +1710,15 @@ fn increment(head: &Head, raw: &[u8]) -> Result<u32, Fatal> {
     Ok(u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]]) & 0x7fff_ffff)
 }
 
-/// The request head of a taken-over call, from its decoded header block; `None` when the path
-/// is not a valid URI path. Fields that are not valid HTTP headers are left out.
-fn request_parts(headers: &Fields, path: &str) -> Option<http::request::Parts> {
+/// The request head of a call the relay hands to a task, from its decoded header block; `None`
+/// when the path is not a valid URI path. `all`: with every field (a call sent on over the
+/// shared connection); else with the `grpc-` fields only (`grpc-timeout`, `grpc-encoding`: what
+/// the interceptor reads of a call that goes on on its stream, whose header block the runtime
+/// got as it came). Fields that are not valid HTTP headers are left out.
+fn request_parts(headers: &Fields, path: &str, all: bool) -> Option<http::request::Parts> {
     let uri = router::default_uri(headers.get(b":authority"), path)?;
     let (mut parts, ()) = Request::builder().method(Method::POST).uri(uri).body(()).ok()?.into_parts();
-    parts.headers = fields(headers);
+    parts.headers = fields_where(headers, |name| all || name.starts_with(b"grpc-"));
     Some(parts)
 }
 
@@ -1743,8 +1746,14 @@ fn literal_block(headers: &Fields) -> BytesMut {
 
 /// The regular fields of a decoded header block that are valid HTTP headers.
 fn fields(headers: &Fields) -> HeaderMap {
-    let mut map = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers.iter() {
+    fields_where(headers, |_| true)
+}
+
+/// The regular fields of a decoded header block that are valid HTTP headers and whose name
+/// `keep` accepts.
+fn fields_where(headers: &Fields, keep: impl Fn(&[u8]) -> bool) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers.iter().filter(|(name, _)| keep(name)) {
         if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
             map.append(name, value);
         }

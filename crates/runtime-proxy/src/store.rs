@@ -41,6 +41,11 @@ impl Store {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).get(sandbox_id).cloned()
     }
 
+    /// Whether the pod sandbox `sandbox_id` is known (without copying its entry).
+    pub fn has_pod(&self, sandbox_id: &str) -> bool {
+        self.pods.read().unwrap_or_else(|p| p.into_inner()).contains_key(sandbox_id)
+    }
+
     /// Records (or replaces) the pod sandbox `sandbox_id`.
     pub fn put_pod(&self, sandbox_id: &str, pod: PodSandboxHookRequest) {
         self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(sandbox_id.to_owned(), pod);
