@@ -149,7 +149,8 @@ fn proxy(backend: &Path, dir: &Path, hook: Option<(&str, &Path, &[&str])>) -> Pr
     // with SIGTERM after the first measurement.
     let which = if hook.is_some() { "hooked" } else { "plain" };
     let wrapped = std::env::var("RP_BENCH_PROXY_BIN").ok().filter(|_| std::env::var("RP_BENCH_WRAP").as_deref() == Ok(which));
-    let proxy = ProxyProcess::start(wrapped.as_deref().unwrap_or(BIN), backend, &["--hook-config-dir", dir.to_str().expect("utf-8 temp dir")]);
+    let proxy =
+        ProxyProcess::start(wrapped.as_deref().unwrap_or(BIN), backend, &["--hook-config-dir", dir.to_str().expect("utf-8 temp dir")]);
     if let Some((name, socket, stages)) = hook {
         register(dir, name, socket, "Fail", stages, json!({}));
         let file = format!("file={name}");

@@ -3,12 +3,14 @@
 //! is built, how the hooks' changes go back into the CRI request, what the store learns — are
 //! the small functions of [`Call`].
 //!
-//! Flow: read the request → decode → build the hook request (from the request and the store) →
-//! pre stage → edit the request bytes where hooks changed something (original bytes otherwise,
-//! so fields newer than our proto survive) → send on ([`Onward`]: the relay sends the body on
-//! the call's own stream and gives the client the answer unchanged as it comes, see
-//! [`crate::relay`]) → on success, record in the store → post stage (its answers are not
-//! applied).
+//! Flow: read the request → wait for the pod's turn (see Ordering) → decode → build the hook
+//! request (from the request and the store) → pre stage → edit the request bytes where hooks
+//! changed something (original bytes otherwise, so fields newer than our proto survive) → send
+//! on ([`Onward`]: the relay sends the body on the call's own stream and gives the client the
+//! answer unchanged as it comes, see [`crate::relay`]) → on success, record in the store → post
+//! stage (its answers are not applied). When no hook server is registered for the pre stage
+//! (or the method has none), the request is sent on first, as it came, and decoded and looked
+//! up in the store while the runtime works on it.
 //!
 //! CRI versions: the same methods of `runtime.v1alpha2.RuntimeService` (kubelet 1.23–1.25,
 //! served by containerd 1.6 and 1.7) take the same flow. Every v1alpha2 message the proxy reads
@@ -203,49 +205,57 @@ impl Interceptor {
                 return onward(parts, body, deadline).await.map(|a| (a, None));
             }
         };
-        let mut call = match Call::decode(spec.method, message.clone()) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(method, error = %e, "cannot decode request; forwarding without hooks");
-                return onward(parts, body, deadline).await.map(|a| (a, None));
-            }
-        };
-        // One call per pod at a time; the store is read once it is this call's turn.
-        let guard = match call.pod_key(&self.store) {
+        // One call per pod at a time. Every hooked method's request starts with its ID (field 1:
+        // the pod sandbox ID, or the container ID, whose pod the store knows).
+        let key = pod_key(spec.method, wire::string_field(&message, 1).unwrap_or_default(), &self.store);
+        let guard = match key {
             Some(key) => Some(self.pod_locks.lock(&key).await),
             None => None,
         };
-        call.load(&self.store, &self.runtime).await;
-        let hooked = !call.skips_hooks(&self.skip_label);
         let snapshot = self.registry.snapshot();
-        // With no hook server for the pre stage the request goes on as it came: no copy of the
-        // hook request to compare with, no edits to look for.
-        let pre = spec.pre.filter(|&stage| hooked && snapshot.for_stage(stage).next().is_some());
-        let edits = match pre {
+        let (answer, call) = match spec.pre.filter(|&stage| snapshot.for_stage(stage).next().is_some()) {
+            None => {
+                // No hook runs before the call: it goes on at once, as it came, and the request
+                // is decoded and the store read while the runtime works on it (after a yield, so
+                // the relay sends it first).
+                let learn = async {
+                    tokio::task::yield_now().await;
+                    self.decode_and_load(spec, method, &message).await
+                };
+                let (answer, call) = tokio::join!(onward(parts, body, deadline), learn);
+                (answer?, call)
+            }
             Some(stage) => {
-                let before = call.hook_state();
-                call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await?;
-                call.edits(&before)
-            }
-            None => Vec::new(),
-        };
-        let body = if edits.is_empty() {
-            body
-        } else {
-            match wire::apply(&message, &edits) {
-                Ok(edited) => grpc::reframe(&edited, &body, parts.headers.get("grpc-encoding")),
-                Err(e) => {
-                    return Err(Status::new(Code::INTERNAL, format!("{method}: cannot apply hook changes to the request: {e}")));
+                let Some(mut call) = self.decode_and_load(spec, method, &message).await else {
+                    return onward(parts, body, deadline).await.map(|a| (a, None));
+                };
+                let edits = if call.skips_hooks(&self.skip_label) {
+                    Vec::new()
+                } else {
+                    let before = call.hook_state();
+                    call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await?;
+                    call.edits(&before)
+                };
+                let body = if edits.is_empty() {
+                    body
+                } else {
+                    match wire::apply(&message, &edits) {
+                        Ok(edited) => grpc::reframe(&edited, &body, parts.headers.get("grpc-encoding")),
+                        Err(e) => {
+                            return Err(Status::new(Code::INTERNAL, format!("{method}: cannot apply hook changes to the request: {e}")));
+                        }
+                    }
+                };
+                if let Some(d) = deadline {
+                    set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
                 }
+                (onward(parts, body, deadline).await?, Some(call))
             }
         };
-        if let Some(d) = deadline {
-            set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
-        }
-        let answer = onward(parts, body, deadline).await?;
-        if answer.status().code != Code::OK {
+        let Some(mut call) = call.filter(|_| answer.status().code == Code::OK) else {
             return Ok((answer, None));
-        }
+        };
+        let hooked = !call.skips_hooks(&self.skip_label);
         call.commit(&answer, &self.store, spec.post.is_some() && hooked);
         let post = match (spec.post, hooked) {
             (Some(stage), true) => Some(async move {
@@ -255,6 +265,45 @@ impl Interceptor {
             _ => None,
         };
         Ok((answer, post))
+    }
+
+    /// The call decoded from `message`, with what the store (or the runtime) knows of its pod
+    /// sandbox or container; `None` (logged) when `message` does not decode: the call then goes
+    /// on without hooks, and the store learns nothing from it.
+    async fn decode_and_load(&self, spec: &MethodSpec, method: &str, message: &Bytes) -> Option<Call> {
+        // CreateContainer's `sandbox_config` (field 3) is only read for a pod sandbox the store
+        // does not know (see `container_hook_request`); kubelet's is about half the decoding.
+        let known_pod = || wire::string_field(message, 1).is_some_and(|id| self.store.has_pod(id));
+        let message = match spec.method {
+            Method::CreateContainer if known_pod() => match wire::apply(message, &[(3, Edit::Replace(Vec::new()))]) {
+                Ok(trimmed) => Bytes::from(trimmed),
+                Err(_) => message.clone(),
+            },
+            _ => message.clone(),
+        };
+        match Call::decode(spec.method, message) {
+            Ok(mut call) => {
+                call.load(&self.store, &self.runtime).await;
+                Some(call)
+            }
+            Err(e) => {
+                tracing::warn!(method, error = %e, "cannot decode request; forwarding without hooks");
+                None
+            }
+        }
+    }
+}
+
+/// The pod sandbox whose calls a call of `method` on `id` (its request's first field) must not
+/// interleave with: the sandbox itself, or the container's (from the store; the container ID
+/// when the store does not know it). `None` for RunPodSandbox, whose sandbox does not exist yet.
+fn pod_key(method: Method, id: &str, store: &Store) -> Option<String> {
+    match method {
+        Method::RunPodSandbox => None,
+        Method::CreateContainer | Method::StopPodSandbox | Method::RemovePodSandbox => Some(id.to_owned()),
+        Method::StartContainer | Method::StopContainer | Method::RemoveContainer | Method::UpdateContainerResources => {
+            Some(store.sandbox_of(id).unwrap_or_else(|| id.to_owned()))
+        }
     }
 }
 
@@ -344,26 +393,6 @@ impl Call {
                 };
             }
             Call::RunPodSandbox { .. } | Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => {}
-        }
-    }
-
-    /// The sandbox ID whose calls this one must not interleave with (`None` for RunPodSandbox,
-    /// whose sandbox does not exist yet).
-    fn pod_key(&self, store: &Store) -> Option<String> {
-        let of_container = |entry: &Option<ContainerEntry>, id: &str| {
-            entry
-                .as_ref()
-                .map(|e| e.sandbox_id.clone())
-                .or_else(|| store.container(id).map(|e| e.sandbox_id))
-                .unwrap_or_else(|| id.to_owned())
-        };
-        match self {
-            Call::RunPodSandbox { .. } => None,
-            Call::CreateContainer { req, .. } => Some(req.pod_sandbox_id.clone()),
-            Call::UpdateContainerResources { req, entry } => Some(of_container(entry, &req.container_id)),
-            Call::Container { id, entry } => Some(of_container(entry, id)),
-            Call::RemoveContainer { id } => Some(of_container(&None, id)),
-            Call::Pod { id, .. } | Call::RemovePodSandbox { id } => Some(id.clone()),
         }
     }
 

@@ -41,6 +41,11 @@ impl Store {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).get(sandbox_id).cloned()
     }
 
+    /// The pod sandbox of the container `container_id`, if known (without copying its entry).
+    pub fn sandbox_of(&self, container_id: &str) -> Option<String> {
+        self.containers.read().unwrap_or_else(|p| p.into_inner()).get(container_id).map(|e| e.sandbox_id.clone())
+    }
+
     /// Whether the pod sandbox `sandbox_id` is known (without copying its entry).
     pub fn has_pod(&self, sandbox_id: &str) -> bool {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).contains_key(sandbox_id)

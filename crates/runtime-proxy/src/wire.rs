@@ -104,6 +104,17 @@ fn records(buf: &[u8]) -> Result<Vec<Record>, WireError> {
     Ok(out)
 }
 
+/// The value of the string field `field` of the encoded message `msg`, as a protobuf reader
+/// takes it (the last record wins); `None` when it is absent, not length-delimited or not
+/// UTF-8, or when `msg` is not valid protobuf.
+pub fn string_field(msg: &[u8], field: u32) -> Option<&str> {
+    let last = records(msg).ok()?.into_iter().rfind(|r| r.field == field)?;
+    if last.wire_type != 2 {
+        return None;
+    }
+    std::str::from_utf8(&msg[last.payload]).ok()
+}
+
 /// Applies `edits` to the encoded message `msg` and returns the new encoding.
 ///
 /// Records of fields without an edit are copied byte for byte and keep their order; an edited
@@ -165,6 +176,21 @@ fn emit(edit: &(u32, Edit), current: &[u8], out: &mut Vec<u8>) -> Result<(), Wir
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_field_is_the_last_record_of_it() {
+        let mut msg = Vec::new();
+        for (field, value) in [(1u8, "a"), (2, "x"), (1, "sandbox")] {
+            msg.extend([field << 3 | 2, value.len() as u8]);
+            msg.extend(value.as_bytes());
+        }
+        msg.extend([3 << 3, 7]);
+        assert_eq!(string_field(&msg, 1), Some("sandbox"));
+        assert_eq!(string_field(&msg, 2), Some("x"));
+        assert_eq!(string_field(&msg, 3), None, "a varint");
+        assert_eq!(string_field(&msg, 4), None, "absent");
+        assert_eq!(string_field(&msg[..msg.len() - 1], 1), None, "not valid protobuf");
+    }
     use k8s_cri::v1 as cri;
     use proptest::prelude::*;
     use prost::Message;
