@@ -136,8 +136,12 @@ impl Decoder {
             let start = out.bytes.len();
             let name_end;
             if first & 0x80 != 0 {
-                // Indexed field (§6.1).
+                // Indexed field (§6.1); the limit checked before the copy (a one-byte reference
+                // can stand for a whole table's worth).
                 let (name, value) = self.entry(integer(block, &mut at, 7)?)?;
+                if size + name.len() + value.len() + 32 > max_size {
+                    return Err(Error::TooLarge);
+                }
                 out.bytes.extend_from_slice(name);
                 name_end = out.bytes.len();
                 out.bytes.extend_from_slice(value);
@@ -484,5 +488,18 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(out.get(b":method"), Some(&b"POST"[..]));
         assert_eq!(out.get(b":path"), None);
+        // A 4 000-byte entry referenced 100 times by a 100-byte block: refused before the copies
+        // pass the limit.
+        let mut insert = vec![0x40, 0x01, b'x', 0x7f];
+        let mut len = 4000 - 127;
+        while len >= 128 {
+            insert.push(0x80 | (len % 128) as u8);
+            len /= 128;
+        }
+        insert.push(len as u8);
+        insert.extend([b'v'; 4000]);
+        assert_eq!(d.decode(&insert, &mut out, 10, 1 << 20), Ok(()));
+        assert_eq!(d.decode(&[0xbe; 100], &mut out, 1000, 64 << 10), Err(Error::TooLarge));
+        assert!(out.bytes.len() <= 64 << 10, "copied {} bytes", out.bytes.len());
     }
 }

@@ -9,8 +9,9 @@
 //! on ([`Onward`]: the relay sends the body on the call's own stream and gives the client the
 //! answer unchanged as it comes, see [`crate::relay`]) → on success, record in the store → post
 //! stage (its answers are not applied). When no hook server is registered for the pre stage
-//! (or the method has none), the request is sent on first, as it came, and decoded and looked
-//! up in the store while the runtime works on it.
+//! (or the method has none) and the store knows the call's pod sandbox or container, the
+//! request is sent on first, as it came, and decoded and looked up in the store while the
+//! runtime works on it.
 //!
 //! CRI versions: the same methods of `runtime.v1alpha2.RuntimeService` (kubelet 1.23–1.25,
 //! served by containerd 1.6 and 1.7) take the same flow. Every v1alpha2 message the proxy reads
@@ -207,23 +208,37 @@ impl Interceptor {
         };
         // One call per pod at a time. Every hooked method's request starts with its ID (field 1:
         // the pod sandbox ID, or the container ID, whose pod the store knows).
-        let key = pod_key(spec.method, wire::string_field(&message, 1).unwrap_or_default(), &self.store);
-        let guard = match key {
+        let id = wire::string_field(&message, 1).unwrap_or_default();
+        let guard = match pod_key(spec.method, id, &self.store) {
             Some(key) => Some(self.pod_locks.lock(&key).await),
             None => None,
         };
         let snapshot = self.registry.snapshot();
-        let (answer, call) = match spec.pre.filter(|&stage| snapshot.for_stage(stage).next().is_some()) {
-            None => {
-                // No hook runs before the call: it goes on at once, as it came, and the request
-                // is decoded and the store read while the runtime works on it (after a yield, so
-                // the relay sends it first).
+        let pre = spec.pre.filter(|&stage| snapshot.for_stage(stage).next().is_some());
+        let (answer, call) = match pre {
+            None if self.loads_from_store(spec.method, id) => {
+                // No hook runs before the call and the store knows its pod or container: it goes
+                // on at once, as it came, and the request is decoded and the store read while
+                // the runtime works on it (after a yield, so the relay sends it first). The
+                // store is updated as soon as the answer is in, as on the path below.
+                if let Some(d) = deadline {
+                    set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
+                }
                 let learn = async {
                     tokio::task::yield_now().await;
                     self.decode_and_load(spec, method, &message).await
                 };
                 let (answer, call) = tokio::join!(onward(parts, body, deadline), learn);
                 (answer?, call)
+            }
+            None => {
+                // What the store does not know is asked of the runtime first (`load`), before
+                // the call can answer and the pod's next call come.
+                let call = self.decode_and_load(spec, method, &message).await;
+                if let Some(d) = deadline {
+                    set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
+                }
+                (onward(parts, body, deadline).await?, call)
             }
             Some(stage) => {
                 let Some(mut call) = self.decode_and_load(spec, method, &message).await else {
@@ -287,9 +302,19 @@ impl Interceptor {
                 Some(call)
             }
             Err(e) => {
-                tracing::warn!(method, error = %e, "cannot decode request; forwarding without hooks");
+                tracing::warn!(method, error = %e, "cannot decode request: no hooks for it, and the store learns nothing from it");
                 None
             }
+        }
+    }
+
+    /// Whether what [`Call::load`] reads for a call of `method` on `id` (its request's first
+    /// field) is in the store already: no runtime round trip.
+    fn loads_from_store(&self, method: Method, id: &str) -> bool {
+        match method {
+            Method::RunPodSandbox | Method::RemoveContainer | Method::RemovePodSandbox => true,
+            Method::CreateContainer | Method::StopPodSandbox => self.store.has_pod(id),
+            Method::StartContainer | Method::StopContainer | Method::UpdateContainerResources => self.store.sandbox_of(id).is_some(),
         }
     }
 }

@@ -762,10 +762,9 @@ impl Core {
             return Ok(());
         }
         self.last_stream = id;
-        let Some(path) = self.headers.get(b":path").and_then(|p| std::str::from_utf8(p).ok()).map(Box::<str>::from) else {
-            self.send_backend(raw);
-            return Ok(());
-        };
+        // A request without a `:path` (or with one that is not UTF-8) is relayed under an empty
+        // method name (metrics label `other`); the runtime answers it as it sees fit.
+        let path = Box::<str>::from(String::from_utf8_lossy(self.headers.get(b":path").unwrap_or_default()));
         if let Closing::Final(last) = self.closing {
             if id > last {
                 // Refused by the final GOAWAY: the client knows; the runtime must not run it.
@@ -1685,10 +1684,14 @@ fn assemble<'a>(pending: &mut Option<Block>, head: Head, raw: &'a [u8]) -> Resul
 /// Decodes one header block into `out`.
 ///
 /// Errors (the connection cannot go on either way: the HPACK state is lost): PROTOCOL_ERROR for
-/// a block of more than `MAX_FIELDS` fields or `MAX_HEADER_LIST_SIZE` bytes, COMPRESSION_ERROR
+/// a block of more than `MAX_FIELDS` fields or of more bytes than said below, COMPRESSION_ERROR
 /// for one that does not decode.
 fn decode(hpack: &mut hpack::Decoder, fragment: &[u8], out: &mut Fields) -> Result<(), Fatal> {
-    hpack.decode(fragment, out, MAX_FIELDS, MAX_HEADER_LIST_SIZE as usize).map_err(|e| match e {
+    // Indexed fields are copied out of the table, so a small block could stand for up to
+    // MAX_HEADER_LIST_SIZE bytes of copies: a block may decode to 64 KiB, plus 64 times its own
+    // size (a field from the static table is about 40 bytes per byte; gRPC calls need far less).
+    let max_size = (MAX_HEADER_LIST_SIZE as usize).min((64 << 10) + 64 * fragment.len());
+    hpack.decode(fragment, out, MAX_FIELDS, max_size).map_err(|e| match e {
         hpack::Error::TooLarge => Fatal(reason::PROTOCOL_ERROR, "header list too large"),
         _ => Fatal(reason::COMPRESSION_ERROR, "cannot decode a header block"),
     })
