@@ -30,8 +30,10 @@
 //! client are written that way too. DATA the relay writes of its own (an edited request, a
 //! taken-over answer) takes room in a peer's window the other peer does not know of: the relay
 //! counts each connection window, holds back that much of the other peer's WINDOW_UPDATE
-//! credit, and holds a frame the receiver has no room for until it has; DATA it takes without
-//! forwarding (a held request body) is credited back to the sender at once.
+//! credit, and holds a frame the receiver has no room for until it has (reading on behind it,
+//! and applying at once the connection-level WINDOW_UPDATEs that come behind it: frames held
+//! both ways never wait on each other); DATA it takes without forwarding (a held request body)
+//! is credited back to the sender at once.
 //!
 //! **Statuses of the proxy's own**: a relayed call still waiting for its response head when its
 //! `grpc-timeout` passes is answered `DEADLINE_EXCEEDED` and reset at the runtime; when the
@@ -365,7 +367,10 @@ impl Relay {
                 return Poll::Ready(());
             }
             let room = self.core.to_backend.len() < HIGH_WATER && self.core.to_client.len() < HIGH_WATER;
-            if self.core.c_held.is_none() && room && !client_waits {
+            // With a frame held, reading goes on up to HIGH_WATER (see `window_updates_ahead`).
+            let c_room = self.core.c_held.is_none() || self.core.c_in.len() < HIGH_WATER;
+            let b_room = self.core.b_held.is_none() || self.core.b_in.len() < HIGH_WATER;
+            if c_room && room && !client_waits {
                 match read(&mut self.client, &mut self.core.c_in, cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         self.core.client_gone();
@@ -379,7 +384,7 @@ impl Relay {
                     Poll::Pending => client_waits = true,
                 }
             }
-            if self.core.b_held.is_none() && room && !backend_waits {
+            if b_room && room && !backend_waits {
                 let got = match &mut self.backend {
                     Some(backend) => read(backend, &mut self.core.b_in, cx),
                     None => Poll::Pending,
@@ -925,11 +930,18 @@ impl Core {
         let mut at = 0;
         let result = loop {
             let stopped = match from {
-                Side::Client => self.c_held.is_some() || self.done,
-                Side::Backend => self.b_held.is_some() || !self.connected,
+                Side::Client => self.done,
+                Side::Backend => !self.connected,
             };
             if stopped || input.len() - at < HEAD_LEN {
                 break Ok(());
+            }
+            if self.held(from) {
+                match self.window_updates_ahead(from, &mut input, at) {
+                    Ok(()) if self.held(from) => break Ok(()),
+                    Ok(()) => continue,
+                    Err(e) => break Err(e),
+                }
             }
             let head = Head::parse(&input[at..]);
             if head.len > max_frame {
@@ -957,6 +969,48 @@ impl Core {
             Side::Backend => {}
         }
         result
+    }
+
+    /// Whether a DATA frame from `from` waits for the other peer's connection window.
+    fn held(&self, from: Side) -> bool {
+        match from {
+            Side::Client => self.c_held.is_some(),
+            Side::Backend => self.b_held.is_some(),
+        }
+    }
+
+    /// While a frame from `from` is held, the connection-level WINDOW_UPDATEs queued behind it
+    /// (in `input`, from `at`) are taken out and applied now. The held frame waits for the
+    /// other peer's credit, which may itself wait behind a frame of the other peer's that the
+    /// relay holds for *this* peer's credit — a WINDOW_UPDATE in this queue: taken in order,
+    /// neither would ever come. A connection-level WINDOW_UPDATE only adds credit for the other
+    /// direction, so where it arrives among the sender's other frames does not matter to the
+    /// receiver (RFC 9113 §6.9; stream-level ones stay in order, as SETTINGS may change stream
+    /// windows). Stops at the first incomplete frame, or once the held frame went on.
+    fn window_updates_ahead(&mut self, from: Side, input: &mut BytesMut, at: usize) -> Result<(), Fatal> {
+        let mut scan = at;
+        while self.held(from) && input.len() - scan >= HEAD_LEN {
+            let head = Head::parse(&input[scan..]);
+            let end = scan + HEAD_LEN + head.len;
+            if input.len() < end {
+                break;
+            }
+            if head.kind != kind::WINDOW_UPDATE || head.stream != 0 {
+                scan = end;
+                continue;
+            }
+            let mut raw = [0u8; HEAD_LEN + 4];
+            let frame = raw.get_mut(..end - scan).ok_or(Fatal(reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size"))?;
+            frame.copy_from_slice(&input[scan..end]);
+            let tail = input.split_off(end);
+            input.truncate(scan);
+            input.unsplit(tail);
+            match from {
+                Side::Client => self.client_frame(head, frame)?,
+                Side::Backend => self.backend_frame(head, frame)?,
+            }
+        }
+        Ok(())
     }
 
     fn backend_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
@@ -1806,4 +1860,88 @@ fn write(socket: &mut Socket, buf: &mut BytesMut, cx: &mut Context<'_>) -> std::
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    fn core() -> Core {
+        let runtime = Arc::new(Backend::new("/nonexistent/runtime-proxy-test.sock"));
+        let router = Arc::new(Router::new(runtime.clone(), runtime, None, Arc::new(Metrics::new())));
+        Core::new(router, TaskTracker::new(), 100, true, None)
+    }
+
+    /// The DATA frames of `stream` in `buf`, with their payload lengths.
+    fn data_frames(buf: &[u8], stream: u32) -> Vec<usize> {
+        let (mut at, mut out) = (0, Vec::new());
+        while buf.len() - at >= HEAD_LEN {
+            let head = Head::parse(&buf[at..]);
+            if head.kind == kind::DATA && head.stream == stream {
+                out.push(head.len);
+            }
+            at += HEAD_LEN + head.len;
+        }
+        out
+    }
+
+    #[test]
+    fn frames_held_both_ways_are_released_by_window_updates_queued_behind_them() {
+        let mut core = core();
+        let mut client = BytesMut::from(&PREFACE_AND_SETTINGS[..]);
+        let mut block = BytesMut::new();
+        frame::put_literal(&mut block, b":path", b"/runtime.v1.RuntimeService/Version");
+        frame::put_headers(&mut client, 1, false, &block, frame::DEFAULT_MAX_FRAME);
+        core.client_input(&client);
+        let mut backend = BytesMut::new();
+        frame::settings(&mut backend, &[]);
+        core.backend_input(&backend);
+        // Both connection windows used up by bytes of the relay's own (an edited request, a
+        // taken-over answer): each peer's next DATA frame is held.
+        core.backend_window.room = 0;
+        core.client_window.room = 0;
+        let (mut client, mut backend) = (BytesMut::new(), BytesMut::new());
+        frame::put_data(&mut client, 1, &Bytes::from_static(&[1; 10]), true, frame::DEFAULT_MAX_FRAME);
+        frame::put_headers(&mut backend, 1, false, &[0x88], frame::DEFAULT_MAX_FRAME);
+        frame::put_data(&mut backend, 1, &Bytes::from_static(&[2; 20]), false, frame::DEFAULT_MAX_FRAME);
+        core.client_input(&client);
+        core.backend_input(&backend);
+        assert!(core.c_held.is_some() && core.b_held.is_some());
+        core.to_client.clear();
+        core.to_backend.clear();
+        // Each peer's credit comes behind more of its own frames: a PING, then WINDOW_UPDATE.
+        let (mut client, mut backend) = (BytesMut::new(), BytesMut::new());
+        frame::ping(&mut client, false, b"clientpi");
+        frame::window_update(&mut client, 0, 100);
+        frame::ping(&mut backend, false, b"runtimep");
+        frame::window_update(&mut backend, 0, 100);
+        core.client_input(&client);
+        assert_eq!(data_frames(&core.to_client, 1), vec![20], "the runtime's DATA went on with the client's credit");
+        core.backend_input(&backend);
+        assert_eq!(data_frames(&core.to_backend, 1), vec![10], "the client's DATA went on with the runtime's credit");
+        assert!(core.c_held.is_none() && core.b_held.is_none());
+        // What came behind the held frames still went on, in order: the PINGs after the DATA.
+        let pings = |buf: &[u8]| {
+            let (mut at, mut n) = (0, 0);
+            while buf.len() - at >= HEAD_LEN {
+                let head = Head::parse(&buf[at..]);
+                n += usize::from(head.kind == kind::PING);
+                at += HEAD_LEN + head.len;
+            }
+            n
+        };
+        assert_eq!((pings(&core.to_backend), pings(&core.to_client)), (1, 1));
+    }
+
+    const PREFACE_AND_SETTINGS: [u8; 33] = {
+        let mut b = [0u8; 33];
+        let mut i = 0;
+        while i < 24 {
+            b[i] = frame::PREFACE[i];
+            i += 1;
+        }
+        b[27] = kind::SETTINGS;
+        b
+    };
 }
