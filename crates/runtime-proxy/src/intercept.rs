@@ -192,7 +192,7 @@ impl Interceptor {
         spec: &'static MethodSpec,
         method: &str,
         onward: Onward<'a>,
-        mut parts: http::request::Parts,
+        parts: http::request::Parts,
         body: RequestBody,
     ) -> Result<(unary::Answer, Option<impl std::future::Future<Output = ()> + 'a>), Status> {
         let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
@@ -213,6 +213,13 @@ impl Interceptor {
             Some(key) => Some(self.pod_locks.lock(&key).await),
             None => None,
         };
+        // What is left of the caller's deadline goes on with the call.
+        let send = move |mut parts: http::request::Parts, body: Bytes| {
+            if let Some(d) = deadline {
+                set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
+            }
+            onward(parts, body, deadline)
+        };
         let snapshot = self.registry.snapshot();
         let pre = spec.pre.filter(|&stage| snapshot.for_stage(stage).next().is_some());
         let (answer, call) = match pre {
@@ -221,28 +228,22 @@ impl Interceptor {
                 // on at once, as it came, and the request is decoded and the store read while
                 // the runtime works on it (after a yield, so the relay sends it first). The
                 // store is updated as soon as the answer is in, as on the path below.
-                if let Some(d) = deadline {
-                    set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
-                }
                 let learn = async {
                     tokio::task::yield_now().await;
                     self.decode_and_load(spec, method, &message).await
                 };
-                let (answer, call) = tokio::join!(onward(parts, body, deadline), learn);
+                let (answer, call) = tokio::join!(send(parts, body), learn);
                 (answer?, call)
             }
             None => {
                 // What the store does not know is asked of the runtime first (`load`), before
                 // the call can answer and the pod's next call come.
                 let call = self.decode_and_load(spec, method, &message).await;
-                if let Some(d) = deadline {
-                    set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
-                }
-                (onward(parts, body, deadline).await?, call)
+                (send(parts, body).await?, call)
             }
             Some(stage) => {
                 let Some(mut call) = self.decode_and_load(spec, method, &message).await else {
-                    return onward(parts, body, deadline).await.map(|a| (a, None));
+                    return send(parts, body).await.map(|a| (a, None));
                 };
                 let edits = if call.skips_hooks(&self.skip_label) {
                     Vec::new()
@@ -261,10 +262,7 @@ impl Interceptor {
                         }
                     }
                 };
-                if let Some(d) = deadline {
-                    set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
-                }
-                (onward(parts, body, deadline).await?, Some(call))
+                (send(parts, body).await?, Some(call))
             }
         };
         let Some(mut call) = call.filter(|_| answer.status().code == Code::OK) else {
