@@ -141,24 +141,25 @@ pub fn parse_timeout(headers: &HeaderMap) -> Option<Duration> {
 
 /// Parses one `grpc-timeout` value (see [`parse_timeout`]).
 pub fn parse_timeout_value(value: &[u8]) -> Option<Duration> {
-    let v = std::str::from_utf8(value).ok()?;
-    if v.len() < 2 || v.len() > 9 {
+    if value.len() < 2 || value.len() > 9 {
         return None;
     }
-    let (digits, unit) = v.split_at(v.len() - 1);
+    // Split as bytes: a value need not be ASCII, and a split inside a UTF-8 character panics
+    // (`1é`, found by fuzz/fuzz_targets/grpc_timeout.rs).
+    let (digits, unit) = value.split_at(value.len() - 1);
     // Digits only: `u64::from_str` also takes a leading `+`, so `+5S` was a 5 s deadline
     // (found by fuzz/fuzz_targets/grpc_timeout.rs).
-    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n * 3600),
-        "M" => Duration::from_secs(n * 60),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit[0] {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
         _ => return None,
     })
 }
@@ -305,6 +306,8 @@ mod tests {
         assert_eq!(parse_timeout(&hdr("250m")), Some(Duration::from_millis(250)));
         assert_eq!(parse_timeout(&hdr("99999999u")), Some(Duration::from_micros(99_999_999)));
         assert_eq!(parse_timeout(&hdr("7n")), Some(Duration::from_nanos(7)));
+        assert_eq!(parse_timeout_value("1é".as_bytes()), None, "a unit that is not ASCII");
+        assert_eq!(parse_timeout_value(b"1\xff"), None);
         assert_eq!(parse_timeout(&hdr("123456789S")), None, "more than 8 digits");
         assert_eq!(parse_timeout(&hdr("5x")), None);
         assert_eq!(parse_timeout(&hdr("S")), None);
