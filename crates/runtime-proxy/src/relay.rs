@@ -295,6 +295,10 @@ pub struct Core {
     c_held: Option<(Head, BytesMut)>,
     /// A runtime DATA frame waiting for room in the client's connection window.
     b_held: Option<(Head, BytesMut)>,
+    /// Bytes of `c_in` (and `b_in`) behind the held frame already looked through for
+    /// WINDOW_UPDATEs ([`Core::window_updates_ahead`]); 0 when a frame starts being held.
+    c_scanned: usize,
+    b_scanned: usize,
     /// By stream ID (few at once: a B-tree needs no hashing).
     streams: BTreeMap<u32, Stream>,
     /// The highest stream the client opened.
@@ -367,9 +371,11 @@ impl Relay {
                 return Poll::Ready(());
             }
             let room = self.core.to_backend.len() < HIGH_WATER && self.core.to_client.len() < HIGH_WATER;
-            // With a frame held, reading goes on up to HIGH_WATER (see `window_updates_ahead`).
-            let c_room = self.core.c_held.is_none() || self.core.c_in.len() < HIGH_WATER;
-            let b_room = self.core.b_held.is_none() || self.core.b_in.len() < HIGH_WATER;
+            // With a frame held, reading goes on up to HIGH_WATER and one whole frame more (see
+            // `window_updates_ahead`).
+            let c_room = self.core.c_held.is_none() || self.core.c_in.len() < HIGH_WATER + self.core.backend_max_frame;
+            let b_room =
+                self.core.b_held.is_none() || self.core.b_in.len() < HIGH_WATER + self.core.client_max_frame.max(frame::DEFAULT_MAX_FRAME);
             if c_room && room && !client_waits {
                 match read(&mut self.client, &mut self.core.c_in, cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
@@ -490,6 +496,8 @@ impl Core {
             b_block: None,
             c_held: None,
             b_held: None,
+            c_scanned: 0,
+            b_scanned: 0,
             streams: BTreeMap::new(),
             last_stream: 0,
             client_window: Window::default(),
@@ -694,6 +702,7 @@ impl Core {
                     }
                 } else if head.len as i64 > self.backend_window.room {
                     self.c_held = Some((head, BytesMut::from(raw)));
+                    self.c_scanned = 0;
                 } else {
                     self.backend_window.room -= head.len as i64;
                     self.send_backend(raw);
@@ -986,31 +995,57 @@ impl Core {
     /// neither would ever come. A connection-level WINDOW_UPDATE only adds credit for the other
     /// direction, so where it arrives among the sender's other frames does not matter to the
     /// receiver (RFC 9113 §6.9; stream-level ones stay in order, as SETTINGS may change stream
-    /// windows). Stops at the first incomplete frame, or once the held frame went on.
+    /// windows). A header block is passed over whole, never taken a frame out of (a frame
+    /// inside it is a protocol error, found when the block's turn comes); the look stops at an
+    /// incomplete frame or block, or a malformed one, and goes on from there with the next read
+    /// (`c_scanned`, `b_scanned`), until the held frame went on or the connection ends.
     fn window_updates_ahead(&mut self, from: Side, input: &mut BytesMut, at: usize) -> Result<(), Fatal> {
-        let mut scan = at;
-        while self.held(from) && input.len() - scan >= HEAD_LEN {
-            let head = Head::parse(&input[scan..]);
-            let end = scan + HEAD_LEN + head.len;
-            if input.len() < end {
-                break;
+        let mut scan = at
+            + match from {
+                Side::Client => self.c_scanned,
+                Side::Backend => self.b_scanned,
+            };
+        let result = loop {
+            let stopped = match from {
+                Side::Client => self.done,
+                Side::Backend => !self.connected,
+            };
+            if stopped || !self.held(from) {
+                break Ok(());
+            }
+            let Some((head, end)) = whole_frame(input, scan) else { break Ok(()) };
+            if matches!(head.kind, kind::HEADERS | kind::PUSH_PROMISE) && !head.has(flag::END_HEADERS) {
+                match block_end(input, end, head.stream) {
+                    Some(block_end) => scan = block_end,
+                    None => break Ok(()),
+                }
+                continue;
             }
             if head.kind != kind::WINDOW_UPDATE || head.stream != 0 {
                 scan = end;
                 continue;
             }
             let mut raw = [0u8; HEAD_LEN + 4];
-            let frame = raw.get_mut(..end - scan).ok_or(Fatal(reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size"))?;
+            let Some(frame) = raw.get_mut(..end - scan) else {
+                break Err(Fatal(reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size"));
+            };
             frame.copy_from_slice(&input[scan..end]);
             let tail = input.split_off(end);
             input.truncate(scan);
             input.unsplit(tail);
-            match from {
-                Side::Client => self.client_frame(head, frame)?,
-                Side::Backend => self.backend_frame(head, frame)?,
+            let handled = match from {
+                Side::Client => self.client_frame(head, frame),
+                Side::Backend => self.backend_frame(head, frame),
+            };
+            if handled.is_err() {
+                break handled;
             }
+        };
+        match from {
+            Side::Client => self.c_scanned = scan - at,
+            Side::Backend => self.b_scanned = scan - at,
         }
-        Ok(())
+        result
     }
 
     fn backend_frame(&mut self, head: Head, raw: &[u8]) -> Result<(), Fatal> {
@@ -1046,6 +1081,7 @@ impl Core {
                 }
                 if head.len as i64 > self.client_window.room {
                     self.b_held = Some((head, BytesMut::from(raw)));
+                    self.b_scanned = 0;
                     return Ok(());
                 }
                 self.forward_data(head, raw)
@@ -1735,6 +1771,32 @@ fn assemble<'a>(pending: &mut Option<Block>, head: Head, raw: &'a [u8]) -> Resul
     Ok(Some(Whole { stream, flags, raw: Cow::Owned(raw), fragment: Cow::Owned(fragment) }))
 }
 
+/// The frame at `at` in `input`, and where it ends, when it is there whole.
+fn whole_frame(input: &[u8], at: usize) -> Option<(Head, usize)> {
+    if input.len() - at < HEAD_LEN {
+        return None;
+    }
+    let head = Head::parse(&input[at..]);
+    let end = at + HEAD_LEN + head.len;
+    (input.len() >= end).then_some((head, end))
+}
+
+/// Where the header block of `stream` whose first frame ends at `at` ends: after the
+/// CONTINUATION with END_HEADERS; `None` while it is incomplete, or when another frame
+/// interrupts it.
+fn block_end(input: &[u8], mut at: usize, stream: u32) -> Option<usize> {
+    loop {
+        let (head, end) = whole_frame(input, at)?;
+        if head.kind != kind::CONTINUATION || head.stream != stream {
+            return None;
+        }
+        if head.has(flag::END_HEADERS) {
+            return Some(end);
+        }
+        at = end;
+    }
+}
+
 /// Decodes one header block into `out`.
 ///
 /// Errors (the connection cannot go on either way: the HPACK state is lost): PROTOCOL_ERROR for
@@ -1910,9 +1972,15 @@ mod tests {
         assert!(core.c_held.is_some() && core.b_held.is_some());
         core.to_client.clear();
         core.to_backend.clear();
-        // Each peer's credit comes behind more of its own frames: a PING, then WINDOW_UPDATE.
+        // Each peer's credit comes behind more of its own frames: a PING (and, from the client,
+        // a new call whose header block spans three frames), then WINDOW_UPDATE; it comes in
+        // two reads.
         let (mut client, mut backend) = (BytesMut::new(), BytesMut::new());
         frame::ping(&mut client, false, b"clientpi");
+        frame::put_headers(&mut client, 3, true, &block, 16);
+        core.client_input(&client);
+        assert!(core.to_client.is_empty(), "nothing went on yet");
+        client.clear();
         frame::window_update(&mut client, 0, 100);
         frame::ping(&mut backend, false, b"runtimep");
         frame::window_update(&mut backend, 0, 100);
@@ -1932,6 +2000,39 @@ mod tests {
             n
         };
         assert_eq!((pings(&core.to_backend), pings(&core.to_client)), (1, 1));
+        assert!(core.streams.contains_key(&3), "the call behind the held frame was taken up");
+    }
+
+    #[test]
+    fn a_window_update_inside_an_open_header_block_is_not_taken_out() {
+        let mut core = core();
+        let mut client = BytesMut::from(&PREFACE_AND_SETTINGS[..]);
+        let mut block = BytesMut::new();
+        frame::put_literal(&mut block, b":path", b"/runtime.v1.RuntimeService/Version");
+        frame::put_headers(&mut client, 1, false, &block, frame::DEFAULT_MAX_FRAME);
+        core.client_input(&client);
+        let mut backend = BytesMut::new();
+        frame::settings(&mut backend, &[]);
+        frame::put_headers(&mut backend, 1, false, &[0x88], frame::DEFAULT_MAX_FRAME);
+        core.backend_input(&backend);
+        core.backend_window.room = 0;
+        core.client_window.room = 0;
+        let (mut client, mut backend) = (BytesMut::new(), BytesMut::new());
+        frame::put_data(&mut client, 1, &Bytes::from_static(&[1; 10]), true, frame::DEFAULT_MAX_FRAME);
+        frame::put_data(&mut backend, 1, &Bytes::from_static(&[2; 20]), false, frame::DEFAULT_MAX_FRAME);
+        core.client_input(&client);
+        core.backend_input(&backend);
+        // HEADERS without END_HEADERS, the WINDOW_UPDATE, then the CONTINUATION: a protocol
+        // error once the block's turn comes, not credit to take early.
+        let mut split = BytesMut::new();
+        frame::put_headers(&mut split, 3, true, &block, 16);
+        let first = HEAD_LEN + Head::parse(&split).len;
+        let mut client = BytesMut::from(&split[..first]);
+        frame::window_update(&mut client, 0, 100);
+        client.extend_from_slice(&split[first..]);
+        core.client_input(&client);
+        assert!(core.b_held.is_some(), "the runtime's DATA still waits");
+        assert_eq!(core.client_window.room, 0);
     }
 
     const PREFACE_AND_SETTINGS: [u8; 33] = {
