@@ -230,7 +230,7 @@ impl Interceptor {
                 // store is updated as soon as the answer is in, as on the path below.
                 let learn = async {
                     tokio::task::yield_now().await;
-                    self.decode_and_load(spec, method, &message).await
+                    self.decode_and_load(spec, method, id, &message).await
                 };
                 let (answer, call) = tokio::join!(send(parts, body), learn);
                 (answer?, call)
@@ -238,11 +238,11 @@ impl Interceptor {
             None => {
                 // What the store does not know is asked of the runtime first (`load`), before
                 // the call can answer and the pod's next call come.
-                let call = self.decode_and_load(spec, method, &message).await;
+                let call = self.decode_and_load(spec, method, id, &message).await;
                 (send(parts, body).await?, call)
             }
             Some(stage) => {
-                let Some(mut call) = self.decode_and_load(spec, method, &message).await else {
+                let Some(mut call) = self.decode_and_load(spec, method, id, &message).await else {
                     return send(parts, body).await.map(|a| (a, None));
                 };
                 let edits = if call.skips_hooks(&self.skip_label) {
@@ -280,15 +280,14 @@ impl Interceptor {
         Ok((answer, post))
     }
 
-    /// The call decoded from `message`, with what the store (or the runtime) knows of its pod
-    /// sandbox or container; `None` (logged) when `message` does not decode: the call then goes
+    /// The call decoded from `message` (whose first field is `id`), with what the store (or the
+    /// runtime) knows of its pod sandbox or container; `None` (logged) when `message` does not decode: the call then goes
     /// on without hooks, and the store learns nothing from it.
-    async fn decode_and_load(&self, spec: &MethodSpec, method: &str, message: &Bytes) -> Option<Call> {
+    async fn decode_and_load(&self, spec: &MethodSpec, method: &str, id: &str, message: &Bytes) -> Option<Call> {
         // CreateContainer's `sandbox_config` (field 3) is only read for a pod sandbox the store
         // does not know (see `container_hook_request`); kubelet's is about half the decoding.
-        let known_pod = || wire::string_field(message, 1).is_some_and(|id| self.store.has_pod(id));
         let message = match spec.method {
-            Method::CreateContainer if known_pod() => match wire::apply(message, &[(3, Edit::Replace(Vec::new()))]) {
+            Method::CreateContainer if self.store.has_pod(id) => match wire::apply(message, &[(3, Edit::Replace(Vec::new()))]) {
                 Ok(trimmed) => Bytes::from(trimmed),
                 Err(_) => message.clone(),
             },

@@ -1935,21 +1935,25 @@ mod tests {
         Core::new(router, TaskTracker::new(), 100, true, None)
     }
 
-    /// The DATA frames of `stream` in `buf`, with their payload lengths.
-    fn data_frames(buf: &[u8], stream: u32) -> Vec<usize> {
+    /// The heads of the whole frames in `buf`.
+    fn heads(buf: &[u8]) -> Vec<Head> {
         let (mut at, mut out) = (0, Vec::new());
-        while buf.len() - at >= HEAD_LEN {
-            let head = Head::parse(&buf[at..]);
-            if head.kind == kind::DATA && head.stream == stream {
-                out.push(head.len);
-            }
-            at += HEAD_LEN + head.len;
+        while let Some((head, end)) = whole_frame(buf, at) {
+            out.push(head);
+            at = end;
         }
         out
     }
 
-    #[test]
-    fn frames_held_both_ways_are_released_by_window_updates_queued_behind_them() {
+    /// The payload lengths of the DATA frames of `stream` in `buf`.
+    fn data_frames(buf: &[u8], stream: u32) -> Vec<usize> {
+        heads(buf).into_iter().filter(|h| h.kind == kind::DATA && h.stream == stream).map(|h| h.len).collect()
+    }
+
+    /// A connection with a call on stream 1 (the `:path` block returned) whose next DATA frame
+    /// from each peer is held: both connection windows used up by bytes of the relay's own (an
+    /// edited request, a taken-over answer).
+    fn held_both_ways() -> (Core, BytesMut) {
         let mut core = core();
         let mut client = BytesMut::from(&PREFACE_AND_SETTINGS[..]);
         let mut block = BytesMut::new();
@@ -1958,20 +1962,24 @@ mod tests {
         core.client_input(&client);
         let mut backend = BytesMut::new();
         frame::settings(&mut backend, &[]);
+        frame::put_headers(&mut backend, 1, false, &[0x88], frame::DEFAULT_MAX_FRAME);
         core.backend_input(&backend);
-        // Both connection windows used up by bytes of the relay's own (an edited request, a
-        // taken-over answer): each peer's next DATA frame is held.
         core.backend_window.room = 0;
         core.client_window.room = 0;
         let (mut client, mut backend) = (BytesMut::new(), BytesMut::new());
         frame::put_data(&mut client, 1, &Bytes::from_static(&[1; 10]), true, frame::DEFAULT_MAX_FRAME);
-        frame::put_headers(&mut backend, 1, false, &[0x88], frame::DEFAULT_MAX_FRAME);
         frame::put_data(&mut backend, 1, &Bytes::from_static(&[2; 20]), false, frame::DEFAULT_MAX_FRAME);
         core.client_input(&client);
         core.backend_input(&backend);
         assert!(core.c_held.is_some() && core.b_held.is_some());
         core.to_client.clear();
         core.to_backend.clear();
+        (core, block)
+    }
+
+    #[test]
+    fn frames_held_both_ways_are_released_by_window_updates_queued_behind_them() {
+        let (mut core, block) = held_both_ways();
         // Each peer's credit comes behind more of its own frames: a PING (and, from the client,
         // a new call whose header block spans three frames), then WINDOW_UPDATE; it comes in
         // two reads.
@@ -1990,38 +1998,14 @@ mod tests {
         assert_eq!(data_frames(&core.to_backend, 1), vec![10], "the client's DATA went on with the runtime's credit");
         assert!(core.c_held.is_none() && core.b_held.is_none());
         // What came behind the held frames still went on, in order: the PINGs after the DATA.
-        let pings = |buf: &[u8]| {
-            let (mut at, mut n) = (0, 0);
-            while buf.len() - at >= HEAD_LEN {
-                let head = Head::parse(&buf[at..]);
-                n += usize::from(head.kind == kind::PING);
-                at += HEAD_LEN + head.len;
-            }
-            n
-        };
+        let pings = |buf: &[u8]| heads(buf).iter().filter(|h| h.kind == kind::PING).count();
         assert_eq!((pings(&core.to_backend), pings(&core.to_client)), (1, 1));
         assert!(core.streams.contains_key(&3), "the call behind the held frame was taken up");
     }
 
     #[test]
     fn a_window_update_inside_an_open_header_block_is_not_taken_out() {
-        let mut core = core();
-        let mut client = BytesMut::from(&PREFACE_AND_SETTINGS[..]);
-        let mut block = BytesMut::new();
-        frame::put_literal(&mut block, b":path", b"/runtime.v1.RuntimeService/Version");
-        frame::put_headers(&mut client, 1, false, &block, frame::DEFAULT_MAX_FRAME);
-        core.client_input(&client);
-        let mut backend = BytesMut::new();
-        frame::settings(&mut backend, &[]);
-        frame::put_headers(&mut backend, 1, false, &[0x88], frame::DEFAULT_MAX_FRAME);
-        core.backend_input(&backend);
-        core.backend_window.room = 0;
-        core.client_window.room = 0;
-        let (mut client, mut backend) = (BytesMut::new(), BytesMut::new());
-        frame::put_data(&mut client, 1, &Bytes::from_static(&[1; 10]), true, frame::DEFAULT_MAX_FRAME);
-        frame::put_data(&mut backend, 1, &Bytes::from_static(&[2; 20]), false, frame::DEFAULT_MAX_FRAME);
-        core.client_input(&client);
-        core.backend_input(&backend);
+        let (mut core, block) = held_both_ways();
         // HEADERS without END_HEADERS, the WINDOW_UPDATE, then the CONTINUATION: a protocol
         // error once the block's turn comes, not credit to take early.
         let mut split = BytesMut::new();
