@@ -101,6 +101,49 @@ pub fn merge_resources(cur: &mut LinuxContainerResources, answer: &LinuxContaine
     merge_map(&mut cur.unified, &answer.unified);
 }
 
+/// Whether [`merge_map`] of `from` into `into` would change `into`: some key of `from` is
+/// missing from `into` or has another value there.
+pub fn map_changes(into: &HashMap<String, String>, from: &HashMap<String, String>) -> bool {
+    from.iter().any(|(k, v)| into.get(k) != Some(v))
+}
+
+/// Whether [`apply_pod_response`] of `resp` would change `req` at all. Exact (a property test
+/// holds it to the rule): an answer that only echoes the request, or leaves every field empty,
+/// changes nothing, and the dispatcher then neither copies the request nor looks for edits.
+pub fn pod_response_changes(req: &PodSandboxHookRequest, resp: &PodSandboxHookResponse) -> bool {
+    map_changes(&req.labels, &resp.labels)
+        || map_changes(&req.annotations, &resp.annotations)
+        || (!resp.cgroup_parent.is_empty() && resp.cgroup_parent != req.cgroup_parent)
+}
+
+/// Whether [`apply_container_response`] of `resp` would change `req` at all (exact, as
+/// [`pod_response_changes`]).
+pub fn container_response_changes(req: &ContainerResourceHookRequest, resp: &ContainerResourceHookResponse) -> bool {
+    map_changes(&req.container_annotations, &resp.container_annotations)
+        || resp.container_envs.iter().any(|(k, v)| !k.is_empty() && req.container_envs.get(k) != Some(v))
+        || (!resp.pod_cgroup_parent.is_empty() && resp.pod_cgroup_parent != req.pod_cgroup_parent)
+        || match (&req.container_resources, &resp.container_resources) {
+            (_, None) => false,
+            // The rule puts default resources in first, then merges.
+            (None, Some(_)) => true,
+            (Some(cur), Some(answer)) => resources_change(cur, answer),
+        }
+}
+
+/// Whether [`merge_resources`] of `answer` would change `cur` (field by field, the same
+/// conditions).
+pub fn resources_change(cur: &LinuxContainerResources, answer: &LinuxContainerResources) -> bool {
+    (answer.cpu_period > 0 && answer.cpu_period != cur.cpu_period)
+        || (answer.cpu_quota != 0 && answer.cpu_quota != cur.cpu_quota)
+        || (answer.cpu_shares > 0 && answer.cpu_shares != cur.cpu_shares)
+        || (answer.memory_limit_in_bytes > 0 && answer.memory_limit_in_bytes != cur.memory_limit_in_bytes)
+        || (answer.memory_swap_limit_in_bytes > 0 && answer.memory_swap_limit_in_bytes != cur.memory_swap_limit_in_bytes)
+        || (answer.oom_score_adj != 0 && (-1000..=1000).contains(&answer.oom_score_adj) && answer.oom_score_adj != cur.oom_score_adj)
+        || answer.cpuset_cpus != cur.cpuset_cpus
+        || answer.cpuset_mems != cur.cpuset_mems
+        || map_changes(&cur.unified, &answer.unified)
+}
+
 /// Merges the resources of an UpdateContainerResources call (kubelet's new values) into the
 /// stored ones before the PreUpdateContainerResources hook sees them: period, shares, memory and
 /// swap when > 0, quota when ≠ 0, cpusets when not empty, `unified` merged; `oom_score_adj` and
@@ -281,6 +324,67 @@ mod tests {
             // Everything but a negative memory limit / zero-or-negative values the rules skip
             // is already equal, so the merge is the identity.
             prop_assert_eq!(m, o);
+        }
+
+        /// `container_response_changes` says exactly whether the rule changes the request.
+        #[test]
+        fn container_changes_is_exact(
+            cur in proptest::option::of(arb_resources()),
+            answer in proptest::option::of(arb_resources()),
+            anns in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            answer_anns in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            envs in proptest::collection::hash_map("[A-C]{0,1}", "[0-1]{1}", 0..3),
+            answer_envs in proptest::collection::hash_map("[A-C]{0,1}", "[0-1]{1}", 0..3),
+            parents in ("(/a|/b)?", "(/a|/b)?"),
+            echo in any::<bool>(),
+            out_of_range_oom in proptest::option::of(prop_oneof![Just(-1001i64), Just(5000)]),
+        ) {
+            let req = ContainerResourceHookRequest {
+                container_annotations: anns,
+                container_envs: envs,
+                pod_cgroup_parent: parents.0,
+                container_resources: cur,
+                ..Default::default()
+            };
+            let resp = if echo {
+                echo_container(&req)
+            } else {
+                ContainerResourceHookResponse {
+                    container_annotations: answer_anns,
+                    container_envs: answer_envs,
+                    pod_cgroup_parent: parents.1,
+                    container_resources: answer,
+                }
+            };
+            // Now and then an out-of-range oom_score_adj, which the rule ignores (on an echo too).
+            let mut resp = resp;
+            if let (Some(oom), Some(r)) = (out_of_range_oom, resp.container_resources.as_mut()) {
+                r.oom_score_adj = oom;
+            }
+            let mut merged = req.clone();
+            apply_container_response(&mut merged, &resp);
+            prop_assert_eq!(container_response_changes(&req, &resp), merged != req);
+        }
+
+        /// `pod_response_changes` says exactly whether the rule changes the request.
+        #[test]
+        fn pod_changes_is_exact(
+            labels in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            answer_labels in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            anns in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            answer_anns in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            parents in ("(/a|/b)?", "(/a|/b)?"),
+            echo in any::<bool>(),
+        ) {
+            let req = PodSandboxHookRequest { labels, annotations: anns, cgroup_parent: parents.0, ..Default::default() };
+            let resp = if echo {
+                echo_pod(&req)
+            } else {
+                PodSandboxHookResponse { labels: answer_labels, annotations: answer_anns, cgroup_parent: parents.1, ..Default::default() }
+            };
+            let mut merged = req.clone();
+            apply_pod_response(&mut merged, &resp);
+            prop_assert_eq!(pod_response_changes(&req, &resp), merged != req);
         }
 
         /// Applying the same answer twice gives the same result as once.

@@ -17,7 +17,6 @@
 //! and reads its answer itself, on the task of the CRI call, with no channel worker task
 //! between it and the connection.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,6 +40,9 @@ pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static 
     type Answer: prost::Message + Default + Send + Sync + 'static;
     /// Applies an answer to the request (the merge rules of [`hook_api::merge`]).
     fn apply(&mut self, answer: &Self::Answer);
+    /// Whether [`HookMessage::apply`] of `answer` would change the request at all (exact:
+    /// [`hook_api::merge::container_response_changes`]).
+    fn changed_by(&self, answer: &Self::Answer) -> bool;
     /// Checks what the answer would add to the request's maps against `limits`.
     ///
     /// Errors: the first limit exceeded (see [`HookLimits::check_map`]).
@@ -51,6 +53,9 @@ impl HookMessage for PodSandboxHookRequest {
     type Answer = PodSandboxHookResponse;
     fn apply(&mut self, answer: &PodSandboxHookResponse) {
         merge::apply_pod_response(self, answer);
+    }
+    fn changed_by(&self, answer: &PodSandboxHookResponse) -> bool {
+        merge::pod_response_changes(self, answer)
     }
     fn check(&self, answer: &PodSandboxHookResponse, limits: &HookLimits) -> Result<(), String> {
         limits.check_map("labels", &self.labels, &answer.labels)?;
@@ -63,19 +68,36 @@ impl HookMessage for ContainerResourceHookRequest {
     fn apply(&mut self, answer: &ContainerResourceHookResponse) {
         merge::apply_container_response(self, answer);
     }
+    fn changed_by(&self, answer: &ContainerResourceHookResponse) -> bool {
+        merge::container_response_changes(self, answer)
+    }
     fn check(&self, answer: &ContainerResourceHookResponse, limits: &HookLimits) -> Result<(), String> {
         limits.check_map("container_envs", &self.container_envs, &answer.container_envs)?;
         limits.check_map("container_annotations", &self.container_annotations, &answer.container_annotations)
     }
 }
 
-/// A channel's key: the hook server's endpoint and the uids allowed to serve it.
-type ChannelKey = (PathBuf, Vec<u32>);
+/// One lazily connected channel: the hook server's endpoint, the uids allowed to serve it, its
+/// serial number (so that a timed-out call drops only the channel it used) and the client.
+struct Channel {
+    endpoint: PathBuf,
+    uids: Vec<u32>,
+    serial: u64,
+    backend: Arc<Backend>,
+}
 
-/// Calls hook servers; keeps one lazily connected channel per endpoint and set of allowed uids,
-/// each with a serial number (so that a timed-out call drops only the channel it used).
+impl Channel {
+    /// Whether this is the channel for `server`: compared as bytes, with no allocation (a
+    /// `Path`'s own `==` parses both into components).
+    fn serves(&self, server: &HookServer) -> bool {
+        self.endpoint.as_os_str() == server.endpoint.as_os_str() && self.uids == allowed_uids(server)
+    }
+}
+
+/// Calls hook servers; keeps one lazily connected channel per endpoint and set of allowed uids
+/// (a handful per node: looked up in a list).
 pub struct Dispatcher {
-    channels: Mutex<HashMap<ChannelKey, (u64, Arc<Backend>)>>,
+    channels: Mutex<Vec<Channel>>,
     serial: std::sync::atomic::AtomicU64,
     metrics: std::sync::Arc<Metrics>,
     limits: HookLimits,
@@ -85,11 +107,15 @@ impl Dispatcher {
     /// A dispatcher with no connections yet, recording into `metrics`; answers beyond `limits`
     /// are hook failures (`RESOURCE_EXHAUSTED`, naming the limit's flag).
     pub fn new(metrics: std::sync::Arc<Metrics>, limits: HookLimits) -> Self {
-        Dispatcher { channels: Mutex::new(HashMap::new()), serial: Default::default(), metrics, limits }
+        Dispatcher { channels: Mutex::new(Vec::new()), serial: Default::default(), metrics, limits }
     }
 
     /// Runs `stage` over the servers of `snapshot` registered for it, changing `req` with each
     /// answer. `deadline` is when the kubelet's call expires, if it set one.
+    ///
+    /// Returns `req` as it was before the first answer that changed it, or `None` when no
+    /// answer changed anything (then nothing was copied: the interceptor has no edits to look
+    /// for).
     ///
     /// Errors: the first failure of a server whose policy is `Fail` (the request keeps the
     /// changes of the servers before it).
@@ -99,7 +125,8 @@ impl Dispatcher {
         stage: Stage,
         req: &mut R,
         deadline: Option<Instant>,
-    ) -> Result<(), Status> {
+    ) -> Result<Option<R>, Status> {
+        let mut before = None;
         for server in snapshot.for_stage(stage) {
             let started = Instant::now();
             let outcome = self.call(server, stage, req, deadline).await;
@@ -112,8 +139,11 @@ impl Dispatcher {
             let elapsed_us = started.elapsed().as_micros() as u64;
             match outcome {
                 Ok(answer) => {
-                    tracing::debug!(stage = stage.as_str(), server = %server.name, elapsed_us, "hook called");
-                    req.apply(&answer);
+                    tracing::debug!(stage = stage.as_str(), server = %server.name, elapsed_us, changed = answer.is_some(), "hook called");
+                    if let Some(answer) = answer {
+                        before.get_or_insert_with(|| req.clone());
+                        req.apply(&answer);
+                    }
                 }
                 Err(cause) => {
                     let message = format!(
@@ -131,11 +161,12 @@ impl Dispatcher {
                 }
             }
         }
-        Ok(())
+        Ok(before)
     }
 
     /// One hook call: `req` to `server`'s `stage` RPC, within the server's timeout capped by
-    /// `deadline`; returns the server's answer, checked against the answer limits.
+    /// `deadline`; returns the server's answer, checked against the answer limits, or `None`
+    /// when the answer changes nothing (an echo, or empty fields: nothing to check or apply).
     ///
     /// Errors (the message starts with the code's name, e.g. `Unavailable: `, then the cause):
     /// `DEADLINE_EXCEEDED` "timed out after …" when the budget runs out (then the connection is
@@ -149,7 +180,7 @@ impl Dispatcher {
         stage: Stage,
         req: &R,
         deadline: Option<Instant>,
-    ) -> Result<R::Answer, Status> {
+    ) -> Result<Option<R::Answer>, Status> {
         let budget = match deadline {
             Some(d) => server.timeout.min(d.saturating_duration_since(Instant::now())),
             None => server.timeout,
@@ -157,14 +188,14 @@ impl Dispatcher {
         if budget.is_zero() {
             return Err(Status::new(Code::DEADLINE_EXCEEDED, "no time left of the CRI call's deadline"));
         }
-        let (key, serial, backend) = self.channel(server);
+        let (serial, backend) = self.channel(server);
         let rpc = stage.rpc_path().rsplit('/').next().unwrap_or_default();
         let call = unary::exchange(&backend, head(stage, budget), framed(req), rpc, self.limits.max_answer_bytes);
         let started = Instant::now();
         // On timeout the call's streams are dropped here (reset), before the channel is let go.
         let outcome = tokio::time::timeout(budget, call).await;
         if outcome.is_err() || started.elapsed() >= budget {
-            self.forget(&key, serial);
+            self.forget(serial);
         }
         let answer = match outcome {
             Ok(Ok(answer)) => decode::<R::Answer>(&answer, self.limits.max_answer_bytes),
@@ -176,9 +207,10 @@ impl Dispatcher {
             Err(_) => return Err(timed_out(budget, "no answer")),
         };
         match answer {
+            Ok(answer) if !req.changed_by(&answer) => Ok(None),
             Ok(answer) => {
                 req.check(&answer, &self.limits).map_err(|why| Status::new(Code::RESOURCE_EXHAUSTED, why))?;
-                Ok(answer)
+                Ok(Some(answer))
             }
             Err(s) if started.elapsed() >= budget => Err(timed_out(budget, &s.message)),
             Err(s) => Err(s),
@@ -187,45 +219,47 @@ impl Dispatcher {
 
     /// The channel to `server`'s endpoint, whose connections are checked against its
     /// `allowed-uids` (default: root and the proxy's own uid).
-    /// Returns the channel's key and serial number with it (for [`Dispatcher::forget`]).
-    fn channel(&self, server: &HookServer) -> (ChannelKey, u64, Arc<Backend>) {
-        let key = (server.endpoint.clone(), allowed_uids(server));
+    /// Returns the channel's serial number with it (for [`Dispatcher::forget`]).
+    fn channel(&self, server: &HookServer) -> (u64, Arc<Backend>) {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((serial, c)) = channels.get(&key) {
-            return (key, *serial, c.clone());
+        if let Some(c) = channels.iter().find(|c| c.serves(server)) {
+            return (c.serial, c.backend.clone());
         }
         let serial = self.serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let c = Arc::new(Backend::hook_server(&key.0, key.1.clone()));
-        channels.insert(key.clone(), (serial, c.clone()));
-        (key, serial, c)
+        let uids = allowed_uids(server).to_vec();
+        let backend = Arc::new(Backend::hook_server(&server.endpoint, uids.clone()));
+        channels.push(Channel { endpoint: server.endpoint.clone(), uids, serial, backend: backend.clone() });
+        (serial, backend)
     }
 
-    /// Drops the channel `serial` of `key` after a call on it timed out: the next call connects
-    /// anew. A channel made since by another timed-out call is kept.
-    fn forget(&self, key: &ChannelKey, serial: u64) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if channels.get(key).is_some_and(|(s, _)| *s == serial) {
-            channels.remove(key);
-        }
+    /// Drops the channel `serial` after a call on it timed out: the next call connects anew. A
+    /// channel made since by another timed-out call is kept.
+    fn forget(&self, serial: u64) {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).retain(|c| c.serial != serial);
     }
 
     /// Drops the channels no server in `snapshot` uses any more.
     pub fn prune(&self, snapshot: &Snapshot) {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        channels.retain(|(endpoint, uids), _| snapshot.servers().iter().any(|s| &s.endpoint == endpoint && allowed_uids(s) == *uids));
+        channels.retain(|c| snapshot.servers().iter().any(|s| c.serves(s)));
     }
 }
 
-/// The uids `server` may run as: its `allowed-uids`, else root and the proxy's own uid.
-fn allowed_uids(server: &HookServer) -> Vec<u32> {
-    if !server.allowed_uids.is_empty() {
-        return server.allowed_uids.clone();
+/// The uids `server` may run as: its `allowed-uids`, else root and the proxy's own uid (read
+/// once).
+fn allowed_uids(server: &HookServer) -> &[u32] {
+    static DEFAULT: std::sync::LazyLock<Vec<u32>> = std::sync::LazyLock::new(|| {
+        // SAFETY: geteuid(2) has no preconditions and cannot fail.
+        let own = unsafe { libc::geteuid() };
+        let mut uids = vec![0, own];
+        uids.dedup();
+        uids
+    });
+    if server.allowed_uids.is_empty() {
+        &DEFAULT
+    } else {
+        &server.allowed_uids
     }
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    let own = unsafe { libc::geteuid() };
-    let mut uids = vec![0, own];
-    uids.dedup();
-    uids
 }
 
 /// The request head of a hook call at `stage` that may take `budget`: what grpc-go and tonic

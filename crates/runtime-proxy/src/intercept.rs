@@ -248,9 +248,11 @@ impl Interceptor {
                 let edits = if call.skips_hooks(&self.skip_label) {
                     Vec::new()
                 } else {
-                    let before = call.hook_state();
-                    call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await?;
-                    call.edits(&before)
+                    // The hook request is copied only once an answer changes it.
+                    match call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await? {
+                        HookState::None => Vec::new(),
+                        before => call.edits(&before),
+                    }
                 };
                 let body = if edits.is_empty() {
                     body
@@ -283,7 +285,11 @@ impl Interceptor {
     /// The call decoded from `message` (whose first field is `id`), with what the store (or the
     /// runtime) knows of its pod sandbox or container; `None` (logged) when `message` does not decode: the call then goes
     /// on without hooks, and the store learns nothing from it.
-    async fn decode_and_load(&self, spec: &MethodSpec, method: &str, id: &str, message: &Bytes) -> Option<Call> {
+    ///
+    /// The call is boxed: a `Call` is kilobytes (the CRI request's messages lie inline), and
+    /// every future it lives in across an await would carry it, to be copied when the task is
+    /// spawned.
+    async fn decode_and_load(&self, spec: &MethodSpec, method: &str, id: &str, message: &Bytes) -> Option<Box<Call>> {
         // CreateContainer's `sandbox_config` (field 3) is only read for a pod sandbox the store
         // does not know (see `container_hook_request`); kubelet's is about half the decoding.
         let message = match spec.method {
@@ -293,16 +299,15 @@ impl Interceptor {
             },
             _ => message.clone(),
         };
-        match Call::decode(spec.method, message) {
-            Ok(mut call) => {
-                call.load(&self.store, &self.runtime).await;
-                Some(call)
-            }
+        let mut call = match Call::decode(spec.method, message) {
+            Ok(call) => Box::new(call),
             Err(e) => {
                 tracing::warn!(method, error = %e, "cannot decode request: no hooks for it, and the store learns nothing from it");
-                None
+                return None;
             }
-        }
+        };
+        call.load(&self.store, &self.runtime).await;
+        Some(call)
     }
 
     /// Whether what [`Call::load`] reads for a call of `method` on `id` (its request's first
@@ -377,7 +382,7 @@ impl Call {
         match self {
             Call::CreateContainer { req, hook } => {
                 if !store.has_pod(&req.pod_sandbox_id) {
-                    recover::fetch_pod(runtime, store, &req.pod_sandbox_id).await;
+                    Box::pin(recover::fetch_pod(runtime, store, &req.pod_sandbox_id)).await;
                 }
                 *hook = container_hook_request(req, store);
                 if hook.is_none() {
@@ -387,7 +392,7 @@ impl Call {
             Call::UpdateContainerResources { req, entry } => {
                 *entry = match store.container(&req.container_id) {
                     Some(e) => Some(e),
-                    None => recover::fetch_container(runtime, store, &req.container_id).await,
+                    None => Box::pin(recover::fetch_container(runtime, store, &req.container_id)).await,
                 };
                 match entry.as_mut() {
                     Some(e) => {
@@ -405,13 +410,13 @@ impl Call {
             Call::Container { id, entry } => {
                 *entry = match store.container(id) {
                     Some(e) => Some(e),
-                    None => recover::fetch_container(runtime, store, id).await,
+                    None => Box::pin(recover::fetch_container(runtime, store, id)).await,
                 };
             }
             Call::Pod { id, pod } => {
                 *pod = match store.pod(id) {
                     Some(p) => Some(p),
-                    None => recover::fetch_pod(runtime, store, id).await,
+                    None => Box::pin(recover::fetch_pod(runtime, store, id)).await,
                 };
             }
             Call::RunPodSandbox { .. } | Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => {}
@@ -433,23 +438,27 @@ impl Call {
         self.pod_labels().is_some_and(|labels| labels.get(key) == Some(value))
     }
 
-    /// Runs `stage` over the hook request, if this call has one.
+    /// Runs `stage` over the hook request, if this call has one. Returns the hook request as it
+    /// was before the first answer that changed it (what [`Call::edits`] compares with), or
+    /// [`HookState::None`] when no answer changed it (or there is none).
     async fn run_stage(
         &mut self,
         dispatcher: &Dispatcher,
         snapshot: &crate::registry::Snapshot,
         stage: Stage,
         deadline: Option<Instant>,
-    ) -> Result<(), Status> {
-        match self {
-            Call::RunPodSandbox { hook, .. } => dispatcher.run(snapshot, stage, hook, deadline).await,
-            Call::Pod { pod: Some(pod), .. } => dispatcher.run(snapshot, stage, pod, deadline).await,
-            Call::CreateContainer { hook: Some(hook), .. } => dispatcher.run(snapshot, stage, hook, deadline).await,
+    ) -> Result<HookState, Status> {
+        let pod = |before: Option<hook::PodSandboxHookRequest>| before.map_or(HookState::None, HookState::Pod);
+        let container = |before: Option<hook::ContainerResourceHookRequest>| before.map_or(HookState::None, HookState::Container);
+        Ok(match self {
+            Call::RunPodSandbox { hook, .. } => pod(dispatcher.run(snapshot, stage, hook, deadline).await?),
+            Call::Pod { pod: Some(p), .. } => pod(dispatcher.run(snapshot, stage, p, deadline).await?),
+            Call::CreateContainer { hook: Some(hook), .. } => container(dispatcher.run(snapshot, stage, hook, deadline).await?),
             Call::UpdateContainerResources { entry: Some(e), .. } | Call::Container { entry: Some(e), .. } => {
-                dispatcher.run(snapshot, stage, &mut e.hook, deadline).await
+                container(dispatcher.run(snapshot, stage, &mut e.hook, deadline).await?)
             }
-            _ => Ok(()),
-        }
+            _ => HookState::None,
+        })
     }
 
     /// The hook request as it stands (before the pre stage: to compare with after it).

@@ -145,7 +145,8 @@ impl DockerInterceptor {
     }
 
     async fn run<R: crate::dispatch::HookMessage>(&self, stage: Stage, req: &mut R) -> Result<(), Status> {
-        self.hooks.dispatcher.run(&self.hooks.registry.snapshot(), stage, req, None).await
+        // Docker mode applies the hooks' result from the request as it stands, not by edits.
+        self.hooks.dispatcher.run(&self.hooks.registry.snapshot(), stage, req, None).await.map(drop)
     }
 
     /// `POST /containers/create`: PreRunPodSandbox or PreCreateContainer, answers into the body.
