@@ -48,11 +48,13 @@ fn merged(current: &HashMap<String, String>, before: &HashMap<String, String>, a
 
 fn create_container(msg: &[u8], answer: &[u8]) {
     let Ok(resp) = hook::ContainerResourceHookResponse::decode(answer) else { return };
+    // The interceptor reads a view of the request (`runtime_proxy::view`); what the edits must
+    // give is stated on the whole request, so both must decode.
+    let Ok(req) = cri::CreateContainerRequest::decode(msg) else { return };
     let Ok(mut call) = Call::decode(Method::CreateContainer, Bytes::copy_from_slice(msg)) else { return };
-    let Call::CreateContainer { req, hook } = &mut call else { unreachable!() };
-    let req = req.clone();
+    let Call::CreateContainer { req: view, hook } = &mut call else { unreachable!() };
     // An empty store: the pod comes from the request's sandbox_config (or there are no hooks).
-    *hook = container_hook_request(&req, &Store::new());
+    *hook = container_hook_request(view, &Store::new());
     let before_hook = hook.clone();
     let before = call.hook_state();
     if let Call::CreateContainer { hook: Some(h), .. } = &mut call {

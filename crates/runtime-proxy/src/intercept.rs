@@ -53,6 +53,7 @@ use crate::recover;
 use crate::registry::{Registry, Stage};
 use crate::store::{ContainerEntry, PodLocks, Store};
 use crate::unary;
+use crate::view;
 use crate::wire::{self, Edit};
 
 /// Most bytes read (decompressed) of the answers the store learns from: RunPodSandbox's and
@@ -149,7 +150,7 @@ pub enum Call {
     },
     /// `hook` is `None` for a pod sandbox nobody knows (see [`container_hook_request`]).
     CreateContainer {
-        req: cri::CreateContainerRequest,
+        req: view::CreateContainerRequest,
         hook: Option<hook::ContainerResourceHookRequest>,
     },
     UpdateContainerResources {
@@ -230,7 +231,7 @@ impl Interceptor {
                 // store is updated as soon as the answer is in, as on the path below.
                 let learn = async {
                     tokio::task::yield_now().await;
-                    self.decode_and_load(spec, method, id, &message).await
+                    self.decode_and_load(spec, method, &message).await
                 };
                 let (answer, call) = tokio::join!(send(parts, body), learn);
                 (answer?, call)
@@ -238,11 +239,11 @@ impl Interceptor {
             None => {
                 // What the store does not know is asked of the runtime first (`load`), before
                 // the call can answer and the pod's next call come.
-                let call = self.decode_and_load(spec, method, id, &message).await;
+                let call = self.decode_and_load(spec, method, &message).await;
                 (send(parts, body).await?, call)
             }
             Some(stage) => {
-                let Some(mut call) = self.decode_and_load(spec, method, id, &message).await else {
+                let Some(mut call) = self.decode_and_load(spec, method, &message).await else {
                     return send(parts, body).await.map(|a| (a, None));
                 };
                 let edits = if call.skips_hooks(&self.skip_label) {
@@ -282,24 +283,15 @@ impl Interceptor {
         Ok((answer, post))
     }
 
-    /// The call decoded from `message` (whose first field is `id`), with what the store (or the
-    /// runtime) knows of its pod sandbox or container; `None` (logged) when `message` does not decode: the call then goes
+    /// The call decoded from `message`, with what the store (or the runtime) knows of its pod
+    /// sandbox or container; `None` (logged) when `message` does not decode: the call then goes
     /// on without hooks, and the store learns nothing from it.
     ///
     /// The call is boxed: a `Call` is kilobytes (the CRI request's messages lie inline), and
     /// every future it lives in across an await would carry it, to be copied when the task is
     /// spawned.
-    async fn decode_and_load(&self, spec: &MethodSpec, method: &str, id: &str, message: &Bytes) -> Option<Box<Call>> {
-        // CreateContainer's `sandbox_config` (field 3) is only read for a pod sandbox the store
-        // does not know (see `container_hook_request`); kubelet's is about half the decoding.
-        let message = match spec.method {
-            Method::CreateContainer if self.store.has_pod(id) => match wire::apply(message, &[(3, Edit::Replace(Vec::new()))]) {
-                Ok(trimmed) => Bytes::from(trimmed),
-                Err(_) => message.clone(),
-            },
-            _ => message.clone(),
-        };
-        let mut call = match Call::decode(spec.method, message) {
+    async fn decode_and_load(&self, spec: &MethodSpec, method: &str, message: &Bytes) -> Option<Box<Call>> {
+        let mut call = match Call::decode(spec.method, message.clone()) {
             Ok(call) => Box::new(call),
             Err(e) => {
                 tracing::warn!(method, error = %e, "cannot decode request: no hooks for it, and the store learns nothing from it");
@@ -362,7 +354,7 @@ impl Call {
                 let hook = pod_hook_request(req.config.as_ref(), &req.runtime_handler);
                 Call::RunPodSandbox { req, hook }
             }
-            Method::CreateContainer => Call::CreateContainer { req: cri::CreateContainerRequest::decode(msg)?, hook: None },
+            Method::CreateContainer => Call::CreateContainer { req: view::CreateContainerRequest::decode(msg)?, hook: None },
             Method::UpdateContainerResources => {
                 Call::UpdateContainerResources { req: cri::UpdateContainerResourcesRequest::decode(msg)?, entry: None }
             }
@@ -492,7 +484,7 @@ impl Call {
                 nested(1, inner)
             }
             (Call::CreateContainer { req, hook: Some(hook) }, HookState::Container(before)) => {
-                let default = cri::ContainerConfig::default();
+                let default = view::ContainerConfig::default();
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
                 if let Some(annotations) = changed_map(&config.annotations, &before.container_annotations, &hook.container_annotations) {
@@ -587,8 +579,8 @@ pub fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler:
 /// request's `sandbox_config`. `None` when there is neither: the sandbox is unknown to everyone,
 /// so the call goes on without hooks and the runtime answers it (NOT_FOUND), as for the ID-only
 /// methods — a hook must not replace that answer with its own error.
-pub fn container_hook_request(req: &cri::CreateContainerRequest, store: &Store) -> Option<hook::ContainerResourceHookRequest> {
-    let pod = store.pod(&req.pod_sandbox_id).or_else(|| req.sandbox_config.as_ref().map(|c| pod_hook_request(Some(c), "")))?;
+pub fn container_hook_request(req: &view::CreateContainerRequest, store: &Store) -> Option<hook::ContainerResourceHookRequest> {
+    let pod = store.pod(&req.pod_sandbox_id).or_else(|| req.sandbox_config().map(|c| pod_hook_request(Some(&c), "")))?;
     let config = req.config.as_ref();
     let meta = config.and_then(|c| c.metadata.as_ref());
     let resources = config.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref());
@@ -757,9 +749,9 @@ mod tests {
                 ..Default::default()
             }),
         };
-        let hook = container_hook_request(&req, &store).expect("pod from sandbox_config");
+        let hook = container_hook_request(&(&req).into(), &store).expect("pod from sandbox_config");
         assert_eq!(hook.pod_cgroup_parent, "/kubepods/pod1");
-        let call = Call::CreateContainer { req: req.clone(), hook: Some(hook.clone()) };
+        let call = Call::CreateContainer { req: (&req).into(), hook: Some(hook.clone()) };
         let before = call.hook_state();
         assert!(call.edits(&before).is_empty());
 
@@ -767,7 +759,7 @@ mod tests {
         let mut hook = hook;
         hook.container_resources.as_mut().unwrap().cpu_shares = 512;
         hook.container_envs.insert("HOOKED".into(), "1".into());
-        let call = Call::CreateContainer { req: req.clone(), hook: Some(hook) };
+        let call = Call::CreateContainer { req: (&req).into(), hook: Some(hook) };
         let edited = wire::apply(&req.encode_to_vec(), &call.edits(&before)).unwrap();
         let got = cri::CreateContainerRequest::decode(edited.as_slice()).unwrap();
         let mut want = req;
@@ -780,8 +772,8 @@ mod tests {
     #[test]
     fn create_container_for_a_sandbox_nobody_knows_has_no_hook_request() {
         let req = cri::CreateContainerRequest { pod_sandbox_id: "gone".into(), config: Some(Default::default()), sandbox_config: None };
-        assert!(container_hook_request(&req, &Store::new()).is_none());
-        let call = Call::CreateContainer { req, hook: None };
+        assert!(container_hook_request(&(&req).into(), &Store::new()).is_none());
+        let call = Call::CreateContainer { req: (&req).into(), hook: None };
         assert!(matches!(call.hook_state(), HookState::None));
         assert!(call.edits(&HookState::None).is_empty());
     }
@@ -908,13 +900,13 @@ mod tests {
         // The v1 edits a hook causes, applied to v1alpha2 bytes, read back as v1alpha2.
         let store = Store::new();
         let v1_create = cri::CreateContainerRequest::decode(create.encode_to_vec().as_slice()).unwrap();
-        let before = container_hook_request(&v1_create, &store).unwrap();
+        let before = container_hook_request(&(&v1_create).into(), &store).unwrap();
         let mut after = before.clone();
         after.container_resources.as_mut().unwrap().cpu_shares = 256;
         after.container_resources.as_mut().unwrap().cpuset_cpus = "2-3".into();
         after.container_envs.insert("HOOKED".into(), "1".into());
         after.pod_cgroup_parent = "/kubepods/besteffort/podu".into();
-        let call = Call::CreateContainer { req: v1_create, hook: Some(after) };
+        let call = Call::CreateContainer { req: (&v1_create).into(), hook: Some(after) };
         let edited = wire::apply(&create.encode_to_vec(), &call.edits(&HookState::Container(before))).unwrap();
         let got = a2::CreateContainerRequest::decode(edited.as_slice()).unwrap();
         let config = got.config.unwrap();

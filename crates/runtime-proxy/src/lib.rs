@@ -44,6 +44,7 @@ pub mod server;
 pub mod store;
 pub mod uds;
 pub mod unary;
+pub mod view;
 pub mod wire;
 
 use std::future::Future;
