@@ -11,9 +11,13 @@
 //! through, so flow control and keepalive are the two peers' own, as without the proxy; the
 //! relay only caps SETTINGS_MAX_CONCURRENT_STREAMS at `--max-concurrent-streams`.
 //!
-//! **Intercepted calls** ([`Route::Intercept`]): the header block goes on at once, the body is
-//! held and handed to the interceptor's task; when the pre stage is done the task hands back
-//! the body (edited by the hooks, or as it was) and the relay sends it on the same stream. The
+//! **Intercepted calls** ([`Route::Intercept`]): the header block goes on in its place among
+//! the client's blocks (HPACK order), but is written together with the body, the body is held
+//! and handed to the interceptor's task; when the pre stage is done the task hands back the
+//! body (edited by the hooks, or as it was) and the relay sends it on the same stream. So the
+//! runtime wakes up once per call, for a whole request, not once for the head and again for
+//! the body: the runtime-bound bytes are not written while they are only such header blocks,
+//! and go out with whatever comes next (the body, a reset, any other frame). The
 //! answer is relayed as any other, and a copy goes to the task, which records it in the store
 //! and runs the post stage (calls for one pod wait for each other in the interceptor, so the
 //! next call of a pod sees the store updated). A call the pre stage refuses is answered by the
@@ -33,7 +37,9 @@
 //! credit, and holds a frame the receiver has no room for until it has (reading on behind it,
 //! and applying at once the connection-level WINDOW_UPDATEs that come behind it: frames held
 //! both ways never wait on each other); DATA it takes without forwarding (a held request body)
-//! is credited back to the sender at once.
+//! is credited back to the sender: a stream's credit at once, the connection's with the next
+//! bytes the client is written anyway (its answer), or at once when it reaches
+//! [`CREDIT_BATCH`], so a lone WINDOW_UPDATE does not wake the client up per call.
 //!
 //! **Statuses of the proxy's own**: a relayed call still waiting for its response head when its
 //! `grpc-timeout` passes is answered `DEADLINE_EXCEEDED` and reset at the runtime; when the
@@ -143,6 +149,11 @@ enum Closing {
     /// The final GOAWAY sent: streams above this one are not served.
     Final(u32),
 }
+
+/// Connection-level credit for request bodies the relay took (intercepted calls) that may wait
+/// for the next bytes written to the client anyway: a quarter of HTTP/2's default window
+/// (65,535 bytes), so the client always has most of its window.
+pub const CREDIT_BATCH: u32 = (frame::DEFAULT_WINDOW / 4) as u32;
 
 /// A peer's connection-level flow-control window, as the relay sends to it.
 struct Window {
@@ -279,6 +290,12 @@ pub struct Core {
     pub to_client: BytesMut,
     /// Bytes to write to the runtime.
     pub to_backend: BytesMut,
+    /// `to_backend` holds this many bytes and nothing else: header blocks of intercepted calls
+    /// whose bodies are not there yet; not written until other bytes join them (0: none held).
+    held_heads: usize,
+    /// Connection-level credit the client is owed for intercepted bodies, not yet written (at
+    /// most [`CREDIT_BATCH`]).
+    client_credit: u32,
     /// The client's preface was read.
     preface: bool,
     /// Decodes the client's header blocks (its encoder's table, as the runtime's decoder has it).
@@ -453,13 +470,18 @@ impl Relay {
         }
     }
 
-    /// Writes what is waiting for either side, as far as the sockets take it.
+    /// Writes what is waiting for either side, as far as the sockets take it: to the client
+    /// with the credit it is owed, to the runtime unless it is only held header blocks.
     fn flush(&mut self, cx: &mut Context<'_>) {
-        if !self.core.to_client.is_empty() && write(&mut self.client, &mut self.core.to_client, cx).is_err() {
-            self.core.client_gone();
+        if !self.core.to_client.is_empty() {
+            self.core.settle_credit();
+            if write(&mut self.client, &mut self.core.to_client, cx).is_err() {
+                self.core.client_gone();
+            }
         }
         if let Some(backend) = &mut self.backend {
-            if !self.core.to_backend.is_empty() {
+            if self.core.backend_due() {
+                self.core.held_heads = 0;
                 if let Err(e) = write(backend, &mut self.core.to_backend, cx) {
                     self.core.backend_lost(e.to_string());
                     self.backend = None;
@@ -487,6 +509,8 @@ impl Core {
             b_in: BytesMut::with_capacity(16 << 10),
             to_client: BytesMut::with_capacity(16 << 10),
             to_backend: BytesMut::with_capacity(16 << 10),
+            held_heads: 0,
+            client_credit: 0,
             preface: false,
             c_hpack: hpack::Decoder::default(),
             b_hpack: hpack::Decoder::default(),
@@ -551,6 +575,19 @@ impl Core {
     /// drained.
     pub fn finished(&self) -> bool {
         self.done || (matches!(self.closing, Closing::Final(_)) && self.streams.is_empty() && self.to_client.is_empty())
+    }
+
+    /// Whether `to_backend` is to be written now: it holds bytes, and not only header blocks
+    /// held for their bodies.
+    pub fn backend_due(&self) -> bool {
+        !self.to_backend.is_empty() && self.to_backend.len() != self.held_heads
+    }
+
+    /// Appends the connection-level credit the client is owed to what it is written.
+    pub fn settle_credit(&mut self) {
+        if self.client_credit > 0 {
+            frame::window_update(&mut self.to_client, 0, std::mem::take(&mut self.client_credit));
+        }
     }
 
     fn client_read(&mut self) {
@@ -712,10 +749,11 @@ impl Core {
         };
         let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
         // The runtime does not get these bytes as they are: the client gets its connection
-        // window back, and the stream's while the task takes the body (a body it no longer
-        // takes stalls in the client, not in the proxy).
+        // window back (with the next bytes it is written, or once CREDIT_BATCH is owed), and
+        // the stream's at once while the task takes the body (a body it no longer takes stalls
+        // in the client, not in the proxy).
         if head.len > 0 {
-            frame::window_update(&mut self.to_client, 0, head.len as u32);
+            self.client_credit += head.len as u32;
             if !head.has(flag::END_STREAM) && task.body.is_some() {
                 frame::window_update(&mut self.to_client, head.stream, head.len as u32);
             }
@@ -732,6 +770,9 @@ impl Core {
             task.body = None;
             task.client_done = true;
             self.remove_if_done(head.stream);
+        }
+        if self.client_credit >= CREDIT_BATCH {
+            self.settle_credit();
         }
         Ok(())
     }
@@ -818,6 +859,7 @@ impl Core {
             self.take_over(id, path, route, end_stream, None);
             return Ok(());
         }
+        let only_held = self.to_backend.len() == self.held_heads;
         self.send_backend(raw);
         if self.streams.len() >= self.max_streams as usize {
             self.reset_at_backend(id);
@@ -836,7 +878,13 @@ impl Core {
             Route::Relay => {
                 self.streams.insert(id, Stream { method: path, start, head_sent: false, kind: StreamKind::Relayed { deadline } });
             }
-            Route::Intercept(_) => self.take_over(id, path, route, end_stream, Some(deadline)),
+            Route::Intercept(_) => {
+                // A call with a body: its head waits for it (unless other bytes go anyway).
+                if only_held && !end_stream && self.connected {
+                    self.held_heads = self.to_backend.len();
+                }
+                self.take_over(id, path, route, end_stream, Some(deadline));
+            }
             Route::Unary => {
                 self.reset_at_backend(id);
                 self.take_over(id, path, route, end_stream, None);
@@ -1606,6 +1654,7 @@ impl Core {
         tracing::warn!(backend = %self.runtime.path().display(), error = %why, "backend connection broken");
         self.runtime.connection_lost();
         self.to_backend.clear();
+        self.held_heads = 0;
         self.b_in.clear();
         self.b_block = None;
         self.b_held = None;
@@ -2017,6 +2066,50 @@ mod tests {
         core.client_input(&client);
         assert!(core.b_held.is_some(), "the runtime's DATA still waits");
         assert_eq!(core.client_window.room, 0);
+    }
+
+    /// Connection credit for bodies the relay takes (here: calls taken over, ImageService on a
+    /// socket of its own) goes to the client with the next bytes it is written, or once
+    /// [`CREDIT_BATCH`] is owed, not in a write of its own per call.
+    #[tokio::test]
+    async fn credit_for_taken_bodies_waits_for_the_next_write_or_a_batch() {
+        let runtime = Arc::new(Backend::new("/nonexistent/runtime-proxy-test.sock"));
+        let image = Arc::new(Backend::new("/nonexistent/runtime-proxy-test-images.sock"));
+        let router = Arc::new(Router::new(runtime, image, None, Arc::new(Metrics::new())));
+        let mut core = Core::new(router, TaskTracker::new(), 100, true, None);
+        core.client_input(&PREFACE_AND_SETTINGS);
+        core.to_client.clear();
+        let mut block = BytesMut::new();
+        frame::put_literal(&mut block, b":path", b"/runtime.v1.ImageService/ListImages");
+        let credit = |buf: &[u8]| -> Vec<u32> {
+            let (mut at, mut out) = (0, Vec::new());
+            while let Some((head, end)) = whole_frame(buf, at) {
+                if head.kind == kind::WINDOW_UPDATE && head.stream == 0 {
+                    out.push(increment(&head, &buf[at..end]).unwrap_or(0));
+                }
+                at = end;
+            }
+            out
+        };
+        let call = |core: &mut Core, id: u32| {
+            let mut client = BytesMut::new();
+            frame::put_headers(&mut client, id, false, &block, frame::DEFAULT_MAX_FRAME);
+            frame::put_data(&mut client, id, &Bytes::from(vec![0; 1000]), true, frame::DEFAULT_MAX_FRAME);
+            core.client_input(&client);
+        };
+        call(&mut core, 1);
+        assert_eq!(credit(&core.to_client), Vec::<u32>::new(), "owed, not written alone");
+        core.settle_credit();
+        assert_eq!(credit(&core.to_client), vec![1000], "settled with the next write");
+        core.to_client.clear();
+        let mut id = 3;
+        while credit(&core.to_client).is_empty() {
+            call(&mut core, id);
+            id += 2;
+        }
+        let calls = (id - 3) / 2;
+        assert_eq!(credit(&core.to_client), vec![calls * 1000], "written once a batch is owed");
+        assert_eq!(calls, CREDIT_BATCH.div_ceil(1000));
     }
 
     const PREFACE_AND_SETTINGS: [u8; 33] = {

@@ -93,6 +93,37 @@ async fn untouched_requests_are_forwarded_byte_for_byte_and_edits_keep_unknown_f
     assert_eq!(differing, 1, "only the second byte of the cpu_shares varint differs");
 }
 
+/// The runtime is woken once per intercepted call, for the whole request: the head of a call
+/// whose pre stage is running waits in the proxy for its body, so it reaches the runtime with
+/// it, not a hook's latency earlier.
+#[tokio::test]
+async fn an_intercepted_calls_head_reaches_the_runtime_with_its_body() {
+    let fake = backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(&fake, dir.path());
+    let echo = |_: &str, req: &_| Ok(hook_api::merge::echo_container(req));
+    let slow = TestHook::start_with_delay(
+        std::sync::Arc::new(echo),
+        std::sync::Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
+        Duration::from_millis(400),
+    )
+    .await;
+    let n = proxy.count_log(&["hook server added"]);
+    register(dir.path(), "slow.json", slow.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    assert!(proxy.wait_log(&["hook server added"], n));
+    // The second call on the connection (the first one's head goes with the connection's
+    // preface and SETTINGS, which go on at once).
+    let channel = test_support::channel(proxy.socket());
+    for _ in 0..2 {
+        let started = Instant::now();
+        raw::unary(channel.clone(), CREATE, tonic::Request::new(Bytes::from(create_request()))).await.expect("CreateContainer");
+        assert!(started.elapsed() >= Duration::from_millis(400), "the hook ran");
+    }
+    let call = &fake.calls_to(CREATE)[1];
+    let apart = call.whole_at - call.head_at;
+    assert!(apart < Duration::from_millis(200), "head {apart:?} before the body: it went on while the hook ran");
+}
+
 #[tokio::test]
 async fn a_crashed_hook_server_process_follows_its_failure_policy() {
     let fake = backend().await;

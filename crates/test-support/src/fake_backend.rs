@@ -37,6 +37,10 @@ pub struct Recorded {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When its request head arrived (hyper hands a request over at its HEADERS).
+    pub head_at: std::time::Instant,
+    /// When its request body was whole.
+    pub whole_at: std::time::Instant,
 }
 
 /// A running fake backend; stops when dropped.
@@ -143,6 +147,7 @@ async fn answer(
     dropped: Arc<AtomicUsize>,
     behaviour: Behaviour,
 ) -> Response<FakeBody> {
+    let head_at = std::time::Instant::now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
     // As a gRPC server's handler, the fake sees a call once its request message is whole: a
@@ -151,9 +156,10 @@ async fn answer(
     let Ok(body) = body.collect().await.map(|c| c.to_bytes()) else {
         return Response::new(StreamBody::new(futures_lite::stream::iter(Vec::new())));
     };
+    let record = Recorded { path: path.clone(), headers: parts.headers, body, head_at, whole_at: std::time::Instant::now() };
     match behaviour {
         Behaviour::Hang => {
-            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
+            rec.lock().unwrap().push(record);
             let guard = CountOnDrop(dropped);
             std::future::pending::<()>().await;
             drop(guard);
@@ -161,7 +167,7 @@ async fn answer(
         }
         Behaviour::Cri => {
             let (data, trailers) = cri_answer(&path);
-            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
+            rec.lock().unwrap().push(record);
             let mut frames = Vec::new();
             if let Some(data) = data {
                 frames.push(Ok(Frame::data(data)));
@@ -171,13 +177,13 @@ async fn answer(
             resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
         }
         Behaviour::ResetAfter { body: reply } => {
-            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
+            rec.lock().unwrap().push(record);
             let frames = vec![Ok(Frame::data(reply)), Err(std::io::Error::other("the fake backend aborts the call"))];
             let resp = Response::builder().status(200).header("content-type", "application/grpc");
             resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
         }
         Behaviour::Reply { headers, body: reply, trailers, delay } => {
-            rec.lock().unwrap().push(Recorded { path, headers: parts.headers, body });
+            rec.lock().unwrap().push(record);
             // No timer for no delay: tokio's timer wheel has 1 ms ticks, so even a zero sleep
             // can cost up to a millisecond, which would swamp latency measurements.
             if !delay.is_zero() {
