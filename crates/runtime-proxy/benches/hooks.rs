@@ -18,7 +18,8 @@
 //!    must read a whole request before calling hooks, so it often wakes up twice per call,
 //!    which adds the cost of one more cross-process wake-up that kubelet does not cause.
 //!    `RP_BENCH_CLIENT=tonic` measures with tonic's client instead. The hook RPC (4) is always
-//!    made with tonic, as the proxy makes it, with the proxy's default 2 s per-hook deadline.
+//!    made with tonic's client (the proxy makes it with its own HTTP/2 client), with the
+//!    proxy's default 2 s per-hook deadline.
 //! 2. **50 pods concurrently**: against the real containerd, through a proxy with one hook
 //!    server that takes 100 ms per call at PreRunPodSandbox, PreCreateContainer and
 //!    PreStartContainer. Wall time of 1 pod alone and of 50 pods started at once
