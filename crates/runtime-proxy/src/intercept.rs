@@ -130,7 +130,9 @@ pub struct Interceptor {
     pub limits: crate::limits::Limits,
 }
 
-/// A copy of a call's hook request, taken before the pre stage. (Public for the fuzz targets in `fuzz/`.)
+/// A copy of a call's hook request as it was before the pre stage's first answer that changed
+/// it ([`Call::edits`] compares with it); `None` when no answer changed it. (Public for the fuzz
+/// targets in `fuzz/`.)
 #[derive(Debug)]
 pub enum HookState {
     Pod(hook::PodSandboxHookRequest),
@@ -469,7 +471,8 @@ impl Call {
         })
     }
 
-    /// The hook request as it stands (before the pre stage: to compare with after it).
+    /// A copy of the hook request as it stands (for tests and the fuzz targets; the pre stage
+    /// gets its copy from the dispatcher, made only when an answer changes the request).
     pub fn hook_state(&self) -> HookState {
         match self {
             Call::RunPodSandbox { hook, .. } => HookState::Pod(hook.clone()),
