@@ -156,7 +156,7 @@ async fn answer(
     let Ok(body) = body.collect().await.map(|c| c.to_bytes()) else {
         return Response::new(StreamBody::new(futures_lite::stream::iter(Vec::new())));
     };
-    let record = Recorded { path: path.clone(), headers: parts.headers, body, head_at, whole_at: std::time::Instant::now() };
+    let record = Recorded { path, headers: parts.headers, body, head_at, whole_at: std::time::Instant::now() };
     match behaviour {
         Behaviour::Hang => {
             rec.lock().unwrap().push(record);
@@ -166,7 +166,7 @@ async fn answer(
             unreachable!()
         }
         Behaviour::Cri => {
-            let (data, trailers) = cri_answer(&path);
+            let (data, trailers) = cri_answer(&record.path);
             rec.lock().unwrap().push(record);
             let mut frames = Vec::new();
             if let Some(data) = data {
