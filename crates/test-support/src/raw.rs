@@ -188,3 +188,35 @@ pub async fn handmade_call(
         }
     }
 }
+
+/// `encoded` (a protobuf message) with the one occurrence of `placeholder`'s bytes replaced by
+/// `bytes` of the same length: a way to put bytes that are not UTF-8 into a `string` field
+/// (an env value, an annotation value) of a message built with `k8s-cri`'s types, whose
+/// `String`s cannot hold them. Length prefixes stay valid because the length does not change.
+///
+/// Panics (test set-up error) when the lengths differ or `placeholder` does not occur exactly once.
+pub fn with_bytes(encoded: &[u8], placeholder: &str, bytes: &[u8]) -> Bytes {
+    let needle = placeholder.as_bytes();
+    assert_eq!(needle.len(), bytes.len(), "placeholder and bytes must have the same length");
+    let hits: Vec<usize> = encoded.windows(needle.len()).enumerate().filter(|(_, w)| *w == needle).map(|(i, _)| i).collect();
+    assert_eq!(hits.len(), 1, "placeholder {placeholder:?} must occur exactly once");
+    let mut out = encoded.to_vec();
+    out[hits[0]..hits[0] + needle.len()].copy_from_slice(bytes);
+    Bytes::from(out)
+}
+
+/// Bytes that are not UTF-8 (a lone continuation byte, an invalid lead byte, a NUL): what a
+/// Secret holding binary data gives an env value via `secretKeyRef`. 8 bytes.
+pub const NOT_UTF8: &[u8; 8] = b"\xff\xfebin\x00\x80!";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_bytes_swaps_in_place() {
+        let out = with_bytes(b"\x0a\x08PLACEHLDx", "PLACEHLD", NOT_UTF8);
+        assert_eq!(&out[..], b"\x0a\x08\xff\xfebin\x00\x80!x");
+        assert!(std::str::from_utf8(&out[2..10]).is_err());
+    }
+}
