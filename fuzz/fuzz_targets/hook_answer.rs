@@ -54,7 +54,8 @@ fn create_container(msg: &[u8], answer: &[u8]) {
     let Ok(mut call) = Call::decode(Method::CreateContainer, Bytes::copy_from_slice(msg)) else { return };
     let Call::CreateContainer { req: view, hook } = &mut call else { unreachable!() };
     // An empty store: the pod comes from the request's sandbox_config (or there are no hooks).
-    *hook = container_hook_request(view, &Store::new());
+    let Ok(built) = container_hook_request(view, &Store::new()) else { return };
+    *hook = built;
     let before_hook = hook.clone();
     let before = call.hook_state();
     if let Call::CreateContainer { hook: Some(h), .. } = &mut call {
@@ -117,9 +118,11 @@ fn create_container(msg: &[u8], answer: &[u8]) {
 
 fn run_pod_sandbox(msg: &[u8], answer: &[u8]) {
     let Ok(resp) = hook::PodSandboxHookResponse::decode(answer) else { return };
+    // As for CreateContainer: the interceptor reads a view, the expectation is on the whole request.
+    let Ok(req) = cri::RunPodSandboxRequest::decode(msg) else { return };
     let Ok(mut call) = Call::decode(Method::RunPodSandbox, Bytes::copy_from_slice(msg)) else { return };
-    let Call::RunPodSandbox { req, hook } = &mut call else { unreachable!() };
-    let (req, b) = (req.clone(), hook.clone());
+    let Call::RunPodSandbox { hook, .. } = &mut call else { unreachable!() };
+    let b = hook.clone();
     let before = call.hook_state();
     let Call::RunPodSandbox { hook: a, .. } = &mut call else { unreachable!() };
     apply_pod_response(a, &resp);

@@ -73,6 +73,16 @@ pub struct Args {
     #[arg(long = "runtime-hook-server-val", value_name = "VALUE", default_value = "true")]
     pub hook_skip_value: String,
 
+    /// Namespaces whose pods may use the skip label (comma-separated; "" = none). Elsewhere the
+    /// label is ignored, with a warning: the hooks are called (koord honours it everywhere).
+    #[arg(
+        long = "runtime-hook-server-namespaces",
+        value_name = "NS,...",
+        value_delimiter = ',',
+        default_value = crate::skip_label::DEFAULT_NAMESPACES
+    )]
+    pub hook_skip_namespaces: Vec<String>,
+
     /// Directory of hook server registrations (`*.json`, as koordlet writes them).
     #[arg(long = "hook-config-dir", value_name = "DIR", default_value = "/etc/runtime/hookserver.d")]
     pub hook_config_dir: PathBuf,
@@ -120,6 +130,15 @@ pub struct Args {
 }
 
 impl Args {
+    /// The skip label and the namespaces that may use it (empty names dropped, so `""` is none).
+    pub fn skip_label(&self) -> crate::skip_label::SkipLabel {
+        crate::skip_label::SkipLabel {
+            key: self.hook_skip_key.clone(),
+            value: self.hook_skip_value.clone(),
+            namespaces: self.hook_skip_namespaces.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
+        }
+    }
+
     /// The resource limits the flags set.
     pub fn limits(&self) -> crate::limits::Limits {
         crate::limits::Limits {

@@ -49,8 +49,10 @@ use prost::Message;
 use crate::backend::Backend;
 use crate::dispatch::Dispatcher;
 use crate::grpc::{self, Code, Status};
+use crate::metrics::Metrics;
 use crate::recover;
-use crate::registry::{Registry, Stage};
+use crate::registry::{FailurePolicy, Registry, Snapshot, Stage};
+use crate::skip_label::SkipLabel;
 use crate::store::{ContainerEntry, PodLocks, Store};
 use crate::unary;
 use crate::view;
@@ -120,8 +122,12 @@ pub struct Interceptor {
     pub registry: Arc<Registry>,
     pub store: Arc<Store>,
     pub dispatcher: Dispatcher,
-    /// Pods whose labels hold this key and value skip every hook (`--runtime-hook-server-key/-val`).
-    pub skip_label: (String, String),
+    /// Pods whose labels hold this key and value skip every hook, in the namespaces allowed to
+    /// (`--runtime-hook-server-key/-val/-namespaces`).
+    pub skip_label: SkipLabel,
+    /// Where undecodable requests and ignored skip labels are counted (the dispatcher records
+    /// the hook calls).
+    pub metrics: Arc<Metrics>,
     /// Orders calls for the same pod.
     pub pod_locks: PodLocks,
     /// A CRI client channel to the runtime, to ask it about objects the store does not know.
@@ -147,7 +153,7 @@ pub enum HookState {
 #[allow(clippy::large_enum_variant)]
 pub enum Call {
     RunPodSandbox {
-        req: cri::RunPodSandboxRequest,
+        req: view::RunPodSandboxRequest,
         hook: hook::PodSandboxHookRequest,
     },
     /// `hook` is `None` for a pod sandbox nobody knows (see [`container_hook_request`]).
@@ -156,7 +162,7 @@ pub enum Call {
         hook: Option<hook::ContainerResourceHookRequest>,
     },
     UpdateContainerResources {
-        req: cri::UpdateContainerResourcesRequest,
+        req: view::UpdateContainerResourcesRequest,
         entry: Option<ContainerEntry>,
     },
     /// StartContainer, StopContainer: the stored container, if known.
@@ -202,10 +208,11 @@ impl Interceptor {
         let body = read_body(body, method, &self.limits).await?;
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
         let encoding = parts.headers.get("grpc-encoding");
+        let snapshot = self.registry.snapshot();
         let message = match grpc::unary_message(&body, encoding, self.limits.max_request_bytes).map_err(in_method)? {
             Some(m) => m,
             None => {
-                tracing::warn!(method, "request is not one gRPC message; forwarding without hooks");
+                self.undecodable(spec, method, &snapshot, "", "the body is not one gRPC message")?;
                 return onward(parts, body, deadline).await.map(|a| (a, None));
             }
         };
@@ -223,8 +230,9 @@ impl Interceptor {
             }
             onward(parts, body, deadline)
         };
-        let snapshot = self.registry.snapshot();
         let pre = spec.pre.filter(|&stage| snapshot.for_stage(stage).next().is_some());
+        // Whether the call's pod skips the hooks (the skip label), once its call is decoded.
+        let mut skipped = None;
         let (answer, call) = match pre {
             None if self.loads_from_store(spec.method, id) => {
                 // No hook runs before the call and the store knows its pod or container: it goes
@@ -233,22 +241,24 @@ impl Interceptor {
                 // first). The store is updated as soon as the answer is in, as on the path below.
                 let learn = async {
                     after_woken_tasks().await;
-                    self.decode_and_load(spec, method, &message).await
+                    self.decode_and_load(spec, method, &message, &snapshot).await
                 };
                 let (answer, call) = tokio::join!(send(parts, body), learn);
-                (answer?, call)
+                (answer?, call?)
             }
             None => {
                 // What the store does not know is asked of the runtime first (`load`), before
                 // the call can answer and the pod's next call come.
-                let call = self.decode_and_load(spec, method, &message).await;
+                let call = self.decode_and_load(spec, method, &message, &snapshot).await?;
                 (send(parts, body).await?, call)
             }
             Some(stage) => {
-                let Some(mut call) = self.decode_and_load(spec, method, &message).await else {
+                let Some(mut call) = self.decode_and_load(spec, method, &message, &snapshot).await? else {
                     return send(parts, body).await.map(|a| (a, None));
                 };
-                let edits = if call.skips_hooks(&self.skip_label) {
+                let skips = call.skips_hooks(&self.skip_label, method, &self.metrics);
+                skipped = Some(skips);
+                let edits = if skips {
                     Vec::new()
                 } else {
                     // The hook request is copied only once an answer changes it.
@@ -273,10 +283,10 @@ impl Interceptor {
         let Some(mut call) = call.filter(|_| answer.status().code == Code::OK) else {
             return Ok((answer, None));
         };
-        let hooked = !call.skips_hooks(&self.skip_label);
-        call.commit(&answer, &self.store, spec.post.is_some() && hooked);
-        let post = match (spec.post, hooked) {
-            (Some(stage), true) => Some(async move {
+        let hooked = spec.post.is_some() && !skipped.unwrap_or_else(|| call.skips_hooks(&self.skip_label, method, &self.metrics));
+        call.commit(&answer, &self.store, hooked);
+        let post = match spec.post {
+            Some(stage) if hooked => Some(async move {
                 let _turn = guard;
                 let _ = call.run_stage(&self.dispatcher, &self.registry.snapshot(), stage, None).await;
             }),
@@ -286,22 +296,63 @@ impl Interceptor {
     }
 
     /// The call decoded from `message`, with what the store (or the runtime) knows of its pod
-    /// sandbox or container; `None` (logged) when `message` does not decode: the call then goes
-    /// on without hooks, and the store learns nothing from it.
+    /// sandbox or container. A request that does not decode, or whose hook request cannot be
+    /// built (a `sandbox_config` that does not decode, a pod sandbox or container the runtime
+    /// knows but describes unreadably) is left to [`Interceptor::undecodable`]: `Ok(None)` to
+    /// go on without hooks (the store learns nothing from it), or its refusal.
     ///
     /// The call is boxed: a `Call` is kilobytes (the CRI request's messages lie inline), and
     /// every future it lives in across an await would carry it, to be copied when the task is
     /// spawned.
-    async fn decode_and_load(&self, spec: &MethodSpec, method: &str, message: &Bytes) -> Option<Box<Call>> {
+    async fn decode_and_load(
+        &self,
+        spec: &MethodSpec,
+        method: &str,
+        message: &Bytes,
+        snapshot: &Snapshot,
+    ) -> Result<Option<Box<Call>>, Status> {
         let mut call = match Call::decode(spec.method, message.clone()) {
             Ok(call) => Box::new(call),
             Err(e) => {
-                tracing::warn!(method, error = %e, "cannot decode request: no hooks for it, and the store learns nothing from it");
-                return None;
+                self.undecodable(spec, method, snapshot, &view::target(spec.name, message), &e.to_string())?;
+                return Ok(None);
             }
         };
-        call.load(&self.store, &self.runtime).await;
-        Some(call)
+        match call.load(&self.store, &self.runtime).await {
+            Ok(()) => Ok(Some(call)),
+            Err(why) => {
+                self.undecodable(spec, method, snapshot, &view::target(spec.name, message), &why)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// What becomes of a request the proxy cannot decode, or can decode only in part (`why`:
+    /// the field and the reason; `target`: the pod or container, as far as it can be read),
+    /// so that no hook server is skipped without its failure policy deciding: with a server
+    /// whose policy is `Fail` registered for the method's pre stage, the call is refused with
+    /// `INVALID_ARGUMENT` naming the method, that server, the field and the reason; otherwise
+    /// (only `Ignore` servers, a method without a pre stage — post stages never refuse a call —
+    /// or no servers) a WARN says so and the call goes on without hooks (`Ok`). Both are counted
+    /// in `runtime_proxy_undecodable_requests_total{method}`.
+    fn undecodable(&self, spec: &MethodSpec, method: &str, snapshot: &Snapshot, target: &str, why: &str) -> Result<(), Status> {
+        self.metrics.undecodable_request(spec.name);
+        let fail =
+            spec.pre.and_then(|stage| snapshot.for_stage(stage).find(|s| s.failure_policy == FailurePolicy::Fail).map(|s| (stage, s)));
+        if let Some((stage, server)) = fail {
+            tracing::warn!(method, target, stage = stage.as_str(), server = %server.name, error = why, "cannot decode the request; hook server with failure-policy Fail: refusing the call");
+            return Err(Status::new(
+                Code::INVALID_ARGUMENT,
+                format!(
+                    "{method}: cannot decode the request for the {} hook server {} (failure-policy Fail){}: {why}",
+                    stage.as_str(),
+                    server.name,
+                    if target.is_empty() { String::new() } else { format!(", {target}") }
+                ),
+            ));
+        }
+        tracing::warn!(method, target, error = why, "cannot decode the request: forwarded unchanged, without hooks (no hook server with failure-policy Fail at its stage); the store learns nothing from it");
+        Ok(())
     }
 
     /// Whether what [`Call::load`] reads for a call of `method` on `id` (its request's first
@@ -368,13 +419,13 @@ impl Call {
     pub fn decode(method: Method, msg: Bytes) -> Result<Call, prost::DecodeError> {
         Ok(match method {
             Method::RunPodSandbox => {
-                let req = cri::RunPodSandboxRequest::decode(msg)?;
+                let req = view::RunPodSandboxRequest::decode(msg)?;
                 let hook = pod_hook_request(req.config.as_ref(), &req.runtime_handler);
                 Call::RunPodSandbox { req, hook }
             }
             Method::CreateContainer => Call::CreateContainer { req: view::CreateContainerRequest::decode(msg)?, hook: None },
             Method::UpdateContainerResources => {
-                Call::UpdateContainerResources { req: cri::UpdateContainerResourcesRequest::decode(msg)?, entry: None }
+                Call::UpdateContainerResources { req: view::UpdateContainerResourcesRequest::decode(msg)?, entry: None }
             }
             Method::StartContainer => Call::Container { id: cri::StartContainerRequest::decode(msg)?.container_id, entry: None },
             Method::StopContainer => Call::Container { id: cri::StopContainerRequest::decode(msg)?.container_id, entry: None },
@@ -386,15 +437,18 @@ impl Call {
 
     /// Builds what the hooks will see from the request and the store (koordinator.md §3.3–3.6);
     /// called once it is this call's turn for its pod. A pod sandbox or container the store does
-    /// not know is asked of the runtime (verbose status) and recorded; only when the runtime does
-    /// not know it either are its hooks skipped (logged).
-    async fn load(&mut self, store: &Store, runtime: &tonic::transport::Channel) {
+    /// not know is asked of the runtime (verbose status) and recorded; when the runtime does not
+    /// know it either, its hooks are skipped (logged) and the runtime answers the call.
+    ///
+    /// Errors: what cannot be read — a `sandbox_config` that does not decode, or the runtime's
+    /// description of the object (see [`recover::fetch_pod`]) — naming the field or the object.
+    async fn load(&mut self, store: &Store, runtime: &tonic::transport::Channel) -> Result<(), String> {
         match self {
             Call::CreateContainer { req, hook } => {
                 if !store.has_pod(&req.pod_sandbox_id) {
-                    Box::pin(recover::fetch_pod(runtime, store, &req.pod_sandbox_id)).await;
+                    Box::pin(recover::fetch_pod(runtime, store, &req.pod_sandbox_id)).await?;
                 }
-                *hook = container_hook_request(req, store);
+                *hook = container_hook_request(req, store).map_err(|e| format!("CreateContainerRequest.sandbox_config: {e}"))?;
                 if hook.is_none() {
                     tracing::warn!(sandbox_id = %req.pod_sandbox_id, "CreateContainer: pod sandbox unknown to the store and the runtime, and no sandbox_config; hooks skipped");
                 }
@@ -402,7 +456,7 @@ impl Call {
             Call::UpdateContainerResources { req, entry } => {
                 *entry = match store.container(&req.container_id) {
                     Some(e) => Some(e),
-                    None => Box::pin(recover::fetch_container(runtime, store, &req.container_id)).await,
+                    None => Box::pin(recover::fetch_container(runtime, store, &req.container_id)).await?,
                 };
                 match entry.as_mut() {
                     Some(e) => {
@@ -410,7 +464,7 @@ impl Call {
                         if let Some(update) = &req.linux {
                             hook_api::merge::merge_update(resources, &convert::to_hook(update));
                         }
-                        hook_api::merge::merge_map(&mut e.hook.container_annotations, &req.annotations);
+                        hook_api::merge::merge_map(&mut e.hook.container_annotations, &view::utf8_entries(&req.annotations));
                     }
                     None => {
                         tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container unknown to the store and the runtime; hooks skipped")
@@ -420,32 +474,36 @@ impl Call {
             Call::Container { id, entry } => {
                 *entry = match store.container(id) {
                     Some(e) => Some(e),
-                    None => Box::pin(recover::fetch_container(runtime, store, id)).await,
+                    None => Box::pin(recover::fetch_container(runtime, store, id)).await?,
                 };
             }
             Call::Pod { id, pod } => {
                 *pod = match store.pod(id) {
                     Some(p) => Some(p),
-                    None => Box::pin(recover::fetch_pod(runtime, store, id)).await,
+                    None => Box::pin(recover::fetch_pod(runtime, store, id)).await?,
                 };
             }
             Call::RunPodSandbox { .. } | Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => {}
         }
+        Ok(())
     }
 
-    /// The pod labels the skip label is looked up in.
-    fn pod_labels(&self) -> Option<&HashMap<String, String>> {
+    /// The pod's labels (where the skip label is looked up) and metadata (its namespace).
+    fn pod(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
         match self {
-            Call::RunPodSandbox { hook, .. } => Some(&hook.labels),
-            Call::CreateContainer { hook, .. } => hook.as_ref().map(|h| &h.pod_labels),
-            Call::UpdateContainerResources { entry, .. } | Call::Container { entry, .. } => entry.as_ref().map(|e| &e.hook.pod_labels),
-            Call::Pod { pod, .. } => pod.as_ref().map(|p| &p.labels),
+            Call::RunPodSandbox { hook, .. } => Some((&hook.labels, hook.pod_meta.as_ref())),
+            Call::CreateContainer { hook, .. } => hook.as_ref().map(|h| (&h.pod_labels, h.pod_meta.as_ref())),
+            Call::UpdateContainerResources { entry, .. } | Call::Container { entry, .. } => {
+                entry.as_ref().map(|e| (&e.hook.pod_labels, e.hook.pod_meta.as_ref()))
+            }
+            Call::Pod { pod, .. } => pod.as_ref().map(|p| (&p.labels, p.pod_meta.as_ref())),
             Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => None,
         }
     }
 
-    fn skips_hooks(&self, (key, value): &(String, String)) -> bool {
-        self.pod_labels().is_some_and(|labels| labels.get(key) == Some(value))
+    /// Whether the call's pod skips every hook (see [`SkipLabel::skips`]; `method` for its log line).
+    fn skips_hooks(&self, skip: &SkipLabel, method: &str, metrics: &Metrics) -> bool {
+        self.pod().is_some_and(|(labels, meta)| skip.skips(labels, meta, method, metrics))
     }
 
     /// Runs `stage` over the hook request, if this call has one. Returns the hook request as it
@@ -488,14 +546,14 @@ impl Call {
     pub fn edits(&self, before: &HookState) -> Vec<(u32, Edit)> {
         match (self, before) {
             (Call::RunPodSandbox { req, hook }, HookState::Pod(before)) => {
-                let default = cri::PodSandboxConfig::default();
+                let default = view::PodSandboxConfig::default();
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
                 if let Some(labels) = changed_map(&config.labels, &before.labels, &hook.labels) {
-                    inner.push((6, replace(cri::PodSandboxConfig { labels, ..Default::default() })));
+                    inner.push((6, replace(view::PodSandboxConfig { labels, ..Default::default() })));
                 }
                 if let Some(annotations) = changed_map(&config.annotations, &before.annotations, &hook.annotations) {
-                    inner.push((7, replace(cri::PodSandboxConfig { annotations, ..Default::default() })));
+                    inner.push((7, replace(view::PodSandboxConfig { annotations, ..Default::default() })));
                 }
                 if hook.cgroup_parent != before.cgroup_parent {
                     inner.push(cgroup_parent_edit(&hook.cgroup_parent));
@@ -507,11 +565,11 @@ impl Call {
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
                 if let Some(annotations) = changed_map(&config.annotations, &before.container_annotations, &hook.container_annotations) {
-                    inner.push((10, replace(cri::ContainerConfig { annotations, ..Default::default() })));
+                    inner.push((10, replace(view::ContainerConfig { annotations, ..Default::default() })));
                 }
                 let envs = merged_envs(&config.envs, &changed_entries(&before.container_envs, &hook.container_envs));
                 if envs != config.envs {
-                    inner.push((6, replace(cri::ContainerConfig { envs, ..Default::default() })));
+                    inner.push((6, replace(view::ContainerConfig { envs, ..Default::default() })));
                 }
                 let default = cri::LinuxContainerResources::default();
                 let current = config.linux.as_ref().and_then(|l| l.resources.as_ref()).unwrap_or(&default);
@@ -530,7 +588,7 @@ impl Call {
                 let current = req.linux.as_ref().unwrap_or(&default);
                 let mut edits = nested(2, resource_edits(current, &before.container_resources, &e.hook.container_resources));
                 if let Some(annotations) = changed_map(&req.annotations, &before.container_annotations, &e.hook.container_annotations) {
-                    edits.push((4, replace(cri::UpdateContainerResourcesRequest { annotations, ..Default::default() })));
+                    edits.push((4, replace(view::UpdateContainerResourcesRequest { annotations, ..Default::default() })));
                 }
                 edits
             }
@@ -566,8 +624,9 @@ impl Call {
 }
 
 /// The PreRunPodSandbox request (koordinator.md §3.2), plus the pod's attempt, overhead and
-/// resources, which koord leaves empty.
-pub fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
+/// resources, which koord leaves empty. Label and annotation values that are not UTF-8 are left
+/// out: the hook protocol cannot carry them ([`view`]); they go on to the runtime unchanged.
+pub fn pod_hook_request(config: Option<&view::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
     let Some(config) = config else {
         return hook::PodSandboxHookRequest {
             runtime_handler: runtime_handler.to_owned(),
@@ -585,8 +644,8 @@ pub fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler:
             attempt: meta.map(|m| m.attempt).unwrap_or_default(),
         }),
         runtime_handler: runtime_handler.to_owned(),
-        labels: config.labels.clone(),
-        annotations: config.annotations.clone(),
+        labels: view::utf8_entries(&config.labels),
+        annotations: view::utf8_entries(&config.annotations),
         cgroup_parent: linux.map(|l| l.cgroup_parent.clone()).unwrap_or_default(),
         overhead: linux.and_then(|l| l.overhead.as_ref()).map(convert::to_hook),
         resources: linux.and_then(|l| l.resources.as_ref()).map(convert::to_hook),
@@ -597,39 +656,57 @@ pub fn pod_hook_request(config: Option<&cri::PodSandboxConfig>, runtime_handler:
 /// include the PreRunPodSandbox hooks' changes); for a pod the store does not know, from the
 /// request's `sandbox_config`. `None` when there is neither: the sandbox is unknown to everyone,
 /// so the call goes on without hooks and the runtime answers it (NOT_FOUND), as for the ID-only
-/// methods — a hook must not replace that answer with its own error.
-pub fn container_hook_request(req: &view::CreateContainerRequest, store: &Store) -> Option<hook::ContainerResourceHookRequest> {
-    let pod = store.pod(&req.pod_sandbox_id).or_else(|| req.sandbox_config().map(|c| pod_hook_request(Some(&c), "")))?;
+/// methods — a hook must not replace that answer with its own error. Env and annotation values
+/// that are not UTF-8 are left out (see [`pod_hook_request`]).
+///
+/// Errors: the request's `sandbox_config`, needed and not decodable.
+pub fn container_hook_request(
+    req: &view::CreateContainerRequest,
+    store: &Store,
+) -> Result<Option<hook::ContainerResourceHookRequest>, prost::DecodeError> {
+    let pod = match store.pod(&req.pod_sandbox_id) {
+        Some(pod) => pod,
+        None => match req.sandbox_config()? {
+            Some(c) => pod_hook_request(Some(&c), ""),
+            None => return Ok(None),
+        },
+    };
     let config = req.config.as_ref();
     let meta = config.and_then(|c| c.metadata.as_ref());
     let resources = config.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref());
-    Some(hook::ContainerResourceHookRequest {
+    Ok(Some(hook::ContainerResourceHookRequest {
         pod_meta: pod.pod_meta,
         container_meta: Some(hook::ContainerMetadata {
             name: meta.map(|m| m.name.clone()).unwrap_or_default(),
             attempt: meta.map(|m| m.attempt).unwrap_or_default(),
             id: String::new(),
         }),
-        container_annotations: config.map(|c| c.annotations.clone()).unwrap_or_default(),
+        container_annotations: config.map(|c| view::utf8_entries(&c.annotations)).unwrap_or_default(),
         container_resources: Some(resources.map(convert::to_hook).unwrap_or_default()),
         pod_resources: pod.resources,
         pod_annotations: pod.annotations,
         pod_labels: pod.labels,
         pod_cgroup_parent: pod.cgroup_parent,
-        container_envs: config.map(|c| c.envs.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect()).unwrap_or_default(),
-    })
+        container_envs: config
+            .map(|c| c.envs.iter().filter_map(|kv| Some((kv.key.clone(), String::from_utf8(kv.value.clone()).ok()?))).collect())
+            .unwrap_or_default(),
+    }))
 }
 
 /// The container's envs after the hooks: existing entries keep their order (their value
-/// updated), new ones follow sorted by name — a stable order, unlike koord's map order.
-pub(crate) fn merged_envs(envs: &[cri::KeyValue], hooked: &HashMap<String, String>) -> Vec<cri::KeyValue> {
-    let mut out: Vec<cri::KeyValue> = envs
+/// updated where a hook set it; every other value, text or not, byte for byte), new ones follow
+/// sorted by name — a stable order, unlike koord's map order.
+pub(crate) fn merged_envs(envs: &[view::KeyValue], hooked: &HashMap<String, String>) -> Vec<view::KeyValue> {
+    let mut out: Vec<view::KeyValue> = envs
         .iter()
-        .map(|kv| cri::KeyValue { key: kv.key.clone(), value: hooked.get(&kv.key).cloned().unwrap_or_else(|| kv.value.clone()) })
+        .map(|kv| match hooked.get(&kv.key) {
+            Some(v) => view::KeyValue::text(&kv.key, v),
+            None => kv.clone(),
+        })
         .collect();
     let mut added: Vec<_> = hooked.iter().filter(|(k, _)| !envs.iter().any(|kv| &kv.key == *k)).collect();
     added.sort();
-    out.extend(added.into_iter().map(|(k, v)| cri::KeyValue { key: k.clone(), value: v.clone() }));
+    out.extend(added.into_iter().map(|(k, v)| view::KeyValue::text(k, v)));
     out
 }
 
@@ -671,16 +748,14 @@ pub(crate) fn changed_entries(before: &HashMap<String, String>, after: &HashMap<
     after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-/// `current` with the hooks' changes to a map (`before` → `after`) merged in; `None` when that
-/// changes nothing.
-fn changed_map(
-    current: &HashMap<String, String>,
-    before: &HashMap<String, String>,
-    after: &HashMap<String, String>,
-) -> Option<HashMap<String, String>> {
-    let changed = changed_entries(before, after);
+/// `current` (the request's map, values as bytes) with the hooks' changes to it (`before` →
+/// `after`) merged in as koord merges maps (the hooks' entries added or replaced, nothing
+/// removed); every other value, text or not, byte for byte. `None` when that changes nothing.
+fn changed_map(current: &view::Text, before: &HashMap<String, String>, after: &HashMap<String, String>) -> Option<view::Text> {
     let mut merged = current.clone();
-    hook_api::merge::merge_map(&mut merged, &changed);
+    for (k, v) in changed_entries(before, after) {
+        merged.insert(k, v.into_bytes());
+    }
     (merged != *current).then_some(merged)
 }
 
@@ -742,10 +817,11 @@ mod tests {
 
     #[test]
     fn envs_keep_order_and_add_sorted() {
-        let envs = vec![cri::KeyValue { key: "B".into(), value: "1".into() }, cri::KeyValue { key: "A".into(), value: "2".into() }];
+        let envs = vec![view::KeyValue::text("B", "1"), view::KeyValue::text("A", "2")];
         let hooked: HashMap<String, String> =
             [("A", "9"), ("B", "1"), ("Z", "z"), ("C", "c")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let out: Vec<(String, String)> = merged_envs(&envs, &hooked).into_iter().map(|kv| (kv.key, kv.value)).collect();
+        let out: Vec<(String, String)> =
+            merged_envs(&envs, &hooked).into_iter().map(|kv| (kv.key, String::from_utf8(kv.value).unwrap())).collect();
         assert_eq!(out, [("B", "1"), ("A", "9"), ("C", "c"), ("Z", "z")].map(|(k, v)| (k.to_string(), v.to_string())));
     }
 
@@ -768,7 +844,7 @@ mod tests {
                 ..Default::default()
             }),
         };
-        let hook = container_hook_request(&(&req).into(), &store).expect("pod from sandbox_config");
+        let hook = container_hook_request(&(&req).into(), &store).unwrap().expect("pod from sandbox_config");
         assert_eq!(hook.pod_cgroup_parent, "/kubepods/pod1");
         let call = Call::CreateContainer { req: (&req).into(), hook: Some(hook.clone()) };
         let before = call.hook_state();
@@ -788,10 +864,59 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// A value that is not UTF-8 is left out of the hook request, and a hook's answer for other
+    /// keys never drops or alters it: the edited request carries it byte for byte.
+    #[test]
+    fn binary_values_survive_hook_edits() {
+        const BIN: &[u8; 8] = b"\xff\xfebin\x00\x80!";
+        let req = cri::CreateContainerRequest {
+            pod_sandbox_id: "sb".into(),
+            config: Some(cri::ContainerConfig {
+                envs: vec![
+                    cri::KeyValue { key: "SECRET".into(), value: "ENVVALUE".into() },
+                    cri::KeyValue { key: "A".into(), value: "1".into() },
+                ],
+                annotations: [("bin".to_string(), "ANNOTVAL".to_string())].into(),
+                ..Default::default()
+            }),
+            sandbox_config: Some(cri::PodSandboxConfig {
+                annotations: [("pod-bin".to_string(), "PODVALUE".to_string()), ("pod-text".to_string(), "x".to_string())].into(),
+                linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+                ..Default::default()
+            }),
+        };
+        let mut bytes = req.encode_to_vec();
+        for placeholder in ["ENVVALUE", "ANNOTVAL", "PODVALUE"] {
+            let at = bytes.windows(8).position(|w| w == placeholder.as_bytes()).unwrap();
+            bytes[at..at + 8].copy_from_slice(BIN);
+        }
+        let mut call = Call::decode(Method::CreateContainer, Bytes::from(bytes.clone())).expect("decodes");
+        let Call::CreateContainer { req: view, hook } = &mut call else { unreachable!() };
+        *hook = container_hook_request(view, &Store::new()).unwrap();
+        let h = hook.as_mut().unwrap();
+        assert_eq!(h.container_envs, HashMap::from([("A".to_string(), "1".to_string())]), "the binary env is left out");
+        assert!(h.container_annotations.is_empty() && !h.pod_annotations.contains_key("pod-bin"));
+        assert_eq!(h.pod_annotations["pod-text"], "x");
+        let before = HookState::Container(h.clone());
+        h.container_envs.insert("HOOKED".into(), "1".into());
+        h.container_envs.insert("A".into(), "2".into());
+        h.container_annotations.insert("hooked".into(), "yes".into());
+        h.container_resources.get_or_insert_with(Default::default).cpu_shares = 2;
+        let edited = wire::apply(&bytes, &call.edits(&before)).unwrap();
+        let got = view::CreateContainerRequest::decode(edited.as_slice()).unwrap();
+        let config = got.config.unwrap();
+        let envs: Vec<(&str, &[u8])> = config.envs.iter().map(|kv| (kv.key.as_str(), kv.value.as_slice())).collect();
+        assert_eq!(envs, [("SECRET", &BIN[..]), ("A", b"2"), ("HOOKED", b"1")]);
+        assert_eq!(config.annotations["bin"], BIN, "kept byte for byte");
+        assert_eq!(config.annotations["hooked"], b"yes");
+        assert_eq!(config.linux.unwrap().resources.unwrap().cpu_shares, 2);
+        assert!(edited.windows(BIN.len()).filter(|w| *w == BIN).count() == 3, "the pod's binary annotation too");
+    }
+
     #[test]
     fn create_container_for_a_sandbox_nobody_knows_has_no_hook_request() {
         let req = cri::CreateContainerRequest { pod_sandbox_id: "gone".into(), config: Some(Default::default()), sandbox_config: None };
-        assert!(container_hook_request(&(&req).into(), &Store::new()).is_none());
+        assert!(container_hook_request(&(&req).into(), &Store::new()).unwrap().is_none());
         let call = Call::CreateContainer { req: (&req).into(), hook: None };
         assert!(matches!(call.hook_state(), HookState::None));
         assert!(call.edits(&HookState::None).is_empty());
@@ -817,7 +942,7 @@ mod tests {
             ..Default::default()
         };
         let mut call = Call::decode(Method::UpdateContainerResources, Bytes::from(req.encode_to_vec())).unwrap();
-        call.load(&store, &hook_api::connect("/nonexistent/runtime.sock")).await;
+        call.load(&store, &hook_api::connect("/nonexistent/runtime.sock")).await.unwrap();
         let before = call.hook_state();
         assert!(call.edits(&before).is_empty(), "stored cpuset, oom score and annotations are not added");
 
@@ -883,7 +1008,7 @@ mod tests {
         };
         let run = a2::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: "runc".into() };
         let v1_run: cri::RunPodSandboxRequest = same_as_v1("RunPodSandboxRequest", &run);
-        let hook = pod_hook_request(v1_run.config.as_ref(), &v1_run.runtime_handler);
+        let hook = pod_hook_request(v1_run.config.as_ref().map(Into::into).as_ref(), &v1_run.runtime_handler);
         assert_eq!((hook.cgroup_parent.as_str(), hook.labels["l"].as_str(), hook.pod_meta.unwrap().attempt), ("/kubepods/podu", "1", 2));
         assert_eq!(hook.resources.unwrap().cpu_shares, 512);
         let create = a2::CreateContainerRequest {
@@ -919,7 +1044,7 @@ mod tests {
         // The v1 edits a hook causes, applied to v1alpha2 bytes, read back as v1alpha2.
         let store = Store::new();
         let v1_create = cri::CreateContainerRequest::decode(create.encode_to_vec().as_slice()).unwrap();
-        let before = container_hook_request(&(&v1_create).into(), &store).unwrap();
+        let before = container_hook_request(&(&v1_create).into(), &store).unwrap().unwrap();
         let mut after = before.clone();
         after.container_resources.as_mut().unwrap().cpu_shares = 256;
         after.container_resources.as_mut().unwrap().cpuset_cpus = "2-3".into();

@@ -41,6 +41,7 @@ pub mod registry;
 pub mod relay;
 pub mod router;
 pub mod server;
+pub mod skip_label;
 pub mod store;
 pub mod uds;
 pub mod unary;
@@ -151,9 +152,10 @@ impl HookState {
         let interceptor = Arc::new(Interceptor {
             registry,
             store,
-            dispatcher: Dispatcher::new(metrics, args.limits().hooks),
+            dispatcher: Dispatcher::new(metrics.clone(), args.limits().hooks),
+            metrics,
             limits: args.limits(),
-            skip_label: (args.hook_skip_key.clone(), args.hook_skip_value.clone()),
+            skip_label: args.skip_label(),
             pod_locks: Default::default(),
             // CRI mode asks the runtime about objects the store misses; in Docker mode this
             // channel is never dialled.

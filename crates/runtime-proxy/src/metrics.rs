@@ -94,6 +94,8 @@ pub struct Metrics {
     hook_rejected: Gauge,
     store_objects: Family<KindLabels, Gauge>,
     backend_up: Gauge,
+    undecodable: Family<MethodLabels, Counter>,
+    skip_label_ignored: Counter,
 }
 
 impl Default for Metrics {
@@ -114,6 +116,7 @@ impl Metrics {
         let hook_requests = Family::<HookResultLabels, Counter>::default();
         let (hook_servers, hook_rejected, backend_up) = (Gauge::default(), Gauge::default(), Gauge::default());
         let store_objects = Family::<KindLabels, Gauge>::default();
+        let (undecodable, skip_label_ignored) = (Family::<MethodLabels, Counter>::default(), Counter::default());
         registry.register_with_unit("cri_request_duration", "CRI call latency as kubelet sees it", Unit::Seconds, cri_duration.clone());
         registry.register("cri_requests", "CRI calls by method and final gRPC code", cri_requests.clone());
         registry.register_with_unit("hook_request_duration", "Latency of one hook server call", Unit::Seconds, hook_duration.clone());
@@ -122,6 +125,16 @@ impl Metrics {
         registry.register("hook_config_rejected", "Registration files currently rejected", hook_rejected.clone());
         registry.register("store_objects", "Store entries by kind", store_objects.clone());
         registry.register("backend_up", "1 when the runtime backend accepts a connection", backend_up.clone());
+        registry.register(
+            "undecodable_requests",
+            "Intercepted CRI requests the proxy could not decode (or read only in part) and forwarded without hooks, by method",
+            undecodable.clone(),
+        );
+        registry.register(
+            "skip_label_ignored",
+            "Calls of pods carrying the skip label outside --runtime-hook-server-namespaces (hooks called anyway)",
+            skip_label_ignored.clone(),
+        );
         Metrics {
             registry,
             cri_duration,
@@ -132,7 +145,21 @@ impl Metrics {
             hook_rejected,
             store_objects,
             backend_up,
+            undecodable,
+            skip_label_ignored,
         }
+    }
+
+    /// Counts an intercepted request of `method` (e.g. `CreateContainer`) forwarded without its
+    /// hooks because it could not be decoded: `runtime_proxy_undecodable_requests_total{method}`.
+    pub fn undecodable_request(&self, method: &'static str) {
+        self.undecodable.get_or_create(&MethodLabels { method }).inc();
+    }
+
+    /// Counts a call whose pod carries the skip label in a namespace that may not use it:
+    /// `runtime_proxy_skip_label_ignored_total`.
+    pub fn skip_label_ignored(&self) {
+        self.skip_label_ignored.inc();
     }
 
     /// Records one finished CRI call.
@@ -174,6 +201,14 @@ impl Metrics {
         self.backend_up.set(i64::from(backend_up));
         let mut out = String::new();
         // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The metrics as they stand, without refreshing the gauges (unit tests).
+    #[cfg(test)]
+    pub(crate) fn render_for_tests(&self) -> String {
+        let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }

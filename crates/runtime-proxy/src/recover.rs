@@ -97,7 +97,6 @@ use std::time::{Duration, Instant};
 use hook_api::convert;
 use hook_api::v1alpha1 as hook;
 use k8s_cri::v1 as cri;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -105,6 +104,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::store::{ContainerEntry, Store};
+use crate::view;
 
 /// Status calls in flight at once.
 pub const CONCURRENCY: usize = 16;
@@ -164,31 +164,27 @@ pub struct RecoveryReport {
 /// the runtime is down); the store is then unchanged.
 pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport, Status> {
     let start = Instant::now();
-    let client = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let (pods_before, containers_before) = store.ids();
 
-    let sandboxes = client.clone().list_pod_sandbox(with_timeout(cri::ListPodSandboxRequest { filter: None })).await?.into_inner().items;
-    let containers =
-        client.clone().list_containers(with_timeout(cri::ListContainersRequest { filter: None })).await?.into_inner().containers;
+    let sandboxes = list_pod_sandboxes(channel).await?;
+    let containers = list_containers(channel, cri::ContainerFilter::default()).await?;
     let mut report = RecoveryReport { listed: (sandboxes.len(), containers.len()), ..Default::default() };
 
     // Every status call at once, CONCURRENCY in flight.
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
     let mut calls = JoinSet::new();
     for s in &sandboxes {
-        let (mut client, limit, id) = (client.clone(), limit.clone(), s.id.clone());
+        let (channel, limit, id) = (channel.clone(), limit.clone(), s.id.clone());
         calls.spawn(async move {
             let _permit = limit.acquire_owned().await;
-            let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: true };
-            Answer::Pod(id, client.pod_sandbox_status(with_timeout(req)).await.map(|r| Box::new(r.into_inner())))
+            Answer::Pod(id.clone(), pod_sandbox_status(&channel, &id).await.map(Box::new))
         });
     }
     for c in &containers {
-        let (mut client, limit, id) = (client.clone(), limit.clone(), c.id.clone());
+        let (channel, limit, id) = (channel.clone(), limit.clone(), c.id.clone());
         calls.spawn(async move {
             let _permit = limit.acquire_owned().await;
-            let req = cri::ContainerStatusRequest { container_id: id.clone(), verbose: true };
-            Answer::Container(id, client.container_status(with_timeout(req)).await.map(|r| Box::new(r.into_inner())))
+            Answer::Container(id.clone(), container_status(&channel, &id).await.map(Box::new))
         });
     }
     let mut pod_answers = HashMap::new();
@@ -383,73 +379,115 @@ async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Store, w
 }
 
 /// For a store miss at an ID-only CRI call: asks the runtime for pod sandbox `sandbox_id`
-/// (verbose status) and records it. Returns it, or `None` when the runtime does not know it
-/// either or cannot be asked (logged; the call then goes on without hooks).
-pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Option<hook::PodSandboxHookRequest> {
-    let mut client = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let req = cri::PodSandboxStatusRequest { pod_sandbox_id: sandbox_id.to_owned(), verbose: true };
-    let answer = match client.pod_sandbox_status(with_timeout(req)).await {
-        Ok(a) => a.into_inner(),
-        Err(e) => {
-            tracing::debug!(sandbox_id, code = %e.code(), error = %e.message(), "store miss: runtime has no such pod sandbox");
-            return None;
+/// (verbose status) and records it. Returns it, or `Ok(None)` when the runtime does not know it
+/// (`NOT_FOUND`: the call goes on and the runtime answers it).
+///
+/// Errors: the runtime knows the pod sandbox (or could not be asked) but what it says cannot be
+/// read: the status call's failure, or why its answer is unusable ([`pod_entry`]).
+pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Result<Option<hook::PodSandboxHookRequest>, String> {
+    let answer = match pod_sandbox_status(channel, sandbox_id).await {
+        Ok(a) => a,
+        Err(e) if e.code() == Code::NotFound => {
+            tracing::debug!(sandbox_id, error = %e.message(), "store miss: runtime has no such pod sandbox");
+            return Ok(None);
         }
+        Err(e) => return Err(format!("pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}", e.code(), e.message())),
     };
     match pod_entry(&answer) {
         Ok((pod, _)) => {
             store.put_pod(sandbox_id, pod.clone());
             tracing::info!(sandbox_id, "store miss: pod sandbox recovered from the runtime");
-            Some(pod)
+            Ok(Some(pod))
         }
-        Err(why) => {
-            tracing::warn!(sandbox_id, reason = %why, "store miss: pod sandbox status unusable");
-            None
-        }
+        Err(why) => Err(format!("pod sandbox {sandbox_id}: its status from the runtime is unusable: {why}")),
     }
 }
 
 /// For a store miss at an ID-only CRI call: asks the runtime for container `container_id`
 /// (its sandbox from ListContainers, then both verbose statuses) and records it.
-/// Returns it, or `None` as [`fetch_pod`] does.
-pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &str) -> Option<ContainerEntry> {
-    let mut client = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
+/// Returns it, or `Ok(None)` when the runtime does not know it.
+///
+/// Errors: as [`fetch_pod`], for the container or its pod sandbox.
+pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &str) -> Result<Option<ContainerEntry>, String> {
     let filter = cri::ContainerFilter { id: container_id.to_owned(), ..Default::default() };
-    let listed = client.list_containers(with_timeout(cri::ListContainersRequest { filter: Some(filter) })).await;
-    let sandbox_id = match listed.map(|r| r.into_inner().containers) {
+    let sandbox_id = match list_containers(channel, filter).await {
         Ok(c) if !c.is_empty() => c[0].pod_sandbox_id.clone(),
         Ok(_) => {
             tracing::debug!(container_id, "store miss: runtime has no such container");
-            return None;
+            return Ok(None);
         }
-        Err(e) => {
-            tracing::warn!(container_id, code = %e.code(), error = %e.message(), "store miss: cannot ask the runtime");
-            return None;
-        }
+        Err(e) => return Err(format!("container {container_id}: ListContainers failed: {}: {}", e.code(), e.message())),
     };
     let pod = match store.pod(&sandbox_id) {
         Some(p) => p,
-        None => fetch_pod(channel, store, &sandbox_id).await?,
+        None => match fetch_pod(channel, store, &sandbox_id).await? {
+            Some(p) => p,
+            None => return Ok(None),
+        },
     };
-    let req = cri::ContainerStatusRequest { container_id: container_id.to_owned(), verbose: true };
-    let answer = match client.container_status(with_timeout(req)).await {
-        Ok(a) => a.into_inner(),
-        Err(e) => {
-            tracing::debug!(container_id, code = %e.code(), error = %e.message(), "store miss: container status failed");
-            return None;
+    let answer = match container_status(channel, container_id).await {
+        Ok(a) => a,
+        Err(e) if e.code() == Code::NotFound => {
+            tracing::debug!(container_id, error = %e.message(), "store miss: container gone");
+            return Ok(None);
         }
+        Err(e) => return Err(format!("container {container_id}: ContainerStatus failed: {}: {}", e.code(), e.message())),
     };
     match container_entry(&answer, container_id, &pod) {
         Ok((hook, _)) => {
             let entry = ContainerEntry { sandbox_id, hook };
             store.put_container(container_id, entry.clone());
             tracing::info!(container_id, "store miss: container recovered from the runtime");
-            Some(entry)
+            Ok(Some(entry))
         }
-        Err(why) => {
-            tracing::warn!(container_id, reason = %why, "store miss: container status unusable");
-            None
-        }
+        Err(why) => Err(format!("container {container_id}: its status from the runtime is unusable: {why}")),
     }
+}
+
+/// One CRI v1 RuntimeService call (`path`) whose answer is read through the view `A`
+/// ([`crate::view`]): label, annotation and info values that are not UTF-8 never make it
+/// unreadable, and fields the proxy does not read are skipped. Deadline [`CALL_TIMEOUT`];
+/// answers up to [`MAX_MESSAGE_BYTES`].
+///
+/// Errors: the call's status (`UNAVAILABLE` when the runtime cannot be reached).
+async fn call<Q, A>(channel: &Channel, path: &'static str, req: Q) -> Result<A, Status>
+where
+    Q: prost::Message + Send + Sync + 'static,
+    A: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    grpc.ready().await.map_err(|e| Status::unavailable(format!("runtime not reachable: {e}")))?;
+    let path = http::uri::PathAndQuery::from_static(path);
+    grpc.unary(with_timeout(req), path, tonic_prost::ProstCodec::<Q, A>::default()).await.map(tonic::Response::into_inner)
+}
+
+/// Every pod sandbox the runtime lists (IDs only).
+async fn list_pod_sandboxes(channel: &Channel) -> Result<Vec<view::ListedPodSandbox>, Status> {
+    let answer: view::ListPodSandboxResponse =
+        call(channel, "/runtime.v1.RuntimeService/ListPodSandbox", cri::ListPodSandboxRequest { filter: None }).await?;
+    Ok(answer.items)
+}
+
+/// The containers the runtime lists under `filter` (IDs and sandbox IDs only).
+async fn list_containers(channel: &Channel, filter: cri::ContainerFilter) -> Result<Vec<view::ListedContainer>, Status> {
+    let req = cri::ListContainersRequest { filter: Some(filter) };
+    let answer: view::ListContainersResponse = call(channel, "/runtime.v1.RuntimeService/ListContainers", req).await?;
+    Ok(answer.containers)
+}
+
+/// Pod sandbox `id`'s verbose status, with what the view holds (see
+/// [`view::PodSandboxStatusResponse`]).
+async fn pod_sandbox_status(channel: &Channel, id: &str) -> Result<cri::PodSandboxStatusResponse, Status> {
+    let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id.to_owned(), verbose: true };
+    let answer: view::PodSandboxStatusResponse = call(channel, "/runtime.v1.RuntimeService/PodSandboxStatus", req).await?;
+    Ok(answer.into())
+}
+
+/// Container `id`'s verbose status, with what the view holds.
+async fn container_status(channel: &Channel, id: &str) -> Result<cri::ContainerStatusResponse, Status> {
+    let req = cri::ContainerStatusRequest { container_id: id.to_owned(), verbose: true };
+    let answer: view::ContainerStatusResponse = call(channel, "/runtime.v1.RuntimeService/ContainerStatus", req).await?;
+    Ok(answer.into())
 }
 
 enum Answer {

@@ -119,6 +119,12 @@ impl Known {
             Known::Container(_, e) => &e.hook.pod_labels,
         }
     }
+    fn meta(&self) -> Option<&hook_api::v1alpha1::PodSandboxMetadata> {
+        match self {
+            Known::Pod(_, p) => p.pod_meta.as_ref(),
+            Known::Container(_, e) => e.hook.pod_meta.as_ref(),
+        }
+    }
 }
 
 /// The Docker front end's interceptor over the shared hook state.
@@ -139,9 +145,15 @@ impl DockerInterceptor {
         }
     }
 
-    fn skips(&self, labels: &std::collections::HashMap<String, String>) -> bool {
-        let (key, value) = &self.hooks.skip_label;
-        labels.get(key) == Some(value)
+    /// Whether the pod (`labels`, `meta`) skips every hook: the skip label, honoured in the
+    /// allowed namespaces only ([`crate::skip_label`]); `route` names the call in the log.
+    fn skips(
+        &self,
+        labels: &std::collections::HashMap<String, String>,
+        meta: Option<&hook_api::v1alpha1::PodSandboxMetadata>,
+        route: &str,
+    ) -> bool {
+        self.hooks.skip_label.skips(labels, meta, route, &self.hooks.metrics)
     }
 
     async fn run<R: crate::dispatch::HookMessage>(&self, stage: Stage, req: &mut R) -> Result<(), Status> {
@@ -174,7 +186,7 @@ impl DockerInterceptor {
         if model::is_sandbox(&labels, &kube) {
             let mut pod = model::pod_request(&kube, config.as_ref(), json.get("HostConfig"));
             let before = pod.clone();
-            if !self.skips(&pod.labels) {
+            if !self.skips(&pod.labels, pod.pod_meta.as_ref(), "create (pod sandbox)") {
                 if let Err(status) = self.run(Stage::PreRunPodSandbox, &mut pod).await {
                     return refuse(&status);
                 }
@@ -201,7 +213,7 @@ impl DockerInterceptor {
             }
             let mut container = model::container_request(&kube, pod.as_ref(), config.as_ref(), json.get("HostConfig"));
             let before = container.clone();
-            if !self.skips(&container.pod_labels) {
+            if !self.skips(&container.pod_labels, container.pod_meta.as_ref(), "create (container)") {
                 if let Err(status) = self.run(Stage::PreCreateContainer, &mut container).await {
                     return refuse(&status);
                 }
@@ -225,7 +237,7 @@ impl DockerInterceptor {
         let Some(known) = self.resolve(upstream, id).await else { return relay::forward(upstream, req).await };
         let Known::Container(full_id, mut entry) = known else { return relay::forward(upstream, req).await };
         let turn = self.hooks.pod_locks.lock(&entry.sandbox_id).await;
-        let hooked = !self.skips(&entry.hook.pod_labels);
+        let hooked = !self.skips(&entry.hook.pod_labels, entry.hook.pod_meta.as_ref(), "start");
         if hooked {
             if let Err(status) = self.run(Stage::PreStartContainer, &mut entry.hook).await {
                 return refuse(&status);
@@ -250,7 +262,7 @@ impl DockerInterceptor {
         // 204 stopped, 304 already stopped: either way the post stage is due.
         if resp.status().is_success() || resp.status() == StatusCode::NOT_MODIFIED {
             drop(turn);
-            if !self.skips(known.labels()) {
+            if !self.skips(known.labels(), known.meta(), "stop") {
                 let stage = if matches!(known, Known::Pod(..)) { Stage::PostStopPodSandbox } else { Stage::PostStopContainer };
                 self.post(stage, known);
             }
@@ -277,7 +289,7 @@ impl DockerInterceptor {
         let resources = entry.hook.container_resources.get_or_insert_with(Default::default);
         hook_api::merge::merge_update(resources, &update);
         let before = resources.clone();
-        if !self.skips(&entry.hook.pod_labels) {
+        if !self.skips(&entry.hook.pod_labels, entry.hook.pod_meta.as_ref(), "update") {
             if let Err(status) = self.run(Stage::PreUpdateContainerResources, &mut entry.hook).await {
                 return refuse(&status);
             }

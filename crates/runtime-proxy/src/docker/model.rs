@@ -14,7 +14,6 @@
 use std::collections::HashMap;
 
 use hook_api::v1alpha1 as hook;
-use k8s_cri::v1 as cri;
 use serde_json::{Map, Value};
 
 /// Label holding the Docker object kind (`podsandbox` or `container`).
@@ -94,7 +93,7 @@ pub fn split_labels(all: &HashMap<String, String>) -> (HashMap<String, String>, 
 
 /// A container config's `Env` (`["K=V", …]`) as CRI key-values, in order; an entry without `=` is a key with
 /// an empty value (koord #957: values may contain `=`).
-pub fn envs_of(config: Option<&Value>) -> Vec<cri::KeyValue> {
+pub fn envs_of(config: Option<&Value>) -> Vec<crate::view::KeyValue> {
     config
         .and_then(|c| c.get("Env"))
         .and_then(Value::as_array)
@@ -103,7 +102,7 @@ pub fn envs_of(config: Option<&Value>) -> Vec<cri::KeyValue> {
                 .filter_map(Value::as_str)
                 .map(|kv| {
                     let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    cri::KeyValue { key: k.to_owned(), value: v.to_owned() }
+                    crate::view::KeyValue::text(k, v)
                 })
                 .collect()
         })
@@ -237,7 +236,7 @@ pub fn container_request(
             .and_then(Value::as_str)
             .filter(|p| !p.is_empty())
             .map_or(pod.cgroup_parent, str::to_owned),
-        container_envs: envs_of(config).into_iter().map(|kv| (kv.key, kv.value)).collect(),
+        container_envs: envs_of(config).into_iter().map(|kv| (kv.key, String::from_utf8_lossy(&kv.value).into_owned())).collect(),
     }
 }
 
@@ -279,7 +278,8 @@ pub fn write_container_changes(
     let added = crate::intercept::changed_entries(&before.container_envs, &after.container_envs);
     if !added.is_empty() {
         let envs = crate::intercept::merged_envs(&envs_of(Some(&Value::Object(body.clone()))), &added);
-        let list: Vec<Value> = envs.into_iter().map(|kv| Value::from(format!("{}={}", kv.key, kv.value))).collect();
+        let list: Vec<Value> =
+            envs.into_iter().map(|kv| Value::from(format!("{}={}", kv.key, String::from_utf8_lossy(&kv.value)))).collect();
         body.insert("Env".into(), Value::Array(list));
         changed = true;
     }
