@@ -19,11 +19,12 @@
 //! (Python grpcio, stubs generated from crates/hook-api/proto by the same setup.sh), changes and
 //! refuses real pods through the proxy.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use serde_json::{json, Value};
+use test_support::clients::{clients_dir, python, setup_dir};
 use test_support::containerd::{remove_sandbox, unique, Containerd};
 use test_support::proxy::ProxyProcess;
 
@@ -51,40 +52,6 @@ struct Outcome {
     json: Value,
     stderr: String,
     ok: bool,
-}
-
-/// tests/clients/ of this crate.
-fn clients_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
-/// `<workspace>/target/cri-clients`, brought up to date by setup.sh once per test binary: it
-/// installs what is missing or changed (e.g. after `cargo test` without scripts/test.sh, or a new
-/// pin) and returns in about a second when nothing is.
-fn setup_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/runtime-proxy is two levels down");
-        let dir = workspace.join("target/cri-clients");
-        let out = Command::new("bash").arg(clients_dir().join("setup.sh")).arg(&dir).output().expect("running tests/clients/setup.sh");
-        assert!(
-            out.status.success(),
-            "tests/clients/setup.sh {} failed:\n{}{}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
-    })
-}
-
-/// The command that runs tests/clients/`script` with the setup's venv and generated stubs.
-fn python(script: &str) -> Command {
-    let dir = setup_dir();
-    let mut c = Command::new(dir.join("venv/bin/python"));
-    // No __pycache__ next to the scripts in the source tree.
-    c.arg(clients_dir().join(script)).env("PYTHONPATH", dir.join("gen")).env("PYTHONDONTWRITEBYTECODE", "1");
-    c
 }
 
 impl Client {
@@ -302,34 +269,19 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
 
     use k8s_cri::v1 as cri;
     use test_support::containerd::{container_config, sandbox_config, Pod};
-    use test_support::hooks::{register, KillOnDrop};
+    use test_support::hooks::register;
 
     let env = Containerd::from_env();
     let dir = tempfile::Builder::new().prefix("rp-pyhook").tempdir().unwrap();
     let configs = dir.path().join("hookserver.d");
     std::fs::create_dir(&configs).unwrap();
-    let socket = dir.path().join("py-hook.sock");
-    let record = dir.path().join("calls.jsonl");
-    let server_log = dir.path().join("hook_server.log");
     let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", configs.to_str().unwrap()]);
-
-    let log = std::fs::File::create(&server_log).unwrap();
-    let mut server = python("hook_server.py");
-    server.arg("--socket").arg(&socket).arg("--record").arg(&record);
-    server.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
-    let mut server = KillOnDrop(server.spawn().expect("starting tests/clients/hook_server.py"));
-    let server_output = || std::fs::read_to_string(&server_log).unwrap_or_default();
-    let started = std::time::Instant::now();
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        if let Some(status) = server.0.try_wait().unwrap() {
-            panic!("hook_server.py exited with {status}:\n{}", server_output());
-        }
-        assert!(started.elapsed() < std::time::Duration::from_secs(20), "hook_server.py did not listen:\n{}", server_output());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let server = test_support::clients::PyHookServer::start(dir.path());
+    let (socket, record) = (&server.socket, &server.record);
+    let server_output = || server.output();
     let seen = ["hook server added", "file=py-hook.json"];
     let before = proxy.count_log(&seen);
-    register(&configs, "py-hook.json", &socket, "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({"timeout-ms": 7000}));
+    register(&configs, "py-hook.json", socket, "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({"timeout-ms": 7000}));
     assert!(proxy.wait_log(&seen, before), "the proxy did not take up py-hook.json:\n{}", log_tail(&proxy));
     let context = || format!("proxy log:\n{}\nhook_server.py:\n{}", log_tail(&proxy), server_output());
 

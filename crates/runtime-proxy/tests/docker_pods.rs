@@ -630,7 +630,9 @@ async fn skip_label_calls_no_hook() {
     .await;
     s.register("refuse.json", hook.socket(), "Fail", &ALL_STAGES);
 
+    // In kube-system, one of --runtime-hook-server-namespaces' default namespaces.
     let mut skipped = s.pod(&[(SKIP_LABEL, "true"), ("app", "hook-server")], &[]);
+    skipped.namespace = "kube-system".into();
     skipped.run(&["KEEP=me"], resources(512)).expect("a pod with the skip label runs");
     assert_eq!(skipped.cgroup("cpu", "cpu.shares"), "512");
     skipped.update(&skipped.container_id, json!({"CpuShares": 300}));
@@ -639,13 +641,17 @@ async fn skip_label_calls_no_hook() {
     tokio::time::sleep(Duration::from_millis(300)).await; // post stages would run after the answers
     assert!(hook.seen().is_empty(), "no hook called: {:?}", hook.seen().iter().map(Seen::stage).collect::<Vec<_>>());
 
+    // The label in `default` is ignored (WARN, counted): the hooks decide, and refuse.
+    let mut labelled = s.pod(&[(SKIP_LABEL, "true"), ("app", "web")], &[]);
+    assert_eq!(labelled.create_sandbox().0, 503, "the skip label outside the allowed namespaces skips nothing");
+    assert!(s.proxy.log().contains("skip label ignored"), "{}", s.proxy.log());
     let mut other = s.pod(&[("app", "web")], &[]);
     let (status, body) = other.create_sandbox();
     assert_eq!(status, 503, "UNAVAILABLE → 503: {body}");
     assert!(body["message"].as_str().is_some_and(|m| m.contains("refusing everything") && m.contains("PreRunPodSandbox")), "{body}");
     let seen = hook.seen();
-    assert_eq!(seen.len(), 1, "{seen:?}");
-    let Seen::Pod(stage, req) = &seen[0] else { panic!("pod stage expected: {seen:?}") };
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let Seen::Pod(stage, req) = &seen[1] else { panic!("pod stage expected: {seen:?}") };
     assert_eq!((stage.as_str(), req.pod_meta.as_ref().map(|m| m.uid.as_str())), ("PreRunPodSandbox", Some(other.uid.as_str())));
     assert!(other.containers_on_dockerd().is_empty(), "refused sandbox not created");
 }

@@ -1,5 +1,7 @@
 //! Test support for runtime-proxy's integration tests and benchmarks.
 //!
+//! * [`clients`] — the gRPC clients and the hook server we did not write (Python grpcio, Node
+//!   grpc-js, raw HTTP/2), set up by crates/runtime-proxy/tests/clients/setup.sh.
 //! * [`containerd`] — the real containerd + runc that `scripts/containerd.sh` started, and pods on it.
 //! * [`dockerd`] — the real dockerd that `scripts/dockerd.sh` started, and its Debian CLI.
 //! * [`proxy`] — the real `runtime-proxy` binary as a child process on a temp socket.
@@ -11,6 +13,7 @@
 //! `RP_CONTAINERD_ENV` at its env file; the Docker-mode tests (`tests/docker_*.rs`) need a running
 //! dockerd, and `make test` points `RP_DOCKERD_ENV` at its env file.
 
+pub mod clients;
 pub mod containerd;
 pub mod dockerd;
 pub mod fake_backend;

@@ -205,9 +205,10 @@ pub fn with_bytes(encoded: &[u8], placeholder: &str, bytes: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-/// Bytes that are not UTF-8 (a lone continuation byte, an invalid lead byte, a NUL): what a
-/// Secret holding binary data gives an env value via `secretKeyRef`. 8 bytes.
-pub const NOT_UTF8: &[u8; 8] = b"\xff\xfebin\x00\x80!";
+/// Bytes that are not UTF-8 (invalid lead bytes, a lone continuation byte; no NUL, which runc
+/// refuses in an env value): what a Secret holding binary data gives an env value via
+/// `secretKeyRef`. 8 bytes.
+pub const NOT_UTF8: &[u8; 8] = b"\xff\xfebin\x80!!";
 
 #[cfg(test)]
 mod tests {
@@ -216,7 +217,7 @@ mod tests {
     #[test]
     fn with_bytes_swaps_in_place() {
         let out = with_bytes(b"\x0a\x08PLACEHLDx", "PLACEHLD", NOT_UTF8);
-        assert_eq!(&out[..], b"\x0a\x08\xff\xfebin\x00\x80!x");
+        assert_eq!(&out[..], b"\x0a\x08\xff\xfebin\x80!!x");
         assert!(std::str::from_utf8(&out[2..10]).is_err());
     }
 }

@@ -7,12 +7,14 @@ It answers sparsely, as third-party servers may (koordlet echoes the whole reque
 * PreRunPodSandboxHook: the label `py-hook: yes`; a pod labelled `py-hook/quota: exhausted` is
   refused with PERMISSION_DENIED "quota 100% used" (the `%` is percent-encoded on the wire);
 * PreCreateContainerHook: the env PY_HOOK=grpcio and PY_HOOK_POD_LABEL=<the pod's py-hook label as
-  the request carries it>, and the request's container resources with cpu_shares = 333;
+  the request carries it>, the container annotation `py-hook/annotated: yes`, and the request's
+  container resources with cpu_shares = 333;
 * every other stage: an empty answer (no change).
 
-Every call is appended to --record as one JSON line: the stage, the pod name, and the seconds the
+Every call is appended to --record as one JSON line: the stage, the pod name, the seconds the
 call had left when the handler ran (grpcio's context.time_remaining(), derived from the
-`grpc-timeout` the caller sent; null without one).
+`grpc-timeout` the caller sent; null without one), and for container stages the names of the
+container's envs and annotations the request carried (sorted).
 
 Run with PYTHONPATH=<setup dir>/gen, by <setup dir>/venv/bin/python:
 
@@ -41,11 +43,16 @@ class Recorder:
         self._path = path
         self._lock = threading.Lock()
 
-    def add(self, stage, pod_meta, context):
+    def add(self, stage, pod_meta, context, request=None):
         remaining = context.time_remaining()
         if remaining is not None and remaining > NO_DEADLINE:
             remaining = None  # C-core reports an infinite deadline as ~9.2e18 s
-        line = json.dumps({"stage": stage, "pod": pod_meta.name, "time_remaining": remaining})
+        record = {"stage": stage, "pod": pod_meta.name, "time_remaining": remaining}
+        if request is not None:
+            record["envs"] = sorted(request.container_envs)
+            record["annotations"] = sorted(request.container_annotations)
+            record["pod_annotations"] = sorted(request.pod_annotations)
+        line = json.dumps(record)
         with self._lock, open(self._path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
 
@@ -65,17 +72,18 @@ class HookServer(api_pb2_grpc.RuntimeHookServiceServicer):
         return api_pb2.PodSandboxHookResponse()
 
     def PreCreateContainerHook(self, request, context):
-        self._record("PreCreateContainer", request.pod_meta, context)
+        self._record("PreCreateContainer", request.pod_meta, context, request)
         resources = api_pb2.LinuxContainerResources()
         resources.CopyFrom(request.container_resources)
         resources.cpu_shares = 333
         return api_pb2.ContainerResourceHookResponse(
             container_envs={"PY_HOOK": "grpcio", "PY_HOOK_POD_LABEL": request.pod_labels.get("py-hook", "")},
+            container_annotations={"py-hook/annotated": "yes"},
             container_resources=resources,
         )
 
     def _unchanged(self, stage, request, context):
-        self._record(stage, request.pod_meta, context)
+        self._record(stage, request.pod_meta, context, request)
         return api_pb2.ContainerResourceHookResponse()
 
     def PreStartContainerHook(self, request, context):
