@@ -343,7 +343,7 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
     assert!(reached.is_empty(), "the refused pod reached containerd: {reached:?}");
 
     // What the server recorded: each call, with the deadline it had left.
-    let calls: Vec<Value> = std::fs::read_to_string(&record)
+    let calls: Vec<Value> = std::fs::read_to_string(record)
         .unwrap_or_else(|e| panic!("reading {}: {e}\n{}", record.display(), server_output()))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
