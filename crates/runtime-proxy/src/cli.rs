@@ -106,8 +106,9 @@ pub struct Args {
     #[arg(long = "max-concurrent-streams", value_name = "N", default_value_t = 1000)]
     pub max_concurrent_streams: u32,
 
-    /// Largest hook server answer (bytes); a larger one is a hook failure.
-    #[arg(long = "max-hook-answer-bytes", value_name = "BYTES", default_value_t = 4 << 20)]
+    /// Largest hook server answer (bytes); a larger one is a hook failure. As large as the
+    /// largest request by default: koordlet echoes the whole request in its answer.
+    #[arg(long = "max-hook-answer-bytes", value_name = "BYTES", default_value_t = 16 << 20)]
     pub max_hook_answer_bytes: usize,
 
     /// Most entries a hook answer may add to one map (envs, labels, annotations).

@@ -146,18 +146,25 @@ impl Dispatcher {
                     }
                 }
                 Err(cause) => {
+                    // A server (or the proxy) that refuses a message for its size: say which size
+                    // (a container's request can be MiBs: kubelet copies its preStop handler
+                    // into an annotation).
+                    let request_bytes = req.encoded_len();
+                    // (grpc-go answers RESOURCE_EXHAUSTED, tonic OUT_OF_RANGE.)
+                    let too_large = cause.code == Code::RESOURCE_EXHAUSTED || cause.code == Code::OUT_OF_RANGE;
+                    let size = if too_large { format!(" (the request was {request_bytes} bytes)") } else { String::new() };
                     let message = format!(
-                        "{} hook server {} (unix://{}) failed: {}",
+                        "{} hook server {} (unix://{}) failed: {}{size}",
                         stage.as_str(),
                         server.name,
                         server.endpoint.display(),
                         cause.message
                     );
                     if server.failure_policy == FailurePolicy::Fail {
-                        tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, "{message}; failure-policy Fail: refusing the call");
+                        tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; failure-policy Fail: refusing the call");
                         return Err(Status::new(cause.code, format!("{message} (failure-policy Fail)")));
                     }
-                    tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, "{message}; failure-policy Ignore: going on");
+                    tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; failure-policy Ignore: going on");
                 }
             }
         }

@@ -25,6 +25,7 @@ impl Code {
     pub const NOT_FOUND: Code = Code(5);
     pub const RESOURCE_EXHAUSTED: Code = Code(8);
     pub const FAILED_PRECONDITION: Code = Code(9);
+    pub const OUT_OF_RANGE: Code = Code(11);
     pub const UNIMPLEMENTED: Code = Code(12);
     pub const INTERNAL: Code = Code(13);
     pub const UNAVAILABLE: Code = Code(14);

@@ -47,7 +47,7 @@ impl Default for Limits {
 
 impl Default for HookLimits {
     fn default() -> Self {
-        HookLimits { max_answer_bytes: 4 << 20, max_added_entries: 1024, max_entry_bytes: 256 << 10 }
+        HookLimits { max_answer_bytes: 16 << 20, max_added_entries: 1024, max_entry_bytes: 256 << 10 }
     }
 }
 

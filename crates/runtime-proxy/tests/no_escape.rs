@@ -356,3 +356,74 @@ async fn no_namespace_may_skip_when_none_is_listed() {
     remove(&mut rt, &id).await;
     assert_eq!(s.hook.stages_of(&name), ["PreRunPodSandbox"]);
 }
+
+/// A container whose request is over 4 MiB (kubelet copies the preStop handler into the
+/// `io.kubernetes.container.preStopHandler` annotation, each `<` JSON-escaped to six bytes): a
+/// koordlet-like hook server that accepts 16 MiB, as kubelet sends, echoes it all back and its
+/// change applies (the proxy's answer limit is 16 MiB too); one that keeps gRPC's default 4 MiB
+/// refuses it, and its failure policy decides: the pod runs under `Ignore`, is refused under
+/// `Fail`, and both the log line and the status name the request's size.
+#[tokio::test]
+async fn requests_over_4_mib_reach_hooks_and_a_refusal_is_the_policys() {
+    use std::sync::Arc;
+    use test_support::hooks::TestHook;
+
+    let env = Containerd::from_env();
+    let dir = tempfile::Builder::new().prefix("rp-large").tempdir().unwrap();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
+    let registered = |name: &str, socket: &Path, policy: &str| {
+        let seen = ["hook server", &format!("file={name}"), &format!("failure_policy={policy}")];
+        let before = proxy.count_log(&seen);
+        register(dir.path(), name, socket, policy, &["PreCreateContainer"], json!({}));
+        assert!(proxy.wait_log(&seen, before), "{name} not taken up:\n{}", proxy.log());
+    };
+    let echo_700: test_support::hooks::ContainerFn = Arc::new(|_, req| {
+        let mut resp = hook_api::merge::echo_container(req);
+        resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 700;
+        Ok(resp)
+    });
+    let echo_pod: test_support::hooks::PodFn = Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req)));
+    let large = TestHook::start_with_limit(echo_700.clone(), echo_pod.clone(), 16 << 20).await;
+    let small = TestHook::start(echo_700, echo_pod).await;
+    let pre_stop = format!("{{\"exec\":{{\"command\":[\"sh\",\"-c\",\"{}\"]}}}}", "\\u003c".repeat((5 << 20) / 6 + 1));
+    let mut rt = test_support::runtime_client(proxy.socket());
+    let pod = |name: &str| {
+        let sandbox = sandbox_config(&env, &unique(name), HashMap::new(), HashMap::new());
+        let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
+        let mut container = container_config(&env, "main", &["sleep", "3600"], Some(resources), &[]);
+        container.annotations.insert("io.kubernetes.container.preStopHandler".into(), pre_stop.clone());
+        (sandbox, container)
+    };
+
+    // 16 MiB server, Fail: the hook's cpu shares on a > 5 MiB request.
+    registered("large.json", large.socket(), "Fail");
+    let (sandbox, container) = pod("large");
+    let started = test_support::containerd::Pod::start(&mut rt, sandbox, container).await;
+    let started = started.unwrap_or_else(|e| panic!("a 5 MiB request through a 16 MiB hook server: {:?}\n{}", e.code(), proxy.log()));
+    assert_eq!(started.cgroup_file("cpu", "cpu.shares"), "700");
+    started.remove(&mut rt).await;
+    let removed = ["hook server removed", "file=large.json"];
+    let before = proxy.count_log(&removed);
+    std::fs::remove_file(dir.path().join("large.json")).unwrap();
+    assert!(proxy.wait_log(&removed, before), "{}", proxy.log());
+
+    // 4 MiB server, Ignore: the pod runs without its change, the log names the size.
+    registered("small.json", small.socket(), "Ignore");
+    let (sandbox, container) = pod("small-ignore");
+    let started = test_support::containerd::Pod::start(&mut rt, sandbox, container).await.expect("Ignore: the pod runs");
+    assert_eq!(started.cgroup_file("cpu", "cpu.shares"), "512");
+    started.remove(&mut rt).await;
+    let warned = proxy
+        .log()
+        .lines()
+        .any(|l| l.contains("WARN") && l.contains("small.json") && l.contains("the request was") && l.contains("request_bytes="));
+    assert!(warned, "{}", proxy.log());
+
+    // 4 MiB server, Fail: refused, the status names the size.
+    registered("small.json", small.socket(), "Fail");
+    let (sandbox, container) = pod("small-fail");
+    let err = test_support::containerd::Pod::start(&mut rt, sandbox, container).await.expect_err("Fail: refused");
+    // The server's own code: tonic says OUT_OF_RANGE, grpc-go RESOURCE_EXHAUSTED.
+    assert!(matches!(err.code(), tonic::Code::ResourceExhausted | tonic::Code::OutOfRange), "{err:?}");
+    assert!(err.message().contains("the request was") && err.message().contains("small.json"), "{}", err.message());
+}

@@ -168,6 +168,17 @@ impl TestHook {
     /// Like [`start`](Self::start), but every call first waits `delay` (asynchronously: calls
     /// overlap, as in a real server).
     pub async fn start_with_delay(container: ContainerFn, pod: PodFn, delay: std::time::Duration) -> TestHook {
+        TestHook::serve(container, pod, delay, None).await
+    }
+
+    /// Serves with tonic's limit on the messages it reads and writes set to `max_bytes` (tonic's
+    /// default, like grpc-go's, is 4 MiB: a server that keeps it refuses larger requests with
+    /// RESOURCE_EXHAUSTED).
+    pub async fn start_with_limit(container: ContainerFn, pod: PodFn, max_bytes: usize) -> TestHook {
+        TestHook::serve(container, pod, std::time::Duration::ZERO, Some(max_bytes)).await
+    }
+
+    async fn serve(container: ContainerFn, pod: PodFn, delay: std::time::Duration, max_bytes: Option<usize>) -> TestHook {
         let dir = tempfile::Builder::new().prefix("rp-hook").tempdir().expect("temp dir");
         let socket = dir.path().join("hook.sock");
         let listener = UnixListener::bind(&socket).expect("bind hook socket");
@@ -175,10 +186,11 @@ impl TestHook {
         let concurrency = Arc::new(Concurrency::default());
         let service = Service { container, pod, seen: seen.clone(), delay, concurrency: concurrency.clone() };
         let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(RuntimeHookServiceServer::new(service))
-                .serve_with_incoming(UnixListenerStream::new(listener))
-                .await;
+            let mut server = RuntimeHookServiceServer::new(service);
+            if let Some(max) = max_bytes {
+                server = server.max_decoding_message_size(max).max_encoding_message_size(max);
+            }
+            let _ = tonic::transport::Server::builder().add_service(server).serve_with_incoming(UnixListenerStream::new(listener)).await;
         });
         TestHook { socket, seen, concurrency, task, _dir: dir }
     }
