@@ -687,10 +687,15 @@ pub fn container_hook_request(
         pod_annotations: pod.annotations,
         pod_labels: pod.labels,
         pod_cgroup_parent: pod.cgroup_parent,
-        container_envs: config
-            .map(|c| c.envs.iter().filter_map(|kv| Some((kv.key.clone(), String::from_utf8(kv.value.clone()).ok()?))).collect())
-            .unwrap_or_default(),
+        container_envs: config.map(|c| utf8_envs(&c.envs)).unwrap_or_default(),
     }))
+}
+
+/// The container's envs as the hook protocol carries them: by name, the last of a name winning
+/// (as in the container), left out when that value is not UTF-8.
+fn utf8_envs(envs: &[view::KeyValue]) -> HashMap<String, String> {
+    let last: HashMap<&str, &[u8]> = envs.iter().map(|kv| (kv.key.as_str(), kv.value.as_slice())).collect();
+    last.into_iter().filter_map(|(k, v)| Some((k.to_owned(), std::str::from_utf8(v).ok()?.to_owned()))).collect()
 }
 
 /// The container's envs after the hooks: existing entries keep their order (their value
