@@ -19,13 +19,17 @@ in, exists, ternaries, string concatenation). A CEL error fails the test (under 
 the API server would refuse the request; here it would be a policy bug). Variables are evaluated
 eagerly, where the API server evaluates them when first used: stricter, so every variable must be
 safe on every request the policy matches. Not emulated: type checking against the OpenAPI schema,
-cost limits, objectSelector (refused if a binding uses one).
+cost limits, objectSelector (refused if a binding uses one). Checked statically instead: the enum
+fields the schema check does not cover, and that no expression uses one of CEL's reserved words as
+a field name (cel-python takes `request.namespace`; the API server's CEL does not compile it before
+Kubernetes 1.32).
 
 Prints `ok`/`FAIL` per case and exits 1 if any failed. Runs offline.
 """
 import copy
 import glob
 import os
+import re
 import sys
 
 import celpy
@@ -45,6 +49,7 @@ KUBE_SCHEDULER = "system:kube-scheduler"
 KUBELET = "system:node:node-1"
 
 ENV = celpy.Environment()
+RESERVED = re.compile(r"\.(as|break|const|continue|else|for|function|if|import|let|loop|package|namespace|return|var|void|while)\b")
 
 
 # --- the API server's side -------------------------------------------------------------------------
@@ -112,12 +117,14 @@ def admit(policy, binding, req, obj, old):
     if "objectSelector" in match:
         raise SystemExit("objectSelector: not emulated by this test")
     ns_labels = {"kubernetes.io/metadata.name": req["namespace"]}
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": req["namespace"], "labels": ns_labels}}
     if not selector_matches(match.get("namespaceSelector") or {}, ns_labels):
         return True, "not matched (namespaceSelector)"
     act = {
         "object": celpy.json_to_cel(obj),
         "oldObject": celpy.json_to_cel(old),
         "request": celpy.json_to_cel(req),
+        "namespaceObject": celpy.json_to_cel(namespace),
     }
     for c in spec.get("matchConditions") or []:
         if not cel(c["expression"], act):
@@ -325,6 +332,14 @@ def main():
                 "Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge"):
                 problems.append(f"message or reason of {v['expression'][:40]!r}")
         report(not problems, f"{os.path.basename(path)}: failurePolicy, validationActions, messages", "; ".join(problems))
+        # CEL's reserved words are no field names for the API server's CEL (request.namespace fails to
+        # compile before Kubernetes 1.32; namespaceObject.metadata.name does not), while cel-python
+        # takes them.
+        exprs = [c["expression"] for c in spec.get("matchConditions") or []] + \
+            [v["expression"] for v in spec.get("variables") or []] + \
+            [v[k] for v in spec["validations"] for k in ("expression", "messageExpression") if k in v]
+        bad = [m.group(0) for e in exprs for m in RESERVED.finditer(e)]
+        report(not bad, f"{os.path.basename(path)}: no CEL reserved word as a field name", ", ".join(bad))
 
     for case in cases():
         pname, name, want, (req, obj, old), *needle = case
