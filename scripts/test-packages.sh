@@ -11,6 +11,8 @@
 #   * deploy/*.yaml against the Kubernetes OpenAPI schema (PyPI kubernetes-validate, pinned in
 #     deploy/validate-requirements.txt, whose schemas ship in the package: run without a network), --strict;
 #     a manifest with an unknown field must fail; the KubeletConfiguration snippet names the proxy's socket;
+#   * the admission policies' CEL (deploy/*-policy.yaml) against sample admission requests, evaluated by PyPI
+#     cel-python (pinned in the same file): scripts/test-admission.py, offline;
 #   * RUNTIME_PROXY_ENABLE=yes / RUNTIME_HOOKS_ENABLE=yes at install enable the units (systemctl enable works
 #     offline);
 #   * dpkg --purge: every packaged path, the enablement links and the conffiles are gone; paths that existed
@@ -83,7 +85,9 @@ check "runtime-proxy files (dpkg -L)" expect_files runtime-proxy /usr/bin/runtim
   /usr/share/doc/runtime-proxy/examples/kubelet-config.yaml
 check "runtime-hooks files (dpkg -L)" expect_files runtime-hooks /usr/bin/runtime-hooks /lib/systemd/system/runtime-hooks.service \
   /etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml /etc/runtime/hookserver.d /usr/share/doc/runtime-hooks/copyright \
-  /usr/share/doc/runtime-hooks/operations.md /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks.yaml
+  /usr/share/doc/runtime-hooks/operations.md /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/skip-label-policy.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/koordinator-annotations-policy.yaml
 check "conffiles" bash -c '[ "$(dpkg-query -W -f="\${Conffiles}" runtime-proxy | awk "{print \$1}" | paste -sd" ")" = "/etc/default/runtime-proxy" ] &&
   [ "$(dpkg-query -W -f="\${Conffiles}" runtime-hooks | awk "{print \$1}" | sort | paste -sd" ")" = "/etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml" ]'
 check "modes and owners" bash -c 'for f in /usr/bin/runtime-proxy /usr/bin/runtime-hooks; do [ "$(stat -c "%a %U:%G" $f)" = "755 root:root" ] || { stat -c "%n %a %U:%G" $f; exit 1; }; done
@@ -145,6 +149,8 @@ check "kubernetes-validate installed (PyPI, pinned)" validator
 kv() { unshare -n "$VENV/bin/kubernetes-validate" --strict "$@"; }
 for f in deploy/*.yaml; do check "valid: $f (offline, --strict)" kv "$f"; done
 check "invalid manifest refused" bash -c "sed 's/^\(  *\)terminationGracePeriodSeconds:/\1terminationGracePeriodSecond:/' deploy/runtime-hooks.yaml >$TMP/bad.yaml && grep -q terminationGracePeriodSecond: $TMP/bad.yaml && ! unshare -n $VENV/bin/kubernetes-validate --strict $TMP/bad.yaml"
+# The policies' CEL, evaluated as the API server would for each sample request (allowed or refused).
+check "admission policies: CEL against sample requests (cel-python, offline)" unshare -n "$VENV/bin/python" scripts/test-admission.py
 check "DaemonSet: skip label, probe, mounts" "$VENV/bin/python" - <<'PY'
 import yaml
 ds = yaml.safe_load(open("deploy/runtime-hooks.yaml"))
