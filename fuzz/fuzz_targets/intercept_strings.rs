@@ -145,17 +145,18 @@ fn create_container(input: &Input) {
         sandbox_config: Some(RawPodConfig { annotations: kvs(&input.pod_annotations), ..Default::default() }),
     }
     .encode_to_vec();
-    let must_decode = utf8(&input.id)
-        && utf8(&input.name)
-        && input.envs.iter().all(|(k, _)| utf8(k))
-        && input.annotations.iter().all(|(k, _)| utf8(k))
-        && input.pod_annotations.iter().all(|(k, _)| utf8(k));
+    let must_decode =
+        utf8(&input.id) && utf8(&input.name) && input.envs.iter().all(|(k, _)| utf8(k)) && input.annotations.iter().all(|(k, _)| utf8(k));
     let decoded = Call::decode(Method::CreateContainer, Bytes::from(msg.clone()));
     assert_eq!(decoded.is_ok(), must_decode, "decoding fails only for text fields that are not UTF-8: {decoded:?}");
     let Ok(mut call) = decoded else { return };
     let _ = view::target("CreateContainer", &msg);
     let Call::CreateContainer { req, hook } = &mut call else { unreachable!() };
-    *hook = container_hook_request(req, &Store::new()).expect("sandbox_config decodes");
+    // `sandbox_config` is read only when the hook request is built (the store does not know the pod).
+    let built = container_hook_request(req, &Store::new());
+    assert_eq!(built.is_ok(), input.pod_annotations.iter().all(|(k, _)| utf8(k)), "{built:?}");
+    let Ok(built) = built else { return };
+    *hook = built;
     let h = hook.as_mut().expect("a pod from sandbox_config");
     let (annotations, pod_annotations) = (as_map(&input.annotations), as_map(&input.pod_annotations));
     assert_eq!(h.container_annotations, text_entries(&annotations));
@@ -214,10 +215,8 @@ fn run_pod_sandbox(input: &Input) {
         runtime_handler: input.id.clone(),
     }
     .encode_to_vec();
-    let must_decode = utf8(&input.id)
-        && utf8(&input.name)
-        && input.labels.iter().all(|(k, _)| utf8(k))
-        && input.annotations.iter().all(|(k, _)| utf8(k));
+    let must_decode =
+        utf8(&input.id) && utf8(&input.name) && input.labels.iter().all(|(k, _)| utf8(k)) && input.annotations.iter().all(|(k, _)| utf8(k));
     let decoded = Call::decode(Method::RunPodSandbox, Bytes::from(msg.clone()));
     assert_eq!(decoded.is_ok(), must_decode, "{decoded:?}");
     let _ = view::target("RunPodSandbox", &msg);
