@@ -446,7 +446,14 @@ impl Call {
         match self {
             Call::CreateContainer { req, hook } => {
                 if !store.has_pod(&req.pod_sandbox_id) {
-                    Box::pin(recover::fetch_pod(runtime, store, &req.pod_sandbox_id)).await?;
+                    if let Err(why) = Box::pin(recover::fetch_pod(runtime, store, &req.pod_sandbox_id)).await {
+                        // kubelet sends the pod's config with every CreateContainer: enough to
+                        // build the hook request from.
+                        if req.sandbox_config.is_empty() {
+                            return Err(why);
+                        }
+                        tracing::debug!(sandbox_id = %req.pod_sandbox_id, reason = %why, "store miss: the runtime's answer is unusable; pod read from the request's sandbox_config");
+                    }
                 }
                 *hook = container_hook_request(req, store).map_err(|e| format!("CreateContainerRequest.sandbox_config: {e}"))?;
                 if hook.is_none() {
