@@ -35,6 +35,14 @@ use tonic::{Request, Response, Status};
 use crate::framework::Framework;
 use crate::plugin::{FailurePolicy, Stage};
 
+/// Largest hook request taken and answer sent, bytes: 32 MiB, twice kubelet's CRI message
+/// limit (16 MiB, `maxMsgSize` of its remote runtime client). A hook request carries what the
+/// CRI request carried (annotations, envs — kubelet copies a container's preStop handler into
+/// the annotation `io.kubernetes.container.preStopHandler`, JSON-escaping each `<` to six
+/// bytes) plus the stored pod's labels and annotations, so it can exceed the CRI request
+/// somewhat; and the answer echoes the request (koordlet's wire semantics).
+pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+
 /// The hook service: every RPC is the framework at that RPC's stage.
 #[derive(Clone, Debug)]
 pub struct HookService {
@@ -47,9 +55,12 @@ impl HookService {
         HookService { framework }
     }
 
-    /// The tonic server for it.
+    /// The tonic server for it, taking requests and sending answers of up to
+    /// [`MAX_MESSAGE_BYTES`] (tonic's default, 4 MiB, would refuse a container whose kubelet
+    /// request is larger: the proxy then applies its failure policy, and under `Ignore` the
+    /// container runs without its values).
     pub fn into_server(self) -> RuntimeHookServiceServer<HookService> {
-        RuntimeHookServiceServer::new(self)
+        RuntimeHookServiceServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
     fn pod(&self, stage: Stage, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
