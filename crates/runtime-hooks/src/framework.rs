@@ -495,18 +495,24 @@ mod tests {
         let big = "x".repeat(ECHO_LIMIT_BYTES);
         let mut req = container_req();
         req.container_annotations.insert("big".into(), big.clone());
-        let f = framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }], FailurePolicy::Fail, t.path());
+        let f =
+            framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }], FailurePolicy::Fail, t.path());
         let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
         assert!(resp.container_annotations.is_empty() && resp.container_envs.is_empty(), "{:?}", resp.container_envs);
         assert_eq!(resp.container_resources.unwrap().cpu_shares, 512);
-        let f = framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: Some(with_env) }], FailurePolicy::Fail, t.path());
+        let f = framework(
+            vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: Some(with_env) }],
+            FailurePolicy::Fail,
+            t.path(),
+        );
         let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
         assert_eq!(resp.container_annotations, [("b".to_string(), "2".to_string())].into());
         assert_eq!(resp.container_envs.len(), 2, "a changed env keeps the whole env echoed");
         // Envs that are large are left out too when no plugin changed one.
         let mut req = container_req();
         req.container_envs.insert("BIG".into(), big);
-        let f = framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }], FailurePolicy::Fail, t.path());
+        let f =
+            framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }], FailurePolicy::Fail, t.path());
         let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
         assert!(resp.container_envs.is_empty());
         assert!(prost::Message::encoded_len(&resp) < ECHO_LIMIT_BYTES);
