@@ -28,6 +28,8 @@
 //! * [`server`] — proxy mode: the gRPC service and the registration file.
 //! * [`nri`] — NRI mode: the plugin protocol (ttrpc over NRI's multiplexed socket) and the
 //!   mapping between NRI's objects and the plugins' contexts and changes.
+//! * [`lenient`] — the runtime's answers decoded without trusting author-controlled strings to
+//!   be UTF-8 (views with `bytes` fields, item by item).
 //! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
 //! * [`cli`] — flags; [`run`] wires everything for the binary.
 
@@ -39,6 +41,7 @@ pub mod change;
 pub mod cli;
 pub mod context;
 pub mod framework;
+pub mod lenient;
 pub mod nri;
 pub mod plugin;
 pub mod plugins;
