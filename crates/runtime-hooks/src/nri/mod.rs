@@ -77,6 +77,19 @@ pub const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// How long after Configure the runtime has to send Synchronize (containerd sends it at once).
+/// A runtime that does not has dropped the plugin without closing the connection — containerd
+/// does so when synchronizing fails — and would never call it: the plugin then registers again.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Resolves [`SYNC_TIMEOUT`] after `configured_at`; never before Configure.
+async fn sync_deadline(configured_at: Option<tokio::time::Instant>) {
+    match configured_at {
+        Some(at) => tokio::time::sleep_until(at + SYNC_TIMEOUT).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// gRPC status codes used in answers.
 const CODE_INTERNAL: i32 = 13;
 const CODE_UNIMPLEMENTED: i32 = 12;
@@ -137,7 +150,7 @@ struct Known {
 /// Errors: none so far (a runtime that is not there is waited for); kept for the caller's shape.
 pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let mut plugin = NriPlugin { framework: framework.clone(), options, known: Known::default(), synchronized: false };
+    let mut plugin = NriPlugin { framework: framework.clone(), options, known: Known::default(), synchronized: false, configured_at: None };
     let mut rules = framework.rules().subscribe();
     rules.borrow_and_update();
     let mut backoff = BACKOFF_MIN;
@@ -180,6 +193,8 @@ struct NriPlugin {
     known: Known,
     /// Configured and synchronized on the current connection.
     synchronized: bool,
+    /// When the runtime configured us on the current connection (Synchronize is due next).
+    configured_at: Option<tokio::time::Instant>,
 }
 
 /// What a handled call answers: a payload, or a status.
@@ -195,6 +210,7 @@ impl NriPlugin {
         let mut receiver = Receiver::new(read);
         let mut next_stream = 1u32;
         let mut calls: HashMap<u32, &'static str> = HashMap::new();
+        self.configured_at = None;
         let register = nri::RegisterPluginRequest { plugin_name: self.options.name.clone(), plugin_idx: self.options.index.clone() };
         call(&sender, &mut next_stream, &mut calls, "RegisterPlugin", &register).await?;
         tracing::info!(socket = %socket.display(), name = %self.options.name, index = %self.options.index, "NRI: connected, registering");
@@ -214,6 +230,13 @@ impl NriPlugin {
                         (RUNTIME_CONN, RESPONSE) => self.response(calls.remove(&msg.stream), &msg.payload)?,
                         (conn, kind) => tracing::debug!(conn, kind, stream = msg.stream, "NRI: unexpected ttrpc message ignored"),
                     }
+                }
+                () = sync_deadline(self.configured_at), if !self.synchronized => {
+                    anyhow::bail!(
+                        "the runtime configured the plugin but did not synchronize it within {SYNC_TIMEOUT:?}: containerd drops a plugin it \
+                         cannot synchronize and sends it no events (containerd 1.7 cannot send a pod whose annotations or env are not \
+                         UTF-8: \"failed to synchronize plugin: string field contains invalid UTF-8\" in its log); registering again"
+                    );
                 }
                 changed = rules.changed(), if self.synchronized => {
                     if changed.is_err() {
@@ -281,6 +304,7 @@ impl NriPlugin {
                 let req: nri::ConfigureRequest = decode(method, payload)?;
                 let events = event_mask(&self.framework.stages());
                 tracing::info!(runtime = %req.runtime_name, version = %req.runtime_version, events = format!("{events:#x}"), "NRI: configured");
+                self.configured_at = Some(tokio::time::Instant::now());
                 Ok(nri::ConfigureResponse { events }.encode_to_vec())
             }
             "Synchronize" => {

@@ -159,24 +159,37 @@ pub async fn start_pod_with_bytes(
     sandbox: cri::PodSandboxConfig,
     container: cri::ContainerConfig,
 ) -> test_support::containerd::Pod {
+    try_start_pod_with_bytes(socket, sandbox, container).await.expect("pod with bytes")
+}
+
+/// [`start_pod_with_bytes`], returning the first failing call's status (the sandbox removed).
+pub async fn try_start_pod_with_bytes(
+    socket: &Path,
+    sandbox: cri::PodSandboxConfig,
+    container: cri::ContainerConfig,
+) -> Result<test_support::containerd::Pod, tonic::Status> {
     use prost::Message;
     use test_support::raw::{self, NOT_UTF8};
     let channel = test_support::channel(socket);
     let run = cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() }.encode_to_vec();
     let run = raw::with_bytes(&run, ANNOTATION_BYTES, NOT_UTF8);
-    let answer = raw::unary(channel.clone(), "/runtime.v1.RuntimeService/RunPodSandbox", tonic::Request::new(run))
-        .await
-        .expect("RunPodSandbox with bytes");
+    let answer = raw::unary(channel.clone(), "/runtime.v1.RuntimeService/RunPodSandbox", tonic::Request::new(run)).await?;
     let sandbox_id = cri::RunPodSandboxResponse::decode(answer.into_inner()).expect("answer").pod_sandbox_id;
+    let mut rt = test_support::runtime_client(socket);
     let create =
         cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.clone(), config: Some(container), sandbox_config: Some(sandbox.clone()) }
             .encode_to_vec();
     let create = raw::with_bytes(&raw::with_bytes(&create, ANNOTATION_BYTES, NOT_UTF8), ENV_BYTES, ENV_NOT_UTF8);
-    let answer = raw::unary(channel, "/runtime.v1.RuntimeService/CreateContainer", tonic::Request::new(create))
-        .await
-        .expect("CreateContainer with bytes");
-    let container_id = cri::CreateContainerResponse::decode(answer.into_inner()).expect("answer").container_id;
-    let mut rt = test_support::runtime_client(socket);
-    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await.expect("StartContainer");
-    test_support::containerd::Pod { sandbox_id, container_id, config: sandbox }
+    let container_id = match raw::unary(channel, "/runtime.v1.RuntimeService/CreateContainer", tonic::Request::new(create)).await {
+        Ok(answer) => cri::CreateContainerResponse::decode(answer.into_inner()).expect("answer").container_id,
+        Err(e) => {
+            test_support::containerd::remove_sandbox(&mut rt, &sandbox_id).await;
+            return Err(e);
+        }
+    };
+    if let Err(e) = rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await {
+        test_support::containerd::remove_sandbox(&mut rt, &sandbox_id).await;
+        return Err(e);
+    }
+    Ok(test_support::containerd::Pod { sandbox_id, container_id, config: sandbox })
 }
