@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
-use hook_api::{RuntimeHookService, RuntimeHookServiceServer};
+use hook_api::RuntimeHookService;
 use tokio::net::UnixListener;
 use tonic::{Request, Response, Status};
 
@@ -55,12 +55,13 @@ impl HookService {
         HookService { framework }
     }
 
-    /// The tonic server for it, taking requests and sending answers of up to
-    /// [`MAX_MESSAGE_BYTES`] (tonic's default, 4 MiB, would refuse a container whose kubelet
-    /// request is larger: the proxy then applies its failure policy, and under `Ignore` the
-    /// container runs without its values).
-    pub fn into_server(self) -> RuntimeHookServiceServer<HookService> {
-        RuntimeHookServiceServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES)
+    /// The gRPC service for it ([`crate::hook_wire::HookServer`]): requests decoded without
+    /// trusting their strings to be UTF-8, taken and answered up to [`MAX_MESSAGE_BYTES`]
+    /// (tonic's default, 4 MiB, would refuse a container whose kubelet request is larger: the
+    /// proxy then applies its failure policy, and under `Ignore` the container runs without its
+    /// values).
+    pub fn into_server(self) -> crate::hook_wire::HookServer {
+        crate::hook_wire::HookServer::new(self.framework)
     }
 
     fn pod(&self, stage: Stage, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {

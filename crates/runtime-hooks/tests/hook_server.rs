@@ -85,3 +85,29 @@ async fn requests_over_four_mib_are_answered() {
     let answer = client.pre_create_container_hook(small.clone()).await.unwrap().into_inner();
     assert_eq!(answer.container_annotations, small.container_annotations);
 }
+
+/// A lenient peer's request with bytes that are not UTF-8 (a pod annotation, a container env
+/// value): prost would refuse it; the server answers with the BE pod's values, and the answer
+/// leaves those entries out (both proxies merge per key: they stay as kubelet sent them).
+#[tokio::test]
+async fn requests_with_bytes_that_are_not_utf8_are_answered() {
+    use prost::Message;
+    use test_support::raw::{self, NOT_UTF8};
+    let server = start();
+    let mut req = be_container_request();
+    req.pod_annotations.insert("note".into(), "PLACEHL1".into());
+    req.container_envs = map(&[("TOKEN", "PLACEHL2"), ("PATH", "/bin")]);
+    let wire = raw::with_bytes(&raw::with_bytes(&req.encode_to_vec(), "PLACEHL1", NOT_UTF8), "PLACEHL2", NOT_UTF8);
+    assert!(ContainerResourceHookRequest::decode(wire.clone()).is_err(), "prost would refuse it");
+    let channel = hook_api::connect(&server.socket);
+    let path = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
+    let answer =
+        raw::unary(channel.clone(), path, tonic::Request::new(wire)).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()));
+    let answer = hook_api::v1alpha1::ContainerResourceHookResponse::decode(answer.into_inner()).expect("a valid answer");
+    let r = answer.container_resources.clone().expect("resources");
+    assert_eq!((r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes), (512, 100_000, 134_217_728));
+    assert_eq!(answer.container_envs, map(&[("PATH", "/bin")]), "the env with bytes is not echoed");
+    // Unknown methods are UNIMPLEMENTED, as tonic's generated server answers them.
+    let e = raw::unary(channel, "/runtime.v1alpha1.RuntimeHookService/Nope", tonic::Request::new(Default::default())).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented);
+}

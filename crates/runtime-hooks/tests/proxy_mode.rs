@@ -142,13 +142,14 @@ async fn lsr_cpuset_with_spaces_is_normalized_and_a_bad_one_is_a_plugin_failure(
 
 #[tokio::test]
 async fn plugin_failures_follow_the_policies() {
-    // Fail here and in the registration: a broken annotation refuses the pod, naming the cause.
+    // Fail here and in the registration: a broken entry refuses its container (the pod's sums
+    // leave it out), naming the cause.
     let s = setup(&["--plugin-failure-policy", "Fail", "--failure-policy", "Fail"]);
     let mut rt = runtime_client(s.proxy.socket());
     let (sandbox, container) =
         pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#)]);
     let err = Pod::start(&mut rt, sandbox, container).await.expect_err("refused");
-    for part in ["BatchResource", "PreRunPodSandbox", SPEC, "lots"] {
+    for part in ["BatchResource", "PreCreateContainer", SPEC, "lots", "\"main\""] {
         assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
     }
 
