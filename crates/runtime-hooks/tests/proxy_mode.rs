@@ -351,3 +351,35 @@ async fn hook_server_accepts_any_authority() {
         assert_eq!(resp.cgroup_parent, "/kubepods/podx", "authority {what:?}: the echoed request");
     }
 }
+
+/// What a pod author writes switches no policy off through the proxy either: annotations
+/// claiming `LSR` and CPU 1 on a pod without the label leave its container's CFS quota and
+/// CPUs as kubelet asked.
+#[tokio::test]
+async fn an_annotation_claiming_lsr_buys_nothing() {
+    let s = setup(&[]);
+    let mut rt = runtime_client(s.proxy.socket());
+    let (sandbox, mut container) = pod_configs(&s.env, &[], &[(QOS, "LSR"), (STATUS, r#"{"cpuset": "1"}"#)]);
+    let limited = cri::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 50_000, ..Default::default() };
+    container.linux.as_mut().unwrap().resources = Some(limited);
+    let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "50000", "{}", s.hooks.log());
+    assert_eq!(pod.cgroup_file("cpuset", "cpuset.cpus"), cgroup("cpuset", "", "cpuset.cpus"), "not pinned to CPU 1");
+    pod.remove(&mut rt).await;
+}
+
+/// A container whose CreateContainer is over 4 MiB (kubelet's copy of a preStop handler of
+/// `<`s, each JSON-escaped to six bytes) gets its BE values through the proxy.
+#[tokio::test]
+async fn a_container_with_a_six_mb_request_gets_its_values() {
+    let s = setup(&[]);
+    let mut rt = runtime_client(s.proxy.socket());
+    let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, BE_SPEC)]);
+    let handler = format!(r#"{{"exec":{{"command":["sh","-c","{}"]}}}}"#, r"\u003c".repeat(1_000_000));
+    container.annotations.insert("io.kubernetes.container.preStopHandler".into(), handler);
+    let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "proxy:\n{}\nhooks:\n{}", s.proxy.log(), s.hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
+    pod.remove(&mut rt).await;
+}
