@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -110,4 +111,37 @@ async fn requests_with_bytes_that_are_not_utf8_are_answered() {
     // Unknown methods are UNIMPLEMENTED, as tonic's generated server answers them.
     let e = raw::unary(channel, "/runtime.v1alpha1.RuntimeHookService/Nope", tonic::Request::new(Default::default())).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unimplemented);
+}
+
+/// The same 6 MB request from Python's grpcio (gRPC C-core), a client we did not write the gRPC
+/// side of (`tests/clients/big_hook_request.py`; the venv and stubs of runtime-proxy's
+/// `tests/clients/setup.sh`, in `<workspace>/target/cri-clients`).
+#[tokio::test]
+async fn requests_over_four_mib_from_grpcio_are_answered() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/runtime-hooks is two levels down");
+    let setup_dir = workspace.join("target/cri-clients");
+    let setup = workspace.join("crates/runtime-proxy/tests/clients/setup.sh");
+    let out = std::process::Command::new("bash").arg(&setup).arg(&setup_dir).output().expect("running setup.sh");
+    assert!(out.status.success(), "{} failed:\n{}", setup.display(), String::from_utf8_lossy(&out.stderr));
+    let server = start();
+    let out = std::process::Command::new(setup_dir.join("venv/bin/python"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/big_hook_request.py"))
+        .arg("--socket")
+        .arg(&server.socket)
+        .args(["--n", "1000000"])
+        .env("PYTHONPATH", setup_dir.join("gen"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("running big_hook_request.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(answer["request_bytes"].as_u64().unwrap_or(0) > 5 << 20, "{answer}");
+    assert_eq!(
+        (&answer["cpu_shares"], &answer["cpu_period"], &answer["cpu_quota"], &answer["memory_limit_in_bytes"]),
+        (&512.into(), &100_000.into(), &100_000.into(), &134_217_728.into()),
+        "{answer}\n{}",
+        server.hooks.log()
+    );
+    assert_eq!(answer["annotations"], 0, "the unchanged 6 MB annotation is not echoed: {answer}");
 }

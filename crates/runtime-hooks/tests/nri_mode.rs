@@ -356,6 +356,21 @@ fn pod_with_bytes(env: &Env, labels: &[(&str, &str)]) -> (cri::PodSandboxConfig,
     (sandbox, container)
 }
 
+/// Removes a sandbox when dropped, also when the test fails: a pod with bytes left behind would
+/// make containerd fail to synchronize the plugins of every later test.
+struct RemoveOnDrop(PathBuf, String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let (socket, id) = (self.0.clone(), self.1.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async { remove_sandbox(&mut runtime_client(&socket), &id).await });
+        })
+        .join();
+    }
+}
+
 /// A pod author's bytes that are not UTF-8 (a pod annotation, a container env value, as from a
 /// Secret with binary data), against containerd 1.7.24: its NRI cannot send them (protobuf-go
 /// refuses to marshal them), so
@@ -410,6 +425,7 @@ async fn pods_with_bytes_that_are_not_utf8_escape_no_plugin() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let odd_guard = RemoveOnDrop(env.ctrd.socket.clone(), odd.sandbox_id.clone());
     assert_eq!(odd.cgroup_file("cpu", "cpu.shares"), "2");
     let hooks = Hooks::start(&args, dir.path().join("hooks2.log"));
     assert!(hooks.wait_log(&["did not synchronize", "invalid UTF-8"], 0, Duration::from_secs(10)), "{}", hooks.log());
@@ -424,6 +440,7 @@ async fn pods_with_bytes_that_are_not_utf8_escape_no_plugin() {
     }
     // The pod is gone: the plugin is synchronized again and pods get their values at creation.
     odd.remove(&mut rt).await;
+    std::mem::forget(odd_guard);
     assert!(hooks.wait_log(&["synchronize", "updates=1"], 0, Duration::from_secs(15)), "{}", hooks.log());
     let shared = cgroup("cpuset", "", "cpuset.cpus");
     let (sandbox, container) = reporting_pod(&env, &labels, &[(SPEC, BE_SPEC)]);
