@@ -459,6 +459,25 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
     }
 
+    proptest::proptest! {
+        /// For any maps of strings the view decodes what prost decodes; and bytes that are not
+        /// UTF-8 put into one env value leave out that entry only.
+        #[test]
+        fn views_agree_with_prost_and_leave_out_only_bytes(
+            labels in proptest::collection::hash_map("\\PC{0,12}", "\\PC{0,12}", 0..5),
+            envs in proptest::collection::hash_map("[A-Z]{1,8}", "\\PC{0,12}", 0..5),
+        ) {
+            let mut req = api::ContainerResourceHookRequest { pod_labels: labels, container_envs: envs.clone(), ..Default::default() };
+            let got = decode_request::<ContainerRequest, api::ContainerResourceHookRequest>(&req.encode_to_vec()).unwrap();
+            proptest::prop_assert_eq!(&got, &req);
+            req.container_envs.insert("ZZZZZZZZZ".into(), "PLACEHLX".into());
+            let wire = swap(req.encode_to_vec(), "PLACEHLX", b"\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8");
+            let got = decode_request::<ContainerRequest, api::ContainerResourceHookRequest>(&wire).unwrap();
+            proptest::prop_assert_eq!(got.container_envs, envs);
+            proptest::prop_assert_eq!(got.pod_labels, req.pod_labels);
+        }
+    }
+
     #[test]
     fn routes() {
         assert_eq!(route("/runtime.v1alpha1.RuntimeHookService/PreRunPodSandboxHook"), Some((Stage::PreRunPodSandbox, true)));
