@@ -363,11 +363,11 @@ impl Framework {
 }
 
 /// Above this size (bytes) an answer leaves out the echo of unchanged labels, annotations (and
-/// envs, when no plugin changed one): 4 MiB, the answer limit of runtime-proxy
-/// (`--max-hook-answer-bytes`) and of koord-runtime-proxy (grpc-go's default), which would
-/// otherwise refuse the answer of a container with a large request (kubelet's preStop handler
-/// annotation) and apply their failure policy. Both proxies merge these maps per key, so what
-/// is left out stays as the request had it.
+/// envs, when no plugin changed one): 4 MiB, the answer limit of koord-runtime-proxy (grpc-go's
+/// default receive size) and of runtime-proxy with `--max-hook-answer-bytes` that low (its
+/// default is 16 MiB), which would otherwise refuse the answer of a container with a large
+/// request (kubelet's preStop handler annotation) and apply their failure policy. Both proxies
+/// merge these maps per key, so what is left out stays as the request had it.
 pub const ECHO_LIMIT_BYTES: usize = 4 << 20;
 
 fn failure_status(f: &PluginFailure) -> Status {

@@ -114,15 +114,11 @@ async fn requests_with_bytes_that_are_not_utf8_are_answered() {
 }
 
 /// The same 6 MB request from Python's grpcio (gRPC C-core), a client we did not write the gRPC
-/// side of (`tests/clients/big_hook_request.py`; the venv and stubs of runtime-proxy's
-/// `tests/clients/setup.sh`, in `<workspace>/target/cri-clients`).
+/// side of (`tests/clients/big_hook_request.py`, run with the venv and stubs of runtime-proxy's
+/// `tests/clients/setup.sh`: `test_support::clients::setup_dir`).
 #[tokio::test]
 async fn requests_over_four_mib_from_grpcio_are_answered() {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/runtime-hooks is two levels down");
-    let setup_dir = workspace.join("target/cri-clients");
-    let setup = workspace.join("crates/runtime-proxy/tests/clients/setup.sh");
-    let out = std::process::Command::new("bash").arg(&setup).arg(&setup_dir).output().expect("running setup.sh");
-    assert!(out.status.success(), "{} failed:\n{}", setup.display(), String::from_utf8_lossy(&out.stderr));
+    let setup_dir = test_support::clients::setup_dir();
     let server = start();
     let out = std::process::Command::new(setup_dir.join("venv/bin/python"))
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/big_hook_request.py"))
