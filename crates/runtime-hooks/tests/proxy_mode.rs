@@ -383,3 +383,39 @@ async fn a_container_with_a_six_mb_request_gets_its_values() {
     assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
     pod.remove(&mut rt).await;
 }
+
+/// A BE pod whose annotation and env value are not UTF-8, through the real proxy (sent raw, as
+/// prost cannot encode them): it gets its values, and its env reaches the container as it does
+/// without the proxy (containerd writes the OCI spec as JSON, so the process sees U+FFFD for
+/// each byte that is not UTF-8: the hooks change nothing of it).
+#[tokio::test]
+async fn a_pod_with_bytes_that_are_not_utf8_gets_its_values() {
+    let s = setup(&[]);
+    let configs = || {
+        let (mut sandbox, mut container) = pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, BE_SPEC)]);
+        sandbox.annotations.insert("note".into(), ANNOTATION_BYTES.into());
+        container.envs.push(cri::KeyValue { key: "TOKEN".into(), value: ENV_BYTES.into() });
+        (sandbox, container)
+    };
+    let (sandbox, container) = configs();
+    let pod = try_start_pod_with_bytes(s.proxy.socket(), sandbox, container)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\nproxy:\n{}\nhooks:\n{}", s.proxy.log(), s.hooks.log()));
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "proxy:\n{}\nhooks:\n{}", s.proxy.log(), s.hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
+    let (sandbox, container) = configs();
+    let direct = start_pod_with_bytes(&s.env.socket, sandbox, container).await;
+    assert_eq!(direct.cgroup_file("cpu", "cpu.shares"), "2", "no hooks without the proxy");
+    let mut rt = runtime_client(&s.env.socket);
+    let mut token = Vec::new();
+    for id in [&pod.container_id, &direct.container_id] {
+        let cmd = vec!["sh".into(), "-c".into(), "printf %s \"$TOKEN\"".into()];
+        let exec = rt.exec_sync(cri::ExecSyncRequest { container_id: id.clone(), cmd, timeout: 5 }).await.expect("ExecSync");
+        token.push(exec.into_inner().stdout);
+    }
+    assert_eq!(token[0], token[1], "the env as containerd gives it without the proxy");
+    assert_eq!(token[0], "\u{fffd}\u{fffd}bin\u{fffd}\u{fffd}!".as_bytes(), "containerd's JSON spec: U+FFFD per byte");
+    pod.remove(&mut rt).await;
+    direct.remove(&mut rt).await;
+}
