@@ -398,9 +398,7 @@ async fn a_pod_with_bytes_that_are_not_utf8_gets_its_values() {
         (sandbox, container)
     };
     let (sandbox, container) = configs();
-    let pod = try_start_pod_with_bytes(s.proxy.socket(), sandbox, container)
-        .await
-        .unwrap_or_else(|e| panic!("{e:?}\nproxy:\n{}\nhooks:\n{}", s.proxy.log(), s.hooks.log()));
+    let pod = start_pod_with_bytes(s.proxy.socket(), sandbox, container).await;
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "proxy:\n{}\nhooks:\n{}", s.proxy.log(), s.hooks.log());
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
     assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");

@@ -159,7 +159,20 @@ pub async fn start_pod_with_bytes(
     sandbox: cri::PodSandboxConfig,
     container: cri::ContainerConfig,
 ) -> test_support::containerd::Pod {
-    try_start_pod_with_bytes(socket, sandbox, container).await.expect("pod with bytes")
+    // containerd 1.7 with NRI on refuses such a pod while an NRI plugin is registered, and also
+    // the first one after a plugin went away (it tries to send the event before it drops the
+    // closed plugin): `NRI RunPodSandbox failed: string field contains invalid UTF-8`. Another
+    // test's plugin may have just left; the next attempt goes through.
+    let start = Instant::now();
+    loop {
+        match try_start_pod_with_bytes(socket, sandbox.clone(), container.clone()).await {
+            Ok(pod) => return pod,
+            Err(e) if e.message().contains("NRI") && start.elapsed() < Duration::from_secs(5) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("pod with bytes: {e:?}"),
+        }
+    }
 }
 
 /// [`start_pod_with_bytes`], returning the first failing call's status (the sandbox removed).
