@@ -4,8 +4,10 @@
 //! whole message when one does not. But runtimes pass on what they were given: containerd 1.6
 //! and 1.7 store a pod's annotations and a container's env byte for byte (an env value from a
 //! Secret holding binary data via `secretKeyRef`, an annotation written over the API server's
-//! protobuf API), and hand them back in `ListPodSandbox`, `ListContainers`, the status calls and
-//! NRI events. One such pod would then make every listing fail, and no pod would be corrected.
+//! protobuf API), and hand them back in `ListPodSandbox`, `ListContainers` and the status calls
+//! (containerd 1.7.24's NRI refuses to send them, but a runtime that marshals without checking
+//! would put them into NRI events too). One such pod would then make every listing fail, and no
+//! pod would be corrected.
 //!
 //! So the messages runtime-hooks reads from a runtime are decoded through views of our own,
 //! wire-compatible with the real ones, whose author-controlled fields are `bytes`: maps as
