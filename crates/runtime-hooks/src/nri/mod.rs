@@ -511,6 +511,49 @@ mod tests {
         assert_eq!(event_mask(&Stage::ALL) & !((1 << 11) - 1), 0);
     }
 
+    /// A runtime that does not check UTF-8 sends a CreateContainer whose pod annotation and env
+    /// value are bytes: the event is answered, with the BE pod's adjustment.
+    #[test]
+    fn create_container_with_bytes_is_adjusted() {
+        use crate::cgroup::{CgroupFs, CgroupVersion};
+        use crate::rules::{Rules, RulesStore};
+        let root = tempfile::tempdir().unwrap();
+        let framework = Framework::new(
+            crate::plugins::builtin(),
+            crate::plugin::FailurePolicy::Fail,
+            RulesStore::fixed(Rules::default()),
+            Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
+        );
+        let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
+        let mut plugin =
+            NriPlugin { framework: Arc::new(framework), options, known: Known::default(), synchronized: true, configured_at: None };
+        let entry = |k: &str, v: &[u8]| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.to_vec() };
+        let spec = br#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}}}"#;
+        let pod = nri::PodSandbox {
+            id: "s1".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            labels: vec![entry("koordinator.sh/qosClass", b"BE")],
+            annotations: vec![entry("note", b"\xff\xfe"), entry("node.koordinator.sh/extended-resource-spec", spec)],
+            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let container = nri::Container {
+            id: "c1".into(),
+            pod_sandbox_id: "s1".into(),
+            name: "main".into(),
+            env: vec![b"TOKEN=\xff\x80".to_vec(), b"PATH=/bin".to_vec()],
+            annotations: vec![entry("bad", b"\xc3")],
+            ..Default::default()
+        };
+        let payload = nri::CreateContainerRequest { pod: Some(pod), container: Some(container) }.encode_to_vec();
+        let answer = plugin.dispatch("CreateContainer", &payload).expect("answered");
+        let adjust = nri::CreateContainerResponse::decode(answer.as_slice()).unwrap().adjust.expect("an adjustment");
+        let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
+        assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value), (512, 100_000));
+        assert!(adjust.env.is_empty() && adjust.annotations.is_empty(), "nothing of the bytes is sent back");
+    }
+
     #[test]
     fn plugin_index_is_two_digits() {
         assert_eq!(parse_plugin_index("05").unwrap(), "05");
