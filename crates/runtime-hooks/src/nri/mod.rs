@@ -65,6 +65,7 @@ use self::wire::{Receiver, Sender, FLAG_REMOTE_CLOSED, PLUGIN_CONN, REQUEST, RES
 use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
 use crate::framework::{log_call, Framework, Outcome, PluginFailure};
+use crate::lenient::decode_items;
 use crate::plugin::Stage;
 
 /// The runtime's NRI socket unless `--nri-socket` says otherwise (NRI's `DefaultSocketPath`).
@@ -135,6 +136,16 @@ pub fn event_of(stage: Stage) -> Event {
 pub fn event_mask(stages: &[Stage]) -> i32 {
     let events = stages.iter().map(|s| event_of(*s)).chain([Event::StopContainer, Event::RemovePodSandbox, Event::RemoveContainer]);
     events.fold(0, |mask, e| mask | (1 << (e as i32 - 1)))
+}
+
+/// `SynchronizeRequest` with its pods (1) and containers (2) still encoded, for
+/// [`decode_items`].
+#[derive(Clone, PartialEq, Message)]
+struct SynchronizeItems {
+    #[prost(bytes = "vec", repeated, tag = "1")]
+    pods: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    containers: Vec<Vec<u8>>,
 }
 
 /// Pods and containers the runtime told us about (Synchronize and events), for re-applying
@@ -308,9 +319,19 @@ impl NriPlugin {
                 Ok(nri::ConfigureResponse { events }.encode_to_vec())
             }
             "Synchronize" => {
-                let req: nri::SynchronizeRequest = decode(method, payload)?;
-                self.known.pods = req.pods.into_iter().map(|p| (p.id.clone(), p)).collect();
-                self.known.containers = req.containers.into_iter().map(|c| (c.id.clone(), c)).collect();
+                // Each pod and container on its own: one that does not decode is skipped, not
+                // the whole runtime state.
+                let req: SynchronizeItems = decode(method, payload)?;
+                let (pods, bad) = decode_items::<nri::PodSandbox>(&req.pods);
+                for (index, id, why) in bad {
+                    tracing::warn!(index, sandbox = %id, "NRI Synchronize: a pod that does not decode is skipped: {why}");
+                }
+                let (containers, bad) = decode_items::<nri::Container>(&req.containers);
+                for (index, id, why) in bad {
+                    tracing::warn!(index, container = %id, "NRI Synchronize: a container that does not decode is skipped: {why}");
+                }
+                self.known.pods = pods.into_iter().map(|p| (p.id.clone(), p)).collect();
+                self.known.containers = containers.into_iter().map(|c| (c.id.clone(), c)).collect();
                 let update = self.apply_all("synchronize");
                 self.synchronized = true;
                 Ok(nri::SynchronizeResponse { update }.encode_to_vec())
@@ -552,6 +573,30 @@ mod tests {
         let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value), (512, 100_000));
         assert!(adjust.env.is_empty() && adjust.annotations.is_empty(), "nothing of the bytes is sent back");
+    }
+
+    /// A Synchronize with one pod that is not protobuf at all: the others are known and the
+    /// answer goes out.
+    #[test]
+    fn synchronize_skips_what_does_not_decode() {
+        use crate::cgroup::{CgroupFs, CgroupVersion};
+        use crate::rules::{Rules, RulesStore};
+        let root = tempfile::tempdir().unwrap();
+        let framework = Framework::new(
+            crate::plugins::builtin(),
+            crate::plugin::FailurePolicy::Ignore,
+            RulesStore::fixed(Rules::default()),
+            Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
+        );
+        let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
+        let mut plugin =
+            NriPlugin { framework: Arc::new(framework), options, known: Known::default(), synchronized: false, configured_at: None };
+        let good = nri::PodSandbox { id: "s2".into(), ..Default::default() }.encode_to_vec();
+        let broken = b"\x0a\x02s1\x12\x7f\x01".to_vec();
+        let payload = SynchronizeItems { pods: vec![broken, good], containers: Vec::new() }.encode_to_vec();
+        assert!(plugin.dispatch("Synchronize", &payload).is_ok());
+        assert!(plugin.synchronized);
+        assert_eq!(plugin.known.pods.keys().collect::<Vec<_>>(), vec!["s2"]);
     }
 
     #[test]
