@@ -375,6 +375,8 @@ mod tests {
                 prop_assert!(v.value() >= 0 && v.milli_value() >= 0, "{text:?}");
             }
             prop_assert!(v.milli_value() >= v.value() || v.value() == i64::MAX || v.is_negative(), "{text:?}");
+            // Printed as a plain decimal, it parses back to itself (saturated ones included).
+            prop_assert_eq!(v.to_string().parse::<Quantity>().ok(), Some(v), "{:?} printed as {}", text, v);
         }
 
         /// Exponent forms against integer arithmetic: `m × 10^e`, rounded up.
