@@ -49,8 +49,10 @@
 //! client's HTTP/2 peer (SETTINGS and PING acknowledged) — and once a call finds the runtime
 //! reachable again, it sends GOAWAY the graceful way (GOAWAY, PING, then the final GOAWAY once
 //! acknowledged) so the client comes back on a new connection, relayed again. A client
-//! connection accepted while the runtime is down starts in that state. GetContainerEvents, a
-//! server stream, is answered `UNAVAILABLE` meanwhile.
+//! connection accepted while the runtime is down starts in that state. Server streams
+//! (GetContainerEvents, KEP-5825's `Stream*` lists: [`crate::newer_cri::is_server_stream`]) are
+//! answered `UNAVAILABLE` meanwhile: taken over as one unary call, their messages would wait
+//! for their end.
 //!
 //! **Shutdown** (`stop`): graceful GOAWAY, then the connection ends once its calls have.
 
@@ -847,7 +849,7 @@ impl Core {
                 frame::rst_stream(&mut self.to_client, id, reason::REFUSED_STREAM);
                 return Ok(());
             }
-            if path.ends_with("/GetContainerEvents") {
+            if crate::newer_cri::is_server_stream(&path) {
                 // A stream cannot be taken over whole; the client opens it again on the new
                 // connection.
                 let status = Status::new(Code::UNAVAILABLE, format!("{path}: {gone}"));
