@@ -30,6 +30,9 @@ pub enum Behaviour {
     /// PodSandboxStatus and ContainerStatus `NOT_FOUND` (it keeps no objects), every other call
     /// an empty OK message (empty lists for ListPodSandbox / ListContainers). Nothing is decoded.
     Cri,
+    /// As [`Cri`](Behaviour::Cri), but calls on these paths are refused: `FAILED_PRECONDITION`,
+    /// `fake backend: refused`.
+    CriRefusing(Vec<String>),
     /// Answer the response head and `body`, then fail the body: hyper resets the stream
     /// (`RST_STREAM`) instead of sending trailers, as a backend that aborts a call does.
     ResetAfter { body: Bytes },
@@ -283,8 +286,14 @@ async fn answer(
             drop(guard);
             unreachable!()
         }
-        Behaviour::Cri | Behaviour::Stream { .. } => {
-            let (data, trailers) = cri_answer(&record.path);
+        Behaviour::Cri | Behaviour::CriRefusing(_) | Behaviour::Stream { .. } => {
+            let (data, trailers) = match &behaviour {
+                Behaviour::CriRefusing(paths) if paths.contains(&record.path) => {
+                    let trailers = vec![("grpc-status".into(), "9".into()), ("grpc-message".into(), "fake backend: refused".into())];
+                    (None, header_map(trailers))
+                }
+                _ => cri_answer(&record.path),
+            };
             rec.lock().unwrap().push(record);
             let mut frames = Vec::new();
             if let Some(data) = data {
