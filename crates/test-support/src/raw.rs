@@ -67,6 +67,17 @@ pub async fn server_streaming(
     grpc.server_streaming(request, path, RawCodec).await
 }
 
+/// Field 1 of an encoded message read as a string (e.g. an event's `container_id`), skipping
+/// every other field unread; `""` when absent or not a string.
+pub fn string_field_1(message: &[u8]) -> String {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct First {
+        #[prost(string, tag = "1")]
+        first: String,
+    }
+    <First as prost::Message>::decode(message).map(|f| f.first).unwrap_or_default()
+}
+
 /// What a plain HTTP/2 call returned: response headers, body bytes, trailers.
 #[derive(Debug)]
 pub struct Http2Answer {
