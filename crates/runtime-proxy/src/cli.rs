@@ -15,7 +15,8 @@ pub enum BackendRuntimeMode {
     #[value(name = "Containerd")]
     Containerd,
     /// The Docker Engine HTTP API (dockershim / cri-dockerd clusters): the proxy serves it on its
-    /// socket and forwards it to dockerd (see the `docker` module).
+    /// socket (for cri-dockerd) and forwards it to dockerd, calling the hook servers as in CRI
+    /// mode.
     #[value(name = "Docker")]
     Docker,
 }
@@ -128,6 +129,11 @@ pub struct Args {
     /// free port (logged). If it cannot be bound the proxy logs an error and serves without it.
     #[arg(long = "metrics-addr", value_name = "ADDR", default_value = "127.0.0.1:9318")]
     pub metrics_addr: SocketAddr,
+
+    /// koord-runtime-proxy's klog flags (`--v`, `--logtostderr`, `--log-dir`, …): hidden,
+    /// accepted with a deprecation notice; `--v` sets the log level, the others are ignored.
+    #[command(flatten)]
+    pub klog: daemon_support::klog::KlogFlags,
 }
 
 impl Args {

@@ -10,6 +10,7 @@
 //! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
 //! | `runtime_proxy_store_objects` | gauge | `kind` (`pod_sandbox`, `container`) | store entries |
 //! | `runtime_proxy_backend_up` | gauge | | 1 when the runtime backend accepts a connection |
+//! | `runtime_proxy_log_lines_dropped_total` | counter | | log lines lost: stderr too slow (queue full) or broken (a closed log pipe); see [`daemon_support::log`] |
 //!
 //! `method` is the gRPC path for CRI services (`/runtime.v1.RuntimeService/Version`) and `other`
 //! for anything else, so clients cannot blow up the label set. `server` is the registration
@@ -96,6 +97,7 @@ pub struct Metrics {
     backend_up: Gauge,
     undecodable: Family<MethodLabels, Counter>,
     skip_label_ignored: Counter,
+    log_lines_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -135,6 +137,12 @@ impl Metrics {
             "Calls of pods carrying the skip label outside --runtime-hook-server-namespaces (hooks called anyway)",
             skip_label_ignored.clone(),
         );
+        let log_lines_dropped = Counter::default();
+        registry.register(
+            "log_lines_dropped",
+            "Log lines lost because stderr was too slow (queue full) or broken (a closed log pipe)",
+            log_lines_dropped.clone(),
+        );
         Metrics {
             registry,
             cri_duration,
@@ -147,6 +155,7 @@ impl Metrics {
             backend_up,
             undecodable,
             skip_label_ignored,
+            log_lines_dropped,
         }
     }
 
@@ -199,6 +208,8 @@ impl Metrics {
         self.store_objects.get_or_create(&KindLabels { kind: "pod_sandbox".into() }).set(pods as i64);
         self.store_objects.get_or_create(&KindLabels { kind: "container".into() }).set(containers as i64);
         self.backend_up.set(i64::from(backend_up));
+        let dropped = daemon_support::log::dropped_lines();
+        self.log_lines_dropped.inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

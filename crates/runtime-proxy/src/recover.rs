@@ -367,9 +367,9 @@ async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Store, w
             }
             Err(e) => {
                 if attempts == 1 {
-                    tracing::info!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), why, "runtime not ready; store recovery retries until it is");
+                    tracing::info!(runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(), why, "runtime not ready; store recovery retries until it is");
                 } else {
-                    tracing::debug!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), attempts, "store recovery: runtime still not ready");
+                    tracing::debug!(runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(), attempts, "store recovery: runtime still not ready");
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(RETRY_MAX);

@@ -114,6 +114,7 @@ async fn a_hook_server_run_by_another_user_is_refused_unless_allowed() {
 
     s.register("nobody.json", &hook_socket, "Fail", &["PreCreateContainer"], json!({}));
     let err = s.pod(&[("example.runtime-proxy.dev/cpu-shares", "700")], &[]).await.expect_err("a hook server run by uid 65534");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "refused for who runs it, not for being down: {err:?}");
     for part in ["PreCreateContainer", "nobody.json", "uid 65534", "pid", "not by an allowed uid"] {
         assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
     }

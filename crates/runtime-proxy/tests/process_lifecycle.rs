@@ -107,6 +107,11 @@ fn listening_on_the_backend_socket_is_refused() {
         assert_eq!(out.status.code(), Some(2), "{flag}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("are the same socket") && stderr.contains(flag), "{stderr}");
+        assert_eq!(stderr.matches("are the same socket").count(), 1, "said once: {stderr}");
+        assert!(
+            stderr.trim_end().lines().last().is_some_and(|l| l.contains("ERROR") && l.contains("are the same socket")),
+            "last: {stderr}"
+        );
     }
     assert!(std::os::unix::net::UnixStream::connect(&backend).is_ok(), "the backend's socket was left alone");
 }
@@ -147,3 +152,51 @@ fn help_explains_every_flag() {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
 }
+
+/// koord-runtime-proxy's klog flags, as its units pass them, are accepted (they were refused
+/// with exit 2, so a migrated unit restart-looped), named in one deprecation notice; `--v=4`
+/// (without `RUST_LOG`) logs each CRI call at debug level.
+#[tokio::test]
+async fn koords_klog_flags_are_accepted_with_one_notice() {
+    let fake = FakeBackend::start(Behaviour::Cri).await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("p.sock");
+    let log = dir.path().join("proxy.log");
+    let mut child = Command::new(BIN)
+        .arg("--koord-runtimeproxy-endpoint")
+        .arg(&socket)
+        .arg("--remote-runtime-service-endpoint")
+        .arg(fake.socket())
+        .args(["--metrics-addr", "127.0.0.1:0", "--hook-config-dir"])
+        .arg(dir.path().join("hooks"))
+        .args(["--v=4", "--logtostderr", "--alsologtostderr", "--log-dir=/var/log/koord", "--log_file", "/x.log", "--skip_headers"])
+        .env_remove("RUST_LOG")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    assert!(
+        test_support::wait_until(Duration::from_secs(10), || async { std::os::unix::net::UnixStream::connect(&socket).is_ok() }).await,
+        "not serving:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    runtime_client(&socket).version(cri::VersionRequest::default()).await.expect("Version");
+    // SAFETY: kill(2) on our own child's PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let notices: Vec<&str> = text.lines().filter(|l| l.contains("deprecated klog flags")).collect();
+    assert_eq!(notices.len(), 1, "one notice:\n{text}");
+    for part in [
+        "--v=4 sets the log level info,runtime_proxy=debug",
+        "--logtostderr is ignored",
+        "--alsologtostderr is ignored",
+        "--log-dir=/var/log/koord is ignored",
+        "--log-file=/x.log is ignored",
+        "--skip-headers is ignored",
+    ] {
+        assert!(notices[0].contains(part), "{part:?} missing from {}", notices[0]);
+    }
+    assert!(text.lines().any(|l| l.contains("DEBUG") && l.contains("CRI call")), "--v=4: a debug line per call:\n{text}");
+}
+
