@@ -1,8 +1,8 @@
 //! The klog flags of koord-runtime-proxy's command line (klog v2's flag set, as Kubernetes
 //! components register it, and component-base's `--log-flush-frequency`).
 //!
-//! They are accepted so that a unit or DaemonSet written for koord-runtime-proxy starts these
-//! binaries unchanged, and each one given is named in a single deprecation notice at start
+//! They are accepted so that a unit or DaemonSet written for koord-runtime-proxy (or for
+//! koordlet, whose hook server runtime-hooks replaces) starts these binaries unchanged, and each one given is named in a single deprecation notice at start
 //! ([`KlogFlags::notice`]). Only `--v` has an effect: it sets the log level when `RUST_LOG` is not
 //! set ([`filter_for_verbosity`]). The rest are ignored: logs always go to stderr (the journal
 //! under systemd, the container log in a pod), never to files. Names are accepted with dashes
@@ -92,7 +92,7 @@ impl KlogFlags {
     }
 
     /// One line naming every klog flag given and what it does here, e.g. `deprecated klog flags
-    /// of koord-runtime-proxy: --v=4 sets the log level info,runtime_proxy=debug; --logtostderr
+    /// (Koordinator's logging flags): --v=4 sets the log level info,runtime_proxy=debug; --logtostderr
     /// is ignored (logs always go to stderr); … Remove them: RUST_LOG sets the log level.`;
     /// `None` when none was given. `rust_log_set`: `RUST_LOG` decided the filter, so `--v` is
     /// ignored too.
@@ -132,7 +132,7 @@ impl KlogFlags {
         if parts.is_empty() {
             return None;
         }
-        Some(format!("deprecated klog flags of koord-runtime-proxy: {}. Remove them: RUST_LOG sets the log level", parts.join("; ")))
+        Some(format!("deprecated klog flags (Koordinator's logging flags): {}. Remove them: RUST_LOG sets the log level", parts.join("; ")))
     }
 }
 
@@ -212,7 +212,7 @@ mod tests {
         assert!(!n.contains('\n'), "{n}");
         assert_eq!(
             n,
-            "deprecated klog flags of koord-runtime-proxy: --v=4 sets the log level info,rp=debug; \
+            "deprecated klog flags (Koordinator's logging flags): --v=4 sets the log level info,rp=debug; \
              --logtostderr is ignored (logs always go to stderr); --alsologtostderr=false is ignored (logs always go to stderr); \
              --log-dir=/var/log is ignored (no log files: logs go to stderr, e.g. the journal). Remove them: RUST_LOG sets the log level"
         );
