@@ -225,7 +225,12 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
             Some(Err(e)) if e.code() == Code::NotFound => {}
             Some(Err(e)) => {
                 live_pods.insert(s.id.clone());
-                skip(&mut report, Kind::PodSandbox, &s.id, format!("PodSandboxStatus failed: {}: {}", e.code(), e.message()));
+                skip(
+                    &mut report,
+                    Kind::PodSandbox,
+                    &s.id,
+                    format!("PodSandboxStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()),
+                );
             }
             None => {
                 live_pods.insert(s.id.clone());
@@ -258,7 +263,12 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
             Some(Err(e)) if e.code() == Code::NotFound => {}
             Some(Err(e)) => {
                 live_containers.insert(c.id.clone());
-                skip(&mut report, Kind::Container, &c.id, format!("ContainerStatus failed: {}: {}", e.code(), e.message()));
+                skip(
+                    &mut report,
+                    Kind::Container,
+                    &c.id,
+                    format!("ContainerStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()),
+                );
             }
             None => {
                 live_containers.insert(c.id.clone());
@@ -391,7 +401,9 @@ pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Re
             tracing::debug!(sandbox_id, error = %e.message(), "store miss: runtime has no such pod sandbox");
             return Ok(None);
         }
-        Err(e) => return Err(format!("pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}", e.code(), e.message())),
+        Err(e) => {
+            return Err(format!("pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+        }
     };
     match pod_entry(&answer) {
         Ok((pod, _)) => {
@@ -416,7 +428,9 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
             tracing::debug!(container_id, "store miss: runtime has no such container");
             return Ok(None);
         }
-        Err(e) => return Err(format!("container {container_id}: ListContainers failed: {}: {}", e.code(), e.message())),
+        Err(e) => {
+            return Err(format!("container {container_id}: ListContainers failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+        }
     };
     let pod = match store.pod(&sandbox_id) {
         Some(p) => p,
@@ -431,7 +445,9 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
             tracing::debug!(container_id, error = %e.message(), "store miss: container gone");
             return Ok(None);
         }
-        Err(e) => return Err(format!("container {container_id}: ContainerStatus failed: {}: {}", e.code(), e.message())),
+        Err(e) => {
+            return Err(format!("container {container_id}: ContainerStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+        }
     };
     match container_entry(&answer, container_id, &pod) {
         Ok((hook, _)) => {
