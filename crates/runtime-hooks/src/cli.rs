@@ -278,6 +278,24 @@ mod tests {
         assert!(Args::try_parse_from(["runtime-hooks", "--plugin-failure-policy", "fail"]).is_err());
     }
 
+    /// `--failure-policy` is the proxy's policy for this server: its help must not describe a
+    /// plugin's failure (the value texts of the shared enum did), and no help names a module.
+    #[test]
+    fn help_texts_fit_their_flags() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        let section = |flag: &str| {
+            let start = help.find(&format!("--{flag} <")).unwrap_or_else(|| panic!("{flag} in:\n{help}"));
+            let rest = &help[start..];
+            rest[..rest[2..].find("\n      --").map_or(rest.len(), |i| i + 2)].to_owned()
+        };
+        let policy = section("failure-policy");
+        assert!(policy.contains("what runtime-proxy does when this server fails"), "{policy}");
+        assert!(!policy.contains("plugin"), "--failure-policy describes plugins:\n{policy}");
+        assert!(!help.contains("module") && !help.contains("`cgroup_path`"), "{help}");
+        assert!(!help.contains("--logtostderr") && !help.contains("--v <"), "klog flags are hidden:\n{help}");
+    }
+
     #[test]
     fn nri_flags() {
         let a = Args::parse_from(["runtime-hooks", "--mode", "nri"]);

@@ -266,6 +266,18 @@ mod tests {
         assert!(Args::try_parse_from(["rp", "--max-concurrent-streams", "4294967296"]).is_err(), "beyond u32");
     }
 
+    /// `--help` speaks to operators: no internal module names, koord's klog flags hidden (they
+    /// are accepted, with a notice).
+    #[test]
+    fn help_names_no_module_and_hides_klog_flags() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(!help.contains("module"), "{help}");
+        assert!(!help.contains("--logtostderr") && !help.contains("--log-dir") && !help.contains("--v <"), "{help}");
+        let a = Args::try_parse_from(["rp", "--v=4", "--logtostderr", "--log-dir", "/x"]).expect("klog flags accepted");
+        assert_eq!(a.klog.v, Some(4));
+    }
+
     #[test]
     fn mode_is_case_sensitive() {
         assert!(Args::try_parse_from(["rp", "--backend-runtime-mode", "Docker"]).is_ok());
