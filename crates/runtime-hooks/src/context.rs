@@ -7,9 +7,11 @@
 //!
 //! Two classifications are derived once, as koordlet derives them (koordinator.md §2 item 3):
 //!
-//! * [`QosClass`], Koordinator's class, from the pod **label** `koordinator.sh/qosClass`
-//!   (`LSE`, `LSR`, `LS`, `BE`, `SYSTEM`; the pod annotation of the same key is read when the
-//!   label is absent, koordlet's fallback for old pods). Anything else is [`QosClass::None`].
+//! * [`QosClass`], Koordinator's class, from the pod **label** `koordinator.sh/qosClass` only
+//!   (`LSE`, `LSR`, `LS`, `BE`, `SYSTEM`), as koordinator's `GetQoSClassByAttrs` reads it. An
+//!   annotation of the same key is ignored: a pod author writes annotations freely, and one
+//!   saying `LSR` must not buy the pod bound CPUs and no CFS quota. Anything else (no label, an
+//!   unknown value) is [`QosClass::None`].
 //! * [`KubeQos`], Kubernetes' class, from the pod cgroup parent by substring: `besteffort` →
 //!   BestEffort, `burstable` → Burstable, anything else → Guaranteed (kubelet puts Guaranteed pods
 //!   directly under `kubepods`).
@@ -19,7 +21,7 @@ use std::fmt;
 
 use hook_api::v1alpha1::{ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest};
 
-/// Pod label (and, as a fallback, annotation) holding the Koordinator QoS class.
+/// Pod label holding the Koordinator QoS class (never read from an annotation).
 pub const QOS_CLASS_KEY: &str = "koordinator.sh/qosClass";
 
 /// Koordinator's QoS class of a pod (`koordinator.sh/qosClass`).
@@ -53,9 +55,10 @@ impl QosClass {
         }
     }
 
-    /// The class of a pod with these labels and annotations: label first, then annotation.
-    pub fn of(labels: &HashMap<String, String>, annotations: &HashMap<String, String>) -> QosClass {
-        labels.get(QOS_CLASS_KEY).or_else(|| annotations.get(QOS_CLASS_KEY)).map(|v| QosClass::from_name(v)).unwrap_or(QosClass::None)
+    /// The class of a pod with these labels: the label `koordinator.sh/qosClass` (koordinator's
+    /// `GetQoSClassByAttrs`); no label is [`QosClass::None`]. Annotations are not an input.
+    pub fn of(labels: &HashMap<String, String>) -> QosClass {
+        labels.get(QOS_CLASS_KEY).map(|v| QosClass::from_name(v)).unwrap_or(QosClass::None)
     }
 
     /// The label value (`"LSE"`, …; `""` for none).
@@ -151,9 +154,9 @@ impl PodContext {
         }
     }
 
-    /// Koordinator's QoS class of the pod.
+    /// Koordinator's QoS class of the pod, from its label only ([`QosClass::of`]).
     pub fn qos(&self) -> QosClass {
-        QosClass::of(&self.labels, &self.annotations)
+        QosClass::of(&self.labels)
     }
 
     /// Kubernetes' QoS class, from the cgroup parent.
@@ -216,14 +219,17 @@ mod tests {
     }
 
     #[test]
-    fn qos_class_from_label_then_annotation() {
-        assert_eq!(QosClass::of(&map(&[(QOS_CLASS_KEY, "BE")]), &map(&[])), QosClass::Be);
-        assert_eq!(QosClass::of(&map(&[]), &map(&[(QOS_CLASS_KEY, "LSR")])), QosClass::Lsr);
-        assert_eq!(QosClass::of(&map(&[(QOS_CLASS_KEY, "LS")]), &map(&[(QOS_CLASS_KEY, "BE")])), QosClass::Ls, "label wins");
+    fn qos_class_from_the_label_only() {
+        assert_eq!(QosClass::of(&map(&[(QOS_CLASS_KEY, "BE")])), QosClass::Be);
         for (v, c) in [("LSE", QosClass::Lse), ("SYSTEM", QosClass::System), ("be", QosClass::None), ("", QosClass::None)] {
             assert_eq!(QosClass::from_name(v), c, "{v:?}");
         }
-        assert_eq!(QosClass::of(&map(&[]), &map(&[])), QosClass::None);
+        assert_eq!(QosClass::of(&map(&[])), QosClass::None);
+        // A pod author's annotation is not a class: no label, no class.
+        let pod = PodContext { annotations: map(&[(QOS_CLASS_KEY, "LSR")]), ..Default::default() };
+        assert_eq!(pod.qos(), QosClass::None);
+        let pod = PodContext { labels: map(&[(QOS_CLASS_KEY, "LS")]), annotations: map(&[(QOS_CLASS_KEY, "LSE")]), ..Default::default() };
+        assert_eq!(pod.qos(), QosClass::Ls);
     }
 
     #[test]

@@ -322,6 +322,11 @@ impl Framework {
         if !change.resources.is_empty() {
             change.resources.apply_to(resp.resources.get_or_insert_with(Default::default));
         }
+        if prost::Message::encoded_len(&resp) > ECHO_LIMIT_BYTES {
+            // Labels and annotations are merged per key by both proxies: what is left out stays.
+            resp.labels.clear();
+            resp.annotations = change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        }
         log_call(stage, &pod.key(), change);
         Ok(resp)
     }
@@ -343,10 +348,27 @@ impl Framework {
         if !change.resources.is_empty() {
             change.resources.apply_to(resp.container_resources.get_or_insert_with(Default::default));
         }
+        if prost::Message::encoded_len(&resp) > ECHO_LIMIT_BYTES {
+            // Annotations are merged per key by both proxies, so unchanged ones can be left out;
+            // envs only when no plugin changed one (koord-runtime-proxy replaces the whole env
+            // map with a non-empty answer's, and takes an empty one as "no change").
+            resp.container_annotations = change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            if change.envs.is_empty() {
+                resp.container_envs.clear();
+            }
+        }
         log_call(stage, &container.key(), change);
         Ok(resp)
     }
 }
+
+/// Above this size (bytes) an answer leaves out the echo of unchanged labels, annotations (and
+/// envs, when no plugin changed one): 4 MiB, the answer limit of koord-runtime-proxy (grpc-go's
+/// default receive size) and of runtime-proxy with `--max-hook-answer-bytes` that low (its
+/// default is 16 MiB), which would otherwise refuse the answer of a container with a large
+/// request (kubelet's preStop handler annotation) and apply their failure policy. Both proxies
+/// merge these maps per key, so what is left out stays as the request had it.
+pub const ECHO_LIMIT_BYTES: usize = 4 << 20;
 
 fn failure_status(f: &PluginFailure) -> Status {
     tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Fail)");
@@ -461,6 +483,39 @@ mod tests {
         assert_eq!(resp.pod_cgroup_parent, req.pod_cgroup_parent);
         // A stage no plugin wants: the pure echo.
         assert_eq!(f.container_hook(Stage::PostStopContainer, &req).unwrap(), echo_container(&req));
+    }
+
+    /// An answer that would pass the proxies' 4 MiB limit leaves out unchanged annotations
+    /// (and envs when no plugin changed one); the plugins' changes stay.
+    #[test]
+    fn large_answers_leave_out_the_unchanged_echo() {
+        let t = tempfile::tempdir().unwrap();
+        let mut with_env = Change { envs: [("HOOKED".to_string(), "yes".to_string())].into(), ..shares(300).unwrap() };
+        with_env.annotations.insert("b".into(), "2".into());
+        let big = "x".repeat(ECHO_LIMIT_BYTES);
+        let mut req = container_req();
+        req.container_annotations.insert("big".into(), big.clone());
+        let f =
+            framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }], FailurePolicy::Fail, t.path());
+        let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
+        assert!(resp.container_annotations.is_empty() && resp.container_envs.is_empty(), "{:?}", resp.container_envs);
+        assert_eq!(resp.container_resources.unwrap().cpu_shares, 512);
+        let f = framework(
+            vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: Some(with_env) }],
+            FailurePolicy::Fail,
+            t.path(),
+        );
+        let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
+        assert_eq!(resp.container_annotations, [("b".to_string(), "2".to_string())].into());
+        assert_eq!(resp.container_envs.len(), 2, "a changed env keeps the whole env echoed");
+        // Envs that are large are left out too when no plugin changed one.
+        let mut req = container_req();
+        req.container_envs.insert("BIG".into(), big);
+        let f =
+            framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }], FailurePolicy::Fail, t.path());
+        let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
+        assert!(resp.container_envs.is_empty());
+        assert!(prost::Message::encoded_len(&resp) < ECHO_LIMIT_BYTES);
     }
 
     #[test]

@@ -25,9 +25,12 @@
 //! * [`cgroup`] — cgroup v1/v2 files, units, idempotent writes, drift.
 //! * [`cgroup_path`] — cgroup drivers (systemd, cgroupfs), slice expansion: a cgroup parent as
 //!   kubelet or the runtime gives it → its directory.
-//! * [`server`] — proxy mode: the gRPC service and the registration file.
+//! * [`server`] — proxy mode: the hook handlers and the registration file; [`hook_wire`] its
+//!   gRPC service, decoding requests without trusting their strings to be UTF-8.
 //! * [`nri`] — NRI mode: the plugin protocol (ttrpc over NRI's multiplexed socket) and the
 //!   mapping between NRI's objects and the plugins' contexts and changes.
+//! * [`lenient`] — the runtime's answers decoded without trusting author-controlled strings to
+//!   be UTF-8 (views with `bytes` fields, item by item).
 //! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
 //! * [`cli`] — flags; [`run`] wires everything for the binary.
 
@@ -39,6 +42,8 @@ pub mod change;
 pub mod cli;
 pub mod context;
 pub mod framework;
+pub mod hook_wire;
+pub mod lenient;
 pub mod nri;
 pub mod plugin;
 pub mod plugins;

@@ -2,24 +2,33 @@
 //!
 //! Koordinator writes batch resources into pod annotations as quantity strings:
 //! `kubernetes.io/batch-cpu: "500"` (a count of milli-CPUs, not CPUs) and
-//! `kubernetes.io/batch-memory: "128Mi"` (bytes). The grammar accepted here is Kubernetes':
+//! `kubernetes.io/batch-memory: "128Mi"` (bytes). Every string Kubernetes' `ParseQuantity`
+//! accepts (after the `TrimSpace` of its JSON decoder) is accepted here, with the same value:
 //!
 //! ```text
 //! quantity = [sign] number [suffix]
-//! number   = digits | digits "." [digits] | "." digits
+//! number   = digits | digits "." [digits] | "." digits | ""   (no digits at all: zero, as
+//!                                                              Kubernetes reads "-", "." or "Mi")
 //! suffix   = binary: Ki Mi Gi Ti Pi Ei (powers of 1024)
 //!          | decimal: n u m "" k M G T P E (powers of 1000)
-//!          | exponent: e<int> or E<int> (e.g. 1e3)
+//!          | exponent: e<int> or E<int>, <int> a signed 64-bit decimal, taken modulo 2³² as a
+//!            signed 32-bit number as Kubernetes does (`1e4294967297` is 10)
 //! ```
 //!
-//! Values are held exactly, as an integer count of nano-units (10⁻⁹), and read back the way
-//! Kubernetes' `Quantity.Value()` and `MilliValue()` do: rounded **up** to a whole unit (resp.
-//! milli-unit). Anything above `i64::MAX` units is an error, never a wrap.
+//! Any number of digits is accepted. Values are held as an integer count of nano-units (10⁻⁹),
+//! rounded **up** (away from zero) to a whole nano-unit as Kubernetes rounds at parse, and read
+//! back the way Kubernetes' `Quantity.Value()` and `MilliValue()` do: rounded up to a whole
+//! unit (resp. milli-unit). A quantity beyond what 64 bits hold (`1e19`, `10E`, `8Ei`, a
+//! 40-digit number) **saturates**: `value()` and `milli_value()` are `i64::MAX` (`i64::MIN` when
+//! negative), as current Kubernetes' `ScaledValue` saturates (it caps binary-suffixed values at
+//! 2⁶³−1 when parsing, and older versions wrapped the others around, which we never do). No
+//! input panics or takes more than linear time.
 
 use std::fmt;
 use std::str::FromStr;
 
-/// A parsed quantity: an exact number of nano-units (1 unit = 10⁹ nano-units).
+/// A parsed quantity: a number of nano-units (1 unit = 10⁹ nano-units), exact up to
+/// [`SATURATED`] in magnitude.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Quantity {
     nanos: i128,
@@ -35,13 +44,19 @@ pub struct QuantityError {
 
 const NANO: i128 = 1_000_000_000;
 
+/// The magnitude (in nano-units) at which a quantity is held as "too large": 10²⁸ nano-units,
+/// 10¹⁹ units, above `i64::MAX` units, so `value()` and `milli_value()` both saturate.
+pub const SATURATED: i128 = 10_000_000_000_000_000_000_000_000_000;
+
 impl Quantity {
-    /// The value in whole units, rounded up (Kubernetes `Value()`): `"1.5"` → 2, `"500m"` → 1.
+    /// The value in whole units, rounded up (Kubernetes `Value()`): `"1.5"` → 2, `"500m"` → 1;
+    /// saturating at `i64::MAX` / `i64::MIN`.
     pub fn value(&self) -> i64 {
         clamp(ceil_div(self.nanos, NANO))
     }
 
-    /// The value in milli-units, rounded up (Kubernetes `MilliValue()`): `"0.5"` → 500.
+    /// The value in milli-units, rounded up (Kubernetes `MilliValue()`): `"0.5"` → 500;
+    /// saturating at `i64::MAX` / `i64::MIN`.
     pub fn milli_value(&self) -> i64 {
         clamp(ceil_div(self.nanos, NANO / 1000))
     }
@@ -65,6 +80,56 @@ fn clamp(v: i128) -> i64 {
     v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
+/// The suffix's multiplier: (power of ten, power of two).
+fn suffix(s: &str) -> Option<(i64, u32)> {
+    Some(match s {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        e if e.len() > 1 && e.starts_with(['e', 'E']) => {
+            // Go's strconv.ParseInt(_, 10, 64) takes an optional sign and ASCII digits, as
+            // Rust's i64 parser does; Kubernetes then truncates to int32.
+            let exp: i64 = e[1..].parse().ok()?;
+            (i64::from(exp as i32), 0)
+        }
+        _ => return None,
+    })
+}
+
+/// `digits × 2^shift` as decimal digits (most significant first, no leading zeros; empty for
+/// zero). Linear in the number of digits.
+fn times_pow2(digits: &[u8], shift: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(digits.len() + 19);
+    let mut carry: u128 = 0;
+    for d in digits.iter().rev() {
+        let v = (u128::from(*d) << shift) + carry;
+        out.push((v % 10) as u8);
+        carry = v / 10;
+    }
+    while carry > 0 {
+        out.push((carry % 10) as u8);
+        carry /= 10;
+    }
+    while out.last() == Some(&0) {
+        out.pop();
+    }
+    out.reverse();
+    out
+}
+
 impl FromStr for Quantity {
     type Err = QuantityError;
 
@@ -79,63 +144,39 @@ impl FromStr for Quantity {
             b'+' => (false, &s[1..]),
             _ => (false, s),
         };
-        let num_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-        let (number, suffix) = s.split_at(num_end);
-        let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-        if int.is_empty() && frac.is_empty() {
-            return Err(err("no digits"));
-        }
-        if frac.contains('.') {
-            return Err(err("more than one decimal point"));
-        }
-        if int.len() + frac.len() > 30 {
-            return Err(err("too many digits"));
-        }
-        // mantissa × 10^(-frac.len()) × multiplier
-        let mut mantissa: i128 = 0;
-        for d in int.bytes().chain(frac.bytes()) {
-            mantissa = mantissa * 10 + i128::from(d - b'0');
-        }
-        let (mul_num, mul_den): (i128, i128) = match suffix {
-            "" => (1, 1),
-            "n" => (1, 1_000_000_000),
-            "u" => (1, 1_000_000),
-            "m" => (1, 1000),
-            "k" => (1000, 1),
-            "M" => (1_000_000, 1),
-            "G" => (1_000_000_000, 1),
-            "T" => (1_000_000_000_000, 1),
-            "P" => (1_000_000_000_000_000, 1),
-            "E" => (1_000_000_000_000_000_000, 1),
-            "Ki" => (1 << 10, 1),
-            "Mi" => (1 << 20, 1),
-            "Gi" => (1 << 30, 1),
-            "Ti" => (1 << 40, 1),
-            "Pi" => (1 << 50, 1),
-            "Ei" => (1 << 60, 1),
-            e if e.starts_with(['e', 'E']) => {
-                let exp: i32 = e[1..].parse().map_err(|_| err("bad exponent"))?;
-                if !(-9..=18).contains(&exp) {
-                    return Err(err("exponent out of range (-9..=18)"));
-                }
-                if exp >= 0 {
-                    (10i128.pow(exp as u32), 1)
-                } else {
-                    (1, 10i128.pow((-exp) as u32))
-                }
-            }
-            _ => return Err(err("unknown suffix")),
+        let int_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (int, rest) = s.split_at(int_end);
+        let (frac, suffix_text) = match rest.strip_prefix('.') {
+            Some(after) => after.split_at(after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len())),
+            None => ("", rest),
         };
-        // nanos = mantissa × NANO × mul_num / (10^frac × mul_den), rounded up (Kubernetes rounds
-        // sub-nano precision up too).
-        let frac_den = 10i128.checked_pow(frac.len() as u32).ok_or_else(|| err("too precise"))?;
-        let num = mantissa.checked_mul(NANO).and_then(|v| v.checked_mul(mul_num)).ok_or_else(|| err("too large"))?;
-        let den = frac_den.checked_mul(mul_den).ok_or_else(|| err("too precise"))?;
-        let nanos = ceil_div(num, den);
-        if nanos > i128::from(i64::MAX) * NANO {
-            return Err(err("too large"));
-        }
-        Ok(Quantity { nanos: if negative { -nanos } else { nanos } })
+        let (exp10, exp2) = suffix(suffix_text).ok_or_else(|| err("unknown suffix"))?;
+        // value = digits × 10^(exp10 − |frac|) × 2^exp2; in nano-units one more 10^9.
+        let digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').skip_while(|d| *d == 0).collect();
+        let scaled = times_pow2(&digits, exp2);
+        let frac_len = i64::try_from(frac.len()).unwrap_or(i64::MAX);
+        let point = exp10.saturating_sub(frac_len).saturating_add(9); // nanos = scaled × 10^point
+        let len = i64::try_from(scaled.len()).unwrap_or(i64::MAX);
+        let magnitude = if scaled.is_empty() {
+            0
+        } else if len.saturating_add(point) > 29 {
+            SATURATED // at least 10^29 nano-units
+        } else {
+            // The integer part of scaled × 10^point, then up by one if anything was cut off.
+            let keep = usize::try_from(len.saturating_add(point.min(0)).max(0)).unwrap_or(0);
+            let mut n: i128 = 0;
+            for d in &scaled[..keep] {
+                n = n * 10 + i128::from(*d);
+            }
+            for _ in 0..point.max(0) {
+                n *= 10;
+            }
+            if scaled[keep..].iter().any(|d| *d != 0) {
+                n += 1;
+            }
+            n.min(SATURATED)
+        };
+        Ok(Quantity { nanos: if negative { -magnitude } else { magnitude } })
     }
 }
 
@@ -224,18 +265,78 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", " ", "abc", "1.2.3", "1 Mi", "1mi", "1KB", "--1", ".", "1e", "1e99", "99999999999999999999999999999999", "1Ei1"] {
+        for bad in [
+            "",
+            " ",
+            "abc",
+            "1.2.3",
+            "1 Mi",
+            "1mi",
+            "1KB",
+            "1K",
+            "--1",
+            "1e",
+            "1e+",
+            "1ee5",
+            "1Ei1",
+            "1e99999999999999999999",
+            "0x10",
+            "1,5",
+        ] {
             assert!(bad.parse::<Quantity>().is_err(), "{bad:?} accepted");
         }
         let e = "12x".parse::<Quantity>().unwrap_err().to_string();
         assert!(e.contains("\"12x\"") && e.contains("suffix"), "{e}");
     }
 
+    /// What Kubernetes' ParseQuantity reads as zero: a number without digits.
     #[test]
-    fn huge_values_are_errors_not_wraps() {
+    fn no_digits_is_zero_as_in_kubernetes() {
+        for zero in [".", "-", "+", "Mi", "k", "-.", "0.", "+0e5", "e5"] {
+            assert_eq!(q(zero).value(), 0, "{zero:?}");
+            assert!(!q(zero).is_negative(), "{zero:?}");
+        }
+        assert_eq!(q("1.G").value(), 1_000_000_000, "Kubernetes takes a bare decimal point");
+    }
+
+    /// Quantities Kubernetes accepts that do not fit in 64 bits saturate instead of failing.
+    #[test]
+    fn huge_values_saturate() {
         assert_eq!(q("7Ei").value(), 7 << 60);
-        assert!("8Ei".parse::<Quantity>().is_err(), "above i64::MAX");
-        assert!("100000000000000000000E".parse::<Quantity>().is_err());
+        for huge in [
+            "8Ei",
+            "10E",
+            "1e19",
+            "1e99",
+            "9223372036854775808",
+            "99999999999999999999999999999999",
+            "1e2147483647",
+            "100000000000000000000E",
+        ] {
+            assert_eq!(q(huge).value(), i64::MAX, "{huge:?}");
+            assert_eq!(q(huge).milli_value(), i64::MAX, "{huge:?}");
+            assert_eq!(q(&format!("-{huge}")).value(), i64::MIN, "-{huge:?}");
+        }
+        assert_eq!(q("9223372036854775807").value(), i64::MAX);
+        assert_eq!(q("9223372036854775806").value(), i64::MAX - 1, "exact just below the bound");
+        assert_eq!(q("9223372036854775807").milli_value(), i64::MAX, "milli saturates first");
+        assert_eq!(q("9223372036854775m").milli_value(), 9_223_372_036_854_775);
+        // Long inputs are exact where it matters: leading zeros, tiny fractions rounded up.
+        assert_eq!(q(&format!("{}5", "0".repeat(10_000))).value(), 5);
+        assert_eq!(q(&format!("0.{}1", "0".repeat(10_000))).milli_value(), 1, "rounded up, never to zero");
+        assert_eq!(q("1e-2147483648").milli_value(), 1);
+        assert_eq!(q("1e-9223372036854775807").value(), 10, "the exponent modulo 2^32 is 1");
+        assert_eq!(q("1.5Gi").value(), 3 << 29);
+        assert_eq!(q("0.1Ki").milli_value(), 102_400);
+        assert_eq!(q("0.001Ki").value(), 2, "1.024 rounded up");
+    }
+
+    /// Kubernetes reads the exponent as int64 and truncates it to int32.
+    #[test]
+    fn exponent_truncated_to_32_bits() {
+        assert_eq!(q("1e4294967297").value(), 10);
+        assert_eq!(q("1e+3").value(), 1000);
+        assert_eq!(q("1E-0").value(), 1);
     }
 
     #[test]
@@ -255,6 +356,35 @@ mod tests {
         #[test]
         fn never_panics(s in "\\PC{0,40}") {
             let _ = s.parse::<Quantity>();
+        }
+
+        /// Any sign, digits, point and suffix Kubernetes accepts parses, and never wraps: a
+        /// positive quantity's value is positive or zero, a negative one's negative or zero.
+        #[test]
+        fn every_kubernetes_form_parses_without_wrapping(
+            sign in "[-+]?", int in "[0-9]{0,40}", frac in proptest::option::of("[0-9]{0,40}"),
+            suffix in "(|n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][-+]?[0-9]{1,12})",
+        ) {
+            let text = format!("{sign}{int}{}{suffix}", frac.map(|f| format!(".{f}")).unwrap_or_default());
+            let v = text.parse::<Quantity>();
+            prop_assert!(v.is_ok(), "{text:?}: {v:?}");
+            let v = v.unwrap();
+            if sign == "-" {
+                prop_assert!(v.value() <= 0 && v.milli_value() <= 0, "{text:?}");
+            } else {
+                prop_assert!(v.value() >= 0 && v.milli_value() >= 0, "{text:?}");
+            }
+            prop_assert!(v.milli_value() >= v.value() || v.value() == i64::MAX || v.is_negative(), "{text:?}");
+            // Printed as a plain decimal, it parses back to itself (saturated ones included).
+            prop_assert_eq!(v.to_string().parse::<Quantity>().ok(), Some(v), "{:?} printed as {}", text, v);
+        }
+
+        /// Exponent forms against integer arithmetic: `m × 10^e`, rounded up.
+        #[test]
+        fn exponents_match_integer_arithmetic(m in 0i64..1_000_000, e in -12i32..=12) {
+            let text = format!("{m}e{e}");
+            let want = if e >= 0 { m * 10i64.pow(e as u32) } else { (m + 10i64.pow(-e as u32) - 1) / 10i64.pow(-e as u32) };
+            prop_assert_eq!(q(&text).value(), want, "{}", text);
         }
 
         /// Integers with decimal and binary suffixes scale exactly.

@@ -4,7 +4,11 @@
 //! One pass ([`Reconciler::reconcile`]):
 //!
 //! 1. lists the READY pod sandboxes and RUNNING containers from the CRI runtime
-//!    (`--runtime-endpoint`, CRI v1 `ListPodSandbox` / `ListContainers`);
+//!    (`--runtime-endpoint`, CRI v1 `ListPodSandbox` / `ListContainers`), decoded through
+//!    [`crate::lenient`]'s views: item by item (an item that does not decode at all is skipped
+//!    with a WARN naming its index and ID), labels and annotations that are not UTF-8 left out
+//!    of what the plugins see — so a pod author's bytes never stop a pass, and their pod is
+//!    corrected like any other;
 //! 2. learns each pod's cgroup parent from `PodSandboxStatus` (verbose: `config.linux.cgroup_parent`
 //!    in containerd's `info`, as kubelet gave it) and each container's cgroup from
 //!    `ContainerStatus` (verbose: the OCI spec's `linux.cgroupsPath`), both cached per ID (they
@@ -52,6 +56,7 @@ use crate::cgroup::{CgroupError, Drift, Written};
 use crate::cgroup_path::{self, CgroupDriver};
 use crate::context::{ContainerContext, PodContext};
 use crate::framework::{apply_all, Framework, Owned};
+use crate::lenient::{cri as view, decode_items, entries_map, lossy, ViewCodec};
 use crate::plugin::Stage;
 
 /// One corrected file.
@@ -78,11 +83,36 @@ pub struct Report {
     pub failures: Vec<String>,
 }
 
+/// A READY pod sandbox as listed (strings a pod author controls decoded by [`crate::lenient`]).
+struct ListedPod {
+    id: String,
+    name: String,
+    namespace: String,
+    uid: String,
+    labels: HashMap<String, String>,
+    annotations: HashMap<String, String>,
+}
+
+/// A RUNNING container as listed.
+struct ListedContainer {
+    id: String,
+    pod_sandbox_id: String,
+    name: String,
+    annotations: HashMap<String, String>,
+}
+
+const LIST_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/ListPodSandbox";
+const LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
+const POD_SANDBOX_STATUS: &str = "/runtime.v1.RuntimeService/PodSandboxStatus";
+const CONTAINER_STATUS: &str = "/runtime.v1.RuntimeService/ContainerStatus";
+/// Largest answer read from the runtime: containerd's default send limit, 16 MiB.
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
 /// The standalone reconciler.
 pub struct Reconciler {
     framework: Arc<Framework>,
     endpoint: PathBuf,
-    client: RuntimeServiceClient<Channel>,
+    channel: Channel,
     selector: Vec<(String, String)>,
     kubepods: Option<String>,
     parents: HashMap<String, String>,
@@ -94,11 +124,10 @@ impl Reconciler {
     /// A reconciler for the pods of the CRI runtime at `endpoint` (a unix socket; the connection
     /// is made lazily and re-made after failures). Must be called within a tokio runtime.
     pub fn new(framework: Arc<Framework>, endpoint: &Path) -> Reconciler {
-        let client = RuntimeServiceClient::new(hook_api::connect(endpoint)).max_decoding_message_size(16 << 20);
         Reconciler {
             framework,
             endpoint: endpoint.to_owned(),
-            client,
+            channel: hook_api::connect(endpoint),
             selector: Vec::new(),
             kubepods: None,
             parents: HashMap::new(),
@@ -119,35 +148,87 @@ impl Reconciler {
         self
     }
 
+    /// One unary CRI call whose answer is read as the view `D` ([`crate::lenient`]).
+    async fn call<E, D>(&self, path: &'static str, request: E) -> Result<D, tonic::Status>
+    where
+        E: prost::Message + Send + Sync + 'static,
+        D: prost::Message + Default + Send + 'static,
+    {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER_BYTES);
+        grpc.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+        Ok(grpc.unary(tonic::Request::new(request), path, ViewCodec::<E, D>::default()).await?.into_inner())
+    }
+
+    /// The READY sandboxes, each decoded on its own: one that does not decode at all is logged
+    /// (WARN, with its index and ID) and skipped; values that are not UTF-8 are left out.
+    ///
+    /// Errors: the call fails, or its answer is not a list.
+    async fn list_pods(&self) -> anyhow::Result<Vec<ListedPod>> {
+        let state = Some(cri::PodSandboxStateValue { state: cri::PodSandboxState::SandboxReady as i32 });
+        let request = cri::ListPodSandboxRequest { filter: Some(cri::PodSandboxFilter { state, ..Default::default() }) };
+        let answer: view::ListPodSandboxResponse = self
+            .call(LIST_POD_SANDBOX, request)
+            .await
+            .map_err(|s| anyhow::anyhow!("ListPodSandbox on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?;
+        let (items, bad) = decode_items::<view::PodSandbox>(&answer.items);
+        for (index, id, why) in bad {
+            tracing::warn!(index, sandbox = %id, "ListPodSandbox: a pod sandbox that does not decode is skipped: {why}");
+        }
+        Ok(items
+            .into_iter()
+            .map(|s| {
+                let meta = s.metadata.unwrap_or_default();
+                ListedPod {
+                    id: lossy(&s.id),
+                    name: lossy(&meta.name),
+                    namespace: lossy(&meta.namespace),
+                    uid: lossy(&meta.uid),
+                    labels: entries_map(&s.labels),
+                    annotations: entries_map(&s.annotations),
+                }
+            })
+            .collect())
+    }
+
+    /// The RUNNING containers, each decoded on its own (as [`Reconciler::list_pods`]).
+    ///
+    /// Errors: the call fails, or its answer is not a list.
+    async fn list_containers(&self) -> anyhow::Result<Vec<ListedContainer>> {
+        let state = Some(cri::ContainerStateValue { state: cri::ContainerState::ContainerRunning as i32 });
+        let request = cri::ListContainersRequest { filter: Some(cri::ContainerFilter { state, ..Default::default() }) };
+        let answer: view::ListContainersResponse = self
+            .call(LIST_CONTAINERS, request)
+            .await
+            .map_err(|s| anyhow::anyhow!("ListContainers on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?;
+        let (items, bad) = decode_items::<view::Container>(&answer.containers);
+        for (index, id, why) in bad {
+            tracing::warn!(index, container = %id, "ListContainers: a container that does not decode is skipped: {why}");
+        }
+        Ok(items
+            .into_iter()
+            .map(|c| ListedContainer {
+                id: lossy(&c.id),
+                pod_sandbox_id: lossy(&c.pod_sandbox_id),
+                name: c.metadata.map(|m| lossy(&m.name)).unwrap_or_default(),
+                annotations: entries_map(&c.annotations),
+            })
+            .collect())
+    }
+
     /// One pass over every pod (see the module documentation).
     ///
     /// Errors: the runtime cannot be listed (per-pod problems are in [`Report::failures`]).
     pub async fn reconcile(&mut self) -> anyhow::Result<Report> {
-        let state = |s: cri::PodSandboxState| Some(cri::PodSandboxStateValue { state: s as i32 });
-        let sandboxes = self
-            .client
-            .list_pod_sandbox(cri::ListPodSandboxRequest {
-                filter: Some(cri::PodSandboxFilter { state: state(cri::PodSandboxState::SandboxReady), ..Default::default() }),
-            })
-            .await
-            .map_err(|s| anyhow::anyhow!("ListPodSandbox on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?
-            .into_inner()
-            .items;
-        let running = Some(cri::ContainerStateValue { state: cri::ContainerState::ContainerRunning as i32 });
-        let containers = self
-            .client
-            .list_containers(cri::ListContainersRequest { filter: Some(cri::ContainerFilter { state: running, ..Default::default() }) })
-            .await
-            .map_err(|s| anyhow::anyhow!("ListContainers on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?
-            .into_inner()
-            .containers;
+        let sandboxes = self.list_pods().await?;
+        let containers = self.list_containers().await?;
         // Forget cached paths of what is gone.
         let live_pods: HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
         self.parents.retain(|id, _| live_pods.contains(id.as_str()));
         let live_containers: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
         self.dirs.retain(|id, _| live_containers.contains(id.as_str()));
 
-        let mut by_pod: HashMap<&str, Vec<&cri::Container>> = HashMap::new();
+        let mut by_pod: HashMap<&str, Vec<&ListedContainer>> = HashMap::new();
         for c in &containers {
             by_pod.entry(c.pod_sandbox_id.as_str()).or_default().push(c);
         }
@@ -160,11 +241,10 @@ impl Reconciler {
             let Some(parent) = self.pod_parent(&sandbox.id).await else {
                 continue;
             };
-            let meta = sandbox.metadata.clone().unwrap_or_default();
             let pod = PodContext {
-                name: meta.name,
-                namespace: meta.namespace,
-                uid: meta.uid,
+                name: sandbox.name.clone(),
+                namespace: sandbox.namespace.clone(),
+                uid: sandbox.uid.clone(),
                 labels: sandbox.labels.clone(),
                 annotations: sandbox.annotations.clone(),
                 cgroup_parent: parent.clone(),
@@ -195,19 +275,17 @@ impl Reconciler {
                 }
             }
             for c in by_pod.get(sandbox.id.as_str()).into_iter().flatten() {
-                let meta_name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or_default();
                 let dir = match self.container_dir(&c.id, pod_dir.as_deref()).await {
                     Ok(Some(dir)) => dir,
                     Ok(None) => continue,
                     Err(e) => {
-                        failures_now.insert(format!("{}/{meta_name}: container cgroup: {e}", pod.key()));
+                        failures_now.insert(format!("{}/{}: container cgroup: {e}", pod.key(), c.name));
                         continue;
                     }
                 };
-                let meta = c.metadata.clone().unwrap_or_default();
                 let container = ContainerContext {
                     pod: pod.clone(),
-                    name: meta.name,
+                    name: c.name.clone(),
                     id: c.id.clone(),
                     annotations: c.annotations.clone(),
                     envs: HashMap::new(),
@@ -290,13 +368,9 @@ impl Reconciler {
         if let Some(p) = self.parents.get(id) {
             return Some(p.clone());
         }
-        let status = self
-            .client
-            .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: true })
-            .await
-            .ok()?
-            .into_inner();
-        let parent = status.info.get("info").and_then(|i| sandbox_cgroup_parent(i));
+        let request = cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: true };
+        let status: view::StatusResponse = self.call(POD_SANDBOX_STATUS, request).await.ok()?;
+        let parent = entries_map(&status.info).get("info").and_then(|i| sandbox_cgroup_parent(i));
         match &parent {
             Some(p) => {
                 self.parents.insert(id.to_owned(), p.clone());
@@ -318,10 +392,11 @@ impl Reconciler {
             return Ok(Some(d.clone()));
         }
         let driver = self.framework.cgroups().driver();
-        let Ok(status) = self.client.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true }).await else {
+        let request = cri::ContainerStatusRequest { container_id: id.into(), verbose: true };
+        let Ok(status) = self.call::<_, view::StatusResponse>(CONTAINER_STATUS, request).await else {
             return Ok(None);
         };
-        let dir = match status.into_inner().info.get("info").and_then(|i| container_cgroup_dir(i)) {
+        let dir = match entries_map(&status.info).get("info").and_then(|i| container_cgroup_dir(i)) {
             Some(path) => cgroup_path::container_dir(&path, pod_dir, driver).map_err(|e| format!("refusing {path:?}: {e}"))?,
             None => match pod_dir {
                 Some(pod_dir) => cgroup_path::default_container_dir(pod_dir, id, driver),

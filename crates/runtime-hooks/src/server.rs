@@ -28,12 +28,20 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
-use hook_api::{RuntimeHookService, RuntimeHookServiceServer};
+use hook_api::RuntimeHookService;
 use tokio::net::UnixListener;
 use tonic::{Request, Response, Status};
 
 use crate::framework::Framework;
 use crate::plugin::{FailurePolicy, Stage};
+
+/// Largest hook request taken and answer sent, bytes: 32 MiB, twice kubelet's CRI message
+/// limit (16 MiB, `maxMsgSize` of its remote runtime client). A hook request carries what the
+/// CRI request carried (annotations, envs — kubelet copies a container's preStop handler into
+/// the annotation `io.kubernetes.container.preStopHandler`, JSON-escaping each `<` to six
+/// bytes) plus the stored pod's labels and annotations, so it can exceed the CRI request
+/// somewhat; and the answer echoes the request (koordlet's wire semantics).
+pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
 
 /// The hook service: every RPC is the framework at that RPC's stage.
 #[derive(Clone, Debug)]
@@ -47,9 +55,13 @@ impl HookService {
         HookService { framework }
     }
 
-    /// The tonic server for it.
-    pub fn into_server(self) -> RuntimeHookServiceServer<HookService> {
-        RuntimeHookServiceServer::new(self)
+    /// The gRPC service for it ([`crate::hook_wire::HookServer`]): requests decoded without
+    /// trusting their strings to be UTF-8, taken and answered up to [`MAX_MESSAGE_BYTES`]
+    /// (tonic's default, 4 MiB, would refuse a container whose kubelet request is larger: the
+    /// proxy then applies its failure policy, and under `Ignore` the container runs without its
+    /// values).
+    pub fn into_server(self) -> crate::hook_wire::HookServer {
+        crate::hook_wire::HookServer::new(self.framework)
     }
 
     fn pod(&self, stage: Stage, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {

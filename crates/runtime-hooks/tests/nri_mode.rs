@@ -345,3 +345,107 @@ fn restart_containerd(root: &Path) {
 fn zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z")).unwrap_or(true)
 }
+
+/// A reporting BE pod whose annotation `note` and env `TOKEN` get bytes that are not UTF-8
+/// ([`start_pod_with_bytes`]).
+fn pod_with_bytes(env: &Env, labels: &[(&str, &str)]) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
+    let (sandbox, mut container) = reporting_pod(env, labels, &[(SPEC, BE_SPEC)]);
+    let mut sandbox = sandbox;
+    sandbox.annotations.insert("note".into(), ANNOTATION_BYTES.into());
+    container.envs.push(cri::KeyValue { key: "TOKEN".into(), value: ENV_BYTES.into() });
+    (sandbox, container)
+}
+
+/// Removes a sandbox when dropped, also when the test fails: a pod with bytes left behind would
+/// make containerd fail to synchronize the plugins of every later test.
+struct RemoveOnDrop(PathBuf, String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let (socket, id) = (self.0.clone(), self.1.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async { remove_sandbox(&mut runtime_client(&socket), &id).await });
+        })
+        .join();
+    }
+}
+
+/// A pod author's bytes that are not UTF-8 (a pod annotation, a container env value, as from a
+/// Secret with binary data), against containerd 1.7.24: its NRI cannot send them (protobuf-go
+/// refuses to marshal them), so
+///
+/// * while the plugin is connected, such a pod is refused at RunPodSandbox — it cannot run
+///   without the plugins;
+/// * one made while no plugin was connected makes containerd fail to synchronize every plugin
+///   that connects, and drop it silently. The plugin notices (no Synchronize after Configure),
+///   says why and registers again; meanwhile the reconciler (`--runtime-endpoint`, which decodes
+///   such pods) corrects that pod and a plain one created meanwhile; once the pod is gone the
+///   plugin is synchronized and the next pod gets its values at creation.
+#[tokio::test]
+async fn pods_with_bytes_that_are_not_utf8_escape_no_plugin() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let mut rt = runtime_client(&env.ctrd.socket);
+    let dir = tempfile::Builder::new().prefix("rh-nri-bytes").tempdir().unwrap();
+    let label = ("test".to_string(), unique("nri-bytes"));
+    let labels = [(QOS, "BE"), (label.0.as_str(), label.1.as_str())];
+    let selector = format!("{}={}", label.0, label.1);
+    let socket = env.ctrd.socket.to_str().unwrap();
+    let args = [
+        "--mode",
+        "nri",
+        "--nri-socket",
+        env.nri_socket.to_str().unwrap(),
+        "--nri-plugin-index",
+        "10",
+        "--selector",
+        &selector,
+        "--runtime-endpoint",
+        socket,
+        "--reconcile-interval",
+        "1s",
+    ];
+    let mut hooks = Hooks::start(&args, dir.path().join("hooks.log"));
+    assert!(hooks.wait_log(&["synchronize"], 0, Duration::from_secs(10)), "{}", hooks.log());
+    // Connected: containerd refuses the pod.
+    let (sandbox, container) = pod_with_bytes(&env, &labels);
+    let refused = try_start_pod_with_bytes(&env.ctrd.socket, sandbox, container).await.expect_err("containerd ran it");
+    assert!(refused.message().contains("invalid UTF-8"), "{refused:?}");
+    // Not connected: it runs, with kubelet's values.
+    assert_eq!(hooks.terminate(), Some(0));
+    let start = Instant::now();
+    let odd = loop {
+        // containerd drops the closed connection shortly after the plugin exits.
+        let (sandbox, container) = pod_with_bytes(&env, &labels);
+        match try_start_pod_with_bytes(&env.ctrd.socket, sandbox, container).await {
+            Ok(pod) => break pod,
+            Err(e) if start.elapsed() < Duration::from_secs(5) => eprintln!("not yet: {}", e.message()),
+            Err(e) => panic!("containerd still refuses the pod without a plugin: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let odd_guard = RemoveOnDrop(env.ctrd.socket.clone(), odd.sandbox_id.clone());
+    assert_eq!(odd.cgroup_file("cpu", "cpu.shares"), "2");
+    let hooks = Hooks::start(&args, dir.path().join("hooks2.log"));
+    assert!(hooks.wait_log(&["did not synchronize", "invalid UTF-8"], 0, Duration::from_secs(10)), "{}", hooks.log());
+    // The reconciler corrects it, and a plain pod containerd now creates without the plugin.
+    let (sandbox, container) = reporting_pod(&env, &labels, &[(SPEC, BE_SPEC)]);
+    let plain = Pod::start(&mut rt, sandbox, container).await.expect("plain pod");
+    for pod in [&odd, &plain] {
+        let ok = eventually(Duration::from_secs(5), || pod.cgroup_file("cpu", "cpu.shares") == "512");
+        assert!(ok, "not corrected by the reconciler\n{}", hooks.log());
+        assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
+        assert_eq!(pod_values(&pod.cgroup_parent()), ("512".into(), "100000".into(), "134217728".into()));
+    }
+    // The pod is gone: the plugin is synchronized again and pods get their values at creation.
+    odd.remove(&mut rt).await;
+    std::mem::forget(odd_guard);
+    assert!(hooks.wait_log(&["synchronize", "updates=1"], 0, Duration::from_secs(15)), "{}", hooks.log());
+    let shared = cgroup("cpuset", "", "cpuset.cpus");
+    let (sandbox, container) = reporting_pod(&env, &labels, &[(SPEC, BE_SPEC)]);
+    let next = Pod::start(&mut rt, sandbox.clone(), container).await.expect("next pod");
+    assert_eq!(startup_line(&env, &sandbox), format!("{BE_LINE} cpus={shared}"), "{}", hooks.log());
+    plain.remove(&mut rt).await;
+    next.remove(&mut rt).await;
+}

@@ -142,13 +142,14 @@ async fn lsr_cpuset_with_spaces_is_normalized_and_a_bad_one_is_a_plugin_failure(
 
 #[tokio::test]
 async fn plugin_failures_follow_the_policies() {
-    // Fail here and in the registration: a broken annotation refuses the pod, naming the cause.
+    // Fail here and in the registration: a broken entry refuses its container (the pod's sums
+    // leave it out), naming the cause.
     let s = setup(&["--plugin-failure-policy", "Fail", "--failure-policy", "Fail"]);
     let mut rt = runtime_client(s.proxy.socket());
     let (sandbox, container) =
         pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#)]);
     let err = Pod::start(&mut rt, sandbox, container).await.expect_err("refused");
-    for part in ["BatchResource", "PreRunPodSandbox", SPEC, "lots"] {
+    for part in ["BatchResource", "PreCreateContainer", SPEC, "lots", "\"main\""] {
         assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
     }
 
@@ -349,4 +350,70 @@ async fn hook_server_accepts_any_authority() {
         let resp = hook_api::v1alpha1::PodSandboxHookResponse::decode(body.get(5..).unwrap_or_default()).expect("hook answer");
         assert_eq!(resp.cgroup_parent, "/kubepods/podx", "authority {what:?}: the echoed request");
     }
+}
+
+/// What a pod author writes switches no policy off through the proxy either: annotations
+/// claiming `LSR` and CPU 1 on a pod without the label leave its container's CFS quota and
+/// CPUs as kubelet asked.
+#[tokio::test]
+async fn an_annotation_claiming_lsr_buys_nothing() {
+    let s = setup(&[]);
+    let mut rt = runtime_client(s.proxy.socket());
+    let (sandbox, mut container) = pod_configs(&s.env, &[], &[(QOS, "LSR"), (STATUS, r#"{"cpuset": "1"}"#)]);
+    let limited = cri::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 50_000, ..Default::default() };
+    container.linux.as_mut().unwrap().resources = Some(limited);
+    let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "50000", "{}", s.hooks.log());
+    assert_eq!(pod.cgroup_file("cpuset", "cpuset.cpus"), cgroup("cpuset", "", "cpuset.cpus"), "not pinned to CPU 1");
+    pod.remove(&mut rt).await;
+}
+
+/// A container whose CreateContainer is over 4 MiB (kubelet's copy of a preStop handler of
+/// `<`s, each JSON-escaped to six bytes) gets its BE values through the proxy.
+#[tokio::test]
+async fn a_container_with_a_six_mb_request_gets_its_values() {
+    let s = setup(&[]);
+    let mut rt = runtime_client(s.proxy.socket());
+    let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, BE_SPEC)]);
+    let handler = format!(r#"{{"exec":{{"command":["sh","-c","{}"]}}}}"#, r"\u003c".repeat(1_000_000));
+    container.annotations.insert("io.kubernetes.container.preStopHandler".into(), handler);
+    let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "proxy:\n{}\nhooks:\n{}", s.proxy.log(), s.hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
+    pod.remove(&mut rt).await;
+}
+
+/// A BE pod whose annotation and env value are not UTF-8, through the real proxy (sent raw, as
+/// prost cannot encode them): it gets its values, and its env reaches the container as it does
+/// without the proxy (containerd writes the OCI spec as JSON, so the process sees U+FFFD for
+/// each byte that is not UTF-8: the hooks change nothing of it).
+#[tokio::test]
+async fn a_pod_with_bytes_that_are_not_utf8_gets_its_values() {
+    let s = setup(&[]);
+    let configs = || {
+        let (mut sandbox, mut container) = pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, BE_SPEC)]);
+        sandbox.annotations.insert("note".into(), ANNOTATION_BYTES.into());
+        container.envs.push(cri::KeyValue { key: "TOKEN".into(), value: ENV_BYTES.into() });
+        (sandbox, container)
+    };
+    let (sandbox, container) = configs();
+    let pod = start_pod_with_bytes(s.proxy.socket(), sandbox, container).await;
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "proxy:\n{}\nhooks:\n{}", s.proxy.log(), s.hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
+    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
+    let (sandbox, container) = configs();
+    let direct = start_pod_with_bytes(&s.env.socket, sandbox, container).await;
+    assert_eq!(direct.cgroup_file("cpu", "cpu.shares"), "2", "no hooks without the proxy");
+    let mut rt = runtime_client(&s.env.socket);
+    let mut token = Vec::new();
+    for id in [&pod.container_id, &direct.container_id] {
+        let cmd = vec!["sh".into(), "-c".into(), "printf %s \"$TOKEN\"".into()];
+        let exec = rt.exec_sync(cri::ExecSyncRequest { container_id: id.clone(), cmd, timeout: 5 }).await.expect("ExecSync");
+        token.push(exec.into_inner().stdout);
+    }
+    assert_eq!(token[0], token[1], "the env as containerd gives it without the proxy");
+    assert_eq!(token[0], "\u{fffd}\u{fffd}bin\u{fffd}\u{fffd}!".as_bytes(), "containerd's JSON spec: U+FFFD per byte");
+    pod.remove(&mut rt).await;
+    direct.remove(&mut rt).await;
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use test_support::containerd::{unique, Containerd, Pod};
+use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
 use test_support::runtime_client;
 
 struct Standalone {
@@ -213,4 +213,70 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
     // The real (v1) cgroup was not touched.
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
     pod.remove(&mut rt).await;
+}
+
+/// A pod author's bytes that are not UTF-8 — a pod annotation and a container env value (a
+/// Secret with binary data) — on a BE pod: the strict decoder cannot even list the pods, but
+/// every pass goes on, and that pod is corrected like any other, as is a plain one next to it.
+#[tokio::test]
+async fn pods_with_bytes_that_are_not_utf8_are_corrected_like_any_other() {
+    let s = start("1s", &[]);
+    let labels = [(QOS, "BE"), (s.label.0.as_str(), s.label.1.as_str())];
+    let sandbox = sandbox_config(&s.env, &unique("rh-bytes"), map(&labels), map(&[(SPEC, BE_SPEC), ("note", ANNOTATION_BYTES)]));
+    let resources = k8s_cri::v1::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
+    let container = container_config(&s.env, "main", &["sleep", "3600"], Some(resources), &[("TOKEN", ENV_BYTES)]);
+    let odd = start_pod_with_bytes(&s.env.socket, sandbox, container).await;
+    let plain = s.be_pod().await;
+    // The premise: containerd hands the bytes back, and a strict decoder refuses the listing.
+    let mut rt = runtime_client(&s.env.socket);
+    let strict = rt.list_pod_sandbox(k8s_cri::v1::ListPodSandboxRequest { filter: None }).await;
+    assert!(strict.is_err(), "containerd gave back valid UTF-8; the test proves nothing");
+    for pod in [&odd, &plain] {
+        assert!(
+            eventually(Duration::from_secs(4), || values(pod) == want(100_000, 100_000)),
+            "{}: {:?}\n{}",
+            pod.sandbox_id,
+            values(pod),
+            s.hooks.log()
+        );
+        let parent = pod.cgroup_parent();
+        assert_eq!(cgroup("cpu", &parent, "cpu.shares"), "512");
+        assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "100000");
+    }
+    assert_eq!(s.hooks.count(&["ListPodSandbox"]), 0, "{}", s.hooks.log());
+    odd.remove(&mut rt).await;
+    plain.remove(&mut rt).await;
+}
+
+/// What a pod author writes into their own pod switches no policy off: an annotation
+/// `koordinator.sh/qosClass: LSR` with a `resource-status` cpuset on a pod without the label
+/// keeps its CFS quota and CPUs; a BE pod whose sidecar has a batch-cpu limit beyond 64 bits
+/// (`1e19`, which Kubernetes accepts) keeps its main container's and its pod's values.
+#[tokio::test]
+async fn pod_author_inputs_switch_no_policy_off() {
+    let s = start("1s", &[]);
+    let mut rt = runtime_client(&s.env.socket);
+    let selector = [(s.label.0.as_str(), s.label.1.as_str())];
+    // A1/A2: the annotation claims LSR and CPU 1.
+    let (sandbox, _) = pod_configs(&s.env, &selector, &[(QOS, "LSR"), (STATUS, r#"{"cpuset": "1"}"#)]);
+    let limited = k8s_cri::v1::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 50_000, ..Default::default() };
+    let container = container_config(&s.env, "main", &["sleep", "3600"], Some(limited), &[]);
+    let claimer = Pod::start(&mut rt, sandbox, container).await.expect("pod");
+    let cpus = claimer.cgroup_file("cpuset", "cpuset.cpus");
+    // A3: a sidecar's limit of 1e19 milli-CPUs.
+    let spec = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}},
+                                  "sidecar": {"limits": {"kubernetes.io/batch-cpu": "1e19"}}}}"#;
+    let (sandbox, container) = pod_configs(&s.env, &[(QOS, "BE"), selector[0]], &[(SPEC, spec)]);
+    let be = Pod::start(&mut rt, sandbox, container).await.expect("pod");
+    // Once the BE pod is corrected, a pass has seen both pods.
+    assert!(eventually(Duration::from_secs(4), || values(&be) == want(100_000, 100_000)), "{:?}\n{}", values(&be), s.hooks.log());
+    let parent = be.cgroup_parent();
+    assert_eq!(cgroup("cpu", &parent, "cpu.shares"), "512");
+    assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "17592186044415", "the sidecar's huge limit: the kernel's largest quota");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(claimer.cgroup_file("cpu", "cpu.cfs_quota_us"), "50000", "{}", s.hooks.log());
+    assert_eq!(claimer.cgroup_file("cpuset", "cpuset.cpus"), cpus, "not pinned to the CPU it asked for");
+    assert_eq!(s.hooks.count(&["drift corrected", &claimer.container_id]), 0, "{}", s.hooks.log());
+    claimer.remove(&mut rt).await;
+    be.remove(&mut rt).await;
 }

@@ -73,6 +73,7 @@ pub enum Method {
     StopContainer,
     RemoveContainer,
     UpdateContainerResources,
+    UpdatePodSandboxResources,
 }
 
 /// One row of the interception table: a CRI RuntimeService method, its name (the last part of
@@ -88,8 +89,9 @@ pub struct MethodSpec {
 /// The gRPC path prefixes of the intercepted services: CRI v1 and v1alpha2 RuntimeService.
 pub const SERVICES: [&str; 2] = ["/runtime.v1.RuntimeService/", "/runtime.v1alpha2.RuntimeService/"];
 
-/// Every intercepted method. Remove* have no stage; they are intercepted to keep the store exact.
-pub const METHODS: [MethodSpec; 8] = [
+/// Every intercepted method. Remove* and UpdatePodSandboxResources have no stage (koord has none
+/// for them); they are intercepted to keep the store exact.
+pub const METHODS: [MethodSpec; 9] = [
     MethodSpec { method: Method::RunPodSandbox, name: "RunPodSandbox", pre: Some(Stage::PreRunPodSandbox), post: None },
     MethodSpec { method: Method::StopPodSandbox, name: "StopPodSandbox", pre: None, post: Some(Stage::PostStopPodSandbox) },
     MethodSpec { method: Method::RemovePodSandbox, name: "RemovePodSandbox", pre: None, post: None },
@@ -108,6 +110,7 @@ pub const METHODS: [MethodSpec; 8] = [
         pre: Some(Stage::PreUpdateContainerResources),
         post: None,
     },
+    MethodSpec { method: Method::UpdatePodSandboxResources, name: "UpdatePodSandboxResources", pre: None, post: None },
 ];
 
 /// The row for a gRPC path (`/runtime.v1.RuntimeService/CreateContainer`, or the same under
@@ -180,6 +183,11 @@ pub enum Call {
     },
     RemovePodSandbox {
         id: String,
+    },
+    /// UpdatePodSandboxResources (CRI v1 only, kubelet 1.33+): what the store learns once the
+    /// runtime accepted it.
+    UpdatePodSandboxResources {
+        req: crate::newer_cri::UpdatePodSandboxResourcesRequest,
     },
 }
 
@@ -359,7 +367,7 @@ impl Interceptor {
     /// field) is in the store already: no runtime round trip.
     fn loads_from_store(&self, method: Method, id: &str) -> bool {
         match method {
-            Method::RunPodSandbox | Method::RemoveContainer | Method::RemovePodSandbox => true,
+            Method::RunPodSandbox | Method::RemoveContainer | Method::RemovePodSandbox | Method::UpdatePodSandboxResources => true,
             Method::CreateContainer | Method::StopPodSandbox => self.store.has_pod(id),
             Method::StartContainer | Method::StopContainer | Method::UpdateContainerResources => self.store.sandbox_of(id).is_some(),
         }
@@ -388,7 +396,9 @@ async fn after_woken_tasks() {
 fn pod_key(method: Method, id: &str, store: &Store) -> Option<String> {
     match method {
         Method::RunPodSandbox => None,
-        Method::CreateContainer | Method::StopPodSandbox | Method::RemovePodSandbox => Some(id.to_owned()),
+        Method::CreateContainer | Method::StopPodSandbox | Method::RemovePodSandbox | Method::UpdatePodSandboxResources => {
+            Some(id.to_owned())
+        }
         Method::StartContainer | Method::StopContainer | Method::RemoveContainer | Method::UpdateContainerResources => {
             Some(store.sandbox_of(id).unwrap_or_else(|| id.to_owned()))
         }
@@ -432,6 +442,9 @@ impl Call {
             Method::StopPodSandbox => Call::Pod { id: cri::StopPodSandboxRequest::decode(msg)?.pod_sandbox_id, pod: None },
             Method::RemoveContainer => Call::RemoveContainer { id: cri::RemoveContainerRequest::decode(msg)?.container_id },
             Method::RemovePodSandbox => Call::RemovePodSandbox { id: cri::RemovePodSandboxRequest::decode(msg)?.pod_sandbox_id },
+            Method::UpdatePodSandboxResources => {
+                Call::UpdatePodSandboxResources { req: crate::newer_cri::UpdatePodSandboxResourcesRequest::decode(msg)? }
+            }
         })
     }
 
@@ -446,7 +459,14 @@ impl Call {
         match self {
             Call::CreateContainer { req, hook } => {
                 if !store.has_pod(&req.pod_sandbox_id) {
-                    Box::pin(recover::fetch_pod(runtime, store, &req.pod_sandbox_id)).await?;
+                    if let Err(why) = Box::pin(recover::fetch_pod(runtime, store, &req.pod_sandbox_id)).await {
+                        // kubelet sends the pod's config with every CreateContainer: enough to
+                        // build the hook request from.
+                        if req.sandbox_config.is_empty() {
+                            return Err(why);
+                        }
+                        tracing::debug!(sandbox_id = %req.pod_sandbox_id, reason = %why, "store miss: the runtime's answer is unusable; pod read from the request's sandbox_config");
+                    }
                 }
                 *hook = container_hook_request(req, store).map_err(|e| format!("CreateContainerRequest.sandbox_config: {e}"))?;
                 if hook.is_none() {
@@ -483,7 +503,10 @@ impl Call {
                     None => Box::pin(recover::fetch_pod(runtime, store, id)).await?,
                 };
             }
-            Call::RunPodSandbox { .. } | Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => {}
+            Call::RunPodSandbox { .. }
+            | Call::RemoveContainer { .. }
+            | Call::RemovePodSandbox { .. }
+            | Call::UpdatePodSandboxResources { .. } => {}
         }
         Ok(())
     }
@@ -497,7 +520,7 @@ impl Call {
                 entry.as_ref().map(|e| (&e.hook.pod_labels, e.hook.pod_meta.as_ref()))
             }
             Call::Pod { pod, .. } => pod.as_ref().map(|p| (&p.labels, p.pod_meta.as_ref())),
-            Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } => None,
+            Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } | Call::UpdatePodSandboxResources { .. } => None,
         }
     }
 
@@ -618,6 +641,13 @@ impl Call {
             Call::Container { id, entry: Some(e) } => store.put_container(id, e.clone()),
             Call::RemoveContainer { id } => store.remove_container(id),
             Call::RemovePodSandbox { id } => store.remove_pod(id),
+            Call::UpdatePodSandboxResources { req } => {
+                let (overhead, resources) = (req.overhead.as_ref().map(convert::to_hook), req.resources.as_ref().map(convert::to_hook));
+                if !store.update_pod_resources(&req.pod_sandbox_id, overhead, resources) {
+                    // Nothing stale to fix: a later call that needs the pod asks the runtime.
+                    tracing::debug!(sandbox_id = %req.pod_sandbox_id, "UpdatePodSandboxResources: pod sandbox unknown to the store");
+                }
+            }
             _ => {}
         }
     }

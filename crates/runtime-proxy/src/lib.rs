@@ -11,6 +11,8 @@
 //!   and literal header blocks as bytes.
 //! * [`router`] — which calls are relayed, intercepted or sent on as unary calls; logs calls.
 //! * [`intercept`] — the hooked CRI methods: one generic flow, a table of stages.
+//!   [`newer_cri`] — CRI methods newer than the compiled proto (UpdatePodSandboxResources,
+//!   KEP-5825's list streams).
 //! * [`dispatch`] — calls the hook servers of a stage in order, with deadlines and policies.
 //! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
 //! * [`store`] — what the proxy knows of each pod sandbox and container.
@@ -36,6 +38,7 @@ pub mod intercept;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
+pub mod newer_cri;
 pub mod recover;
 pub mod registry;
 pub mod relay;

@@ -390,10 +390,11 @@ async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Store, w
 
 /// For a store miss at an ID-only CRI call: asks the runtime for pod sandbox `sandbox_id`
 /// (verbose status) and records it. Returns it, or `Ok(None)` when the runtime does not know it
-/// (`NOT_FOUND`: the call goes on and the runtime answers it).
+/// (`NOT_FOUND`) or cannot be reached (`UNAVAILABLE`): the call goes on, and the runtime answers
+/// it as it would without the proxy.
 ///
-/// Errors: the runtime knows the pod sandbox (or could not be asked) but what it says cannot be
-/// read: the status call's failure, or why its answer is unusable ([`pod_entry`]).
+/// Errors: the runtime knows the pod sandbox but what it says cannot be read: the status call's
+/// failure, or why its answer is unusable ([`pod_entry`]).
 pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Result<Option<hook::PodSandboxHookRequest>, String> {
     let answer = match pod_sandbox_status(channel, sandbox_id).await {
         Ok(a) => a,
@@ -401,6 +402,7 @@ pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Re
             tracing::debug!(sandbox_id, error = %e.message(), "store miss: runtime has no such pod sandbox");
             return Ok(None);
         }
+        Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(sandbox_id, &e)),
         Err(e) => {
             return Err(format!("pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()))
         }
@@ -417,7 +419,7 @@ pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Re
 
 /// For a store miss at an ID-only CRI call: asks the runtime for container `container_id`
 /// (its sandbox from ListContainers, then both verbose statuses) and records it.
-/// Returns it, or `Ok(None)` when the runtime does not know it.
+/// Returns it, or `Ok(None)` as [`fetch_pod`] does.
 ///
 /// Errors: as [`fetch_pod`], for the container or its pod sandbox.
 pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &str) -> Result<Option<ContainerEntry>, String> {
@@ -428,6 +430,7 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
             tracing::debug!(container_id, "store miss: runtime has no such container");
             return Ok(None);
         }
+        Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(container_id, &e)),
         Err(e) => {
             return Err(format!("container {container_id}: ListContainers failed: {}: {}", hook_api::code_name(e.code()), e.message()))
         }
@@ -445,6 +448,7 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
             tracing::debug!(container_id, error = %e.message(), "store miss: container gone");
             return Ok(None);
         }
+        Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(container_id, &e)),
         Err(e) => {
             return Err(format!("container {container_id}: ContainerStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()))
         }
@@ -458,6 +462,13 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
         }
         Err(why) => Err(format!("container {container_id}: its status from the runtime is unusable: {why}")),
     }
+}
+
+/// A store miss while the runtime cannot be reached: logged; the call goes on (and the runtime,
+/// still unreachable, answers it `UNAVAILABLE` as it would without the proxy).
+fn unreachable_runtime<T>(id: &str, e: &Status) -> Option<T> {
+    tracing::warn!(id, error = %e.message(), "store miss: the runtime cannot be reached; the call goes on without hooks");
+    None
 }
 
 /// One CRI v1 RuntimeService call (`path`) whose answer is read through the view `A`

@@ -6,13 +6,14 @@
 //! Entries are the hook requests as last sent to (and changed by) the hook servers, keyed by
 //! sandbox ID and container ID. Life cycle: written when RunPodSandbox / CreateContainer
 //! succeed, updated when a PreStartContainer hook changes the container or the backend accepts an
-//! UpdateContainerResources, removed when RemoveContainer / RemovePodSandbox succeed (removing a
-//! sandbox removes its containers). Readers get copies: no entry is ever mutated in place.
+//! UpdateContainerResources (the container) or an UpdatePodSandboxResources (the pod's overhead
+//! and resources), removed when RemoveContainer / RemovePodSandbox succeed (removing a sandbox
+//! removes its containers). Readers get copies: an entry changes only under the map's write lock.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use hook_api::v1alpha1::{ContainerResourceHookRequest, PodSandboxHookRequest};
+use hook_api::v1alpha1::{ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest};
 
 /// A container's entry: its sandbox ID and the hook request describing it (with
 /// `container_meta.id` set).
@@ -54,6 +55,35 @@ impl Store {
     /// Records (or replaces) the pod sandbox `sandbox_id`.
     pub fn put_pod(&self, sandbox_id: &str, pod: PodSandboxHookRequest) {
         self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(sandbox_id.to_owned(), pod);
+    }
+
+    /// Sets the stored overhead and resources of the pod sandbox `sandbox_id` to those given
+    /// (kubelet resized the pod: UpdatePodSandboxResources), and the `pod_resources` of each of
+    /// its stored containers to the new resources; `None` leaves that field as it is. Returns
+    /// false, changing nothing, when the pod is not known.
+    pub fn update_pod_resources(
+        &self,
+        sandbox_id: &str,
+        overhead: Option<LinuxContainerResources>,
+        resources: Option<LinuxContainerResources>,
+    ) -> bool {
+        {
+            let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+            let Some(pod) = pods.get_mut(sandbox_id) else { return false };
+            if overhead.is_some() {
+                pod.overhead = overhead;
+            }
+            if resources.is_some() {
+                pod.resources.clone_from(&resources);
+            }
+        }
+        if resources.is_some() {
+            let mut containers = self.containers.write().unwrap_or_else(|p| p.into_inner());
+            for c in containers.values_mut().filter(|c| c.sandbox_id == sandbox_id) {
+                c.hook.pod_resources.clone_from(&resources);
+            }
+        }
+        true
     }
 
     /// Forgets the pod sandbox `sandbox_id` and every container in it.
@@ -112,6 +142,35 @@ mod tests {
         drop(a);
         waiter.await.unwrap();
         assert!(locks.is_empty(), "unused locks are forgotten");
+    }
+
+    #[test]
+    fn pod_resources_follow_a_resize() {
+        let s = Store::new();
+        let res = |shares| Some(LinuxContainerResources { cpu_shares: shares, ..Default::default() });
+        let pod =
+            PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), overhead: res(10), resources: res(512), ..Default::default() };
+        s.put_pod("sb1", pod.clone());
+        s.put_pod("sb2", pod.clone());
+        let container = |sb: &str| ContainerEntry {
+            sandbox_id: sb.into(),
+            hook: ContainerResourceHookRequest { pod_resources: res(512), container_resources: res(256), ..Default::default() },
+        };
+        s.put_container("c1", container("sb1"));
+        s.put_container("c2", container("sb2"));
+        assert!(s.update_pod_resources("sb1", None, res(1024)), "known pod");
+        let got = s.pod("sb1").unwrap();
+        assert_eq!((got.overhead, got.resources), (res(10), res(1024)), "absent overhead kept, resources replaced");
+        assert_eq!(got.cgroup_parent, pod.cgroup_parent, "the rest as it was");
+        let c1 = s.container("c1").unwrap().hook;
+        assert_eq!((c1.pod_resources, c1.container_resources), (res(1024), res(256)), "its container sees the pod's new resources");
+        assert_eq!(s.container("c2").unwrap(), container("sb2"), "another pod's container untouched");
+        assert_eq!(s.pod("sb2").unwrap(), pod, "another pod untouched");
+        assert!(s.update_pod_resources("sb1", res(20), None));
+        assert_eq!(s.pod("sb1").unwrap().overhead, res(20));
+        assert_eq!(s.container("c1").unwrap().hook.pod_resources, res(1024), "no resources: containers as they were");
+        assert!(!s.update_pod_resources("unknown", res(1), res(1)), "an unknown pod is not made up");
+        assert_eq!(s.len(), (2, 2));
     }
 
     #[test]

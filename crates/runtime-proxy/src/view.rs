@@ -265,7 +265,7 @@ pub fn target(name: &str, message: &[u8]) -> String {
             Err(_) => crate::wire::string_field(message, 1).map(|id| format!("a container of pod sandbox {id}")).unwrap_or_default(),
         },
         _ => match crate::wire::string_field(message, 1) {
-            Some(id) if name.ends_with("PodSandbox") => format!("pod sandbox {id}"),
+            Some(id) if name.contains("PodSandbox") => format!("pod sandbox {id}"),
             Some(id) => format!("container {id}"),
             None => String::new(),
         },
@@ -514,6 +514,7 @@ mod tests {
         assert_eq!(target("StartContainer", &start.encode_to_vec()), "container c1");
         let stop = cri::StopPodSandboxRequest { pod_sandbox_id: "s1".into() };
         assert_eq!(target("StopPodSandbox", &stop.encode_to_vec()), "pod sandbox s1");
+        assert_eq!(target("UpdatePodSandboxResources", &stop.encode_to_vec()), "pod sandbox s1", "field 1 is its sandbox ID too");
         assert_eq!(target("RunPodSandbox", &[0xff]), "");
     }
 }

@@ -199,3 +199,129 @@ async fn a_hooked_call_without_a_body_gets_the_runtimes_answer() {
     assert_eq!(calls.len(), 1);
     assert!(calls[0].body.is_empty(), "the runtime got the call as the client sent it");
 }
+
+const RESIZE: &str = "/runtime.v1.RuntimeService/UpdatePodSandboxResources";
+
+fn resources(cpu_shares: i64, memory_limit_in_bytes: i64) -> cri::LinuxContainerResources {
+    cri::LinuxContainerResources { cpu_shares, memory_limit_in_bytes, ..Default::default() }
+}
+
+/// Runs a pod with overhead 10 CPU shares and resources 512 shares / 128 MiB through `rt`;
+/// returns its sandbox ID.
+async fn run_resizable_pod(rt: &mut RuntimeClient) -> String {
+    let sandbox_config = cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "uid-1".into(), namespace: "default".into(), attempt: 0 }),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: "/kubepods/burstable/poduid-1".into(),
+            overhead: Some(resources(10, 0)),
+            resources: Some(resources(512, 128 << 20)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let run = cri::RunPodSandboxRequest { config: Some(sandbox_config), runtime_handler: String::new() };
+    rt.run_pod_sandbox(run).await.expect("RunPodSandbox").into_inner().pod_sandbox_id
+}
+
+type RuntimeClient = cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>;
+
+/// An UpdatePodSandboxResourcesRequest (`k8s-cri` 0.11 does not know it), with a field this
+/// proxy does not read (4: an annotation map entry).
+fn resize_request(sandbox_id: &str, overhead: &cri::LinuxContainerResources, resources: &cri::LinuxContainerResources) -> Vec<u8> {
+    let mut request = Vec::new();
+    prost::encoding::string::encode(1, &sandbox_id.to_owned(), &mut request);
+    prost::encoding::message::encode(2, overhead, &mut request);
+    prost::encoding::message::encode(3, resources, &mut request);
+    request.extend_from_slice(&[0x22, 6, 0x0a, 1, b'k', 0x12, 1, b'v']);
+    request
+}
+
+/// The pod request the PostStopPodSandbox hook gets when `sandbox_id` is stopped: the stored pod.
+async fn stored_pod(rt: &mut RuntimeClient, hook: &TestHook, sandbox_id: &str) -> hook_api::v1alpha1::PodSandboxHookRequest {
+    use test_support::hooks::{next_seen, Seen};
+    let from = hook.seen().len();
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.to_owned() }).await.expect("StopPodSandbox");
+    let Seen::Pod(_, pod) = next_seen(hook, "PostStopPodSandbox", from).await else { panic!("a pod stage") };
+    pod
+}
+
+/// UpdatePodSandboxResources (kubelet 1.33+, in-place pod resize) reaches no hook stage and
+/// goes to the runtime byte for byte; once the runtime accepted it, the stored pod has the new
+/// overhead and resources, and so do later hook requests: the pod's (PostStopPodSandbox) and
+/// its containers' `pod_resources`, for a container created before the resize
+/// (PreUpdateContainerResources) and after it (PreCreateContainer).
+#[tokio::test]
+async fn a_pod_resize_reaches_the_runtime_unchanged_and_updates_the_store() {
+    use test_support::hooks::next_seen;
+    let fake = FakeBackend::start(Behaviour::Cri).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(&fake, dir.path());
+    let hook = TestHook::echoing(|_, _| {}).await;
+    let n = proxy.count_log(&["hook server added"]);
+    let stages = ["PreCreateContainer", "PreUpdateContainerResources", "PostStopPodSandbox"];
+    register(dir.path(), "echo.json", hook.socket(), "Fail", &stages, json!({}));
+    assert!(proxy.wait_log(&["hook server added"], n));
+    let mut rt = test_support::runtime_client(proxy.socket());
+    let sandbox_id = run_resizable_pod(&mut rt).await;
+    let container = |name: &str| cri::CreateContainerRequest {
+        pod_sandbox_id: sandbox_id.clone(),
+        config: Some(cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            ..Default::default()
+        }),
+        sandbox_config: None,
+    };
+    let from = hook.seen().len();
+    let container_id = rt.create_container(container("before")).await.expect("CreateContainer").into_inner().container_id;
+    let seen = next_seen(&hook, "PreCreateContainer", from).await.container();
+    assert_eq!(seen.pod_resources.map(|r| r.cpu_shares), Some(512), "the pod as run");
+
+    let (overhead, resized) = (resources(20, 0), resources(1024, 256 << 20));
+    let request = resize_request(&sandbox_id, &overhead, &resized);
+    let from = hook.seen().len();
+    raw::unary(test_support::channel(proxy.socket()), RESIZE, tonic::Request::new(Bytes::from(request.clone())))
+        .await
+        .expect("UpdatePodSandboxResources");
+    let calls = fake.calls_to(RESIZE);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].body, grpc_frame(&request), "forwarded byte for byte");
+    assert_eq!(hook.seen().len(), from, "no hook stage for it");
+
+    let to_hook = |r: &cri::LinuxContainerResources| Some(hook_api::convert::to_hook(r));
+    let update = cri::UpdateContainerResourcesRequest { container_id, linux: Some(resources(256, 0)), ..Default::default() };
+    rt.update_container_resources(update).await.expect("UpdateContainerResources");
+    let seen = next_seen(&hook, "PreUpdateContainerResources", from).await.container();
+    assert_eq!(seen.pod_resources, to_hook(&resized), "a container created before the resize");
+    let from = hook.seen().len();
+    rt.create_container(container("after")).await.expect("CreateContainer");
+    let seen = next_seen(&hook, "PreCreateContainer", from).await.container();
+    assert_eq!(seen.pod_resources, to_hook(&resized), "a container created after the resize");
+    let pod = stored_pod(&mut rt, &hook, &sandbox_id).await;
+    assert_eq!((pod.overhead, pod.resources), (to_hook(&overhead), to_hook(&resized)), "the stored pod");
+    assert_eq!(pod.cgroup_parent, "/kubepods/burstable/poduid-1", "the rest of the pod as it was");
+}
+
+/// A resize the runtime refuses reaches the client as the runtime's status and teaches the
+/// store nothing: the pod's hooks still get the overhead and resources it was run with.
+#[tokio::test]
+async fn a_refused_pod_resize_leaves_the_store_as_it_was() {
+    let fake = FakeBackend::start(Behaviour::CriRefusing(vec![RESIZE.into()])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = proxy(&fake, dir.path());
+    let hook = TestHook::echoing(|_, _| {}).await;
+    let n = proxy.count_log(&["hook server added"]);
+    register(dir.path(), "echo.json", hook.socket(), "Fail", &["PostStopPodSandbox"], json!({}));
+    assert!(proxy.wait_log(&["hook server added"], n));
+    let mut rt = test_support::runtime_client(proxy.socket());
+    let sandbox_id = run_resizable_pod(&mut rt).await;
+
+    let request = resize_request(&sandbox_id, &resources(20, 0), &resources(1024, 256 << 20));
+    let err = raw::unary(test_support::channel(proxy.socket()), RESIZE, tonic::Request::new(Bytes::from(request)))
+        .await
+        .expect_err("the runtime refuses it");
+    assert_eq!((err.code(), err.message()), (tonic::Code::FailedPrecondition, "fake backend: refused"));
+    assert_eq!(fake.calls_to(RESIZE).len(), 1, "it reached the runtime");
+    let pod = stored_pod(&mut rt, &hook, &sandbox_id).await;
+    let to_hook = |r: cri::LinuxContainerResources| Some(hook_api::convert::to_hook(&r));
+    assert_eq!((pod.overhead, pod.resources), (to_hook(resources(10, 0)), to_hook(resources(512, 128 << 20))), "as run");
+}

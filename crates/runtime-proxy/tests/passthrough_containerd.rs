@@ -291,3 +291,69 @@ async fn any_authority_is_accepted() {
         assert!(matches!(answer, HandmadeAnswer::Answered(_)), "authority {what:?}, StopContainer: {answer:?}");
     }
 }
+
+/// What a raw server-streaming call ended with: every message, or the status.
+async fn stream_outcome(channel: tonic::transport::Channel, path: &str) -> Result<Vec<Bytes>, (Code, String)> {
+    let failed = |s: tonic::Status| (s.code(), s.message().to_owned());
+    let mut stream = raw::server_streaming(channel, path, tonic::Request::new(Bytes::new())).await.map_err(failed)?.into_inner();
+    let mut messages = Vec::new();
+    while let Some(m) = stream.message().await.map_err(failed)? {
+        messages.push(m);
+    }
+    Ok(messages)
+}
+
+/// The methods of newer kubelets (1.33–1.36) that containerd 1.6 and 1.7 do not implement —
+/// KEP-5825's list streams and UpdatePodSandboxResources — get containerd's own UNIMPLEMENTED
+/// through the proxy, word for word, as directly (kubelet then falls back to the List* calls,
+/// and treats the resize call as best effort).
+#[tokio::test]
+async fn newer_kubelet_methods_get_containerds_own_answer() {
+    let (env, proxy) = setup();
+    let streams = [
+        "/runtime.v1.RuntimeService/StreamPodSandboxes",
+        "/runtime.v1.RuntimeService/StreamContainers",
+        "/runtime.v1.RuntimeService/StreamContainerStats",
+        "/runtime.v1.RuntimeService/StreamPodSandboxStats",
+        "/runtime.v1.RuntimeService/StreamPodSandboxMetrics",
+        "/runtime.v1.ImageService/StreamImages",
+    ];
+    // Before 2.0 none of them exists (a later containerd's answers are compared all the same).
+    let old = env.version.split('.').next().and_then(|m| m.parse::<u32>().ok()).is_some_and(|major| major < 2);
+    for path in streams {
+        let direct = stream_outcome(test_support::channel(&env.socket), path).await;
+        let proxied = stream_outcome(test_support::channel(proxy.socket()), path).await;
+        assert_eq!(proxied, direct, "{path} on containerd {}", env.version);
+        if old {
+            let (code, message) = proxied.expect_err("UNIMPLEMENTED");
+            assert_eq!(code, Code::Unimplemented, "{path}: {message}");
+            assert!(message.contains(path.rsplit('/').next().unwrap()), "{path}: {message}");
+        }
+    }
+    // StreamImages when images are served by another socket (a symlink to containerd's): the
+    // call is taken over, and its answer is still containerd's own.
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images.sock");
+    std::os::unix::fs::symlink(&env.socket, &images).unwrap();
+    let image_proxy = ProxyProcess::start(BIN, &env.socket, &["--remote-image-service-endpoint", images.to_str().unwrap()]);
+    let path = "/runtime.v1.ImageService/StreamImages";
+    let direct = stream_outcome(test_support::channel(&env.socket), path).await;
+    let proxied = stream_outcome(test_support::channel(image_proxy.socket()), path).await;
+    assert_eq!(proxied, direct, "{path} from another image socket, containerd {}", env.version);
+    if old {
+        assert_eq!(proxied.map_err(|(code, _)| code), Err(Code::Unimplemented));
+    }
+
+    const RESIZE: &str = "/runtime.v1.RuntimeService/UpdatePodSandboxResources";
+    let request = Bytes::from(vec![0x0a, 7, b'n', b'o', b'-', b'p', b'o', b'd', b'!']);
+    let outcome =
+        |r: Result<tonic::Response<Bytes>, tonic::Status>| r.map(|r| r.into_inner()).map_err(|s| (s.code(), s.message().to_owned()));
+    let direct = outcome(raw::unary(test_support::channel(&env.socket), RESIZE, tonic::Request::new(request.clone())).await);
+    let proxied = outcome(raw::unary(test_support::channel(proxy.socket()), RESIZE, tonic::Request::new(request)).await);
+    assert_eq!(proxied, direct, "UpdatePodSandboxResources on containerd {}", env.version);
+    if old {
+        let (code, message) = proxied.expect_err("UNIMPLEMENTED");
+        assert_eq!(code, Code::Unimplemented, "{message}");
+        assert!(message.contains("UpdatePodSandboxResources"), "{message}");
+    }
+}

@@ -1,13 +1,14 @@
 //! Pass-through properties real containerd cannot show, proven with an in-process fake backend:
 //! metadata in both directions, trailers and status details, byte-identical bodies, answers beyond
-//! 16 MiB, an expiring deadline, a backend that is down.
+//! 16 MiB, an expiring deadline, a backend that is down, KEP-5825's list streams message by
+//! message.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use k8s_cri::v1 as cri;
 use prost::Message;
-use test_support::fake_backend::{grpc_frame, Behaviour, FakeBackend};
+use test_support::fake_backend::{grpc_frame, Behaviour, FakeBackend, StreamFeed};
 use test_support::proxy::ProxyProcess;
 use test_support::{raw, runtime_client};
 use tonic::metadata::{BinaryMetadataValue, MetadataValue};
@@ -189,4 +190,258 @@ async fn a_header_block_of_too_many_fields_ends_the_connection_not_the_proxy() {
     assert_eq!(goaway, Some(1), "GOAWAY(PROTOCOL_ERROR) before the close: {seen:?}");
     let v = runtime_client(proxy.socket()).version(cri::VersionRequest::default()).await.expect("the proxy still serves");
     assert_eq!(v.into_inner().runtime_name, "fake");
+}
+
+/// KEP-5825's server-streaming lists (cri-api 1.36, kubelet's `CRIListStreaming`). `k8s-cri`
+/// 0.11 does not know them: called with raw gRPC.
+const LIST_STREAMS: [&str; 6] = [
+    "/runtime.v1.RuntimeService/StreamPodSandboxes",
+    "/runtime.v1.RuntimeService/StreamContainers",
+    "/runtime.v1.RuntimeService/StreamContainerStats",
+    "/runtime.v1.RuntimeService/StreamPodSandboxStats",
+    "/runtime.v1.RuntimeService/StreamPodSandboxMetrics",
+    "/runtime.v1.ImageService/StreamImages",
+];
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// The `i`th message a list stream of `path` sends: its item (field 1: a pod sandbox, a
+/// container, their stats or metrics, an image) named `<method>-<i>`; message 1 also carries a
+/// 256 KiB field no CRI version has, so it spans many DATA frames and more than a stream window.
+fn streamed(path: &str, i: usize) -> Vec<u8> {
+    use prost::encoding::message::encode;
+    let method = path.rsplit('/').next().unwrap_or_default();
+    let id = format!("{method}-{i}");
+    let mut out = Vec::new();
+    match method {
+        "StreamPodSandboxes" => encode(1, &cri::PodSandbox { id, ..Default::default() }, &mut out),
+        "StreamContainers" => encode(1, &cri::Container { id, pod_sandbox_id: "sb-1".into(), ..Default::default() }, &mut out),
+        "StreamContainerStats" => {
+            let attributes = Some(cri::ContainerAttributes { id, ..Default::default() });
+            encode(1, &cri::ContainerStats { attributes, ..Default::default() }, &mut out)
+        }
+        "StreamPodSandboxStats" => {
+            let attributes = Some(cri::PodSandboxAttributes { id, ..Default::default() });
+            encode(1, &cri::PodSandboxStats { attributes, ..Default::default() }, &mut out)
+        }
+        "StreamPodSandboxMetrics" => encode(1, &cri::PodSandboxMetrics { pod_sandbox_id: id, ..Default::default() }, &mut out),
+        _ => encode(1, &cri::Image { id, ..Default::default() }, &mut out),
+    }
+    if i == 1 {
+        prost::encoding::bytes::encode(99, &vec![0x5a_u8; 256 << 10], &mut out);
+    }
+    out
+}
+
+/// The next message of `stream`, waiting at most 5 s (`what` names it in failures).
+async fn next_message(stream: &mut tonic::Streaming<Bytes>, what: &str) -> Result<Option<Bytes>, tonic::Status> {
+    tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing reached the client within 5 s while the runtime held back what comes next"))
+}
+
+/// One call of the list stream `path` through `channel` (the proxy), with the backend `fake`
+/// writing it through `feed`: each message is sent only once the client has the one before (a
+/// proxy that held messages back, until the end of the stream or until more bytes came, fails
+/// here); bytes, metadata and trailers as sent both ways.
+async fn stream_message_by_message(channel: tonic::transport::Channel, fake: &FakeBackend, path: &str, feed: &StreamFeed) {
+    // The List* twin's filter (field 1, an ID in it) and a field no CRI version has.
+    let mut request = Vec::new();
+    prost::encoding::message::encode(1, &cri::ContainerFilter { id: "filter-id".into(), ..Default::default() }, &mut request);
+    request.extend_from_slice(&[0xf8, 0x06, 0x2a]);
+    let mut req = tonic::Request::new(Bytes::from(request.clone()));
+    req.metadata_mut().insert("traceparent", MetadataValue::from_static(TRACEPARENT));
+    req.set_timeout(Duration::from_secs(30));
+    let opened = tokio::time::timeout(Duration::from_secs(10), raw::server_streaming(channel, path, req)).await;
+    let resp = opened.unwrap_or_else(|_| panic!("{path}: no response head")).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+    assert_eq!(resp.metadata().get("x-backend-header").map(|v| v.to_str().unwrap()), Some("from-backend"), "{path}");
+    let mut stream = resp.into_inner();
+    for i in 0..3 {
+        let message = streamed(path, i);
+        assert!(feed.message(&message), "{path}: the runtime's stream is still open");
+        let got = next_message(&mut stream, &format!("{path} message {i}")).await;
+        let got = got.unwrap_or_else(|e| panic!("{path}: {e:?}")).unwrap_or_else(|| panic!("{path}: ended after {i} messages"));
+        assert!(got == message, "{path}: message {i} byte for byte ({} bytes, want {})", got.len(), message.len());
+    }
+    let method = path.rsplit('/').next().unwrap();
+    assert!(feed.end(&[("grpc-status", "0"), ("x-backend-trailer", method)]));
+    let end = next_message(&mut stream, &format!("{path} end")).await;
+    assert!(matches!(end, Ok(None)), "{path}: the stream ends OK: {end:?}");
+    let trailers = stream.trailers().await.unwrap_or_else(|e| panic!("{path}: {e:?}")).expect("trailers");
+    assert_eq!(trailers.get("x-backend-trailer").map(|v| v.to_str().unwrap()), Some(method), "{path}");
+
+    let calls = fake.calls_to(path);
+    assert_eq!(calls.len(), 1, "{path}: one call reached the runtime");
+    assert_eq!(calls[0].body, grpc_frame(&request), "{path}: request byte-identical");
+    assert_eq!(calls[0].headers["traceparent"], TRACEPARENT, "{path}");
+    assert!(calls[0].headers.contains_key("grpc-timeout"), "{path}: deadline forwarded: {:?}", calls[0].headers);
+}
+
+#[tokio::test]
+async fn list_streams_pass_message_by_message_unbuffered() {
+    let (behaviour, feeds) = Behaviour::streams(&LIST_STREAMS, &[("x-backend-header", "from-backend")]);
+    let fake = FakeBackend::start(behaviour).await;
+    let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
+    let channel = test_support::channel(proxy.socket());
+    for (path, feed) in LIST_STREAMS.iter().zip(&feeds) {
+        stream_message_by_message(channel.clone(), &fake, path, feed).await;
+    }
+}
+
+/// StreamImages when images are served by another socket (the call is taken over, not relayed):
+/// still message by message, with its metadata, trailers, a failed end and a client's reset;
+/// and, as the control that shows the test sees holding back, a method the proxy does not know
+/// as a server stream, taken over as one unary call, answered whole once it ended.
+#[tokio::test]
+async fn stream_images_on_another_image_socket_passes_message_by_message() {
+    const STREAM_IMAGES: &str = "/runtime.v1.ImageService/StreamImages";
+    let runtime = FakeBackend::start(Behaviour::Cri).await;
+    let paths = [
+        STREAM_IMAGES,
+        "/runtime.v1alpha2.ImageService/StreamImages",
+        "/runtime.v1.ImageService/StreamImagesToo",
+        "/runtime.v2.ImageService/StreamImages",
+    ];
+    let (behaviour, feeds) = Behaviour::streams(&paths, &[("x-backend-header", "from-backend")]);
+    let images = FakeBackend::start(behaviour).await;
+    let image_socket = images.socket().to_str().unwrap();
+    let proxy = ProxyProcess::start(BIN, runtime.socket(), &["--remote-image-service-endpoint", image_socket]);
+    let channel = test_support::channel(proxy.socket());
+    stream_message_by_message(channel.clone(), &images, STREAM_IMAGES, &feeds[0]).await;
+    assert!(runtime.calls_to(STREAM_IMAGES).is_empty(), "served by the image socket");
+
+    // A failed end after a message.
+    let mut stream = raw::server_streaming(channel.clone(), paths[1], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
+    let message = streamed(STREAM_IMAGES, 0);
+    feeds[1].message(&message);
+    assert_eq!(next_message(&mut stream, "first message").await.unwrap().as_deref(), Some(&message[..]));
+    feeds[1].end(&[("grpc-status", "13"), ("grpc-message", "listing failed: boom")]);
+    let err = next_message(&mut stream, "failed end").await.unwrap_err();
+    assert_eq!((err.code(), err.message()), (Code::Internal, "listing failed: boom"), "{err:?}");
+
+    // The client gives up mid-stream: the image socket's stream is reset.
+    let mut stream = raw::server_streaming(channel.clone(), paths[3], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
+    feeds[3].message(&message);
+    assert!(next_message(&mut stream, "first message").await.unwrap().is_some());
+    assert!(!feeds[3].closed(), "the image socket's stream is open while the client reads");
+    drop(stream);
+    assert!(
+        test_support::wait_until(Duration::from_secs(5), || async { feeds[3].closed() }).await,
+        "the client's reset reached the image socket's stream"
+    );
+
+    // Not a server stream the proxy knows: taken over as one unary call, answered whole.
+    let call = tokio::spawn(raw::server_streaming(channel.clone(), paths[2], tonic::Request::new(Bytes::new())));
+    assert!(test_support::wait_until(Duration::from_secs(5), || async { !images.calls_to(paths[2]).is_empty() }).await);
+    feeds[2].message(&message);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!call.is_finished(), "an unknown method's answer waits for its end");
+    feeds[2].end(&[("grpc-status", "0")]);
+    let mut stream = call.await.unwrap().expect("answered").into_inner();
+    assert_eq!(next_message(&mut stream, "whole answer").await.unwrap().as_deref(), Some(&message[..]));
+}
+/// A list stream the runtime fails after a message ends with the runtime's status (kubelet
+/// discards what it got and retries), and a client that gives up mid-stream has the runtime's
+/// stream reset.
+#[tokio::test]
+async fn a_list_stream_ends_with_the_runtimes_status_or_the_clients_reset() {
+    let paths = ["/runtime.v1.RuntimeService/StreamContainers", "/runtime.v1.RuntimeService/StreamPodSandboxes"];
+    let (behaviour, feeds) = Behaviour::streams(&paths, &[]);
+    let fake = FakeBackend::start(behaviour).await;
+    let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
+    let channel = test_support::channel(proxy.socket());
+
+    let mut stream = raw::server_streaming(channel.clone(), paths[0], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
+    let message = streamed(paths[0], 0);
+    feeds[0].message(&message);
+    assert_eq!(next_message(&mut stream, "first message").await.unwrap().as_deref(), Some(&message[..]));
+    feeds[0].end(&[("grpc-status", "13"), ("grpc-message", "listing failed: boom")]);
+    let err = next_message(&mut stream, "failed end").await.unwrap_err();
+    assert_eq!((err.code(), err.message()), (Code::Internal, "listing failed: boom"), "{err:?}");
+
+    let mut stream = raw::server_streaming(channel.clone(), paths[1], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
+    feeds[1].message(&streamed(paths[1], 0));
+    assert!(next_message(&mut stream, "first message").await.unwrap().is_some());
+    assert!(!feeds[1].closed(), "the runtime's stream is open while the client reads");
+    drop(stream);
+    assert!(
+        test_support::wait_until(Duration::from_secs(5), || async { feeds[1].closed() }).await,
+        "the client's reset reached the runtime's stream"
+    );
+}
+
+/// A runtime that lacks the newer methods (containerd 1.7, 2.0) answers UNIMPLEMENTED; the
+/// client gets that status, word for word, as it gets it directly (kubelet then falls back to
+/// the List* calls).
+#[tokio::test]
+async fn unimplemented_newer_methods_come_back_as_the_runtimes_own_status() {
+    let fake = FakeBackend::start(Behaviour::Reply {
+        headers: vec![],
+        body: Bytes::new(),
+        trailers: vec![("grpc-status".into(), "12".into()), ("grpc-message".into(), "unknown method for service runtime.v1".into())],
+        delay: Duration::ZERO,
+    })
+    .await;
+    let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
+    for path in LIST_STREAMS {
+        let direct = raw::server_streaming(test_support::channel(fake.socket()), path, tonic::Request::new(Bytes::new())).await;
+        let proxied = raw::server_streaming(test_support::channel(proxy.socket()), path, tonic::Request::new(Bytes::new())).await;
+        // The fake answers with an empty DATA frame before its trailers: a stream that ends
+        // at once with the status.
+        let status = |r: Result<tonic::Response<tonic::Streaming<Bytes>>, tonic::Status>| async move {
+            match r {
+                Err(status) => status,
+                Ok(resp) => resp.into_inner().message().await.expect_err("an error status"),
+            }
+        };
+        let (direct, proxied) = (status(direct).await, status(proxied).await);
+        assert_eq!(proxied.code(), Code::Unimplemented, "{path}: {proxied:?}");
+        assert_eq!((proxied.code(), proxied.message()), (direct.code(), direct.message()), "{path}");
+    }
+    let path = "/runtime.v1.RuntimeService/UpdatePodSandboxResources";
+    let direct = raw::unary(test_support::channel(fake.socket()), path, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    let proxied = raw::unary(test_support::channel(proxy.socket()), path, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    assert_eq!(proxied.code(), Code::Unimplemented, "{proxied:?}");
+    assert_eq!((proxied.code(), proxied.message()), (direct.code(), direct.message()));
+}
+
+/// On a client connection whose runtime connection is gone, a list stream is answered
+/// UNAVAILABLE (as GetContainerEvents), never taken over as one unary call whose messages would
+/// wait for its end; once the runtime is back the client's next connection streams.
+#[tokio::test]
+async fn a_list_stream_is_never_taken_over_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("runtime.sock");
+    let proxy = ProxyProcess::start(BIN, &socket, &[]);
+    let channel = test_support::channel(proxy.socket());
+    // The connection is made while the runtime is down: it has no runtime connection.
+    let err = runtime_client(proxy.socket()).version(cri::VersionRequest::default()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    let down = raw::server_streaming(channel.clone(), LIST_STREAMS[1], tonic::Request::new(Bytes::new())).await.unwrap_err();
+    assert_eq!(down.code(), Code::Unavailable, "{down:?}");
+
+    let (behaviour, feeds) = Behaviour::streams(&LIST_STREAMS[1..2], &[]);
+    let fake = FakeBackend::start_at(behaviour, &socket).await;
+    let started = std::time::Instant::now();
+    let mut stream = loop {
+        let opened = tokio::time::timeout(
+            Duration::from_secs(5),
+            raw::server_streaming(channel.clone(), LIST_STREAMS[1], tonic::Request::new(Bytes::new())),
+        )
+        .await
+        .expect("an answer or a response head within 5 s, not a stream held back whole");
+        match opened {
+            Ok(resp) => break resp.into_inner(),
+            Err(e) if e.code() == Code::Unavailable && started.elapsed() < Duration::from_secs(10) => {
+                assert!(fake.calls_to(LIST_STREAMS[1]).is_empty(), "UNAVAILABLE without calling the runtime");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    let message = streamed(LIST_STREAMS[1], 0);
+    feeds[0].message(&message);
+    assert_eq!(next_message(&mut stream, "first message").await.unwrap().as_deref(), Some(&message[..]), "relayed, not held");
+    feeds[0].end(&[("grpc-status", "0")]);
+    assert!(matches!(next_message(&mut stream, "end").await, Ok(None)));
 }

@@ -1,9 +1,12 @@
 //! An in-process HTTP/2 server standing in for the runtime, for what real containerd cannot show:
-//! which metadata arrived, an answer with custom trailers or a 20 MiB body, a backend that hangs.
+//! which metadata arrived, an answer with custom trailers or a 20 MiB body, a backend that hangs,
+//! a server stream written message by message as the test says ([`Behaviour::stream`]).
 //! It speaks raw HTTP/2 (no gRPC decoding), so it answers any path.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +16,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::UnixListener;
+use tokio::sync::mpsc;
 
 /// How the fake answers every call.
 #[derive(Clone, Debug)]
@@ -26,9 +30,61 @@ pub enum Behaviour {
     /// PodSandboxStatus and ContainerStatus `NOT_FOUND` (it keeps no objects), every other call
     /// an empty OK message (empty lists for ListPodSandbox / ListContainers). Nothing is decoded.
     Cri,
+    /// As [`Cri`](Behaviour::Cri), but calls on these paths are refused: `FAILED_PRECONDITION`,
+    /// `fake backend: refused`.
+    CriRefusing(Vec<String>),
     /// Answer the response head and `body`, then fail the body: hyper resets the stream
     /// (`RST_STREAM`) instead of sending trailers, as a backend that aborts a call does.
     ResetAfter { body: Bytes },
+    /// The first call on each path of `feeds` is answered with a server stream the test writes
+    /// through that path's [`StreamFeed`] ([`Behaviour::streams`]): the response head (with
+    /// `headers`) at once, each part when the test sends it, nothing before. A later call on
+    /// such a path is answered `UNAVAILABLE` (one feed, one call); calls on other paths as
+    /// [`Cri`] (the proxy's own store recovery at start-up).
+    ///
+    /// [`Cri`]: Behaviour::Cri
+    Stream { headers: Vec<(String, String)>, feeds: Arc<Mutex<HashMap<String, Option<mpsc::UnboundedReceiver<StreamPart>>>>> },
+}
+
+/// One part of a server stream the test feeds to [`Behaviour::Stream`].
+#[derive(Debug)]
+pub enum StreamPart {
+    /// Bytes of the body, sent as one DATA frame (a gRPC-framed message, or any part of one).
+    Data(Bytes),
+    /// The trailers; they end the stream.
+    Trailers(Vec<(String, String)>),
+}
+
+/// The test's end of a [`Behaviour::Stream`]: what it sends is written to the call's stream as
+/// it is sent, in order.
+#[derive(Debug)]
+pub struct StreamFeed {
+    tx: mpsc::UnboundedSender<StreamPart>,
+}
+
+impl StreamFeed {
+    /// Sends one message (gRPC-framed here: uncompressed flag, length, bytes). False when the
+    /// call is gone (its client reset it) and nothing can be sent any more.
+    pub fn message(&self, message: &[u8]) -> bool {
+        self.tx.send(StreamPart::Data(grpc_frame(message))).is_ok()
+    }
+
+    /// Sends raw body bytes as one DATA frame; false as for [`message`](Self::message).
+    pub fn data(&self, bytes: Bytes) -> bool {
+        self.tx.send(StreamPart::Data(bytes)).is_ok()
+    }
+
+    /// Ends the stream with these trailers (e.g. `grpc-status: 0`); false as for
+    /// [`message`](Self::message).
+    pub fn end(&self, trailers: &[(&str, &str)]) -> bool {
+        let trailers = trailers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.tx.send(StreamPart::Trailers(trailers)).is_ok()
+    }
+
+    /// True once the call's stream is gone: ended, or reset by its client (hyper drops the body).
+    pub fn closed(&self) -> bool {
+        self.tx.is_closed()
+    }
 }
 
 /// One call as the fake received it.
@@ -62,6 +118,19 @@ pub fn grpc_frame(msg: &[u8]) -> Bytes {
 }
 
 impl Behaviour {
+    /// A [`Behaviour::Stream`] for one call on each of `paths`, whose response heads carry
+    /// `headers`, and the feeds the test writes those streams with (in the order of `paths`).
+    pub fn streams(paths: &[&str], headers: &[(&str, &str)]) -> (Behaviour, Vec<StreamFeed>) {
+        let (mut feeds, mut senders) = (HashMap::new(), Vec::new());
+        for path in paths {
+            let (tx, rx) = mpsc::unbounded_channel();
+            feeds.insert(path.to_string(), Some(rx));
+            senders.push(StreamFeed { tx });
+        }
+        let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        (Behaviour::Stream { headers, feeds: Arc::new(Mutex::new(feeds)) }, senders)
+    }
+
     /// A successful unary answer carrying `message` (already encoded), no delay.
     pub fn ok(message: &[u8]) -> Behaviour {
         Behaviour::Reply {
@@ -78,6 +147,17 @@ impl FakeBackend {
     pub async fn start(behaviour: Behaviour) -> FakeBackend {
         let dir = tempfile::Builder::new().prefix("rp-fake").tempdir().expect("temp dir");
         let socket = dir.path().join("fake.sock");
+        Self::serve(behaviour, socket, dir)
+    }
+
+    /// Starts serving on `socket` (a path that does not exist yet: a runtime that comes up
+    /// where the proxy expects it). The caller keeps the directory.
+    pub async fn start_at(behaviour: Behaviour, socket: &Path) -> FakeBackend {
+        let dir = tempfile::Builder::new().prefix("rp-fake").tempdir().expect("temp dir");
+        Self::serve(behaviour, socket.to_owned(), dir)
+    }
+
+    fn serve(behaviour: Behaviour, socket: PathBuf, dir: tempfile::TempDir) -> FakeBackend {
         let listener = UnixListener::bind(&socket).expect("bind fake backend");
         let recorded = Arc::new(Mutex::new(Vec::new()));
         let dropped = Arc::new(AtomicUsize::new(0));
@@ -139,7 +219,34 @@ impl Drop for CountOnDrop {
     }
 }
 
-type FakeBody = StreamBody<futures_lite::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>>;
+type FakeFrames = Pin<Box<dyn futures_lite::Stream<Item = Result<Frame<Bytes>, std::io::Error>> + Send>>;
+type FakeBody = StreamBody<FakeFrames>;
+
+/// A body of these frames, all there at once.
+fn frames_body(frames: Vec<Result<Frame<Bytes>, std::io::Error>>) -> FakeBody {
+    StreamBody::new(Box::pin(futures_lite::stream::iter(frames)))
+}
+
+/// A body written as the test sends its parts; it ends after the trailers (or when the feed is
+/// dropped).
+fn fed_body(parts: mpsc::UnboundedReceiver<StreamPart>) -> FakeBody {
+    let frames = futures_lite::stream::unfold(Some(parts), |parts| async move {
+        let mut parts = parts?;
+        match parts.recv().await? {
+            StreamPart::Data(bytes) => Some((Ok(Frame::data(bytes)), Some(parts))),
+            StreamPart::Trailers(trailers) => Some((Ok(Frame::trailers(header_map(trailers))), None)),
+        }
+    });
+    StreamBody::new(Box::pin(frames))
+}
+
+fn header_map(fields: Vec<(String, String)>) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (k, v) in fields {
+        map.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(&v).unwrap());
+    }
+    map
+}
 
 async fn answer(
     req: Request<Incoming>,
@@ -154,10 +261,24 @@ async fn answer(
     // stream reset before that (runtime-proxy resets the runtime's copy of every call it takes
     // over) never becomes a call.
     let Ok(body) = body.collect().await.map(|c| c.to_bytes()) else {
-        return Response::new(StreamBody::new(futures_lite::stream::iter(Vec::new())));
+        return Response::new(frames_body(Vec::new()));
     };
     let record = Recorded { path, headers: parts.headers, body, head_at, whole_at: std::time::Instant::now() };
     match behaviour {
+        Behaviour::Stream { headers, feeds } if feeds.lock().unwrap().contains_key(&record.path) => {
+            let parts = feeds.lock().unwrap().get_mut(&record.path).and_then(Option::take);
+            rec.lock().unwrap().push(record);
+            let mut resp = Response::builder().status(200).header("content-type", "application/grpc");
+            let Some(parts) = parts else {
+                let trailers =
+                    vec![("grpc-status".into(), "14".into()), ("grpc-message".into(), "fake backend: stream already served".into())];
+                return resp.body(frames_body(vec![Ok(Frame::trailers(header_map(trailers)))])).unwrap();
+            };
+            for (k, v) in headers {
+                resp = resp.header(k, v);
+            }
+            resp.body(fed_body(parts)).unwrap()
+        }
         Behaviour::Hang => {
             rec.lock().unwrap().push(record);
             let guard = CountOnDrop(dropped);
@@ -165,8 +286,14 @@ async fn answer(
             drop(guard);
             unreachable!()
         }
-        Behaviour::Cri => {
-            let (data, trailers) = cri_answer(&record.path);
+        Behaviour::Cri | Behaviour::CriRefusing(_) | Behaviour::Stream { .. } => {
+            let (data, trailers) = match &behaviour {
+                Behaviour::CriRefusing(paths) if paths.contains(&record.path) => {
+                    let trailers = vec![("grpc-status".into(), "9".into()), ("grpc-message".into(), "fake backend: refused".into())];
+                    (None, header_map(trailers))
+                }
+                _ => cri_answer(&record.path),
+            };
             rec.lock().unwrap().push(record);
             let mut frames = Vec::new();
             if let Some(data) = data {
@@ -174,13 +301,13 @@ async fn answer(
             }
             frames.push(Ok(Frame::trailers(trailers)));
             let resp = Response::builder().status(200).header("content-type", "application/grpc");
-            resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
+            resp.body(frames_body(frames)).unwrap()
         }
         Behaviour::ResetAfter { body: reply } => {
             rec.lock().unwrap().push(record);
             let frames = vec![Ok(Frame::data(reply)), Err(std::io::Error::other("the fake backend aborts the call"))];
             let resp = Response::builder().status(200).header("content-type", "application/grpc");
-            resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
+            resp.body(frames_body(frames)).unwrap()
         }
         Behaviour::Reply { headers, body: reply, trailers, delay } => {
             rec.lock().unwrap().push(record);
@@ -193,12 +320,8 @@ async fn answer(
             for (k, v) in headers {
                 resp = resp.header(k, v);
             }
-            let mut t = HeaderMap::new();
-            for (k, v) in trailers {
-                t.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(&v).unwrap());
-            }
-            let frames = vec![Ok(Frame::data(reply)), Ok(Frame::trailers(t))];
-            resp.body(StreamBody::new(futures_lite::stream::iter(frames))).unwrap()
+            let frames = vec![Ok(Frame::data(reply)), Ok(Frame::trailers(header_map(trailers)))];
+            resp.body(frames_body(frames)).unwrap()
         }
     }
 }

@@ -49,6 +49,24 @@ pub async fn unary(channel: Channel, path: &'static str, request: tonic::Request
     grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
 }
 
+/// Calls the server-streaming method `path` (e.g. `/runtime.v1.RuntimeService/StreamContainers`)
+/// with `request` bytes and a 64 MiB message limit. Returns once the response head is in: its
+/// metadata, and the stream, which yields each message's bytes as it arrives
+/// (`Streaming::message`) and then the trailers (`Streaming::trailers`).
+///
+/// Errors: the call's status when it fails before any message (a trailers-only answer such as
+/// `UNIMPLEMENTED`), `INVALID_ARGUMENT` for a `path` that is not a URI path.
+pub async fn server_streaming(
+    channel: Channel,
+    path: &str,
+    request: tonic::Request<Bytes>,
+) -> Result<tonic::Response<tonic::Streaming<Bytes>>, Status> {
+    let path = PathAndQuery::try_from(path.to_owned()).map_err(|e| Status::invalid_argument(format!("{path}: {e}")))?;
+    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(64 << 20);
+    grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
+    grpc.server_streaming(request, path, RawCodec).await
+}
+
 /// What a plain HTTP/2 call returned: response headers, body bytes, trailers.
 #[derive(Debug)]
 pub struct Http2Answer {

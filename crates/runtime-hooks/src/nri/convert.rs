@@ -7,6 +7,11 @@
 //! | `PodSandbox.linux.cgroup_parent` | `cgroup_parent` (kubelet's, as containerd got it) |
 //! | `Container.name` (the CRI metadata name), `id`, `annotations` | the same [`ContainerContext`] fields |
 //! | `Container.env` (`KEY=VALUE` strings) | `envs` |
+//!
+//! Labels, annotations and env arrive as bytes (`proto/nri/api.proto`): an entry whose key or
+//! value is not UTF-8 is left out of the context ([`crate::lenient`]), and the container is
+//! handled like any other; adjustments carry only the plugins' changes, so what was left out
+//! stays as the container has it.
 //! | `Container.linux.resources` (or an update's new resources) | `resources` in CRI units |
 //!
 //! | [`Change`] | `ContainerAdjustment` (CreateContainer) | `ContainerUpdate` (UpdateContainer, Synchronize, rule changes) |
@@ -26,6 +31,12 @@ use hook_api::v1alpha1::LinuxContainerResources;
 use super::proto::api as nri;
 use crate::change::{Change, Resources};
 use crate::context::{ContainerContext, PodContext};
+use crate::lenient::{utf8_map, utf8_strings};
+
+/// NRI map entries (bytes) as a map, leaving out those that are not UTF-8.
+pub fn map_of(entries: &[nri::BytesEntry]) -> HashMap<String, String> {
+    utf8_map(entries.iter().map(|e| (e.key.as_slice(), e.value.as_slice())))
+}
 
 /// The plugins' view of an NRI pod.
 pub fn pod_context(pod: &nri::PodSandbox) -> PodContext {
@@ -33,8 +44,8 @@ pub fn pod_context(pod: &nri::PodSandbox) -> PodContext {
         name: pod.name.clone(),
         namespace: pod.namespace.clone(),
         uid: pod.uid.clone(),
-        labels: pod.labels.clone(),
-        annotations: pod.annotations.clone(),
+        labels: map_of(&pod.labels),
+        annotations: map_of(&pod.annotations),
         cgroup_parent: pod.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default(),
     }
 }
@@ -47,8 +58,8 @@ pub fn container_context(pod: &nri::PodSandbox, container: &nri::Container, reso
         pod: pod_context(pod),
         name: container.name.clone(),
         id: container.id.clone(),
-        annotations: container.annotations.clone(),
-        envs: envs(&container.env),
+        annotations: map_of(&container.annotations),
+        envs: envs(&utf8_strings(&container.env)),
         resources: resources.map(cri_resources),
     }
 }
@@ -128,13 +139,18 @@ pub fn update(container_id: &str, change: &Change, shared_cpus: impl FnOnce() ->
 mod tests {
     use super::*;
 
+    fn entry(k: &str, v: &[u8]) -> nri::BytesEntry {
+        nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.to_vec() }
+    }
+
     fn pod() -> nri::PodSandbox {
         nri::PodSandbox {
             id: "sb".into(),
             name: "p".into(),
             namespace: "ns".into(),
             uid: "u".into(),
-            labels: [("koordinator.sh/qosClass".to_string(), "BE".to_string())].into(),
+            labels: vec![entry("koordinator.sh/qosClass", b"BE")],
+            annotations: vec![entry("note", b"\xff\xfe"), entry("ok", b"yes")],
             linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/podu".into(), ..Default::default() }),
             ..Default::default()
         }
@@ -145,7 +161,8 @@ mod tests {
         let c = nri::Container {
             id: "c1".into(),
             name: "main".into(),
-            env: vec!["PATH=/bin".into(), "A=b=c".into(), "BARE".into()],
+            env: vec![b"PATH=/bin".to_vec(), b"A=b=c".to_vec(), b"BARE".to_vec(), b"TOKEN=\xff\x80".to_vec()],
+            annotations: vec![entry("c", b"1"), entry("bad", b"\xc3")],
             linux: Some(nri::LinuxContainer {
                 resources: Some(nri::LinuxResources {
                     cpu: Some(nri::LinuxCpu {
@@ -165,6 +182,9 @@ mod tests {
         assert_eq!(ctx.pod.qos(), crate::context::QosClass::Be);
         assert_eq!(ctx.pod.kube_qos(), crate::context::KubeQos::BestEffort);
         assert_eq!((ctx.envs["PATH"].as_str(), ctx.envs["A"].as_str(), ctx.envs["BARE"].as_str()), ("/bin", "b=c", ""));
+        assert!(!ctx.envs.contains_key("TOKEN"), "an env that is not UTF-8 is left out");
+        assert_eq!(ctx.annotations, [("c".to_string(), "1".to_string())].into());
+        assert_eq!(ctx.pod.annotations, [("ok".to_string(), "yes".to_string())].into());
         let r = ctx.resources.unwrap();
         assert_eq!((r.cpu_shares, r.cpu_period, r.cpu_quota, r.cpuset_cpus.as_str()), (2, 100_000, 0, "0-1"));
         let new = nri::LinuxResources {

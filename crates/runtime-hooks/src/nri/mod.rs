@@ -65,6 +65,7 @@ use self::wire::{Receiver, Sender, FLAG_REMOTE_CLOSED, PLUGIN_CONN, REQUEST, RES
 use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
 use crate::framework::{log_call, Framework, Outcome, PluginFailure};
+use crate::lenient::decode_items;
 use crate::plugin::Stage;
 
 /// The runtime's NRI socket unless `--nri-socket` says otherwise (NRI's `DefaultSocketPath`).
@@ -76,6 +77,19 @@ pub const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// How long after Configure the runtime has to send Synchronize (containerd sends it at once).
+/// A runtime that does not has dropped the plugin without closing the connection — containerd
+/// does so when synchronizing fails — and would never call it: the plugin then registers again.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Resolves [`SYNC_TIMEOUT`] after `configured_at`; never before Configure.
+async fn sync_deadline(configured_at: Option<tokio::time::Instant>) {
+    match configured_at {
+        Some(at) => tokio::time::sleep_until(at + SYNC_TIMEOUT).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// gRPC status codes used in answers.
 const CODE_INTERNAL: i32 = 13;
@@ -124,6 +138,16 @@ pub fn event_mask(stages: &[Stage]) -> i32 {
     events.fold(0, |mask, e| mask | (1 << (e as i32 - 1)))
 }
 
+/// `SynchronizeRequest` with its pods (1) and containers (2) still encoded, for
+/// [`decode_items`].
+#[derive(Clone, PartialEq, Message)]
+struct SynchronizeItems {
+    #[prost(bytes = "vec", repeated, tag = "1")]
+    pods: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    containers: Vec<Vec<u8>>,
+}
+
 /// Pods and containers the runtime told us about (Synchronize and events), for re-applying
 /// rule changes.
 #[derive(Debug, Default)]
@@ -137,7 +161,7 @@ struct Known {
 /// Errors: none so far (a runtime that is not there is waited for); kept for the caller's shape.
 pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let mut plugin = NriPlugin { framework: framework.clone(), options, known: Known::default(), synchronized: false };
+    let mut plugin = NriPlugin { framework: framework.clone(), options, known: Known::default(), synchronized: false, configured_at: None };
     let mut rules = framework.rules().subscribe();
     rules.borrow_and_update();
     let mut backoff = BACKOFF_MIN;
@@ -180,6 +204,8 @@ struct NriPlugin {
     known: Known,
     /// Configured and synchronized on the current connection.
     synchronized: bool,
+    /// When the runtime configured us on the current connection (Synchronize is due next).
+    configured_at: Option<tokio::time::Instant>,
 }
 
 /// What a handled call answers: a payload, or a status.
@@ -195,6 +221,7 @@ impl NriPlugin {
         let mut receiver = Receiver::new(read);
         let mut next_stream = 1u32;
         let mut calls: HashMap<u32, &'static str> = HashMap::new();
+        self.configured_at = None;
         let register = nri::RegisterPluginRequest { plugin_name: self.options.name.clone(), plugin_idx: self.options.index.clone() };
         call(&sender, &mut next_stream, &mut calls, "RegisterPlugin", &register).await?;
         tracing::info!(socket = %socket.display(), name = %self.options.name, index = %self.options.index, "NRI: connected, registering");
@@ -214,6 +241,13 @@ impl NriPlugin {
                         (RUNTIME_CONN, RESPONSE) => self.response(calls.remove(&msg.stream), &msg.payload)?,
                         (conn, kind) => tracing::debug!(conn, kind, stream = msg.stream, "NRI: unexpected ttrpc message ignored"),
                     }
+                }
+                () = sync_deadline(self.configured_at), if !self.synchronized => {
+                    anyhow::bail!(
+                        "the runtime configured the plugin but did not synchronize it within {SYNC_TIMEOUT:?}: containerd drops a plugin it \
+                         cannot synchronize and sends it no events (containerd 1.7 cannot send a pod whose annotations or env are not \
+                         UTF-8: \"failed to synchronize plugin: string field contains invalid UTF-8\" in its log); registering again"
+                    );
                 }
                 changed = rules.changed(), if self.synchronized => {
                     if changed.is_err() {
@@ -281,12 +315,23 @@ impl NriPlugin {
                 let req: nri::ConfigureRequest = decode(method, payload)?;
                 let events = event_mask(&self.framework.stages());
                 tracing::info!(runtime = %req.runtime_name, version = %req.runtime_version, events = format!("{events:#x}"), "NRI: configured");
+                self.configured_at = Some(tokio::time::Instant::now());
                 Ok(nri::ConfigureResponse { events }.encode_to_vec())
             }
             "Synchronize" => {
-                let req: nri::SynchronizeRequest = decode(method, payload)?;
-                self.known.pods = req.pods.into_iter().map(|p| (p.id.clone(), p)).collect();
-                self.known.containers = req.containers.into_iter().map(|c| (c.id.clone(), c)).collect();
+                // Each pod and container on its own: one that does not decode is skipped, not
+                // the whole runtime state.
+                let req: SynchronizeItems = decode(method, payload)?;
+                let (pods, bad) = decode_items::<nri::PodSandbox>(&req.pods);
+                for (index, id, why) in bad {
+                    tracing::warn!(index, sandbox = %id, "NRI Synchronize: a pod that does not decode is skipped: {why}");
+                }
+                let (containers, bad) = decode_items::<nri::Container>(&req.containers);
+                for (index, id, why) in bad {
+                    tracing::warn!(index, container = %id, "NRI Synchronize: a container that does not decode is skipped: {why}");
+                }
+                self.known.pods = pods.into_iter().map(|p| (p.id.clone(), p)).collect();
+                self.known.containers = containers.into_iter().map(|c| (c.id.clone(), c)).collect();
                 let update = self.apply_all("synchronize");
                 self.synchronized = true;
                 Ok(nri::SynchronizeResponse { update }.encode_to_vec())
@@ -485,6 +530,73 @@ mod tests {
         assert_eq!(event_mask(&[]), 1 << 2 | 1 << 9 | 1 << 10);
         // Within NRI 0.6.1's ValidEvents (bits 0..=10).
         assert_eq!(event_mask(&Stage::ALL) & !((1 << 11) - 1), 0);
+    }
+
+    /// A runtime that does not check UTF-8 sends a CreateContainer whose pod annotation and env
+    /// value are bytes: the event is answered, with the BE pod's adjustment.
+    #[test]
+    fn create_container_with_bytes_is_adjusted() {
+        use crate::cgroup::{CgroupFs, CgroupVersion};
+        use crate::rules::{Rules, RulesStore};
+        let root = tempfile::tempdir().unwrap();
+        let framework = Framework::new(
+            crate::plugins::builtin(),
+            crate::plugin::FailurePolicy::Fail,
+            RulesStore::fixed(Rules::default()),
+            Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
+        );
+        let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
+        let mut plugin =
+            NriPlugin { framework: Arc::new(framework), options, known: Known::default(), synchronized: true, configured_at: None };
+        let entry = |k: &str, v: &[u8]| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.to_vec() };
+        let spec = br#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}}}"#;
+        let pod = nri::PodSandbox {
+            id: "s1".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            labels: vec![entry("koordinator.sh/qosClass", b"BE")],
+            annotations: vec![entry("note", b"\xff\xfe"), entry("node.koordinator.sh/extended-resource-spec", spec)],
+            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let container = nri::Container {
+            id: "c1".into(),
+            pod_sandbox_id: "s1".into(),
+            name: "main".into(),
+            env: vec![b"TOKEN=\xff\x80".to_vec(), b"PATH=/bin".to_vec()],
+            annotations: vec![entry("bad", b"\xc3")],
+            ..Default::default()
+        };
+        let payload = nri::CreateContainerRequest { pod: Some(pod), container: Some(container) }.encode_to_vec();
+        let answer = plugin.dispatch("CreateContainer", &payload).expect("answered");
+        let adjust = nri::CreateContainerResponse::decode(answer.as_slice()).unwrap().adjust.expect("an adjustment");
+        let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
+        assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value), (512, 100_000));
+        assert!(adjust.env.is_empty() && adjust.annotations.is_empty(), "nothing of the bytes is sent back");
+    }
+
+    /// A Synchronize with one pod that is not protobuf at all: the others are known and the
+    /// answer goes out.
+    #[test]
+    fn synchronize_skips_what_does_not_decode() {
+        use crate::cgroup::{CgroupFs, CgroupVersion};
+        use crate::rules::{Rules, RulesStore};
+        let root = tempfile::tempdir().unwrap();
+        let framework = Framework::new(
+            crate::plugins::builtin(),
+            crate::plugin::FailurePolicy::Ignore,
+            RulesStore::fixed(Rules::default()),
+            Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
+        );
+        let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
+        let mut plugin =
+            NriPlugin { framework: Arc::new(framework), options, known: Known::default(), synchronized: false, configured_at: None };
+        let good = nri::PodSandbox { id: "s2".into(), ..Default::default() }.encode_to_vec();
+        let broken = b"\x0a\x02s1\x12\x7f\x01".to_vec();
+        let payload = SynchronizeItems { pods: vec![broken, good], containers: Vec::new() }.encode_to_vec();
+        assert!(plugin.dispatch("Synchronize", &payload).is_ok());
+        assert!(plugin.synchronized);
+        assert_eq!(plugin.known.pods.keys().collect::<Vec<_>>(), vec!["s2"]);
     }
 
     #[test]

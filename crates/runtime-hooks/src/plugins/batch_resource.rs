@@ -37,8 +37,18 @@
 //! memory the summed limits if every container has a batch-memory limit, else −1.
 //!
 //! A container not named in the annotation, a pod that is not BE, or a pod without the
-//! annotation is left alone. An annotation that is not valid JSON, or holds an invalid or
-//! negative quantity, is the plugin's failure (message names the annotation and the cause).
+//! annotation is left alone. Quantities are read as Kubernetes reads them, saturating
+//! ([`crate::quantity`]): a limit of `1e19`, `10E` or `8Ei` is `i64::MAX`, never an error. The
+//! CFS quota is capped at the kernel's maximum, [`MAX_CFS_QUOTA_US`].
+//!
+//! Failures, each naming the annotation and the cause, under the plugin failure policy:
+//!
+//! * an annotation that is not a JSON object with an object `containers`: the whole pod (there
+//!   is nothing to go by);
+//! * one container's entry that is not an object of `requests` / `limits` maps of quantities,
+//!   or holds a quantity that is not one or is negative: **that container only**. The other
+//!   containers get their values, and the pod its sums over the other containers' entries (the
+//!   broken entry is left out: it neither lifts the pod's limit to "unlimited" nor fails it).
 
 use std::collections::BTreeMap;
 
@@ -59,12 +69,27 @@ pub const BATCH_CPU: &str = "kubernetes.io/batch-cpu";
 /// Batch memory resource name; its quantity counts bytes.
 pub const BATCH_MEMORY: &str = "kubernetes.io/batch-memory";
 
-/// The annotation's JSON.
+/// The kernel's largest CFS quota, µs (`MAX_BW` in `kernel/sched/sched.h`: 2⁴⁴ − 1; a larger
+/// `cpu.cfs_quota_us` or `cpu.max` is refused with EINVAL). A quota computed above it is capped.
+pub const MAX_CFS_QUOTA_US: i64 = (1 << 44) - 1;
+
+/// The annotation's JSON, each container's entry kept as JSON until asked for
+/// ([`ExtendedResourceSpec::container`]), so one bad entry spoils only its own container.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct ExtendedResourceSpec {
-    /// Per container name.
+    /// Per container name, the raw entry.
     #[serde(default)]
-    pub containers: BTreeMap<String, ContainerResourceSpec>,
+    pub containers: BTreeMap<String, serde_json::Value>,
+}
+
+impl ExtendedResourceSpec {
+    /// The entry of container `name`: `None` when the annotation does not name it.
+    ///
+    /// Errors: the entry is not an object of `requests` / `limits` maps of quantities.
+    pub fn container(&self, name: &str) -> Option<anyhow::Result<ContainerResourceSpec>> {
+        let raw = self.containers.get(name)?;
+        Some(ContainerResourceSpec::deserialize(raw).map_err(|e| anyhow::anyhow!("container {name:?}: {e}")))
+    }
 }
 
 /// One container's batch resources.
@@ -79,7 +104,8 @@ pub struct ContainerResourceSpec {
 }
 
 impl ContainerResourceSpec {
-    /// The integer value of a resource (rounded up); `None` when absent. Errors: negative.
+    /// The integer value of a resource (rounded up, saturating); `None` when absent. Errors:
+    /// negative.
     fn get(map: &BTreeMap<String, Quantity>, name: &str, which: &str) -> anyhow::Result<Option<i64>> {
         match map.get(name) {
             None => Ok(None),
@@ -102,9 +128,18 @@ impl ContainerResourceSpec {
     pub fn memory_limit_bytes(&self) -> anyhow::Result<Option<i64>> {
         Ok(Self::get(&self.limits, BATCH_MEMORY, "limit")?.filter(|v| *v > 0))
     }
+
+    /// Every value this plugin reads, checked: (cpu request, cpu limit, memory limit).
+    ///
+    /// Errors: a negative quantity.
+    fn values(&self) -> anyhow::Result<(Option<i64>, Option<i64>, Option<i64>)> {
+        Ok((self.cpu_request_milli()?, self.cpu_limit_milli()?, self.memory_limit_bytes()?))
+    }
 }
 
 /// The pod's batch resource spec, if it is a BE pod with the annotation.
+///
+/// Errors: the annotation is not a JSON object whose `containers` (if present) is an object.
 pub fn spec_of(pod: &PodContext) -> anyhow::Result<Option<ExtendedResourceSpec>> {
     if pod.qos() != QosClass::Be {
         return Ok(None);
@@ -122,9 +157,9 @@ pub fn milli_to_shares(milli: i64) -> i64 {
 }
 
 /// CFS quota in µs for a milli-CPU limit at `period` µs (kubelet's `MilliCPUToQuota`, at least
-/// 1000 µs).
+/// 1000 µs), at most [`MAX_CFS_QUOTA_US`].
 pub fn milli_to_quota(milli: i64, period: i64) -> i64 {
-    (milli.saturating_mul(period) / 1000).max(1000)
+    (milli.saturating_mul(period) / 1000).clamp(1000, MAX_CFS_QUOTA_US)
 }
 
 /// The BatchResource plugin.
@@ -158,16 +193,27 @@ impl Plugin for BatchResource {
         let period = rules.cpu.cfs_period_us;
         let (mut requests, mut any_request) = (0i64, false);
         let (mut cpu_limits, mut mem_limits) = (Some(0i64), Some(0i64));
-        for (name, c) in &spec.containers {
-            let ctx = || format!("container {name:?}");
-            if let Some(r) = c.cpu_request_milli().with_context(ctx)? {
+        let mut counted = 0;
+        for name in spec.containers.keys() {
+            let values = spec.container(name).unwrap_or_else(|| Ok(ContainerResourceSpec::default())).and_then(|c| c.values());
+            let (request, cpu, mem) = match values {
+                Ok(v) => v,
+                Err(e) => {
+                    // Its container's own call reports it as the plugin's failure.
+                    tracing::debug!(pod = %pod.key(), "pod annotation {EXTENDED_RESOURCE_SPEC}: {e:#}; entry left out of the pod's sums");
+                    continue;
+                }
+            };
+            counted += 1;
+            if let Some(r) = request {
                 requests = requests.saturating_add(r);
                 any_request = true;
             }
-            let cpu = c.cpu_limit_milli().with_context(ctx)?;
             cpu_limits = cpu_limits.zip(cpu).map(|(a, b)| a.saturating_add(b));
-            let mem = c.memory_limit_bytes().with_context(ctx)?;
             mem_limits = mem_limits.zip(mem).map(|(a, b)| a.saturating_add(b));
+        }
+        if counted == 0 {
+            return Ok(Change::default());
         }
         let mut values = Vec::new();
         if any_request {
@@ -190,20 +236,21 @@ impl Plugin for BatchResource {
         let Some(spec) = spec_of(&c.pod)? else {
             return Ok(Change::default());
         };
-        let Some(res) = spec.containers.get(&c.name) else {
+        let Some(res) = spec.container(&c.name) else {
             return Ok(Change::default());
         };
         let ctx = || format!("pod annotation {EXTENDED_RESOURCE_SPEC}, container {:?}", c.name);
+        let (request, limit, memory) = res.and_then(|r| r.values()).with_context(ctx)?;
         let period = rules.cpu.cfs_period_us;
-        let quota = match res.cpu_limit_milli().with_context(ctx)? {
+        let quota = match limit {
             Some(milli) if rules.batch_resource.cfs_quota => milli_to_quota(milli, period),
             _ => -1,
         };
         let resources = Resources {
-            cpu_shares: res.cpu_request_milli().with_context(ctx)?.map(milli_to_shares),
+            cpu_shares: request.map(milli_to_shares),
             cpu_period: Some(period),
             cpu_quota: Some(quota),
-            memory_limit_in_bytes: res.memory_limit_bytes().with_context(ctx)?,
+            memory_limit_in_bytes: memory,
             cpuset_cpus: None,
         };
         Ok(Change { resources, ..Default::default() })
@@ -292,17 +339,73 @@ mod tests {
 
     #[test]
     fn bad_annotations_are_errors_naming_the_annotation() {
-        for bad in [
-            "{",
-            r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#,
-            r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-memory": "-1Gi"}}}}"#,
-        ] {
+        for bad in ["{", r#"{"containers": []}"#, r#"{"containers": 5}"#] {
             let err = BatchResource
                 .container(Stage::PreCreateContainer, &container(pod("BE", Some(bad)), "main"), &Rules::default())
                 .unwrap_err();
             assert!(format!("{err:#}").contains(EXTENDED_RESOURCE_SPEC), "{err:#}");
-            assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(bad)), &Rules::default()).is_err());
+            assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(bad)), &Rules::default()).is_err(), "{bad}");
         }
+        for bad in [
+            r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#,
+            r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-memory": "-1Gi"}}}}"#,
+            r#"{"containers": {"main": {"limits": ["kubernetes.io/batch-cpu"]}}}"#,
+            r#"{"containers": {"main": 5}}"#,
+        ] {
+            let err = BatchResource
+                .container(Stage::PreCreateContainer, &container(pod("BE", Some(bad)), "main"), &Rules::default())
+                .unwrap_err();
+            let err = format!("{err:#}");
+            assert!(err.contains(EXTENDED_RESOURCE_SPEC) && err.contains("\"main\""), "{err}");
+        }
+    }
+
+    /// A limit Kubernetes accepts but 64 bits do not hold saturates: the container is as good
+    /// as unlimited, within what the kernel takes.
+    #[test]
+    fn huge_quantities_saturate() {
+        for huge in ["1e19", "10E", "8Ei", "99999999999999999999999"] {
+            let spec = format!(
+                r#"{{"containers": {{"main": {{"requests": {{"kubernetes.io/batch-cpu": "{huge}"}}, "limits": {{"kubernetes.io/batch-cpu": "{huge}", "kubernetes.io/batch-memory": "{huge}"}}}}}}}}"#
+            );
+            let r = run(&container(pod("BE", Some(&spec)), "main"), &Rules::default());
+            assert_eq!(r.cpu_shares, Some(MAX_SHARES), "{huge}");
+            assert_eq!(r.cpu_quota, Some(MAX_CFS_QUOTA_US), "{huge}");
+            assert_eq!(r.memory_limit_in_bytes, Some(i64::MAX), "{huge}");
+            let p = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(&spec)), &Rules::default()).unwrap();
+            assert!(p.pod_cgroup.contains(&CgroupValue::CfsQuota(MAX_CFS_QUOTA_US)), "{huge}: {:?}", p.pod_cgroup);
+        }
+    }
+
+    /// One container's bad entry (a sidecar's) spoils that container only: the main container
+    /// and the pod keep their values.
+    #[test]
+    fn a_bad_entry_affects_only_its_container() {
+        let main = r#""main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}"#;
+        for sidecar in [
+            r#""sidecar": {"limits": {"kubernetes.io/batch-cpu": "lots"}}"#,
+            r#""sidecar": {"limits": {"kubernetes.io/batch-cpu": "-1"}}"#,
+            r#""sidecar": "1e19""#,
+        ] {
+            let spec = format!(r#"{{"containers": {{{main}, {sidecar}}}}}"#);
+            let p = pod("BE", Some(&spec));
+            assert_eq!(run(&container(p.clone(), "main"), &Rules::default()).cpu_quota, Some(100_000), "{sidecar}");
+            assert!(BatchResource.container(Stage::PreCreateContainer, &container(p.clone(), "sidecar"), &Rules::default()).is_err());
+            let c = BatchResource.pod(Stage::PreRunPodSandbox, &p, &Rules::default()).unwrap();
+            assert_eq!(
+                c.pod_cgroup,
+                vec![
+                    CgroupValue::CpuShares(512),
+                    CgroupValue::CfsPeriod(100_000),
+                    CgroupValue::CfsQuota(100_000),
+                    CgroupValue::MemoryLimit(128 << 20)
+                ],
+                "{sidecar}: the pod keeps a limit"
+            );
+        }
+        // Only bad entries: the pod is left alone.
+        let spec = r#"{"containers": {"sidecar": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#;
+        assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(spec)), &Rules::default()).unwrap().is_empty());
     }
 
     #[test]

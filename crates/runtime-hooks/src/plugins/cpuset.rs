@@ -16,7 +16,11 @@
 //! {"cpuset": "2-3", "numaNodeResources": [{"node": 0, "resources": {"cpu": "2"}}]}
 //! ```
 //!
-//! Only `cpuset` is read (other keys are ignored). Per container:
+//! Only `cpuset` is read (other keys are ignored). It is applied to LSE and LSR pods only (their
+//! class from the pod label, [`crate::context::QosClass::of`]). koordlet takes it for any pod;
+//! we do not, deliberately: the annotation is the scheduler's, but a pod author can write it
+//! into the pod at creation, and any pod could then pin itself to CPUs of its choosing. Per
+//! container:
 //!
 //! * LSE and LSR pods with a non-empty `cpuset`: `cpuset_cpus` = that list in the kernel's
 //!   canonical form (whitespace removed, ascending, merged ranges: `" 0 - 1 "` → `0-1`; an
@@ -156,6 +160,18 @@ mod tests {
         assert!(run(&container("LSR", None), &rules).is_empty());
         assert!(run(&container("LSR", Some(r#"{"numaNodeResources": []}"#)), &rules).is_empty());
         assert!(run(&container("", None), &rules).is_empty());
+        // A cpuset a pod author wrote into an LS, BE or unclassified pod pins nothing.
+        for class in ["LS", "BE", "", "SYSTEM", "lsr"] {
+            let c = container(class, Some(r#"{"cpuset": "1"}"#));
+            assert_ne!(run(&c, &rules).cpuset_cpus.as_deref(), Some("1"), "{class:?}");
+            assert!(CpuSet.pod(Stage::PreRunPodSandbox, &c.pod, &rules).unwrap().is_empty(), "{class:?}");
+        }
+        // Nor does an annotation claiming LSR on a pod without the label.
+        let mut c = container("", Some(r#"{"cpuset": "1"}"#));
+        c.pod.labels.clear();
+        c.pod.annotations.insert(QOS_CLASS_KEY.into(), "LSR".into());
+        assert!(run(&c, &rules).is_empty());
+        assert!(CpuSet.pod(Stage::PreRunPodSandbox, &c.pod, &rules).unwrap().is_empty());
         let mut off = Rules::default();
         off.cpuset.enable = false;
         assert!(run(&container("BE", None), &off).is_empty());

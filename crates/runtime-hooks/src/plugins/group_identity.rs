@@ -6,7 +6,7 @@
 //!
 //! | | |
 //! |---|---|
-//! | inputs | pod label `koordinator.sh/qosClass` (annotation as fallback); the pod cgroup parent (kube QoS for pods without a class) |
+//! | inputs | pod label `koordinator.sh/qosClass` (never an annotation); the pod cgroup parent (kube QoS for pods without a class) |
 //! | output | pod cgroup file `cpu.bvt_warp_ns` (v1: `<root>/cpu/<pod>/cpu.bvt_warp_ns`), written by runtime-hooks itself; in standalone mode also the kubelet QoS directories |
 //! | stages | PreRunPodSandbox |
 //! | rules | `groupIdentity` |

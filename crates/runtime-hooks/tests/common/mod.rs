@@ -139,3 +139,70 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Placeholder for a pod annotation value in [`start_pod_with_bytes`] (8 bytes, as
+/// `test_support::raw::NOT_UTF8`).
+pub const ANNOTATION_BYTES: &str = "ANNOTPLH";
+/// Placeholder for a container env value in [`start_pod_with_bytes`].
+pub const ENV_BYTES: &str = "ENVPLHLD";
+/// What replaces [`ENV_BYTES`]: not UTF-8 and without the NUL of `raw::NOT_UTF8`, which runc
+/// refuses in an env value (`environment variable value can't contain null`).
+pub const ENV_NOT_UTF8: &[u8; 8] = b"\xff\xfebin\x80\xc3!";
+
+/// Starts a pod the way kubelet would for a pod author who wrote bytes that are not UTF-8:
+/// `sandbox` must hold [`ANNOTATION_BYTES`] once (an annotation value) and `container`
+/// [`ENV_BYTES`] once (an env value, as from a Secret with binary data); they become
+/// `raw::NOT_UTF8` and [`ENV_NOT_UTF8`] on the wire of RunPodSandbox and CreateContainer (whose `sandbox_config`
+/// carries the annotation too), sent raw since prost would refuse to encode them.
+pub async fn start_pod_with_bytes(
+    socket: &Path,
+    sandbox: cri::PodSandboxConfig,
+    container: cri::ContainerConfig,
+) -> test_support::containerd::Pod {
+    // containerd 1.7 with NRI on refuses such a pod while an NRI plugin is registered, and also
+    // the first one after a plugin went away (it tries to send the event before it drops the
+    // closed plugin): `NRI RunPodSandbox failed: string field contains invalid UTF-8`. Another
+    // test's plugin may have just left; the next attempt goes through.
+    let start = Instant::now();
+    loop {
+        match try_start_pod_with_bytes(socket, sandbox.clone(), container.clone()).await {
+            Ok(pod) => return pod,
+            Err(e) if e.message().contains("NRI") && start.elapsed() < Duration::from_secs(5) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("pod with bytes: {e:?}"),
+        }
+    }
+}
+
+/// [`start_pod_with_bytes`], returning the first failing call's status (the sandbox removed).
+pub async fn try_start_pod_with_bytes(
+    socket: &Path,
+    sandbox: cri::PodSandboxConfig,
+    container: cri::ContainerConfig,
+) -> Result<test_support::containerd::Pod, tonic::Status> {
+    use prost::Message;
+    use test_support::raw::{self, NOT_UTF8};
+    let channel = test_support::channel(socket);
+    let run = cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() }.encode_to_vec();
+    let run = raw::with_bytes(&run, ANNOTATION_BYTES, NOT_UTF8);
+    let answer = raw::unary(channel.clone(), "/runtime.v1.RuntimeService/RunPodSandbox", tonic::Request::new(run)).await?;
+    let sandbox_id = cri::RunPodSandboxResponse::decode(answer.into_inner()).expect("answer").pod_sandbox_id;
+    let mut rt = test_support::runtime_client(socket);
+    let create =
+        cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.clone(), config: Some(container), sandbox_config: Some(sandbox.clone()) }
+            .encode_to_vec();
+    let create = raw::with_bytes(&raw::with_bytes(&create, ANNOTATION_BYTES, NOT_UTF8), ENV_BYTES, ENV_NOT_UTF8);
+    let container_id = match raw::unary(channel, "/runtime.v1.RuntimeService/CreateContainer", tonic::Request::new(create)).await {
+        Ok(answer) => cri::CreateContainerResponse::decode(answer.into_inner()).expect("answer").container_id,
+        Err(e) => {
+            test_support::containerd::remove_sandbox(&mut rt, &sandbox_id).await;
+            return Err(e);
+        }
+    };
+    if let Err(e) = rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await {
+        test_support::containerd::remove_sandbox(&mut rt, &sandbox_id).await;
+        return Err(e);
+    }
+    Ok(test_support::containerd::Pod { sandbox_id, container_id, config: sandbox })
+}

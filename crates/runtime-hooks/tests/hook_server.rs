@@ -1,0 +1,143 @@
+//! The proxy-mode hook server of the real binary, called directly (no proxy, no containerd):
+//! requests the default gRPC limits or a strict decoder would refuse.
+//!
+//! The binary runs with a temp cgroup root (`--cgroup-version v1`), so pod-level writes touch
+//! nothing of the machine; the tests look at the hook answers.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use hook_api::v1alpha1::{ContainerMetadata, ContainerResourceHookRequest, LinuxContainerResources, PodSandboxMetadata};
+use hook_api::RuntimeHookServiceClient;
+
+struct Server {
+    _dir: tempfile::TempDir,
+    socket: std::path::PathBuf,
+    hooks: Hooks,
+}
+
+fn start() -> Server {
+    let dir = tempfile::Builder::new().prefix("rh-hook-server").tempdir().unwrap();
+    let socket = dir.path().join("hooks.sock");
+    let config = dir.path().join("hookserver.d");
+    let cgroups = dir.path().join("cgroup");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::create_dir_all(&cgroups).unwrap();
+    let args = [
+        "--listen",
+        socket.to_str().unwrap(),
+        "--hook-config-dir",
+        config.to_str().unwrap(),
+        "--cgroup-root",
+        cgroups.to_str().unwrap(),
+        "--cgroup-version",
+        "v1",
+        "--cgroup-driver",
+        "cgroupfs",
+    ];
+    let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
+    assert!(eventually(Duration::from_secs(10), || config.join("runtime-hooks.json").exists()), "not registered:\n{}", hooks.log());
+    Server { _dir: dir, socket, hooks }
+}
+
+/// A PreCreateContainer request of the issue's BE pod, container "main".
+fn be_container_request() -> ContainerResourceHookRequest {
+    ContainerResourceHookRequest {
+        pod_meta: Some(PodSandboxMetadata { name: "big".into(), namespace: "default".into(), uid: "uid-big".into(), attempt: 0 }),
+        container_meta: Some(ContainerMetadata { name: "main".into(), attempt: 0, id: String::new() }),
+        pod_labels: map(&[(QOS, "BE")]),
+        pod_annotations: map(&[(SPEC, BE_SPEC)]),
+        pod_cgroup_parent: "/kubepods/besteffort/poduid-big".into(),
+        container_resources: Some(LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// kubelet's preStop annotation for a handler of `n` `<` characters: each JSON-escaped to
+/// `\u003c`, six bytes.
+fn pre_stop_annotation(n: usize) -> String {
+    format!(r#"{{"exec":{{"command":["sh","-c","{}"]}}}}"#, r"\u003c".repeat(n))
+}
+
+/// A container whose request is over 4 MiB (tonic's default limit) is answered with its
+/// values, in an answer the proxies' 4 MiB answer limit takes: the unchanged annotation is not
+/// echoed (both proxies merge annotations per key, so it stays as kubelet sent it).
+#[tokio::test]
+async fn requests_over_four_mib_are_answered() {
+    let server = start();
+    let mut req = be_container_request();
+    let annotation = pre_stop_annotation(1_000_000); // 6 MB of escapes
+    req.container_annotations = map(&[("io.kubernetes.container.preStopHandler", &annotation)]);
+    assert!(prost::Message::encoded_len(&req) > 5 << 20);
+    let mut client = RuntimeHookServiceClient::new(hook_api::connect(&server.socket))
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    let answer = client.pre_create_container_hook(req).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log())).into_inner();
+    let r = answer.container_resources.clone().expect("resources");
+    assert_eq!((r.cpu_shares, r.cpu_period, r.cpu_quota, r.memory_limit_in_bytes), (512, 100_000, 100_000, 134_217_728));
+    assert!(answer.container_annotations.is_empty(), "{:?}", answer.container_annotations.keys());
+    assert!(prost::Message::encoded_len(&answer) < 4 << 20);
+    // A small request is echoed whole, as koordlet answers.
+    let mut small = be_container_request();
+    small.container_annotations = map(&[("io.kubernetes.container.preStopHandler", &pre_stop_annotation(10))]);
+    let answer = client.pre_create_container_hook(small.clone()).await.unwrap().into_inner();
+    assert_eq!(answer.container_annotations, small.container_annotations);
+}
+
+/// A lenient peer's request with bytes that are not UTF-8 (a pod annotation, a container env
+/// value): prost would refuse it; the server answers with the BE pod's values, and the answer
+/// leaves those entries out (both proxies merge per key: they stay as kubelet sent them).
+#[tokio::test]
+async fn requests_with_bytes_that_are_not_utf8_are_answered() {
+    use prost::Message;
+    use test_support::raw::{self, NOT_UTF8};
+    let server = start();
+    let mut req = be_container_request();
+    req.pod_annotations.insert("note".into(), "PLACEHL1".into());
+    req.container_envs = map(&[("TOKEN", "PLACEHL2"), ("PATH", "/bin")]);
+    let wire = raw::with_bytes(&raw::with_bytes(&req.encode_to_vec(), "PLACEHL1", NOT_UTF8), "PLACEHL2", NOT_UTF8);
+    assert!(ContainerResourceHookRequest::decode(wire.clone()).is_err(), "prost would refuse it");
+    let channel = hook_api::connect(&server.socket);
+    let path = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
+    let answer =
+        raw::unary(channel.clone(), path, tonic::Request::new(wire)).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()));
+    let answer = hook_api::v1alpha1::ContainerResourceHookResponse::decode(answer.into_inner()).expect("a valid answer");
+    let r = answer.container_resources.clone().expect("resources");
+    assert_eq!((r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes), (512, 100_000, 134_217_728));
+    assert_eq!(answer.container_envs, map(&[("PATH", "/bin")]), "the env with bytes is not echoed");
+    // Unknown methods are UNIMPLEMENTED, as tonic's generated server answers them.
+    let e = raw::unary(channel, "/runtime.v1alpha1.RuntimeHookService/Nope", tonic::Request::new(Default::default())).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented);
+}
+
+/// The same 6 MB request from Python's grpcio (gRPC C-core), a client we did not write the gRPC
+/// side of (`tests/clients/big_hook_request.py`, run with the venv and stubs of runtime-proxy's
+/// `tests/clients/setup.sh`: `test_support::clients::setup_dir`).
+#[tokio::test]
+async fn requests_over_four_mib_from_grpcio_are_answered() {
+    let setup_dir = test_support::clients::setup_dir();
+    let server = start();
+    let out = std::process::Command::new(setup_dir.join("venv/bin/python"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/big_hook_request.py"))
+        .arg("--socket")
+        .arg(&server.socket)
+        .args(["--n", "1000000"])
+        .env("PYTHONPATH", setup_dir.join("gen"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("running big_hook_request.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(answer["request_bytes"].as_u64().unwrap_or(0) > 5 << 20, "{answer}");
+    assert_eq!(
+        (&answer["cpu_shares"], &answer["cpu_period"], &answer["cpu_quota"], &answer["memory_limit_in_bytes"]),
+        (&512.into(), &100_000.into(), &100_000.into(), &134_217_728.into()),
+        "{answer}\n{}",
+        server.hooks.log()
+    );
+    assert_eq!(answer["annotations"], 0, "the unchanged 6 MB annotation is not echoed: {answer}");
+}
