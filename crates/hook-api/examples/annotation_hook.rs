@@ -72,11 +72,18 @@ fn container_name(req: &ContainerReq) -> String {
     format!("{}/{}", pod_name(&req.pod_meta), container.name)
 }
 
+/// One line on stderr. Unlike `eprintln!`, which panics when stderr is a closed pipe, a line
+/// that cannot be written is lost: a hook server must not die with its log pipe.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Logs the call (one line: RPC, pod or container, outcome) and wraps the answer.
 fn reply<A>(rpc: &str, who: String, result: Result<A, Status>) -> Answer<A> {
     match &result {
-        Ok(_) => eprintln!("{rpc} {who}: ok"),
-        Err(status) => eprintln!("{rpc} {who}: {:?}: {}", status.code(), status.message()),
+        Ok(_) => say(format_args!("{rpc} {who}: ok")),
+        Err(status) => say(format_args!("{rpc} {who}: {}", hook_api::status_line(status))),
     }
     result.map(Response::new)
 }
@@ -152,7 +159,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = std::fs::remove_file(&listen); // a stale socket from an earlier run
     let incoming = UnixListenerStream::new(UnixListener::bind(&listen)?);
     let registration = config_dir.map(|dir| register(&dir, &listen)).transpose()?;
-    eprintln!("{NAME}: listening on {listen:?}, registration {registration:?}");
+    match &registration {
+        Some(file) => say(format_args!("{NAME}: listening on {}, registered in {}", listen.display(), file.display())),
+        None => say(format_args!("{NAME}: listening on {}, not registered (no --hook-config-dir)", listen.display())),
+    }
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -161,7 +171,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Unregister first, so the proxy stops calling us while in-flight calls finish.
         if let Some(file) = registration {
             if let Err(e) = std::fs::remove_file(&file) {
-                eprintln!("{NAME}: removing {file:?}: {e}");
+                say(format_args!("{NAME}: removing {}: {e}", file.display()));
             }
         }
     };
@@ -170,7 +180,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     let _ = std::fs::remove_file(&listen);
-    eprintln!("{NAME}: stopped");
+    say(format_args!("{NAME}: stopped"));
     Ok(())
 }
 

@@ -132,6 +132,51 @@ pub fn write_registration(tmp: &std::path::Path, file: &std::path::Path, bytes: 
     written
 }
 
+/// A gRPC status code's canonical name, as gRPC's own tools and the proxy's logs and metrics
+/// write it (`UNAVAILABLE`, `PERMISSION_DENIED`); tonic's `Display` of a code is a sentence ("The
+/// service is currently unavailable").
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// A status as one line for people: `CODE_NAME: message`, and the root cause tonic keeps apart
+/// when the message does not already say it (`: connection refused (os error 111)`). tonic's
+/// `Display` of a status is a debug dump (`code: 'The service is currently unavailable',
+/// message: …, source: tonic::transport::Error(…)`).
+pub fn status_line(status: &tonic::Status) -> String {
+    let mut line = format!("{}: {}", code_name(status.code()), status.message());
+    let mut root = None;
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        root = Some(cause);
+        source = cause.source();
+    }
+    if let Some(text) = root.map(|c| c.to_string()).filter(|t| !t.is_empty() && !line.contains(t.as_str())) {
+        line.push_str(": ");
+        line.push_str(&text);
+    }
+    line
+}
+
 pub mod merge;
 pub mod sd_notify;
 pub mod stage;
@@ -237,6 +282,19 @@ pub mod convert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_read_as_one_line() {
+        assert_eq!(code_name(tonic::Code::PermissionDenied), "PERMISSION_DENIED");
+        assert_eq!(code_name(tonic::Code::Ok), "OK");
+        let s = tonic::Status::unavailable("hook server down");
+        assert_eq!(status_line(&s), "UNAVAILABLE: hook server down");
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let s = tonic::Status::from_error(Box::new(cause));
+        let line = status_line(&s);
+        assert!(line.starts_with("UNKNOWN: ") && line.ends_with("connection refused"), "{line}");
+        assert_eq!(line.matches("connection refused").count(), 1, "the cause once: {line}");
+    }
 
     #[test]
     fn paths_match_the_generated_service() {

@@ -48,7 +48,7 @@ impl CgroupVersionArg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CgroupDriverArg {
     /// Ask the runtime (CRI `RuntimeConfig`, when there is a runtime endpoint and it answers);
-    /// otherwise each cgroup name's form decides (see `cgroup_path`).
+    /// otherwise each cgroup name's form decides (`….slice`: systemd, other paths: cgroupfs).
     Auto,
     /// systemd: slices and scopes (`kubepods-besteffort-pod<uid>.slice`).
     Systemd,
@@ -118,12 +118,13 @@ pub struct Args {
 
     /// `failure-policy` written into the registration: what runtime-proxy does when this server
     /// fails (`Fail`: refuse the CRI call; `Ignore`: go on without it).
-    #[arg(long, value_enum, default_value = "Ignore")]
+    // The values' own texts describe a plugin's failure: hidden here, the line above says it.
+    #[arg(long, value_enum, default_value = "Ignore", hide_possible_values = true)]
     pub failure_policy: FailurePolicy,
 
     /// What this server does when a plugin fails (`Fail`: answer the hook call with an error;
     /// `Ignore`: log, drop that plugin's change, run the others). koordlet's default is Ignore.
-    #[arg(long, value_enum, default_value = "Ignore")]
+    #[arg(long, value_enum, default_value = "Ignore", hide_possible_values = true)]
     pub plugin_failure_policy: FailurePolicy,
 
     /// Plugins to enable, comma-separated, case-insensitive; the registration lists only the
@@ -178,6 +179,11 @@ pub struct Args {
     /// when it answers within 2 s, 1 otherwise.
     #[arg(long)]
     pub probe: bool,
+
+    /// The klog flags of koord's components (`--v`, `--logtostderr`, `--log-dir`, …): hidden,
+    /// accepted with a deprecation notice; `--v` sets the log level, the others are ignored.
+    #[command(flatten)]
+    pub klog: daemon_support::klog::KlogFlags,
 }
 
 impl Args {
@@ -270,6 +276,24 @@ mod tests {
         assert!(Args::try_parse_from(["runtime-hooks", "--mode", "koordlet"]).is_err());
         assert!(Args::try_parse_from(["runtime-hooks", "--selector", "novalue"]).is_err());
         assert!(Args::try_parse_from(["runtime-hooks", "--plugin-failure-policy", "fail"]).is_err());
+    }
+
+    /// `--failure-policy` is the proxy's policy for this server: its help must not describe a
+    /// plugin's failure (the value texts of the shared enum did), and no help names a module.
+    #[test]
+    fn help_texts_fit_their_flags() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        let section = |flag: &str| {
+            let start = help.find(&format!("--{flag} <")).unwrap_or_else(|| panic!("{flag} in:\n{help}"));
+            let rest = &help[start..];
+            rest[..rest[2..].find("\n      --").map_or(rest.len(), |i| i + 2)].to_owned()
+        };
+        let policy = section("failure-policy");
+        assert!(policy.contains("what runtime-proxy does when this server fails"), "{policy}");
+        assert!(!policy.contains("plugin"), "--failure-policy describes plugins:\n{policy}");
+        assert!(!help.contains("module") && !help.contains("`cgroup_path`"), "{help}");
+        assert!(!help.contains("--logtostderr") && !help.contains("--v <"), "klog flags are hidden:\n{help}");
     }
 
     #[test]

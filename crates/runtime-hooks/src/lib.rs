@@ -56,6 +56,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use clap::ValueEnum as _;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::cgroup::CgroupFs;
@@ -104,10 +105,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)));
     let stages = framework.stages();
     tracing::info!(
-        mode = ?args.mode,
+        mode = %args.mode.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default(),
         plugins = %framework.plugins().iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
         stages = %stages.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","),
-        cgroup = ?framework.cgroups().version(),
+        cgroup = %match framework.cgroups().version() { cgroup::CgroupVersion::V1 => "v1", cgroup::CgroupVersion::V2 => "v2" },
         cgroup_root = %framework.cgroups().root().display(),
         cgroup_driver = %driver_source,
         rules = %args.rules.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
@@ -124,7 +125,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let reconciler = args.reconcile_endpoint().map(|endpoint| {
         let r =
             Reconciler::new(framework.clone(), &endpoint).with_selector(args.selector.clone()).with_kubepods(args.kubepods_cgroup.clone());
-        tracing::info!(endpoint = %endpoint.display(), interval = ?args.interval(), "reconciler running");
+        let interval = match args.interval() {
+            Some(d) => format!("{} ms", d.as_millis()),
+            None => "none (at start and on rule changes only)".to_owned(),
+        };
+        tracing::info!(endpoint = %endpoint.display(), %interval, "reconciler running");
         tokio::spawn(r.run(args.interval(), rules.subscribe(), stopped()))
     });
 
@@ -150,22 +155,27 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     if let Some(task) = reconciler {
         let _ = task.await;
     }
-    tracing::info!("runtime-hooks stopped");
+    // On an error the binary logs it, as the last line: "stopped" must not come before the why.
+    if result.is_ok() {
+        tracing::info!("runtime-hooks stopped");
+    }
     result
 }
 
 /// `--probe`: one PostStopPodSandboxHook call, with an empty request, to the server listening
 /// on `listen` (no plugin acts at that stage: the answer is the echo), within `timeout`.
 ///
-/// Errors: no answer within `timeout`, the socket refusing the connection, an error status.
+/// Errors, each one line for the probe's output: no answer within `timeout`, the socket refusing
+/// the connection or an error status (`hook call to PATH: UNAVAILABLE: …`,
+/// [`hook_api::status_line`]).
 pub async fn probe(listen: &std::path::Path, timeout: std::time::Duration) -> anyhow::Result<()> {
     let mut client = hook_api::RuntimeHookServiceClient::new(hook_api::connect(listen));
     let call = client.post_stop_pod_sandbox_hook(hook_api::v1alpha1::PodSandboxHookRequest::default());
-    tokio::time::timeout(timeout, call)
-        .await
-        .map_err(|_| anyhow::anyhow!("no answer from {} within {timeout:?}", listen.display()))?
-        .with_context(|| format!("hook call to {}", listen.display()))?;
-    Ok(())
+    match tokio::time::timeout(timeout, call).await {
+        Err(_) => anyhow::bail!("no answer from {} within {} ms", listen.display(), timeout.as_millis()),
+        Ok(Err(status)) => anyhow::bail!("hook call to {}: {}", listen.display(), hook_api::status_line(&status)),
+        Ok(Ok(_)) => Ok(()),
+    }
 }
 
 /// Tells systemd `state` (`READY=1` once serving, `STOPPING=1`) when started by a

@@ -1,30 +1,36 @@
 //! The `runtime-hooks` binary: parses flags, sets up logging, runs [`runtime_hooks::run`] until
-//! SIGTERM or SIGINT.
+//! SIGTERM or SIGINT. Logs go to stderr through a writer thread, so that a slow or broken stderr
+//! never stops or holds up the server ([`daemon_support::log`]).
 
-use std::io::IsTerminal;
+use std::io::Write as _;
 
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::EnvFilter;
 
 use runtime_hooks::cli::Args;
+
+/// The crates whose log level `--v` sets (koord's klog flag; see `daemon_support::klog`).
+const CRATES: &[&str] = &["runtime_hooks"];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
     if args.probe {
+        // One plain line on failure (kubelet shows it in the liveness probe's event), nothing on
+        // success; no log set-up, so nothing else reaches the probe's output.
         return match runtime_hooks::probe(&args.listen, std::time::Duration::from_secs(2)).await {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("runtime-hooks: probe: {e:#}");
+                // A probe whose stderr is gone still exits 1; the write's failure is irrelevant.
+                let _ = writeln!(std::io::stderr(), "runtime-hooks: probe: {e}");
                 std::process::ExitCode::from(1)
             }
         };
+    }
+    // Never panics nor blocks on a broken or stalled stderr (daemon_support::log).
+    let (logging, rust_log_set) = daemon_support::log::init(&args.klog.default_filter(CRATES));
+    if let Some(notice) = args.klog.notice(CRATES, rust_log_set) {
+        tracing::warn!("{notice}");
     }
     // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
     let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
@@ -37,12 +43,15 @@ async fn main() -> std::process::ExitCode {
         tracing::info!(signal = which, "shutting down");
         runtime_hooks::notify_systemd(hook_api::sd_notify::STOPPING);
     };
-    match runtime_hooks::run(args, shutdown).await {
+    let code = match runtime_hooks::run(args, shutdown).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("runtime-hooks: {e:#}");
+            // Once, as the last line (it used to be printed twice, after "stopped").
+            tracing::error!("runtime-hooks stopped: {e:#}");
             std::process::ExitCode::from(2)
         }
-    }
+    };
+    // The lines still queued, the error above included, are written before the exit.
+    logging.flush();
+    code
 }

@@ -425,7 +425,7 @@ fn kubepods_cgroup_is_checked_at_start() {
         (&["--kubepods-cgroup", "/", "--cgroup-driver", "systemd"][..], "not a cgroup below the root"),
     ] {
         let mut h = run(bad);
-        assert!(h.wait_log(&["runtime-hooks: --kubepods-cgroup", why], 0, Duration::from_secs(5)), "{bad:?}\n{}", h.log());
+        assert!(h.wait_log(&["runtime-hooks stopped: --kubepods-cgroup", why], 0, Duration::from_secs(5)), "{bad:?}\n{}", h.log());
         assert_eq!(h.terminate(), Some(2), "{bad:?}: exited\n{}", h.log());
     }
     for good in [

@@ -61,6 +61,9 @@ fn proxy_mode_ready_when_registered_and_serving() {
     let (code, stderr) = probe(dir.path());
     assert_eq!(code, 1, "--probe without a server: {stderr}");
     assert!(stderr.contains("runtime-hooks: probe:") && stderr.contains("hooks.sock"), "{stderr}");
+    // One line for kubelet's probe event: the gRPC code's name and the cause, no debug dump.
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(": UNAVAILABLE: ") && !stderr.contains("MetadataMap") && !stderr.contains("details:"), "{stderr}");
 }
 
 /// `runtime-hooks --probe --listen SOCKET`, the DaemonSet's liveness probe: exit code and stderr.

@@ -204,7 +204,7 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
     assert_eq!(read(&pod_dir, "cpu.weight"), "20");
     assert_eq!(read(&pod_dir, "cpu.max"), "100000 100000");
     assert_eq!(read(&pod_dir, "memory.max"), "134217728");
-    assert!(hooks.log().contains("cgroup=V2"), "{}", hooks.log());
+    assert!(hooks.log().contains("cgroup=v2"), "{}", hooks.log());
     // GroupIdentity where the file exists: BE pod −1; QoS dirs: kubepods 0, burstable 2, besteffort −1.
     assert_eq!(read(&pod_dir, "cpu.bvt_warp_ns"), "-1");
     assert_eq!(read(&kubepods, "cpu.bvt_warp_ns"), "0");

@@ -263,8 +263,9 @@ impl Backend {
 
     /// Checks the process serving a new connection against `allowed_uids`, if set.
     ///
-    /// Errors: `UNAVAILABLE` naming the socket, the peer's uid and pid and the allowed uids (or
-    /// why the peer's credentials could not be read).
+    /// Errors: `PERMISSION_DENIED` naming the socket, the peer's uid and pid and the allowed
+    /// uids (the server is there, but may not serve); `UNAVAILABLE` when the peer's credentials
+    /// could not be read.
     fn check_peer(&self, stream: &UnixStream) -> Result<(), Status> {
         let Some(allowed) = &self.allowed_uids else { return Ok(()) };
         let cred = stream.peer_cred().map_err(|e| self.unavailable("cannot read the peer's credentials (SO_PEERCRED)", &e))?;
@@ -279,7 +280,7 @@ impl Backend {
             cred.pid().map_or_else(|| "?".to_owned(), |p| p.to_string()),
             allowed
         );
-        Err(Status::new(Code::UNAVAILABLE, why))
+        Err(Status::new(Code::PERMISSION_DENIED, why))
     }
 
     fn live(&self) -> Option<SendRequest<Bytes>> {
@@ -331,7 +332,7 @@ mod tests {
         let own = unsafe { libc::geteuid() };
         let other = own.wrapping_add(1);
         let refused = Backend::hook_server(&path, vec![other]).open_stream(head(), true).await.expect_err("refused");
-        assert_eq!(refused.code, Code::UNAVAILABLE);
+        assert_eq!(refused.code, Code::PERMISSION_DENIED, "the server is there but may not serve");
         let want = format!(
             "hook server unix://{} is run by uid {own} (pid {}), not by an allowed uid [{other}]",
             path.display(),

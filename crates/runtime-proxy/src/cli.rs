@@ -15,7 +15,8 @@ pub enum BackendRuntimeMode {
     #[value(name = "Containerd")]
     Containerd,
     /// The Docker Engine HTTP API (dockershim / cri-dockerd clusters): the proxy serves it on its
-    /// socket and forwards it to dockerd (see the `docker` module).
+    /// socket (for cri-dockerd) and forwards it to dockerd, calling the hook servers as in CRI
+    /// mode.
     #[value(name = "Docker")]
     Docker,
 }
@@ -94,21 +95,21 @@ pub struct Args {
     pub insecure_hook_config: bool,
 
     /// Largest intercepted request body the proxy reads (bytes; kubelet's own limit is 16 MiB).
-    #[arg(long = "max-request-bytes", value_name = "BYTES", default_value_t = 16 << 20)]
+    #[arg(long = "max-request-bytes", value_name = "BYTES", default_value_t = 16 << 20, value_parser = parse_at_least_one::<usize>)]
     pub max_request_bytes: usize,
 
     /// How long an intercepted request's body may stall before the call is answered
     /// DEADLINE_EXCEEDED (a client that never finishes its request). Examples: `30s`, `500ms`.
-    #[arg(long = "request-idle-timeout", value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long = "request-idle-timeout", value_name = "DURATION", default_value = "30s", value_parser = parse_nonzero_duration)]
     pub request_idle_timeout: Duration,
 
     /// Most concurrent calls on one client connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
-    #[arg(long = "max-concurrent-streams", value_name = "N", default_value_t = 1000)]
+    #[arg(long = "max-concurrent-streams", value_name = "N", default_value_t = 1000, value_parser = parse_at_least_one::<u32>)]
     pub max_concurrent_streams: u32,
 
     /// Largest hook server answer (bytes); a larger one is a hook failure. As large as the
     /// largest request by default: koordlet echoes the whole request in its answer.
-    #[arg(long = "max-hook-answer-bytes", value_name = "BYTES", default_value_t = 16 << 20)]
+    #[arg(long = "max-hook-answer-bytes", value_name = "BYTES", default_value_t = 16 << 20, value_parser = parse_at_least_one::<usize>)]
     pub max_hook_answer_bytes: usize,
 
     /// Most entries a hook answer may add to one map (envs, labels, annotations).
@@ -128,6 +129,11 @@ pub struct Args {
     /// free port (logged). If it cannot be bound the proxy logs an error and serves without it.
     #[arg(long = "metrics-addr", value_name = "ADDR", default_value = "127.0.0.1:9318")]
     pub metrics_addr: SocketAddr,
+
+    /// koord-runtime-proxy's klog flags (`--v`, `--logtostderr`, `--log-dir`, …): hidden,
+    /// accepted with a deprecation notice; `--v` sets the log level, the others are ignored.
+    #[command(flatten)]
+    pub klog: daemon_support::klog::KlogFlags,
 }
 
 impl Args {
@@ -161,6 +167,31 @@ impl Args {
 }
 
 pub use hook_api::parse_unix_path;
+
+/// Parses a limit that must be at least 1 (`--max-request-bytes`, `--max-concurrent-streams`,
+/// `--max-hook-answer-bytes`): 0 would let the proxy start and then refuse every call the limit
+/// applies to, so it is refused at start (exit 2) instead.
+///
+/// Errors: not a number of the type's range, or 0.
+pub fn parse_at_least_one<T: std::str::FromStr + PartialEq + From<u8>>(s: &str) -> Result<T, String> {
+    let n: T = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    if n == T::from(0) {
+        return Err("0 would refuse every call this limit applies to; the smallest value is 1".to_owned());
+    }
+    Ok(n)
+}
+
+/// [`parse_duration`] for `--request-idle-timeout`, which must be more than zero: with 0 every
+/// intercepted request whose body is not already there would be answered DEADLINE_EXCEEDED.
+///
+/// Errors: as [`parse_duration`], and a zero duration.
+pub fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("0 would time out every intercepted request; use e.g. 30s".to_owned());
+    }
+    Ok(d)
+}
 
 /// Parses a duration written as a number and a unit: `ms`, `s` or `m` (`500ms`, `10s`, `2m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -217,6 +248,34 @@ mod tests {
         assert_eq!(a.hook_skip_value, "true");
         assert_eq!(a.hook_config_dir, PathBuf::from("/etc/runtime/hookserver.d"));
         assert_eq!(a.limits(), crate::limits::Limits::default(), "flag defaults are the documented limits");
+    }
+
+    /// A limit of 0 would start fine and then refuse every pod: refused at start, naming the flag.
+    #[test]
+    fn zero_limits_are_refused() {
+        for flag in ["--max-request-bytes", "--max-concurrent-streams", "--max-hook-answer-bytes", "--request-idle-timeout"] {
+            let zero = if flag == "--request-idle-timeout" { "0s" } else { "0" };
+            let err = Args::try_parse_from(["rp", flag, zero]).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{flag}");
+            let text = err.to_string();
+            assert!(text.contains(flag) && text.contains("would"), "{flag}: {text}");
+            let one = if flag == "--request-idle-timeout" { "1ms" } else { "1" };
+            assert!(Args::try_parse_from(["rp", flag, one]).is_ok(), "{flag} {one}");
+        }
+        assert!(Args::try_parse_from(["rp", "--max-request-bytes", "-1"]).is_err());
+        assert!(Args::try_parse_from(["rp", "--max-concurrent-streams", "4294967296"]).is_err(), "beyond u32");
+    }
+
+    /// `--help` speaks to operators: no internal module names, koord's klog flags hidden (they
+    /// are accepted, with a notice).
+    #[test]
+    fn help_names_no_module_and_hides_klog_flags() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(!help.contains("module"), "{help}");
+        assert!(!help.contains("--logtostderr") && !help.contains("--log-dir") && !help.contains("--v <"), "{help}");
+        let a = Args::try_parse_from(["rp", "--v=4", "--logtostderr", "--log-dir", "/x"]).expect("klog flags accepted");
+        assert_eq!(a.klog.v, Some(4));
     }
 
     #[test]

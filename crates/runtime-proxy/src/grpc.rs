@@ -23,6 +23,7 @@ impl Code {
     pub const INVALID_ARGUMENT: Code = Code(3);
     pub const DEADLINE_EXCEEDED: Code = Code(4);
     pub const NOT_FOUND: Code = Code(5);
+    pub const PERMISSION_DENIED: Code = Code(7);
     pub const RESOURCE_EXHAUSTED: Code = Code(8);
     pub const FAILED_PRECONDITION: Code = Code(9);
     pub const OUT_OF_RANGE: Code = Code(11);

@@ -142,7 +142,15 @@ impl HookState {
     ///
     /// Errors: the directory watcher cannot start (no tokio runtime).
     fn start(args: &Args, metrics: Arc<Metrics>, backend: BackendProbe) -> anyhow::Result<HookState> {
-        let registry = Registry::open(&args.hook_config_dir, !args.insecure_hook_config);
+        // A hook server on the proxy's own socket or the runtime's would never be a hook server.
+        let mut reserved = vec![
+            (args.listen.clone(), "the proxy's own socket (--koord-runtimeproxy-endpoint)".to_owned()),
+            (args.runtime_endpoint.clone(), "the runtime's socket (--remote-runtime-service-endpoint)".to_owned()),
+        ];
+        if let Some(image) = args.image_endpoint.as_ref().filter(|i| **i != args.runtime_endpoint) {
+            reserved.push((image.clone(), "the image service's socket (--remote-image-service-endpoint)".to_owned()));
+        }
+        let registry = Registry::open_reserving(&args.hook_config_dir, !args.insecure_hook_config, reserved);
         let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
         let store = Arc::new(Store::new());
         let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend });

@@ -1,26 +1,28 @@
 //! The `runtime-proxy` binary: parses flags, sets up logging, runs [`runtime_proxy::run`] until
 //! SIGTERM or SIGINT.
 //!
-//! One thread: the proxy does little CPU work per call, and on a single-threaded runtime a call's
-//! hand-offs between connections need no cross-thread wake-ups (measured with `strace -c`: the
-//! multi-threaded runtime cost about 4.5 futex calls and 1.6 extra writes per unary call).
-
-use std::io::IsTerminal;
+//! One thread serves the calls: the proxy does little CPU work per call, and on a single-threaded
+//! runtime a call's hand-offs between connections need no cross-thread wake-ups (measured with
+//! `strace -c`: the multi-threaded runtime cost about 4.5 futex calls and 1.6 extra writes per
+//! unary call). A second thread writes the log to stderr, so that a slow or broken stderr never
+//! holds a call up ([`daemon_support::log`]).
 
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::EnvFilter;
 
 use runtime_proxy::cli::Args;
+
+/// The crates whose log level `--v` sets (koord's klog flag; see `daemon_support::klog`).
+const CRATES: &[&str] = &["runtime_proxy"];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    // Never panics nor blocks on a broken or stalled stderr (daemon_support::log).
+    let (logging, rust_log_set) = daemon_support::log::init(&args.klog.default_filter(CRATES));
+    if let Some(notice) = args.klog.notice(CRATES, rust_log_set) {
+        tracing::warn!("{notice}");
+    }
     // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
     let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
     let shutdown = async {
@@ -32,12 +34,15 @@ async fn main() -> std::process::ExitCode {
         tracing::info!(signal = which, "shutting down");
         runtime_proxy::notify_systemd(hook_api::sd_notify::STOPPING);
     };
-    match runtime_proxy::run(args, shutdown).await {
+    let code = match runtime_proxy::run(args, shutdown).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
+            // Once, as the last line (it used to be printed twice).
             tracing::error!("{e:#}");
-            eprintln!("runtime-proxy: {e:#}");
             std::process::ExitCode::from(2)
         }
-    }
+    };
+    // The lines still queued, the error above included, are written before the exit.
+    logging.flush();
+    code
 }

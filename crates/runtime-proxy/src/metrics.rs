@@ -8,8 +8,10 @@
 //! | `runtime_proxy_hook_requests_total` | counter | `stage`, `server`, `result` | hook calls: `ok`, `error`, `timeout` |
 //! | `runtime_proxy_hook_servers` | gauge | | hook servers registered |
 //! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
+//! | `runtime_proxy_hook_config_warnings` | gauge | | registered files with warnings (unknown keys, a failure policy that cannot be read and is taken as Fail, unknown stages) |
 //! | `runtime_proxy_store_objects` | gauge | `kind` (`pod_sandbox`, `container`) | store entries |
 //! | `runtime_proxy_backend_up` | gauge | | 1 when the runtime backend accepts a connection |
+//! | `runtime_proxy_log_lines_dropped_total` | counter | | log lines lost: stderr too slow (queue full) or broken (a closed log pipe); see [`daemon_support::log`] |
 //!
 //! `method` is the gRPC path for CRI services (`/runtime.v1.RuntimeService/Version`) and `other`
 //! for anything else, so clients cannot blow up the label set. `server` is the registration
@@ -92,10 +94,12 @@ pub struct Metrics {
     hook_requests: Family<HookResultLabels, Counter>,
     hook_servers: Gauge,
     hook_rejected: Gauge,
+    hook_warnings: Gauge,
     store_objects: Family<KindLabels, Gauge>,
     backend_up: Gauge,
     undecodable: Family<MethodLabels, Counter>,
     skip_label_ignored: Counter,
+    log_lines_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -135,6 +139,18 @@ impl Metrics {
             "Calls of pods carrying the skip label outside --runtime-hook-server-namespaces (hooks called anyway)",
             skip_label_ignored.clone(),
         );
+        let hook_warnings = Gauge::default();
+        registry.register(
+            "hook_config_warnings",
+            "Registered hook server files with warnings: unknown keys, a failure policy that cannot be read (taken as Fail), unknown stages",
+            hook_warnings.clone(),
+        );
+        let log_lines_dropped = Counter::default();
+        registry.register(
+            "log_lines_dropped",
+            "Log lines lost because stderr was too slow (queue full) or broken (a closed log pipe)",
+            log_lines_dropped.clone(),
+        );
         Metrics {
             registry,
             cri_duration,
@@ -143,10 +159,12 @@ impl Metrics {
             hook_requests,
             hook_servers,
             hook_rejected,
+            hook_warnings,
             store_objects,
             backend_up,
             undecodable,
             skip_label_ignored,
+            log_lines_dropped,
         }
     }
 
@@ -195,10 +213,13 @@ impl Metrics {
         let snapshot = hooks.snapshot();
         self.hook_servers.set(snapshot.servers().len() as i64);
         self.hook_rejected.set(snapshot.rejected().len() as i64);
+        self.hook_warnings.set(snapshot.servers().iter().filter(|s| !s.warnings.is_empty()).count() as i64);
         let (pods, containers) = store.len();
         self.store_objects.get_or_create(&KindLabels { kind: "pod_sandbox".into() }).set(pods as i64);
         self.store_objects.get_or_create(&KindLabels { kind: "container".into() }).set(containers as i64);
         self.backend_up.set(i64::from(backend_up));
+        let dropped = daemon_support::log::dropped_lines();
+        self.log_lines_dropped.inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -225,7 +225,12 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
             Some(Err(e)) if e.code() == Code::NotFound => {}
             Some(Err(e)) => {
                 live_pods.insert(s.id.clone());
-                skip(&mut report, Kind::PodSandbox, &s.id, format!("PodSandboxStatus failed: {}: {}", e.code(), e.message()));
+                skip(
+                    &mut report,
+                    Kind::PodSandbox,
+                    &s.id,
+                    format!("PodSandboxStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()),
+                );
             }
             None => {
                 live_pods.insert(s.id.clone());
@@ -258,7 +263,12 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
             Some(Err(e)) if e.code() == Code::NotFound => {}
             Some(Err(e)) => {
                 live_containers.insert(c.id.clone());
-                skip(&mut report, Kind::Container, &c.id, format!("ContainerStatus failed: {}: {}", e.code(), e.message()));
+                skip(
+                    &mut report,
+                    Kind::Container,
+                    &c.id,
+                    format!("ContainerStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()),
+                );
             }
             None => {
                 live_containers.insert(c.id.clone());
@@ -367,9 +377,9 @@ async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Store, w
             }
             Err(e) => {
                 if attempts == 1 {
-                    tracing::info!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), why, "runtime not ready; store recovery retries until it is");
+                    tracing::info!(runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(), why, "runtime not ready; store recovery retries until it is");
                 } else {
-                    tracing::debug!(runtime = %endpoint.display(), code = %e.code(), error = %e.message(), attempts, "store recovery: runtime still not ready");
+                    tracing::debug!(runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(), attempts, "store recovery: runtime still not ready");
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(RETRY_MAX);
@@ -393,7 +403,9 @@ pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Re
             return Ok(None);
         }
         Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(sandbox_id, &e)),
-        Err(e) => return Err(format!("pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}", e.code(), e.message())),
+        Err(e) => {
+            return Err(format!("pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+        }
     };
     match pod_entry(&answer) {
         Ok((pod, _)) => {
@@ -419,7 +431,9 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
             return Ok(None);
         }
         Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(container_id, &e)),
-        Err(e) => return Err(format!("container {container_id}: ListContainers failed: {}: {}", e.code(), e.message())),
+        Err(e) => {
+            return Err(format!("container {container_id}: ListContainers failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+        }
     };
     let pod = match store.pod(&sandbox_id) {
         Some(p) => p,
@@ -435,7 +449,9 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
             return Ok(None);
         }
         Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(container_id, &e)),
-        Err(e) => return Err(format!("container {container_id}: ContainerStatus failed: {}: {}", e.code(), e.message())),
+        Err(e) => {
+            return Err(format!("container {container_id}: ContainerStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+        }
     };
     match container_entry(&answer, container_id, &pod) {
         Ok((hook, _)) => {

@@ -25,8 +25,12 @@
 //! * `remote-endpoint` (required): the hook server's unix socket, `PATH`, `unix://PATH` or
 //!   `unix:PATH`; the path must be absolute.
 //! * `failure-policy`: `"Fail"`, `"Ignore"`, `""` or absent (both = Ignore, as koord's `PolicyNone`).
-//!   Anything else rejects the file (koord would silently treat it as Ignore; koordlet itself
-//!   refuses to start with any other value, so only hand-written files are affected).
+//!   A policy that cannot be read — any other value, a value that is not a string, or the key
+//!   itself misspelt (`failure_policy`, `failurePolicy`, `failure-polcy`) while `failure-policy`
+//!   is absent — is taken as **Fail**, with a warning (koord would silently treat it as Ignore,
+//!   so a fail-closed server would become fail-open; koordlet itself refuses to start with any
+//!   other value, so only hand-written files are affected). Rejecting the file instead would
+//!   leave a new server uncalled, which is Ignore again.
 //! * `runtime-hooks`: stage names ([`Stage`]), in any order; duplicates collapse. An unknown
 //!   name is skipped with a warning, `PreRemoveRunPodSandbox` (which koordlet registers but no
 //!   proxy calls) is skipped silently. A file without any usable stage still registers a server
@@ -38,8 +42,18 @@
 //!   every new connection with `SO_PEERCRED`; default root and the proxy's own uid. A server
 //!   run by anyone else fails its calls (under its failure policy), naming the uid and pid.
 //!
-//! Unknown keys are ignored. `null` counts as absent. As in Go's `encoding/json`, a key that
-//! matches none exactly is matched ignoring ASCII case, and the last of duplicate keys wins.
+//! Unknown keys are ignored with a warning naming the key and the known key it probably means
+//! ([`likely_key`]: the same letters with other separators or case, or a couple of typos away),
+//! so `"timeout_ms": 500` does not pass for the default 2000 ms unseen. `null` counts as absent.
+//! As in Go's `encoding/json`, a key that matches none exactly is matched ignoring ASCII case,
+//! and the last of duplicate keys wins.
+//!
+//! # Reserved sockets
+//!
+//! [`Registry::open_reserving`] is given the sockets no hook server may be: the proxy's own
+//! (every hook call would come back to the proxy as a CRI call it cannot serve) and the
+//! runtime's (containerd would be sent hook calls). A file naming one, however spelt (symlinks,
+//! `..`), is rejected ([`ConfigError::ReservedEndpoint`]).
 //!
 //! # Bad files
 //!
@@ -102,6 +116,31 @@ pub mod keys {
     pub const ORDER: &str = "order";
     /// Ours: the uids the hook server process may run as (checked with SO_PEERCRED).
     pub const ALLOWED_UIDS: &str = "allowed-uids";
+    /// Every key the proxy reads, in the order of the documentation.
+    pub const ALL: [&str; 6] = [REMOTE_ENDPOINT, FAILURE_POLICY, RUNTIME_HOOKS, TIMEOUT_MS, ORDER, ALLOWED_UIDS];
+}
+
+/// The known key an unknown `key` probably means, if any: equal to it once case and separators
+/// (`-`, `_`, `.`, spaces) are dropped (`failure_policy`, `failurePolicy`, `TIMEOUT_MS`), at most
+/// two edits from it so compared (`failure-polcy`, `timout-ms`), or, from four letters on, a
+/// part of it (`policy`, `timeout`, `hooks`, `uids`).
+pub fn likely_key(key: &str) -> Option<&'static str> {
+    fn squash(s: &str) -> String {
+        s.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).collect()
+    }
+    let k = squash(key);
+    if k.is_empty() {
+        return None;
+    }
+    let mut best: Option<(usize, &'static str)> = None;
+    for known in keys::ALL {
+        let q = squash(known);
+        let distance = if k.len() >= 4 && q.contains(&k) { 1 } else { strsim::levenshtein(&k, &q) };
+        if distance <= 2 && best.is_none_or(|(d, _)| distance < d) {
+            best = Some((distance, known));
+        }
+    }
+    best.map(|(_, known)| known)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -163,6 +202,11 @@ pub struct HookServer {
     /// `allowed-uids`: the uids the hook server process may run as (SO_PEERCRED); empty means
     /// the default, root and the proxy's own uid.
     pub allowed_uids: Vec<u32>,
+    /// What [`parse`] warned about (unknown keys, an unreadable failure policy taken as Fail,
+    /// unknown stages, …), each naming the file; empty for a clean file. The registry logs
+    /// them when it takes the file up, and `runtime_proxy_hook_config_warnings` counts the
+    /// servers that have any.
+    pub warnings: Vec<String>,
 }
 
 impl HookServer {
@@ -229,9 +273,15 @@ pub enum ConfigError {
         /// Why it is unusable.
         reason: &'static str,
     },
-    /// `failure-policy` is not `"Fail"`, `"Ignore"` or `""`.
-    #[error("\"failure-policy\" must be \"Fail\", \"Ignore\" or \"\", found {0:?}")]
-    BadPolicy(String),
+    /// `remote-endpoint` is one of the sockets no hook server may be: the proxy's own or the
+    /// runtime's (see [`Registry::open_reserving`]). Never returned by [`parse`].
+    #[error("\"remote-endpoint\" {endpoint} is {what}: hook calls sent there would never reach a hook server")]
+    ReservedEndpoint {
+        /// The endpoint as resolved from the file.
+        endpoint: String,
+        /// Whose socket it is, e.g. `the proxy's own socket (--koord-runtimeproxy-endpoint)`.
+        what: String,
+    },
     /// Not a regular file (a directory, FIFO, socket or device), after following symlinks.
     /// Never returned by [`parse`].
     #[error("not a regular file ({0})")]
@@ -305,16 +355,29 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
         ));
     }
 
+    let mut unreadable_policy = |why: String| {
+        warnings.push(format!("{name}: {why}; the failure policy cannot be read, so Fail is used (fail closed) until the file is fixed"));
+        (FailurePolicy::Fail, false)
+    };
     let (failure_policy, policy_explicit) = match field(&obj, keys::FAILURE_POLICY) {
-        None => (FailurePolicy::Ignore, false),
+        None => match obj.keys().find(|k| !k.eq_ignore_ascii_case(keys::FAILURE_POLICY) && likely_key(k) == Some(keys::FAILURE_POLICY)) {
+            Some(typo) => unreadable_policy(format!("key {typo:?} is not \"failure-policy\"")),
+            None => (FailurePolicy::Ignore, false),
+        },
         Some(Value::String(s)) => match s.as_str() {
             "" => (FailurePolicy::Ignore, false),
             "Fail" => (FailurePolicy::Fail, true),
             "Ignore" => (FailurePolicy::Ignore, true),
-            other => return Err(ConfigError::BadPolicy(other.to_owned())),
+            other => unreadable_policy(format!("\"failure-policy\" {other:?} is neither \"Fail\" nor \"Ignore\" (case matters)")),
         },
-        Some(v) => return Err(wrong_type(keys::FAILURE_POLICY, "a string", v)),
+        Some(v) => unreadable_policy(format!("\"failure-policy\" is {}, not a string", json_kind(v))),
     };
+    for key in obj.keys().filter(|k| !keys::ALL.iter().any(|known| k.eq_ignore_ascii_case(known))) {
+        warnings.push(match likely_key(key) {
+            Some(known) => format!("{name}: unknown key {key:?} ignored; did you mean {known:?}?"),
+            None => format!("{name}: unknown key {key:?} ignored (known keys: {})", keys::ALL.join(", ")),
+        });
+    }
 
     let mut stages = BTreeSet::new();
     match field(&obj, keys::RUNTIME_HOOKS) {
@@ -368,8 +431,18 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
     allowed_uids.sort_unstable();
     allowed_uids.dedup();
 
-    let server =
-        HookServer { name, file: file.to_path_buf(), endpoint, failure_policy, policy_explicit, stages, timeout, order, allowed_uids };
+    let server = HookServer {
+        name,
+        file: file.to_path_buf(),
+        endpoint,
+        failure_policy,
+        policy_explicit,
+        stages,
+        timeout,
+        order,
+        allowed_uids,
+        warnings: warnings.clone(),
+    };
     Ok((server, warnings))
 }
 
@@ -537,6 +610,8 @@ pub struct Registry {
     dir: PathBuf,
     /// Whether [`check_trust`] applies (off with `--insecure-hook-config`).
     strict: bool,
+    /// Sockets no hook server may be, with whose they are (see [`Registry::open_reserving`]).
+    reserved: Vec<(PathBuf, String)>,
     current: ArcSwap<Snapshot>,
     /// Serialises scans; what the last one found, per file name.
     state: Mutex<ScanState>,
@@ -575,6 +650,14 @@ impl Registry {
     /// the registry is empty until the directory appears (a watcher notices it within its rescan
     /// interval).
     pub fn open(dir: impl Into<PathBuf>, strict: bool) -> Arc<Registry> {
+        Registry::open_reserving(dir, strict, Vec::new())
+    }
+
+    /// [`Registry::open`], rejecting every file whose `remote-endpoint` is one of the `reserved`
+    /// sockets (compared with [`crate::same_socket`]: symlinks and `..` resolved), each given
+    /// with whose it is, e.g. `the proxy's own socket (--koord-runtimeproxy-endpoint)`: the
+    /// reason names it ([`ConfigError::ReservedEndpoint`]).
+    pub fn open_reserving(dir: impl Into<PathBuf>, strict: bool, reserved: Vec<(PathBuf, String)>) -> Arc<Registry> {
         let dir = dir.into();
         if let Err(e) = std::fs::metadata(&dir) {
             if e.kind() == io::ErrorKind::NotFound {
@@ -602,6 +685,7 @@ impl Registry {
         let reg = Arc::new(Registry {
             dir,
             strict,
+            reserved,
             current: ArcSwap::from_pointee(Snapshot::default()),
             state: Mutex::new(ScanState::default()),
             generation,
@@ -678,7 +762,7 @@ impl Registry {
         for (fname, path) in entries {
             let loaded = match &dir_distrust {
                 Some(why) => Loaded::Bad(ConfigError::Untrusted(why.clone())),
-                None => load(&path, self.strict),
+                None => load(&path, self.strict, &self.reserved),
             };
             match loaded {
                 Loaded::Absent => {}
@@ -836,8 +920,9 @@ fn list_dir(dir: &Path) -> io::Result<Vec<(OsString, PathBuf)>> {
 
 /// Reads and parses one config file, following symlinks (a ConfigMap's file is judged by its
 /// target). Opens with `O_NONBLOCK` and checks the opened file's type, so a FIFO named `x.json`
-/// cannot block the scan; `strict`: refuses a file that fails [`check_trust`].
-fn load(path: &Path, strict: bool) -> Loaded {
+/// cannot block the scan; `strict`: refuses a file that fails [`check_trust`]; a file naming a
+/// `reserved` socket is refused ([`ConfigError::ReservedEndpoint`]).
+fn load(path: &Path, strict: bool, reserved: &[(PathBuf, String)]) -> Loaded {
     let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Loaded::Absent,
@@ -869,6 +954,10 @@ fn load(path: &Path, strict: bool) -> Loaded {
         return Loaded::Bad(ConfigError::Read(e.to_string()));
     }
     match parse(path, &bytes) {
+        Ok((server, _)) if reserved.iter().any(|(p, _)| crate::same_socket(&server.endpoint, p)) => {
+            let what = reserved.iter().find(|(p, _)| crate::same_socket(&server.endpoint, p)).map(|(_, w)| w.clone()).unwrap_or_default();
+            Loaded::Bad(ConfigError::ReservedEndpoint { endpoint: server.endpoint.display().to_string(), what })
+        }
         Ok((server, warnings)) => Loaded::Good(server, warnings),
         Err(e) => Loaded::Bad(e),
     }
@@ -1153,14 +1242,70 @@ mod tests {
             let s = ok(json);
             assert_eq!((s.failure_policy, s.policy_explicit), (FailurePolicy::Ignore, false), "{json}");
         }
-        for bad in ["fail", "IGNORE", "Abort", " Fail"] {
-            let json = format!(r#"{{"remote-endpoint":"/s.sock","failure-policy":"{bad}"}}"#);
-            assert_eq!(p(&json).unwrap_err(), ConfigError::BadPolicy(bad.into()));
+    }
+
+    /// A failure policy that cannot be read is Fail (fail closed), with a warning naming what
+    /// was read: koord would make each of these Ignore, and a fail-closed server fail-open.
+    #[test]
+    fn an_unreadable_failure_policy_is_fail() {
+        for (entry, says) in [
+            (r#""failure-policy":"fail""#, r#""failure-policy" "fail" is neither "Fail" nor "Ignore""#),
+            (r#""failure-policy":"IGNORE""#, r#""IGNORE" is neither"#),
+            (r#""failure-policy":" Fail""#, r#"" Fail" is neither"#),
+            (r#""failure-policy":1"#, r#""failure-policy" is a number, not a string"#),
+            (r#""failure-policy":true"#, "is a boolean"),
+            (r#""failure_policy":"Fail""#, r#"key "failure_policy" is not "failure-policy""#),
+            (r#""failurePolicy":"Ignore""#, r#"key "failurePolicy" is not"#),
+            (r#""failure-polcy":"Fail""#, r#"key "failure-polcy" is not"#),
+            (r#""policy":"Fail""#, r#"key "policy" is not"#),
+        ] {
+            let json = format!(r#"{{"remote-endpoint":"/s.sock","runtime-hooks":["PreCreateContainer"],{entry}}}"#);
+            let (server, warnings) = p(&json).unwrap_or_else(|e| panic!("{json}: {e}"));
+            assert_eq!(server.failure_policy, FailurePolicy::Fail, "{json}");
+            assert!(warnings.iter().any(|w| w.contains(says) && w.contains("Fail is used")), "{json}: {warnings:?}");
+            assert_eq!(server.warnings, warnings, "kept with the server");
         }
-        assert!(matches!(
-            p(r#"{"remote-endpoint":"/s.sock","failure-policy":1}"#),
-            Err(ConfigError::WrongType { key: "failure-policy", .. })
-        ));
+        // Spelt right but in another case: Go's encoding/json reads it, so do we.
+        let s = ok(r#"{"remote-endpoint":"/s.sock","FAILURE-POLICY":"Fail"}"#);
+        assert_eq!(s.failure_policy, FailurePolicy::Fail);
+        // The right key wins over a look-alike; the look-alike is still reported.
+        let (s, w) = p(r#"{"remote-endpoint":"/s.sock","failure-policy":"Ignore","failure_policy":"Fail"}"#).unwrap();
+        assert_eq!(s.failure_policy, FailurePolicy::Ignore);
+        assert!(w.iter().any(|w| w.contains(r#"unknown key "failure_policy" ignored; did you mean "failure-policy"?"#)), "{w:?}");
+    }
+
+    /// Every unknown key is a warning naming it and the key it probably means.
+    #[test]
+    fn unknown_keys_are_named_with_the_key_they_may_mean() {
+        let (s, w) =
+            p(r#"{"remote-endpoint":"/s.sock","runtime-hooks":["PreCreateContainer"],"timeout_ms":500,"Order ":3,"comment":"x"}"#).unwrap();
+        assert_eq!((s.timeout, s.order), (DEFAULT_TIMEOUT, 0), "unknown keys are not read");
+        let has = |part: &str| w.iter().any(|w| w.starts_with("test.json: ") && w.contains(part));
+        assert!(has(r#"unknown key "timeout_ms" ignored; did you mean "timeout-ms"?"#), "{w:?}");
+        assert!(has(r#"unknown key "Order " ignored; did you mean "order"?"#), "{w:?}");
+        assert!(
+            has(
+                r#"unknown key "comment" ignored (known keys: remote-endpoint, failure-policy, runtime-hooks, timeout-ms, order, allowed-uids)"#
+            ),
+            "{w:?}"
+        );
+        for (typo, meant) in [
+            ("timeoutMs", "timeout-ms"),
+            ("timout-ms", "timeout-ms"),
+            ("timeout", "timeout-ms"),
+            ("remote_endpoint", "remote-endpoint"),
+            ("runtimeHooks", "runtime-hooks"),
+            ("hooks", "runtime-hooks"),
+            ("allowed_uids", "allowed-uids"),
+            ("uids", "allowed-uids"),
+            ("oder", "order"),
+        ] {
+            assert_eq!(likely_key(typo), Some(meant), "{typo}");
+        }
+        for unrelated in ["comment", "name", "", "--", "x", "version"] {
+            assert_eq!(likely_key(unrelated), None, "{unrelated}");
+        }
+        assert!(ok(KOORDLET_JSON).warnings.is_empty(), "koordlet's file is clean");
     }
 
     #[test]
@@ -1374,6 +1519,34 @@ mod tests {
     }
 
     #[test]
+    fn reserved_sockets_are_refused_however_spelt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("hookserver.d");
+        fs::create_dir(&d).unwrap();
+        let run = tmp.path().join("run");
+        fs::create_dir(&run).unwrap();
+        let proxy = run.join("proxy.sock");
+        let _live = std::os::unix::net::UnixListener::bind(&proxy).unwrap();
+        symlink(&run, tmp.path().join("alias")).unwrap();
+        let alias = tmp.path().join("alias/../run/./proxy.sock");
+        write(&d, "loop.json", &server_json(alias.to_str().unwrap(), ""));
+        write(&d, "runtime.json", &server_json(&format!("unix://{}", run.join("containerd.sock").display()), ""));
+        write(&d, "fine.json", &server_json(run.join("hook.sock").to_str().unwrap(), ""));
+        let reserved = vec![
+            (proxy.clone(), "the proxy's own socket (--koord-runtimeproxy-endpoint)".to_owned()),
+            (run.join("containerd.sock"), "the runtime's socket (--remote-runtime-service-endpoint)".to_owned()),
+        ];
+        let reg = Registry::open_reserving(&d, true, reserved);
+        assert_eq!(names(&reg.snapshot()), ["fine.json"]);
+        let why: Vec<(String, String)> = reg.rejected().into_iter().map(|r| (r.name, r.error.to_string())).collect();
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert_eq!(why[0].0, "loop.json");
+        assert!(why[0].1.contains("is the proxy's own socket (--koord-runtimeproxy-endpoint)"), "{why:?}");
+        assert_eq!(why[1].0, "runtime.json");
+        assert!(why[1].1.contains("is the runtime's socket (--remote-runtime-service-endpoint)"), "{why:?}");
+    }
+
+    #[test]
     fn scans_only_config_files() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path();
@@ -1418,7 +1591,7 @@ mod tests {
         assert!(matches!(r[0].error, ConfigError::Json(_)));
         assert!(!r[0].serving_last_good);
 
-        for bad in ["", "{\"remote-endpoint\":\"/a2.s", r#"{"remote-endpoint":"/a2.sock","failure-policy":"Maybe"}"#] {
+        for bad in ["", "{\"remote-endpoint\":\"/a2.s", r#"{"remote-endpoint":"/a2.sock","timeout-ms":"soon"}"#] {
             write(d, "a.json", bad);
             reg.rescan();
             let snap = reg.snapshot();

@@ -114,6 +114,7 @@ async fn a_hook_server_run_by_another_user_is_refused_unless_allowed() {
 
     s.register("nobody.json", &hook_socket, "Fail", &["PreCreateContainer"], json!({}));
     let err = s.pod(&[("example.runtime-proxy.dev/cpu-shares", "700")], &[]).await.expect_err("a hook server run by uid 65534");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "refused for who runs it, not for being down: {err:?}");
     for part in ["PreCreateContainer", "nobody.json", "uid 65534", "pid", "not by an allowed uid"] {
         assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
     }
@@ -297,15 +298,17 @@ async fn malformed_files_are_reported_and_survived() {
     })
     .await;
     s.register("good.json", hook.socket(), "Fail", &["PreCreateContainer"], json!({}));
-    for (name, content) in [
-        ("garbage.json", "{{{ not json"),
-        ("empty.json", ""),
-        ("bad-policy.json", r#"{"remote-endpoint": "/x.sock", "failure-policy": "Sometimes"}"#),
-        ("no-endpoint.json", r#"{"runtime-hooks": ["PreCreateContainer"]}"#),
+    // (A policy that cannot be read is not a rejection: the server is registered with Fail and a
+    // WARN; this one lists no stage, so it is never called.)
+    for (name, content, reported) in [
+        ("garbage.json", "{{{ not json", "rejected"),
+        ("empty.json", "", "rejected"),
+        ("bad-policy.json", r#"{"remote-endpoint": "/x.sock", "failure-policy": "Sometimes"}"#, "so Fail is used"),
+        ("no-endpoint.json", r#"{"runtime-hooks": ["PreCreateContainer"]}"#, "rejected"),
     ] {
-        let before = s.proxy.count_log(&["rejected", &format!("file={name}")]);
+        let before = s.proxy.count_log(&[reported, &format!("file={name}")]);
         std::fs::write(s.dir.path().join(name), content).unwrap();
-        assert!(s.proxy.wait_log(&["rejected", &format!("file={name}")], before), "{name} not reported:\n{}", s.proxy.log());
+        assert!(s.proxy.wait_log(&[reported, &format!("file={name}")], before), "{name} not reported:\n{}", s.proxy.log());
     }
     // A good file rewritten half-way keeps its last good version.
     std::fs::write(s.dir.path().join("good.json"), "{\"remote-endpoint\": ").unwrap();

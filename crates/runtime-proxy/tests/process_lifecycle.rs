@@ -107,6 +107,11 @@ fn listening_on_the_backend_socket_is_refused() {
         assert_eq!(out.status.code(), Some(2), "{flag}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("are the same socket") && stderr.contains(flag), "{stderr}");
+        assert_eq!(stderr.matches("are the same socket").count(), 1, "said once: {stderr}");
+        assert!(
+            stderr.trim_end().lines().last().is_some_and(|l| l.contains("ERROR") && l.contains("are the same socket")),
+            "last: {stderr}"
+        );
     }
     assert!(std::os::unix::net::UnixStream::connect(&backend).is_ok(), "the backend's socket was left alone");
 }
@@ -145,5 +150,126 @@ fn help_explains_every_flag() {
         "--hook-config-dir",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    }
+}
+
+/// koord-runtime-proxy's klog flags, as its units pass them, are accepted (they were refused
+/// with exit 2, so a migrated unit restart-looped), named in one deprecation notice; `--v=4`
+/// (without `RUST_LOG`) logs each CRI call at debug level.
+#[tokio::test]
+async fn koords_klog_flags_are_accepted_with_one_notice() {
+    let fake = FakeBackend::start(Behaviour::Cri).await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("p.sock");
+    let log = dir.path().join("proxy.log");
+    let mut child = Command::new(BIN)
+        .arg("--koord-runtimeproxy-endpoint")
+        .arg(&socket)
+        .arg("--remote-runtime-service-endpoint")
+        .arg(fake.socket())
+        .args(["--metrics-addr", "127.0.0.1:0", "--hook-config-dir"])
+        .arg(dir.path().join("hooks"))
+        .args(["--v=4", "--logtostderr", "--alsologtostderr", "--log-dir=/var/log/koord", "--log_file", "/x.log", "--skip_headers"])
+        .env_remove("RUST_LOG")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    assert!(
+        test_support::wait_until(Duration::from_secs(10), || async { std::os::unix::net::UnixStream::connect(&socket).is_ok() }).await,
+        "not serving:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    runtime_client(&socket).version(cri::VersionRequest::default()).await.expect("Version");
+    // SAFETY: kill(2) on our own child's PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let notices: Vec<&str> = text.lines().filter(|l| l.contains("deprecated klog flags")).collect();
+    assert_eq!(notices.len(), 1, "one notice:\n{text}");
+    for part in [
+        "--v=4 sets the log level info,runtime_proxy=debug",
+        "--logtostderr is ignored",
+        "--alsologtostderr is ignored",
+        "--log-dir=/var/log/koord is ignored",
+        "--log-file=/x.log is ignored",
+        "--skip-headers is ignored",
+    ] {
+        assert!(notices[0].contains(part), "{part:?} missing from {}", notices[0]);
+    }
+    assert!(text.lines().any(|l| l.contains("DEBUG") && l.contains("CRI call")), "--v=4: a debug line per call:\n{text}");
+}
+
+/// Limits of 0 started fine and then refused every pod: refused at start, exit 2, naming the
+/// flag, before anything is created.
+#[test]
+fn zero_limits_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, zero) in [
+        ("--max-request-bytes", "0"),
+        ("--max-concurrent-streams", "0"),
+        ("--max-hook-answer-bytes", "0"),
+        ("--request-idle-timeout", "0s"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("--koord-runtimeproxy-endpoint")
+            .arg(dir.path().join("run/p.sock"))
+            .args([flag, zero, "--metrics-addr", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {zero}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(flag) && stderr.contains("0 would"), "{flag}: {stderr}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing created");
+}
+
+/// A registration whose failure policy is misspelt (`failure_policy`) is taken as Fail: with its
+/// server down, the pod is refused (it used to be Ignore: the pod started without the hook).
+/// Unknown keys are a WARN naming the key and the key it may mean, counted in
+/// `runtime_proxy_hook_config_warnings`; a registration naming the proxy's own socket is
+/// rejected, saying so.
+#[tokio::test]
+async fn registrations_that_would_weaken_policy() {
+    let fake = FakeBackend::start(Behaviour::Cri).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = dir.path().join("hookserver.d");
+    std::fs::create_dir(&hooks).unwrap();
+    let socket = dir.path().join("run/p.sock");
+    let dead = dir.path().join("dead-hook.sock");
+    let write = |name: &str, json: String| std::fs::write(hooks.join(name), json).unwrap();
+    write(
+        "typo.json",
+        format!(
+            r#"{{"remote-endpoint":"{}","failure_policy":"Fail","timeout_ms":100,"runtime-hooks":["PreRunPodSandbox"]}}"#,
+            dead.display()
+        ),
+    );
+    write("loop.json", format!(r#"{{"remote-endpoint":"unix://{}","runtime-hooks":["PreCreateContainer"]}}"#, socket.display()));
+    let mut proxy =
+        ProxyProcess::spawn(BIN, &socket, fake.socket(), &["--hook-config-dir", hooks.to_str().unwrap()], dir.path().join("proxy.log"));
+    proxy.wait_ready();
+
+    let config = cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata { name: "p".into(), uid: "u".into(), namespace: "default".into(), attempt: 0 }),
+        ..Default::default()
+    };
+    let err = runtime_client(&socket)
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
+        .await
+        .expect_err("the Fail server is down: the pod is refused");
+    assert!(err.message().contains("typo.json") && err.message().contains("failure-policy Fail"), "{err:?}");
+
+    let log = proxy.log();
+    for part in [
+        r#"key "failure_policy" is not "failure-policy"; the failure policy cannot be read, so Fail is used"#,
+        r#"unknown key "timeout_ms" ignored; did you mean "timeout-ms"?"#,
+        "is the proxy's own socket (--koord-runtimeproxy-endpoint)",
+    ] {
+        assert!(log.lines().any(|l| l.contains("WARN") && l.contains(part)), "{part:?} not logged at WARN:\n{log}");
+    }
+    let (_, metrics) = proxy.admin_get("/metrics");
+    for line in ["runtime_proxy_hook_config_warnings 1", "runtime_proxy_hook_config_rejected 1", "runtime_proxy_hook_servers 1"] {
+        assert!(metrics.lines().any(|l| l == line), "{line} missing:\n{metrics}");
     }
 }

@@ -29,6 +29,21 @@ impl ProxyProcess {
     /// Like [`start`](Self::start) but on a caller-chosen socket and log file, for restarts.
     pub fn spawn(binary: &str, socket: &Path, backend: &Path, extra: &[&str], log: PathBuf) -> ProxyProcess {
         let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
+        let stdout = Stdio::from(logf.try_clone().expect("log file"));
+        Self::spawn_with_output(binary, socket, backend, extra, stdout, Stdio::from(logf), log)
+    }
+
+    /// Like [`spawn`](Self::spawn) but with stdout and stderr where the caller says (a pipe, a
+    /// FIFO); [`log`](Self::log) then reads `log`, which the process does not write to.
+    pub fn spawn_with_output(
+        binary: &str,
+        socket: &Path,
+        backend: &Path,
+        extra: &[&str],
+        stdout: Stdio,
+        stderr: Stdio,
+        log: PathBuf,
+    ) -> ProxyProcess {
         let child = Command::new(binary)
             .arg("--koord-runtimeproxy-endpoint")
             .arg(socket)
@@ -38,8 +53,8 @@ impl ProxyProcess {
             .args(extra)
             .env("RUST_LOG", std::env::var("RP_TEST_LOG").unwrap_or_else(|_| "info,runtime_proxy=debug".into()))
             .stdin(Stdio::null())
-            .stdout(logf.try_clone().expect("log file"))
-            .stderr(logf)
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("spawning {binary}: {e}"));
         ProxyProcess { child: Some(child), socket: socket.to_owned(), log, _dir: None }
