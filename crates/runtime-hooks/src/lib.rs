@@ -148,6 +148,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 selector: args.selector.clone(),
             };
             tracing::info!(socket = %options.socket.display(), "NRI plugin starting");
+            // Ready once the plugin runs: it connects (and reconnects) in the background, so a
+            // runtime that is not there yet must not hold `systemctl start` until its timeout.
+            notify_systemd(hook_api::sd_notify::READY);
             nri::run(framework, options, shutdown).await
         }
     };

@@ -1,6 +1,7 @@
 //! `Type=notify` units: the real runtime-hooks binary, started with `NOTIFY_SOCKET` as systemd
 //! starts it, sends `READY=1` once it is registered and its socket accepts connections (proxy
-//! mode) or its reconciler runs (standalone), and `STOPPING=1` at SIGTERM. Cgroups: an empty temp
+//! mode), its reconciler runs (standalone) or its plugin starts connecting (NRI mode, also while
+//! the NRI socket is absent), and `STOPPING=1` at SIGTERM. Cgroups: an empty temp
 //! tree; the runtime endpoint is missing. Also `--probe`, the liveness check, against the live
 //! server and after it stopped.
 
@@ -85,6 +86,19 @@ fn standalone_ready() {
     let listener = UnixDatagram::bind(&notify).unwrap();
     let missing = dir.path().join("missing-containerd.sock");
     let child = spawn(dir.path(), &notify, &["--mode", "standalone", "--runtime-endpoint", missing.to_str().unwrap()]);
+    assert_eq!(receive(&listener, dir.path()), "READY=1");
+    stop(child, &listener, dir.path());
+}
+
+/// NRI mode with no NRI socket yet (containerd not started, or NRI off): READY=1 all the same —
+/// the plugin connects when the socket comes — so `systemctl start` does not wait for a timeout.
+#[test]
+fn nri_mode_ready_while_the_nri_socket_is_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify.sock");
+    let listener = UnixDatagram::bind(&notify).unwrap();
+    let missing = dir.path().join("missing-nri.sock");
+    let child = spawn(dir.path(), &notify, &["--mode", "nri", "--nri-socket", missing.to_str().unwrap()]);
     assert_eq!(receive(&listener, dir.path()), "READY=1");
     stop(child, &listener, dir.path());
 }
