@@ -156,8 +156,12 @@ impl HookState {
         let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend });
         let metrics_addr = args.metrics_addr;
         let admin = AbortOnDrop(tokio::spawn(async move {
-            if let Err(e) = metrics::serve_admin(metrics_addr, admin).await {
-                tracing::error!(addr = %metrics_addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
+            let Some(addr) = metrics_addr else {
+                tracing::info!("admin endpoint off (--metrics-addr off): no /metrics, /healthz");
+                return;
+            };
+            if let Err(e) = metrics::serve_admin(addr, admin).await {
+                tracing::error!(%addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
             }
         }));
         let interceptor = Arc::new(Interceptor {

@@ -273,3 +273,34 @@ async fn registrations_that_would_weaken_policy() {
         assert!(metrics.lines().any(|l| l == line), "{line} missing:\n{metrics}");
     }
 }
+
+/// `--metrics-addr` as operators write it: `localhost:PORT` serves on loopback, `off` serves no
+/// admin endpoint while CRI calls go on; a host name the proxy would have to resolve is refused
+/// at start (exit 2) naming the forms.
+#[tokio::test]
+async fn metrics_addr_forms_and_off() {
+    let backend =
+        FakeBackend::start(Behaviour::ok(&cri::VersionResponse { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec()))
+            .await;
+    let local = ProxyProcess::start(BIN, backend.socket(), &["--metrics-addr", "localhost:0"]);
+    let (code, body) = local.admin_get("/healthz");
+    assert_eq!((code, body.trim()), (200, "ok"), "{}", local.log());
+    assert!(local.log().contains("admin endpoint listening on 127.0.0.1:"), "{}", local.log());
+
+    let off = ProxyProcess::start(BIN, backend.socket(), &["--metrics-addr", "off"]);
+    let v = runtime_client(off.socket()).version(cri::VersionRequest::default()).await.expect("CRI served without the admin endpoint");
+    assert_eq!(v.into_inner().runtime_name, "fake");
+    assert!(off.log().contains("admin endpoint off") && !off.log().contains("admin endpoint listening"), "{}", off.log());
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["--koord-runtimeproxy-endpoint", dir.path().join("p.sock").to_str().unwrap()])
+        .args(["--remote-runtime-service-endpoint", backend.socket().to_str().unwrap()])
+        .args(["--metrics-addr", "metrics.example:9318"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("localhost:PORT") && stderr.contains(":PORT or off"), "{stderr}");
+    assert!(!dir.path().join("p.sock").exists());
+}
