@@ -533,7 +533,7 @@ async fn kill_and_restart() {
     };
     assert_eq!(version_answer.runtime_name, "containerd");
     eprintln!("first call after the restart succeeded at attempt {attempts} ({:?})", first.elapsed());
-    assert!(proxy.count_log(&["connected to backend"]) > connected_before, "a new backend connection");
+    assert!(proxy.wait_log(&["connected to backend"], connected_before), "a new backend connection:\n{}", proxy.log());
     assert!(proxy.wait_log(&["store recovered", "backend reconnected"], reconnect_rebuilds), "no rebuild on reconnect:\n{}", proxy.log());
     for line in log_lines(&proxy, &["store recovered"]) {
         eprintln!("proxy: {}", &line[line.find("store recovered").unwrap_or(0)..]);

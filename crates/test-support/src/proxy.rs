@@ -80,8 +80,22 @@ impl ProxyProcess {
     }
 
     /// Everything the proxy logged so far.
+    ///
+    /// The proxy writes its log from a thread of its own (non-blocking, so logging never holds a
+    /// call up): the line of what just happened may still be on its way when a call's answer is
+    /// in. So the file is read until it has not grown for 20 ms (at most 500 ms).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        let read = || std::fs::read_to_string(&self.log).unwrap_or_default();
+        let start = Instant::now();
+        let mut text = read();
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            let again = read();
+            if again.len() == text.len() || start.elapsed() > Duration::from_millis(500) {
+                return again;
+            }
+            text = again;
+        }
     }
 
     /// Waits (up to 10 s) until the log has more than `already` lines containing every one of
