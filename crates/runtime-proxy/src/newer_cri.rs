@@ -12,8 +12,8 @@
 //!   every method the proxy does not intercept; kubelet falls back to the `List*` call when the
 //!   runtime answers `UNIMPLEMENTED` (containerd 1.7, 2.0). [`is_server_stream`] names them.
 //!   (`StreamImages` when images are served by another socket is taken over like every
-//!   ImageService call, [`crate::router::Route::Unary`], and its answer written back part by
-//!   part as the image service sends it.)
+//!   ImageService call, [`crate::router::Route::Unary`]: its messages reach the client together,
+//!   once the stream ended.)
 
 use k8s_cri::v1 as cri;
 
@@ -46,10 +46,8 @@ pub const SERVER_STREAMS: [&str; 7] = [
 ];
 
 /// True for a call of a CRI server stream (any CRI version: `/runtime.<version>.<Service>/`
-/// followed by a name of [`SERVER_STREAMS`]). Such a call is never sent on as one unary call
-/// (its messages would wait for its end): taken over (`StreamImages` on another image socket)
-/// its answer is written back part by part; on a client connection without a runtime
-/// connection it is answered `UNAVAILABLE` ([`crate::relay`]).
+/// followed by a name of [`SERVER_STREAMS`]). Such a call cannot be sent on as one unary call
+/// (its messages would wait for its end), so the relay never takes one over.
 pub fn is_server_stream(path: &str) -> bool {
     let mut parts = path.splitn(3, '/');
     let (Some(""), Some(service), Some(method)) = (parts.next(), parts.next(), parts.next()) else { return false };

@@ -26,9 +26,7 @@
 //! **Taken-over calls** ([`Route::Unary`]): ImageService calls when images are served by another
 //! socket, and calls on a connection whose runtime connection is gone: the header block goes on
 //! (to keep HPACK in step) and the runtime's stream is reset (CANCEL) at once; a task sends the
-//! call over the shared [`Backend`] connection and the relay writes its answer back. A server
-//! stream (`StreamImages` on another image socket) is written back part by part as it comes,
-//! the task reading on only while the relay holds less than [`STREAM_CREDIT`] bytes of it.
+//! call over the shared [`Backend`] connection and the relay writes its answer back.
 //!
 //! **Bytes of the relay's own**: header blocks it writes are literal, never indexed
 //! ([`frame::put_literal`]), so they fit anywhere in the connection; once the runtime sends a
@@ -53,8 +51,8 @@
 //! acknowledged) so the client comes back on a new connection, relayed again. A client
 //! connection accepted while the runtime is down starts in that state. Server streams
 //! (GetContainerEvents, KEP-5825's `Stream*` lists: [`crate::newer_cri::is_server_stream`]) are
-//! answered `UNAVAILABLE` meanwhile: the client opens them again on its next, relayed,
-//! connection (an event stream, which never ends, would otherwise keep this one open).
+//! answered `UNAVAILABLE` meanwhile: taken over as one unary call, their messages would wait
+//! for their end.
 //!
 //! **Shutdown** (`stop`): graceful GOAWAY, then the connection ends once its calls have.
 
@@ -140,24 +138,9 @@ enum Command {
     Fail { stream: u32, status: Status },
     /// Write this answer of a taken-over call to the client.
     Reply { stream: u32, answer: Result<Answer, Status> },
-    /// Write this part of a taken-over server stream's answer to the client.
-    ReplyPart { stream: u32, part: Part },
     /// Whether the runtime took a connection, while there is none to relay on.
     Probed { up: bool },
 }
-
-/// A part of a taken-over server stream's answer, in order: the head (`true`: it ends the
-/// stream, a trailers-only answer), data, the end (its trailers, or the status the call failed
-/// with).
-enum Part {
-    Head(Response<()>, bool),
-    Data(Bytes),
-    End(Result<Option<HeaderMap>, Status>),
-}
-
-/// Most bytes of a taken-over server stream's answer the relay holds for the client: its task
-/// reads (and credits the backend for) no more until the client's windows let them go out.
-pub const STREAM_CREDIT: usize = 64 << 10;
 
 /// How far the graceful GOAWAY has gone.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -283,18 +266,12 @@ struct TakenOver {
     reply: Option<PendingReply>,
     /// The answer was written whole.
     replied: bool,
-    /// A server stream's: bytes its task may hand over beyond those not yet written.
-    credit: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 struct PendingReply {
     head: Option<BytesMut>,
     data: Bytes,
     trailers: Option<BytesMut>,
-    /// More parts are to come (a server stream's answer).
-    open: bool,
-    /// END_STREAM went to the client.
-    fin: bool,
 }
 
 /// A relayed connection's state and frame handling, without the sockets: bytes read are handed
@@ -873,8 +850,8 @@ impl Core {
                 return Ok(());
             }
             if crate::newer_cri::is_server_stream(&path) {
-                // Not taken over: the client opens it again on the new connection (an event
-                // stream never ends, and would keep this one open).
+                // A stream cannot be taken over whole; the client opens it again on the new
+                // connection.
                 let status = Status::new(Code::UNAVAILABLE, format!("{path}: {gone}"));
                 self.answer_status(id, &status);
                 self.router.record(&path, &status, start.elapsed());
@@ -942,12 +919,7 @@ impl Core {
                 early_answer: None,
             }))
         } else {
-            let credit = crate::newer_cri::is_server_stream(&path).then(|| Arc::new(tokio::sync::Semaphore::new(STREAM_CREDIT)));
-            StreamKind::TakenOver(Box::new(TakenOver { task, window: self.client_initial_window, reply: None, replied: false, credit }))
-        };
-        let credit = match &kind {
-            StreamKind::TakenOver(t) => t.credit.clone(),
-            _ => None,
+            StreamKind::TakenOver(Box::new(TakenOver { task, window: self.client_initial_window, reply: None, replied: false }))
         };
         self.streams.insert(id, Stream { method: path.clone(), start, head_sent: false, kind });
         let (router, commands) = (self.router.clone(), self.commands_tx.clone());
@@ -955,22 +927,6 @@ impl Core {
         self.aux_due = true;
         self.tasks.spawn(Box::pin(async move {
             let method: &str = &path;
-            if let Some(credit) = credit {
-                // A server stream, answered part by part (only ever taken over, never relayed
-                // here: a connection without a runtime connection refuses server streams).
-                let cancelled = async {
-                    if cancelled.await.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                };
-                let status = tokio::select! {
-                    biased;
-                    () = cancelled => Status::new(Code::CANCELLED, "client reset the call"),
-                    status = stream_call(&router, method, parts, body, id, &commands, &credit) => status,
-                };
-                router.record(method, &status, start.elapsed());
-                return;
-            }
             let onward: Onward<'_> =
                 if relayed { on_stream(id, commands.clone()) } else { intercept::over_shared(router.backend_for(method), method) };
             let cancelled = async {
@@ -1448,7 +1404,6 @@ impl Core {
                 }
             }
             Command::Reply { stream, answer } => self.on_reply(stream, answer),
-            Command::ReplyPart { stream, part } => self.on_part(stream, part),
             Command::Probed { up } => {
                 self.probing = false;
                 if up && self.closing == Closing::Open {
@@ -1516,56 +1471,10 @@ impl Core {
                     put_fields(&mut b, t);
                     b
                 });
-                PendingReply { head: Some(head), data: answer.data, trailers, open: false, fin: false }
+                PendingReply { head: Some(head), data: answer.data, trailers }
             }
-            Err(status) => PendingReply { head: Some(trailers_only(&status)), data: Bytes::new(), trailers: None, open: false, fin: false },
+            Err(status) => PendingReply { head: Some(trailers_only(&status)), data: Bytes::new(), trailers: None },
         });
-        self.flush_reply(id);
-    }
-
-    /// Takes in a part of a taken-over server stream's answer and writes what the client's
-    /// windows take.
-    fn on_part(&mut self, id: u32, part: Part) {
-        let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&id) else { return };
-        match (part, &mut t.reply) {
-            (Part::Head(head, end), _) => {
-                let mut block = BytesMut::with_capacity(128);
-                frame::put_status(&mut block, head.status().as_u16());
-                put_fields(&mut block, head.headers());
-                t.reply = Some(PendingReply { head: Some(block), data: Bytes::new(), trailers: None, open: !end, fin: false });
-            }
-            (Part::Data(chunk), Some(reply)) => {
-                reply.data = if reply.data.is_empty() {
-                    chunk
-                } else {
-                    let mut joined = BytesMut::with_capacity(reply.data.len() + chunk.len());
-                    joined.extend_from_slice(&reply.data);
-                    joined.extend_from_slice(&chunk);
-                    joined.freeze()
-                };
-            }
-            (Part::End(end), Some(reply)) => {
-                reply.open = false;
-                reply.trailers = match end {
-                    Ok(trailers) => trailers.map(|t| {
-                        let mut block = BytesMut::with_capacity(64);
-                        put_fields(&mut block, &t);
-                        block
-                    }),
-                    Err(status) => {
-                        let mut block = BytesMut::with_capacity(32 + status.message.len());
-                        put_fields(&mut block, &status.trailers());
-                        Some(block)
-                    }
-                };
-            }
-            (Part::End(end), None) => {
-                let status = end.err().unwrap_or_else(|| Status::new(Code::INTERNAL, "server stream ended before its head"));
-                let head = Some(trailers_only(&status));
-                t.reply = Some(PendingReply { head, data: Bytes::new(), trailers: None, open: false, fin: false });
-            }
-            (Part::Data(_), None) => {}
-        }
         self.flush_reply(id);
     }
 
@@ -1573,34 +1482,25 @@ impl Core {
     fn flush_reply(&mut self, id: u32) {
         let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&id) else { return };
         let Some(reply) = &mut t.reply else { return };
-        let last = |r: &PendingReply| !r.open && r.data.is_empty() && r.trailers.is_none();
         if let Some(head) = reply.head.take() {
-            let end = last(reply);
+            let end = reply.data.is_empty() && reply.trailers.is_none();
             frame::put_headers(&mut self.to_client, id, end, &head, self.client_max_frame);
-            reply.fin |= end;
         }
         if !reply.data.is_empty() {
             let room = self.client_window.room.min(t.window).max(0) as usize;
             let n = room.min(reply.data.len());
             if n > 0 {
                 let chunk = reply.data.split_to(n);
-                let end = last(reply);
+                let end = reply.data.is_empty() && reply.trailers.is_none();
                 frame::put_data(&mut self.to_client, id, &chunk, end, self.client_max_frame);
-                reply.fin |= end;
                 self.client_window.room -= n as i64;
                 self.client_window.debt += n as u64;
                 t.window -= n as i64;
-                if let Some(credit) = &t.credit {
-                    credit.add_permits(n);
-                }
             }
         }
-        if reply.data.is_empty() && !reply.open {
+        if reply.data.is_empty() {
             if let Some(trailers) = reply.trailers.take() {
                 frame::put_headers(&mut self.to_client, id, true, &trailers, self.client_max_frame);
-            } else if !reply.fin {
-                // A stream that ended without trailers, after its last data went out.
-                frame::put_data(&mut self.to_client, id, &Bytes::new(), true, self.client_max_frame);
             }
             t.reply = None;
             t.replied = true;
@@ -1863,79 +1763,6 @@ fn on_stream<'a>(stream: u32, commands: mpsc::UnboundedSender<Command>) -> Onwar
 }
 
 /// The call of an intercepted or taken-over stream: the interceptor's, or one unary call.
-/// Runs a taken-over server stream over the shared connection to its backend, handing each part
-/// of the answer to the relay as it comes (`Command::ReplyPart`), each data chunk once `credit`
-/// has room for it, and crediting the backend for it only then. Returns the call's status.
-///
-/// The caller's `grpc-timeout` bounds the wait for the response head (the backend gets it too,
-/// and enforces it on the whole stream). Errors end the answer as trailers (after the head) or
-/// trailers-only: the request's limits, `UNAVAILABLE` naming the backend when it cannot be
-/// reached or fails the call, `DEADLINE_EXCEEDED` naming the method and backend.
-async fn stream_call(
-    router: &Router,
-    method: &str,
-    parts: Option<http::request::Parts>,
-    body: RequestBody,
-    id: u32,
-    commands: &mpsc::UnboundedSender<Command>,
-    credit: &tokio::sync::Semaphore,
-) -> Status {
-    let send = |part: Part| {
-        let _ = commands.send(Command::ReplyPart { stream: id, part });
-    };
-    let backend = router.backend_for(method);
-    let failed = |e: h2::Error| Status::new(Code::UNAVAILABLE, format!("{method}: {backend} failed the call: {e}"));
-    let run = async {
-        let parts = parts.ok_or_else(|| Status::new(Code::INTERNAL, format!("{method}: not a valid request head")))?;
-        let limits = router.interceptor().map(|i| i.limits.clone()).unwrap_or_default();
-        let deadline = grpc::parse_timeout(&parts.headers);
-        let body = intercept::read_body(body, method, &limits).await?;
-        let head = async {
-            let (response, mut upstream) = backend.open_stream(Request::from_parts(parts, ()), body.is_empty()).await?;
-            if !body.is_empty() {
-                // Ignored: a backend that answers before reading the body still answers.
-                let _ = upstream.send_data(body, true);
-            }
-            response.await.map_err(failed)
-        };
-        let response = match deadline {
-            None => head.await?,
-            Some(d) => tokio::time::timeout(d, head)
-                .await
-                .map_err(|_| Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline exceeded waiting for {backend}")))??,
-        };
-        let (head, mut recv) = response.into_parts();
-        let head_status = Status::from_headers(&head.headers);
-        if recv.is_end_stream() {
-            // Trailers-only (UNIMPLEMENTED from an image service without the method, say).
-            send(Part::Head(Response::from_parts(head, ()), true));
-            return Ok(head_status.unwrap_or_else(|| Status::new(Code::UNKNOWN, "backend ended the call without a grpc-status")));
-        }
-        send(Part::Head(Response::from_parts(head, ()), false));
-        while let Some(chunk) = recv.data().await {
-            let chunk = chunk.map_err(failed)?;
-            let n = chunk.len();
-            // Room in the relay first (the semaphore is never closed).
-            if let Ok(permits) = credit.acquire_many(n.min(STREAM_CREDIT) as u32).await {
-                permits.forget();
-            }
-            let _ = recv.flow_control().release_capacity(n);
-            send(Part::Data(chunk));
-        }
-        let trailers = recv.trailers().await.map_err(failed)?;
-        let status = trailers.as_ref().and_then(Status::from_headers).or(head_status);
-        send(Part::End(Ok(trailers)));
-        Ok::<_, Status>(status.unwrap_or_else(|| Status::new(Code::UNKNOWN, "backend ended the call without a grpc-status")))
-    };
-    match run.await {
-        Ok(status) => status,
-        Err(status) => {
-            send(Part::End(Err(status.clone())));
-            status
-        }
-    }
-}
-
 async fn call<'a>(
     router: &'a Router,
     route: Route,

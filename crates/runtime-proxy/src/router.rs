@@ -93,8 +93,8 @@ pub enum Route {
     Intercept(&'static intercept::MethodSpec),
     /// Taken over and sent as one unary call over the shared connection to its backend
     /// ([`Router::backend_for`]): ImageService calls when images are served by another socket
-    /// (all its methods are unary but StreamImages, whose answer the relay writes back part by
-    /// part), and calls on a client connection whose runtime connection is gone.
+    /// (all its methods are unary), and calls on a client connection whose runtime connection
+    /// is gone.
     Unary,
 }
 

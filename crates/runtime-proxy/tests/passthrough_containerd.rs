@@ -330,20 +330,6 @@ async fn newer_kubelet_methods_get_containerds_own_answer() {
             assert!(message.contains(path.rsplit('/').next().unwrap()), "{path}: {message}");
         }
     }
-    // StreamImages when images are served by another socket (a symlink to containerd's): the
-    // call is taken over, and its answer is still containerd's own.
-    let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images.sock");
-    std::os::unix::fs::symlink(&env.socket, &images).unwrap();
-    let image_proxy = ProxyProcess::start(BIN, &env.socket, &["--remote-image-service-endpoint", images.to_str().unwrap()]);
-    let path = "/runtime.v1.ImageService/StreamImages";
-    let direct = stream_outcome(test_support::channel(&env.socket), path).await;
-    let proxied = stream_outcome(test_support::channel(image_proxy.socket()), path).await;
-    assert_eq!(proxied, direct, "{path} from another image socket, containerd {}", env.version);
-    if old {
-        assert_eq!(proxied.map_err(|(code, _)| code), Err(Code::Unimplemented));
-    }
-
     const RESIZE: &str = "/runtime.v1.RuntimeService/UpdatePodSandboxResources";
     let request = Bytes::from(vec![0x0a, 7, b'n', b'o', b'-', b'p', b'o', b'd', b'!']);
     let outcome =

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use k8s_cri::v1 as cri;
 use prost::Message;
-use test_support::fake_backend::{grpc_frame, Behaviour, FakeBackend, StreamFeed};
+use test_support::fake_backend::{grpc_frame, Behaviour, FakeBackend};
 use test_support::proxy::ProxyProcess;
 use test_support::{raw, runtime_client};
 use tonic::metadata::{BinaryMetadataValue, MetadataValue};
@@ -240,43 +240,6 @@ async fn next_message(stream: &mut tonic::Streaming<Bytes>, what: &str) -> Resul
         .unwrap_or_else(|_| panic!("{what}: nothing reached the client within 5 s while the runtime held back what comes next"))
 }
 
-/// One call of the list stream `path` through `channel` (the proxy), with the backend `fake`
-/// writing it through `feed`: each message is sent only once the client has the one before (a
-/// proxy that held messages back, until the end of the stream or until more bytes came, fails
-/// here); bytes, metadata and trailers as sent both ways.
-async fn stream_message_by_message(channel: tonic::transport::Channel, fake: &FakeBackend, path: &str, feed: &StreamFeed) {
-    // The List* twin's filter (field 1, an ID in it) and a field no CRI version has.
-    let mut request = Vec::new();
-    prost::encoding::message::encode(1, &cri::ContainerFilter { id: "filter-id".into(), ..Default::default() }, &mut request);
-    request.extend_from_slice(&[0xf8, 0x06, 0x2a]);
-    let mut req = tonic::Request::new(Bytes::from(request.clone()));
-    req.metadata_mut().insert("traceparent", MetadataValue::from_static(TRACEPARENT));
-    req.set_timeout(Duration::from_secs(30));
-    let opened = tokio::time::timeout(Duration::from_secs(10), raw::server_streaming(channel, path, req)).await;
-    let resp = opened.unwrap_or_else(|_| panic!("{path}: no response head")).unwrap_or_else(|e| panic!("{path}: {e:?}"));
-    assert_eq!(resp.metadata().get("x-backend-header").map(|v| v.to_str().unwrap()), Some("from-backend"), "{path}");
-    let mut stream = resp.into_inner();
-    for i in 0..3 {
-        let message = streamed(path, i);
-        assert!(feed.message(&message), "{path}: the runtime's stream is still open");
-        let got = next_message(&mut stream, &format!("{path} message {i}")).await;
-        let got = got.unwrap_or_else(|e| panic!("{path}: {e:?}")).unwrap_or_else(|| panic!("{path}: ended after {i} messages"));
-        assert!(got == message, "{path}: message {i} byte for byte ({} bytes, want {})", got.len(), message.len());
-    }
-    let method = path.rsplit('/').next().unwrap();
-    assert!(feed.end(&[("grpc-status", "0"), ("x-backend-trailer", method)]));
-    let end = next_message(&mut stream, &format!("{path} end")).await;
-    assert!(matches!(end, Ok(None)), "{path}: the stream ends OK: {end:?}");
-    let trailers = stream.trailers().await.unwrap_or_else(|e| panic!("{path}: {e:?}")).expect("trailers");
-    assert_eq!(trailers.get("x-backend-trailer").map(|v| v.to_str().unwrap()), Some(method), "{path}");
-
-    let calls = fake.calls_to(path);
-    assert_eq!(calls.len(), 1, "{path}: one call reached the runtime");
-    assert_eq!(calls[0].body, grpc_frame(&request), "{path}: request byte-identical");
-    assert_eq!(calls[0].headers["traceparent"], TRACEPARENT, "{path}");
-    assert!(calls[0].headers.contains_key("grpc-timeout"), "{path}: deadline forwarded: {:?}", calls[0].headers);
-}
-
 #[tokio::test]
 async fn list_streams_pass_message_by_message_unbuffered() {
     let (behaviour, feeds) = Behaviour::streams(&LIST_STREAMS, &[("x-backend-header", "from-backend")]);
@@ -284,62 +247,41 @@ async fn list_streams_pass_message_by_message_unbuffered() {
     let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
     let channel = test_support::channel(proxy.socket());
     for (path, feed) in LIST_STREAMS.iter().zip(&feeds) {
-        stream_message_by_message(channel.clone(), &fake, path, feed).await;
+        // The List* twin's filter (field 1, an ID in it) and a field no CRI version has.
+        let mut request = Vec::new();
+        prost::encoding::message::encode(1, &cri::ContainerFilter { id: "filter-id".into(), ..Default::default() }, &mut request);
+        request.extend_from_slice(&[0xf8, 0x06, 0x2a]);
+        let mut req = tonic::Request::new(Bytes::from(request.clone()));
+        req.metadata_mut().insert("traceparent", MetadataValue::from_static(TRACEPARENT));
+        req.set_timeout(Duration::from_secs(30));
+        let opened = tokio::time::timeout(Duration::from_secs(10), raw::server_streaming(channel.clone(), path, req)).await;
+        let resp = opened.unwrap_or_else(|_| panic!("{path}: no response head")).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+        assert_eq!(resp.metadata().get("x-backend-header").map(|v| v.to_str().unwrap()), Some("from-backend"), "{path}");
+        let mut stream = resp.into_inner();
+        // Each message is sent only once the client has the one before: a proxy that held
+        // messages back (until the end of the stream, or until more bytes came) fails here.
+        for i in 0..3 {
+            let message = streamed(path, i);
+            assert!(feed.message(&message), "{path}: the runtime's stream is still open");
+            let got = next_message(&mut stream, &format!("{path} message {i}")).await;
+            let got = got.unwrap_or_else(|e| panic!("{path}: {e:?}")).unwrap_or_else(|| panic!("{path}: ended after {i} messages"));
+            assert!(got == message, "{path}: message {i} byte for byte ({} bytes, want {})", got.len(), message.len());
+        }
+        let method = path.rsplit('/').next().unwrap();
+        assert!(feed.end(&[("grpc-status", "0"), ("x-backend-trailer", method)]));
+        let end = next_message(&mut stream, &format!("{path} end")).await;
+        assert!(matches!(end, Ok(None)), "{path}: the stream ends OK: {end:?}");
+        let trailers = stream.trailers().await.unwrap_or_else(|e| panic!("{path}: {e:?}")).expect("trailers");
+        assert_eq!(trailers.get("x-backend-trailer").map(|v| v.to_str().unwrap()), Some(method), "{path}");
+
+        let calls = fake.calls_to(path);
+        assert_eq!(calls.len(), 1, "{path}: one call reached the runtime");
+        assert_eq!(calls[0].body, grpc_frame(&request), "{path}: request byte-identical");
+        assert_eq!(calls[0].headers["traceparent"], TRACEPARENT, "{path}");
+        assert!(calls[0].headers.contains_key("grpc-timeout"), "{path}: deadline forwarded: {:?}", calls[0].headers);
     }
 }
 
-/// StreamImages when images are served by another socket (the call is taken over, not relayed):
-/// still message by message, with its metadata, trailers, a failed end and a client's reset;
-/// and, as the control that shows the test sees holding back, a method the proxy does not know
-/// as a server stream, taken over as one unary call, answered whole once it ended.
-#[tokio::test]
-async fn stream_images_on_another_image_socket_passes_message_by_message() {
-    const STREAM_IMAGES: &str = "/runtime.v1.ImageService/StreamImages";
-    let runtime = FakeBackend::start(Behaviour::Cri).await;
-    let paths = [
-        STREAM_IMAGES,
-        "/runtime.v1alpha2.ImageService/StreamImages",
-        "/runtime.v1.ImageService/StreamImagesToo",
-        "/runtime.v2.ImageService/StreamImages",
-    ];
-    let (behaviour, feeds) = Behaviour::streams(&paths, &[("x-backend-header", "from-backend")]);
-    let images = FakeBackend::start(behaviour).await;
-    let image_socket = images.socket().to_str().unwrap();
-    let proxy = ProxyProcess::start(BIN, runtime.socket(), &["--remote-image-service-endpoint", image_socket]);
-    let channel = test_support::channel(proxy.socket());
-    stream_message_by_message(channel.clone(), &images, STREAM_IMAGES, &feeds[0]).await;
-    assert!(runtime.calls_to(STREAM_IMAGES).is_empty(), "served by the image socket");
-
-    // A failed end after a message.
-    let mut stream = raw::server_streaming(channel.clone(), paths[1], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
-    let message = streamed(STREAM_IMAGES, 0);
-    feeds[1].message(&message);
-    assert_eq!(next_message(&mut stream, "first message").await.unwrap().as_deref(), Some(&message[..]));
-    feeds[1].end(&[("grpc-status", "13"), ("grpc-message", "listing failed: boom")]);
-    let err = next_message(&mut stream, "failed end").await.unwrap_err();
-    assert_eq!((err.code(), err.message()), (Code::Internal, "listing failed: boom"), "{err:?}");
-
-    // The client gives up mid-stream: the image socket's stream is reset.
-    let mut stream = raw::server_streaming(channel.clone(), paths[3], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
-    feeds[3].message(&message);
-    assert!(next_message(&mut stream, "first message").await.unwrap().is_some());
-    assert!(!feeds[3].closed(), "the image socket's stream is open while the client reads");
-    drop(stream);
-    assert!(
-        test_support::wait_until(Duration::from_secs(5), || async { feeds[3].closed() }).await,
-        "the client's reset reached the image socket's stream"
-    );
-
-    // Not a server stream the proxy knows: taken over as one unary call, answered whole.
-    let call = tokio::spawn(raw::server_streaming(channel.clone(), paths[2], tonic::Request::new(Bytes::new())));
-    assert!(test_support::wait_until(Duration::from_secs(5), || async { !images.calls_to(paths[2]).is_empty() }).await);
-    feeds[2].message(&message);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!call.is_finished(), "an unknown method's answer waits for its end");
-    feeds[2].end(&[("grpc-status", "0")]);
-    let mut stream = call.await.unwrap().expect("answered").into_inner();
-    assert_eq!(next_message(&mut stream, "whole answer").await.unwrap().as_deref(), Some(&message[..]));
-}
 /// A list stream the runtime fails after a message ends with the runtime's status (kubelet
 /// discards what it got and retries), and a client that gives up mid-stream has the runtime's
 /// stream reset.
