@@ -17,7 +17,8 @@
 //! * [`context`] — typed pod and container contexts (QoS class, kube QoS), from hook requests or
 //!   the CRI runtime.
 //! * [`quantity`] — Kubernetes resource quantities in annotations.
-//! * [`rules`] — the node-level policy file (NodeSLO's role), hot-reloaded.
+//! * [`rules`] — the node-level policy: koordlet's NodeSLO, NodeResourceTopology and Node
+//!   inputs, from the rules file (hot-reloaded) or the cluster ([`cluster`]).
 //! * [`plugin`] — the plugin trait, stages, failure policy.
 //! * [`plugins`] — GroupIdentity, BatchResource, CPUSet.
 //! * [`change`] — what a plugin asks for.
@@ -90,7 +91,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             }
             store
         }
-        None => RulesStore::fixed(Default::default()),
+        None => RulesStore::defaults(),
     };
     let cgroups = match args.cgroup_version.version() {
         Some(v) => CgroupFs::new(&args.cgroup_root, v),

@@ -11,10 +11,12 @@
 //! | stages | PreRunPodSandbox |
 //! | rules | `groupIdentity` |
 //!
-//! Value (koordlet's `bvtRule`): LSE, LSR → `lsr` (2); LS → `ls` (2); BE → `be` (−1); a pod
-//! without a Koordinator class by its kube QoS: Guaranteed and Burstable → `ls`, BestEffort →
-//! `be`. QoS directories: `kubepods` → `none` (0), `kubepods/burstable` → `ls`,
-//! `kubepods/besteffort` → `be`. With `enable: false` everything gets 0.
+//! Value (koordlet's `bvtRule`, from the NodeSLO's `resourceQOSStrategy.<class>.cpuQOS`, see
+//! [`crate::rules::node_slo`]): LSE, LSR → `lsr`; LS → `ls`; BE → `be`; a pod without a
+//! Koordinator class by its kube QoS: Guaranteed → `guaranteed_pod`, Burstable → `ls`,
+//! BestEffort → `be`. QoS directories: `kubepods` → `none` (0), `kubepods/burstable` → `ls`,
+//! `kubepods/besteffort` → `be`. A class whose CPU QoS is off has 0; with none on (koordlet's
+//! default: no NodeSLO) everything gets 0.
 //!
 //! On a kernel without the file (most, including this project's machines) the write is skipped
 //! with one log line per process; nothing fails.
@@ -47,7 +49,8 @@ impl GroupIdentity {
             QosClass::Ls => g.ls,
             QosClass::Be => g.be,
             QosClass::System | QosClass::None => match kube {
-                KubeQos::Guaranteed | KubeQos::Burstable => g.ls,
+                KubeQos::Guaranteed => g.guaranteed_pod,
+                KubeQos::Burstable => g.ls,
                 KubeQos::BestEffort => g.be,
             },
         }
@@ -97,9 +100,33 @@ mod tests {
         GroupIdentity.pod(Stage::PreRunPodSandbox, p, rules).unwrap().pod_cgroup
     }
 
+    /// Every class's CPU QoS on, with koordlet's default values.
+    fn all_on() -> Rules {
+        let on = serde_json::json!({"cpuQOS": {"enable": true}});
+        let spec = serde_json::json!({"resourceQOSStrategy": {"lsrClass": on, "lsClass": on, "beClass": on}});
+        Rules::compose(&Rules::default(), Some(&crate::rules::node_slo::parse(&spec).unwrap()), None, None)
+    }
+
+    #[test]
+    fn without_a_node_slo_every_value_is_zero() {
+        let r = Rules::default();
+        for class in [Some("LSE"), Some("LS"), Some("BE"), None] {
+            assert_eq!(bvt(&pod(class, "/kubepods/besteffort/pod1"), &r), vec![CgroupValue::BvtWarpNs(0)], "{class:?}");
+        }
+        assert_eq!(GroupIdentity.kube_qos(KubeQos::BestEffort, &r), vec![CgroupValue::BvtWarpNs(0)]);
+    }
+
+    #[test]
+    fn guaranteed_pods_follow_lsr_then_ls() {
+        let ls_only = serde_json::json!({"resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": true, "groupIdentity": 1}}}});
+        let r = Rules::compose(&Rules::default(), Some(&crate::rules::node_slo::parse(&ls_only).unwrap()), None, None);
+        assert_eq!(bvt(&pod(None, "/kubepods/pod1"), &r), vec![CgroupValue::BvtWarpNs(1)]);
+        assert_eq!(bvt(&pod(Some("LSR"), "/kubepods/pod1"), &r), vec![CgroupValue::BvtWarpNs(0)], "LSR's CPU QoS is off");
+    }
+
     #[test]
     fn values_by_class_with_koordlet_defaults() {
-        let r = Rules::default();
+        let r = all_on();
         for (class, parent, want) in [
             (Some("LSE"), "/kubepods/pod1", 2),
             (Some("LSR"), "/kubepods/pod1", 2),
@@ -116,7 +143,7 @@ mod tests {
 
     #[test]
     fn rules_change_the_values_and_disable_resets_to_zero() {
-        let mut r = Rules::default();
+        let mut r = all_on();
         r.group_identity.be = 0;
         r.group_identity.lsr = 1;
         assert_eq!(bvt(&pod(Some("BE"), ""), &r), vec![CgroupValue::BvtWarpNs(0)]);
@@ -128,7 +155,7 @@ mod tests {
 
     #[test]
     fn kube_qos_directories() {
-        let r = Rules::default();
+        let r = all_on();
         assert_eq!(GroupIdentity.kube_qos(KubeQos::Guaranteed, &r), vec![CgroupValue::BvtWarpNs(0)]);
         assert_eq!(GroupIdentity.kube_qos(KubeQos::Burstable, &r), vec![CgroupValue::BvtWarpNs(2)]);
         assert_eq!(GroupIdentity.kube_qos(KubeQos::BestEffort, &r), vec![CgroupValue::BvtWarpNs(-1)]);

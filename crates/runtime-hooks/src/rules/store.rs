@@ -1,0 +1,305 @@
+//! The rules in force: one value readers take snapshots of, recomputed from the inputs' last
+//! good versions whenever a source delivers a new one, and announced on a channel.
+//!
+//! Two sources feed it. The **rules file** (`--rules`, [`super::file`]) is followed on disk:
+//! its directory is watched (so atomic renames and ConfigMap `..data` symlink swaps are seen),
+//! events are debounced for 100 ms, and the file is re-read every 10 s as a safety net; an
+//! invalid version is logged and the previous one kept; a deleted file means the defaults. The
+//! **cluster** ([`crate::cluster`]) delivers the node's NodeSLO, NodeResourceTopology and Node
+//! as its watches see them. Once the cluster has answered for an input, its version (or its
+//! absence: the object was deleted or never existed) replaces the file's for that input; until
+//! then (API server unreachable at start) the file's, or koordlet's defaults, are in force.
+//!
+//! On every change the new rules are logged and a counter on a [`tokio::sync::watch`] channel
+//! moves; the reconciler (proxy and standalone mode) and the NRI plugin re-apply the rules to
+//! the running pods on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use notify::Watcher as _;
+use tokio::sync::watch;
+
+use super::file::FileRules;
+use super::node::NodeRules;
+use super::node_slo::SloRules;
+use super::topology::Topology;
+use super::Rules;
+
+/// Where an input came from, for logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleSource {
+    /// The rules file.
+    File,
+    /// The Kubernetes API.
+    Cluster,
+}
+
+/// The inputs' last good versions.
+#[derive(Debug, Default)]
+struct Inputs {
+    /// Fixed base rules (tests; the binary never sets them).
+    fixed: Option<Rules>,
+    /// The file's last good content; `None`: no file, or deleted.
+    file: Option<FileRules>,
+    /// Per input: `None` until the cluster answered; `Some(None)`: the object does not exist.
+    cluster_slo: Option<Option<SloRules>>,
+    cluster_topology: Option<Option<Topology>>,
+    cluster_node: Option<Option<NodeRules>>,
+}
+
+/// The cluster's version of an input once it has answered, else the file's.
+fn pick<'a, T>(cluster: &'a Option<Option<T>>, file: Option<&'a T>) -> Option<&'a T> {
+    match cluster {
+        Some(c) => c.as_ref(),
+        None => file,
+    }
+}
+
+impl Inputs {
+    fn rules(&self) -> Rules {
+        let file = self.file.as_ref();
+        let base = self.fixed.clone().or_else(|| file.and_then(|f| f.legacy.clone())).unwrap_or_default();
+        Rules::compose(
+            &base,
+            pick(&self.cluster_slo, file.and_then(|f| f.slo.as_ref())),
+            pick(&self.cluster_topology, file.and_then(|f| f.topology.as_ref())),
+            pick(&self.cluster_node, file.and_then(|f| f.node.as_ref())),
+        )
+    }
+}
+
+/// The rules in force, swappable while readers hold snapshots, plus a "rules changed" channel.
+#[derive(Debug)]
+pub struct RulesStore {
+    path: Option<PathBuf>,
+    inputs: Mutex<Inputs>,
+    current: ArcSwap<Rules>,
+    changed: watch::Sender<u64>,
+}
+
+impl RulesStore {
+    fn with(path: Option<PathBuf>, inputs: Inputs) -> Arc<RulesStore> {
+        let rules = inputs.rules();
+        Arc::new(RulesStore { path, inputs: Mutex::new(inputs), current: ArcSwap::from_pointee(rules), changed: watch::channel(0).0 })
+    }
+
+    /// Fixed base rules (tests); the cluster's inputs still apply over them.
+    pub fn fixed(rules: Rules) -> Arc<RulesStore> {
+        Self::with(None, Inputs { fixed: Some(rules), ..Default::default() })
+    }
+
+    /// No file: koordlet's defaults until the cluster answers.
+    pub fn defaults() -> Arc<RulesStore> {
+        Self::with(None, Inputs::default())
+    }
+
+    /// Rules from `path`. A missing file means the defaults (it is watched and may appear later).
+    /// A file in the old format is read with a deprecation warning.
+    ///
+    /// Errors: the file exists but is not valid — at start-up a bad policy file is a mistake
+    /// to fix, not to run with.
+    pub fn open(path: &Path) -> anyhow::Result<Arc<RulesStore>> {
+        let file = match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::warn!(file = %path.display(), "rules file does not exist; using the defaults until it appears");
+                None
+            }
+            _ => Some(FileRules::load(path)?),
+        };
+        warn_if_legacy(path, file.as_ref());
+        Ok(Self::with(Some(path.to_owned()), Inputs { file, ..Default::default() }))
+    }
+
+    /// The rules in force (a snapshot; cheap).
+    pub fn current(&self) -> Arc<Rules> {
+        self.current.load_full()
+    }
+
+    /// A receiver that sees a new value every time the rules change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Changes the inputs with `f`, recomputes, and swaps in and announces the result if it
+    /// differs. Returns whether the rules changed.
+    fn update(&self, source: RuleSource, f: impl FnOnce(&mut Inputs)) -> bool {
+        let rules = {
+            let mut inputs = self.inputs.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut inputs);
+            inputs.rules()
+        };
+        if *self.current.load_full() == rules {
+            return false;
+        }
+        tracing::info!(?source, rules = %serde_json::to_string(&rules).unwrap_or_default(), "rules changed");
+        self.current.store(Arc::new(rules));
+        self.changed.send_modify(|v| *v += 1);
+        true
+    }
+
+    /// The cluster's NodeSLO (`None`: there is none). Returns whether the rules changed.
+    pub fn set_cluster_slo(&self, slo: Option<SloRules>) -> bool {
+        self.update(RuleSource::Cluster, |i| i.cluster_slo = Some(slo))
+    }
+
+    /// The cluster's NodeResourceTopology (`None`: there is none).
+    pub fn set_cluster_topology(&self, topology: Option<Topology>) -> bool {
+        self.update(RuleSource::Cluster, |i| i.cluster_topology = Some(topology))
+    }
+
+    /// The cluster's Node (`None`: not found).
+    pub fn set_cluster_node(&self, node: Option<NodeRules>) -> bool {
+        self.update(RuleSource::Cluster, |i| i.cluster_node = Some(node))
+    }
+
+    /// Re-reads the file now: a valid new version is swapped in, an invalid one logged and
+    /// ignored, a missing file means the defaults. Returns whether the rules changed.
+    pub fn reload(&self) -> bool {
+        let Some(path) = &self.path else { return false };
+        let file = match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            _ => match FileRules::load(path) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "rules file invalid, keeping the rules in force: {e:#}");
+                    return false;
+                }
+            },
+        };
+        let same = self.inputs.lock().unwrap_or_else(|e| e.into_inner()).file == file;
+        if !same {
+            warn_if_legacy(path, file.as_ref());
+        }
+        self.update(RuleSource::File, |i| i.file = file)
+    }
+
+    /// Follows the file until the process ends (no-op for fixed rules): inotify on its
+    /// directory, debounced 100 ms, plus a re-read every 10 s.
+    ///
+    /// Errors: the watch cannot be set up (e.g. the directory does not exist); the 10 s re-read
+    /// still runs then.
+    pub fn watch(self: &Arc<Self>) -> anyhow::Result<()> {
+        let Some(path) = self.path.clone() else {
+            return Ok(());
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned();
+        let name = path.file_name().map(|n| n.to_owned());
+        let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            if let Ok(ev) = ev {
+                // Our file, or a ConfigMap's `..data` swap, or anything we cannot attribute.
+                let ours = ev.paths.is_empty()
+                    || ev
+                        .paths
+                        .iter()
+                        .any(|p| p.file_name() == name.as_deref() || p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("..")));
+                if ours && !matches!(ev.kind, notify::EventKind::Access(_)) {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let watch_result = match &mut watcher {
+            Ok(w) => w.watch(&dir, notify::RecursiveMode::NonRecursive).with_context(|| format!("watching {}", dir.display())),
+            Err(e) => Err(anyhow::anyhow!("inotify: {e}")),
+        };
+        let store = self.clone();
+        tokio::spawn(async move {
+            let _watcher = watcher; // kept alive by the task
+            let mut tick = tokio::time::interval(Duration::from_secs(10));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    ev = rx.recv() => {
+                        if ev.is_none() { std::future::pending::<()>().await; }
+                        // Debounce: an editor or `kubectl` writes in bursts.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        while rx.try_recv().is_ok() {}
+                    }
+                    _ = tick.tick() => {}
+                }
+                store.reload();
+            }
+        });
+        watch_result
+    }
+}
+
+fn warn_if_legacy(path: &Path, file: Option<&FileRules>) {
+    if file.is_some_and(|f| f.legacy.is_some()) {
+        tracing::warn!(
+            file = %path.display(),
+            "rules file is in the old format, which is deprecated and read for one more release: convert it to a NodeSLO (README, \"Rules file\")"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_swaps_and_announces_only_real_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.yaml");
+        let store = RulesStore::open(&path).unwrap();
+        assert_eq!(*store.current(), Rules::default(), "missing file: defaults");
+        let rx = store.subscribe();
+        std::fs::write(
+            &path,
+            "kind: NodeSLO\napiVersion: slo.koordinator.sh/v1alpha1\nspec: {resourceQOSStrategy: {beClass: {cpuQOS: {enable: true}}}}\n",
+        )
+        .unwrap();
+        assert!(store.reload());
+        assert_eq!(store.current().group_identity.be, -1);
+        assert!(rx.has_changed().unwrap());
+        assert!(!store.reload(), "same content: no change");
+        std::fs::write(&path, "kind: NodeSLO\nspec: {resourceQOSStrategy: {beClass: {cpuQOS: {groupIdentity: 9}}}}\n").unwrap();
+        assert!(!store.reload(), "invalid: kept");
+        assert_eq!(store.current().group_identity.be, -1);
+        std::fs::remove_file(&path).unwrap();
+        assert!(store.reload(), "deleted: defaults");
+        assert_eq!(*store.current(), Rules::default());
+        std::fs::write(&path, "{{{").unwrap();
+        assert!(RulesStore::open(&path).is_err(), "invalid at start-up is an error");
+    }
+
+    #[test]
+    fn the_cluster_replaces_the_file_per_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.yaml");
+        std::fs::write(&path, "kind: NodeSLO\napiVersion: slo.koordinator.sh/v1alpha1\nspec: {resourceUsedThresholdWithBE: {enable: true, cpuSuppressPolicy: cfsQuota}}\n").unwrap();
+        let store = RulesStore::open(&path).unwrap();
+        assert!(!store.current().batch_resource.cfs_quota, "the file until the cluster answers");
+        assert!(!store.set_cluster_topology(None), "no NRT: nothing changes");
+        assert!(store.set_cluster_slo(None), "the cluster has no NodeSLO: defaults");
+        assert!(store.current().batch_resource.cfs_quota);
+        assert!(!store.reload(), "the file no longer decides the NodeSLO");
+        let slo = super::super::node_slo::parse(
+            &serde_json::json!({"resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressPolicy": "cfsQuota"}}),
+        )
+        .unwrap();
+        assert!(store.set_cluster_slo(Some(slo.clone())));
+        assert!(!store.set_cluster_slo(Some(slo)), "same: no change announced");
+        assert!(!store.current().batch_resource.cfs_quota);
+    }
+
+    #[tokio::test]
+    async fn watcher_picks_up_atomic_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.json");
+        std::fs::write(&path, "null").unwrap();
+        let store = RulesStore::open(&path).unwrap();
+        store.watch().unwrap();
+        let mut rx = store.subscribe();
+        let tmp = dir.path().join(".rules.tmp");
+        std::fs::write(&tmp, r#"{"kind":"NodeSLO","apiVersion":"slo.koordinator.sh/v1alpha1","spec":{"resourceQOSStrategy":{"lsClass":{"cpuQOS":{"enable":true}}}}}"#).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), rx.changed()).await.expect("change seen").unwrap();
+        assert_eq!(store.current().group_identity.ls, 2);
+    }
+}
