@@ -132,10 +132,20 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "GroupIdentity,BatchResource,CPUSet")]
     pub plugins: Vec<String>,
 
-    /// Rules file (JSON if it ends in .json, else YAML), watched and hot-reloaded. Without it:
-    /// built-in defaults (koordlet's).
+    /// Rules file (JSON if it ends in .json, else YAML): the node's NodeSLO (and optionally its
+    /// NodeResourceTopology and Node) as `kubectl apply` takes them; watched and hot-reloaded.
+    /// With a cluster, used until the API server answers. Without it: koordlet's defaults.
     #[arg(long, value_name = "FILE")]
     pub rules: Option<PathBuf>,
+
+    /// Take the rules from the cluster: the kubeconfig file to reach the API server with.
+    /// Without it, in a pod (`KUBERNETES_SERVICE_HOST` set), the pod's service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The node whose NodeSLO, NodeResourceTopology, Node and pods are watched.
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub node_name: Option<String>,
 
     /// The CRI runtime's socket, to list pods. Standalone: default
     /// /var/run/containerd/containerd.sock. Proxy mode: reconciles only when given.

@@ -41,6 +41,7 @@ pub mod cgroup;
 pub mod cgroup_path;
 pub mod change;
 pub mod cli;
+pub mod cluster;
 pub mod context;
 pub mod framework;
 pub mod hook_wire;
@@ -93,6 +94,18 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }
         None => RulesStore::defaults(),
     };
+    let cluster_config =
+        cluster::ClusterConfig { kubeconfig: args.kubeconfig.clone(), node_name: args.node_name.clone().unwrap_or_default() };
+    let cluster = match cluster::client(&cluster_config).await? {
+        Some(client) if cluster_config.node_name.is_empty() => {
+            drop(client);
+            anyhow::bail!(
+                "rules from the cluster need the node's name: --node-name, or $NODE_NAME (the DaemonSet sets it from spec.nodeName)"
+            )
+        }
+        Some(client) => Some(cluster::spawn(client, cluster_config.node_name.clone(), rules.clone())),
+        None => None,
+    };
     let cgroups = match args.cgroup_version.version() {
         Some(v) => CgroupFs::new(&args.cgroup_root, v),
         None => CgroupFs::detect(&args.cgroup_root)
@@ -112,7 +125,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         cgroup = %match framework.cgroups().version() { cgroup::CgroupVersion::V1 => "v1", cgroup::CgroupVersion::V2 => "v2" },
         cgroup_root = %framework.cgroups().root().display(),
         cgroup_driver = %driver_source,
-        rules = %args.rules.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
+        rules = %args.rules.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "koordlet's defaults".into()),
+        cluster = %match &cluster {
+            Some(_) => format!("node {} (NodeSLO, NodeResourceTopology, Node, pods)", cluster_config.node_name),
+            None => "none (no --kubeconfig, not in a pod)".into(),
+        },
         "runtime-hooks starting"
     );
 
