@@ -9,11 +9,12 @@
 //! cpuset: {enable: true, unsetCfsQuota: true}
 //! ```
 //!
-//! Converting one to the NodeSLO form is one command, given in the README ("Rules file"): the
-//! `groupIdentity` values become `resourceQOSStrategy.<class>.cpuQOS` and `batchResource.cfsQuota:
-//! false` becomes `resourceUsedThresholdWithBE: {enable: true, cpuSuppressPolicy: cfsQuota}`.
-//! `cpu`, `batchResource.enable` and the `cpuset` switches have no NodeSLO field; they keep
-//! their defaults in the new format.
+//! In the NodeSLO form (README, "Rules file"): the `groupIdentity` values are
+//! `resourceQOSStrategy.<class>.cpuQOS` (`enable: true` plus `groupIdentity`), and
+//! `batchResource.cfsQuota: false` is `resourceUsedThresholdWithBE: {enable: true,
+//! cpuSuppressPolicy: cfsQuota}`. `cpu`, `batchResource.enable` and the `cpuset` switches have
+//! no NodeSLO field; they keep their defaults in the new format. One difference in meaning: the
+//! old format's defaults had group identity on, koordlet's (and the new format's) have it off.
 
 use anyhow::bail;
 use serde::Deserialize;
