@@ -141,8 +141,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }
     };
     let reconciler = args.reconcile_endpoint().map(|endpoint| {
-        let r =
-            Reconciler::new(framework.clone(), &endpoint).with_selector(args.selector.clone()).with_kubepods(args.kubepods_cgroup.clone());
+        let r = Reconciler::new(framework.clone(), &endpoint)
+            .with_selector(args.selector.clone())
+            .with_kubepods(args.kubepods_cgroup.clone())
+            .with_cluster_pods(cluster.as_ref().map(|c| c.pods.clone()));
         let interval = match args.interval() {
             Some(d) => format!("{} ms", d.as_millis()),
             None => "none (at start and on rule changes only)".to_owned(),

@@ -115,6 +115,7 @@ pub struct Reconciler {
     channel: Channel,
     selector: Vec<(String, String)>,
     kubepods: Option<String>,
+    cluster_pods: Option<Arc<crate::cluster::PodIndex>>,
     parents: HashMap<String, String>,
     dirs: HashMap<String, String>,
     reported: HashSet<String>,
@@ -130,6 +131,7 @@ impl Reconciler {
             channel: hook_api::connect(endpoint),
             selector: Vec::new(),
             kubepods: None,
+            cluster_pods: None,
             parents: HashMap::new(),
             dirs: HashMap::new(),
             reported: HashSet::new(),
@@ -145,6 +147,16 @@ impl Reconciler {
     /// Also reconcile the kubelet QoS directories below `root` (cgroupfs driver: `/kubepods`).
     pub fn with_kubepods(mut self, root: Option<String>) -> Reconciler {
         self.kubepods = root;
+        self
+    }
+
+    /// Take pods' labels and annotations from the API server's view of them when it has the
+    /// pod (same UID), as koordlet's reconciler reads pods from its statesinformer: an
+    /// annotation changed after the pod was created (a resize's new batch resources, a new
+    /// resource status) then reaches the pod's cgroups. Pods the API server does not have (yet)
+    /// keep the runtime's labels and annotations (kubelet passes the pod's own to the runtime).
+    pub fn with_cluster_pods(mut self, pods: Option<Arc<crate::cluster::PodIndex>>) -> Reconciler {
+        self.cluster_pods = pods;
         self
     }
 
@@ -179,14 +191,13 @@ impl Reconciler {
             .into_iter()
             .map(|s| {
                 let meta = s.metadata.unwrap_or_default();
-                ListedPod {
-                    id: lossy(&s.id),
-                    name: lossy(&meta.name),
-                    namespace: lossy(&meta.namespace),
-                    uid: lossy(&meta.uid),
-                    labels: entries_map(&s.labels),
-                    annotations: entries_map(&s.annotations),
+                let uid = lossy(&meta.uid);
+                let (mut labels, mut annotations) = (entries_map(&s.labels), entries_map(&s.annotations));
+                if let Some(api) = self.cluster_pods.as_ref().and_then(|p| p.get(&uid)) {
+                    labels = api.metadata.labels.clone().unwrap_or_default().into_iter().collect();
+                    annotations = api.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
                 }
+                ListedPod { id: lossy(&s.id), name: lossy(&meta.name), namespace: lossy(&meta.namespace), uid, labels, annotations }
             })
             .collect())
     }
