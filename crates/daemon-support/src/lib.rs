@@ -9,5 +9,6 @@
 
 #![warn(missing_docs)]
 
+pub mod addr;
 pub mod klog;
 pub mod log;

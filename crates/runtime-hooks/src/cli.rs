@@ -143,6 +143,11 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// Admin endpoint (`/metrics`, `/healthz`): `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT`,
+    /// `:PORT` (every interface) or `off`.
+    #[arg(long = "metrics-addr", value_name = "ADDR", default_value = "off", value_parser = daemon_support::addr::parse_metrics_addr)]
+    pub metrics_addr: daemon_support::addr::MetricsAddr,
+
     /// The node whose NodeSLO, NodeResourceTopology, Node and pods are watched.
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     pub node_name: Option<String>,

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | list complete, object found / `ADDED` / `MODIFIED` | parsed; the rules recomputed and, if they changed, re-applied to running pods |
 //! | list complete without the object / `DELETED` | that input back to koordlet's defaults |
-//! | object does not parse | WARN naming object, field and value; a Warning Event `RuleParseFailed` on the Node (as koordlet records); `rule_errors` counted; the last good version stays |
+//! | object does not parse | WARN naming object, field and value; a Warning Event `RuleParseFailed` on the Node (as koordlet records); `runtime_hooks_rule_errors_total{object}` counted; the last good version stays |
 //! | API server unreachable, 5xx | WARN once per outage, retried with backoff (up to ~30 s apart); rules unchanged (file or defaults until the first answer) |
 //! | 401 / 403 | ERROR naming the identity's missing permission (verb, resource, group), retried with backoff |
 //!
@@ -33,6 +33,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::{Client, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 
+use crate::metrics::{metrics, object};
 use crate::rules::{node, node_slo, topology, FieldError, RulesStore};
 
 /// Where the API server is and who we are: `--kubeconfig`, else the in-cluster service account.
@@ -199,6 +200,7 @@ impl Reporter {
         match Api::<KubeEvent>::namespaced(self.client.clone(), "default").create(&PostParams::default(), &event).await {
             Ok(_) => {
                 self.status.events_posted.fetch_add(1, Ordering::Relaxed);
+                metrics().events_posted.inc();
             }
             Err(e) => tracing::warn!(node = %self.node, "could not post the RuleParseFailed Event on the Node: {}", describe(&e)),
         }
@@ -236,12 +238,14 @@ async fn follow_one<K>(
                 if last_error.take().is_some() || !synced {
                     tracing::info!(%node, kind, found = init.is_some(), "rules: watching the node's {kind}");
                 }
+                metrics().synced.get_or_create(&object(kind)).set(1);
                 synced = true;
                 init.take()
             }
             Ok(Event::Apply(obj)) => Some(obj),
             Ok(Event::Delete(_)) => None,
             Err(e) => {
+                metrics().watch_errors.get_or_create(&object(kind)).inc();
                 let text = describe_watch(&e, kind);
                 if last_error.as_deref() != Some(text.as_str()) {
                     if is_permission(&e) {
@@ -262,6 +266,7 @@ async fn follow_one<K>(
                 if last_failure.as_deref() != Some(message.as_str()) {
                     tracing::warn!(%node, kind, field = %e.field, resource_version = %version, "rules: {message}; the last good {kind} stays in force");
                     reporter.status.rule_errors.fetch_add(1, Ordering::Relaxed);
+                    metrics().rule_errors.get_or_create(&object(kind)).inc();
                     reporter.rule_parse_failed(message.clone()).await;
                     last_failure = Some(message);
                 }
@@ -285,6 +290,7 @@ async fn follow_pods(api: Api<Pod>, config: watcher::Config, index: Arc<PodIndex
             }
             Ok(Event::InitDone) => {
                 *pods = std::mem::take(&mut init);
+                metrics().synced.get_or_create(&object("Pod")).set(1);
                 if last_error.take().is_some() || pods.is_empty() {
                     tracing::info!(node = %reporter.node, pods = pods.len(), "rules: watching the node's pods");
                 }
@@ -296,6 +302,7 @@ async fn follow_pods(api: Api<Pod>, config: watcher::Config, index: Arc<PodIndex
                 pods.remove(&uid(&p));
             }
             Err(e) => {
+                metrics().watch_errors.get_or_create(&object("Pod")).inc();
                 let text = describe_watch(&e, "Pod");
                 if last_error.as_deref() != Some(text.as_str()) {
                     tracing::warn!(node = %reporter.node, "rules: {text}; retrying");

@@ -33,6 +33,8 @@
 //! * [`lenient`] — the runtime's answers decoded without trusting author-controlled strings to
 //!   be UTF-8 (views with `bytes` fields, item by item).
 //! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
+//! * [`cluster`] — the rules' inputs from the Kubernetes API (kube-rs watches of the node's
+//!   objects); [`metrics`] — `/metrics` and `/healthz`.
 //! * [`cli`] — flags; [`run`] wires everything for the binary.
 
 #![warn(missing_docs)]
@@ -46,6 +48,7 @@ pub mod context;
 pub mod framework;
 pub mod hook_wire;
 pub mod lenient;
+pub mod metrics;
 pub mod nri;
 pub mod plugin;
 pub mod plugins;
@@ -106,6 +109,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         Some(client) => Some(cluster::spawn(client, cluster_config.node_name.clone(), rules.clone())),
         None => None,
     };
+    if let Some(addr) = args.metrics_addr {
+        metrics::serve(addr).await?;
+    }
     let cgroups = match args.cgroup_version.version() {
         Some(v) => CgroupFs::new(&args.cgroup_root, v),
         None => CgroupFs::detect(&args.cgroup_root)

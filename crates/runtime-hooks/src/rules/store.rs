@@ -136,6 +136,11 @@ impl RulesStore {
             return false;
         }
         tracing::info!(?source, rules = %serde_json::to_string(&rules).unwrap_or_default(), "rules changed");
+        let label = match source {
+            RuleSource::File => "file",
+            RuleSource::Cluster => "cluster",
+        };
+        crate::metrics::metrics().rule_changes.get_or_create(&crate::metrics::SourceLabel { source: label.into() }).inc();
         self.current.store(Arc::new(rules));
         self.changed.send_modify(|v| *v += 1);
         true
