@@ -31,7 +31,8 @@ pub struct Resources {
     /// Memory limit in bytes (> 0; runtime-proxy ignores −1, so "unlimited" cannot be asked
     /// for through the proxy).
     pub memory_limit_in_bytes: Option<i64>,
-    /// CPU list; `""` = clear, i.e. the shared pool (the proxy takes `""` as "clear").
+    /// CPU list; `""` = clear: the container runs on whatever its parent may use (the proxy takes
+    /// `""` as "clear"; CPUSet answers it for BestEffort pods).
     pub cpuset_cpus: Option<String>,
 }
 

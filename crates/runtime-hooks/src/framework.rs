@@ -653,6 +653,62 @@ mod tests {
         assert_eq!(read(&format!("cpu/{expanded}/cpu.shares")), "512");
     }
 
+    /// The cluster's NodeResourceTopology and Node reach the plugins through the rules store:
+    /// an LS container gets the share pools in its answer, a BE pod's quota (its cgroup and its
+    /// container's answer) is scaled by the normalization ratio and its cpuset cleared. And
+    /// when the inputs go away, the answers go back.
+    #[test]
+    fn the_rules_stores_topology_and_node_reach_the_plugins() {
+        use crate::rules::node::NodeRules;
+        use crate::rules::topology::{CpuSharedPool, Topology};
+        let t = tempfile::tempdir().unwrap();
+        let pod_dir = "kubepods/besteffort/pod1234";
+        v1_dir(t.path(), pod_dir);
+        let store = RulesStore::fixed(Rules::default());
+        let f = Framework::new(
+            crate::plugins::builtin(),
+            FailurePolicy::Fail,
+            store.clone(),
+            Arc::new(CgroupFs::new(t.path(), CgroupVersion::V1)),
+        );
+        let pools =
+            vec![CpuSharedPool { socket: 0, node: 0, cpuset: "0-3".into() }, CpuSharedPool { socket: 1, node: 1, cpuset: "8-11".into() }];
+        assert!(store.set_cluster_topology(Some(Topology { share_pools: pools, ..Default::default() })));
+        assert!(store.set_cluster_node(Some(NodeRules { cpu_normalization_ratio: Some(1.2) })));
+
+        let ls = ContainerResourceHookRequest {
+            pod_labels: [(crate::context::QOS_CLASS_KEY.to_string(), "LS".to_string())].into(),
+            pod_cgroup_parent: "/kubepods/burstable/pod5678".into(),
+            ..container_req()
+        };
+        let answer =
+            |req: &ContainerResourceHookRequest| f.container_hook(Stage::PreCreateContainer, req).unwrap().container_resources.unwrap();
+        assert_eq!(answer(&ls).cpuset_cpus, "0-3,8-11");
+        let pod = be_pod(&format!("/{pod_dir}"));
+        f.pod_hook(Stage::PreRunPodSandbox, &pod).unwrap();
+        let quota = || std::fs::read_to_string(t.path().join("cpu").join(pod_dir).join("cpu.cfs_quota_us")).unwrap();
+        assert_eq!(quota(), "83334", "⌈100000 ÷ 1.2⌉");
+        let be = ContainerResourceHookRequest {
+            pod_labels: pod.labels.clone(),
+            pod_annotations: pod.annotations.clone(),
+            pod_cgroup_parent: pod.cgroup_parent.clone(),
+            container_meta: Some(ContainerMetadata { name: "main".into(), ..Default::default() }),
+            container_resources: Some(LinuxContainerResources { cpuset_cpus: "4-5".into(), ..Default::default() }),
+            ..container_req()
+        };
+        let r = answer(&be);
+        assert_eq!((r.cpu_quota, r.cpu_shares, r.cpuset_cpus.as_str()), (83_334, 512, ""));
+
+        assert!(store.set_cluster_topology(None));
+        assert!(store.set_cluster_node(None));
+        assert_eq!(answer(&ls).cpuset_cpus, "", "no pools: unchanged (the request's empty cpuset echoed)");
+        assert_eq!(answer(&ls), container_req().container_resources.unwrap(), "the echo");
+        f.pod_hook(Stage::PreRunPodSandbox, &pod).unwrap();
+        assert_eq!(quota(), "100000");
+        let r = answer(&be);
+        assert_eq!((r.cpu_quota, r.cpuset_cpus.as_str()), (100_000, ""), "BestEffort is still cleared");
+    }
+
     /// Under the cgroupfs driver a slice name is refused: a failure of each plugin with pod
     /// values, naming the name and the driver; nothing written.
     #[test]

@@ -65,6 +65,11 @@ impl Quantity {
     pub fn is_negative(&self) -> bool {
         self.nanos < 0
     }
+
+    /// True when the quantity is exactly zero (Kubernetes `IsZero`; `"1n"` is not zero).
+    pub fn is_zero(&self) -> bool {
+        self.nanos == 0
+    }
 }
 
 fn ceil_div(a: i128, b: i128) -> i128 {
@@ -232,6 +237,16 @@ mod tests {
         assert_eq!(q("1T").value(), 1_000_000_000_000);
         assert_eq!(q("+7").value(), 7);
         assert_eq!(q(" 42 ").value(), 42);
+    }
+
+    #[test]
+    fn zero_is_exact() {
+        for z in ["0", "0m", "-0", "0Gi", ".", "0e9"] {
+            assert!(q(z).is_zero(), "{z}");
+        }
+        for nz in ["1n", "1m", "-1", "0.000000001"] {
+            assert!(!q(nz).is_zero(), "{nz}");
+        }
     }
 
     #[test]

@@ -164,6 +164,7 @@ async fn be_pod_gets_koordlet_values_before_its_process_starts() {
     let mut plugin = start_plugin(&env, true);
     let mut rt = runtime_client(&env.ctrd.socket);
     let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let sandbox = besteffort(sandbox);
     let (sandbox_id, container_id) = create(&mut rt, &sandbox, container).await.expect("BE pod on containerd");
     let parent = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
 

@@ -95,7 +95,7 @@ async fn be_pod_gets_batch_resources_in_its_real_cgroup() {
 }
 
 #[tokio::test]
-async fn lsr_pod_gets_its_cpuset_and_be_pod_the_shared_pool() {
+async fn lsr_pod_gets_its_cpuset_and_a_besteffort_pod_is_cleared() {
     let s = setup(&[]);
     let mut rt = runtime_client(s.proxy.socket());
     let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, "LSR")], &[(STATUS, r#"{"cpuset": "1"}"#)]);
@@ -104,8 +104,10 @@ async fn lsr_pod_gets_its_cpuset_and_be_pod_the_shared_pool() {
     assert_eq!(lsr.cgroup_file("cpuset", "cpuset.cpus"), "1");
     assert_eq!(lsr.cgroup_file("cpu", "cpu.cfs_quota_us"), "-1", "bound CPUs: CFS quota unset");
 
-    // A BE container for which kubelet asked for a cpuset is moved to the shared pool.
+    // A BE container (BestEffort, as kubelet makes BE pods) for which kubelet asked for a cpuset
+    // is cleared: it runs on its parent's CPUs.
     let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, "BE")], &[]);
+    let sandbox = besteffort(sandbox);
     container.linux.as_mut().unwrap().resources.as_mut().unwrap().cpuset_cpus = "0".into();
     let be = Pod::start(&mut rt, sandbox, container).await.expect("BE pod");
     let all = cgroup("cpuset", "", "cpuset.cpus");

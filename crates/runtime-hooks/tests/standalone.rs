@@ -161,7 +161,7 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
     let label = ("test".to_string(), unique("v2"));
     let mut rt = runtime_client(&env.socket);
     let (sandbox, container) = pod_configs(&env, &[(QOS, "BE"), (&label.0, &label.1)], &[(SPEC, BE_SPEC)]);
-    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod");
+    let pod = Pod::start(&mut rt, besteffort(sandbox), container).await.expect("pod");
     let pod_dir = root.path().join(pod.cgroup_parent().trim_start_matches('/'));
     let container_dir = pod_dir.join(&pod.container_id);
     for d in [root.path(), pod_dir.as_path(), container_dir.as_path()] {

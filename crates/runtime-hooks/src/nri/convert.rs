@@ -18,7 +18,7 @@
 //! |---|---|---|
 //! | `cpu_shares`, `cpu_quota`, `cpu_period` | `linux.resources.cpu` | `linux.resources.cpu` |
 //! | `memory_limit_in_bytes` | `linux.resources.memory.limit`, and `swap` the same (as kubelet: no swap beyond the limit) | the same |
-//! | `cpuset_cpus` | `linux.resources.cpu.cpus`; `""` (BE: the shared pool) becomes the pod's CPUs, since NRI reads `""` as "no change" | the same |
+//! | `cpuset_cpus` | `linux.resources.cpu.cpus`; `""` (clear: BestEffort pods) becomes the pod's CPUs, since NRI reads `""` as "no change" | the same |
 //! | `envs` | `env` | – (cannot change after creation) |
 //! | `annotations` | `annotations` | – |
 //! | `cgroup_parent` | – (NRI cannot move a container to another pod cgroup) | – |

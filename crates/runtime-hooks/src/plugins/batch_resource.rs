@@ -7,11 +7,11 @@
 //!
 //! | | |
 //! |---|---|
-//! | inputs | pod label `koordinator.sh/qosClass: BE`; pod annotation `node.koordinator.sh/extended-resource-spec` |
+//! | inputs | pod label `koordinator.sh/qosClass: BE`; pod annotation `node.koordinator.sh/extended-resource-spec`; the Node's `node.koordinator.sh/cpu-normalization-ratio` ([`crate::rules::node`]) |
 //! | outputs, container | `container_resources` in the hook answer: `cpu_shares`, `cpu_period`, `cpu_quota`, `memory_limit_in_bytes` (standalone: the container's `cpu.shares`, `cpu.cfs_period_us`, `cpu.cfs_quota_us`, `memory.limit_in_bytes` or their v2 equivalents) |
 //! | outputs, pod | the pod cgroup's same four files, written by runtime-hooks itself |
 //! | stages | PreRunPodSandbox (pod), PreCreateContainer, PreUpdateContainerResources |
-//! | rules | `batchResource.enable`, `batchResource.cfsQuota`, `cpu.cfsPeriodUs` |
+//! | rules | `batchResource.enable`, `batchResource.cfsQuota`, `batchResource.cpuNormalizationRatio`, `cpu.cfsPeriodUs` |
 //!
 //! The annotation is JSON:
 //!
@@ -28,13 +28,28 @@
 //! * `cpu_shares` = batch-cpu request × 1024 / 1000, within 2..=262144 (kubelet's
 //!   `MilliCPUToShares`); no request: shares unchanged.
 //! * `cpu_period` = `cpu.cfsPeriodUs` (100000 µs); `cpu_quota` = batch-cpu limit × period / 1000
-//!   (at least 1000 µs); no limit, or `cfsQuota: false`: −1 (unlimited).
+//!   (at least 1000 µs); no limit, or `cfsQuota: false`: −1 (unlimited). On a node with a CPU
+//!   normalization ratio above 1, a limited quota is divided by it, rounded up
+//!   ([`scale_quota`]).
 //! * `memory_limit_in_bytes` = batch-memory limit; no limit: unchanged (runtime-proxy ignores
 //!   −1, as koord does, so "unlimited" cannot be asked for at container level).
 //!
 //! The pod cgroup gets the sums over the annotation's containers: shares from the summed
 //! requests; quota from the summed limits if every container has a batch-cpu limit, else −1;
-//! memory the summed limits if every container has a batch-memory limit, else −1.
+//! memory the summed limits if every container has a batch-memory limit, else −1. The pod's
+//! quota is scaled by the normalization ratio like a container's.
+//!
+//! **CPU normalization** (koordlet v1.8.0 `hooks/batchresource/rule.go` `GetCFSQuotaScaleRatio`,
+//! applied in `batch_resource.go` `SetPodCFSQuota` and `SetContainerCFSQuota`). Koordinator
+//! counts batch CPUs in *normalized* CPUs: on a node whose CPUs are faster than the reference
+//! (ratio `1.20`), one normalized CPU is 1/1.2 of a local one. So when `cfsQuota` is on and the
+//! Node has a ratio, a quota that is limited (> 0) becomes ⌈quota ÷ ratio⌉ µs: 1000 batch-cpu at
+//! period 100000 µs on a ratio-1.2 node is ⌈100000 ÷ 1.2⌉ = 83334 µs. Ratios at or below 1 are not
+//! applied (koordlet: "no support ratio in (0, 1) yet"), nor is any ratio to −1 (unlimited) or
+//! when `cfsQuota` is off. Shares and memory are not scaled. One deviation: the scaled quota is
+//! kept at 1000 µs or more. koordlet scales after its 1000 µs minimum and can go below it (a
+//! 1-milli limit at ratio 1.2 is 834 µs), which the kernel refuses (EINVAL: a CFS quota is at
+//! least 1 ms).
 //!
 //! A container not named in the annotation, a pod that is not BE, or a pod without the
 //! annotation is left alone. Quantities are read as Kubernetes reads them, saturating
@@ -162,6 +177,19 @@ pub fn milli_to_quota(milli: i64, period: i64) -> i64 {
     (milli.saturating_mul(period) / 1000).clamp(1000, MAX_CFS_QUOTA_US)
 }
 
+/// A CFS quota (µs) scaled by the node's CPU normalization ratio: ⌈`quota` ÷ `ratio`⌉, at least
+/// 1000 µs, when the quota is limited (> 0) and the ratio is above 1; otherwise `quota` as is
+/// (koordlet v1.8.0 `hooks/batchresource/batch_resource.go` `SetPodCFSQuota` /
+/// `SetContainerCFSQuota` with `rule.go` `GetCFSQuotaScaleRatio`; the 1000 µs floor is ours, see
+/// the module documentation).
+pub fn scale_quota(quota: i64, ratio: Option<f64>) -> i64 {
+    match ratio {
+        // A quota is at most MAX_CFS_QUOTA_US (2⁴⁴), exact in an f64; the result is ≤ quota.
+        Some(r) if quota > 0 && r > 1.0 => ((quota as f64 / r).ceil() as i64).max(1000),
+        _ => quota,
+    }
+}
+
 /// The BatchResource plugin.
 #[derive(Debug, Default)]
 pub struct BatchResource;
@@ -220,7 +248,9 @@ impl Plugin for BatchResource {
             values.push(CgroupValue::CpuShares(milli_to_shares(requests)));
         }
         let quota = match cpu_limits {
-            Some(milli) if rules.batch_resource.cfs_quota => milli_to_quota(milli, period),
+            Some(milli) if rules.batch_resource.cfs_quota => {
+                scale_quota(milli_to_quota(milli, period), rules.batch_resource.cpu_normalization_ratio)
+            }
             _ => -1,
         };
         values.push(CgroupValue::CfsPeriod(period));
@@ -243,7 +273,9 @@ impl Plugin for BatchResource {
         let (request, limit, memory) = res.and_then(|r| r.values()).with_context(ctx)?;
         let period = rules.cpu.cfs_period_us;
         let quota = match limit {
-            Some(milli) if rules.batch_resource.cfs_quota => milli_to_quota(milli, period),
+            Some(milli) if rules.batch_resource.cfs_quota => {
+                scale_quota(milli_to_quota(milli, period), rules.batch_resource.cpu_normalization_ratio)
+            }
             _ => -1,
         };
         let resources = Resources {
@@ -406,6 +438,48 @@ mod tests {
         // Only bad entries: the pod is left alone.
         let spec = r#"{"containers": {"sidecar": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#;
         assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(spec)), &Rules::default()).unwrap().is_empty());
+    }
+
+    /// koordlet's CPU normalization: a limited quota divided by a ratio above 1, rounded up.
+    #[test]
+    fn cpu_normalization_divides_limited_quotas() {
+        assert_eq!(scale_quota(100_000, Some(1.2)), 83_334, "⌈83333.3⌉");
+        assert_eq!(scale_quota(120_000, Some(1.2)), 100_000);
+        assert_eq!(scale_quota(150_000, Some(1.5)), 100_000);
+        assert_eq!(scale_quota(100_000, Some(3.0)), 33_334);
+        assert_eq!(scale_quota(100_000, None), 100_000);
+        for ratio in [1.0, 0.8, 0.01] {
+            assert_eq!(scale_quota(100_000, Some(ratio)), 100_000, "{ratio}: not applied");
+        }
+        assert_eq!(scale_quota(-1, Some(1.2)), -1, "unlimited stays unlimited");
+        assert_eq!(scale_quota(1000, Some(1.2)), 1000, "the kernel's minimum (koordlet: 834)");
+        assert_eq!(scale_quota(MAX_CFS_QUOTA_US, Some(2.0)), 1 << 43);
+
+        let mut rules = Rules::default();
+        rules.batch_resource.cpu_normalization_ratio = Some(1.2);
+        let r = run(&container(pod("BE", Some(SPEC)), "main"), &rules);
+        let want = Resources {
+            cpu_shares: Some(512),
+            cpu_period: Some(100_000),
+            cpu_quota: Some(83_334),
+            memory_limit_in_bytes: Some(128 << 20),
+            cpuset_cpus: None,
+        };
+        assert_eq!(r, want, "only the quota is scaled");
+        let two = r#"{"containers": {"a": {"limits": {"kubernetes.io/batch-cpu": "1000"}}, "b": {"limits": {"kubernetes.io/batch-cpu": "500"}}}}"#;
+        let p = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(two)), &rules).unwrap();
+        assert!(p.pod_cgroup.contains(&CgroupValue::CfsQuota(125_000)), "{:?}", p.pod_cgroup);
+        rules.cpu.cfs_period_us = 50_000;
+        assert_eq!(run(&container(pod("BE", Some(SPEC)), "main"), &rules).cpu_quota, Some(41_667));
+        // Unlimited, or cfsQuota off: −1, not scaled.
+        let unlimited = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}}}}"#;
+        assert_eq!(run(&container(pod("BE", Some(unlimited)), "main"), &rules).cpu_quota, Some(-1));
+        rules.batch_resource.cfs_quota = false;
+        assert_eq!(run(&container(pod("BE", Some(SPEC)), "main"), &rules).cpu_quota, Some(-1));
+        let p = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(two)), &rules).unwrap();
+        assert!(p.pod_cgroup.contains(&CgroupValue::CfsQuota(-1)), "{:?}", p.pod_cgroup);
+        // Not a BE pod: nothing.
+        assert!(run(&container(pod("LS", Some(SPEC)), "main"), &rules).is_empty());
     }
 
     #[test]

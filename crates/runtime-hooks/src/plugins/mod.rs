@@ -3,8 +3,8 @@
 //! | plugin | what it sets | stages |
 //! |---|---|---|
 //! | [`GroupIdentity`] | pod `cpu.bvt_warp_ns` by QoS class | PreRunPodSandbox |
-//! | [`BatchResource`] | BE pods' CPU shares, CFS quota and memory limit from batch resources | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
-//! | [`CpuSet`] | LSE/LSR cpusets from the scheduler, BE on the shared pool | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
+//! | [`BatchResource`] | BE pods' CPU shares, CFS quota (scaled by the node's CPU normalization ratio) and memory limit from batch resources | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
+//! | [`CpuSet`] | cpusets: LSE/LSR from the scheduler, others from the NodeResourceTopology's share pools by QoS, BestEffort cleared | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //!
 //! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
 //! (fields and files, units) and stages.

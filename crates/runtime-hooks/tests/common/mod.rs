@@ -111,6 +111,16 @@ pub fn pod_configs(
     (sandbox, container)
 }
 
+/// The sandbox moved below `besteffort` in the harness's cgroup parent
+/// (`<parent>/besteffort/pod<uid>`), where kubelet puts a BestEffort pod: koordlet, and so
+/// CPUSet, tell a pod's Kubernetes QoS class by that part of its cgroup parent.
+pub fn besteffort(mut sandbox: cri::PodSandboxConfig) -> cri::PodSandboxConfig {
+    let linux = sandbox.linux.as_mut().expect("a linux config");
+    let (parent, pod) = linux.cgroup_parent.rsplit_once('/').expect("<parent>/pod<uid>");
+    linux.cgroup_parent = format!("{parent}/besteffort/{pod}");
+    sandbox
+}
+
 /// Creates the pod's cgroup directories for the controllers runtime-hooks writes at the pod
 /// level, as kubelet does before RunPodSandbox (without kubelet, runc would create them later).
 pub fn precreate_pod_cgroup(parent: &str) {
