@@ -8,6 +8,7 @@
 //! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
 //!   recorded metadata, huge answers); also a hook server that hangs or answers garbage.
 //! * [`hooks`] — programmable in-process hook servers and registration files.
+//! * [`kube_api`] — a loopback stand-in for kube-apiserver (list, watch, events) for kube-rs clients.
 //!
 //! Integration tests need a running containerd: `make test` starts one per version and points
 //! `RP_CONTAINERD_ENV` at its env file; the Docker-mode tests (`tests/docker_*.rs`) need a running
@@ -18,6 +19,7 @@ pub mod containerd;
 pub mod dockerd;
 pub mod fake_backend;
 pub mod hooks;
+pub mod kube_api;
 pub mod proxy;
 pub mod raw;
 
