@@ -16,6 +16,8 @@
 # CRI_LOG_ROOT CONTAINERD_ROOT (KEY=VALUE lines). Pods must use a cgroup_parent under $CRI_CGROUP_PARENT and host
 # (NODE) network with an empty hostname (no CNI). Instances in different ROOTs run side by side.
 # Cache (images, trixie containerd): $RP_CACHE, default /var/cache/runtime-proxy. Diagnostics go to stderr.
+# The trixie .deb comes from the Debian archive this machine's apt sources name (none named: `up 1.7` fails,
+# unless the cache holds containerd 1.7 already); the script names no archive of its own.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # need_pkgs
 
@@ -49,13 +51,69 @@ daemon_pid() {
   tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "--config $ROOT/config.toml" && echo "$pid"
 }
 
-# Debian trixie's containerd 1.7.x: apt pointed at a private trixie source list, `download`, `dpkg-deb -x`.
+# apt_archive: "URI KEYRING" of the Debian archive this machine's apt uses, read from apt's own source lists
+# (sources.list and sources.list.d/*.list, one-line format; sources.list.d/*.sources, deb822; in apt's order;
+# APT_CONFIG is honoured): the first `deb` entry for this release's suite (VERSION_CODENAME in /etc/os-release),
+# else the first `deb` entry that is not a security archive. KEYRING is the entry's Signed-By file, else Debian's
+# archive keyring. Prints nothing when apt has no such entry.
+apt_archive() {
+  local sl sp codename f
+  eval "$(apt-config shell sl Dir::Etc::sourcelist/f sp Dir::Etc::sourceparts/d)"
+  codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+  {
+    [ ! -f "${sl:-}" ] || awk -v format=list -f <(apt_sources_awk) "$sl"
+    for f in "${sp%/}"/*; do
+      case $f in
+        *.list) awk -v format=list -f <(apt_sources_awk) "$f" ;;
+        *.sources) awk -v format=deb822 -f <(apt_sources_awk) "$f" ;;
+      esac
+    done
+  } | awk -v codename="$codename" '
+      $1 == codename && !found { found = $2 " " $3 }
+      $1 !~ /-security$/ && $2 !~ /security/ && !other { other = $2 " " $3 }
+      END { if (found) print found; else if (other) print other }'
+}
+# apt_sources_awk: an awk program printing "SUITE URI KEYRING" ("-" for no Signed-By) for each suite of each
+# enabled `deb` entry of one source file (format=list or format=deb822).
+apt_sources_awk() {
+  cat <<'AWK'
+function emit(uris, suites, key,    u, s, nu, ns, i, j) {
+  nu = split(uris, u, " "); ns = split(suites, s, " ")
+  for (i = 1; i <= nu; i++) for (j = 1; j <= ns; j++) print s[j], u[i], (key == "" ? "-" : key)
+}
+format == "list" {
+  sub(/#.*/, ""); if ($1 != "deb") next
+  i = 2; key = ""
+  if ($2 ~ /^\[/) {  # [opt=value ...]
+    for (; i <= NF; i++) { if ($i ~ /^\[?signed-by=/) { key = $i; sub(/^\[?signed-by=/, "", key); sub(/\]$/, "", key) }
+                           if ($i ~ /\]$/) { i++; break } }
+  }
+  emit($i, $(i + 1), key); next
+}
+format == "deb822" {
+  if ($0 ~ /^[ \t]*$/) { flush(); next }
+  if ($0 ~ /^#/ || $0 ~ /^[ \t]/) next  # comments; continuation lines (an inline key is not a file)
+  field = tolower($1); sub(/:$/, "", field); value = $0; sub(/^[^:]*:[ \t]*/, "", value)
+  if (field == "types") types = value; else if (field == "uris") uris = value; else if (field == "suites") suites = value
+  else if (field == "signed-by" && value ~ /^\//) key = value; else if (field == "enabled") enabled = tolower(value)
+}
+function flush() {
+  if (format == "deb822" && (" " types " ") ~ / deb / && enabled != "no") emit(uris, suites, key)
+  types = uris = suites = key = enabled = ""
+}
+END { flush() }
+AWK
+}
+
+# Debian trixie's containerd 1.7.x: apt pointed at a private trixie source list (on the archive this machine's
+# apt uses), `download`, `dpkg-deb -x`.
 fetch_containerd17() {
-  local dst=$CACHE/containerd-1.7 apt=$CACHE/apt-trixie src=/etc/apt/sources.list.d/debian.sources uri key deb ver
+  local dst=$CACHE/containerd-1.7 apt=$CACHE/apt-trixie uri key deb ver
   [ -x "$dst/usr/bin/containerd" ] && return 0
-  uri=$(awk '$1 == "URIs:" && $2 !~ /security/ {print $2; exit}' "$src" 2>/dev/null || true)
-  key=$(awk '$1 == "Signed-By:" {print $2; exit}' "$src" 2>/dev/null || true)
-  uri=${uri:-http://deb.debian.org/debian} key=${key:-/usr/share/keyrings/debian-archive-keyring.gpg}
+  read -r uri key < <(apt_archive) || true
+  [ -n "${uri:-}" ] ||
+    die "apt's sources (/etc/apt/sources.list, sources.list.d/*.list and *.sources) name no Debian archive to download containerd 1.7 from: add one, or unpack a containerd 1.7 .deb into $dst (dpkg-deb -x)"
+  [ "$key" != - ] || key=/usr/share/keyrings/debian-archive-keyring.gpg
   log "downloading containerd 1.7 from Debian trixie ($uri)"
   rm -rf "$apt" && mkdir -p "$apt/sources" "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/deb"
   printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' "$uri" "$key" >"$apt/sources/trixie.sources"

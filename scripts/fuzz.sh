@@ -5,7 +5,7 @@
 # crash's input is left in fuzz/artifacts/TARGET/ and its reproduction command printed.
 #
 # cargo fuzz needs nightly-only compiler flags (-Cpasses=sancov-module, -Z…); on the stable toolchain
-# RUSTC_BOOTSTRAP=1 lets the stable compiler accept them. cargo-fuzz itself is installed from crates.io if
+# RUSTC_BOOTSTRAP=1 lets the stable compiler accept them. cargo-fuzz itself is installed with `cargo install` if
 # missing. By hand, in fuzz/:
 #   RUSTC_BOOTSTRAP=1 RUSTFLAGS=--cap-lints=warn cargo fuzz run -s none TARGET [INPUT | DIR…] [-- -max_total_time=N]
 #

@@ -114,12 +114,13 @@ Suggests: runtime-hooks
   # runtime-hooks
   D=$STAGE/runtime-hooks
   mkdir -p "$D/DEBIAN" "$D/usr/bin" "$D/lib/systemd/system" "$D/etc/default" "$D/etc/runtime/hookserver.d" \
-    "$D/etc/runtime-hooks" "$D/usr/share/doc/runtime-hooks/examples/deploy"
+    "$D/etc/runtime-hooks" "$D/usr/share/doc/runtime-hooks/examples/deploy/crds"
   install -m 0755 "$BIN/runtime-hooks" "$D/usr/bin/"
   install -m 0644 packaging/systemd/runtime-hooks.service "$D/lib/systemd/system/"
   install -m 0644 packaging/default/runtime-hooks "$D/etc/default/"
   install -m 0644 packaging/examples/rules.yaml "$D/etc/runtime-hooks/"
   install -m 0644 deploy/*.yaml "$D/usr/share/doc/runtime-hooks/examples/deploy/"
+  install -m 0644 deploy/crds/*.yaml "$D/usr/share/doc/runtime-hooks/examples/deploy/crds/"
   scripts runtime-hooks RUNTIME_HOOKS runtime-hooks " Its registration was removed; the proxy no longer calls it."
   cat >"$STAGE/hooks.desc" <<'EOT'
 A runtime hook server in the role of koordlet's runtime hooks, with its QoS

@@ -13,7 +13,7 @@ through what the API server does with them, in the same order:
   4. its variables, in order, then its validations: a false one refuses the request, with the
      messageExpression's text (else the message).
 
-The CEL is evaluated by cel-python (https://pypi.org/project/cel-python/), not by the API server's
+The CEL is evaluated by cel-python (pinned in deploy/validate-requirements.txt), not by the API server's
 cel-go with the Kubernetes libraries, so the policies keep to the standard subset both have (has(),
 in, exists, ternaries, string concatenation). A CEL error fails the test (under failurePolicy Fail
 the API server would refuse the request; here it would be a policy bug). Variables are evaluated

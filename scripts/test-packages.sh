@@ -8,9 +8,11 @@
 #   * systemd-analyze verify of both units (offline: systemd need not be PID 1), silent and exit 0; the
 #     exposure score of `systemd-analyze security --offline` is printed;
 #   * the installed /etc/runtime-hooks/rules.yaml is a rules file runtime-hooks starts with;
-#   * deploy/*.yaml against the Kubernetes OpenAPI schema (PyPI kubernetes-validate, pinned in
+#   * deploy/*.yaml and deploy/crds/*.yaml against the Kubernetes OpenAPI schema (PyPI kubernetes-validate, pinned in
 #     deploy/validate-requirements.txt, whose schemas ship in the package: run without a network), --strict;
 #     a manifest with an unknown field must fail; the KubeletConfiguration snippet names the proxy's socket;
+#     runtime-hooks' ClusterRole grants exactly the rights its cluster rule source needs, to the DaemonSet's
+#     ServiceAccount; the CRDs define NodeSLO and NodeResourceTopology as runtime-hooks reads them;
 #   * the admission policies' CEL (deploy/*-policy.yaml) against sample admission requests, evaluated by PyPI
 #     cel-python (pinned in the same file): scripts/test-admission.py, offline;
 #   * RUNTIME_PROXY_ENABLE=yes / RUNTIME_HOOKS_ENABLE=yes at install enable the units (systemctl enable works
@@ -87,7 +89,10 @@ check "runtime-hooks files (dpkg -L)" expect_files runtime-hooks /usr/bin/runtim
   /etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml /etc/runtime/hookserver.d /usr/share/doc/runtime-hooks/copyright \
   /usr/share/doc/runtime-hooks/operations.md /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/skip-label-policy.yaml \
-  /usr/share/doc/runtime-hooks/examples/deploy/koordinator-annotations-policy.yaml
+  /usr/share/doc/runtime-hooks/examples/deploy/koordinator-annotations-policy.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks-rbac.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/crds/nodeslo.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/crds/noderesourcetopology.yaml
 check "conffiles" bash -c '[ "$(dpkg-query -W -f="\${Conffiles}" runtime-proxy | awk "{print \$1}" | paste -sd" ")" = "/etc/default/runtime-proxy" ] &&
   [ "$(dpkg-query -W -f="\${Conffiles}" runtime-hooks | awk "{print \$1}" | sort | paste -sd" ")" = "/etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml" ]'
 check "modes and owners" bash -c 'for f in /usr/bin/runtime-proxy /usr/bin/runtime-hooks; do [ "$(stat -c "%a %U:%G" $f)" = "755 root:root" ] || { stat -c "%n %a %U:%G" $f; exit 1; }; done
@@ -147,7 +152,7 @@ validator() {
 check "kubernetes-validate installed (PyPI, pinned)" validator
 # unshare -n: a network namespace with no interfaces, so the schemas can only come from the package.
 kv() { unshare -n "$VENV/bin/kubernetes-validate" --strict "$@"; }
-for f in deploy/*.yaml; do check "valid: $f (offline, --strict)" kv "$f"; done
+for f in deploy/*.yaml deploy/crds/*.yaml; do check "valid: $f (offline, --strict)" kv "$f"; done
 check "invalid manifest refused" bash -c "sed 's/^\(  *\)terminationGracePeriodSeconds:/\1terminationGracePeriodSecond:/' deploy/runtime-hooks.yaml >$TMP/bad.yaml && grep -q terminationGracePeriodSecond: $TMP/bad.yaml && ! unshare -n $VENV/bin/kubernetes-validate --strict $TMP/bad.yaml"
 # The policies' CEL, evaluated as the API server would for each sample request (allowed or refused).
 check "admission policies: CEL against sample requests (cel-python, offline)" unshare -n "$VENV/bin/python" scripts/test-admission.py
@@ -164,6 +169,63 @@ assert paths == {"/sys/fs/cgroup", "/etc/runtime/hookserver.d", "/var/run/runtim
 mounts = {m["mountPath"] for m in c["volumeMounts"]}
 assert {"/etc/runtime/hookserver.d", "/var/run/runtime-hooks"} <= mounts, "the proxy dials the registered path: same paths as the host"
 assert "--cgroup-root=/host/sys/fs/cgroup" in c["args"] and "/host/sys/fs/cgroup" in mounts
+PY
+# rbac_ok FILE: FILE (runtime-hooks-rbac.yaml or a variant) grants exactly what runtime-hooks' cluster rule source
+# needs, to the ServiceAccount the DaemonSet runs as.
+rbac_ok() {
+  "$VENV/bin/python" - "$1" <<'PY'
+import sys, yaml
+docs = {d["kind"]: d for d in yaml.safe_load_all(open(sys.argv[1]))}
+assert sorted(docs) == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"], sorted(docs)
+sa, role, binding = docs["ServiceAccount"], docs["ClusterRole"], docs["ClusterRoleBinding"]
+# Every (API group, resource, verb) the rules grant, and no wildcard, resourceNames or nonResourceURLs.
+granted = set()
+for r in role["rules"]:
+    assert set(r) == {"apiGroups", "resources", "verbs"}, r
+    for x in r["apiGroups"] + r["resources"] + r["verbs"]:
+        assert "*" not in x, r
+    granted |= {(g, res, v) for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+read = {"get", "list", "watch"}
+want = {(g, res, v) for g, res in [("", "nodes"), ("", "pods"), ("slo.koordinator.sh", "nodeslos"),
+                                   ("topology.node.k8s.io", "noderesourcetopologies")] for v in read}
+want |= {("", "events", v) for v in ("create", "patch")}
+assert granted == want, ("granted but not needed", sorted(granted - want), "needed but not granted", sorted(want - granted))
+assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}, binding["roleRef"]
+assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}], binding["subjects"]
+ds = yaml.safe_load(open("deploy/runtime-hooks.yaml"))
+assert ds["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"], "the DaemonSet runs as another service account"
+assert ds["metadata"]["namespace"] == sa["metadata"]["namespace"] == yaml.safe_load(open("deploy/namespace.yaml"))["metadata"]["name"]
+PY
+}
+check "RBAC: exactly the rights the cluster rule source needs, bound to the DaemonSet's ServiceAccount" rbac_ok deploy/runtime-hooks-rbac.yaml
+# The same check fails for a ClusterRole granting one resource more, one verb more, or one verb less.
+rbac_variants_refused() {
+  local v n=0
+  for v in 's/"nodes", "pods"\]/"nodes", "pods", "secrets"]/' 's/\["create", "patch"\]/["create", "patch", "update"]/' \
+           's/\["create", "patch"\]/["create"]/'; do
+    sed "$v" deploy/runtime-hooks-rbac.yaml >"$TMP/rbac-$n.yaml"
+    ! cmp -s deploy/runtime-hooks-rbac.yaml "$TMP/rbac-$n.yaml" || { echo "sed '$v' changed nothing"; return 1; }
+    ! rbac_ok "$TMP/rbac-$n.yaml" >/dev/null 2>&1 || { echo "accepted: sed '$v'"; return 1; }
+    n=$((n + 1))
+  done
+}
+check "RBAC check refuses a role granting more or less" rbac_variants_refused
+check "CRDs: NodeSLO and NodeResourceTopology as runtime-hooks reads them" "$VENV/bin/python" - <<'PY'
+import yaml
+def crd(path, group, plural, kind):
+    c = yaml.safe_load(open(path))
+    s = c["spec"]
+    assert c["metadata"]["name"] == f"{plural}.{group}" and s["group"] == group, c["metadata"]["name"]
+    assert s["names"]["plural"] == plural and s["names"]["kind"] == kind and s["scope"] == "Cluster", s["names"]
+    assert [(v["name"], v["served"], v["storage"]) for v in s["versions"]] == [("v1alpha1", True, True)], s["versions"]
+    return c, s["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+_, p = crd("deploy/crds/nodeslo.yaml", "slo.koordinator.sh", "nodeslos", "NodeSLO")
+assert p["spec"]["x-kubernetes-preserve-unknown-fields"] and p["status"]["x-kubernetes-preserve-unknown-fields"]
+c, p = crd("deploy/crds/noderesourcetopology.yaml", "topology.node.k8s.io", "noderesourcetopologies", "NodeResourceTopology")
+# A group ending in .k8s.io: the API server refuses the CRD without this annotation.
+assert c["metadata"]["annotations"]["api-approved.kubernetes.io"].startswith("https://github.com/kubernetes/enhancements/pull/")
+assert p["topologyPolicies"]["items"]["type"] == "string"
+assert p["zones"]["items"]["x-kubernetes-preserve-unknown-fields"] and p["attributes"]["items"]["x-kubernetes-preserve-unknown-fields"]
 PY
 check "KubeletConfiguration snippet names the proxy's default socket" "$VENV/bin/python" - <<'PY'
 import yaml

@@ -9,6 +9,8 @@
 //!   recorded metadata, huge answers); also a hook server that hangs or answers garbage.
 //! * [`hooks`] — programmable in-process hook servers and registration files.
 //! * [`kube_api`] — a loopback stand-in for kube-apiserver (list, watch, events) for kube-rs clients.
+//! * [`envtest`] — a real etcd + kube-apiserver (envtest's `KUBEBUILDER_ASSETS` convention) with
+//!   runtime-hooks' CRDs and RBAC, for tests of its cluster rule source; skipped without one.
 //!
 //! Integration tests need a running containerd: `make test` starts one per version and points
 //! `RP_CONTAINERD_ENV` at its env file; the Docker-mode tests (`tests/docker_*.rs`) need a running
@@ -17,6 +19,7 @@
 pub mod clients;
 pub mod containerd;
 pub mod dockerd;
+pub mod envtest;
 pub mod fake_backend;
 pub mod hooks;
 pub mod kube_api;
