@@ -798,7 +798,7 @@ impl Core {
     fn client_block(&mut self, id: u32, flags: u8, raw: &[u8], fragment: &[u8]) -> Result<(), Fatal> {
         decode(&mut self.c_hpack, fragment, &mut self.headers)?;
         let end_stream = flags & flag::END_STREAM != 0;
-        if id <= self.last_stream || id % 2 == 0 {
+        if id <= self.last_stream || id.is_multiple_of(2) {
             // Trailers of a call the client streams to (or a peer error the runtime reports).
             self.send_backend(raw);
             if end_stream {
