@@ -214,7 +214,10 @@ fn expanded(slice: &str) -> String {
 #[tokio::test]
 async fn proxy_slice_name_parent_resolves_to_its_expanded_directory() {
     let root = tempfile::tempdir().unwrap();
+    let rules = rules_file(root.path(), GROUP_IDENTITY_ON);
     let s = proxy_setup(&[
+        "--rules",
+        rules.to_str().unwrap(),
         "--plugin-failure-policy",
         "Fail",
         "--failure-policy",
@@ -360,6 +363,7 @@ async fn standalone_slice_name_parent_resolves_to_its_expanded_directory() {
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod with a slice name parent");
     let scope = format!("{dir}/cri-containerd-{}.scope", pod.container_id);
     systemd_tree(root.path(), &[dir.clone(), scope.clone()]);
+    let rules = rules_file(root.path(), GROUP_IDENTITY_ON);
     let selector = format!("{}={}", label.0, label.1);
     let args = [
         "--mode",
@@ -376,6 +380,8 @@ async fn standalone_slice_name_parent_resolves_to_its_expanded_directory() {
         "v1",
         "--cgroup-driver",
         "systemd",
+        "--rules",
+        rules.to_str().unwrap(),
         "--kubepods-cgroup",
         "kubepods.slice",
     ];

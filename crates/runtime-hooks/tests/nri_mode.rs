@@ -52,12 +52,17 @@ struct Plugin {
 /// runtime-hooks in NRI mode, selecting pods labelled `test=<unique>`; waits until it is
 /// synchronized when `wait` is set.
 fn start_plugin(env: &Env, wait: bool) -> Plugin {
+    start_plugin_with(env, wait, &[])
+}
+
+/// [`start_plugin`] with `extra` flags.
+fn start_plugin_with(env: &Env, wait: bool, extra: &[&str]) -> Plugin {
     let dir = tempfile::Builder::new().prefix("rh-nri").tempdir().unwrap();
     let rules = dir.path().join("rules.yaml");
     std::fs::write(&rules, "cpu: {}\n").unwrap();
     let label = ("test".to_string(), unique("nri"));
     let selector = format!("{}={}", label.0, label.1);
-    let args = [
+    let mut args = vec![
         "--mode",
         "nri",
         "--nri-socket",
@@ -71,6 +76,7 @@ fn start_plugin(env: &Env, wait: bool) -> Plugin {
         "--selector",
         &selector,
     ];
+    args.extend_from_slice(extra);
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
     if wait {
         assert!(
@@ -449,4 +455,38 @@ async fn pods_with_bytes_that_are_not_utf8_escape_no_plugin() {
     assert_eq!(startup_line(&env, &sandbox), format!("{BE_LINE} cpus={shared}"), "{}", hooks.log());
     plain.remove(&mut rt).await;
     next.remove(&mut rt).await;
+}
+
+/// Rules from the cluster in NRI mode: a NodeSLO change on the loopback API stand-in reaches a
+/// running BE pod through `UpdateContainers` (container) and the pod cgroup write (pod); its
+/// deletion returns to koordlet's defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_slo_from_the_cluster_reaches_running_pods() {
+    use serde_json::json;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let api = test_support::kube_api::KubeApi::start().await;
+    api.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}));
+    api.create(json!({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "node-a"},
+        "spec": {"resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressPolicy": "cfsQuota"}}}));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = api.kubeconfig(dir.path());
+    let plugin = start_plugin_with(&env, true, &["--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "node-a"]);
+    assert!(plugin.hooks.wait_log(&["watching the node's NodeSLO"], 0, Duration::from_secs(10)), "{}", plugin.hooks.log());
+    let mut rt = runtime_client(&env.ctrd.socket);
+    let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("BE pod");
+    let parent = pod.cgroup_parent();
+    let quotas = || (pod.cgroup_file("cpu", "cpu.cfs_quota_us"), cgroup("cpu", &parent, "cpu.cfs_quota_us"));
+    assert_eq!(quotas(), ("-1".into(), "-1".into()), "created under cfsQuota suppression\n{}", plugin.hooks.log());
+    api.merge_patch("nodeslos", None, "node-a", json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}));
+    let ok = eventually(Duration::from_secs(5), || quotas() == ("100000".into(), "100000".into()));
+    assert!(ok, "after the patch: {:?}\n{}", quotas(), plugin.hooks.log());
+    api.merge_patch("nodeslos", None, "node-a", json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cfsQuota"}}}));
+    assert!(eventually(Duration::from_secs(5), || quotas() == ("-1".into(), "-1".into())), "{:?}\n{}", quotas(), plugin.hooks.log());
+    api.delete("nodeslos", None, "node-a");
+    let ok = eventually(Duration::from_secs(5), || quotas() == ("100000".into(), "100000".into()));
+    assert!(ok, "after the deletion: {:?}\n{}", quotas(), plugin.hooks.log());
+    assert!(plugin.hooks.count(&["NRI: containers updated for the new rules"]) >= 3, "{}", plugin.hooks.log());
+    pod.remove(&mut rt).await;
 }

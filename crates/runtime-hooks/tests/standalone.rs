@@ -177,6 +177,7 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("cpu.bvt_warp_ns"), "0\n").unwrap();
     }
+    let rules = rules_file(root.path(), GROUP_IDENTITY_ON);
     let selector = format!("{}={}", label.0, label.1);
     let log = root.path().join("hooks.log");
     let args = [
@@ -192,6 +193,8 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
         root.path().to_str().unwrap(),
         "--cgroup-version",
         "v2",
+        "--rules",
+        rules.to_str().unwrap(),
         "--kubepods-cgroup",
         "/kubepods",
     ];

@@ -216,3 +216,15 @@ pub async fn try_start_pod_with_bytes(
     }
     Ok(test_support::containerd::Pod { sandbox_id, container_id, config: sandbox })
 }
+
+/// A NodeSLO with every class's CPU QoS on at koordlet's values (LSR/LS 2, BE −1): group
+/// identity is off without one (koordlet's default).
+pub const GROUP_IDENTITY_ON: &str = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec:\n  \
+    resourceQOSStrategy:\n    lsrClass: {cpuQOS: {enable: true}}\n    lsClass: {cpuQOS: {enable: true}}\n    beClass: {cpuQOS: {enable: true}}\n";
+
+/// Writes `text` as `<dir>/rules.yaml` and returns its path (for `--rules`).
+pub fn rules_file(dir: &std::path::Path, text: &str) -> PathBuf {
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
