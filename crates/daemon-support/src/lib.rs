@@ -6,9 +6,13 @@
 //! * [`klog`] — the klog flags koord-runtime-proxy's command line accepts (`--v=4`,
 //!   `--logtostderr`, `--log-dir`, …): accepted, mapped or ignored, with one deprecation notice,
 //!   so a unit written for koord starts these binaries unchanged.
+//! * [`addr`] — the forms of `--metrics-addr` (and `--debug-addr`).
+//! * [`status`] — `runtime-proxy status` / `runtime-hooks status`: `GET /status` from the admin
+//!   endpoint, a table or JSON, exit codes 0 (healthy), 1 (unhealthy), 2 (no status).
 
 #![warn(missing_docs)]
 
 pub mod addr;
 pub mod klog;
 pub mod log;
+pub mod status;
