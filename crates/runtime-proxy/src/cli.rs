@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 pub use daemon_support::addr::{parse_metrics_addr, MetricsAddr};
 
 /// The backend a proxy speaks to (`--backend-runtime-mode`). Values are case-sensitive, as in
@@ -25,6 +25,17 @@ pub enum BackendRuntimeMode {
 /// `0.1.0 (git 27cbb9f)`.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")");
 
+/// What the binary does: serve (no subcommand: what kubelet's and systemd's command lines
+/// start), or one of these.
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Print the running proxy's state, read from its admin endpoint (--metrics-addr): hook
+    /// servers with their policy, timeout and health, the backend, the store, hook calls per
+    /// stage. Exit 0: healthy; 1: something unhealthy (backend down, a Fail server failing);
+    /// 2: no status could be read.
+    Status(daemon_support::status::StatusArgs),
+}
+
 /// All flags of the `runtime-proxy` binary.
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -32,9 +43,14 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT
     version = VERSION,
     about = "A CRI proxy: kubelet talks to it instead of the container runtime; it forwards every call \
              and calls runtime hook servers at the pod and container lifecycle points.",
-    long_about = None
+    long_about = None,
+    disable_help_subcommand = true
 )]
 pub struct Args {
+    /// `status`: print a running proxy's state. Without a subcommand the proxy serves.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Unix socket the proxy listens on; point kubelet's --container-runtime-endpoint at it.
     /// A stale socket is removed and the parent directory created. `unix://` prefix optional.
     #[arg(
@@ -125,12 +141,25 @@ pub struct Args {
     #[arg(long = "drain-timeout", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
-    /// Address of the admin HTTP endpoint: `/metrics` (Prometheus) and `/healthz`. `IP:PORT`,
-    /// `[IPv6]:PORT`, `localhost:PORT` (127.0.0.1), `:PORT` (every interface, as Go reads it);
-    /// `off` (or "") serves none. Port 0 picks a free port (logged). If it cannot be bound the
-    /// proxy logs an error and serves without it.
-    #[arg(long = "metrics-addr", value_name = "ADDR", default_value = "127.0.0.1:9318", value_parser = parse_metrics_addr)]
+    /// Address of the admin HTTP endpoint: `/metrics` (Prometheus), `/healthz` and `/status`.
+    /// `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT` (127.0.0.1), `:PORT` (every interface, as Go
+    /// reads it); `off` (or "") serves none. Port 0 picks a free port (logged). If it cannot be
+    /// bound the proxy logs an error and serves without it. `status` asks this address.
+    #[arg(
+        long = "metrics-addr",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9318",
+        value_parser = parse_metrics_addr,
+        global = true
+    )]
     pub metrics_addr: MetricsAddr,
+
+    /// Address of the debug endpoint, `/debug/store` (every sandbox and container ID the proxy
+    /// knows): a listener of its own, so that a metrics scraper never sees pod IDs. The forms of
+    /// --metrics-addr; default `off`. If it cannot be bound the proxy logs an error and serves
+    /// without it.
+    #[arg(long = "debug-addr", value_name = "ADDR", default_value = "off", value_parser = parse_metrics_addr)]
+    pub debug_addr: MetricsAddr,
 
     /// koord-runtime-proxy's klog flags (`--v`, `--logtostderr`, `--log-dir`, …): hidden,
     /// accepted with a deprecation notice; `--v` sets the log level, the others are ignored.
@@ -278,6 +307,26 @@ mod tests {
         assert!(!help.contains("--logtostderr") && !help.contains("--log-dir") && !help.contains("--v <"), "{help}");
         let a = Args::try_parse_from(["rp", "--v=4", "--logtostderr", "--log-dir", "/x"]).expect("klog flags accepted");
         assert_eq!(a.klog.v, Some(4));
+    }
+
+    /// Without a subcommand the binary serves (kubelet's and systemd's command lines); `status`
+    /// takes --metrics-addr before or after it, and the serving flags keep working.
+    #[test]
+    fn status_subcommand_and_serving_flags() {
+        use daemon_support::status::Output;
+        let a = Args::parse_from(["rp", "--metrics-addr", ":9400", "--debug-addr", "localhost:9401"]);
+        assert_eq!(a.command, None);
+        assert_eq!(a.metrics_addr.map(|a| a.to_string()).as_deref(), Some("0.0.0.0:9400"));
+        assert_eq!(a.debug_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9401"));
+        assert_eq!(Args::parse_from(["rp"]).debug_addr, None, "debug endpoint off by default");
+        let a = Args::parse_from(["rp", "status", "--metrics-addr", "127.0.0.1:9318", "--output", "json"]);
+        let Some(Command::Status(s)) = &a.command else { panic!("{a:?}") };
+        assert_eq!(s.output, Output::Json);
+        assert_eq!(a.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9318"));
+        let a = Args::parse_from(["rp", "--metrics-addr", "127.0.0.1:9000", "status"]);
+        assert_eq!(a.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9000"));
+        assert!(matches!(a.command, Some(Command::Status(ref s)) if s.output == Output::Table));
+        assert!(Args::try_parse_from(["rp", "stauts"]).is_err(), "a misspelt subcommand is an error, not a serve");
     }
 
     #[test]

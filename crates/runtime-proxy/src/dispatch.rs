@@ -16,6 +16,9 @@
 //! that talks to containerd, plus the peer's uid check): the call's future writes its request
 //! and reads its answer itself, on the task of the CRI call, with no channel worker task
 //! between it and the connection.
+//!
+//! Each call's outcome is also kept per server ([`HookHealth`]: last success, last error and
+//! when, failures in a row) for `/status`; a success costs two atomic stores.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -32,6 +35,7 @@ use crate::grpc::{self, Code, Status};
 use crate::limits::HookLimits;
 use crate::metrics::{HookResult, Metrics};
 use crate::registry::{FailurePolicy, HookServer, Snapshot, Stage};
+use crate::status::HookHealth;
 use crate::unary::{self, Answer};
 
 /// A hook request type (pod-level or container-level) with its answer type and merge rule.
@@ -101,13 +105,20 @@ pub struct Dispatcher {
     serial: std::sync::atomic::AtomicU64,
     metrics: std::sync::Arc<Metrics>,
     limits: HookLimits,
+    health: Arc<HookHealth>,
 }
 
 impl Dispatcher {
     /// A dispatcher with no connections yet, recording into `metrics`; answers beyond `limits`
     /// are hook failures (`RESOURCE_EXHAUSTED`, naming the limit's flag).
     pub fn new(metrics: std::sync::Arc<Metrics>, limits: HookLimits) -> Self {
-        Dispatcher { channels: Mutex::new(Vec::new()), serial: Default::default(), metrics, limits }
+        Dispatcher { channels: Mutex::new(Vec::new()), serial: Default::default(), metrics, limits, health: Default::default() }
+    }
+
+    /// Each hook server's recent health (last success, last error), as this dispatcher's calls
+    /// left it: what `/status` reports.
+    pub fn health(&self) -> &Arc<HookHealth> {
+        &self.health
     }
 
     /// Runs `stage` over the servers of `snapshot` registered for it, changing `req` with each
@@ -139,6 +150,7 @@ impl Dispatcher {
             let elapsed_us = started.elapsed().as_micros() as u64;
             match outcome {
                 Ok(answer) => {
+                    self.health.record_ok(server);
                     tracing::debug!(stage = stage.as_str(), server = %server.name, elapsed_us, changed = answer.is_some(), "hook called");
                     if let Some(answer) = answer {
                         before.get_or_insert_with(|| req.clone());
@@ -153,6 +165,7 @@ impl Dispatcher {
                     // (grpc-go answers RESOURCE_EXHAUSTED, tonic OUT_OF_RANGE.)
                     let too_large = cause.code == Code::RESOURCE_EXHAUSTED || cause.code == Code::OUT_OF_RANGE;
                     let size = if too_large { format!(" (the request was {request_bytes} bytes)") } else { String::new() };
+                    self.health.record_failure(server, stage, &format!("{}{size}", cause.message));
                     let message = format!(
                         "{} hook server {} (unix://{}) failed: {}{size}",
                         stage.as_str(),
@@ -161,6 +174,7 @@ impl Dispatcher {
                         cause.message
                     );
                     if server.failure_policy == FailurePolicy::Fail {
+                        self.metrics.hook_refusal(stage.as_str(), &server.name);
                         tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; failure-policy Fail: refusing the call");
                         return Err(Status::new(cause.code, format!("{message} (failure-policy Fail)")));
                     }

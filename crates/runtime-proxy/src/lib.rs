@@ -24,11 +24,14 @@
 //! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses. [`hpack`] — the
 //!   relay's HPACK decoder.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
-//! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`).
+//! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`,
+//!   `/status`); [`status`] — the operator's view behind `/status` and `runtime-proxy status`,
+//!   and the hook servers' health; [`debug`] — `/debug/store` on a listener of its own.
 //! * [`docker`] — Docker mode: the Docker Engine API front end over the same hook state.
 
 pub mod backend;
 pub mod cli;
+pub mod debug;
 pub mod dispatch;
 pub mod docker;
 pub mod frame;
@@ -45,6 +48,7 @@ pub mod relay;
 pub mod router;
 pub mod server;
 pub mod skip_label;
+pub mod status;
 pub mod store;
 pub mod uds;
 pub mod unary;
@@ -128,17 +132,18 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::R
 }
 
 /// What both front ends share: the watched registry, the store, the dispatcher, the per-pod
-/// locks and skip label (in one [`Interceptor`]), and the admin endpoint. Background tasks end
-/// when it is dropped.
+/// locks and skip label (in one [`Interceptor`]), and the admin and debug endpoints. Background
+/// tasks end when it is dropped.
 struct HookState {
     interceptor: Arc<Interceptor>,
     _watcher: registry::WatchHandle,
     _admin: AbortOnDrop,
+    _debug: AbortOnDrop,
 }
 
 impl HookState {
     /// Scans and watches `--hook-config-dir` and serves the admin endpoint (`backend`: how its
-    /// health check reaches the backend).
+    /// health check reaches the backend) and the debug endpoint.
     ///
     /// Errors: the directory watcher cannot start (no tokio runtime).
     fn start(args: &Args, metrics: Arc<Metrics>, backend: BackendProbe) -> anyhow::Result<HookState> {
@@ -153,21 +158,40 @@ impl HookState {
         let registry = Registry::open_reserving(&args.hook_config_dir, !args.insecure_hook_config, reserved);
         let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
         let store = Arc::new(Store::new());
-        let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend });
+        let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks);
+        let debug = Arc::new(debug::DebugEndpoint::new(args.debug_addr));
+        let status = status::StatusInfo {
+            started: std::time::SystemTime::now(),
+            started_at: std::time::Instant::now(),
+            mode: args.backend_runtime_mode,
+            runtime_endpoint: args.runtime_endpoint.clone(),
+            image_endpoint: args.image_endpoint().clone(),
+            hook_config_dir: args.hook_config_dir.clone(),
+            debug: debug.clone(),
+            health: dispatcher.health().clone(),
+        };
+        let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend, status });
         let metrics_addr = args.metrics_addr;
         let admin = AbortOnDrop(tokio::spawn(async move {
             let Some(addr) = metrics_addr else {
-                tracing::info!("admin endpoint off (--metrics-addr off): no /metrics, /healthz");
+                tracing::info!("admin endpoint off (--metrics-addr off): no /metrics, /healthz, /status");
                 return;
             };
             if let Err(e) = metrics::serve_admin(addr, admin).await {
                 tracing::error!(%addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
             }
         }));
+        let debug_store = store.clone();
+        let debug = AbortOnDrop(tokio::spawn(async move {
+            let addr = debug.configured.map(|a| a.to_string()).unwrap_or_default();
+            if let Err(e) = debug::serve(debug, debug_store).await {
+                tracing::error!(%addr, error = %e, "debug endpoint not served (/debug/store); the proxy goes on without it");
+            }
+        }));
         let interceptor = Arc::new(Interceptor {
             registry,
             store,
-            dispatcher: Dispatcher::new(metrics.clone(), args.limits().hooks),
+            dispatcher,
             metrics,
             limits: args.limits(),
             skip_label: args.skip_label(),
@@ -176,7 +200,7 @@ impl HookState {
             // channel is never dialled.
             runtime: hook_api::connect(&args.runtime_endpoint),
         });
-        Ok(HookState { interceptor, _watcher: watcher, _admin: admin })
+        Ok(HookState { interceptor, _watcher: watcher, _admin: admin, _debug: debug })
     }
 }
 

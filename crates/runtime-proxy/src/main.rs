@@ -1,5 +1,6 @@
 //! The `runtime-proxy` binary: parses flags, sets up logging, runs [`runtime_proxy::run`] until
-//! SIGTERM or SIGINT.
+//! SIGTERM or SIGINT; or, with `status`, prints a running proxy's state
+//! ([`runtime_proxy::status`]) and exits.
 //!
 //! One thread serves the calls: the proxy does little CPU work per call, and on a single-threaded
 //! runtime a call's hand-offs between connections need no cross-thread wake-ups (measured with
@@ -10,7 +11,7 @@
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 
-use runtime_proxy::cli::Args;
+use runtime_proxy::cli::{Args, Command};
 
 /// The crates whose log level `--v` sets (koord's klog flag; see `daemon_support::klog`).
 const CRATES: &[&str] = &["runtime_proxy"];
@@ -18,6 +19,12 @@ const CRATES: &[&str] = &["runtime_proxy"];
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if let Some(Command::Status(status)) = &args.command {
+        // No log set-up: the table (or one line saying why there is none) is the whole output.
+        let (out, err) = (&mut std::io::stdout(), &mut std::io::stderr());
+        let render = runtime_proxy::status::render;
+        return daemon_support::status::run("runtime-proxy", args.metrics_addr, status, render, out, err).into();
+    }
     // Never panics nor blocks on a broken or stalled stderr (daemon_support::log).
     let (logging, rust_log_set) = daemon_support::log::init(&args.klog.default_filter(CRATES));
     if let Some(notice) = args.klog.notice(CRATES, rust_log_set) {

@@ -6,6 +6,7 @@
 //! | `runtime_proxy_cri_requests_total` | counter | `method`, `code` | CRI calls by final gRPC code (`OK`, `NOT_FOUND`, …) |
 //! | `runtime_proxy_hook_request_duration_seconds` | histogram | `stage`, `server` | one hook server call |
 //! | `runtime_proxy_hook_requests_total` | counter | `stage`, `server`, `result` | hook calls: `ok`, `error`, `timeout` |
+//! | `runtime_proxy_hook_refusals_total` | counter | `stage`, `server` | CRI calls refused because a hook server with failure policy `Fail` failed |
 //! | `runtime_proxy_hook_servers` | gauge | | hook servers registered |
 //! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
 //! | `runtime_proxy_hook_config_warnings` | gauge | | registered files with warnings (unknown keys, a failure policy that cannot be read and is taken as Fail, unknown stages) |
@@ -18,8 +19,10 @@
 //! file's name. Gauges are read when scraped.
 //!
 //! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`): `GET /metrics` (OpenMetrics text),
-//! `GET /healthz` (200 `ok`, or 503 naming the backend that cannot be reached), `GET /debug/store`
-//! (JSON: the sandbox and container IDs the store holds, sorted).
+//! `GET /healthz` (200 `ok`, or 503 naming the backend that cannot be reached), `GET /status`
+//! (JSON: an operator's view, [`crate::status`]). `/debug/store` is served on a listener of its
+//! own (`--debug-addr`, [`crate::debug`]), so that a metrics scraper never sees pod IDs; here it
+//! answers 404 saying so.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -92,6 +95,7 @@ pub struct Metrics {
     cri_requests: Family<CodeLabels, Counter>,
     hook_duration: Family<HookLabels, Histogram, fn() -> Histogram>,
     hook_requests: Family<HookResultLabels, Counter>,
+    hook_refusals: Family<HookLabels, Counter>,
     hook_servers: Gauge,
     hook_rejected: Gauge,
     hook_warnings: Gauge,
@@ -145,6 +149,12 @@ impl Metrics {
             "Registered hook server files with warnings: unknown keys, a failure policy that cannot be read (taken as Fail), unknown stages",
             hook_warnings.clone(),
         );
+        let hook_refusals = Family::<HookLabels, Counter>::default();
+        registry.register(
+            "hook_refusals",
+            "CRI calls refused because a hook server with failure-policy Fail failed, by stage and server",
+            hook_refusals.clone(),
+        );
         let log_lines_dropped = Counter::default();
         registry.register(
             "log_lines_dropped",
@@ -157,6 +167,7 @@ impl Metrics {
             cri_requests,
             hook_duration,
             hook_requests,
+            hook_refusals,
             hook_servers,
             hook_rejected,
             hook_warnings,
@@ -206,6 +217,26 @@ impl Metrics {
             HookResult::Timeout => "timeout",
         };
         self.hook_requests.get_or_create(&HookResultLabels { stage: labels.stage, server: labels.server, result: result.to_owned() }).inc();
+    }
+
+    /// Counts a CRI call refused because `server`, whose failure policy is `Fail`, failed at
+    /// `stage`: `runtime_proxy_hook_refusals_total{stage, server}`.
+    pub fn hook_refusal(&self, stage: &str, server: &str) {
+        self.hook_refusals.get_or_create(&HookLabels { stage: stage.to_owned(), server: server.to_owned() }).inc();
+    }
+
+    /// CRI calls refused so far because `server` failed at `stage` (for `/status`).
+    pub fn hook_refusals(&self, stage: &str, server: &str) -> u64 {
+        self.hook_refusals.get(&HookLabels { stage: stage.to_owned(), server: server.to_owned() }).map(|c| c.get()).unwrap_or(0)
+    }
+
+    /// Hook calls of `server` at `stage` so far: `[ok, error, timeout]` (for `/status`).
+    pub fn hook_counts(&self, stage: &str, server: &str) -> [u64; 3] {
+        let count = |result: &str| {
+            let labels = HookResultLabels { stage: stage.to_owned(), server: server.to_owned(), result: result.to_owned() };
+            self.hook_requests.get(&labels).map(|c| c.get()).unwrap_or(0)
+        };
+        [count("ok"), count("error"), count("timeout")]
     }
 
     /// The OpenMetrics text of every metric, after reading the gauges from their sources.
@@ -282,6 +313,8 @@ pub struct Admin {
     pub hooks: Arc<HookRegistry>,
     pub store: Arc<Store>,
     pub backend: BackendProbe,
+    /// What `/status` reports beyond the above.
+    pub status: crate::status::StatusInfo,
 }
 
 /// How the admin endpoint checks that the backend is up.
@@ -305,8 +338,8 @@ impl BackendProbe {
     }
 }
 
-/// Binds `addr` and serves `/metrics` and `/healthz` until the task is dropped; logs the bound
-/// address (`admin endpoint listening on …`, useful with port 0).
+/// Binds `addr` and serves `/metrics`, `/healthz` and `/status` until the task is dropped; logs
+/// the bound address (`admin endpoint listening on …`, useful with port 0).
 ///
 /// Errors: the address cannot be bound.
 pub async fn serve_admin(addr: SocketAddr, admin: Arc<Admin>) -> std::io::Result<()> {
@@ -342,18 +375,13 @@ impl Admin {
                 let up = self.backend.check().await.is_ok();
                 reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(&self.hooks, &self.store, up))
             }
-            "/debug/store" => {
-                let (mut pods, mut containers) = self.store.ids();
-                pods.sort();
-                containers.sort();
-                let body = serde_json::json!({ "pod_sandboxes": pods, "containers": containers });
-                reply(200, "application/json", format!("{body}\n"))
-            }
+            "/status" => reply(200, "application/json", format!("{}\n", crate::status::document(self).await)),
+            "/debug/store" => reply(404, "text/plain", self.status.debug.moved()),
             "/healthz" => match self.backend.check().await {
                 Ok(()) => reply(200, "text/plain", "ok\n".into()),
                 Err(why) => reply(503, "text/plain", format!("{why}\n")),
             },
-            _ => reply(404, "text/plain", "not found: try /metrics, /healthz or /debug/store\n".into()),
+            _ => reply(404, "text/plain", "not found: try /metrics, /healthz or /status\n".into()),
         }
     }
 }

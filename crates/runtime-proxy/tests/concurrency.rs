@@ -17,10 +17,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const PODS: usize = 50;
 const HOOK_DELAY: Duration = Duration::from_millis(100);
 
-/// The sandbox and container IDs the proxy's store holds (`/debug/store`). The store also holds
+/// The sandbox and container IDs the proxy's store holds (`/debug/store`, on `--debug-addr`). The store also holds
 /// what other tests run on the same containerd, so tests look for their own IDs.
 fn store_ids(proxy: &ProxyProcess) -> (HashSet<String>, HashSet<String>) {
-    let (status, body) = proxy.admin_get("/debug/store");
+    let (status, body) = proxy.debug_get("/debug/store");
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     let ids = |k: &str| v[k].as_array().expect(k).iter().filter_map(|s| s.as_str().map(str::to_owned)).collect();

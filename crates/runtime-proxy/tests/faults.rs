@@ -120,9 +120,9 @@ impl Sampler {
     }
 }
 
-/// The sandbox and container IDs in the proxy's store (`/debug/store`).
+/// The sandbox and container IDs in the proxy's store (`/debug/store`, on `--debug-addr`).
 fn store_ids(proxy: &ProxyProcess) -> (HashSet<String>, HashSet<String>) {
-    let (status, body) = proxy.admin_get("/debug/store");
+    let (status, body) = proxy.debug_get("/debug/store");
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     let ids = |k: &str| v[k].as_array().expect(k).iter().filter_map(|s| s.as_str().map(str::to_owned)).collect();

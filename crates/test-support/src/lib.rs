@@ -127,3 +127,17 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     assert!(path.exists(), "{} not built: run `cargo build --workspace`", path.display());
     path
 }
+
+/// `GET path` over plain HTTP/1.1 to `addr` (`IP:PORT`, an admin or debug endpoint), reading
+/// to the end (`Connection: close`); returns the status code and the body. Panics (test code)
+/// when the connection fails.
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, body.to_owned())
+}

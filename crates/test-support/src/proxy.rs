@@ -15,6 +15,8 @@ pub struct ProxyProcess {
 impl ProxyProcess {
     /// Starts `binary` listening on a fresh temp socket and forwarding to `backend`, with
     /// `extra` flags appended, and waits (up to 10 s) until the socket accepts connections.
+    /// The admin and debug endpoints listen on free loopback ports unless `extra` says
+    /// otherwise (`--metrics-addr`, `--debug-addr`).
     ///
     /// Panics (this is test code) when it does not come up, with the tail of its log.
     pub fn start(binary: &str, backend: &Path, extra: &[&str]) -> ProxyProcess {
@@ -50,6 +52,7 @@ impl ProxyProcess {
             .arg("--remote-runtime-service-endpoint")
             .arg(format!("unix://{}", backend.display()))
             .args(if extra.contains(&"--metrics-addr") { &[][..] } else { &["--metrics-addr", "127.0.0.1:0"][..] })
+            .args(if extra.contains(&"--debug-addr") { &[][..] } else { &["--debug-addr", "127.0.0.1:0"][..] })
             .args(extra)
             .env("RUST_LOG", std::env::var("RP_TEST_LOG").unwrap_or_else(|_| "info,runtime_proxy=debug".into()))
             .stdin(Stdio::null())
@@ -116,18 +119,27 @@ impl ProxyProcess {
     /// `GET path` on the admin endpoint (its port is read from the log); returns the HTTP status
     /// code and body. Panics (test code) when the endpoint is not up within 10 s.
     pub fn admin_get(&self, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
-        assert!(self.wait_log(&["admin endpoint listening on"], 0), "no admin endpoint:\n{}", self.log_tail());
+        crate::http_get(&self.admin_addr(), path)
+    }
+
+    /// The address the admin endpoint (`--metrics-addr`) listens on, read from the log
+    /// (`admin endpoint listening on …`). Panics (test code) when it is not up within 10 s.
+    pub fn admin_addr(&self) -> String {
+        self.listening("admin endpoint listening on")
+    }
+
+    /// `GET path` on the debug endpoint (`--debug-addr`, its port read from the log); returns
+    /// the HTTP status code and body. Panics (test code) when it is not up within 10 s.
+    pub fn debug_get(&self, path: &str) -> (u16, String) {
+        crate::http_get(&self.listening("debug endpoint (/debug/store) listening on"), path)
+    }
+
+    /// The address after `what` in the log, waiting up to 10 s for the line.
+    fn listening(&self, what: &str) -> String {
+        assert!(self.wait_log(&[what], 0), "no {what:?} in the log:\n{}", self.log_tail());
         let log = self.log();
-        let line = log.lines().find(|l| l.contains("admin endpoint listening on")).unwrap_or_default();
-        let addr = line.rsplit("listening on ").next().and_then(|rest| rest.split_whitespace().next()).unwrap_or_default();
-        let mut conn = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
-        write!(conn, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut raw = String::new();
-        conn.read_to_string(&mut raw).unwrap();
-        let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-        let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        (status, body.to_owned())
+        let line = log.lines().find(|l| l.contains(what)).unwrap_or_default();
+        line.rsplit("listening on ").next().and_then(|rest| rest.split_whitespace().next()).unwrap_or_default().to_owned()
     }
 
     /// How many log lines contain every one of `parts`.
