@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::cgroup::CgroupVersion;
 use crate::cgroup_path::CgroupDriver;
@@ -71,6 +71,17 @@ impl CgroupDriverArg {
 /// `0.1.0 (git 27cbb9f)`.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")");
 
+/// What the binary does: serve (no subcommand: what the unit and the DaemonSet start), or one
+/// of these.
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Print the running server's state, read from its admin endpoint (--metrics-addr): mode,
+    /// plugins, stages, registration, the rule source and the rules in force, the reconciler's
+    /// last pass. Exit 0: healthy; 1: something unhealthy (rules that do not parse, a failing
+    /// watch or pass, a registration gone); 2: no status could be read.
+    Status(daemon_support::status::StatusArgs),
+}
+
 /// All flags.
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -78,9 +89,14 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT
     version = VERSION,
     about = "Runtime hook server with koordlet's QoS plugins (GroupIdentity, BatchResource, CPUSet): \
              serves runtime.v1alpha1 hooks to runtime-proxy, or reconciles pod cgroups on its own.",
-    long_about = None
+    long_about = None,
+    disable_help_subcommand = true
 )]
 pub struct Args {
+    /// `status`: print a running server's state. Without a subcommand runtime-hooks serves.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// `proxy`: serve hooks to runtime-proxy on --listen (and, with --runtime-endpoint, also
     /// re-apply rule changes to running pods); `standalone`: no proxy, reconcile the cgroups of
     /// the pods of --runtime-endpoint; `nri`: no proxy, an NRI plugin on --nri-socket.
@@ -143,9 +159,15 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Admin endpoint (`/metrics`, `/healthz`): `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT`,
-    /// `:PORT` (every interface) or `off`.
-    #[arg(long = "metrics-addr", value_name = "ADDR", default_value = "off", value_parser = daemon_support::addr::parse_metrics_addr)]
+    /// Admin endpoint (`/metrics`, `/healthz`, `/status`): `IP:PORT`, `[IPv6]:PORT`,
+    /// `localhost:PORT`, `:PORT` (every interface) or `off`. `status` asks this address.
+    #[arg(
+        long = "metrics-addr",
+        value_name = "ADDR",
+        default_value = "off",
+        value_parser = daemon_support::addr::parse_metrics_addr,
+        global = true
+    )]
     pub metrics_addr: daemon_support::addr::MetricsAddr,
 
     /// The node whose NodeSLO, NodeResourceTopology, Node and pods are watched.
@@ -259,6 +281,18 @@ mod tests {
         assert_eq!((a.failure_policy, a.plugin_failure_policy), (FailurePolicy::Ignore, FailurePolicy::Ignore));
         let s = Args::parse_from(["runtime-hooks", "--mode", "standalone"]);
         assert_eq!(s.reconcile_endpoint(), Some(PathBuf::from("/var/run/containerd/containerd.sock")));
+    }
+
+    /// Without a subcommand the binary serves; `status` takes --metrics-addr before or after it.
+    #[test]
+    fn status_subcommand() {
+        assert_eq!(Args::parse_from(["runtime-hooks", "--probe"]).command, None, "--probe stays a flag");
+        let a = Args::parse_from(["runtime-hooks", "status", "--metrics-addr", "localhost:9319", "-o", "json"]);
+        assert!(matches!(&a.command, Some(Command::Status(s)) if s.output == daemon_support::status::Output::Json), "{a:?}");
+        assert_eq!(a.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9319"));
+        let a = Args::parse_from(["runtime-hooks", "--metrics-addr", ":9319", "status"]);
+        assert_eq!(a.metrics_addr.map(|a| a.to_string()).as_deref(), Some("0.0.0.0:9319"));
+        assert_eq!(Args::parse_from(["runtime-hooks", "status"]).metrics_addr, None, "off unless given");
     }
 
     #[test]

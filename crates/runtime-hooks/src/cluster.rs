@@ -81,13 +81,61 @@ pub fn topology_resource() -> ApiResource {
     )
 }
 
-/// What the rule source has seen, for logs, tests and a status line.
+/// What the rule source has seen, for logs, tests and `runtime-hooks status`.
 #[derive(Debug, Default)]
 pub struct ClusterStatus {
     /// Objects that did not parse (each distinct failure once).
     pub rule_errors: AtomicU64,
     /// Events posted to the Node.
     pub events_posted: AtomicU64,
+    /// Per kind followed (`NodeSLO`, `NodeResourceTopology`, `Node`, `Pod`): synced, errors.
+    objects: Mutex<BTreeMap<&'static str, ObjectStatus>>,
+}
+
+/// How the watch of one kind of the node's objects stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectStatus {
+    /// A first list is complete (the object's version, or its absence, is in force).
+    pub synced: bool,
+    /// The current list/watch failure (cleared when the watch delivers again), and when it
+    /// happened.
+    pub watch_error: Option<(std::time::SystemTime, String)>,
+    /// That failure is a 404: the API server does not serve the kind (its CRD is not
+    /// installed), so that input keeps its defaults.
+    pub not_served: bool,
+    /// Why the latest version of the object does not parse (the last good one stays in
+    /// force); cleared when a version parses.
+    pub parse_error: Option<(std::time::SystemTime, String)>,
+}
+
+impl ClusterStatus {
+    /// Each kind followed, with how its watch stands.
+    pub fn objects(&self) -> BTreeMap<&'static str, ObjectStatus> {
+        self.objects.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Changes what is known of `kind` with `f`.
+    fn object(&self, kind: &'static str, f: impl FnOnce(&mut ObjectStatus)) {
+        f(self.objects.lock().unwrap_or_else(|e| e.into_inner()).entry(kind).or_default());
+    }
+
+    /// `kind`'s watch failed with `text`.
+    fn watch_failed(&self, kind: &'static str, e: &watcher::Error, text: &str) {
+        let not_served = api_status(e).is_some_and(|s| s.code == 404);
+        self.object(kind, |o| {
+            o.watch_error = Some((std::time::SystemTime::now(), text.to_owned()));
+            o.not_served = not_served;
+        });
+    }
+
+    /// `kind`'s watch delivered (`synced`: a list is complete).
+    fn watch_delivered(&self, kind: &'static str, synced: bool) {
+        self.object(kind, |o| {
+            o.watch_error = None;
+            o.not_served = false;
+            o.synced |= synced;
+        });
+    }
 }
 
 /// The node's pods as the API server has them, by UID: labels and annotations (e.g. a
@@ -224,7 +272,11 @@ async fn follow_one<K>(
     let mut last_failure: Option<String> = None;
     let mut last_error: Option<String> = None;
     let mut synced = false;
+    reporter.status.object(kind, |_| {});
     while let Some(item) = stream.next().await {
+        if item.is_ok() {
+            reporter.status.watch_delivered(kind, matches!(item, Ok(Event::InitDone)));
+        }
         let seen: Option<K> = match item {
             Ok(Event::Init) => {
                 init = None;
@@ -247,6 +299,7 @@ async fn follow_one<K>(
             Err(e) => {
                 metrics().watch_errors.get_or_create(&object(kind)).inc();
                 let text = describe_watch(&e, kind);
+                reporter.status.watch_failed(kind, &e, &text);
                 if last_error.as_deref() != Some(text.as_str()) {
                     if is_permission(&e) {
                         tracing::error!(%node, kind, "rules: {text}; keeping the rules in force and retrying");
@@ -260,9 +313,13 @@ async fn follow_one<K>(
         };
         let version = seen.as_ref().and_then(|o| o.resource_version()).unwrap_or_default();
         match apply(seen.as_ref()) {
-            Ok(()) => last_failure = None,
+            Ok(()) => {
+                last_failure = None;
+                reporter.status.object(kind, |o| o.parse_error = None);
+            }
             Err(e) => {
                 let message = format!("{kind} {node}: {e}");
+                reporter.status.object(kind, |o| o.parse_error = Some((std::time::SystemTime::now(), message.clone())));
                 if last_failure.as_deref() != Some(message.as_str()) {
                     tracing::warn!(%node, kind, field = %e.field, resource_version = %version, "rules: {message}; the last good {kind} stays in force");
                     reporter.status.rule_errors.fetch_add(1, Ordering::Relaxed);
@@ -281,7 +338,11 @@ async fn follow_pods(api: Api<Pod>, config: watcher::Config, index: Arc<PodIndex
     let mut init: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
     let mut last_error: Option<String> = None;
     let uid = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
+    reporter.status.object("Pod", |_| {});
     while let Some(item) = stream.next().await {
+        if item.is_ok() {
+            reporter.status.watch_delivered("Pod", matches!(item, Ok(Event::InitDone)));
+        }
         let mut pods = index.pods.lock().unwrap_or_else(|e| e.into_inner());
         match item {
             Ok(Event::Init) => init.clear(),
@@ -304,6 +365,7 @@ async fn follow_pods(api: Api<Pod>, config: watcher::Config, index: Arc<PodIndex
             Err(e) => {
                 metrics().watch_errors.get_or_create(&object("Pod")).inc();
                 let text = describe_watch(&e, "Pod");
+                reporter.status.watch_failed("Pod", &e, &text);
                 if last_error.as_deref() != Some(text.as_str()) {
                     tracing::warn!(node = %reporter.node, "rules: {text}; retrying");
                     last_error = Some(text);

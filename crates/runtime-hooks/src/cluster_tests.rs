@@ -268,7 +268,14 @@ async fn an_unreachable_api_server_at_start_then_recovery() {
     );
     h.until("two refused lists", |h| h.requests("nodeslos?") >= 2).await;
     assert_eq!(*h.store.current(), Rules::default(), "unreachable: koordlet's defaults");
+    let slo = h.source.status.objects()["NodeSLO"].clone();
+    assert!(!slo.synced && slo.watch_error.is_some() && !slo.not_served, "{slo:?}");
     h.until("the cluster's rules", |h| *h.store.current() == recorded_slo_rules()).await;
+    h.until("synced, the error cleared", |h| {
+        let slo = h.source.status.objects()["NodeSLO"].clone();
+        slo.synced && slo.watch_error.is_none()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -287,6 +294,9 @@ async fn a_node_slo_that_does_not_parse_keeps_the_last_good_one_and_posts_an_eve
     h.until("an Event", |h| !h.script.lock().unwrap().events.is_empty()).await;
     assert_eq!(*h.store.current(), recorded_slo_rules(), "the last good NodeSLO stays");
     assert_eq!(h.source.status.rule_errors.load(Ordering::Relaxed), 1);
+    let slo = h.source.status.objects()["NodeSLO"].clone();
+    assert!(slo.synced, "{slo:?}");
+    assert!(slo.parse_error.is_some_and(|(_, e)| e.contains("cpuSuppressPolicy")), "the parse error, for status");
     let ev = h.script.lock().unwrap().events[0].clone();
     // The shape of ../shared/k8s-wire/20-create-event.txt.
     assert_eq!(ev["involvedObject"]["kind"], "Node");

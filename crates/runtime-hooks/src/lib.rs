@@ -34,7 +34,8 @@
 //!   be UTF-8 (views with `bytes` fields, item by item).
 //! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
 //! * [`cluster`] — the rules' inputs from the Kubernetes API (kube-rs watches of the node's
-//!   objects); [`metrics`] — `/metrics` and `/healthz`.
+//!   objects); [`metrics`] — `/metrics`, `/healthz` and `/status`; [`status`] — the operator's
+//!   view behind `/status` and `runtime-hooks status`.
 //! * [`cli`] — flags; [`run`] wires everything for the binary.
 
 #![warn(missing_docs)]
@@ -56,6 +57,7 @@ pub mod quantity;
 pub mod reconciler;
 pub mod rules;
 pub mod server;
+pub mod status;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -109,8 +111,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         Some(client) => Some(cluster::spawn(client, cluster_config.node_name.clone(), rules.clone())),
         None => None,
     };
+    let status = Arc::new(status::StatusSource::new(
+        args.mode,
+        rules.clone(),
+        cluster.as_ref().map(|c| (cluster_config.node_name.clone(), c.status.clone())),
+    ));
     if let Some(addr) = args.metrics_addr {
-        metrics::serve(addr).await?;
+        metrics::serve(addr, status.clone()).await?;
     }
     let cgroups = match args.cgroup_version.version() {
         Some(v) => CgroupFs::new(&args.cgroup_root, v),
@@ -146,6 +153,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             let _ = rx.wait_for(|s| *s).await;
         }
     };
+    let mut last_pass = None;
     let reconciler = args.reconcile_endpoint().map(|endpoint| {
         let r = Reconciler::new(framework.clone(), &endpoint)
             .with_selector(args.selector.clone())
@@ -156,8 +164,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             None => "none (at start and on rule changes only)".to_owned(),
         };
         tracing::info!(endpoint = %endpoint.display(), %interval, "reconciler running");
+        last_pass = Some((endpoint, args.interval(), r.last_pass()));
         tokio::spawn(r.run(args.interval(), rules.subscribe(), stopped()))
     });
+    status.set_running(running_status(&args, &framework, last_pass, driver_source));
 
     let result = match args.mode {
         Mode::Proxy => serve(&args, framework, shutdown).await,
@@ -189,6 +199,38 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         tracing::info!("runtime-hooks stopped");
     }
     result
+}
+
+/// What `/status` reports once the plugins are set up: the plugins and their stages, the
+/// registration (proxy mode; its file read back when asked) or the NRI plugin, the reconciler.
+fn running_status(
+    args: &Args,
+    framework: &Framework,
+    reconciler: Option<(std::path::PathBuf, Option<std::time::Duration>, Arc<std::sync::Mutex<reconciler::LastPass>>)>,
+    driver: String,
+) -> status::Running {
+    let stages = framework.stages();
+    // The registration serve() writes: the same directory, name, absolute endpoint and stages.
+    let registration = match args.mode {
+        Mode::Proxy => std::path::absolute(&args.listen)
+            .ok()
+            .and_then(|l| server::Registration::new(&args.hook_config_dir, &args.hook_name, &l, args.failure_policy, &stages).ok()),
+        Mode::Standalone | Mode::Nri => None,
+    };
+    let version = match framework.cgroups().version() {
+        cgroup::CgroupVersion::V1 => "v1",
+        cgroup::CgroupVersion::V2 => "v2",
+    };
+    status::Running {
+        plugins: framework.plugins().iter().map(|p| p.name()).collect(),
+        plugin_failure_policy: args.plugin_failure_policy,
+        stages,
+        registration,
+        failure_policy: args.failure_policy,
+        nri: (args.mode == Mode::Nri).then(|| (args.nri_socket.clone(), args.nri_plugin_name.clone(), args.nri_plugin_index.clone())),
+        reconciler,
+        cgroups: format!("{version} at {}, driver {driver}", framework.cgroups().root().display()),
+    }
 }
 
 /// `--probe`: one PostStopPodSandboxHook call, with an empty request, to the server listening

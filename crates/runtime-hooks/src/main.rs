@@ -1,13 +1,14 @@
 //! The `runtime-hooks` binary: parses flags, sets up logging, runs [`runtime_hooks::run`] until
-//! SIGTERM or SIGINT. Logs go to stderr through a writer thread, so that a slow or broken stderr
-//! never stops or holds up the server ([`daemon_support::log`]).
+//! SIGTERM or SIGINT (or, with `status`, prints a running server's state and exits). Logs go to
+//! stderr through a writer thread, so that a slow or broken stderr never stops or holds up the
+//! server ([`daemon_support::log`]).
 
 use std::io::Write as _;
 
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 
-use runtime_hooks::cli::Args;
+use runtime_hooks::cli::{Args, Command};
 
 /// The crates whose log level `--v` sets (koord's klog flag; see `daemon_support::klog`).
 const CRATES: &[&str] = &["runtime_hooks"];
@@ -15,6 +16,12 @@ const CRATES: &[&str] = &["runtime_hooks"];
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if let Some(Command::Status(status)) = &args.command {
+        // No log set-up: the table (or one line saying why there is none) is the whole output.
+        let (out, err) = (&mut std::io::stdout(), &mut std::io::stderr());
+        let render = runtime_hooks::status::render;
+        return daemon_support::status::run("runtime-hooks", args.metrics_addr, status, render, out, err).into();
+    }
     if args.probe {
         // One plain line on failure (kubelet shows it in the liveness probe's event), nothing on
         // success; no log set-up, so nothing else reaches the probe's output.

@@ -1,5 +1,6 @@
-//! runtime-hooks' admin endpoint (`--metrics-addr`): `GET /metrics` (Prometheus text format)
-//! and `GET /healthz` (200 `ok` while the process serves).
+//! runtime-hooks' admin endpoint (`--metrics-addr`): `GET /metrics` (Prometheus text format),
+//! `GET /healthz` (200 `ok` while the process serves) and `GET /status` (JSON: an operator's
+//! view, [`crate::status`]).
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
@@ -73,17 +74,19 @@ pub fn encode() -> String {
     out
 }
 
-/// Binds `addr` and serves `/metrics` and `/healthz` until the process ends.
+/// Binds `addr` and serves `/metrics`, `/healthz` and `/status` (from `status`) until the
+/// process ends.
 ///
 /// Errors: the address cannot be bound (in use, not local).
-pub async fn serve(addr: SocketAddr) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+pub async fn serve(addr: SocketAddr, status: Arc<crate::status::StatusSource>) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use axum::routing::get;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
     let bound = listener.local_addr()?;
     let app = axum::Router::new()
         .route("/metrics", get(|| async { ([("content-type", "text/plain; version=0.0.4; charset=utf-8")], encode()) }))
-        .route("/healthz", get(|| async { "ok\n" }));
-    tracing::info!(addr = %bound, "admin endpoint: /metrics, /healthz");
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/status", get(move || async move { axum::Json(status.document()) }));
+    tracing::info!(addr = %bound, "admin endpoint: /metrics, /healthz, /status");
     let app = Arc::new(app);
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, (*app).clone()).await {

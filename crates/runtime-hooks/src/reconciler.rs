@@ -83,6 +83,27 @@ pub struct Report {
     pub failures: Vec<String>,
 }
 
+/// The reconciler's last pass, for `runtime-hooks status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LastPass {
+    /// Passes run since start (those that failed included).
+    pub passes: u64,
+    /// When the last pass ended; `None` before the first.
+    pub at: Option<std::time::SystemTime>,
+    /// Why it ran: `start`, `interval` or `rules changed`.
+    pub reason: &'static str,
+    /// Pods looked at, as in its [`Report`].
+    pub pods: usize,
+    /// Containers looked at.
+    pub containers: usize,
+    /// Files corrected.
+    pub corrected: usize,
+    /// Per-pod failures (plugin failures, failed writes).
+    pub failures: usize,
+    /// Why the pass failed as a whole (the runtime could not be listed); `None` when it ran.
+    pub error: Option<String>,
+}
+
 /// A READY pod sandbox as listed (strings a pod author controls decoded by [`crate::lenient`]).
 struct ListedPod {
     id: String,
@@ -119,6 +140,7 @@ pub struct Reconciler {
     parents: HashMap<String, String>,
     dirs: HashMap<String, String>,
     reported: HashSet<String>,
+    last_pass: Arc<std::sync::Mutex<LastPass>>,
 }
 
 impl Reconciler {
@@ -135,7 +157,13 @@ impl Reconciler {
             parents: HashMap::new(),
             dirs: HashMap::new(),
             reported: HashSet::new(),
+            last_pass: Arc::default(),
         }
+    }
+
+    /// What [`Reconciler::run`]'s last pass did, updated after each pass.
+    pub fn last_pass(&self) -> Arc<std::sync::Mutex<LastPass>> {
+        self.last_pass.clone()
     }
 
     /// Only pods whose labels hold every `key=value` of `selector` (empty: all pods).
@@ -428,7 +456,25 @@ impl Reconciler {
         let mut last_error: Option<String> = None;
         let mut reason = "start";
         loop {
-            match self.reconcile().await {
+            let outcome = self.reconcile().await;
+            {
+                let mut last = self.last_pass.lock().unwrap_or_else(|e| e.into_inner());
+                let (passes, at) = (last.passes + 1, Some(std::time::SystemTime::now()));
+                *last = match &outcome {
+                    Ok(r) => LastPass {
+                        passes,
+                        at,
+                        reason,
+                        pods: r.pods,
+                        containers: r.containers,
+                        corrected: r.corrected.len(),
+                        failures: r.failures.len(),
+                        error: None,
+                    },
+                    Err(e) => LastPass { passes, at, reason, error: Some(format!("{e:#}")), ..Default::default() },
+                };
+            }
+            match outcome {
                 Ok(report) => {
                     if last_error.take().is_some() {
                         tracing::info!(endpoint = %self.endpoint.display(), "runtime reachable again");

@@ -38,6 +38,29 @@ pub enum RuleSource {
     Cluster,
 }
 
+impl RuleSource {
+    /// `file` or `cluster` (the `source` label of `runtime_hooks_rule_changes_total`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RuleSource::File => "file",
+            RuleSource::Cluster => "cluster",
+        }
+    }
+}
+
+/// What the store has seen since start, for `runtime-hooks status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreHistory {
+    /// Times the rules in force changed.
+    pub changes: u64,
+    /// The last change: when, and which source brought it; `None`: the rules are those of the
+    /// start (the file's, or koordlet's defaults).
+    pub last_change: Option<(std::time::SystemTime, RuleSource)>,
+    /// Why the rules file's last read failed (the rules in force were kept); `None` when it
+    /// read fine, or there is no file.
+    pub file_error: Option<String>,
+}
+
 /// The inputs' last good versions.
 #[derive(Debug, Default)]
 struct Inputs {
@@ -79,12 +102,14 @@ pub struct RulesStore {
     inputs: Mutex<Inputs>,
     current: ArcSwap<Rules>,
     changed: watch::Sender<u64>,
+    history: Mutex<StoreHistory>,
 }
 
 impl RulesStore {
     fn with(path: Option<PathBuf>, inputs: Inputs) -> Arc<RulesStore> {
         let rules = inputs.rules();
-        Arc::new(RulesStore { path, inputs: Mutex::new(inputs), current: ArcSwap::from_pointee(rules), changed: watch::channel(0).0 })
+        let (current, changed) = (ArcSwap::from_pointee(rules), watch::channel(0).0);
+        Arc::new(RulesStore { path, inputs: Mutex::new(inputs), current, changed, history: Mutex::default() })
     }
 
     /// Fixed base rules (tests); the cluster's inputs still apply over them.
@@ -119,6 +144,17 @@ impl RulesStore {
         self.current.load_full()
     }
 
+    /// The rules file's path (`--rules`), if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// When the rules last changed and from which source, how often, and whether the file's
+    /// last read failed.
+    pub fn history(&self) -> StoreHistory {
+        self.history.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// A receiver that sees a new value every time the rules change.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
@@ -136,12 +172,13 @@ impl RulesStore {
             return false;
         }
         tracing::info!(?source, rules = %serde_json::to_string(&rules).unwrap_or_default(), "rules changed");
-        let label = match source {
-            RuleSource::File => "file",
-            RuleSource::Cluster => "cluster",
-        };
-        crate::metrics::metrics().rule_changes.get_or_create(&crate::metrics::SourceLabel { source: label.into() }).inc();
+        crate::metrics::metrics().rule_changes.get_or_create(&crate::metrics::SourceLabel { source: source.as_str().into() }).inc();
         self.current.store(Arc::new(rules));
+        {
+            let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+            history.changes += 1;
+            history.last_change = Some((std::time::SystemTime::now(), source));
+        }
         self.changed.send_modify(|v| *v += 1);
         true
     }
@@ -171,10 +208,12 @@ impl RulesStore {
                 Ok(r) => Some(r),
                 Err(e) => {
                     tracing::warn!(file = %path.display(), "rules file invalid, keeping the rules in force: {e:#}");
+                    self.history.lock().unwrap_or_else(|e| e.into_inner()).file_error = Some(format!("{e:#}"));
                     return false;
                 }
             },
         };
+        self.history.lock().unwrap_or_else(|e| e.into_inner()).file_error = None;
         let same = self.inputs.lock().unwrap_or_else(|e| e.into_inner()).file == file;
         if !same {
             warn_if_legacy(path, file.as_ref());
@@ -266,9 +305,14 @@ mod tests {
         std::fs::write(&path, "kind: NodeSLO\nspec: {resourceQOSStrategy: {beClass: {cpuQOS: {groupIdentity: 9}}}}\n").unwrap();
         assert!(!store.reload(), "invalid: kept");
         assert_eq!(store.current().group_identity.be, -1);
+        let history = store.history();
+        assert_eq!(history.changes, 1);
+        assert!(matches!(history.last_change, Some((_, RuleSource::File))));
+        assert!(history.file_error.is_some_and(|e| e.contains("groupIdentity")), "{:?}", store.history());
         std::fs::remove_file(&path).unwrap();
         assert!(store.reload(), "deleted: defaults");
         assert_eq!(*store.current(), Rules::default());
+        assert_eq!((store.history().changes, store.history().file_error), (2, None), "a good read clears the error");
         std::fs::write(&path, "{{{").unwrap();
         assert!(RulesStore::open(&path).is_err(), "invalid at start-up is an error");
     }
