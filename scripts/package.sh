@@ -6,9 +6,11 @@
 #
 # Output in $OUT (default target/dist/packages):
 #   runtime-proxy_<version>_<arch>.deb   /usr/bin/runtime-proxy, runtime-proxy.service, /etc/default/runtime-proxy,
-#                                        /etc/runtime/hookserver.d, docs and examples (Docker-mode drop-in, kubelet)
+#                                        /etc/runtime/hookserver.d, docs and examples (Docker-mode drop-in, kubelet,
+#                                        the Grafana dashboard)
 #   runtime-hooks_<version>_<arch>.deb   /usr/bin/runtime-hooks, runtime-hooks.service, /etc/default/runtime-hooks,
 #                                        /etc/runtime-hooks/rules.yaml, /etc/runtime/hookserver.d, docs, deploy/ manifests
+#                                        and the Grafana dashboard
 #   runtime-proxy-<version>-<arch>.tar.gz  both binaries, the units, the defaults files, deploy/, docs, LICENSE
 # DEB_VERSION sets the packages' version (default: the workspace version in Cargo.toml); GIT_REVISION the
 # revision `--version` prints (default: git rev-parse --short HEAD). Maintainer scripts: packaging/debian/*.in
@@ -94,7 +96,8 @@ if [ "$WHAT" != tar ]; then
   install -m 0755 "$BIN/runtime-proxy" "$D/usr/bin/"
   install -m 0644 packaging/systemd/runtime-proxy.service "$D/lib/systemd/system/"
   install -m 0644 packaging/default/runtime-proxy "$D/etc/default/"
-  install -m 0644 packaging/examples/runtime-proxy-docker.conf deploy/kubelet/* "$D/usr/share/doc/runtime-proxy/examples/"
+  install -m 0644 packaging/examples/runtime-proxy-docker.conf deploy/kubelet/* deploy/grafana-dashboard.json \
+    "$D/usr/share/doc/runtime-proxy/examples/"
   scripts runtime-proxy RUNTIME_PROXY koord-runtimeproxy " If kubelet still points at the proxy, point it back at the runtime (docs/operations.md, Roll back)."
   cat >"$STAGE/proxy.desc" <<'EOT'
 kubelet talks CRI to runtime-proxy instead of containerd; the proxy forwards
@@ -119,7 +122,7 @@ Suggests: runtime-hooks
   install -m 0644 packaging/systemd/runtime-hooks.service "$D/lib/systemd/system/"
   install -m 0644 packaging/default/runtime-hooks "$D/etc/default/"
   install -m 0644 packaging/examples/rules.yaml "$D/etc/runtime-hooks/"
-  install -m 0644 deploy/*.yaml "$D/usr/share/doc/runtime-hooks/examples/deploy/"
+  install -m 0644 deploy/*.yaml deploy/grafana-dashboard.json "$D/usr/share/doc/runtime-hooks/examples/deploy/"
   install -m 0644 deploy/crds/*.yaml "$D/usr/share/doc/runtime-hooks/examples/deploy/crds/"
   scripts runtime-hooks RUNTIME_HOOKS runtime-hooks " Its registration was removed; the proxy no longer calls it."
   cat >"$STAGE/hooks.desc" <<'EOT'

@@ -13,6 +13,9 @@
 #     a manifest with an unknown field must fail; the KubeletConfiguration snippet names the proxy's socket;
 #     runtime-hooks' ClusterRole grants exactly the rights its cluster rule source needs, to the DaemonSet's
 #     ServiceAccount; the CRDs define NodeSLO and NodeResourceTopology as runtime-hooks reads them;
+#   * the Grafana dashboard (deploy/grafana-dashboard.json) ships unchanged in both packages and is JSON (that its
+#     queries name only metrics the programs export is checked by `cargo test`: runtime-proxy's and runtime-hooks'
+#     status::tests render their metrics and compare);
 #   * the admission policies' CEL (deploy/*-policy.yaml) against sample admission requests, evaluated by PyPI
 #     cel-python (pinned in the same file): scripts/test-admission.py, offline;
 #   * RUNTIME_PROXY_ENABLE=yes / RUNTIME_HOOKS_ENABLE=yes at install enable the units (systemctl enable works
@@ -84,7 +87,7 @@ check "runtime-proxy files (dpkg -L)" expect_files runtime-proxy /usr/bin/runtim
   /etc/default/runtime-proxy /etc/runtime/hookserver.d /usr/share/doc/runtime-proxy/copyright \
   /usr/share/doc/runtime-proxy/changelog.gz /usr/share/doc/runtime-proxy/operations.md \
   /usr/share/doc/runtime-proxy/examples/runtime-proxy-docker.conf /usr/share/doc/runtime-proxy/examples/10-runtime-proxy.conf \
-  /usr/share/doc/runtime-proxy/examples/kubelet-config.yaml
+  /usr/share/doc/runtime-proxy/examples/kubelet-config.yaml /usr/share/doc/runtime-proxy/examples/grafana-dashboard.json
 check "runtime-hooks files (dpkg -L)" expect_files runtime-hooks /usr/bin/runtime-hooks /lib/systemd/system/runtime-hooks.service \
   /etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml /etc/runtime/hookserver.d /usr/share/doc/runtime-hooks/copyright \
   /usr/share/doc/runtime-hooks/operations.md /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks.yaml \
@@ -92,7 +95,8 @@ check "runtime-hooks files (dpkg -L)" expect_files runtime-hooks /usr/bin/runtim
   /usr/share/doc/runtime-hooks/examples/deploy/koordinator-annotations-policy.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks-rbac.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/crds/nodeslo.yaml \
-  /usr/share/doc/runtime-hooks/examples/deploy/crds/noderesourcetopology.yaml
+  /usr/share/doc/runtime-hooks/examples/deploy/crds/noderesourcetopology.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/grafana-dashboard.json
 check "conffiles" bash -c '[ "$(dpkg-query -W -f="\${Conffiles}" runtime-proxy | awk "{print \$1}" | paste -sd" ")" = "/etc/default/runtime-proxy" ] &&
   [ "$(dpkg-query -W -f="\${Conffiles}" runtime-hooks | awk "{print \$1}" | sort | paste -sd" ")" = "/etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml" ]'
 check "modes and owners" bash -c 'for f in /usr/bin/runtime-proxy /usr/bin/runtime-hooks; do [ "$(stat -c "%a %U:%G" $f)" = "755 root:root" ] || { stat -c "%n %a %U:%G" $f; exit 1; }; done
@@ -141,6 +145,17 @@ rules_ok() {  # runtime-hooks starts with the installed rules file (exit 2 on an
   kill -TERM "$pid" && wait "$pid" && grep -q 'rules=/etc/runtime-hooks/rules.yaml' "$d/log" || { cat "$d/log"; return 1; }
 }
 check "installed rules.yaml accepted by runtime-hooks" rules_ok
+
+echo "==> Grafana dashboard"
+dashboard_ok() {
+  local f
+  for f in /usr/share/doc/runtime-proxy/examples/grafana-dashboard.json /usr/share/doc/runtime-hooks/examples/deploy/grafana-dashboard.json; do
+    cmp deploy/grafana-dashboard.json "$f" || return 1
+  done
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["panels"] and d["uid"], "no panels"' deploy/grafana-dashboard.json
+}
+check "grafana-dashboard.json: JSON, shipped unchanged in both packages" dashboard_ok
+check "a dashboard that is not JSON fails the same check" bash -c "head -c 200 deploy/grafana-dashboard.json >$TMP/cut.json && ! python3 -c 'import json, sys; json.load(open(sys.argv[1]))' $TMP/cut.json 2>/dev/null"
 
 echo "==> Kubernetes manifests"
 validator() {

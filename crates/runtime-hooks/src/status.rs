@@ -343,6 +343,23 @@ mod tests {
         }
     }
 
+    /// `deploy/grafana-dashboard.json` queries only metrics runtime-hooks exports (as the
+    /// metrics text names them).
+    #[test]
+    fn the_dashboard_queries_only_metrics_runtime_hooks_exports() {
+        let dashboard = include_str!("../../../deploy/grafana-dashboard.json");
+        let used = daemon_support::status::dashboard_names(dashboard, "runtime_hooks_").unwrap();
+        // A family shows in the metrics text once it has a series: make one of each (at 0).
+        let m = crate::metrics::metrics();
+        let _ = (m.rule_errors.get_or_create(&crate::metrics::object("NodeSLO")), m.synced.get_or_create(&crate::metrics::object("Node")));
+        let _ = m.watch_errors.get_or_create(&crate::metrics::object("Pod"));
+        let _ = m.rule_changes.get_or_create(&crate::metrics::SourceLabel { source: "file".into() });
+        let exported = daemon_support::status::exposed_names(&crate::metrics::encode());
+        assert!(used.len() >= 5, "{used:?}");
+        let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
+        assert!(unknown.is_empty(), "the dashboard uses metrics runtime-hooks does not export: {unknown:?}; it exports {exported:?}");
+    }
+
     #[test]
     fn a_rules_file_that_does_not_read_is_a_problem() {
         let dir = tempfile::tempdir().unwrap();

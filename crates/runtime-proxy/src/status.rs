@@ -415,6 +415,27 @@ mod tests {
         assert_eq!(health.report(&moved), ServerReport::default(), "forgotten once unregistered");
     }
 
+    /// `deploy/grafana-dashboard.json` is JSON and queries only metrics the proxy exports (as
+    /// the metrics text names them): a renamed metric fails here, not on an operator's screen.
+    #[test]
+    fn the_dashboard_queries_only_metrics_the_proxy_exports() {
+        let dashboard = include_str!("../../../deploy/grafana-dashboard.json");
+        let used = daemon_support::status::dashboard_names(dashboard, "runtime_proxy_").unwrap();
+        // A family shows in the metrics text once it has a series: record one of each.
+        let m = crate::metrics::Metrics::new();
+        m.cri_call("/runtime.v1.RuntimeService/Version", crate::grpc::Code::OK, Duration::from_millis(1));
+        m.hook_call("PreCreateContainer", "a.json", crate::metrics::HookResult::Error, Duration::from_millis(1));
+        m.hook_refusal("PreCreateContainer", "a.json");
+        m.undecodable_request("CreateContainer");
+        m.skip_label_ignored();
+        let dir = tempfile::tempdir().unwrap();
+        let text = m.render(&crate::registry::Registry::new(dir.path()), &crate::store::Store::new(), true);
+        let exported = daemon_support::status::exposed_names(&text);
+        assert!(used.len() >= 10, "{used:?}");
+        let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
+        assert!(unknown.is_empty(), "the dashboard uses metrics runtime-proxy does not export: {unknown:?}; it exports {exported:?}");
+    }
+
     #[test]
     fn the_table_names_servers_policies_and_errors() {
         let doc = json!({
