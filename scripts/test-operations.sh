@@ -15,7 +15,8 @@
 #     runtime-hooks registers itself in /etc/runtime/hookserver.d and the proxy calls it;
 #  4. a pod through the proxy's default socket with the example hook (annotation_hook) registered: cpu.shares
 #     700 where kubelet asked 512, and the hook's env;
-#  5. metrics and health on 127.0.0.1:9318: /healthz, hook and CRI counters;
+#  5. metrics and health on 127.0.0.1:9318: /healthz, hook and CRI counters; `runtime-proxy status` (exit 0, both
+#     hook servers called ok, the backend up, the pod in the store);
 #  6. upgrade with the pod running: the packages again as VERSION+ops1, dpkg -i (the conffile edit kept), the
 #     proxy restarted (SIGTERM: STOPPING=1 and a clean exit; the new one READY=1); the pod's container is the same
 #     process, never restarted; the store recovered; UpdateContainerResources through the new proxy is hooked
@@ -190,6 +191,18 @@ hook_metrics() {
 }
 check "hook calls counted: annotation-hook.json and runtime-hooks.json ok" hook_metrics
 check "CRI calls counted, backend up" bash -c "curl -sf http://127.0.0.1:9318/metrics | grep -F -e 'runtime_proxy_cri_requests_total{method=\"/runtime.v1.RuntimeService/RunPodSandbox\",code=\"OK\"}' -e 'runtime_proxy_backend_up 1'"
+
+proxy_status() {  # the installed binary's `status` against the running proxy: exit 0, what docs/operations.md shows
+  local json
+  json=$(/usr/bin/runtime-proxy status --output json) || { /usr/bin/runtime-proxy status; return 1; }
+  python3 -c 'import json, sys
+d = json.loads(sys.argv[1])
+health = {s["name"]: s["health"] for s in d["hook_servers"]}
+assert d["healthy"] and d["backend"]["up"], d
+assert health.get("annotation-hook.json") == "ok" and health.get("runtime-hooks.json") == "ok", health
+assert d["store"]["pod_sandboxes"] >= 1, d["store"]' "$json" && /usr/bin/runtime-proxy status | grep -q '^hook servers$'
+}
+check "runtime-proxy status: exit 0, both hook servers ok, backend up, the pod stored" proxy_status
 
 echo "==> 6. upgrade with the pod running"
 repackage() { DEB_VERSION=$VERSION+ops1 OUT=$TMP/upgrade bash scripts/package.sh deb >/dev/null 2>&1 && ls "$TMP"/upgrade/*+ops1_*.deb; }
