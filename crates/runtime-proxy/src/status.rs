@@ -64,11 +64,14 @@ pub struct ServerReport {
 }
 
 impl HookHealth {
-    /// The entry of `server`, made on its first call (or when its file names a new endpoint).
-    fn entry(&self, server: &HookServer) -> Arc<ServerHealth> {
-        if let Some(h) = self.servers.load().get(&server.name) {
-            if h.endpoint.as_os_str() == server.endpoint.as_os_str() {
-                return h.clone();
+    /// Runs `f` on the entry of `server`: one lock-free load of the map; the entry is made on
+    /// the server's first call (or when its file names a new endpoint).
+    fn with_entry(&self, server: &HookServer, f: impl FnOnce(&ServerHealth)) {
+        let serves = |h: &ServerHealth| h.endpoint.as_os_str() == server.endpoint.as_os_str();
+        {
+            let map = self.servers.load();
+            if let Some(h) = map.get(&server.name).filter(|h| serves(h)) {
+                return f(h);
             }
         }
         let fresh = Arc::new(ServerHealth {
@@ -78,39 +81,41 @@ impl HookHealth {
             failures_in_a_row: AtomicU64::new(0),
             last_error: Mutex::new(String::new()),
         });
-        let mut made = fresh.clone();
+        let mut entry = fresh.clone();
         self.servers.rcu(|map| {
             let mut map = HashMap::clone(map);
             match map.get(&server.name) {
                 // Another call made it meanwhile.
-                Some(h) if h.endpoint.as_os_str() == server.endpoint.as_os_str() => made = h.clone(),
+                Some(h) if serves(h) => entry = h.clone(),
                 _ => {
-                    made = fresh.clone();
+                    entry = fresh.clone();
                     map.insert(server.name.clone(), fresh.clone());
                 }
             }
             map
         });
-        made
+        f(&entry)
     }
 
     /// A call to `server` succeeded.
     pub fn record_ok(&self, server: &HookServer) {
-        let h = self.entry(server);
-        h.last_ok_ms.store(unix_ms(SystemTime::now()), Ordering::Relaxed);
-        h.failures_in_a_row.store(0, Ordering::Relaxed);
+        self.with_entry(server, |h| {
+            h.last_ok_ms.store(unix_ms(SystemTime::now()), Ordering::Relaxed);
+            h.failures_in_a_row.store(0, Ordering::Relaxed);
+        });
     }
 
     /// A call to `server` failed at `stage` with `cause` (as the dispatcher logs it).
     pub fn record_failure(&self, server: &HookServer, stage: Stage, cause: &str) {
-        let h = self.entry(server);
-        {
-            let mut last = h.last_error.lock().unwrap_or_else(|p| p.into_inner());
-            last.clear();
-            let _ = write!(last, "{}: {cause}", stage.as_str());
-        }
-        h.last_failure_ms.store(unix_ms(SystemTime::now()), Ordering::Relaxed);
-        h.failures_in_a_row.fetch_add(1, Ordering::Relaxed);
+        self.with_entry(server, |h| {
+            {
+                let mut last = h.last_error.lock().unwrap_or_else(|p| p.into_inner());
+                last.clear();
+                let _ = write!(last, "{}: {cause}", stage.as_str());
+            }
+            h.last_failure_ms.store(unix_ms(SystemTime::now()), Ordering::Relaxed);
+            h.failures_in_a_row.fetch_add(1, Ordering::Relaxed);
+        });
     }
 
     /// What is known of `server` (nothing before its first call).
@@ -201,9 +206,12 @@ pub async fn document(admin: &Admin) -> Value {
         for w in &server.warnings {
             warnings.push(w.clone());
         }
-        let calls: u64 = server.stages.iter().map(|st| admin.metrics.hook_counts(st.as_str(), &server.name).iter().sum::<u64>()).sum();
-        let failures: u64 =
-            server.stages.iter().map(|st| admin.metrics.hook_counts(st.as_str(), &server.name)[1..].iter().sum::<u64>()).sum();
+        let (mut calls, mut failures) = (0u64, 0u64);
+        for stage in &server.stages {
+            let [ok, error, timeout] = admin.metrics.hook_counts(stage.as_str(), &server.name);
+            calls += ok + error + timeout;
+            failures += error + timeout;
+        }
         servers.push(json!({
             "name": server.name,
             "file": server.file,
