@@ -143,10 +143,15 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "Ignore", hide_possible_values = true)]
     pub plugin_failure_policy: FailurePolicy,
 
-    /// Plugins to enable, comma-separated, case-insensitive; the registration lists only the
-    /// stages they need.
-    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "GroupIdentity,BatchResource,CPUSet")]
-    pub plugins: Vec<String>,
+    /// Which plugins run, as koordlet's feature gates: `Name=true,Other=false` over koordlet's
+    /// defaults (GroupIdentity, BatchResource, CPUSetAllocator on); an unknown name is refused.
+    #[arg(long, value_name = "GATES", default_value = "", value_parser = crate::feature_gates::FeatureGates::parse)]
+    pub feature_gates: crate::feature_gates::FeatureGates,
+
+    /// Deprecated (use --feature-gates): plugins to enable by name, comma-separated,
+    /// case-insensitive (GroupIdentity, BatchResource, CPUSet); replaces the gates' choice.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub plugins: Option<Vec<String>>,
 
     /// Rules file (JSON if it ends in .json, else YAML): the node's NodeSLO (and optionally its
     /// NodeResourceTopology and Node) as `kubectl apply` takes them; watched and hot-reloaded.
@@ -275,7 +280,8 @@ mod tests {
         let a = Args::parse_from(["runtime-hooks"]);
         assert_eq!(a.mode, Mode::Proxy);
         assert_eq!(a.hook_config_dir, PathBuf::from("/etc/runtime/hookserver.d"));
-        assert_eq!(a.plugins, ["GroupIdentity", "BatchResource", "CPUSet"]);
+        assert_eq!(a.plugins, None);
+        assert_eq!(a.feature_gates, crate::feature_gates::FeatureGates::default());
         assert_eq!(a.reconcile_interval, Duration::from_secs(10));
         assert_eq!(a.reconcile_endpoint(), None, "proxy mode reconciles only when asked");
         assert_eq!((a.failure_policy, a.plugin_failure_policy), (FailurePolicy::Ignore, FailurePolicy::Ignore));
@@ -319,12 +325,16 @@ mod tests {
         assert_eq!(a.reconcile_endpoint(), Some(PathBuf::from("/run/c.sock")));
         assert_eq!(a.interval(), None);
         assert_eq!(a.selector, [("a".to_string(), "b".to_string()), ("c".to_string(), String::new())]);
-        assert_eq!(a.plugins, ["cpuset", "BatchResource"]);
+        assert_eq!(a.plugins.as_deref(), Some(&["cpuset".to_string(), "BatchResource".to_string()][..]));
         assert_eq!(a.plugin_failure_policy, FailurePolicy::Fail);
         assert_eq!(a.cgroup_version.version(), Some(CgroupVersion::V2));
         assert!(Args::try_parse_from(["runtime-hooks", "--mode", "koordlet"]).is_err());
         assert!(Args::try_parse_from(["runtime-hooks", "--selector", "novalue"]).is_err());
         assert!(Args::try_parse_from(["runtime-hooks", "--plugin-failure-policy", "fail"]).is_err());
+        let g = Args::parse_from(["runtime-hooks", "--feature-gates", "GroupIdentity=false"]).feature_gates;
+        assert!(!g.enabled("GroupIdentity") && g.enabled("BatchResource"));
+        let e = Args::try_parse_from(["runtime-hooks", "--feature-gates", "BatchResorce=true"]).unwrap_err().to_string();
+        assert!(e.contains("unknown feature gate \"BatchResorce\""), "{e}");
     }
 
     /// `--failure-policy` is the proxy's policy for this server: its help must not describe a

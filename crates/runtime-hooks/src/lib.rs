@@ -46,6 +46,7 @@ pub mod change;
 pub mod cli;
 pub mod cluster;
 pub mod context;
+pub mod feature_gates;
 pub mod framework;
 pub mod hook_wire;
 pub mod lenient;
@@ -88,7 +89,16 @@ use crate::server::HookService;
 /// name under the systemd or auto driver), an invalid rules file, an undetectable cgroup root,
 /// a socket that cannot be bound, a registration that cannot be written.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let plugins = plugins::select(&args.plugins).map_err(anyhow::Error::msg)?;
+    let plugins = match &args.plugins {
+        Some(names) => {
+            tracing::warn!(
+                "--plugins is deprecated: use --feature-gates (GroupIdentity, BatchResource, CPUSetAllocator; koordlet's names)"
+            );
+            plugins::select(names)
+        }
+        None => args.feature_gates.plugins(),
+    }
+    .map_err(anyhow::Error::msg)?;
     let rules = match &args.rules {
         Some(path) => {
             let store = RulesStore::open(path)?;
@@ -134,6 +144,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     tracing::info!(
         mode = %args.mode.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default(),
         plugins = %framework.plugins().iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
+        feature_gates = %args.feature_gates.describe(),
         stages = %stages.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","),
         cgroup = %match framework.cgroups().version() { cgroup::CgroupVersion::V1 => "v1", cgroup::CgroupVersion::V2 => "v2" },
         cgroup_root = %framework.cgroups().root().display(),

@@ -141,3 +141,42 @@ async fn requests_over_four_mib_from_grpcio_are_answered() {
     );
     assert_eq!(answer["annotations"], 0, "the unchanged 6 MB annotation is not echoed: {answer}");
 }
+
+/// `--feature-gates` in koordlet's names: the gates that are off take their plugins' stages out
+/// of the registration; an unknown name, or a gate koordlet has but runtime-hooks does not
+/// implement yet, is refused at start with exit code 2 and a message naming it.
+#[test]
+fn feature_gates_choose_the_plugins_and_refuse_what_they_do_not_know() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookserver.d");
+    let cgroups = dir.path().join("cgroup");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::create_dir_all(&cgroups).unwrap();
+    let socket = dir.path().join("hooks.sock");
+    let base = [
+        "--listen",
+        socket.to_str().unwrap(),
+        "--hook-config-dir",
+        config.to_str().unwrap(),
+        "--cgroup-root",
+        cgroups.to_str().unwrap(),
+        "--cgroup-version",
+        "v1",
+    ];
+    for (gates, needle) in
+        [("GroupIdentiy=true", "unknown feature gate \"GroupIdentiy\""), ("CoreSched=true", "CoreSched is koordlet's but not implemented")]
+    {
+        let out = std::process::Command::new(HOOKS_BIN).args(base).args(["--feature-gates", gates]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{gates}: {stderr}");
+        assert!(stderr.contains(needle), "{gates}: {stderr}");
+    }
+    let mut args = base.to_vec();
+    args.extend(["--feature-gates", "BatchResource=false,CPUSetAllocator=false"]);
+    let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
+    let file = config.join("runtime-hooks.json");
+    assert!(eventually(Duration::from_secs(10), || file.exists()), "not registered:\n{}", hooks.log());
+    let registration: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(registration["runtime-hooks"], serde_json::json!(["PreRunPodSandbox"]), "GroupIdentity's stage only");
+    assert!(hooks.log().contains("feature_gates=GroupIdentity=true,BatchResource=false,CPUSetAllocator=false"), "{}", hooks.log());
+}

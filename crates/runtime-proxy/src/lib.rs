@@ -25,8 +25,10 @@
 //!   relay's HPACK decoder.
 //! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
 //! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`,
-//!   `/status`); [`status`] — the operator's view behind `/status` and `runtime-proxy status`,
-//!   and the hook servers' health; [`debug`] — `/debug/store` on a listener of its own.
+//!   `/status`). [`health`] — the backends checked in the background, for `/healthz`,
+//!   `/status` and `runtime_proxy_backend_up`. [`status`] — the operator's view behind `/status`
+//!   and `runtime-proxy status`, and the hook servers' health; [`debug`] — `/debug/store` on a
+//!   listener of its own.
 //! * [`docker`] — Docker mode: the Docker Engine API front end over the same hook state.
 
 pub mod backend;
@@ -36,6 +38,7 @@ pub mod dispatch;
 pub mod docker;
 pub mod frame;
 pub mod grpc;
+pub mod health;
 pub mod hpack;
 pub mod intercept;
 pub mod limits;
@@ -64,8 +67,9 @@ use anyhow::{bail, Context};
 use crate::backend::Backend;
 use crate::cli::{Args, BackendRuntimeMode};
 use crate::dispatch::Dispatcher;
+use crate::health::Health;
 use crate::intercept::Interceptor;
-use crate::metrics::{Admin, BackendProbe, Metrics};
+use crate::metrics::{Admin, Metrics};
 use crate::registry::Registry;
 use crate::router::Router;
 use crate::store::Store;
@@ -93,7 +97,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let image =
         if args.image_endpoint() == &args.runtime_endpoint { runtime.clone() } else { Arc::new(Backend::new(args.image_endpoint())) };
     let metrics = Arc::new(Metrics::new());
-    let hooks = HookState::start(&args, metrics.clone(), BackendProbe::Grpc(runtime.clone()))?;
+    let hooks = HookState::start(&args, metrics.clone())?;
     let connections = runtime.connections();
     let router = Arc::new(Router::new(runtime, image, Some(hooks.interceptor.clone()), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
@@ -115,7 +119,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 /// `--remote-runtime-service-endpoint`, with the same hook state as CRI mode ([`docker`]).
 async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
-    let hooks = HookState::start(&args, metrics.clone(), BackendProbe::Docker(args.runtime_endpoint.clone()))?;
+    let hooks = HookState::start(&args, metrics.clone())?;
     let interceptor = Arc::new(docker::intercept::DockerInterceptor { hooks: hooks.interceptor.clone() });
     let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), interceptor, metrics });
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
@@ -132,21 +136,23 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::R
 }
 
 /// What both front ends share: the watched registry, the store, the dispatcher, the per-pod
-/// locks and skip label (in one [`Interceptor`]), and the admin and debug endpoints. Background
-/// tasks end when it is dropped.
+/// locks and skip label (in one [`Interceptor`]), the backends' health checks and the admin and
+/// debug endpoints. Background tasks end when it is dropped.
 struct HookState {
     interceptor: Arc<Interceptor>,
     _watcher: registry::WatchHandle,
+    _health: AbortOnDrop,
     _admin: AbortOnDrop,
     _debug: AbortOnDrop,
 }
 
 impl HookState {
-    /// Scans and watches `--hook-config-dir` and serves the admin endpoint (`backend`: how its
-    /// health check reaches the backend) and the debug endpoint.
+    /// Scans and watches `--hook-config-dir`, starts the backends' health checks (which run
+    /// with or without an admin endpoint: they log what is wrong) and serves the admin endpoint
+    /// and the debug endpoint.
     ///
     /// Errors: the directory watcher cannot start (no tokio runtime).
-    fn start(args: &Args, metrics: Arc<Metrics>, backend: BackendProbe) -> anyhow::Result<HookState> {
+    fn start(args: &Args, metrics: Arc<Metrics>) -> anyhow::Result<HookState> {
         // A hook server on the proxy's own socket or the runtime's would never be a hook server.
         let mut reserved = vec![
             (args.listen.clone(), "the proxy's own socket (--koord-runtimeproxy-endpoint)".to_owned()),
@@ -158,6 +164,8 @@ impl HookState {
         let registry = Registry::open_reserving(&args.hook_config_dir, !args.insecure_hook_config, reserved);
         let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
         let store = Arc::new(Store::new());
+        let health = Health::for_args(args, metrics.clone());
+        let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
         let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks);
         let debug = Arc::new(debug::DebugEndpoint::new(args.debug_addr));
         let status = status::StatusInfo {
@@ -168,9 +176,9 @@ impl HookState {
             image_endpoint: args.image_endpoint().clone(),
             hook_config_dir: args.hook_config_dir.clone(),
             debug: debug.clone(),
-            health: dispatcher.health().clone(),
+            hook_health: dispatcher.health().clone(),
         };
-        let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), backend, status });
+        let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), health, status });
         let metrics_addr = args.metrics_addr;
         let admin = AbortOnDrop(tokio::spawn(async move {
             let Some(addr) = metrics_addr else {
@@ -200,7 +208,7 @@ impl HookState {
             // channel is never dialled.
             runtime: hook_api::connect(&args.runtime_endpoint),
         });
-        Ok(HookState { interceptor, _watcher: watcher, _admin: admin, _debug: debug })
+        Ok(HookState { interceptor, _watcher: watcher, _health: checks, _admin: admin, _debug: debug })
     }
 }
 

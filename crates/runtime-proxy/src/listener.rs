@@ -14,7 +14,8 @@ use anyhow::{bail, Context};
 use tokio::net::UnixListener;
 
 /// Binds the listening socket at `path`, mirroring mode and owner from `backend` when that
-/// socket exists (otherwise the socket keeps the default mode and a line is logged).
+/// socket exists (otherwise the socket keeps the default mode and a line is logged: INFO when
+/// there is nothing at the path yet, WARN when it is not a socket or cannot be inspected).
 ///
 /// Errors: the parent directory cannot be created; `path` exists and is not a socket; another
 /// process is serving on `path`; bind, chmod or chown fails. Each names the path.
@@ -40,14 +41,22 @@ pub fn bind(path: &Path, backend: &Path) -> anyhow::Result<UnixListener> {
     }
     let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
     match std::fs::metadata(backend) {
-        Ok(m) => {
+        Ok(m) if m.file_type().is_socket() => {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(m.mode() & 0o7777))
                 .with_context(|| format!("chmod {}", path.display()))?;
             std::os::unix::fs::chown(path, Some(m.uid()), Some(m.gid())).with_context(|| format!("chown {}", path.display()))?;
         }
-        Err(e) => tracing::info!(
+        Ok(_) => tracing::warn!(
+            socket = %path.display(), backend = %backend.display(),
+            "backend path is not a socket; listen socket keeps its default mode and owner"
+        ),
+        Err(e) if e.kind() == ErrorKind::NotFound => tracing::info!(
             socket = %path.display(), backend = %backend.display(), error = %e,
             "backend socket not there yet; listen socket keeps its default mode and owner"
+        ),
+        Err(e) => tracing::warn!(
+            socket = %path.display(), backend = %backend.display(), error = %e,
+            "backend socket cannot be inspected; listen socket keeps its default mode and owner"
         ),
     }
     Ok(listener)
@@ -83,5 +92,11 @@ mod tests {
         let err = bind(&file, &backend).unwrap_err().to_string();
         assert!(err.contains("not a socket"), "{err}");
         assert!(file.exists());
+
+        // A backend path that is no socket lends the new socket neither its mode nor its owner.
+        let other = dir.path().join("other.sock");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let _l = bind(&other, &file).unwrap();
+        assert_ne!(std::fs::metadata(&other).unwrap().mode() & 0o7777, 0o600, "not mirrored from a regular file");
     }
 }

@@ -11,7 +11,8 @@
 //! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
 //! | `runtime_proxy_hook_config_warnings` | gauge | | registered files with warnings (unknown keys, a failure policy that cannot be read and is taken as Fail, unknown stages) |
 //! | `runtime_proxy_store_objects` | gauge | `kind` (`pod_sandbox`, `container`) | store entries |
-//! | `runtime_proxy_backend_up` | gauge | | 1 when the runtime backend accepts a connection |
+//! | `runtime_proxy_backend_up` | gauge | | 1 when every backend endpoint passed its latest health check ([`crate::health`]) |
+//! | `runtime_proxy_backend_endpoint_up` | gauge | `endpoint` (`runtime`, `image`) | 1 when that endpoint passed its latest health check |
 //! | `runtime_proxy_log_lines_dropped_total` | counter | | log lines lost: stderr too slow (queue full) or broken (a closed log pipe); see [`daemon_support::log`] |
 //!
 //! `method` is the gRPC path for CRI services (`/runtime.v1.RuntimeService/Version`) and `other`
@@ -19,10 +20,10 @@
 //! file's name. Gauges are read when scraped.
 //!
 //! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`): `GET /metrics` (OpenMetrics text),
-//! `GET /healthz` (200 `ok`, or 503 naming the backend that cannot be reached), `GET /status`
-//! (JSON: an operator's view, [`crate::status`]). `/debug/store` is served on a listener of its
-//! own (`--debug-addr`, [`crate::debug`]), so that a metrics scraper never sees pod IDs; here it
-//! answers 404 saying so.
+//! `GET /healthz` (200 `ok`, or 503 naming each backend endpoint that is down and why, from the
+//! background checks of [`crate::health`]), `GET /status` (JSON: an operator's view,
+//! [`crate::status`]). `/debug/store` is served on a listener of its own (`--debug-addr`,
+//! [`crate::debug`]), so that a metrics scraper never sees pod IDs; here it answers 404 saying so.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,8 +40,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::backend::Backend;
 use crate::grpc::Code;
+use crate::health::Health;
 use crate::registry::Registry as HookRegistry;
 use crate::store::Store;
 
@@ -68,6 +69,11 @@ struct HookResultLabels {
     stage: String,
     server: String,
     result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -101,6 +107,7 @@ pub struct Metrics {
     hook_warnings: Gauge,
     store_objects: Family<KindLabels, Gauge>,
     backend_up: Gauge,
+    backend_endpoint_up: Family<EndpointLabels, Gauge>,
     undecodable: Family<MethodLabels, Counter>,
     skip_label_ignored: Counter,
     log_lines_dropped: Counter,
@@ -132,7 +139,13 @@ impl Metrics {
         registry.register("hook_servers", "Hook servers registered", hook_servers.clone());
         registry.register("hook_config_rejected", "Registration files currently rejected", hook_rejected.clone());
         registry.register("store_objects", "Store entries by kind", store_objects.clone());
-        registry.register("backend_up", "1 when the runtime backend accepts a connection", backend_up.clone());
+        registry.register("backend_up", "1 when every backend endpoint passed its latest health check", backend_up.clone());
+        let backend_endpoint_up = Family::<EndpointLabels, Gauge>::default();
+        registry.register(
+            "backend_endpoint_up",
+            "1 when the backend endpoint (runtime, image) passed its latest health check",
+            backend_endpoint_up.clone(),
+        );
         registry.register(
             "undecodable_requests",
             "Intercepted CRI requests the proxy could not decode (or read only in part) and forwarded without hooks, by method",
@@ -173,6 +186,7 @@ impl Metrics {
             hook_warnings,
             store_objects,
             backend_up,
+            backend_endpoint_up,
             undecodable,
             skip_label_ignored,
             log_lines_dropped,
@@ -189,6 +203,12 @@ impl Metrics {
     /// `runtime_proxy_skip_label_ignored_total`.
     pub fn skip_label_ignored(&self) {
         self.skip_label_ignored.inc();
+    }
+
+    /// Records the latest health check of a backend endpoint (`runtime`, `image`):
+    /// `runtime_proxy_backend_endpoint_up{endpoint}`.
+    pub fn backend_endpoint_up(&self, endpoint: &'static str, up: bool) {
+        self.backend_endpoint_up.get_or_create(&EndpointLabels { endpoint }).set(i64::from(up));
     }
 
     /// Records one finished CRI call.
@@ -309,33 +329,16 @@ fn intern(s: &str) -> &'static str {
 
 /// What the admin endpoint reads.
 pub struct Admin {
+    /// Every metric, rendered at `/metrics`.
     pub metrics: Arc<Metrics>,
+    /// The hook registry (servers registered, files rejected).
     pub hooks: Arc<HookRegistry>,
+    /// The store (its size; its IDs at `/debug/store`).
     pub store: Arc<Store>,
-    pub backend: BackendProbe,
+    /// The backends' health, checked in the background ([`Health::run`]).
+    pub health: Arc<Health>,
     /// What `/status` reports beyond the above.
     pub status: crate::status::StatusInfo,
-}
-
-/// How the admin endpoint checks that the backend is up.
-pub enum BackendProbe {
-    /// A gRPC runtime: the proxy's shared HTTP/2 connection is (re)established.
-    Grpc(Arc<Backend>),
-    /// dockerd (Docker mode): its socket accepts a connection.
-    Docker(std::path::PathBuf),
-}
-
-impl BackendProbe {
-    /// `Ok` when the backend is reachable; else why not, naming its socket.
-    pub async fn check(&self) -> Result<(), String> {
-        match self {
-            BackendProbe::Grpc(b) => b.connect().await.map_err(|s| s.message),
-            BackendProbe::Docker(path) => tokio::net::UnixStream::connect(path)
-                .await
-                .map(drop)
-                .map_err(|e| format!("dockerd unix://{}: cannot connect: {e}", path.display())),
-        }
-    }
 }
 
 /// Binds `addr` and serves `/metrics`, `/healthz` and `/status` until the task is dropped; logs
@@ -372,15 +375,15 @@ impl Admin {
         };
         match req.uri().path() {
             "/metrics" => {
-                let up = self.backend.check().await.is_ok();
+                let up = self.health.all_up();
                 reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(&self.hooks, &self.store, up))
             }
             "/status" => reply(200, "application/json", format!("{}\n", crate::status::document(self).await)),
             "/debug/store" => reply(404, "text/plain", self.status.debug.moved()),
-            "/healthz" => match self.backend.check().await {
-                Ok(()) => reply(200, "text/plain", "ok\n".into()),
-                Err(why) => reply(503, "text/plain", format!("{why}\n")),
-            },
+            "/healthz" => {
+                let (status, body) = self.health.healthz().await;
+                reply(status, "text/plain", body)
+            }
             _ => reply(404, "text/plain", "not found: try /metrics, /healthz or /status\n".into()),
         }
     }

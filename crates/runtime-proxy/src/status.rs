@@ -25,6 +25,7 @@ use daemon_support::status::{ago, rfc3339, show_duration, str_of, table, unix_ms
 use serde_json::{json, Value};
 
 use crate::cli::BackendRuntimeMode;
+use crate::health::Verdict;
 use crate::metrics::Admin;
 use crate::registry::{FailurePolicy, HookServer, Stage};
 
@@ -165,25 +166,44 @@ pub struct StatusInfo {
     /// `--debug-addr`, where `/debug/store` is served.
     pub debug: Arc<crate::debug::DebugEndpoint>,
     /// The hook servers' health, as the dispatcher records it.
-    pub health: Arc<HookHealth>,
+    pub hook_health: Arc<HookHealth>,
 }
 
-/// The `GET /status` document (module docs), read now: the backend is checked as `/healthz`
-/// checks it.
+/// The `GET /status` document (module docs), read now; the backend as its latest health checks
+/// left it ([`crate::health`]), waiting for the first ones as `/healthz` does.
 pub async fn document(admin: &Admin) -> Value {
     let info = &admin.status;
+    let (_, healthz) = admin.health.healthz().await;
     let now = unix_ms(SystemTime::now());
-    let backend = admin.backend.check().await;
+    let endpoints: Vec<Value> = admin
+        .health
+        .verdicts()
+        .into_iter()
+        .map(|(target, verdict)| {
+            let reason = match &verdict {
+                Some(Verdict::Up) => None,
+                Some(Verdict::Down { reason, .. }) => Some(reason.clone()),
+                None => Some("not checked yet".to_owned()),
+            };
+            json!({
+                "endpoint": target.role.label(),
+                "socket": target.path,
+                "up": verdict.as_ref().is_some_and(Verdict::is_up),
+                "error": reason,
+            })
+        })
+        .collect();
+    let backend: Result<(), String> = if admin.health.all_up() { Ok(()) } else { Err(healthz.trim_end().replace('\n', "; ")) };
     let snapshot = admin.hooks.snapshot();
     let names: Vec<&str> = snapshot.servers().iter().map(|s| s.name.as_str()).collect();
-    info.health.retain(&names);
+    info.hook_health.retain(&names);
     let (mut problems, mut warnings) = (Vec::new(), Vec::new());
     if let Err(why) = &backend {
         problems.push(format!("backend down: {why}"));
     }
     let mut servers = Vec::new();
     for server in snapshot.servers() {
-        let h = info.health.report(server);
+        let h = info.hook_health.report(server);
         let failing = h.failures_in_a_row > 0;
         let health = match (failing, h.last_ok_ms) {
             (true, _) => "failing",
@@ -273,6 +293,7 @@ pub async fn document(admin: &Admin) -> Value {
             "image_endpoint": info.image_endpoint,
             "up": backend.is_ok(),
             "error": backend.err(),
+            "endpoints": endpoints,
         },
         "store": { "pod_sandboxes": pods, "containers": containers },
         "hook_config_dir": info.hook_config_dir,
@@ -436,6 +457,7 @@ mod tests {
         m.hook_refusal("PreCreateContainer", "a.json");
         m.undecodable_request("CreateContainer");
         m.skip_label_ignored();
+        m.backend_endpoint_up("runtime", true);
         let dir = tempfile::tempdir().unwrap();
         let text = m.render(&crate::registry::Registry::new(dir.path()), &crate::store::Store::new(), true);
         let exported = daemon_support::status::exposed_names(&text);

@@ -17,8 +17,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const PODS: usize = 50;
 const HOOK_DELAY: Duration = Duration::from_millis(100);
 
-/// The sandbox and container IDs the proxy's store holds (`/debug/store`, on `--debug-addr`). The store also holds
-/// what other tests run on the same containerd, so tests look for their own IDs.
+/// The sandbox and container IDs the proxy's store holds (`/debug/store`, on `--debug-addr`).
+/// The store also holds what other tests run on the same containerd, so tests look for their
+/// own IDs.
 fn store_ids(proxy: &ProxyProcess) -> (HashSet<String>, HashSet<String>) {
     let (status, body) = proxy.debug_get("/debug/store");
     assert_eq!(status, 200, "{body}");

@@ -277,7 +277,9 @@ async fn registrations_that_would_weaken_policy() {
 /// `--metrics-addr` as operators write it: `localhost:PORT` serves on loopback, `off` serves no
 /// admin endpoint while CRI calls go on; a host name the proxy would have to resolve is refused
 /// at start (exit 2) naming the forms.
-#[tokio::test]
+// Multi-threaded: the fake backend must answer the proxy's health checks while this test's
+// thread blocks in `admin_get`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_addr_forms_and_off() {
     let backend =
         FakeBackend::start(Behaviour::ok(&cri::VersionResponse { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec()))

@@ -255,3 +255,79 @@ impl Containerd {
         }
     }
 }
+
+/// A containerd of a test's own, started by `scripts/containerd.sh up VERSION ROOT` in a fresh
+/// short root under /tmp; `purge`d (every task killed, mounts and cgroups removed, root deleted)
+/// when dropped, also when the test fails.
+pub struct OwnContainerd {
+    version: &'static str,
+    /// What its `ROOT/env` says (socket, version, images, cgroup parent).
+    pub env: Containerd,
+    root: Purge,
+}
+
+/// Runs `containerd.sh purge ROOT` when dropped.
+struct Purge(PathBuf);
+
+impl Drop for Purge {
+    fn drop(&mut self) {
+        let out = std::process::Command::new(containerd_sh()).arg("purge").arg(&self.0).output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!("containerd.sh purge {}: {}\n{}", self.0.display(), o.status, String::from_utf8_lossy(&o.stderr)),
+            Err(e) => eprintln!("containerd.sh purge {}: {e}", self.0.display()),
+        }
+    }
+}
+
+fn containerd_sh() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/containerd.sh")
+}
+
+/// Runs `containerd.sh ARGS…`; panics with its stderr when it fails.
+fn run_containerd_sh(args: &[&str]) {
+    let out = std::process::Command::new(containerd_sh()).args(args).output().expect("running scripts/containerd.sh");
+    assert!(out.status.success(), "containerd.sh {args:?}: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+}
+
+impl OwnContainerd {
+    /// Starts containerd `version` (`1.6` or `1.7`) in `/tmp/rpf-<pid>-<n>` (short: the socket
+    /// path must stay under 100 bytes).
+    pub fn up(version: &'static str) -> OwnContainerd {
+        let root = PathBuf::from(format!("/tmp/{}", unique("rpf")));
+        assert!(!root.exists(), "{} exists already", root.display());
+        // The guard exists before `up` runs, so a failing `up` is cleaned up too.
+        let root = Purge(root);
+        run_containerd_sh(&["up", version, root.0.to_str().unwrap()]);
+        let env = Containerd::from_file(&root.0.join("env"));
+        assert!(env.socket.starts_with(&root.0), "own socket {} under {}", env.socket.display(), root.0.display());
+        OwnContainerd { version, env, root }
+    }
+
+    /// SIGKILLs the daemon only (the shims, and so the containers, keep running, as in a crash),
+    /// and waits until it is gone (not even a zombie). Returns its PID.
+    pub fn kill_daemon(&self) -> i32 {
+        let root = &self.root.0;
+        let text = std::fs::read_to_string(root.join("containerd.pid")).expect("ROOT/containerd.pid");
+        let pid: i32 = text.trim().parse().expect("a PID");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(String::from_utf8_lossy(&cmdline).contains(root.to_str().unwrap()), "PID {pid} is our containerd");
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill -9 {pid}");
+        let start = std::time::Instant::now();
+        // Dead once /proc/PID is gone or shows state Z (init reaps orphans with a delay).
+        let alive = || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z"));
+        while alive() {
+            assert!(start.elapsed() < Duration::from_secs(10), "containerd {pid} still alive 10 s after SIGKILL");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        pid
+    }
+
+    /// `containerd.sh up` again on the same root: its daemon is dead, so the script starts a new
+    /// one on the same config and state (containerd reconnects to the running shims) and waits
+    /// until its CRI plugin answers.
+    pub fn restart(&self) {
+        run_containerd_sh(&["up", self.version, self.root.0.to_str().unwrap()]);
+    }
+}

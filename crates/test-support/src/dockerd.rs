@@ -158,3 +158,89 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// A dockerd of a test's own, started by `scripts/dockerd.sh up ROOT` in a fresh short root under
+/// /tmp, next to the shared one; `purge`d (containers removed, daemon and its containerd stopped,
+/// mounts and cgroups removed, root deleted) when dropped, also when the test fails.
+pub struct OwnDockerd {
+    /// What its `ROOT/env` says.
+    pub env: Dockerd,
+    root: PathBuf,
+}
+
+fn dockerd_sh(args: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/dockerd.sh");
+    let out = Command::new(script).args(args).output().expect("running scripts/dockerd.sh");
+    assert!(out.status.success(), "dockerd.sh {args:?}: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+}
+
+impl OwnDockerd {
+    /// Starts a dockerd in `/tmp/<prefix>-<pid>-<n>` (short: its containerd's socket path must stay
+    /// under 94 bytes).
+    pub fn up(prefix: &str) -> OwnDockerd {
+        let root = PathBuf::from(format!("/tmp/{}", crate::containerd::unique(prefix)));
+        assert!(!root.exists(), "{} exists already", root.display());
+        // The guard exists before `up` runs, so a failing `up` is cleaned up too.
+        let mut own = OwnDockerd { env: Dockerd::from_file_lenient(&root), root };
+        dockerd_sh(&["up", own.root.to_str().expect("UTF-8 root")]);
+        own.env = Dockerd::from_file(&own.root.join("env"));
+        own
+    }
+
+    /// SIGTERMs the daemon (it stops its own containerd) and waits until it is gone, not even a
+    /// zombie; returns its PID. Its socket file is removed by dockerd on the way out.
+    pub fn stop_daemon(&self) -> i32 {
+        let pid = self.pid();
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill -TERM {pid}");
+        let start = std::time::Instant::now();
+        let alive = || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z"));
+        while alive() {
+            assert!(start.elapsed() < Duration::from_secs(20), "dockerd {pid} still alive 20 s after SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        pid
+    }
+
+    /// The daemon's PID (from `ROOT/docker.pid`, checked against its command line).
+    pub fn pid(&self) -> i32 {
+        let text = std::fs::read_to_string(self.root.join("docker.pid")).expect("ROOT/docker.pid");
+        let pid: i32 = text.trim().parse().expect("a PID");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(String::from_utf8_lossy(&cmdline).contains(self.root.to_str().unwrap_or("?")), "PID {pid} is our dockerd");
+        pid
+    }
+
+    /// `dockerd.sh up` again on the same root (after [`OwnDockerd::stop_daemon`]: it cleans up
+    /// after the old daemon and starts a new one on the same socket).
+    pub fn restart(&self) {
+        dockerd_sh(&["up", self.root.to_str().expect("UTF-8 root")]);
+    }
+}
+
+impl Drop for OwnDockerd {
+    fn drop(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/dockerd.sh");
+        match Command::new(script).arg("purge").arg(&self.root).output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!("dockerd.sh purge {}: {}\n{}", self.root.display(), o.status, String::from_utf8_lossy(&o.stderr)),
+            Err(e) => eprintln!("dockerd.sh purge {}: {e}", self.root.display()),
+        }
+    }
+}
+
+impl Dockerd {
+    /// Placeholder values for a root whose env file is not written yet.
+    fn from_file_lenient(root: &Path) -> Dockerd {
+        Dockerd {
+            socket: root.join("run/docker.sock"),
+            cli: PathBuf::from("/usr/bin/docker"),
+            version: String::new(),
+            api_version: String::new(),
+            test_image: String::new(),
+            pause_image: String::new(),
+            cgroup_parent: String::new(),
+            root: root.to_owned(),
+        }
+    }
+}

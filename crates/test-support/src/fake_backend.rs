@@ -257,6 +257,12 @@ async fn answer(
     let head_at = std::time::Instant::now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
+    // The proxy's own health checks (a CRI Version call every 500 ms, user-agent
+    // `runtime-proxy-health`) are answered like any call, a stream feed excepted, but neither
+    // recorded nor counted as abandoned: `calls()` and `abandoned()` are the test's own calls
+    // and the proxy's on their behalf.
+    let health_check = parts.headers.get(http::header::USER_AGENT).is_some_and(|v| v.as_bytes().starts_with(b"runtime-proxy-health"));
+    let (rec, dropped) = if health_check { (Default::default(), Default::default()) } else { (rec, dropped) };
     // As a gRPC server's handler, the fake sees a call once its request message is whole: a
     // stream reset before that (runtime-proxy resets the runtime's copy of every call it takes
     // over) never becomes a call.
@@ -265,7 +271,7 @@ async fn answer(
     };
     let record = Recorded { path, headers: parts.headers, body, head_at, whole_at: std::time::Instant::now() };
     match behaviour {
-        Behaviour::Stream { headers, feeds } if feeds.lock().unwrap().contains_key(&record.path) => {
+        Behaviour::Stream { headers, feeds } if !health_check && feeds.lock().unwrap().contains_key(&record.path) => {
             let parts = feeds.lock().unwrap().get_mut(&record.path).and_then(Option::take);
             rec.lock().unwrap().push(record);
             let mut resp = Response::builder().status(200).header("content-type", "application/grpc");

@@ -8,6 +8,8 @@
 //! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
 //!   recorded metadata, huge answers); also a hook server that hangs or answers garbage.
 //! * [`hooks`] — programmable in-process hook servers and registration files.
+//! * [`stand_in`] — servers that stand in for a backend of some kind (gRPC, a Docker Engine API,
+//!   other HTTP/1.1) and close every connection when stopped, for the health-check tests.
 //! * [`kube_api`] — a loopback stand-in for kube-apiserver (list, watch, events) for kube-rs clients.
 //! * [`envtest`] — a real etcd + kube-apiserver (envtest's `KUBEBUILDER_ASSETS` convention) with
 //!   runtime-hooks' CRDs and RBAC, for tests of its cluster rule source; skipped without one.
@@ -25,6 +27,7 @@ pub mod hooks;
 pub mod kube_api;
 pub mod proxy;
 pub mod raw;
+pub mod stand_in;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -28,6 +28,25 @@ impl ProxyProcess {
         p
     }
 
+    /// Like [`start`](Self::start) but the process runs as `uid`:`gid` with no supplementary
+    /// groups (the caller must be root), in a temp dir that user owns: for what an unprivileged
+    /// proxy may not open.
+    pub fn start_as(binary: &str, backend: &Path, extra: &[&str], uid: u32, gid: u32) -> ProxyProcess {
+        let dir = tempfile::Builder::new().prefix("rp-proxy").tempdir().expect("temp dir");
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).expect("chown the proxy's temp dir");
+        let socket = dir.path().join("run/runtimeproxy.sock");
+        let log = dir.path().join("proxy.log");
+        let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
+        let stdout = Stdio::from(logf.try_clone().expect("log file"));
+        let mut cmd = Self::command(binary, &socket, backend, extra);
+        std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+        std::os::unix::process::CommandExt::gid(&mut cmd, gid);
+        let child = cmd.stdout(stdout).stderr(Stdio::from(logf)).spawn().unwrap_or_else(|e| panic!("spawning {binary}: {e}"));
+        let mut p = ProxyProcess { child: Some(child), socket, log, _dir: Some(dir) };
+        p.wait_ready();
+        p
+    }
+
     /// Like [`start`](Self::start) but on a caller-chosen socket and log file, for restarts.
     pub fn spawn(binary: &str, socket: &Path, backend: &Path, extra: &[&str], log: PathBuf) -> ProxyProcess {
         let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
@@ -46,8 +65,19 @@ impl ProxyProcess {
         stderr: Stdio,
         log: PathBuf,
     ) -> ProxyProcess {
-        let child = Command::new(binary)
-            .arg("--koord-runtimeproxy-endpoint")
+        let child = Self::command(binary, socket, backend, extra)
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {binary}: {e}"));
+        ProxyProcess { child: Some(child), socket: socket.to_owned(), log, _dir: None }
+    }
+
+    /// The proxy's command line: its socket, the backend, an admin endpoint on a free port (unless
+    /// `extra` names one), `extra`; `RUST_LOG` from `RP_TEST_LOG` (default: debug for the proxy).
+    fn command(binary: &str, socket: &Path, backend: &Path, extra: &[&str]) -> Command {
+        let mut cmd = Command::new(binary);
+        cmd.arg("--koord-runtimeproxy-endpoint")
             .arg(socket)
             .arg("--remote-runtime-service-endpoint")
             .arg(format!("unix://{}", backend.display()))
@@ -55,12 +85,8 @@ impl ProxyProcess {
             .args(if extra.contains(&"--debug-addr") { &[][..] } else { &["--debug-addr", "127.0.0.1:0"][..] })
             .args(extra)
             .env("RUST_LOG", std::env::var("RP_TEST_LOG").unwrap_or_else(|_| "info,runtime_proxy=debug".into()))
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {binary}: {e}"));
-        ProxyProcess { child: Some(child), socket: socket.to_owned(), log, _dir: None }
+            .stdin(Stdio::null());
+        cmd
     }
 
     /// Waits until the socket accepts connections; panics with the log tail after 10 s.
