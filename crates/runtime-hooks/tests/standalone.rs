@@ -193,6 +193,7 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
         root.path().to_str().unwrap(),
         "--cgroup-version",
         "v2",
+        "--unchecked-cgroup-root",
         "--rules",
         rules.to_str().unwrap(),
         "--kubepods-cgroup",
