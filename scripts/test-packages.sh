@@ -88,6 +88,8 @@ check "runtime-proxy files (dpkg -L)" expect_files runtime-proxy /usr/bin/runtim
 check "runtime-hooks files (dpkg -L)" expect_files runtime-hooks /usr/bin/runtime-hooks /lib/systemd/system/runtime-hooks.service \
   /etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml /etc/runtime/hookserver.d /usr/share/doc/runtime-hooks/copyright \
   /usr/share/doc/runtime-hooks/operations.md /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/Dockerfile /usr/share/doc/runtime-hooks/examples/deploy/namespace.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks-rules.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/skip-label-policy.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/koordinator-annotations-policy.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks-rbac.yaml \
