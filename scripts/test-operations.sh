@@ -15,7 +15,9 @@
 #     runtime-hooks registers itself in /etc/runtime/hookserver.d and the proxy calls it;
 #  4. a pod through the proxy's default socket with the example hook (annotation_hook) registered: cpu.shares
 #     700 where kubelet asked 512, and the hook's env;
-#  5. metrics and health on 127.0.0.1:9318: /healthz, hook and CRI counters;
+#  5. metrics and health on 127.0.0.1:9318: /healthz, hook and CRI counters; then `systemctl reload` of both (their
+#     ExecReload, SIGHUP): the proxy rescans its hook config directory, runtime-hooks re-reads its rules file, both
+#     keep running;
 #  6. upgrade with the pod running: the packages again as VERSION+ops1, dpkg -i (the conffile edit kept), the
 #     proxy restarted (SIGTERM: STOPPING=1 and a clean exit; the new one READY=1); the pod's container is the same
 #     process, never restarted; the store recovered; UpdateContainerResources through the new proxy is hooked
@@ -190,6 +192,22 @@ hook_metrics() {
 }
 check "hook calls counted: annotation-hook.json and runtime-hooks.json ok" hook_metrics
 check "CRI calls counted, backend up" bash -c "curl -sf http://127.0.0.1:9318/metrics | grep -F -e 'runtime_proxy_cri_requests_total{method=\"/runtime.v1.RuntimeService/RunPodSandbox\",code=\"OK\"}' -e 'runtime_proxy_backend_up 1'"
+
+echo "==> 5b. systemctl reload (the units' ExecReload: SIGHUP)"
+# reload_unit NAME PID LINE: runs NAME.service's ExecReload as systemd would ($MAINPID = PID), then waits for LINE
+# in its log; the service must still run and serve.
+reload_unit() {
+  local exec MAINPID=$2
+  exec=$(sed -n 's/^ExecReload=//p' "/lib/systemd/system/$1.service")
+  [ -n "$exec" ] || { echo "$1.service has no ExecReload"; return 1; }
+  eval "$exec" || return 1
+  for _ in $(seq 50); do grep -q "$3" "$TMP/$1.log" && break; sleep 0.1; done
+  grep "$3" "$TMP/$1.log" | tail -n 1 && kill -0 "$2"
+}
+check "reload runtime-proxy: hook config directory rescanned, still running" \
+  reload_unit runtime-proxy "$PROXY_PID" 'reloaded: hook config directory rescanned.*runtime-hooks.json'
+check "reload runtime-hooks: rules file re-read, still running" reload_unit runtime-hooks "$HOOKS_PID" 'reloaded: the rules in force stay'
+check "pod 1 still hooked after the reloads: 700" ops check pod1 700
 
 echo "==> 6. upgrade with the pod running"
 repackage() { DEB_VERSION=$VERSION+ops1 OUT=$TMP/upgrade bash scripts/package.sh deb >/dev/null 2>&1 && ls "$TMP"/upgrade/*+ops1_*.deb; }
