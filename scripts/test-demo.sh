@@ -29,8 +29,9 @@ check() {  # NAME CMD...: `ok NAME`, or `FAIL NAME` with CMD's output
     echo "FAIL  $name" && sed 's/^/      /' <<<"$out" && FAIL=$((FAIL + 1))
   fi
 }
-# state: what the demos must leave as it was (the cache's files with sizes and times) or not leave at all
-cache_state() { [ ! -d "$CACHE" ] || find "$CACHE" -printf '%p %s %T@\n' | sort; }
+# state: what the demos must leave as it was (the cache's files with sizes and times; not the lock file, which any
+# other checkout's containerd.sh opens meanwhile) or not leave at all
+cache_state() { [ ! -d "$CACHE" ] || find "$CACHE" ! -name .lock -printf '%p %s %T@\n' | sort; }
 # (run in this shell only: a command line holding the pattern would match itself)
 leftovers() {
   ls -d /tmp/rp-demo* /sys/fs/cgroup/*/rp-test-rp-demo* /sys/fs/cgroup/*/rp-docker-rp-demo* 2>/dev/null
