@@ -5,7 +5,8 @@
 # container in it): the pod's annotation asks the hook for 700 CPU shares where kubelet asks 512,
 # and the container gets 700 in its real cgroup and the hook's env. Then the plain docker CLI
 # through the proxy (no hook for a container that is not a pod's), and the proxy's log of it all.
-# Everything it starts is stopped on exit, also on failure or Ctrl-C.
+# Everything it starts is stopped on exit, also on failure or Ctrl-C, and what it wrote removed, as
+# scripts/demo.sh does (RP_DEMO_KEEP=1 keeps the dirs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -25,7 +26,14 @@ stop() { [ -z "$1" ] || { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/
 cleanup() {
   stop "$HOOK_PID"
   stop "$PROXY_PID"
-  scripts/dockerd.sh down "$DOCKERD" >/dev/null 2>&1 || true
+  if [ "${RP_DEMO_KEEP:-}" = 1 ]; then
+    scripts/dockerd.sh down "$DOCKERD" >/dev/null 2>&1 || true
+    echo "cleaned up: every process it started stopped; kept $DIR and $DOCKERD (RP_DEMO_KEEP=1)"
+  else
+    scripts/dockerd.sh purge "$DOCKERD" >/dev/null 2>&1 || true
+    rm -rf "$DIR"
+    echo "cleaned up: every process it started stopped, $DIR and $DOCKERD (dockerd's root) removed"
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -38,11 +46,11 @@ need_pkgs "${RP_PKGS[@]}" curl
 echo "building (release)..."
 cargo build -q --release --locked -p runtime-proxy --bins
 cargo build -q --release --locked -p hook-api --examples
-scripts/dockerd.sh up "$DOCKERD" >"$DIR.env" 2>/dev/null || scripts/dockerd.sh up "$DOCKERD" >"$DIR.env"
-DOCKER_SOCK=$(sed -n 's/^DOCKER_SOCK=//p' "$DIR.env")
-PARENT=$(sed -n 's/^DOCKER_CGROUP_PARENT=//p' "$DIR.env")
-PAUSE=$(sed -n 's/^DOCKER_PAUSE_IMAGE=//p' "$DIR.env")
-IMAGE=$(sed -n 's/^DOCKER_TEST_IMAGE=//p' "$DIR.env")
+scripts/dockerd.sh up "$DOCKERD" >/dev/null 2>&1 || scripts/dockerd.sh up "$DOCKERD" >/dev/null  # it writes $DOCKERD/env
+DOCKER_SOCK=$(sed -n 's/^DOCKER_SOCK=//p' "$DOCKERD/env")
+PARENT=$(sed -n 's/^DOCKER_CGROUP_PARENT=//p' "$DOCKERD/env")
+PAUSE=$(sed -n 's/^DOCKER_PAUSE_IMAGE=//p' "$DOCKERD/env")
+IMAGE=$(sed -n 's/^DOCKER_TEST_IMAGE=//p' "$DOCKERD/env")
 DOCKER=(env -u DOCKER_HOST -u DOCKER_API_VERSION DOCKER_CONFIG="$DOCKERD/docker-config" /usr/bin/docker -H "unix://$SOCK")
 
 mkdir -p "$DIR" && : >"$LOG" && : >"$HOOK_LOG"

@@ -6,7 +6,8 @@
 #     real cgroup files show the BatchResource policy (examples/demo_be_pod.rs).
 #  2. standalone mode: runtime-hooks alone (no proxy) reconciling containerd's pods; the same pod made
 #     directly on containerd starts with kubelet's values and is corrected within one interval.
-# Then the log lines of runtime-hooks. Everything it starts is stopped on exit, also on failure or Ctrl-C.
+# Then the log lines of runtime-hooks. Everything it starts is stopped on exit, also on failure or Ctrl-C,
+# and what it wrote removed, as scripts/demo.sh does (RP_DEMO_KEEP=1 keeps the dirs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -15,11 +16,19 @@ CTRD=/tmp/rp-demo-hooks-ctrd
 DIR=/tmp/rp-demo-hooks
 BIN=${CARGO_TARGET_DIR:-target}/release
 PIDS=()
+export RP_CACHE=$CTRD/cache  # the images containerd.sh builds: removed with containerd's root
 
 cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  scripts/containerd.sh down "$CTRD" >/dev/null 2>&1 || true
+  if [ "${RP_DEMO_KEEP:-}" = 1 ]; then
+    scripts/containerd.sh down "$CTRD" >/dev/null 2>&1 || true
+    echo "cleaned up: every process it started stopped; kept $DIR and $CTRD (RP_DEMO_KEEP=1)"
+  else
+    scripts/containerd.sh purge "$CTRD" >/dev/null 2>&1 || true
+    rm -rf "$DIR"
+    echo "cleaned up: every process it started stopped, $DIR and $CTRD (containerd's root, the image cache) removed"
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

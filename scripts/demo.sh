@@ -3,7 +3,10 @@
 # hook server (hook-api's annotation_hook) registered with the proxy, and one pod run through the proxy
 # the way kubelet runs it (examples/demo_pod.rs): the pod's annotation asks the hook for 700 CPU shares
 # where kubelet asks 512, and the container gets 700. Then the logs of those calls. Everything it
-# starts is stopped on exit, also on failure or Ctrl-C.
+# starts is stopped on exit, also on failure or Ctrl-C, and everything it wrote is removed: its temp
+# dirs, containerd's root and the image cache, which it keeps in containerd's root rather than the
+# shared /var/cache/runtime-proxy (RP_DEMO_KEEP=1 keeps the dirs, logs included, for a look). What stays:
+# the release build in target/, and Debian packages it installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -17,6 +20,8 @@ HOOK_SOCK=$DIR/annotation-hook.sock
 HOOK_LOG=$DIR/annotation-hook.log
 BIN=${CARGO_TARGET_DIR:-target}/release
 PROXY_PID= HOOK_PID=
+# the two images containerd.sh builds (pause, busybox): in containerd's root, removed with it
+export RP_CACHE=$CTRD/cache
 # debug for the proxy: one line per CRI call and per hook call (plain `debug` adds h2's frame-by-frame lines)
 PROXY_LOG=info,runtime_proxy=debug
 
@@ -25,7 +30,14 @@ stop() { [ -z "$1" ] || { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/
 cleanup() {
   stop "$HOOK_PID"  # first: it unregisters itself (removes its file from $HOOK_DIR)
   stop "$PROXY_PID"
-  scripts/containerd.sh down "$CTRD" >/dev/null 2>&1 || true
+  if [ "${RP_DEMO_KEEP:-}" = 1 ]; then
+    scripts/containerd.sh down "$CTRD" >/dev/null 2>&1 || true
+    echo "cleaned up: every process it started stopped; kept $DIR and $CTRD (RP_DEMO_KEEP=1)"
+  else
+    scripts/containerd.sh purge "$CTRD" >/dev/null 2>&1 || true
+    rm -rf "$DIR"
+    echo "cleaned up: every process it started stopped, $DIR and $CTRD (containerd's root, the image cache) removed"
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -10,7 +10,7 @@
 #                                        the Grafana dashboard)
 #   runtime-hooks_<version>_<arch>.deb   /usr/bin/runtime-hooks, runtime-hooks.service, /etc/default/runtime-hooks,
 #                                        /etc/runtime-hooks/rules.yaml, /etc/runtime/hookserver.d, docs, deploy/ manifests
-#                                        and the Grafana dashboard
+#                                        the image's Dockerfile and the Grafana dashboard
 #   runtime-proxy-<version>-<arch>.tar.gz  both binaries, the units, the defaults files, deploy/, docs, LICENSE
 # DEB_VERSION sets the packages' version (default: the workspace version in Cargo.toml); GIT_REVISION the
 # revision `--version` prints (default: git rev-parse --short HEAD). Maintainer scripts: packaging/debian/*.in
@@ -122,7 +122,7 @@ Suggests: runtime-hooks
   install -m 0644 packaging/systemd/runtime-hooks.service "$D/lib/systemd/system/"
   install -m 0644 packaging/default/runtime-hooks "$D/etc/default/"
   install -m 0644 packaging/examples/rules.yaml "$D/etc/runtime-hooks/"
-  install -m 0644 deploy/*.yaml deploy/grafana-dashboard.json "$D/usr/share/doc/runtime-hooks/examples/deploy/"
+  install -m 0644 deploy/*.yaml deploy/grafana-dashboard.json deploy/Dockerfile "$D/usr/share/doc/runtime-hooks/examples/deploy/"
   install -m 0644 deploy/crds/*.yaml "$D/usr/share/doc/runtime-hooks/examples/deploy/crds/"
   scripts runtime-hooks RUNTIME_HOOKS runtime-hooks " Its registration was removed; the proxy no longer calls it."
   cat >"$STAGE/hooks.desc" <<'EOT'

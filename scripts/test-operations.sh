@@ -16,7 +16,9 @@
 #  4. a pod through the proxy's default socket with the example hook (annotation_hook) registered: cpu.shares
 #     700 where kubelet asked 512, and the hook's env;
 #  5. metrics and health on 127.0.0.1:9318: /healthz, hook and CRI counters; `runtime-proxy status` (exit 0, both
-#     hook servers called ok, the backend up, the pod in the store);
+#     hook servers called ok, the backend up, the pod in the store); then `systemctl reload` of both (their
+#     ExecReload, SIGHUP): the proxy rescans its hook config directory, runtime-hooks re-reads its rules file, both
+#     keep running;
 #  6. upgrade with the pod running: the packages again as VERSION+ops1, dpkg -i (the conffile edit kept), the
 #     proxy restarted (SIGTERM: STOPPING=1 and a clean exit; the new one READY=1); the pod's container is the same
 #     process, never restarted; the store recovered; UpdateContainerResources through the new proxy is hooked
@@ -203,6 +205,21 @@ assert health.get("annotation-hook.json") == "ok" and health.get("runtime-hooks.
 assert d["store"]["pod_sandboxes"] >= 1, d["store"]' "$json" && /usr/bin/runtime-proxy status | grep -q '^hook servers$'
 }
 check "runtime-proxy status: exit 0, both hook servers ok, backend up, the pod stored" proxy_status
+echo "==> 5b. systemctl reload (the units' ExecReload: SIGHUP)"
+# reload_unit NAME PID LINE: runs NAME.service's ExecReload as systemd would ($MAINPID = PID), then waits for LINE
+# in its log; the service must still run and serve.
+reload_unit() {
+  local exec MAINPID=$2
+  exec=$(sed -n 's/^ExecReload=//p' "/lib/systemd/system/$1.service")
+  [ -n "$exec" ] || { echo "$1.service has no ExecReload"; return 1; }
+  eval "$exec" || return 1
+  for _ in $(seq 50); do grep -q "$3" "$TMP/$1.log" && break; sleep 0.1; done
+  grep "$3" "$TMP/$1.log" | tail -n 1 && kill -0 "$2"
+}
+check "reload runtime-proxy: hook config directory rescanned, still running" \
+  reload_unit runtime-proxy "$PROXY_PID" 'reloaded: hook config directory rescanned.*runtime-hooks.json'
+check "reload runtime-hooks: rules file re-read, still running" reload_unit runtime-hooks "$HOOKS_PID" 'reloaded: the rules in force stay'
+check "pod 1 still hooked after the reloads: 700" ops check pod1 700
 
 echo "==> 6. upgrade with the pod running"
 repackage() { DEB_VERSION=$VERSION+ops1 OUT=$TMP/upgrade bash scripts/package.sh deb >/dev/null 2>&1 && ls "$TMP"/upgrade/*+ops1_*.deb; }

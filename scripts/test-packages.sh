@@ -91,6 +91,8 @@ check "runtime-proxy files (dpkg -L)" expect_files runtime-proxy /usr/bin/runtim
 check "runtime-hooks files (dpkg -L)" expect_files runtime-hooks /usr/bin/runtime-hooks /lib/systemd/system/runtime-hooks.service \
   /etc/default/runtime-hooks /etc/runtime-hooks/rules.yaml /etc/runtime/hookserver.d /usr/share/doc/runtime-hooks/copyright \
   /usr/share/doc/runtime-hooks/operations.md /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/Dockerfile /usr/share/doc/runtime-hooks/examples/deploy/namespace.yaml \
+  /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks-rules.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/skip-label-policy.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/koordinator-annotations-policy.yaml \
   /usr/share/doc/runtime-hooks/examples/deploy/runtime-hooks-rbac.yaml \
@@ -138,7 +140,7 @@ rules_ok() {  # runtime-hooks starts with the installed rules file (exit 2 on an
   local d=$TMP/rules pid
   mkdir -p "$d/hooks" "$d/cgroup"
   /usr/bin/runtime-hooks --rules /etc/runtime-hooks/rules.yaml --listen "$d/h.sock" --hook-config-dir "$d/hooks" \
-    --cgroup-root "$d/cgroup" --cgroup-version v1 --cgroup-driver cgroupfs >"$d/log" 2>&1 &
+    --cgroup-root "$d/cgroup" --cgroup-version v1 --unchecked-cgroup-root --cgroup-driver cgroupfs >"$d/log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do /usr/bin/runtime-hooks --probe --listen "$d/h.sock" 2>/dev/null && break; sleep 0.1; done
   /usr/bin/runtime-hooks --probe --listen "$d/h.sock" || { cat "$d/log"; kill "$pid"; return 1; }
@@ -171,7 +173,7 @@ for f in deploy/*.yaml deploy/crds/*.yaml; do check "valid: $f (offline, --stric
 check "invalid manifest refused" bash -c "sed 's/^\(  *\)terminationGracePeriodSeconds:/\1terminationGracePeriodSecond:/' deploy/runtime-hooks.yaml >$TMP/bad.yaml && grep -q terminationGracePeriodSecond: $TMP/bad.yaml && ! unshare -n $VENV/bin/kubernetes-validate --strict $TMP/bad.yaml"
 # The policies' CEL, evaluated as the API server would for each sample request (allowed or refused).
 check "admission policies: CEL against sample requests (cel-python, offline)" unshare -n "$VENV/bin/python" scripts/test-admission.py
-check "DaemonSet: skip label, probe, mounts" "$VENV/bin/python" - <<'PY'
+check "DaemonSet: skip label, probe, mounts (the cgroup root read-write, the runtime socket)" "$VENV/bin/python" - <<'PY'
 import yaml
 ds = yaml.safe_load(open("deploy/runtime-hooks.yaml"))
 t = ds["spec"]["template"]
@@ -180,10 +182,14 @@ c = t["spec"]["containers"][0]
 assert c["livenessProbe"]["exec"]["command"][:2] == ["/usr/bin/runtime-hooks", "--probe"]
 assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
 paths = {v["hostPath"]["path"] for v in t["spec"]["volumes"] if "hostPath" in v}
-assert paths == {"/sys/fs/cgroup", "/etc/runtime/hookserver.d", "/var/run/runtime-hooks"}, paths
+assert paths == {"/sys/fs/cgroup", "/etc/runtime/hookserver.d", "/var/run/runtime-hooks", "/var/run/containerd"}, paths
 mounts = {m["mountPath"] for m in c["volumeMounts"]}
 assert {"/etc/runtime/hookserver.d", "/var/run/runtime-hooks"} <= mounts, "the proxy dials the registered path: same paths as the host"
 assert "--cgroup-root=/host/sys/fs/cgroup" in c["args"] and "/host/sys/fs/cgroup" in mounts
+# the reconciler lists pods from the runtime's socket (rule changes reach running pods in proxy mode)
+assert "--runtime-endpoint=/var/run/containerd/containerd.sock" in c["args"] and "/var/run/containerd" in mounts
+cgroup = next(m for m in c["volumeMounts"] if m["mountPath"] == "/host/sys/fs/cgroup")
+assert not cgroup.get("readOnly"), "runtime-hooks writes the host's cgroup files: its start-up check refuses a read-only root"
 PY
 # rbac_ok FILE: FILE (runtime-hooks-rbac.yaml or a variant) grants exactly what runtime-hooks' cluster rule source
 # needs, to the ServiceAccount the DaemonSet runs as.

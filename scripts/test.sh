@@ -4,7 +4,7 @@
 # then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their own (they restart it and
 # connect plugins that see every pod), then the Docker-mode tests (crates/*/tests/docker_*.rs) against a real
 # dockerd (scripts/dockerd.sh), then the Debian packages installed on this machine (scripts/test-packages.sh,
-# scripts/test-operations.sh).
+# scripts/test-operations.sh), then `make demo`, which must leave nothing behind (scripts/test-demo.sh).
 #
 # Every phase runs even when an earlier one failed; the exit code is non-zero if any failed. The last
 # line is `N passed, M failed`, summed from cargo's "test result:" lines (a phase that fails without a
@@ -132,6 +132,7 @@ fi
 
 phase "packages" scripts/test-packages.sh
 phase "operations" scripts/test-operations.sh
+phase "demo" scripts/test-demo.sh
 
 printf '\n==> summary\n'
 printf '%s\n' "${TIMES[@]}"

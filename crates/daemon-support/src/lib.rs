@@ -6,6 +6,9 @@
 //! * [`klog`] — the klog flags koord-runtime-proxy's command line accepts (`--v=4`,
 //!   `--logtostderr`, `--log-dir`, …): accepted, mapped or ignored, with one deprecation notice,
 //!   so a unit written for koord starts these binaries unchanged.
+//! * [`signals`] — what every signal a service manager or an operator may send does: graceful
+//!   stop, stop at once, reload, ignored.
+//! * [`duration`] — the duration flags' syntax (`500ms`, `10s`, `2m`, `1h`, `0`).
 //! * [`addr`] — the forms of `--metrics-addr` (and `--debug-addr`).
 //! * [`status`] — `runtime-proxy status` / `runtime-hooks status`: `GET /status` from the admin
 //!   endpoint, a table or JSON, exit codes 0 (healthy), 1 (unhealthy), 2 (no status).
@@ -13,6 +16,8 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+pub mod duration;
 pub mod klog;
 pub mod log;
+pub mod signals;
 pub mod status;

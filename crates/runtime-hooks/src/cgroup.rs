@@ -306,6 +306,15 @@ impl CgroupFs {
         })
     }
 
+    /// The directory of the cgroup `dir` in the hierarchy whose files most values live in (v1:
+    /// the cpu controller's; v2: the unified one): where to look whether a pod's or
+    /// container's cgroup exists at all.
+    ///
+    /// Errors: as [`CgroupFs::dir_path`].
+    pub fn cgroup_dir(&self, dir: &str) -> Result<PathBuf, CgroupError> {
+        self.dir_path(dir, &CgroupValue::CpuShares(0))
+    }
+
     /// The full path of `value`'s file for the cgroup `dir`.
     pub fn file_path(&self, dir: &str, value: &CgroupValue) -> Result<PathBuf, CgroupError> {
         Ok(self.dir_path(dir, value)?.join(self.file_name(value)))
@@ -531,17 +540,146 @@ fn page_size() -> i64 {
     }
 }
 
-/// The version of the hierarchy at `root`: `cgroup2` file system → v2; anything else (tmpfs)
-/// with a `cpu` subdirectory → v1.
-pub fn detect_version(root: &Path) -> io::Result<CgroupVersion> {
-    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-    let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+/// `statfs(2)`'s `f_type` of a cgroup2 mount.
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+/// `f_type` of a cgroup v1 controller mount.
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+
+/// The file system type (`statfs(2)`'s `f_type`) of the mount `path` is on, symlinks followed.
+fn fs_type(path: &Path) -> io::Result<i64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
     // SAFETY: statfs writes into the zeroed struct we own; `c` is a valid NUL-terminated path.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    if st.f_type as i64 == CGROUP2_SUPER_MAGIC {
+    Ok(st.f_type as i64)
+}
+
+/// Whether the mount `path` is on is read-only (`statvfs(2)`'s `ST_RDONLY`).
+fn read_only(path: &Path) -> io::Result<bool> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+    // SAFETY: statvfs writes into the zeroed struct we own; `c` is a valid NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_flag & libc::ST_RDONLY != 0)
+}
+
+/// A file system type's name for messages.
+fn fs_name(magic: i64) -> String {
+    match magic {
+        CGROUP2_SUPER_MAGIC => "cgroup2".into(),
+        CGROUP_SUPER_MAGIC => "cgroup (v1)".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x794c_7630 => "overlay".into(),
+        0xef53 => "ext4".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683e => "btrfs".into(),
+        0x6265_6572 => "sysfs".into(),
+        0x9fa0 => "proc".into(),
+        other => format!("a file system of type {other:#x}"),
+    }
+}
+
+/// The fix every refusal of [`check_root`] ends with.
+const ROOT_FIX: &str = "runtime-hooks writes the pods' cgroup files below --cgroup-root: give it the host's cgroup file system \
+(the default /sys/fs/cgroup on the host; in a DaemonSet a hostPath mount of /sys/fs/cgroup, e.g. at /host/sys/fs/cgroup, \
+read-write) and its version (--cgroup-version auto detects it)";
+
+/// Checks at start that `root` is what runtime-hooks can write pods' cgroups in: a mounted
+/// cgroup file system, of version `want` when given (`None`: auto), and writable. Returns the
+/// version found, and warnings (a v1 hierarchy without the memory or cpuset controller: those
+/// values cannot be written).
+///
+/// * cgroup2 mounted at `root` → v2;
+/// * cgroup v1 controllers mounted below `root` (`root/cpu` a cgroup mount; `root` itself a
+///   tmpfs, on legacy and hybrid hosts) → v1;
+/// * anything else — `root` missing, an empty directory or one of the image's own files (a
+///   DaemonSet without the host mount), another file system — is refused.
+///
+/// A container's own `/sys/fs/cgroup` (its cgroup namespace) is a mount of the right type but
+/// read-only unless the container is privileged: refused as read-only. A privileged
+/// container's own view passes; the reconciler's warning for a pass that finds none of the
+/// pods' directories ([`crate::reconciler`]) catches it.
+///
+/// Errors: one message naming `root`, what was found there and the fix.
+pub fn check_root(root: &Path, want: Option<CgroupVersion>) -> Result<(CgroupVersion, Vec<String>), String> {
+    let shown = root.display();
+    let refuse = |found: String| format!("--cgroup-root {shown}: {found}; {ROOT_FIX}");
+    let meta = match std::fs::metadata(root) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(refuse("does not exist".into())),
+        Err(e) => return Err(refuse(format!("cannot be inspected ({e})"))),
+    };
+    if !meta.is_dir() {
+        return Err(refuse("is not a directory".into()));
+    }
+    let magic = fs_type(root).map_err(|e| refuse(format!("cannot be inspected ({e})")))?;
+    let (found, writable_at) = if magic == CGROUP2_SUPER_MAGIC {
+        (CgroupVersion::V2, root.to_owned())
+    } else if fs_type(&root.join("cpu")).ok() == Some(CGROUP_SUPER_MAGIC) {
+        (CgroupVersion::V1, root.join("cpu"))
+    } else if magic == CGROUP_SUPER_MAGIC {
+        return Err(refuse(format!(
+            "is one cgroup v1 controller's mount, not the root of the controllers: use its parent ({})",
+            root.parent().unwrap_or(root).display()
+        )));
+    } else {
+        let what = fs_name(magic);
+        let contents = match std::fs::read_dir(root).map(|mut d| d.next().is_none()) {
+            Ok(true) => "an empty directory",
+            _ => "a directory",
+        };
+        let expected = match want {
+            Some(CgroupVersion::V2) => "a cgroup2 mount (--cgroup-version v2)",
+            Some(CgroupVersion::V1) => "cgroup v1 controllers (--cgroup-version v1: a cgroup mount at <root>/cpu)",
+            None => "a cgroup2 mount, or cgroup v1 controllers (a cgroup mount at <root>/cpu)",
+        };
+        return Err(refuse(format!("{contents} on {what}, not a mounted cgroup file system: expected {expected}")));
+    };
+    match (want, found) {
+        (Some(CgroupVersion::V2), CgroupVersion::V1) => {
+            return Err(refuse(format!(
+                "is a cgroup v1 hierarchy ({} with v1 controllers such as {}/cpu), not cgroup2 as --cgroup-version v2 says; \
+                 use --cgroup-version v1 (or auto){}",
+                fs_name(magic),
+                shown,
+                if root.join("unified").is_dir() { " (a hybrid host: its cgroup2 part, <root>/unified, holds no controllers)" } else { "" }
+            )))
+        }
+        (Some(CgroupVersion::V1), CgroupVersion::V2) => {
+            return Err(refuse(
+                "is a cgroup2 (unified) mount, not cgroup v1 as --cgroup-version v1 says; use --cgroup-version v2 (or auto)".into(),
+            ))
+        }
+        _ => {}
+    }
+    if read_only(&writable_at).unwrap_or(false) {
+        return Err(refuse(format!(
+            "{} is mounted read-only (a container's own /sys/fs/cgroup is, unless privileged: mount the host's read-write)",
+            writable_at.display()
+        )));
+    }
+    let mut warnings = Vec::new();
+    if found == CgroupVersion::V1 {
+        for ctrl in ["memory", "cpuset"] {
+            if fs_type(&root.join(ctrl)).ok() != Some(CGROUP_SUPER_MAGIC) {
+                warnings.push(format!(
+                    "--cgroup-root {shown}: no cgroup v1 {ctrl} controller at {shown}/{ctrl}; the plugins' {ctrl} values cannot be written"
+                ));
+            }
+        }
+    }
+    Ok((found, warnings))
+}
+
+/// The version of the hierarchy at `root`: `cgroup2` file system → v2; anything else (tmpfs)
+/// with a `cpu` subdirectory → v1. Looks at the directory only (`--unchecked-cgroup-root`
+/// trees, tests); the start-up check is [`check_root`].
+pub fn detect_version(root: &Path) -> io::Result<CgroupVersion> {
+    if fs_type(root)? == CGROUP2_SUPER_MAGIC {
         Ok(CgroupVersion::V2)
     } else if root.join("cpu").is_dir() {
         Ok(CgroupVersion::V1)
@@ -836,5 +974,48 @@ mod tests {
             assert_eq!(v == CgroupVersion::V2, unified);
         }
         assert!(detect_version(&tempfile::tempdir().unwrap().path().join("none")).is_err());
+    }
+
+    /// The start-up check on temp trees (never a cgroup mount) and on this machine's own root.
+    #[test]
+    fn check_root_refuses_what_is_not_a_mounted_cgroup_fs() {
+        let root = Path::new("/sys/fs/cgroup");
+        let t = tempfile::tempdir().unwrap();
+        let e = check_root(&t.path().join("none"), Some(CgroupVersion::V2)).unwrap_err();
+        assert!(e.contains("does not exist") && e.contains("hostPath"), "{e}");
+        let e = check_root(t.path(), Some(CgroupVersion::V2)).unwrap_err();
+        assert!(e.contains("an empty directory on") && e.contains("expected a cgroup2 mount (--cgroup-version v2)"), "{e}");
+        assert!(e.contains(&t.path().display().to_string()), "names the root: {e}");
+        let (_tree, fs) = v1_tree();
+        let e = check_root(fs.root(), None).unwrap_err();
+        assert!(e.contains("a directory on") && e.contains("not a mounted cgroup file system"), "a tree laid out like v1: {e}");
+        if detect_version(root).ok() == Some(CgroupVersion::V1) && fs_type(&root.join("cpu")).ok() == Some(CGROUP_SUPER_MAGIC) {
+            let e = check_root(&root.join("cpu"), None).unwrap_err();
+            assert!(e.contains("one cgroup v1 controller's mount") && e.contains("use its parent (/sys/fs/cgroup)"), "{e}");
+        }
+        std::fs::write(t.path().join("file"), "").unwrap();
+        assert!(check_root(&t.path().join("file"), None).unwrap_err().contains("not a directory"));
+
+        // This machine: what its /sys/fs/cgroup is, the check says, and refuses the other version.
+        let Ok(actual) = detect_version(root) else { return };
+        let mounted_rw = check_root(root, None);
+        if let Ok((v, _)) = &mounted_rw {
+            assert_eq!(*v, actual);
+            assert_eq!(check_root(root, Some(actual)).unwrap().0, actual);
+        }
+        let other = match actual {
+            CgroupVersion::V1 => CgroupVersion::V2,
+            CgroupVersion::V2 => CgroupVersion::V1,
+        };
+        let e = check_root(root, Some(other)).unwrap_err();
+        assert!(e.contains("--cgroup-root /sys/fs/cgroup") && e.contains("use --cgroup-version"), "{e}");
+        if actual == CgroupVersion::V1 && root.join("unified").is_dir() {
+            assert!(e.contains("hybrid"), "{e}");
+            // The hybrid host's cgroup2 part, taken for v1, is refused the other way round.
+            if detect_version(&root.join("unified")).ok() == Some(CgroupVersion::V2) {
+                let e = check_root(&root.join("unified"), Some(CgroupVersion::V1)).unwrap_err();
+                assert!(e.contains("is a cgroup2 (unified) mount"), "{e}");
+            }
+        }
     }
 }

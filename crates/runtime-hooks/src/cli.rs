@@ -184,8 +184,8 @@ pub struct Args {
     #[arg(long, value_name = "SOCKET", value_parser = parse_unix_path)]
     pub runtime_endpoint: Option<PathBuf>,
 
-    /// How often the reconciler re-checks every pod (`10s`, `500ms`, `2m`); `0s`: only at start
-    /// and when the rules change.
+    /// How often the reconciler re-checks every pod (`10s`, `500ms`, `2m`, `1h`), counted from
+    /// the end of a pass; `0s`: only at start and when the rules change.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub reconcile_interval: Duration,
 
@@ -201,13 +201,19 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub kubepods_cgroup: Option<String>,
 
-    /// Root of the cgroup file systems.
+    /// Root of the cgroup file systems. Checked at start: a mounted, writable cgroup file
+    /// system of --cgroup-version (cgroup2; or v1 controllers such as DIR/cpu), else exit 2.
     #[arg(long, value_name = "DIR", default_value = "/sys/fs/cgroup")]
     pub cgroup_root: PathBuf,
 
     /// cgroup version of --cgroup-root.
     #[arg(long, value_enum, default_value = "auto")]
     pub cgroup_version: CgroupVersionArg,
+
+    /// Skip the start-up check that --cgroup-root is a mounted cgroup file system: take it as
+    /// a directory tree laid out like one (tests, a chroot). Needs --cgroup-version v1 or v2.
+    #[arg(long)]
+    pub unchecked_cgroup_root: bool,
 
     /// The node's cgroup driver. `auto`: asks the runtime at --runtime-endpoint (CRI
     /// `RuntimeConfig`, containerd 2.0 / CRI-O 1.28 and later); when there is none or it does
@@ -247,21 +253,7 @@ impl Args {
 
 pub use hook_api::parse_unix_path;
 
-/// A number and a unit: `ms`, `s`, `m` (`500ms`, `10s`, `2m`); `0` alone is zero.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 10s, 2m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        _ => Err(format!("invalid duration {s:?}: unit must be ms, s or m")),
-    }
-}
+pub use daemon_support::duration::parse_duration;
 
 /// `KEY=VALUE`.
 pub fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -407,6 +399,10 @@ mod tests {
         assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
-        assert!(parse_duration("10").is_err() && parse_duration("1h").is_err());
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert!(parse_duration("10").is_err() && parse_duration("1d").is_err());
+        let a = Args::parse_from(["runtime-hooks", "--reconcile-interval", &format!("{}s", u64::MAX)]);
+        assert_eq!(a.interval(), Some(Duration::from_secs(u64::MAX)), "accepted: in effect never again after start");
+        assert!(Args::try_parse_from(["runtime-hooks", "--reconcile-interval=-1s"]).is_err());
     }
 }

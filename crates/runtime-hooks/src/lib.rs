@@ -65,6 +65,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::ValueEnum as _;
+use daemon_support::signals::Reloads;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::cgroup::CgroupFs;
@@ -85,10 +86,14 @@ use crate::server::HookService;
 /// The cgroup driver comes from `--cgroup-driver`, else from the runtime ([`cgroup_driver`]);
 /// it is logged at start.
 ///
+/// Each item of `reloads` (SIGHUP) re-reads the rules file, logged ([`follow_reloads`]).
+///
 /// Errors: bad flags (unknown plugin, a `--kubepods-cgroup` that is relative and not a slice
-/// name under the systemd or auto driver), an invalid rules file, an undetectable cgroup root,
-/// a socket that cannot be bound, a registration that cannot be written.
-pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+/// name under the systemd or auto driver), an invalid rules file, a cgroup root that is not a
+/// mounted, writable cgroup file system of `--cgroup-version` ([`cgroup::check_root`]; with
+/// `--unchecked-cgroup-root`, a version not given), a socket that cannot be bound, a
+/// registration that cannot be written.
+pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
     let plugins = match &args.plugins {
         Some(names) => {
             tracing::warn!(
@@ -99,6 +104,22 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         None => args.feature_gates.plugins(),
     }
     .map_err(anyhow::Error::msg)?;
+    let cgroup_version = if args.unchecked_cgroup_root {
+        let Some(v) = args.cgroup_version.version() else {
+            anyhow::bail!("--unchecked-cgroup-root needs --cgroup-version v1 or v2: there is no mount to detect the version from")
+        };
+        tracing::warn!(
+            cgroup_root = %args.cgroup_root.display(),
+            "--unchecked-cgroup-root: the cgroup root is not checked to be a mounted cgroup file system (for tests)"
+        );
+        v
+    } else {
+        let (v, warnings) = cgroup::check_root(&args.cgroup_root, args.cgroup_version.version()).map_err(anyhow::Error::msg)?;
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
+        v
+    };
     let rules = match &args.rules {
         Some(path) => {
             let store = RulesStore::open(path)?;
@@ -129,11 +150,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     if let Some(addr) = args.metrics_addr {
         metrics::serve(addr, status.clone()).await?;
     }
-    let cgroups = match args.cgroup_version.version() {
-        Some(v) => CgroupFs::new(&args.cgroup_root, v),
-        None => CgroupFs::detect(&args.cgroup_root)
-            .with_context(|| format!("detecting the cgroup version of {}", args.cgroup_root.display()))?,
-    };
+    let cgroups = CgroupFs::new(&args.cgroup_root, cgroup_version);
     let (driver, driver_source) = cgroup_driver(&args).await;
     if let Some(kubepods) = &args.kubepods_cgroup {
         cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
@@ -179,6 +196,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         tokio::spawn(r.run(args.interval(), rules.subscribe(), stopped()))
     });
     status.set_running(running_status(&args, &framework, last_pass, driver_source));
+    let reload_task = reloads.map(|reloads| tokio::spawn(follow_reloads(reloads, rules.clone(), args.rules.clone())));
 
     let result = match args.mode {
         Mode::Proxy => serve(&args, framework, shutdown).await,
@@ -202,6 +220,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }
     };
     let _ = stop_tx.send(true);
+    if let Some(task) = reload_task {
+        task.abort();
+    }
     if let Some(task) = reconciler {
         let _ = task.await;
     }
@@ -241,6 +262,37 @@ fn running_status(
         nri: (args.mode == Mode::Nri).then(|| (args.nri_socket.clone(), args.nri_plugin_name.clone(), args.nri_plugin_index.clone())),
         reconciler,
         cgroups: format!("{version} at {}, driver {driver}", framework.cgroups().root().display()),
+    }
+}
+
+/// Acts on each reload request (SIGHUP): re-reads the rules file (`path`, `--rules`) now, as
+/// its watcher would (an invalid version is logged and the rules in force kept; a change is
+/// logged, announced and re-applied to running pods as any change), and logs the outcome.
+/// Without a rules file there is nothing to re-read, which is logged too. Flags and the
+/// cluster's watches are not touched: flags take a restart, the watches follow the API server.
+pub async fn follow_reloads(mut reloads: Reloads, rules: Arc<RulesStore>, path: Option<std::path::PathBuf>) {
+    while let Some(signal) = reloads.next().await {
+        let Some(path) = &path else {
+            tracing::info!(
+                signal = signal.name(),
+                "reload: there is no rules file to re-read (no --rules: koordlet's defaults, or the cluster's objects, are in force)"
+            );
+            continue;
+        };
+        tracing::info!(signal = signal.name(), file = %path.display(), "reloading: re-reading the rules file");
+        let store = rules.clone();
+        let Ok(changed) = tokio::task::spawn_blocking(move || store.reload()).await else {
+            return; // the runtime is shutting down
+        };
+        if changed {
+            tracing::info!(signal = signal.name(), file = %path.display(), "reloaded: the rules file's new rules are in force");
+        } else {
+            tracing::info!(
+                signal = signal.name(),
+                file = %path.display(),
+                "reloaded: the rules in force stay (the file holds the same rules, or a version that is invalid: see above)"
+            );
+        }
     }
 }
 
@@ -293,6 +345,8 @@ async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Out
     // Absolute: the proxy dials the registered path from its own working directory.
     let listen = std::path::absolute(&args.listen).with_context(|| format!("resolving {}", args.listen.display()))?;
     let listener = server::bind(&listen)?;
+    // Removed however serving ends: also when a second stop signal drops this future mid-drain.
+    let _socket = RemoveOnDrop(listen.clone());
     let stages = framework.stages();
     let registration = server::Registration::new(&args.hook_config_dir, &args.hook_name, &listen, args.failure_policy, &stages)?;
     registration.register()?;
@@ -314,6 +368,14 @@ async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Out
         .await;
     // Also when serving failed; a file that no longer names us is left alone.
     registration.unregister();
-    let _ = std::fs::remove_file(&listen);
     served.context("serving runtime hooks")
+}
+
+/// Removes a socket file when dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

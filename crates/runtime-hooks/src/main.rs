@@ -1,12 +1,13 @@
 //! The `runtime-hooks` binary: parses flags, sets up logging, runs [`runtime_hooks::run`] until
-//! SIGTERM or SIGINT (or, with `status`, prints a running server's state and exits). Logs go to
-//! stderr through a writer thread, so that a slow or broken stderr never stops or holds up the
-//! server ([`daemon_support::log`]).
+//! SIGTERM, SIGINT or SIGQUIT (or, with `status`, prints a running server's state and exits);
+//! SIGHUP re-reads the rules file, SIGUSR1 and SIGUSR2 are ignored (the table:
+//! [`daemon_support::signals`]). Logs go to stderr through a writer thread, so that a slow or
+//! broken stderr never stops or holds up the server ([`daemon_support::log`]).
 
 use std::io::Write as _;
 
 use clap::Parser;
-use tokio::signal::unix::{signal, SignalKind};
+use daemon_support::signals::{self, Control, Signals};
 
 use runtime_hooks::cli::{Args, Command};
 
@@ -40,23 +41,26 @@ async fn main() -> std::process::ExitCode {
         tracing::warn!("{notice}");
     }
     // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
-    let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
-    let shutdown = async {
-        let (mut term, mut int) = match signals {
-            (Ok(t), Ok(i)) => (t, i),
-            _ => return std::future::pending().await,
-        };
-        let which = tokio::select! { _ = term.recv() => "SIGTERM", _ = int.recv() => "SIGINT" };
-        tracing::info!(signal = which, "shutting down");
-        runtime_hooks::notify_systemd(hook_api::sd_notify::STOPPING);
-    };
-    let code = match runtime_hooks::run(args, shutdown).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    let mut control = match Signals::install() {
+        Ok(s) => signals::spawn(s, || runtime_hooks::notify_systemd(hook_api::sd_notify::STOPPING)),
         Err(e) => {
-            // Once, as the last line (it used to be printed twice, after "stopped").
-            tracing::error!("runtime-hooks stopped: {e:#}");
-            std::process::ExitCode::from(2)
+            tracing::warn!(error = %e, "cannot handle signals: SIGTERM and SIGHUP keep their default action (exit at once)");
+            Control::inert()
         }
+    };
+    let reloads = control.take_reloads();
+    let code = tokio::select! {
+        result = runtime_hooks::run(args, control.stopping(), reloads) => match result {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                // Once, as the last line (it used to be printed twice, after "stopped").
+                tracing::error!("runtime-hooks stopped: {e:#}");
+                std::process::ExitCode::from(2)
+            }
+        },
+        // A second stop signal: calls in flight are cut (the registration is gone already; the
+        // socket is removed as the server is dropped).
+        () = control.stop_now() => std::process::ExitCode::SUCCESS,
     };
     // The lines still queued, the error above included, are written before the exit.
     logging.flush();

@@ -33,6 +33,10 @@
 //! 5. with `--kubepods-cgroup`, also the kubelet QoS directories (`kubepods`, `…/burstable`,
 //!    `…/besteffort`) from [`crate::plugin::Plugin::kube_qos`].
 //!
+//! A pass that looks for its pods' cgroup directories and finds none of them — the cgroup root
+//! is not the host's, or the version or driver is wrong — is a WARN, once, naming the root and
+//! one missing directory (else every pass would quietly report `corrected=0`).
+//!
 //! A pass is idempotent: a second pass over unchanged pods writes nothing. [`Reconciler::run`]
 //! repeats it every `--reconcile-interval` and at once when the rules change. Envs, annotations
 //! and cgroup parents cannot be changed for running containers and are not touched. A pod with
@@ -141,6 +145,30 @@ pub struct Reconciler {
     dirs: HashMap<String, String>,
     reported: HashSet<String>,
     last_pass: Arc<std::sync::Mutex<LastPass>>,
+    /// Whether the last pass found none of its pods' cgroup directories (warned once).
+    no_dirs_warned: bool,
+}
+
+/// What one pass found of its pods' and containers' cgroup directories.
+#[derive(Default)]
+struct DirsSeen {
+    looked_for: usize,
+    found: usize,
+    /// One that was not there, for the warning.
+    missing: Option<PathBuf>,
+}
+
+impl DirsSeen {
+    /// Looks whether the cgroup `dir` exists below the root (`cgroups`' hierarchy of most values).
+    fn look(&mut self, cgroups: &crate::cgroup::CgroupFs, dir: &str) {
+        let Ok(path) = cgroups.cgroup_dir(dir) else { return };
+        self.looked_for += 1;
+        if path.is_dir() {
+            self.found += 1;
+        } else if self.missing.is_none() {
+            self.missing = Some(path);
+        }
+    }
 }
 
 impl Reconciler {
@@ -158,6 +186,7 @@ impl Reconciler {
             dirs: HashMap::new(),
             reported: HashSet::new(),
             last_pass: Arc::default(),
+            no_dirs_warned: false,
         }
     }
 
@@ -273,6 +302,7 @@ impl Reconciler {
         }
         let mut report = Report::default();
         let mut failures_now = HashSet::new();
+        let mut seen = DirsSeen::default();
         for sandbox in &sandboxes {
             if !self.selector.iter().all(|(k, v)| sandbox.labels.get(k) == Some(v)) {
                 continue;
@@ -297,6 +327,9 @@ impl Reconciler {
                     None
                 }
             };
+            if let Some(dir) = &pod_dir {
+                seen.look(self.framework.cgroups(), dir);
+            }
             let mut writes: Vec<(String, String, Owned)> = Vec::new(); // (target, dir, value)
             match self.framework.run_pod(Stage::PreRunPodSandbox, &pod) {
                 Ok(outcome) => {
@@ -322,6 +355,7 @@ impl Reconciler {
                         continue;
                     }
                 };
+                seen.look(self.framework.cgroups(), &dir);
                 let container = ContainerContext {
                     pod: pod.clone(),
                     name: c.name.clone(),
@@ -349,6 +383,7 @@ impl Reconciler {
         if let Some(root) = self.kubepods.clone() {
             self.kube_qos_dirs(&root, &mut report, &mut failures_now);
         }
+        self.check_dirs_seen(&seen, report.pods);
         // Log each failure once, when it first appears; forget the ones that went away.
         for f in failures_now.difference(&self.reported) {
             tracing::warn!("reconcile: {f}");
@@ -357,6 +392,36 @@ impl Reconciler {
         report.failures.sort();
         self.reported = failures_now;
         Ok(report)
+    }
+
+    /// Warns once when a pass looked for its pods' cgroup directories and found none of them:
+    /// the cgroup root is not the host's (a DaemonSet without the host's cgroup mount, or in
+    /// its own cgroup namespace), or `--cgroup-version` / `--cgroup-driver` name them wrongly.
+    /// Each write would otherwise fail quietly (a missing directory is a pod gone away, debug),
+    /// pass after pass, with `corrected=0`. Says so again when directories are found again.
+    fn check_dirs_seen(&mut self, seen: &DirsSeen, pods: usize) {
+        if seen.looked_for > 0 && seen.found == 0 {
+            if !self.no_dirs_warned {
+                let cgroups = self.framework.cgroups();
+                let version = match cgroups.version() {
+                    crate::cgroup::CgroupVersion::V1 => "v1",
+                    crate::cgroup::CgroupVersion::V2 => "v2",
+                };
+                tracing::warn!(
+                    cgroup_root = %cgroups.root().display(),
+                    missing = %seen.missing.as_deref().unwrap_or(Path::new("")).display(),
+                    pods,
+                    directories = seen.looked_for,
+                    "none of the pods' cgroup directories exist below --cgroup-root for a whole pass: nothing can be corrected. \
+                     Is the host's cgroup file system mounted there (a DaemonSet: hostPath /sys/fs/cgroup, e.g. at /host/sys/fs/cgroup), \
+                     and are --cgroup-version ({version}) and --cgroup-driver right?"
+                );
+                self.no_dirs_warned = true;
+            }
+        } else if seen.found > 0 && self.no_dirs_warned {
+            tracing::info!(cgroup_root = %self.framework.cgroups().root().display(), found = seen.found, "pods' cgroup directories found again");
+            self.no_dirs_warned = false;
+        }
     }
 
     fn write(&self, writes: Vec<(String, String, Owned)>, report: &mut Report, failures: &mut HashSet<String>) {

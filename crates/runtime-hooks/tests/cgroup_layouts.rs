@@ -226,6 +226,7 @@ async fn proxy_slice_name_parent_resolves_to_its_expanded_directory() {
         root.path().to_str().unwrap(),
         "--cgroup-version",
         "v1",
+        "--unchecked-cgroup-root",
         "--cgroup-driver",
         "systemd",
     ]);
@@ -378,6 +379,7 @@ async fn standalone_slice_name_parent_resolves_to_its_expanded_directory() {
         root.path().to_str().unwrap(),
         "--cgroup-version",
         "v1",
+        "--unchecked-cgroup-root",
         "--cgroup-driver",
         "systemd",
         "--rules",
@@ -419,6 +421,7 @@ fn kubepods_cgroup_is_checked_at_start() {
             root.path().to_str().unwrap(),
             "--cgroup-version",
             "v1",
+            "--unchecked-cgroup-root",
         ];
         args.extend_from_slice(extra);
         let log = root.path().join(format!("hooks-{}.log", unique("k")));

@@ -35,6 +35,7 @@ fn start() -> Server {
         cgroups.to_str().unwrap(),
         "--cgroup-version",
         "v1",
+        "--unchecked-cgroup-root",
         "--cgroup-driver",
         "cgroupfs",
     ];

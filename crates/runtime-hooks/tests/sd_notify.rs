@@ -23,7 +23,7 @@ fn spawn(dir: &Path, notify_socket: &Path, mode: &[&str]) -> Child {
         .arg(dir.join("hookserver.d"))
         .arg("--cgroup-root")
         .arg(dir.join("cgroup"))
-        .args(["--cgroup-version", "v1", "--cgroup-driver", "cgroupfs"])
+        .args(["--cgroup-version", "v1", "--unchecked-cgroup-root", "--cgroup-driver", "cgroupfs"])
         .env("NOTIFY_SOCKET", notify_socket)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())

@@ -193,6 +193,7 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
         root.path().to_str().unwrap(),
         "--cgroup-version",
         "v2",
+        "--unchecked-cgroup-root",
         "--rules",
         rules.to_str().unwrap(),
         "--kubepods-cgroup",
@@ -282,4 +283,60 @@ async fn pod_author_inputs_switch_no_policy_off() {
     assert_eq!(s.hooks.count(&["drift corrected", &claimer.container_id]), 0, "{}", s.hooks.log());
     claimer.remove(&mut rt).await;
     be.remove(&mut rt).await;
+}
+
+/// `--cgroup-root` that holds none of the pods' cgroups (a DaemonSet without the host's cgroup
+/// mount, in its own cgroup namespace; here a temp tree, taken unchecked): the first pass that
+/// finds none of its pods' directories says so, once, naming the root and a missing directory
+/// (it used to report `corrected=0` forever); once they are there, it says so and corrects.
+#[tokio::test]
+async fn a_cgroup_root_without_the_pods_is_a_warning_once() {
+    let env = Containerd::from_env();
+    let root = tempfile::tempdir().unwrap();
+    let label = ("test".to_string(), unique("noroot"));
+    let mut rt = runtime_client(&env.socket);
+    let (sandbox, container) = pod_configs(&env, &[(QOS, "BE"), (&label.0, &label.1)], &[(SPEC, BE_SPEC)]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod");
+    let selector = format!("{}={}", label.0, label.1);
+    let args = [
+        "--mode",
+        "standalone",
+        "--runtime-endpoint",
+        env.socket.to_str().unwrap(),
+        "--reconcile-interval",
+        "500ms",
+        "--selector",
+        &selector,
+        "--cgroup-root",
+        root.path().to_str().unwrap(),
+        "--cgroup-version",
+        "v1",
+        "--unchecked-cgroup-root",
+    ];
+    let hooks = Hooks::start(&args, root.path().join("hooks.log"));
+    let warning = "none of the pods' cgroup directories exist below --cgroup-root";
+    assert!(hooks.wait_log(&[warning], 0, Duration::from_secs(10)), "{}", hooks.log());
+    let pod_dir = root.path().join("cpu").join(pod.cgroup_parent().trim_start_matches('/'));
+    let line = hooks.log().lines().find(|l| l.contains(warning)).unwrap_or_default().to_owned();
+    assert!(line.contains("WARN") && line.contains(&format!("cgroup_root={}", root.path().display())), "{line}");
+    assert!(line.contains(&format!("missing={}", pod_dir.display())), "names the pod's directory: {line}");
+    // Passes every 500 ms: still said once.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(hooks.count(&[warning]), 1, "{}", hooks.log());
+
+    // The pod's cgroup appears below the root (the host's tree mounted after all): said, and
+    // its files corrected.
+    for ctrl in ["cpu", "memory"] {
+        let d = root.path().join(ctrl).join(pod.cgroup_parent().trim_start_matches('/'));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(if ctrl == "cpu" { "cpu.shares" } else { "memory.limit_in_bytes" }), "2\n").unwrap();
+    }
+    assert!(hooks.wait_log(&["pods' cgroup directories found again"], 0, Duration::from_secs(5)), "{}", hooks.log());
+    assert!(
+        eventually(Duration::from_secs(5), || std::fs::read_to_string(pod_dir.join("cpu.shares")).unwrap().trim() == "512"),
+        "{}",
+        hooks.log()
+    );
+    assert_eq!(hooks.count(&[warning]), 1, "{}", hooks.log());
+    pod.remove(&mut rt).await;
 }

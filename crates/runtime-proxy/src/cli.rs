@@ -128,16 +128,18 @@ pub struct Args {
     #[arg(long = "max-hook-answer-bytes", value_name = "BYTES", default_value_t = 16 << 20, value_parser = parse_at_least_one::<usize>)]
     pub max_hook_answer_bytes: usize,
 
-    /// Most entries a hook answer may add to one map (envs, labels, annotations).
-    #[arg(long = "max-hook-added-entries", value_name = "N", default_value_t = 1024)]
+    /// Most entries a hook answer may add to one map (envs, labels, annotations); 0: none may
+    /// be added (changing the request's own entries is still allowed).
+    #[arg(long = "max-hook-added-entries", value_name = "N", default_value_t = 1024, value_parser = parse_count::<usize>)]
     pub max_hook_added_entries: usize,
 
     /// Largest key + value (bytes) of an entry a hook answer adds or changes.
-    #[arg(long = "max-hook-entry-bytes", value_name = "BYTES", default_value_t = 256 << 10)]
+    #[arg(long = "max-hook-entry-bytes", value_name = "BYTES", default_value_t = 256 << 10, value_parser = parse_at_least_one::<usize>)]
     pub max_hook_entry_bytes: usize,
 
-    /// How long SIGTERM/SIGINT waits for in-flight calls (and open streams such as
-    /// GetContainerEvents) before the proxy exits anyway. Examples: `10s`, `500ms`.
+    /// How long SIGTERM/SIGINT/SIGQUIT waits for in-flight calls (and open streams such as
+    /// GetContainerEvents) before the proxy exits anyway; `0`: not at all. Examples: `10s`,
+    /// `500ms`, `1m`.
     #[arg(long = "drain-timeout", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
@@ -200,16 +202,39 @@ impl Args {
 pub use hook_api::parse_unix_path;
 
 /// Parses a limit that must be at least 1 (`--max-request-bytes`, `--max-concurrent-streams`,
-/// `--max-hook-answer-bytes`): 0 would let the proxy start and then refuse every call the limit
-/// applies to, so it is refused at start (exit 2) instead.
+/// `--max-hook-answer-bytes`, `--max-hook-entry-bytes`): 0 would let the proxy start and then
+/// refuse every call (or every hook answer setting an entry) the limit applies to, so it is
+/// refused at start (exit 2) instead.
 ///
-/// Errors: not a number of the type's range, or 0.
-pub fn parse_at_least_one<T: std::str::FromStr + PartialEq + From<u8>>(s: &str) -> Result<T, String> {
-    let n: T = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+/// Errors: not a whole number of the type's range (negative, a fraction, too large: the
+/// message names the largest), or 0.
+pub fn parse_at_least_one<T: std::str::FromStr + PartialEq + From<u8> + std::fmt::Display + Bounded>(s: &str) -> Result<T, String> {
+    let n: T = parse_count(s)?;
     if n == T::from(0) {
         return Err("0 would refuse every call this limit applies to; the smallest value is 1".to_owned());
     }
     Ok(n)
+}
+
+/// Parses a count or size flag: a whole number from 0 to the type's largest.
+///
+/// Errors: anything else, naming the range (a negative number, a fraction, a number too large).
+pub fn parse_count<T: std::str::FromStr + std::fmt::Display + Bounded>(s: &str) -> Result<T, String> {
+    s.trim().parse().map_err(|_| format!("{s:?} is not a whole number from 0 to {}", T::MAX_VALUE))
+}
+
+/// The largest value of a flag's integer type, for error messages.
+pub trait Bounded {
+    /// `T::MAX`.
+    const MAX_VALUE: Self;
+}
+
+impl Bounded for usize {
+    const MAX_VALUE: usize = usize::MAX;
+}
+
+impl Bounded for u32 {
+    const MAX_VALUE: u32 = u32::MAX;
 }
 
 /// [`parse_duration`] for `--request-idle-timeout`, which must be more than zero: with 0 every
@@ -224,18 +249,7 @@ pub fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parses a duration written as a number and a unit: `ms`, `s` or `m` (`500ms`, `10s`, `2m`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 10s, 2m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(|| format!("invalid duration {s:?}: too large")),
-        _ => Err(format!("invalid duration {s:?}: unit must be ms, s or m")),
-    }
-}
+pub use daemon_support::duration::parse_duration;
 
 #[cfg(test)]
 mod tests {
@@ -284,7 +298,13 @@ mod tests {
     /// A limit of 0 would start fine and then refuse every pod: refused at start, naming the flag.
     #[test]
     fn zero_limits_are_refused() {
-        for flag in ["--max-request-bytes", "--max-concurrent-streams", "--max-hook-answer-bytes", "--request-idle-timeout"] {
+        for flag in [
+            "--max-request-bytes",
+            "--max-concurrent-streams",
+            "--max-hook-answer-bytes",
+            "--max-hook-entry-bytes",
+            "--request-idle-timeout",
+        ] {
             let zero = if flag == "--request-idle-timeout" { "0s" } else { "0" };
             let err = Args::try_parse_from(["rp", flag, zero]).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{flag}");
@@ -294,7 +314,13 @@ mod tests {
             assert!(Args::try_parse_from(["rp", flag, one]).is_ok(), "{flag} {one}");
         }
         assert!(Args::try_parse_from(["rp", "--max-request-bytes", "-1"]).is_err());
-        assert!(Args::try_parse_from(["rp", "--max-concurrent-streams", "4294967296"]).is_err(), "beyond u32");
+        let e = Args::try_parse_from(["rp", "--max-request-bytes=-1"]).unwrap_err().to_string();
+        assert!(e.contains("not a whole number from 0 to 18446744073709551615"), "{e}");
+        let e = Args::try_parse_from(["rp", "--max-concurrent-streams", "4294967296"]).unwrap_err().to_string();
+        assert!(e.contains("from 0 to 4294967295"), "beyond u32: {e}");
+        assert_eq!(Args::try_parse_from(["rp", "--max-concurrent-streams", "4294967295"]).unwrap().max_concurrent_streams, u32::MAX);
+        assert_eq!(Args::try_parse_from(["rp", "--max-hook-added-entries", "0"]).unwrap().max_hook_added_entries, 0, "none may be added");
+        assert!(Args::try_parse_from(["rp", "--drain-timeout", "0"]).unwrap().drain_timeout.is_zero(), "no drain");
     }
 
     /// `--help` speaks to operators: no internal module names, koord's klog flags hidden (they
@@ -335,14 +361,12 @@ mod tests {
         assert!(Args::try_parse_from(["rp", "--backend-runtime-mode", "docker"]).is_err());
     }
 
+    /// The shared syntax (daemon_support::duration has the edge cases).
     #[test]
     fn durations() {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert!(parse_duration("10").is_err());
-        assert!(parse_duration("s").is_err());
-        assert!(parse_duration(&format!("{}m", u64::MAX / 59)).unwrap_err().contains("too large"), "minutes overflow checked");
-        assert!(parse_duration("99999999999999999999s").is_err(), "beyond u64");
+        assert!(parse_nonzero_duration("0").unwrap_err().contains("0 would"));
     }
 }

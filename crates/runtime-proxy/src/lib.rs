@@ -63,6 +63,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use daemon_support::signals::Reloads;
 
 use crate::backend::Backend;
 use crate::cli::{Args, BackendRuntimeMode};
@@ -74,11 +75,13 @@ use crate::registry::Registry;
 use crate::router::Router;
 use crate::store::Store;
 
-/// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains.
+/// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains. Each item of
+/// `reloads` (SIGHUP) rescans the hook config directory and sets its watch up anew
+/// ([`HookState::follow_reloads`]).
 ///
 /// Errors: the listening socket is a
 /// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
-pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
     for (flag, backend) in
         [("--remote-runtime-service-endpoint", &args.runtime_endpoint), ("--remote-image-service-endpoint", args.image_endpoint())]
     {
@@ -91,13 +94,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }
     }
     if args.backend_runtime_mode == BackendRuntimeMode::Docker {
-        return run_docker(args, shutdown).await;
+        return run_docker(args, shutdown, reloads).await;
     }
     let runtime = Arc::new(Backend::new(&args.runtime_endpoint));
     let image =
         if args.image_endpoint() == &args.runtime_endpoint { runtime.clone() } else { Arc::new(Backend::new(args.image_endpoint())) };
     let metrics = Arc::new(Metrics::new());
     let hooks = HookState::start(&args, metrics.clone())?;
+    let _reloads = hooks.follow_reloads(reloads);
     let connections = runtime.connections();
     let router = Arc::new(Router::new(runtime, image, Some(hooks.interceptor.clone()), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
@@ -117,9 +121,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 
 /// Docker mode: the Docker Engine API on the listening socket, forwarded to dockerd at
 /// `--remote-runtime-service-endpoint`, with the same hook state as CRI mode ([`docker`]).
-async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let hooks = HookState::start(&args, metrics.clone())?;
+    let _reloads = hooks.follow_reloads(reloads);
     let interceptor = Arc::new(docker::intercept::DockerInterceptor { hooks: hooks.interceptor.clone() });
     let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), interceptor, metrics });
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
@@ -140,7 +145,7 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::R
 /// debug endpoints. Background tasks end when it is dropped.
 struct HookState {
     interceptor: Arc<Interceptor>,
-    _watcher: registry::WatchHandle,
+    watcher: Arc<registry::WatchHandle>,
     _health: AbortOnDrop,
     _admin: AbortOnDrop,
     _debug: AbortOnDrop,
@@ -208,7 +213,34 @@ impl HookState {
             // channel is never dialled.
             runtime: hook_api::connect(&args.runtime_endpoint),
         });
-        Ok(HookState { interceptor, _watcher: watcher, _health: checks, _admin: admin, _debug: debug })
+        Ok(HookState { interceptor, watcher: Arc::new(watcher), _health: checks, _admin: admin, _debug: debug })
+    }
+
+    /// Acts on each reload request (SIGHUP) until the task is dropped: rescans the hook config
+    /// directory at once (what changed is logged as on any rescan: added, updated, removed,
+    /// rejected), sets its inotify watch up anew, and logs what is registered. Flags are not
+    /// re-read: they take a restart.
+    fn follow_reloads(&self, reloads: Option<Reloads>) -> Option<AbortOnDrop> {
+        let mut reloads = reloads?;
+        let (registry, watcher) = (self.interceptor.registry.clone(), self.watcher.clone());
+        Some(AbortOnDrop(tokio::spawn(async move {
+            while let Some(signal) = reloads.next().await {
+                tracing::info!(signal = signal.name(), dir = %registry.dir().display(), "reloading: rescanning the hook config directory");
+                let r = registry.clone();
+                if tokio::task::spawn_blocking(move || r.rescan()).await.is_err() {
+                    return; // the runtime is shutting down
+                }
+                watcher.rewatch();
+                let snapshot = registry.snapshot();
+                let names = |it: &mut dyn Iterator<Item = &str>| it.collect::<Vec<_>>().join(",");
+                tracing::info!(
+                    signal = signal.name(),
+                    servers = %names(&mut snapshot.servers().iter().map(|s| s.name.as_str())),
+                    rejected = %names(&mut snapshot.rejected().iter().map(|r| r.name.as_str())),
+                    "reloaded: hook config directory rescanned"
+                );
+            }
+        })))
     }
 }
 

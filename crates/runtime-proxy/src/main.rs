@@ -1,6 +1,7 @@
 //! The `runtime-proxy` binary: parses flags, sets up logging, runs [`runtime_proxy::run`] until
-//! SIGTERM or SIGINT; or, with `status`, prints a running proxy's state
-//! ([`runtime_proxy::status`]) and exits.
+//! SIGTERM, SIGINT or SIGQUIT; SIGHUP rescans the hook config directory, SIGUSR1 and SIGUSR2 are
+//! ignored (the table: [`daemon_support::signals`]); or, with `status`, prints a running proxy's
+//! state ([`runtime_proxy::status`]) and exits.
 //!
 //! One thread serves the calls: the proxy does little CPU work per call, and on a single-threaded
 //! runtime a call's hand-offs between connections need no cross-thread wake-ups (measured with
@@ -9,7 +10,7 @@
 //! holds a call up ([`daemon_support::log`]).
 
 use clap::Parser;
-use tokio::signal::unix::{signal, SignalKind};
+use daemon_support::signals::{self, Control, Signals};
 
 use runtime_proxy::cli::{Args, Command};
 
@@ -31,23 +32,25 @@ async fn main() -> std::process::ExitCode {
         tracing::warn!("{notice}");
     }
     // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
-    let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
-    let shutdown = async {
-        let (mut term, mut int) = match signals {
-            (Ok(t), Ok(i)) => (t, i),
-            _ => return std::future::pending().await,
-        };
-        let which = tokio::select! { _ = term.recv() => "SIGTERM", _ = int.recv() => "SIGINT" };
-        tracing::info!(signal = which, "shutting down");
-        runtime_proxy::notify_systemd(hook_api::sd_notify::STOPPING);
-    };
-    let code = match runtime_proxy::run(args, shutdown).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    let mut control = match Signals::install() {
+        Ok(s) => signals::spawn(s, || runtime_proxy::notify_systemd(hook_api::sd_notify::STOPPING)),
         Err(e) => {
-            // Once, as the last line (it used to be printed twice).
-            tracing::error!("{e:#}");
-            std::process::ExitCode::from(2)
+            tracing::warn!(error = %e, "cannot handle signals: SIGTERM and SIGHUP keep their default action (exit without a drain)");
+            Control::inert()
         }
+    };
+    let reloads = control.take_reloads();
+    let code = tokio::select! {
+        result = runtime_proxy::run(args, control.stopping(), reloads) => match result {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                // Once, as the last line (it used to be printed twice).
+                tracing::error!("{e:#}");
+                std::process::ExitCode::from(2)
+            }
+        },
+        // A second stop signal: the drain is cut short (the socket is gone already).
+        () = control.stop_now() => std::process::ExitCode::SUCCESS,
     };
     // The lines still queued, the error above included, are written before the exit.
     logging.flush();

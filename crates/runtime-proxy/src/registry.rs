@@ -8,7 +8,15 @@
 //! `koordlet.json` and also `foojson` — and does not start with `.` is one hook server, named by
 //! its file name. Hidden names are skipped so that ConfigMap volumes (`..data`,
 //! `..2024_01_01_00_00_00.123`) and editors' or atomic writers' temp files (`.x.json.swp`,
-//! `.tmpAbC`) are never read. Symlinks are followed (ConfigMap volumes: `x.json -> ..data/x.json`).
+//! `.#x.json`, `.tmpAbC`) are never read; so are other names (`x.json~`, `x.json.bak`,
+//! `README`), each logged once (info; hidden ones at debug). Symlinks are followed (ConfigMap
+//! volumes: `x.json -> ..data/x.json`).
+//!
+//! Only regular files are opened: an entry named like a registration that is a directory, a
+//! FIFO (opening one for reading would block until a writer comes), a socket or a device (opening
+//! one can act on it), or a symlink to one of those, is rejected by its type without being
+//! opened; so is a dangling symlink (and a symlink loop, a file over [`MAX_FILE_SIZE`] by its
+//! size, a file that cannot be read).
 //!
 //! # Format
 //!
@@ -57,12 +65,15 @@
 //!
 //! # Bad files
 //!
-//! A file that cannot be used (bad JSON — including a half-written one — empty, wrong types, bad
-//! policy, missing endpoint, not a regular file, over 1 MiB, unreadable) is logged at warn with
-//! its name and reason, listed in [`Snapshot::rejected`], and skipped; if an earlier version of it
+//! A file that cannot be used (bad JSON — including a half-written one — empty, wrong types,
+//! missing endpoint, not a regular file, over 1 MiB, unreadable) is logged at warn with its name
+//! and reason once (again only when the reason changes), listed in [`Snapshot::rejected`] (so
+//! counted by `runtime_proxy_hook_config_rejected`), and skipped; if an earlier version of it
 //! was good, **that version stays registered** until the file is fixed or deleted. koordlet
 //! rewrites `koordlet.json` in place (truncate, then write), so readers do see empty and partial
-//! files. Deleting a file (or a dangling symlink) removes its server.
+//! files; the write that completes the file is the next inotify event, and it is read again.
+//! Deleting a file removes its server; so does a symlink whose target is deleted (rejected as
+//! dangling until it is removed too).
 //!
 //! # Reload
 //!
@@ -282,10 +293,14 @@ pub enum ConfigError {
         /// Whose socket it is, e.g. `the proxy's own socket (--koord-runtimeproxy-endpoint)`.
         what: String,
     },
-    /// Not a regular file (a directory, FIFO, socket or device), after following symlinks.
-    /// Never returned by [`parse`].
-    #[error("not a regular file ({0})")]
+    /// Not a regular file (a directory, FIFO, socket or device), after following symlinks;
+    /// never opened. Never returned by [`parse`].
+    #[error("not a regular file ({0}); only regular files (or symlinks to them) are read")]
     NotRegularFile(&'static str),
+    /// A symlink whose target does not exist (its server, if it had one, is removed as for a
+    /// deleted file). Never returned by [`parse`].
+    #[error("dangling symlink to {0}: nothing to read")]
+    DanglingSymlink(String),
     /// The file could not be opened or read. Never returned by [`parse`].
     #[error("cannot read: {0}")]
     Read(String),
@@ -626,6 +641,8 @@ struct ScanState {
     generation: u64,
     /// The directory problem last logged, so it is logged once rather than every scan.
     dir_problem: Option<String>,
+    /// Entries that are not registration files by their name (logged once while they exist).
+    ignored: BTreeSet<OsString>,
 }
 
 /// What reading one directory entry gave.
@@ -724,10 +741,23 @@ impl Registry {
     pub fn rescan(&self) {
         let mut st = lock(&self.state);
         let entries = match list_dir(&self.dir) {
-            Ok(entries) => {
+            Ok((entries, ignored)) => {
                 if st.dir_problem.take().is_some() {
                     tracing::info!(dir = %self.dir.display(), "hook config directory readable again");
                 }
+                for name in ignored.difference(&st.ignored) {
+                    let shown = display_name(name);
+                    if name.as_bytes().starts_with(b".") {
+                        // ConfigMap volumes' `..data`, atomic writers' and editors' temp files.
+                        tracing::debug!(file = %shown, "hidden entry in the hook config directory ignored");
+                    } else {
+                        tracing::info!(
+                            file = %shown,
+                            "not a registration file (its name does not end in json), ignored; registrations are named like koordlet.json"
+                        );
+                    }
+                }
+                st.ignored = ignored;
                 entries
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -781,8 +811,13 @@ impl Registry {
                     good.insert(fname, server);
                 }
                 Loaded::Bad(error) => {
-                    // An untrusted file is not served at all, not even its last good version.
-                    let last_good = st.good.get(&fname).cloned().filter(|_| !matches!(error, ConfigError::Untrusted(_)));
+                    // An untrusted file is not served at all, not even its last good version; a
+                    // dangling symlink is a file deleted (a ConfigMap key removed).
+                    let last_good = st
+                        .good
+                        .get(&fname)
+                        .cloned()
+                        .filter(|_| !matches!(error, ConfigError::Untrusted(_) | ConfigError::DanglingSymlink(_)));
                     let r = Rejected { name: display_name(&fname), file: path, error, serving_last_good: last_good.is_some() };
                     if st.rejected.get(&fname) != Some(&r) {
                         if matches!(r.error, ConfigError::Untrusted(_)) {
@@ -870,8 +905,8 @@ impl Registry {
         let signal = Arc::new(Signal::default());
         let mut dir_watch = DirWatch { dir: self.dir.clone(), signal: signal.clone(), watcher: None, id: None, problem: None };
         dir_watch.ensure(false);
-        let task = rt.spawn(watch_loop(self.clone(), dir_watch, signal, opts));
-        Ok(WatchHandle { task })
+        let task = rt.spawn(watch_loop(self.clone(), dir_watch, signal.clone(), opts));
+        Ok(WatchHandle { task, signal })
     }
 }
 
@@ -903,49 +938,86 @@ fn is_config_name(name: &std::ffi::OsStr) -> bool {
     b.ends_with(b"json") && !b.starts_with(b".")
 }
 
-/// The config files in `dir`, sorted by name. Any error (also on one entry) fails the listing,
-/// so a half-read directory never removes servers.
-fn list_dir(dir: &Path) -> io::Result<Vec<(OsString, PathBuf)>> {
-    let mut out = Vec::new();
+/// A directory's listing: its config files (name and path), sorted by name, and the names of
+/// the other entries.
+type Listing = (Vec<(OsString, PathBuf)>, BTreeSet<OsString>);
+
+/// The config files in `dir`, sorted by name, and the names of the other entries (ignored).
+/// Any error (also on one entry) fails the listing, so a half-read directory never removes
+/// servers.
+fn list_dir(dir: &Path) -> io::Result<Listing> {
+    let (mut out, mut ignored) = (Vec::new(), BTreeSet::new());
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         if is_config_name(&name) {
             out.push((name, entry.path()));
+        } else {
+            ignored.insert(name);
         }
     }
     out.sort();
-    Ok(out)
+    Ok((out, ignored))
+}
+
+/// What a file type is, for [`ConfigError::NotRegularFile`].
+fn kind_of(ft: std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
+    }
 }
 
 /// Reads and parses one config file, following symlinks (a ConfigMap's file is judged by its
-/// target). Opens with `O_NONBLOCK` and checks the opened file's type, so a FIFO named `x.json`
-/// cannot block the scan; `strict`: refuses a file that fails [`check_trust`]; a file naming a
-/// `reserved` socket is refused ([`ConfigError::ReservedEndpoint`]).
+/// target).
+///
+/// Nothing but a regular file is ever opened: the target's type is looked at first (`stat`),
+/// because opening a FIFO blocks until a writer comes and opening a device can act (a tape
+/// rewinds, a watchdog arms). A file larger than [`MAX_FILE_SIZE`] is refused by its size.
+/// The open itself is `O_NONBLOCK` and the opened file's type checked again, so an entry
+/// swapped for a FIFO in between cannot block the scan either. `strict`: refuses a file that
+/// fails [`check_trust`]; a file naming a `reserved` socket is refused
+/// ([`ConfigError::ReservedEndpoint`]). A dangling symlink is [`ConfigError::DanglingSymlink`];
+/// an entry gone since the listing is [`Loaded::Absent`].
 fn load(path: &Path, strict: bool, reserved: &[(PathBuf, String)]) -> Loaded {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return match std::fs::read_link(path) {
+                Ok(target) => Loaded::Bad(ConfigError::DanglingSymlink(target.display().to_string())),
+                Err(_) => Loaded::Absent,
+            };
+        }
+        // ELOOP (a symlink loop), EACCES on a directory on the way, …
+        Err(e) => return Loaded::Bad(ConfigError::Read(e.to_string())),
+    };
+    if !meta.is_file() {
+        return Loaded::Bad(ConfigError::NotRegularFile(kind_of(meta.file_type())));
+    }
+    if meta.len() > MAX_FILE_SIZE as u64 {
+        return Loaded::Bad(ConfigError::TooLarge { max: MAX_FILE_SIZE });
+    }
     let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Loaded::Absent,
         Err(e) => return Loaded::Bad(ConfigError::Read(e.to_string())),
     };
-    let ft = match file.metadata() {
-        Ok(m) => m.file_type(),
+    let meta = match file.metadata() {
+        Ok(m) if m.is_file() => m,
+        Ok(m) => return Loaded::Bad(ConfigError::NotRegularFile(kind_of(m.file_type()))),
         Err(e) => return Loaded::Bad(ConfigError::Read(e.to_string())),
     };
-    if !ft.is_file() {
-        let kind = if ft.is_dir() {
-            "a directory"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "a device"
-        };
-        return Loaded::Bad(ConfigError::NotRegularFile(kind));
-    }
     if strict {
-        if let Err(why) = file.metadata().map_err(|e| e.to_string()).and_then(|m| check_trust(&m)) {
+        if let Err(why) = check_trust(&meta) {
             return Loaded::Bad(ConfigError::Untrusted(why));
         }
     }
@@ -993,9 +1065,25 @@ impl Default for WatchOptions {
 }
 
 /// Stops the watcher task (and its inotify watch) when dropped.
-#[derive(Debug)]
 pub struct WatchHandle {
     task: tokio::task::JoinHandle<()>,
+    signal: Arc<Signal>,
+}
+
+impl fmt::Debug for WatchHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchHandle").field("task", &self.task).finish_non_exhaustive()
+    }
+}
+
+impl WatchHandle {
+    /// Has the watcher task set up its inotify watch anew and rescan (SIGHUP): for when the
+    /// watch may have missed something (an inotify queue overflow, a symlink's target outside
+    /// the directory rewritten) and the next periodic rescan is too far off.
+    pub fn rewatch(&self) {
+        self.signal.rewatch.store(true, Ordering::Relaxed);
+        self.signal.wake.notify_one();
+    }
 }
 
 impl Drop for WatchHandle {
@@ -1558,7 +1646,6 @@ mod tests {
         write(d, "README", "garbage");
         fs::create_dir(d.join("..2024_01_01")).unwrap();
         write(&d.join("..2024_01_01"), "inner.json", &server_json("/inner.sock", ""));
-        symlink("nowhere.json", d.join("dangling.json")).unwrap();
         let reg = Registry::new(d);
         let snap = reg.snapshot();
         assert_eq!(names(&snap), ["koordlet.json", "nodot-json"]);
@@ -1615,22 +1702,133 @@ mod tests {
         assert!(reg.rejected().is_empty());
     }
 
+    /// Drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the calling thread's effective set
+    /// (capabilities are per thread on Linux), so root reads files as their modes say; call it on
+    /// a thread of its own. Returns false when capget/capset are refused.
+    fn drop_dac_override_on_this_thread() -> bool {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        const VERSION_3: u32 = 0x2008_0522;
+        let mut header = Header { version: VERSION_3, pid: 0 };
+        let mut data = [Data::default(); 2];
+        // SAFETY: capget/capset with a version-3 header and two data structs, as capget(2) says.
+        unsafe {
+            if libc::syscall(libc::SYS_capget, &mut header as *mut Header, data.as_mut_ptr()) != 0 {
+                return false;
+            }
+            data[0].effective &= !((1 << 1) | (1 << 2)); // CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) == 0
+        }
+    }
+
+    /// Every kind of entry a hook config directory can hold: what is registered, what is
+    /// rejected (and why, naming it), what is ignored; nothing blocks, nothing is opened that
+    /// is not a regular file.
     #[test]
-    fn non_regular_files_are_rejected_without_blocking() {
+    fn every_kind_of_entry() {
         let tmp = tempfile::tempdir().unwrap();
-        let d = tmp.path();
+        let d = tmp.path().join("hookserver.d");
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir_all(&d).unwrap();
+        fs::create_dir_all(&elsewhere).unwrap();
+        // registered: a plain file, a symlink to a file (followed, as in ConfigMap volumes)
+        write(&d, "plain.json", &server_json("/plain.sock", ""));
+        write(&elsewhere, "target.json", &server_json("/linked.sock", ""));
+        symlink(elsewhere.join("target.json"), d.join("linked.json")).unwrap();
+        // rejected, by type or state, without being opened
         fs::create_dir(d.join("dir.json")).unwrap();
+        symlink(&elsewhere, d.join("dirlink.json")).unwrap();
+        symlink(elsewhere.join("gone.json"), d.join("dangling.json")).unwrap();
+        symlink("loop.json", d.join("loop.json")).unwrap();
         let fifo = std::ffi::CString::new(d.join("fifo.json").as_os_str().as_bytes()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let _socket = std::os::unix::net::UnixListener::bind(d.join("socket.json")).unwrap();
         symlink("/dev/null", d.join("null.json")).unwrap();
-        symlink("loop.json", d.join("loop.json")).unwrap();
-        let reg = Registry::new(d);
-        let r: Vec<(String, String)> = reg.rejected().into_iter().map(|r| (r.name, r.error.to_string())).collect();
-        assert_eq!(r.len(), 4, "{r:?}");
-        assert!(r[0].0 == "dir.json" && r[0].1.contains("directory"), "{r:?}");
-        assert!(r[1].0 == "fifo.json" && r[1].1.contains("FIFO"), "{r:?}");
-        assert!(r[2].0 == "loop.json" && r[2].1.contains("cannot read"), "{r:?}");
-        assert!(r[3].0 == "null.json" && r[3].1.contains("device"), "{r:?}");
+        let node = std::ffi::CString::new(d.join("node.json").as_os_str().as_bytes()).unwrap();
+        // A real device node where mknod is allowed (root, not in a restricted container).
+        let have_node = unsafe { libc::mknod(node.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 3)) } == 0;
+        let huge = fs::File::create(d.join("huge.json")).unwrap();
+        huge.set_len(2 << 20).unwrap(); // sparse: 2 MiB by its size
+        write(&d, "empty.json", "");
+        write(&d, "partial.json", r#"{"remote-endpoint": "/partial.so"#);
+        // ignored by name: not ending in json, hidden, editors' files
+        for name in ["README", "koordlet.conf", "x.json~", "x.json.bak", ".hidden.json", ".x.json.swp", "#x.json#"] {
+            write(&d, name, &server_json("/ignored.sock", ""));
+        }
+        symlink("root@host.1234:1700000000", d.join(".#x.json")).unwrap(); // Emacs' lock: dangling, hidden
+                                                                           // unreadable (as root: only once CAP_DAC_OVERRIDE is gone)
+        write(&d, "secret.json", &server_json("/secret.sock", ""));
+        fs::set_permissions(d.join("secret.json"), fs::Permissions::from_mode(0o000)).unwrap();
+
+        let reg = Registry::new(&d);
+        let snap = reg.snapshot();
+        assert_eq!(names(&snap), ["linked.json", "plain.json", "secret.json"], "root reads the 0000 file");
+        assert_eq!(endpoint_of(&snap, "linked.json").unwrap(), Path::new("/linked.sock"));
+        let why = |snap: &Snapshot| -> BTreeMap<String, String> {
+            snap.rejected().iter().map(|r| (r.name.clone(), r.error.to_string())).collect()
+        };
+        let r = why(&snap);
+        let mut expected = vec![
+            ("dangling.json", "dangling symlink to"),
+            ("dir.json", "not a regular file (a directory)"),
+            ("dirlink.json", "not a regular file (a directory)"),
+            ("empty.json", "empty file"),
+            ("fifo.json", "not a regular file (a FIFO)"),
+            ("huge.json", "file larger than 1048576 bytes"),
+            ("loop.json", "cannot read"),
+            ("null.json", "not a regular file (a character device)"),
+            ("partial.json", "invalid JSON: EOF while parsing"),
+            ("socket.json", "not a regular file (a socket)"),
+        ];
+        if have_node {
+            expected.push(("node.json", "not a regular file (a character device)"));
+        }
+        assert_eq!(r.len(), expected.len(), "{r:#?}");
+        for (name, reason) in expected {
+            assert!(r.get(name).is_some_and(|w| w.contains(reason)), "{name}: want {reason:?}, got {:?}", r.get(name));
+        }
+        assert!(r["dangling.json"].contains("gone.json"), "names the target: {}", r["dangling.json"]);
+        assert!(r["loop.json"].contains("symbolic links"), "{}", r["loop.json"]);
+
+        // The partial file completed (the writer's next write): registered.
+        write(&d, "partial.json", &server_json("/partial.sock", ""));
+        // The linked file's target removed: its server goes, the link is rejected as dangling.
+        fs::remove_file(elsewhere.join("target.json")).unwrap();
+        reg.rescan();
+        let snap = reg.snapshot();
+        assert_eq!(names(&snap), ["partial.json", "plain.json", "secret.json"]);
+        assert!(why(&snap)["linked.json"].contains("dangling symlink"), "{:?}", why(&snap));
+        assert!(!snap.rejected().iter().any(|r| r.name == "partial.json"));
+
+        // Without CAP_DAC_OVERRIDE (a proxy not run as root), the 0000 file cannot be read: it is
+        // rejected, naming the reason, and its last good version stays.
+        let reg2 = reg.clone();
+        let dropped = std::thread::spawn(move || {
+            if !drop_dac_override_on_this_thread() {
+                return false;
+            }
+            reg2.rescan();
+            true
+        })
+        .join()
+        .unwrap();
+        if dropped {
+            let snap = reg.snapshot();
+            let r = why(&snap);
+            assert!(r["secret.json"].contains("cannot read: Permission denied"), "{r:?}");
+            assert!(snap.rejected().iter().any(|r| r.name == "secret.json" && r.serving_last_good));
+            assert!(snap.get("secret.json").is_some(), "last good version kept");
+        }
     }
 
     #[test]
