@@ -163,6 +163,7 @@ fn feature_gates_choose_the_plugins_and_refuse_what_they_do_not_know() {
         cgroups.to_str().unwrap(),
         "--cgroup-version",
         "v1",
+        "--unchecked-cgroup-root",
     ];
     for (gates, needle) in
         [("GroupIdentiy=true", "unknown feature gate \"GroupIdentiy\""), ("CoreSched=true", "CoreSched is koordlet's but not implemented")]
