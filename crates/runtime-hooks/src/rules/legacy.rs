@@ -9,7 +9,7 @@
 //! cpuset: {enable: true, unsetCfsQuota: true}
 //! ```
 //!
-//! In the NodeSLO form (README, "Rules file"): the `groupIdentity` values are
+//! In the NodeSLO form (README, "Rules: from the cluster, or from a file"): the `groupIdentity` values are
 //! `resourceQOSStrategy.<class>.cpuQOS` (`enable: true` plus `groupIdentity`), and
 //! `batchResource.cfsQuota: false` is `resourceUsedThresholdWithBE: {enable: true,
 //! cpuSuppressPolicy: cfsQuota}`. `cpu`, `batchResource.enable` and the `cpuset` switches have
