@@ -4,7 +4,7 @@
 //! It has a listener of its own, apart from the admin endpoint (`--metrics-addr`), because pod
 //! IDs are not for every network that may scrape metrics: an operator turns it on where only
 //! they can reach it (loopback), when they need it. The admin endpoint answers `/debug/store`
-//! with 404 and a line saying where it moved ([`moved`]).
+//! with 404 and a line saying where it moved ([`DebugEndpoint::moved`]).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
