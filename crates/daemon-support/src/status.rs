@@ -228,6 +228,22 @@ pub fn ago(now_ms: u64, then_ms: u64) -> String {
     format!("{} ago", show_duration(Duration::from_millis(now_ms.saturating_sub(then_ms))))
 }
 
+/// The `problems` and `warnings` string arrays of a `/status` document, each under its title as
+/// `- item` lines after a blank line; nothing for an absent or empty array.
+pub fn problem_lists(doc: &serde_json::Value) -> String {
+    let mut out = String::new();
+    for key in ["problems", "warnings"] {
+        let items = doc[key].as_array().cloned().unwrap_or_default();
+        if !items.is_empty() {
+            out.push_str(&format!("\n{key}\n"));
+            for item in items {
+                out.push_str(&format!("- {}\n", item.as_str().unwrap_or_default()));
+            }
+        }
+    }
+    out
+}
+
 /// Columns padded to their widest cell (counted in characters), two spaces apart; the last
 /// column is not padded. One line per row, the header first.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {

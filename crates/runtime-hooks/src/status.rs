@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use daemon_support::status::{ago, rfc3339, show_duration, str_of, table, unix_ms};
+use daemon_support::status::{ago, problem_lists, rfc3339, show_duration, str_of, table, unix_ms};
 use serde_json::{json, Value};
 
 use crate::cli::Mode;
@@ -288,15 +288,7 @@ pub fn render(doc: &Value) -> String {
     }
     let in_force = serde_json::to_string_pretty(&rules["in_force"]).unwrap_or_default();
     let _ = writeln!(out, "\nrules in force\n{in_force}");
-    for (title, key) in [("problems", "problems"), ("warnings", "warnings")] {
-        let items = doc[key].as_array().cloned().unwrap_or_default();
-        if !items.is_empty() {
-            let _ = writeln!(out, "\n{title}");
-            for item in items {
-                let _ = writeln!(out, "- {}", item.as_str().unwrap_or_default());
-            }
-        }
-    }
+    out.push_str(&problem_lists(doc));
     out
 }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use arc_swap::ArcSwap;
-use daemon_support::status::{ago, rfc3339, show_duration, str_of, table, unix_ms};
+use daemon_support::status::{ago, problem_lists, rfc3339, show_duration, str_of, table, unix_ms};
 use serde_json::{json, Value};
 
 use crate::cli::BackendRuntimeMode;
@@ -387,15 +387,7 @@ pub fn render(doc: &Value) -> String {
         out.push_str("\nhook calls by stage\n");
         out.push_str(&table(&["STAGE", "SERVERS", "CALLS", "FAILURES", "TIMEOUTS", "REFUSED"], &stage_rows));
     }
-    for (title, key) in [("problems", "problems"), ("warnings", "warnings")] {
-        let items = doc[key].as_array().cloned().unwrap_or_default();
-        if !items.is_empty() {
-            let _ = writeln!(out, "\n{title}");
-            for item in items {
-                let _ = writeln!(out, "- {}", item.as_str().unwrap_or_default());
-            }
-        }
-    }
+    out.push_str(&problem_lists(doc));
     out
 }
 
