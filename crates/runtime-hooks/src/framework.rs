@@ -32,7 +32,8 @@ use tonic::Status;
 use crate::cgroup::{CgroupError, CgroupFs, CgroupValue, Written};
 use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
-use crate::plugin::{FailurePolicy, Plugin, Stage};
+use crate::host::Host;
+use crate::plugin::{FailurePolicy, Plugin, PodState, Stage};
 use crate::rules::{Rules, RulesStore};
 
 /// A plugin that failed for one pod or container.
@@ -134,6 +135,7 @@ pub struct Framework {
     policy: FailurePolicy,
     rules: Arc<RulesStore>,
     cgroups: Arc<CgroupFs>,
+    host: Arc<Host>,
 }
 
 impl fmt::Debug for Framework {
@@ -142,6 +144,7 @@ impl fmt::Debug for Framework {
             .field("plugins", &self.plugins.iter().map(|p| p.name()).collect::<Vec<_>>())
             .field("policy", &self.policy)
             .field("cgroups", &self.cgroups)
+            .field("host", &self.host)
             .finish()
     }
 }
@@ -149,7 +152,35 @@ impl fmt::Debug for Framework {
 impl Framework {
     /// A framework running `plugins` in this order.
     pub fn new(plugins: Vec<Arc<dyn Plugin>>, policy: FailurePolicy, rules: Arc<RulesStore>, cgroups: Arc<CgroupFs>) -> Framework {
-        Framework { plugins, policy, rules, cgroups }
+        Framework { plugins, policy, rules, cgroups, host: Arc::new(Host::default()) }
+    }
+
+    /// The same framework acting on `host`'s kernel facilities in node-level work (default: a
+    /// [`Host`] with none).
+    pub fn with_host(mut self, host: Arc<Host>) -> Framework {
+        self.host = host;
+        self
+    }
+
+    /// The node's kernel facilities.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+
+    /// Every plugin's node-level work ([`Plugin::node`]) over `pods`, in plugin order. A
+    /// failing plugin does not stop the others (node-level work never fails a pod).
+    ///
+    /// Returns the failures, with [`Stage`] the reconciler's (PreRunPodSandbox) and target
+    /// `node`; the caller logs them.
+    pub fn node_pass(&self, pods: &[PodState]) -> Vec<PluginFailure> {
+        let rules = self.rules.current();
+        let mut failures = Vec::new();
+        for plugin in &self.plugins {
+            if let Err(error) = plugin.node(pods, &rules, &self.host) {
+                failures.push(PluginFailure { plugin: plugin.name(), stage: Stage::PreRunPodSandbox, target: "node".into(), error });
+            }
+        }
+        failures
     }
 
     /// The plugins, in order.
@@ -443,6 +474,40 @@ mod tests {
             pod_cgroup_parent: "/kubepods/besteffort/pod1".into(),
             ..Default::default()
         }
+    }
+
+    /// Node-level work: every plugin runs, a failing one is reported and does not stop the rest.
+    #[test]
+    fn node_pass_runs_every_plugin_and_reports_failures() {
+        struct Node(&'static str, bool, std::sync::Mutex<usize>);
+        impl Plugin for Node {
+            fn name(&self) -> &'static str {
+                self.0
+            }
+            fn stages(&self) -> &'static [Stage] {
+                &[]
+            }
+            fn node(&self, pods: &[PodState], _: &Rules, _: &Host) -> anyhow::Result<()> {
+                *self.2.lock().unwrap() += pods.len();
+                if self.1 {
+                    Ok(())
+                } else {
+                    Err(anyhow::anyhow!("{} broke", self.0))
+                }
+            }
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (a, b) = (Arc::new(Node("a", false, Default::default())), Arc::new(Node("b", true, Default::default())));
+        let f = Framework::new(
+            vec![a.clone(), b.clone()],
+            FailurePolicy::Fail,
+            RulesStore::fixed(Rules::default()),
+            Arc::new(CgroupFs::new(t.path(), CgroupVersion::V2)),
+        );
+        let failures = f.node_pass(&[PodState::default(), PodState::default()]);
+        assert_eq!(failures.len(), 1);
+        assert_eq!((failures[0].plugin, failures[0].target.as_str()), ("a", "node"));
+        assert_eq!((*a.2.lock().unwrap(), *b.2.lock().unwrap()), (2, 2), "both saw both pods");
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub mod context;
 pub mod feature_gates;
 pub mod framework;
 pub mod hook_wire;
+pub mod host;
 pub mod lenient;
 pub mod metrics;
 pub mod nri;
@@ -156,7 +157,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
     }
     let cgroups = cgroups.with_driver(driver);
-    let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)));
+    let host = Arc::new(host::Host::detect(host::HostPaths { cgroup_root: args.cgroup_root.clone() }));
+    let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)).with_host(host));
     let stages = framework.stages();
     tracing::info!(
         mode = %args.mode.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default(),
@@ -166,6 +168,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         cgroup = %match framework.cgroups().version() { cgroup::CgroupVersion::V1 => "v1", cgroup::CgroupVersion::V2 => "v2" },
         cgroup_root = %framework.cgroups().root().display(),
         cgroup_driver = %driver_source,
+        host = %framework.host().describe(),
         rules = %args.rules.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "koordlet's defaults".into()),
         cluster = %match &cluster {
             Some(_) => format!("node {} (NodeSLO, NodeResourceTopology, Node, pods)", cluster_config.node_name),

@@ -35,6 +35,7 @@ use std::str::FromStr;
 use crate::cgroup::CgroupValue;
 use crate::change::Change;
 use crate::context::{ContainerContext, KubeQos, PodContext};
+use crate::host::Host;
 use crate::rules::Rules;
 
 pub use hook_api::Stage;
@@ -100,6 +101,41 @@ pub trait Plugin: Send + Sync + 'static {
     fn kube_qos(&self, _qos: KubeQos, _rules: &Rules) -> Vec<CgroupValue> {
         Vec::new()
     }
+
+    /// Node-level work: koordlet's rule callbacks and all-pods reconcilers (core-scheduling
+    /// cookies, resctrl groups and their cleanup, tc classes, …), done through the [`Host`]'s
+    /// facilities. Called with every pod the mode knows of — by the reconciler at each pass
+    /// (standalone mode, proxy mode with `--runtime-endpoint`) and by NRI mode after Synchronize,
+    /// a rules change, and each pod's RunPodSandbox and RemovePodSandbox. Must be idempotent;
+    /// default nothing.
+    ///
+    /// Errors: the plugin's failure (logged once per distinct message by the caller; never
+    /// fails a pod).
+    fn node(&self, _pods: &[PodState], _rules: &Rules, _host: &Host) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// A pod as node-level work sees it ([`Plugin::node`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodState {
+    /// The pod.
+    pub pod: PodContext,
+    /// Its cgroup directory, in kubelet's form relative to the cgroup root (as
+    /// [`crate::cgroup::CgroupFs::resolve`] gives it); `None` when the pod has none of its own
+    /// (empty parent) or it is not known.
+    pub cgroup_dir: Option<String>,
+    /// Its created or running containers.
+    pub containers: Vec<ContainerState>,
+}
+
+/// A container of a [`PodState`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerState {
+    /// The container (its `pod` is the pod's context).
+    pub container: ContainerContext,
+    /// Its cgroup directory, as [`PodState::cgroup_dir`]; `None` when not known.
+    pub cgroup_dir: Option<String>,
 }
 
 #[cfg(test)]

@@ -31,7 +31,9 @@
 //!    writes of the pod, see [`crate::framework::apply_all`]) and logs every correction:
 //!    `drift corrected … file=… old=… new=…`;
 //! 5. with `--kubepods-cgroup`, also the kubelet QoS directories (`kubepods`, `…/burstable`,
-//!    `…/besteffort`) from [`crate::plugin::Plugin::kube_qos`].
+//!    `…/besteffort`) from [`crate::plugin::Plugin::kube_qos`];
+//! 6. runs the plugins' node-level work ([`crate::plugin::Plugin::node`]) over the pods of the
+//!    pass, with their cgroup directories.
 //!
 //! A pass that looks for its pods' cgroup directories and finds none of them — the cgroup root
 //! is not the host's, or the version or driver is wrong — is a WARN, once, naming the root and
@@ -61,7 +63,7 @@ use crate::cgroup_path::{self, CgroupDriver};
 use crate::context::{ContainerContext, PodContext};
 use crate::framework::{apply_all, Framework, Owned};
 use crate::lenient::{cri as view, decode_items, entries_map, lossy, ViewCodec};
-use crate::plugin::Stage;
+use crate::plugin::{ContainerState, PodState, Stage};
 
 /// One corrected file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -303,6 +305,7 @@ impl Reconciler {
         let mut report = Report::default();
         let mut failures_now = HashSet::new();
         let mut seen = DirsSeen::default();
+        let mut states: Vec<PodState> = Vec::new();
         for sandbox in &sandboxes {
             if !self.selector.iter().all(|(k, v)| sandbox.labels.get(k) == Some(v)) {
                 continue;
@@ -330,6 +333,7 @@ impl Reconciler {
             if let Some(dir) = &pod_dir {
                 seen.look(self.framework.cgroups(), dir);
             }
+            let mut state = PodState { pod: pod.clone(), cgroup_dir: pod_dir.clone(), containers: Vec::new() };
             let mut writes: Vec<(String, String, Owned)> = Vec::new(); // (target, dir, value)
             match self.framework.run_pod(Stage::PreRunPodSandbox, &pod) {
                 Ok(outcome) => {
@@ -365,6 +369,7 @@ impl Reconciler {
                     resources: None,
                 };
                 report.containers += 1;
+                state.containers.push(ContainerState { container: container.clone(), cgroup_dir: Some(dir.clone()) });
                 match self.framework.run_container(Stage::PreCreateContainer, &container) {
                     Ok(outcome) => {
                         failures_now.extend(outcome.failures.iter().map(|f| f.to_string()));
@@ -379,10 +384,12 @@ impl Reconciler {
                 }
             }
             self.write(writes, &mut report, &mut failures_now);
+            states.push(state);
         }
         if let Some(root) = self.kubepods.clone() {
             self.kube_qos_dirs(&root, &mut report, &mut failures_now);
         }
+        failures_now.extend(self.framework.node_pass(&states).iter().map(|f| f.to_string()));
         self.check_dirs_seen(&seen, report.pods);
         // Log each failure once, when it first appears; forget the ones that went away.
         for f in failures_now.difference(&self.reported) {

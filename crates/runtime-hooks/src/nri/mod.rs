@@ -66,7 +66,7 @@ use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
 use crate::framework::{log_call, Framework, Outcome, PluginFailure};
 use crate::lenient::decode_items;
-use crate::plugin::Stage;
+use crate::plugin::{ContainerState, PodState, Stage};
 
 /// The runtime's NRI socket unless `--nri-socket` says otherwise (NRI's `DefaultSocketPath`).
 pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
@@ -161,7 +161,14 @@ struct Known {
 /// Errors: none so far (a runtime that is not there is waited for); kept for the caller's shape.
 pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let mut plugin = NriPlugin { framework: framework.clone(), options, known: Known::default(), synchronized: false, configured_at: None };
+    let mut plugin = NriPlugin {
+        framework: framework.clone(),
+        options,
+        known: Known::default(),
+        synchronized: false,
+        configured_at: None,
+        node_failures: Default::default(),
+    };
     let mut rules = framework.rules().subscribe();
     rules.borrow_and_update();
     let mut backoff = BACKOFF_MIN;
@@ -206,6 +213,8 @@ struct NriPlugin {
     synchronized: bool,
     /// When the runtime configured us on the current connection (Synchronize is due next).
     configured_at: Option<tokio::time::Instant>,
+    /// Node-level failures of the last pass, each logged once when it first appears.
+    node_failures: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// What a handled call answers: a payload, or a status.
@@ -401,12 +410,15 @@ impl NriPlugin {
         match event {
             Event::RunPodSandbox => {
                 self.known.pods.insert(pod.id.clone(), pod.clone());
-                self.pod(Stage::PreRunPodSandbox, &pod)
+                let result = self.pod(Stage::PreRunPodSandbox, &pod);
+                self.node_pass("RunPodSandbox");
+                result
             }
             Event::StopPodSandbox => self.pod(Stage::PostStopPodSandbox, &pod),
             Event::RemovePodSandbox => {
                 self.known.pods.remove(&pod.id);
                 self.known.containers.retain(|_, c| c.pod_sandbox_id != pod.id);
+                self.node_pass("RemovePodSandbox");
                 Ok(())
             }
             Event::StartContainer | Event::PostStartContainer => {
@@ -486,7 +498,45 @@ impl NriPlugin {
             }
         }
         tracing::info!(reason, pods, containers, updates = updates.len(), "NRI: applied to known pods");
+        self.node_pass(reason);
         updates
+    }
+
+    /// The known (selected) pods with their cgroup directories, for node-level work.
+    fn pod_states(&self) -> Vec<PodState> {
+        let cgroups = self.framework.cgroups();
+        let mut states: HashMap<&str, PodState> = HashMap::new();
+        for (id, pod) in &self.known.pods {
+            let ctx = convert::pod_context(pod);
+            if !self.selected(&ctx) {
+                continue;
+            }
+            let cgroup_dir = cgroups.resolve(&ctx.cgroup_parent).ok().flatten();
+            states.insert(id, PodState { pod: ctx, cgroup_dir, containers: Vec::new() });
+        }
+        for c in self.known.containers.values() {
+            let (Some(state), Some(pod)) = (states.get_mut(c.pod_sandbox_id.as_str()), self.known.pods.get(&c.pod_sandbox_id)) else {
+                continue;
+            };
+            let path = c.linux.as_ref().map(|l| l.cgroups_path.as_str()).unwrap_or_default();
+            let cgroup_dir = match path {
+                "" => None,
+                path => crate::cgroup_path::container_dir(path, state.cgroup_dir.as_deref(), cgroups.driver()).ok(),
+            };
+            state.containers.push(ContainerState { container: convert::container_context(pod, c, None), cgroup_dir });
+        }
+        states.into_values().collect()
+    }
+
+    /// Every plugin's node-level work over the known pods; each distinct failure logged once, when
+    /// it first appears (never fails a pod).
+    fn node_pass(&self, reason: &str) {
+        let now: std::collections::HashSet<String> = self.framework.node_pass(&self.pod_states()).iter().map(|f| f.to_string()).collect();
+        let mut reported = self.node_failures.lock().unwrap_or_else(|e| e.into_inner());
+        for f in now.difference(&reported) {
+            tracing::warn!(reason, "NRI: node-level work: {f}");
+        }
+        *reported = now;
     }
 }
 
@@ -546,8 +596,14 @@ mod tests {
             Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
         );
         let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
-        let mut plugin =
-            NriPlugin { framework: Arc::new(framework), options, known: Known::default(), synchronized: true, configured_at: None };
+        let mut plugin = NriPlugin {
+            framework: Arc::new(framework),
+            options,
+            known: Known::default(),
+            synchronized: true,
+            configured_at: None,
+            node_failures: Default::default(),
+        };
         let entry = |k: &str, v: &[u8]| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.to_vec() };
         let spec = br#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}}}"#;
         let pod = nri::PodSandbox {
@@ -589,8 +645,14 @@ mod tests {
             Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
         );
         let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
-        let mut plugin =
-            NriPlugin { framework: Arc::new(framework), options, known: Known::default(), synchronized: false, configured_at: None };
+        let mut plugin = NriPlugin {
+            framework: Arc::new(framework),
+            options,
+            known: Known::default(),
+            synchronized: false,
+            configured_at: None,
+            node_failures: Default::default(),
+        };
         let good = nri::PodSandbox { id: "s2".into(), ..Default::default() }.encode_to_vec();
         let broken = b"\x0a\x02s1\x12\x7f\x01".to_vec();
         let payload = SynchronizeItems { pods: vec![broken, good], containers: Vec::new() }.encode_to_vec();
