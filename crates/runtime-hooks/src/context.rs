@@ -125,6 +125,11 @@ pub struct PodContext {
     /// slice name. Turned into a directory by [`crate::cgroup::CgroupFs::resolve`]. May be empty:
     /// the runtime's default cgroup (valid CRI), or a parent the proxy lost.
     pub cgroup_parent: String,
+    /// The pod's resources (CPU shares, CFS quota in µs, memory limit in bytes) as its spec sets
+    /// them, where the mode knows them: the reconciler with the API server's pod (koordlet's
+    /// `PodContext.Request.Resources`, "currently only reconciler mode provides Resources");
+    /// `None` in proxy and NRI modes.
+    pub resources: Option<LinuxContainerResources>,
 }
 
 impl PodContext {
@@ -138,6 +143,7 @@ impl PodContext {
             labels: req.labels.clone(),
             annotations: req.annotations.clone(),
             cgroup_parent: req.cgroup_parent.clone(),
+            resources: None,
         }
     }
 
@@ -151,6 +157,7 @@ impl PodContext {
             labels: req.pod_labels.clone(),
             annotations: req.pod_annotations.clone(),
             cgroup_parent: req.pod_cgroup_parent.clone(),
+            resources: None,
         }
     }
 

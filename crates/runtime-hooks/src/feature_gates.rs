@@ -7,7 +7,8 @@
 //! | `GroupIdentity` | on | [`crate::plugins::GroupIdentity`] |
 //! | `CPUSetAllocator` | on | [`crate::plugins::CpuSet`] |
 //! | `BatchResource` | on | [`crate::plugins::BatchResource`] |
-//! | `CPUNormalization`, `CoreSched`, `GPUEnvInject`, `RDMADeviceInject`, `Resctrl`, `TCNetworkQoS`, `TerwayQoS` | off | not implemented here yet: turning one on is refused |
+//! | `CPUNormalization` | off | [`crate::plugins::CpuNormalization`] |
+//! | `CoreSched`, `GPUEnvInject`, `RDMADeviceInject`, `Resctrl`, `TCNetworkQoS`, `TerwayQoS` | off | not implemented here yet: turning one on is refused |
 //! | `BECPUManager` (koordlet's, read by CPUSet) | off | not implemented here yet: turning it on is refused |
 //!
 //! `AllAlpha` and `AllBeta` set every alpha (all but the three above, which are beta) or beta
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::plugin::Plugin;
-use crate::plugins::{BatchResource, CpuSet, GroupIdentity};
+use crate::plugins::{BatchResource, CpuNormalization, CpuSet, GroupIdentity};
 
 /// One gate.
 #[derive(Clone, Copy, Debug)]
@@ -40,7 +41,7 @@ pub const GATES: &[Gate] = &[
     Gate { name: "GroupIdentity", default: true, beta: true, plugin: Some(|| Arc::new(GroupIdentity)) },
     Gate { name: "BatchResource", default: true, beta: true, plugin: Some(|| Arc::new(BatchResource)) },
     Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|| Arc::new(CpuSet)) },
-    Gate { name: "CPUNormalization", default: false, beta: false, plugin: None },
+    Gate { name: "CPUNormalization", default: false, beta: false, plugin: Some(|| Arc::new(CpuNormalization)) },
     Gate { name: "CoreSched", default: false, beta: false, plugin: None },
     Gate { name: "GPUEnvInject", default: false, beta: false, plugin: None },
     Gate { name: "RDMADeviceInject", default: false, beta: false, plugin: None },

@@ -55,6 +55,7 @@ pub mod metrics;
 pub mod nri;
 pub mod plugin;
 pub mod plugins;
+pub mod pod_spec;
 pub mod quantity;
 pub mod reconciler;
 pub mod rules;

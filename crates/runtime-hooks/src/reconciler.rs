@@ -64,6 +64,7 @@ use crate::context::{ContainerContext, PodContext};
 use crate::framework::{apply_all, Framework, Owned};
 use crate::lenient::{cri as view, decode_items, entries_map, lossy, ViewCodec};
 use crate::plugin::{ContainerState, PodState, Stage};
+use crate::pod_spec;
 
 /// One corrected file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,6 +119,9 @@ struct ListedPod {
     uid: String,
     labels: HashMap<String, String>,
     annotations: HashMap<String, String>,
+    /// The API server's pod, when the cluster source has it: its spec gives the pods' and
+    /// containers' resources ([`crate::pod_spec`]).
+    api: Option<Arc<k8s_openapi::api::core::v1::Pod>>,
 }
 
 /// A RUNNING container as listed.
@@ -252,11 +256,12 @@ impl Reconciler {
                 let meta = s.metadata.unwrap_or_default();
                 let uid = lossy(&meta.uid);
                 let (mut labels, mut annotations) = (entries_map(&s.labels), entries_map(&s.annotations));
-                if let Some(api) = self.cluster_pods.as_ref().and_then(|p| p.get(&uid)) {
+                let api = self.cluster_pods.as_ref().and_then(|p| p.get(&uid));
+                if let Some(api) = &api {
                     labels = api.metadata.labels.clone().unwrap_or_default().into_iter().collect();
                     annotations = api.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
                 }
-                ListedPod { id: lossy(&s.id), name: lossy(&meta.name), namespace: lossy(&meta.namespace), uid, labels, annotations }
+                ListedPod { id: lossy(&s.id), name: lossy(&meta.name), namespace: lossy(&meta.namespace), uid, labels, annotations, api }
             })
             .collect())
     }
@@ -320,6 +325,7 @@ impl Reconciler {
                 labels: sandbox.labels.clone(),
                 annotations: sandbox.annotations.clone(),
                 cgroup_parent: parent.clone(),
+                resources: sandbox.api.as_deref().and_then(pod_spec::pod),
             };
             report.pods += 1;
             // The pod's own directory: none for the runtime's default (empty parent).
@@ -366,7 +372,7 @@ impl Reconciler {
                     id: c.id.clone(),
                     annotations: c.annotations.clone(),
                     envs: HashMap::new(),
-                    resources: None,
+                    resources: sandbox.api.as_deref().and_then(|p| pod_spec::container_of(p, &c.name)),
                 };
                 report.containers += 1;
                 state.containers.push(ContainerState { container: container.clone(), cgroup_dir: Some(dir.clone()) });

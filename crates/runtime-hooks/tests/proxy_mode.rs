@@ -419,3 +419,26 @@ async fn a_pod_with_bytes_that_are_not_utf8_gets_its_values() {
     pod.remove(&mut rt).await;
     direct.remove(&mut rt).await;
 }
+
+/// CPUNormalization (gate on): with the Node's ratio 1.5, an LS container's CFS quota of
+/// 200000 µs becomes ⌈200000 ÷ 1.5⌉ = 133334 µs in its real cgroup; an LSR one keeps its own.
+#[tokio::test]
+async fn cpu_normalization_scales_an_ls_container_quota() {
+    let rules_dir = tempfile::tempdir().unwrap();
+    let rules = rules_dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  annotations:\n    node.koordinator.sh/cpu-normalization-ratio: \"1.5\"\n",
+    )
+    .unwrap();
+    let s = setup(&["--rules", rules.to_str().unwrap(), "--feature-gates", "CPUNormalization=true"]);
+    let mut rt = runtime_client(s.proxy.socket());
+    let limited = cri::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 200_000, ..Default::default() };
+    for (class, want) in [("LS", "133334"), ("LSR", "200000")] {
+        let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, class)], &[]);
+        container.linux.as_mut().unwrap().resources = Some(limited.clone());
+        let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
+        assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), want, "{class}\n{}", s.hooks.log());
+        pod.remove(&mut rt).await;
+    }
+}

@@ -47,6 +47,7 @@ pub fn pod_context(pod: &nri::PodSandbox) -> PodContext {
         labels: map_of(&pod.labels),
         annotations: map_of(&pod.annotations),
         cgroup_parent: pod.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default(),
+        resources: None,
     }
 }
 

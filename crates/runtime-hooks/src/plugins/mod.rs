@@ -4,18 +4,21 @@
 //! |---|---|---|
 //! | [`GroupIdentity`] | pod `cpu.bvt_warp_ns` by QoS class | PreRunPodSandbox |
 //! | [`BatchResource`] | BE pods' CPU shares, CFS quota (scaled by the node's CPU normalization ratio) and memory limit from batch resources | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
+//! | [`CpuNormalization`] | LS and class-less pods' CFS quota ÷ the node's CPU normalization ratio | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //! | [`CpuSet`] | cpusets: LSE/LSR from the scheduler, others from the NodeResourceTopology's share pools by QoS, BestEffort cleared | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //!
 //! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
 //! (fields and files, units) and stages.
 
 pub mod batch_resource;
+pub mod cpu_normalization;
 pub mod cpuset;
 pub mod group_identity;
 
 use std::sync::Arc;
 
 pub use batch_resource::BatchResource;
+pub use cpu_normalization::CpuNormalization;
 pub use cpuset::CpuSet;
 pub use group_identity::GroupIdentity;
 

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource | [`node_slo`] |
 //! | the node's `NodeResourceTopology` (`topology.node.k8s.io/v1alpha1`) annotations | CPUSet | [`topology`] |
-//! | the `Node`'s annotations | BatchResource (CPU normalization ratio) | [`node`] |
+//! | the `Node`'s annotations | BatchResource, CPUNormalization (CPU normalization ratio) | [`node`] |
 //!
 //! The inputs come from the cluster ([`crate::cluster`]: watches of the node's objects) or from
 //! a rules file ([`file`]: the same objects as YAML or JSON, what an operator would
@@ -42,6 +42,17 @@ pub struct Rules {
     pub batch_resource: BatchResourceRules,
     /// CPUSet settings (NodeResourceTopology).
     pub cpuset: CpusetRules,
+    /// CPUNormalization settings (Node).
+    pub cpu_normalization: CpuNormalizationRules,
+}
+
+/// CPUNormalization settings (koordlet `hooks/cpunormalization/rule.go`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuNormalizationRules {
+    /// The Node's `node.koordinator.sh/cpu-normalization-ratio` (> 0), `None` when absent
+    /// (koordlet's −1: the rule is off). Quotas are scaled only when it is above 1.
+    pub ratio: Option<f64>,
 }
 
 /// Group identity (`cpu.bvt_warp_ns`, −1..=2) per QoS class, as koordlet's `bvtRule` holds
@@ -156,6 +167,7 @@ impl Rules {
         }
         if let Some(n) = node {
             rules.batch_resource.cpu_normalization_ratio = n.cpu_normalization_ratio;
+            rules.cpu_normalization.ratio = n.cpu_normalization_ratio;
         }
         rules
     }
