@@ -44,7 +44,7 @@ impl CpuNormalization {
     pub fn applies_to(pod: &PodContext) -> bool {
         match pod.qos() {
             QosClass::Ls => true,
-            QosClass::None => !resource_status(pod).ok().flatten().is_some_and(|s| !s.cpuset.is_empty()),
+            QosClass::None => resource_status(pod).ok().flatten().is_none_or(|s| s.cpuset.is_empty()),
             _ => false,
         }
     }
