@@ -18,17 +18,91 @@
 //! `kubepods/besteffort` → `be`. A class whose CPU QoS is off has 0; with none on (koordlet's
 //! default: no NodeSLO) everything gets 0.
 //!
+//! Per-pod override (koordlet `interceptor.go` `SetPodBvtValue`, annotation
+//! [`POD_CPU_QOS`] `koordinator.sh/cpuQOS`, JSON `{"enable": bool, "groupIdentity": -1..=2}`): on
+//! an **LS** pod only, `groupIdentity` replaces the class's value, and an `enable` that is not
+//! `true` makes it 0. LSE/LSR/BE pods cannot change theirs. A value that does not parse, or a
+//! group identity outside −1..=2, is this plugin's failure for that pod. Unlike koordlet, the
+//! annotation is not read at all on other pods: koordlet fails the hook for a BE pod whose
+//! annotation does not parse, which under the `Ignore` policy would leave that pod without its
+//! −1 — a pod author must not be able to switch the BE policy off that way.
+//!
+//! Kernel switch (koordlet `rule.go` `ruleUpdateCb` → `initSysctl`): with group identity on,
+//! on kernels that have [`SYSCTL`] `kernel.sched_group_identity_enabled` (Anolis ≥ 26.4), node-level
+//! work turns core scheduling off (`kernel.sched_core` = 0, where present: the two features
+//! exclude each other) and then sets it to 1; only values that differ are written, each change
+//! logged. With group identity off the switches are left as they are, as koordlet leaves them.
+//! Kernels without the parameter (older Anolis: the feature is on with `cpu.bvt_warp_ns`) need
+//! nothing.
+//!
 //! On a kernel without the file (most, including this project's machines) the write is skipped
 //! with one log line per process; nothing fails.
-//!
-//! Not done (koordlet does): the per-pod override annotation for LS pods, the sysctl
-//! `kernel.sched_group_identity_enabled`, host applications.
+
+use anyhow::Context as _;
+use serde::Deserialize;
 
 use crate::cgroup::CgroupValue;
 use crate::change::Change;
 use crate::context::{KubeQos, PodContext, QosClass};
-use crate::plugin::{Plugin, Stage};
+use crate::host::sysctl::Sysctl;
+use crate::host::Host;
+use crate::plugin::{Plugin, PodState, Stage};
 use crate::rules::Rules;
+
+/// Pod annotation with the pod's own CPU QoS (koordinator `apis/slo/v1alpha1/pod.go`
+/// `AnnotationPodCPUQoS`).
+pub const POD_CPU_QOS: &str = "koordinator.sh/cpuQOS";
+
+/// The JSON of [`POD_CPU_QOS`] (koordinator's `CPUQOSCfg`; other keys are ignored).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCpuQos {
+    /// Group identity on for this pod; anything but `true` (absent included) means 0.
+    pub enable: Option<bool>,
+    /// The pod's `cpu.bvt_warp_ns`, −1..=2.
+    pub group_identity: Option<i64>,
+}
+
+/// The pod's [`POD_CPU_QOS`], `None` when absent.
+///
+/// Errors: not a JSON object of that shape, or a group identity outside −1..=2 (koordinator's
+/// `GetPodCPUQoSConfigByAttr`: "bad group identity value").
+pub fn pod_cpu_qos(pod: &PodContext) -> anyhow::Result<Option<PodCpuQos>> {
+    let Some(text) = pod.annotations.get(POD_CPU_QOS) else { return Ok(None) };
+    let cfg: PodCpuQos = serde_json::from_str(text).with_context(|| format!("pod annotation {POD_CPU_QOS}"))?;
+    if let Some(v) = cfg.group_identity.filter(|v| !(-1..=2).contains(v)) {
+        anyhow::bail!("pod annotation {POD_CPU_QOS}: groupIdentity {v} is outside -1..=2");
+    }
+    Ok(Some(cfg))
+}
+
+/// The kernel parameter that switches group identity on (1) or off (0) where it exists
+/// (koordlet `util/system/system_resource.go` `SchedGroupIdentityEnabledFileName`).
+pub const SYSCTL: &str = "kernel.sched_group_identity_enabled";
+
+/// The kernel parameter of core scheduling (`SchedCoreFileName`), turned off before group
+/// identity is turned on.
+pub const SCHED_CORE_SYSCTL: &str = "kernel.sched_core";
+
+/// Node-level work: the kernel switches (see the module documentation).
+///
+/// Errors: reading or writing a parameter failed (naming it).
+pub fn switch_kernel(sysctl: &dyn Sysctl, rules: &Rules) -> anyhow::Result<()> {
+    let get = |name: &str| sysctl.get(name).with_context(|| format!("reading {name}"));
+    if !rules.group_identity.enable || get(SYSCTL)?.is_none() {
+        return Ok(());
+    }
+    for (name, want) in [(SCHED_CORE_SYSCTL, "0"), (SYSCTL, "1")] {
+        match get(name)? {
+            Some(v) if v != want => {
+                sysctl.set(name, want).with_context(|| format!("setting {name} to {want}"))?;
+                tracing::info!(plugin = GroupIdentity::NAME, "kernel parameter {name} set from {v} to {want}");
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
 
 /// The GroupIdentity plugin.
 #[derive(Debug, Default)]
@@ -67,7 +141,15 @@ impl Plugin for GroupIdentity {
     }
 
     fn pod(&self, _stage: Stage, pod: &PodContext, rules: &Rules) -> anyhow::Result<Change> {
-        let value = Self::pod_value(pod.qos(), pod.kube_qos(), rules);
+        let mut value = Self::pod_value(pod.qos(), pod.kube_qos(), rules);
+        if pod.qos() == QosClass::Ls {
+            if let Some(cfg) = pod_cpu_qos(pod)? {
+                value = match cfg.enable {
+                    Some(true) => cfg.group_identity.unwrap_or(value),
+                    _ => 0,
+                };
+            }
+        }
         Ok(Change { pod_cgroup: vec![CgroupValue::BvtWarpNs(value)], ..Default::default() })
     }
 
@@ -80,6 +162,13 @@ impl Plugin for GroupIdentity {
             (true, KubeQos::BestEffort) => g.be,
         };
         vec![CgroupValue::BvtWarpNs(v)]
+    }
+
+    fn node(&self, _pods: &[PodState], rules: &Rules, host: &Host) -> anyhow::Result<()> {
+        match &host.sysctl {
+            Some(sysctl) => switch_kernel(sysctl.as_ref(), rules),
+            None => Ok(()),
+        }
     }
 }
 
@@ -151,6 +240,54 @@ mod tests {
         r.group_identity.enable = false;
         assert_eq!(bvt(&pod(Some("LS"), ""), &r), vec![CgroupValue::BvtWarpNs(0)]);
         assert_eq!(GroupIdentity.kube_qos(KubeQos::BestEffort, &r), vec![CgroupValue::BvtWarpNs(0)]);
+    }
+
+    #[test]
+    fn an_ls_pod_may_override_its_value_and_no_other_pod_can() {
+        let r = all_on();
+        let with = |class: &str, a: &str| {
+            let mut p = pod(Some(class), "/kubepods/burstable/pod1");
+            p.annotations.insert(POD_CPU_QOS.into(), a.into());
+            GroupIdentity.pod(Stage::PreRunPodSandbox, &p, &r).map(|c| c.pod_cgroup)
+        };
+        assert_eq!(with("LS", r#"{"enable": true, "groupIdentity": -1}"#).unwrap(), vec![CgroupValue::BvtWarpNs(-1)]);
+        assert_eq!(with("LS", r#"{"enable": true}"#).unwrap(), vec![CgroupValue::BvtWarpNs(2)], "the class's value");
+        assert_eq!(with("LS", r#"{"groupIdentity": -1}"#).unwrap(), vec![CgroupValue::BvtWarpNs(0)], "not enabled: 0");
+        assert_eq!(with("LS", r#"{"enable": false, "groupIdentity": 2}"#).unwrap(), vec![CgroupValue::BvtWarpNs(0)]);
+        let bad = with("LS", r#"{"enable": true, "groupIdentity": 3}"#).unwrap_err().to_string();
+        assert!(bad.contains(POD_CPU_QOS) && bad.contains("groupIdentity 3"), "{bad}");
+        assert!(with("LS", "{").unwrap_err().to_string().contains(POD_CPU_QOS));
+        // BE and LSR pods keep their class's value whatever the annotation says, parseable or not.
+        assert_eq!(with("BE", r#"{"enable": true, "groupIdentity": 2}"#).unwrap(), vec![CgroupValue::BvtWarpNs(-1)]);
+        assert_eq!(with("BE", "{").unwrap(), vec![CgroupValue::BvtWarpNs(-1)]);
+        assert_eq!(with("LSR", r#"{"enable": false}"#).unwrap(), vec![CgroupValue::BvtWarpNs(2)]);
+    }
+
+    /// koordlet's order: core scheduling off, then group identity on; nothing when off or when
+    /// the kernel has no switch.
+    #[test]
+    fn the_kernel_switch_follows_the_rule() {
+        use crate::host::sysctl::ProcSys;
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("kernel")).unwrap();
+        let sysctl = ProcSys::new(t.path());
+        let file = |name: &str| std::fs::read_to_string(t.path().join("kernel").join(name)).ok();
+        // No switch in this kernel: nothing written, nothing created.
+        std::fs::write(t.path().join("kernel/sched_core"), "1").unwrap();
+        switch_kernel(&sysctl, &all_on()).unwrap();
+        assert_eq!(file("sched_core").as_deref(), Some("1"));
+        assert_eq!(file("sched_group_identity_enabled"), None);
+        // With it: off → core scheduling off and group identity on.
+        std::fs::write(t.path().join("kernel/sched_group_identity_enabled"), "0").unwrap();
+        switch_kernel(&sysctl, &Rules::default()).unwrap();
+        assert_eq!(file("sched_group_identity_enabled").as_deref(), Some("0"), "rule off: left alone");
+        switch_kernel(&sysctl, &all_on()).unwrap();
+        assert_eq!((file("sched_core").as_deref(), file("sched_group_identity_enabled").as_deref()), (Some("0"), Some("1")));
+        // Through the plugin's node-level work, with a Host.
+        std::fs::write(t.path().join("kernel/sched_group_identity_enabled"), "0").unwrap();
+        let host = Host { sysctl: Some(std::sync::Arc::new(sysctl)), ..Default::default() };
+        GroupIdentity.node(&[], &all_on(), &host).unwrap();
+        assert_eq!(file("sched_group_identity_enabled").as_deref(), Some("1"));
     }
 
     #[test]
