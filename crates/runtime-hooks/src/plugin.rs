@@ -36,6 +36,7 @@ use crate::cgroup::CgroupValue;
 use crate::change::Change;
 use crate::context::{ContainerContext, KubeQos, PodContext};
 use crate::host::Host;
+use crate::rules::host_app::HostApplication;
 use crate::rules::Rules;
 
 pub use hook_api::Stage;
@@ -100,6 +101,15 @@ pub trait Plugin: Send + Sync + 'static {
     /// `kubepods/besteffort`), written by the reconciler; default none.
     fn kube_qos(&self, _qos: KubeQos, _rules: &Rules) -> Vec<CgroupValue> {
         Vec::new()
+    }
+
+    /// Values for a host application's cgroup directory (the NodeSLO's `hostApplications`,
+    /// koordlet's `RegisterHostAppReconciler`), written by the reconciler; default none.
+    ///
+    /// Errors: the application cannot get the plugin's value (e.g. CPUSet for a class other than
+    /// LS, as koordlet refuses it); the reconciler logs it once.
+    fn host_app(&self, _app: &HostApplication, _rules: &Rules) -> anyhow::Result<Vec<CgroupValue>> {
+        Ok(Vec::new())
     }
 
     /// Node-level work: koordlet's rule callbacks and all-pods reconcilers (core-scheduling

@@ -32,7 +32,8 @@
 //!    `drift corrected … file=… old=… new=…`;
 //! 5. with `--kubepods-cgroup`, also the kubelet QoS directories (`kubepods`, `…/burstable`,
 //!    `…/besteffort`) from [`crate::plugin::Plugin::kube_qos`];
-//! 6. runs the plugins' node-level work ([`crate::plugin::Plugin::node`]) over the pods of the
+//! 6. the NodeSLO's host applications' directories, from [`crate::plugin::Plugin::host_app`];
+//! 7. runs the plugins' node-level work ([`crate::plugin::Plugin::node`]) over the pods of the
 //!    pass, with their cgroup directories.
 //!
 //! A pass that looks for its pods' cgroup directories and finds none of them — the cgroup root
@@ -65,6 +66,7 @@ use crate::framework::{apply_all, Framework, Owned};
 use crate::lenient::{cri as view, decode_items, entries_map, lossy, ViewCodec};
 use crate::plugin::{ContainerState, PodState, Stage};
 use crate::pod_spec;
+use crate::rules::host_app::HostAppBase;
 
 /// One corrected file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -395,6 +397,7 @@ impl Reconciler {
         if let Some(root) = self.kubepods.clone() {
             self.kube_qos_dirs(&root, &mut report, &mut failures_now);
         }
+        self.host_app_dirs(&mut report, &mut failures_now);
         failures_now.extend(self.framework.node_pass(&states).iter().map(|f| f.to_string()));
         self.check_dirs_seen(&seen, report.pods);
         // Log each failure once, when it first appears; forget the ones that went away.
@@ -474,6 +477,49 @@ impl Reconciler {
             for plugin in self.framework.plugins() {
                 for value in plugin.kube_qos(qos, &rules) {
                     writes.push((format!("kubepods QoS dir {dir}"), dir.clone(), Owned { plugin: plugin.name(), value }));
+                }
+            }
+        }
+        self.write(writes, report, failures);
+    }
+
+    /// The NodeSLO's host applications: each plugin's [`crate::plugin::Plugin::host_app`] values
+    /// written to the application's directory. A `Kubepods*` base is below `--kubepods-cgroup`
+    /// (kubelet's default `kubepods` / `kubepods.slice` by the driver when not given). A
+    /// directory that does not exist (the application is not running) is skipped.
+    fn host_app_dirs(&self, report: &mut Report, failures: &mut HashSet<String>) {
+        let rules = self.framework.rules().current();
+        if rules.host_applications.is_empty() {
+            return;
+        }
+        let driver = self.framework.cgroups().driver();
+        let kubepods = self.kubepods.clone().unwrap_or_else(|| match driver {
+            Some(CgroupDriver::Systemd) => "kubepods.slice".to_owned(),
+            _ => "/kubepods".to_owned(),
+        });
+        let qos_dirs = cgroup_path::kube_qos_dirs(&kubepods, driver);
+        let mut writes = Vec::new();
+        for app in &rules.host_applications {
+            let target = format!("host application {}", app.name);
+            let base = match (app.base, &qos_dirs) {
+                (HostAppBase::CgroupRoot, _) => String::new(),
+                (_, Err(e)) => {
+                    failures.insert(format!("{target}: kubepods QoS dirs: {e}"));
+                    continue;
+                }
+                (HostAppBase::Kubepods, Ok(d)) => d[0].1.clone(),
+                (HostAppBase::KubepodsBurstable, Ok(d)) => d[1].1.clone(),
+                (HostAppBase::KubepodsBesteffort, Ok(d)) => d[2].1.clone(),
+            };
+            let dir = format!("{}/{}", base.trim_end_matches('/'), app.path);
+            for plugin in self.framework.plugins() {
+                match plugin.host_app(app, &rules) {
+                    Ok(values) => {
+                        writes.extend(values.into_iter().map(|value| (target.clone(), dir.clone(), Owned { plugin: plugin.name(), value })))
+                    }
+                    Err(e) => {
+                        failures.insert(format!("{target}: plugin {}: {e:#}", plugin.name()));
+                    }
                 }
             }
         }

@@ -340,3 +340,30 @@ async fn a_cgroup_root_without_the_pods_is_a_warning_once() {
     assert_eq!(hooks.count(&[warning]), 1, "{}", hooks.log());
     pod.remove(&mut rt).await;
 }
+
+/// A NodeSLO host application (an LS process outside Kubernetes, in its own cgroup below the
+/// root) gets CPUSet's value, all LS share pools, from the reconciler: set at once, and again
+/// after someone changes it. Its directory is made here, as the operator makes it.
+#[tokio::test]
+async fn a_host_application_gets_the_ls_share_pools() {
+    let parent = unique("rp-test-hostapp");
+    let dir = Path::new("/sys/fs/cgroup/cpuset").join(&parent).join("app");
+    std::fs::create_dir_all(&dir).unwrap();
+    let root_cpus = cgroup("cpuset", "", "cpuset.cpus");
+    // cgroup v1 gives a new cpuset group no CPUs: its parent gets the root's, as an operator's would.
+    std::fs::write(dir.parent().unwrap().join("cpuset.cpus"), &root_cpus).unwrap();
+    let first = root_cpus.split([',', '-']).next().unwrap().to_owned();
+    let s = start("500ms", &["--feature-gates", "GroupIdentity=false,BatchResource=false"]);
+    s.set_rules(&format!(
+        "apiVersion: topology.node.k8s.io/v1alpha1\nkind: NodeResourceTopology\nmetadata:\n  name: n\n  annotations:\n    node.koordinator.sh/cpu-shared-pools: '[{{\"socket\":0,\"node\":0,\"cpuset\":\"{first}\"}}]'\n---\n\
+         apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: n\nspec:\n  hostApplications:\n  - name: app\n    qos: LS\n    cgroupPath:\n      base: CgroupRoot\n      parentDir: {parent}\n      relativePath: app\n"
+    ));
+    let read = || std::fs::read_to_string(dir.join("cpuset.cpus")).unwrap().trim().to_owned();
+    assert!(eventually(Duration::from_secs(10), || read() == first), "cpuset.cpus {:?}, want {first:?}\n{}", read(), s.hooks.log());
+    std::fs::write(dir.join("cpuset.cpus"), &root_cpus).unwrap();
+    assert!(eventually(Duration::from_secs(10), || read() == first), "drift not corrected: {:?}\n{}", read(), s.hooks.log());
+    assert!(s.hooks.log().contains("host application app"), "{}", s.hooks.log());
+    drop(s);
+    let _ = std::fs::remove_dir(&dir);
+    let _ = std::fs::remove_dir(dir.parent().unwrap());
+}

@@ -86,6 +86,7 @@ use crate::context::{ContainerContext, KubeQos, PodContext, QosClass};
 use crate::plugin::{Plugin, Stage};
 use crate::plugins::batch_resource::BATCH_CPU;
 use crate::quantity::Quantity;
+use crate::rules::host_app::HostApplication;
 use crate::rules::topology::{CpuSharedPool, Topology};
 use crate::rules::Rules;
 
@@ -256,6 +257,22 @@ impl Plugin for CpuSet {
             return Ok(Change::default());
         }
         Ok(Change { pod_cgroup: vec![CgroupValue::CfsQuota(-1)], ..Default::default() })
+    }
+
+    /// koordlet's `SetHostAppCPUSet`: an LS host application runs on all LS share pools; no
+    /// pools known leaves its cpuset unchanged (an empty list would leave it no CPU).
+    ///
+    /// Errors: a class other than LS ("only LS is supported for host application", koordlet's
+    /// `getHostAppCpuset`).
+    fn host_app(&self, app: &HostApplication, rules: &Rules) -> anyhow::Result<Vec<CgroupValue>> {
+        if !rules.cpuset.enable {
+            return Ok(Vec::new());
+        }
+        if app.qos != QosClass::Ls {
+            anyhow::bail!("host application {:?} is {}: only LS is supported for a host application's cpuset", app.name, app.qos);
+        }
+        let cpus = rules.cpuset.topology.all_share_pool_cpus();
+        Ok(if cpus.is_empty() { Vec::new() } else { vec![CgroupValue::CpusetCpus(cpus)] })
     }
 
     /// koordlet's `SetContainerCPUSetAndUnsetCFS`.

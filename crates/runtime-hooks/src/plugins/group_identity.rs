@@ -27,6 +27,9 @@
 //! annotation does not parse, which under the `Ignore` policy would leave that pod without its
 //! −1 — a pod author must not be able to switch the BE policy off that way.
 //!
+//! Host applications (the NodeSLO's `hostApplications`, koordlet's `SetHostAppBvtValue`): their
+//! directory gets their class's pod value, written by the reconciler.
+//!
 //! Kernel switch (koordlet `rule.go` `ruleUpdateCb` → `initSysctl`): with group identity on,
 //! on kernels that have [`SYSCTL`] `kernel.sched_group_identity_enabled` (Anolis ≥ 26.4), node-level
 //! work turns core scheduling off (`kernel.sched_core` = 0, where present: the two features
@@ -47,6 +50,7 @@ use crate::context::{KubeQos, PodContext, QosClass};
 use crate::host::sysctl::Sysctl;
 use crate::host::Host;
 use crate::plugin::{Plugin, PodState, Stage};
+use crate::rules::host_app::HostApplication;
 use crate::rules::Rules;
 
 /// Pod annotation with the pod's own CPU QoS (koordinator `apis/slo/v1alpha1/pod.go`
@@ -162,6 +166,20 @@ impl Plugin for GroupIdentity {
             (true, KubeQos::BestEffort) => g.be,
         };
         vec![CgroupValue::BvtWarpNs(v)]
+    }
+
+    /// koordlet's `SetHostAppBvtValue`: the class's pod value (LSE/LSR → `lsr`, LS → `ls`,
+    /// BE → `be`), 0 for other classes or with group identity off.
+    fn host_app(&self, app: &HostApplication, rules: &Rules) -> anyhow::Result<Vec<CgroupValue>> {
+        let g = &rules.group_identity;
+        let v = match app.qos {
+            _ if !g.enable => 0,
+            QosClass::Lse | QosClass::Lsr => g.lsr,
+            QosClass::Ls => g.ls,
+            QosClass::Be => g.be,
+            QosClass::System | QosClass::None => 0,
+        };
+        Ok(vec![CgroupValue::BvtWarpNs(v)])
     }
 
     fn node(&self, _pods: &[PodState], rules: &Rules, host: &Host) -> anyhow::Result<()> {
@@ -288,6 +306,17 @@ mod tests {
         let host = Host { sysctl: Some(std::sync::Arc::new(sysctl)), ..Default::default() };
         GroupIdentity.node(&[], &all_on(), &host).unwrap();
         assert_eq!(file("sched_group_identity_enabled").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn host_applications_get_their_class_value() {
+        use crate::rules::host_app::{HostAppBase, HostApplication};
+        let app = |qos| HostApplication { name: "a".into(), qos, base: HostAppBase::CgroupRoot, path: "a".into() };
+        let r = all_on();
+        for (qos, want) in [(QosClass::Lsr, 2), (QosClass::Ls, 2), (QosClass::Be, -1), (QosClass::None, 0)] {
+            assert_eq!(GroupIdentity.host_app(&app(qos), &r).unwrap(), vec![CgroupValue::BvtWarpNs(want)], "{qos:?}");
+        }
+        assert_eq!(GroupIdentity.host_app(&app(QosClass::Be), &Rules::default()).unwrap(), vec![CgroupValue::BvtWarpNs(0)]);
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //! set from their batch-cpu limit.
 
 pub mod file;
+pub mod host_app;
 pub mod legacy;
 pub mod node;
 pub mod node_slo;
@@ -44,6 +45,8 @@ pub struct Rules {
     pub cpuset: CpusetRules,
     /// CPUNormalization settings (Node).
     pub cpu_normalization: CpuNormalizationRules,
+    /// The NodeSLO's host applications (GroupIdentity, CPUSet).
+    pub host_applications: Vec<host_app::HostApplication>,
 }
 
 /// CPUNormalization settings (koordlet `hooks/cpunormalization/rule.go`).
@@ -161,6 +164,7 @@ impl Rules {
         if let Some(slo) = slo {
             rules.group_identity = slo.group_identity.clone();
             rules.batch_resource.cfs_quota = slo.batch_cfs_quota;
+            rules.host_applications.clone_from(&slo.host_applications);
         }
         if let Some(t) = topology {
             rules.cpuset.topology = t.clone();

@@ -15,6 +15,7 @@
 //! | `resourceQOSStrategy.beClass.cpuQOS.groupIdentity` | `-1` | |
 //! | `resourceUsedThresholdWithBE.enable` | `false` | with `cpuSuppressPolicy: cfsQuota`: BE CFS quota −1 |
 //! | `resourceUsedThresholdWithBE.cpuSuppressPolicy` | `cpuset` | `cpuset` or `cfsQuota` |
+//! | `hostApplications` | none | processes outside Kubernetes with a QoS class ([`super::host_app`]) |
 //!
 //! Every other field of the spec is ignored (koordlet's other modules read them). Types are
 //! checked for the fields read: a wrong type, an unknown enum value or a group identity outside
@@ -31,12 +32,18 @@ pub struct SloRules {
     pub group_identity: GroupIdentityRules,
     /// BatchResource sets BE pods' CFS quota from their batch-cpu limit.
     pub batch_cfs_quota: bool,
+    /// `spec.hostApplications` ([`super::host_app`]).
+    pub host_applications: Vec<super::host_app::HostApplication>,
 }
 
 impl Default for SloRules {
     /// koordlet's defaults: what an empty spec gives.
     fn default() -> Self {
-        parse(&Value::Null).unwrap_or(SloRules { group_identity: GroupIdentityRules::default(), batch_cfs_quota: true })
+        parse(&Value::Null).unwrap_or(SloRules {
+            group_identity: GroupIdentityRules::default(),
+            batch_cfs_quota: true,
+            host_applications: Vec::new(),
+        })
     }
 }
 
@@ -98,7 +105,8 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
         Some("cfsQuota") => suppress_on,
         Some(other) => return Err(FieldError::new(suppress_field, format!("unknown value {other:?} (cpuset or cfsQuota)"))),
     };
-    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy })
+    let host_applications = super::host_app::parse(spec)?;
+    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy, host_applications })
 }
 
 /// The value at `path` under `v` (`Null` when any step is missing or `null`).
