@@ -508,8 +508,14 @@ async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
     std::fs::write(&library, "hami-core stand-in\n").unwrap();
     std::fs::create_dir_all("/tmp/vgpulock").unwrap();
     let (root, lib) = (host.path().to_str().unwrap(), library.to_str().unwrap());
-    let flags =
-        ["--feature-gates", "GPUEnvInject=true,RDMADeviceInject=true", "--device-host-root", root, "--hami-core-library-directory-path", lib];
+    let flags = [
+        "--feature-gates",
+        "GPUEnvInject=true,RDMADeviceInject=true",
+        "--device-host-root",
+        root,
+        "--hami-core-library-directory-path",
+        lib,
+    ];
     let plugin = start_plugin_with(&env, true, &flags);
     let mut rt = runtime_client(&env.ctrd.socket);
 
@@ -525,7 +531,10 @@ async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
     let devices = &info["runtimeSpec"]["linux"]["devices"];
     let find = |path: &str| devices.as_array().and_then(|d| d.iter().find(|d| d["path"] == path).cloned());
     let cm = find("/dev/infiniband/rdma_cm").unwrap_or_else(|| panic!("rdma_cm in {devices}\n{}", plugin.hooks.log()));
-    assert_eq!((cm["type"].as_str(), cm["major"].as_i64(), cm["minor"].as_i64(), cm["fileMode"].as_i64()), (Some("c"), Some(10), Some(58), Some(0o666)));
+    assert_eq!(
+        (cm["type"].as_str(), cm["major"].as_i64(), cm["minor"].as_i64(), cm["fileMode"].as_i64()),
+        (Some("c"), Some(10), Some(58), Some(0o666))
+    );
     let uverbs = find("/dev/infiniband/uverbs0").unwrap_or_else(|| panic!("uverbs0 in {devices}"));
     assert_eq!((uverbs["major"].as_i64(), uverbs["minor"].as_i64()), (Some(231), Some(192)));
     rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await.expect("StartContainer");
@@ -539,9 +548,13 @@ async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
         "{}",
         plugin.hooks.log()
     );
-    let envs = exec(&mut rt, &pod.container_id, "echo $NVIDIA_VISIBLE_DEVICES $CUDA_DEVICE_MEMORY_LIMIT $CUDA_DEVICE_SM_LIMIT $LD_PRELOAD").await;
+    let envs =
+        exec(&mut rt, &pod.container_id, "echo $NVIDIA_VISIBLE_DEVICES $CUDA_DEVICE_MEMORY_LIMIT $CUDA_DEVICE_SM_LIMIT $LD_PRELOAD").await;
     assert_eq!(envs, format!("1 8589934592 30 {lib}\n"));
-    assert_eq!(exec(&mut rt, &pod.container_id, &format!("cat {lib}; test -d /tmp/vgpulock && echo lock")).await, "hami-core stand-in\nlock\n");
+    assert_eq!(
+        exec(&mut rt, &pod.container_id, &format!("cat {lib}; test -d /tmp/vgpulock && echo lock")).await,
+        "hami-core stand-in\nlock\n"
+    );
 
     // An RDMA device the host does not have: RDMADeviceInject fails (Ignore), GPUEnvInject not.
     let missing = r#"{"gpu": [{"minor": 3}], "rdma": [{"id": "0000:0f:00.0"}]}"#;

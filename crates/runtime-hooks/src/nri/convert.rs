@@ -126,8 +126,11 @@ pub fn adjustment(change: &Change, shared_cpus: impl FnOnce() -> Option<String>)
         annotations: change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         mounts: change.mounts.iter().map(nri_mount).collect(),
         env: change.envs.iter().map(|(k, v)| nri::KeyValue { key: k.clone(), value: v.clone() }).collect(),
-        linux: (resources.is_some() || !devices.is_empty())
-            .then(|| nri::LinuxContainerAdjustment { devices, resources, ..Default::default() }),
+        linux: (resources.is_some() || !devices.is_empty()).then(|| nri::LinuxContainerAdjustment {
+            devices,
+            resources,
+            ..Default::default()
+        }),
     }
 }
 

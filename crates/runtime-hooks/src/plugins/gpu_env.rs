@@ -80,7 +80,9 @@ impl GpuEnvInject {
             return Ok(());
         }
         let memory = get(GPU_MEMORY).ok_or_else(|| {
-            anyhow::anyhow!("pod annotation {DEVICE_ALLOCATED}: HAMi-core pod, gpu entry 0 has {GPU_MEMORY_RATIO} {ratio} but no {GPU_MEMORY}")
+            anyhow::anyhow!(
+                "pod annotation {DEVICE_ALLOCATED}: HAMi-core pod, gpu entry 0 has {GPU_MEMORY_RATIO} {ratio} but no {GPU_MEMORY}"
+            )
         })?;
         change.envs.insert("CUDA_DEVICE_MEMORY_LIMIT".into(), memory.to_string());
         if let Some(core) = get(GPU_CORE) {
@@ -142,7 +144,11 @@ mod tests {
     }
 
     fn run(labels: &[(&str, &str)], annotation: Option<&str>) -> anyhow::Result<Change> {
-        GpuEnvInject::new("/usr/local/vgpu/libvgpu.so").container(Stage::PreCreateContainer, &container(labels, annotation), &Rules::default())
+        GpuEnvInject::new("/usr/local/vgpu/libvgpu.so").container(
+            Stage::PreCreateContainer,
+            &container(labels, annotation),
+            &Rules::default(),
+        )
     }
 
     const TWO: &str = r#"{"gpu": [{"minor": 2, "resources": {"koordinator.sh/gpu-memory-ratio": 100}}, {"minor": 0}],
@@ -170,7 +176,10 @@ mod tests {
         assert_eq!(env("LD_PRELOAD").as_deref(), Some("/usr/local/vgpu/libvgpu.so"));
         let mounts: Vec<(&str, &str, &str)> =
             change.mounts.iter().map(|m| (m.source.as_str(), m.destination.as_str(), m.kind.as_str())).collect();
-        assert_eq!(mounts, [("/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu/libvgpu.so", "bind"), ("/tmp/vgpulock", "/tmp/vgpulock", "bind")]);
+        assert_eq!(
+            mounts,
+            [("/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu/libvgpu.so", "bind"), ("/tmp/vgpulock", "/tmp/vgpulock", "bind")]
+        );
         assert!(change.mounts.iter().all(|m| m.options == ["rbind"]));
         // No gpu-core: no SM limit, the rest as before.
         let no_core = HALF.replace(r#", "koordinator.sh/gpu-core": "30""#, "");
@@ -190,7 +199,11 @@ mod tests {
             (&[][..], r#"{"gpu": [{"minor": 0}, {"resources": {}}]}"#, "gpu entry 1 has no minor"),
             (&[][..], r#"{"gpu": [{"minor": -1}]}"#, "gpu entry 0 has a negative minor -1"),
             (&hami[..], r#"{"gpu": [{"minor": 0}]}"#, "has no koordinator.sh/gpu-memory-ratio"),
-            (&hami[..], r#"{"gpu": [{"minor": 0, "resources": {"koordinator.sh/gpu-memory-ratio": 25}}]}"#, "but no koordinator.sh/gpu-memory"),
+            (
+                &hami[..],
+                r#"{"gpu": [{"minor": 0, "resources": {"koordinator.sh/gpu-memory-ratio": 25}}]}"#,
+                "but no koordinator.sh/gpu-memory",
+            ),
         ] {
             let e = format!("{:#}", run(labels, Some(text)).unwrap_err());
             assert!(e.contains(DEVICE_ALLOCATED) && e.contains(needle), "{text}: {e}");

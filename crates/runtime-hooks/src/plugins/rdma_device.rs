@@ -248,7 +248,12 @@ mod tests {
         let change = run(&fake(), Some(text)).unwrap();
         assert_eq!(
             paths(&change),
-            [(RDMA_CM, 10, 58), ("/dev/infiniband/uverbs0", 231, 192), ("/dev/infiniband/uverbs2", 231, 194), ("/dev/infiniband/uverbs3", 231, 195)]
+            [
+                (RDMA_CM, 10, 58),
+                ("/dev/infiniband/uverbs0", 231, 192),
+                ("/dev/infiniband/uverbs2", 231, 194),
+                ("/dev/infiniband/uverbs3", 231, 195)
+            ]
         );
         assert!(change.devices.iter().all(|d| d.kind == DeviceKind::Char && d.file_mode == Some(0o666) && d.uid.is_none()));
         assert!(change.envs.is_empty() && change.mounts.is_empty());

@@ -249,7 +249,11 @@ pub fn fake_rdma_host(root: &Path) {
 }
 
 /// Runs `script` with `sh -c` in a running container (CRI ExecSync); its stdout, or panics.
-pub async fn exec(rt: &mut k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>, id: &str, script: &str) -> String {
+pub async fn exec(
+    rt: &mut k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    id: &str,
+    script: &str,
+) -> String {
     let cmd = vec!["sh".into(), "-c".into(), script.into()];
     let out = rt.exec_sync(cri::ExecSyncRequest { container_id: id.into(), cmd, timeout: 5 }).await.expect("ExecSync").into_inner();
     String::from_utf8_lossy(&out.stdout).into_owned()
