@@ -145,6 +145,7 @@ pub fn options() -> DeviceOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn pod(text: &str) -> HashMap<String, String> {
         [(DEVICE_ALLOCATED.to_string(), text.to_string())].into()
@@ -182,6 +183,29 @@ mod tests {
         ] {
             let e = format!("{:#}", device_allocations(&pod(text), "gpu").unwrap_err());
             assert!(e.contains(DEVICE_ALLOCATED) && e.contains(needle), "{text}: {e}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The annotation is untrusted input: whatever it holds, neither device plugin panics
+        /// (errors are fine); the host is an empty directory.
+        #[test]
+        fn device_plugins_never_panic(
+            text in proptest::prop_oneof![
+                "\\PC{0,60}",
+                "[0-9a-f:./-]{0,14}".prop_map(|id| format!(r#"{{"rdma": [{{"id": "{id}", "extension": {{"vfs": [{{"busID": "{id}"}}]}}}}]}}"#)),
+                "[0-9a-zA-Z.+-]{0,8}".prop_map(|q| format!(r#"{{"gpu": [{{"minor": 0, "resources": {{"koordinator.sh/gpu-memory-ratio": "{q}", "koordinator.sh/gpu-memory": "{q}"}}}}]}}"#)),
+            ],
+        ) {
+            use crate::plugin::{Plugin, Stage};
+            let host = tempfile::tempdir().unwrap();
+            let mut c = crate::context::ContainerContext::default();
+            c.pod.annotations = pod(&text);
+            c.pod.labels.insert(super::super::gpu_env::GPU_ISOLATION_PROVIDER.into(), super::super::gpu_env::HAMI_CORE.into());
+            let rdma = super::super::RdmaDeviceInject::new(std::sync::Arc::new(super::super::rdma_device::HostFs::new(host.path())));
+            for p in [&super::super::GpuEnvInject::new(DEFAULT_HAMI_CORE_LIBRARY) as &dyn Plugin, &rdma] {
+                let _ = p.container(Stage::PreCreateContainer, &c, &crate::rules::Rules::default());
+            }
         }
     }
 
