@@ -12,6 +12,14 @@
 //! * in standalone mode, writes `resources` (container stages) and `pod_cgroup` to the cgroup
 //!   files of the running pod and container ([`Change::container_values`]); envs, annotations
 //!   and cgroup parents cannot change after creation and are ignored there.
+//!
+//! `devices` and `mounts` (koordlet's `AddContainerDevices` / `AddContainerMounts` of
+//! `protocol/container_context.go`, set by its `gpu` and `rdma` hooks) are **NRI-only**: NRI's
+//! `ContainerAdjustment` carries them (`linux.devices`, `mounts`), the runtime.v1alpha1
+//! `ContainerResourceHookResponse` has no field for them, so in proxy mode they are logged as
+//! "not expressible in proxy mode" (once per call) and not applied, while the envs of the same
+//! change still are; standalone mode cannot add them to a created container and ignores them,
+//! like envs.
 
 use std::collections::BTreeMap;
 
@@ -118,6 +126,64 @@ pub struct Change {
     /// Values the hook server writes to the **pod's** cgroup directory itself (koordlet's
     /// pod-level direct writes: group identity, pod CPU and memory limits).
     pub pod_cgroup: Vec<CgroupValue>,
+    /// Linux devices to add to the container (PreCreateContainer; NRI mode only, see the module
+    /// docs). One per container path: merging replaces a device of the same path.
+    pub devices: Vec<Device>,
+    /// Mounts to add to the container (PreCreateContainer; NRI mode only). One per
+    /// destination: merging replaces a mount of the same destination.
+    pub mounts: Vec<Mount>,
+}
+
+/// Kind of a Linux device node (OCI `linux.devices[].type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// `c`: character device (what koordlet's RDMA hook adds).
+    Char,
+    /// `b`: block device.
+    Block,
+}
+
+impl DeviceKind {
+    /// OCI's and NRI's letter: `"c"` or `"b"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DeviceKind::Char => "c",
+            DeviceKind::Block => "b",
+        }
+    }
+}
+
+/// A device node the runtime creates in the container (OCI `linux.devices[]`, NRI
+/// `LinuxDevice`) and allows in its device cgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// Path inside the container, absolute (`/dev/infiniband/uverbs0`).
+    pub path: String,
+    /// `c` or `b`.
+    pub kind: DeviceKind,
+    /// Major device number (Linux `major(st_rdev)`).
+    pub major: i64,
+    /// Minor device number (Linux `minor(st_rdev)`).
+    pub minor: i64,
+    /// Permission bits of the node (`0o666`); `None`: the runtime's default.
+    pub file_mode: Option<u32>,
+    /// Owner uid of the node; `None`: the runtime's default (root).
+    pub uid: Option<u32>,
+    /// Owner gid of the node; `None`: the runtime's default (root).
+    pub gid: Option<u32>,
+}
+
+/// A mount added to the container (OCI `mounts[]`, NRI `Mount`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    /// Absolute path inside the container.
+    pub destination: String,
+    /// Mount type (`bind`).
+    pub kind: String,
+    /// Host path (for a bind mount).
+    pub source: String,
+    /// Mount options (`rbind`, `ro`, …).
+    pub options: Vec<String>,
 }
 
 impl Change {
@@ -139,6 +205,35 @@ impl Change {
             self.pod_cgroup.retain(|old| old.kind() != v.kind());
             self.pod_cgroup.push(v.clone());
         }
+        for d in &later.devices {
+            self.add_device(d.clone());
+        }
+        for m in &later.mounts {
+            self.add_mount(m.clone());
+        }
+    }
+
+    /// Adds `device`, replacing one of the same container path (the later wins).
+    pub fn add_device(&mut self, device: Device) {
+        self.devices.retain(|old| old.path != device.path);
+        self.devices.push(device);
+    }
+
+    /// Adds `mount`, replacing one of the same destination (the later wins).
+    pub fn add_mount(&mut self, mount: Mount) {
+        self.mounts.retain(|old| old.destination != mount.destination);
+        self.mounts.push(mount);
+    }
+
+    /// What of this change the runtime.v1alpha1 answer cannot carry (devices and mounts), for
+    /// the proxy's log line; `None` when there is none.
+    pub fn proxy_inexpressible(&self) -> Option<String> {
+        if self.devices.is_empty() && self.mounts.is_empty() {
+            return None;
+        }
+        let mut parts: Vec<String> = self.devices.iter().map(Device::describe).collect();
+        parts.extend(self.mounts.iter().map(Mount::describe));
+        Some(parts.join(" "))
     }
 
     /// The container-level cgroup values of this change (its `resources`).
@@ -169,7 +264,33 @@ impl Change {
         parts.extend(self.envs.iter().map(|(k, v)| format!("env {k}={v}")));
         parts.extend(self.annotations.iter().map(|(k, v)| format!("annotation {k}={v}")));
         parts.extend(self.pod_cgroup.iter().map(|v| format!("pod {v}")));
+        parts.extend(self.devices.iter().map(Device::describe));
+        parts.extend(self.mounts.iter().map(Mount::describe));
         parts.join(" ")
+    }
+}
+
+impl Device {
+    /// `device /dev/infiniband/uverbs0 c 231:192 mode 0666`, for logs.
+    pub fn describe(&self) -> String {
+        let mut s = format!("device {} {} {}:{}", self.path, self.kind.as_str(), self.major, self.minor);
+        if let Some(m) = self.file_mode {
+            s.push_str(&format!(" mode {m:04o}"));
+        }
+        if let Some(u) = self.uid {
+            s.push_str(&format!(" uid {u}"));
+        }
+        if let Some(g) = self.gid {
+            s.push_str(&format!(" gid {g}"));
+        }
+        s
+    }
+}
+
+impl Mount {
+    /// `mount /tmp/vgpulock:/tmp/vgpulock bind rbind`, for logs (source:destination).
+    pub fn describe(&self) -> String {
+        format!("mount {}:{} {} {}", self.source, self.destination, self.kind, self.options.join(","))
     }
 }
 
@@ -202,6 +323,29 @@ mod tests {
         assert_eq!(a.pod_cgroup, vec![CgroupValue::CpuShares(2), CgroupValue::BvtWarpNs(-1)]);
         assert_eq!(a.cgroup_parent.as_deref(), Some("/x"));
         assert!(Change::default().is_empty() && !a.is_empty());
+    }
+
+    fn dev(path: &str, minor: i64) -> Device {
+        Device { path: path.into(), kind: DeviceKind::Char, major: 231, minor, file_mode: Some(0o666), uid: None, gid: None }
+    }
+
+    fn bind(dst: &str, src: &str) -> Mount {
+        Mount { destination: dst.into(), kind: "bind".into(), source: src.into(), options: vec!["rbind".into()] }
+    }
+
+    /// Two plugins adding the same device path or mount destination: the later wins, in place
+    /// of the earlier; other entries stay in order.
+    #[test]
+    fn devices_and_mounts_merge_by_path_later_wins() {
+        let mut a = Change { devices: vec![dev("/dev/a", 1), dev("/dev/b", 2)], mounts: vec![bind("/x", "/h1")], ..Default::default() };
+        let b = Change { devices: vec![dev("/dev/a", 9)], mounts: vec![bind("/x", "/h2"), bind("/y", "/h3")], ..Default::default() };
+        a.merge(&b);
+        assert_eq!(a.devices, vec![dev("/dev/b", 2), dev("/dev/a", 9)]);
+        assert_eq!(a.mounts, vec![bind("/x", "/h2"), bind("/y", "/h3")]);
+        let text = a.describe();
+        assert!(text.contains("device /dev/a c 231:9 mode 0666") && text.contains("mount /h3:/y bind rbind"), "{text}");
+        assert_eq!(a.proxy_inexpressible().as_deref(), Some(text.as_str()));
+        assert_eq!(Change { envs: [("A".into(), "1".into())].into(), ..Default::default() }.proxy_inexpressible(), None);
     }
 
     #[test]

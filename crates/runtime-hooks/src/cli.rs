@@ -222,6 +222,17 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     pub cgroup_driver: CgroupDriverArg,
 
+    /// RDMADeviceInject: where the host's root file system is seen; the plugin reads
+    /// `DIR/sys/bus/pci/devices/<pci>/infiniband_verbs/` and stats `DIR/dev/infiniband/…`
+    /// (koordlet: fixed `/`). The device paths given to containers stay `/dev/infiniband/…`.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub device_host_root: PathBuf,
+
+    /// GPUEnvInject: the HAMi-core library (koordlet's flag and default), set as `LD_PRELOAD`
+    /// and bind-mounted into HAMi-core containers that share a GPU.
+    #[arg(long, value_name = "PATH", default_value = crate::plugins::devices::DEFAULT_HAMI_CORE_LIBRARY)]
+    pub hami_core_library_directory_path: String,
+
     /// Liveness check, e.g. for a Kubernetes exec probe: instead of serving, make one hook call
     /// (PostStopPodSandboxHook, answered with the plain echo) to the server on --listen; exit 0
     /// when it answers within 2 s, 1 otherwise.

@@ -8,10 +8,12 @@
 //! | `CPUSetAllocator` | on | [`crate::plugins::CpuSet`] |
 //! | `BatchResource` | on | [`crate::plugins::BatchResource`] |
 //! | `CPUNormalization` | off | [`crate::plugins::CpuNormalization`] |
-//! | `CoreSched`, `GPUEnvInject`, `RDMADeviceInject`, `Resctrl`, `TCNetworkQoS`, `TerwayQoS` | off | not implemented here yet: turning one on is refused |
+//! | `GPUEnvInject` | off | [`crate::plugins::GpuEnvInject`] (HAMi-core library: `--hami-core-library-directory-path`) |
+//! | `RDMADeviceInject` | off | [`crate::plugins::RdmaDeviceInject`] (host `/dev` and `/sys` under `--device-host-root`) |
+//! | `CoreSched`, `Resctrl`, `TCNetworkQoS`, `TerwayQoS` | off | not implemented here yet: turning one on is refused |
 //! | `BECPUManager` (koordlet's, read by CPUSet) | off | not implemented here yet: turning it on is refused |
 //!
-//! `AllAlpha` and `AllBeta` set every alpha (all but the three above, which are beta) or beta
+//! `AllAlpha` and `AllBeta` set every alpha (all but the three on by default, which are beta) or beta
 //! gate, as in Kubernetes; a named gate wins over them whatever the order. Values are Go's
 //! `strconv.ParseBool` (`true`, `1`, `t`, `TRUE`, …). An unknown gate name is refused at start,
 //! naming the known ones: a typo must not leave a policy silently off.
@@ -21,6 +23,7 @@ use std::sync::Arc;
 
 use crate::plugin::Plugin;
 use crate::plugins::{BatchResource, CpuNormalization, CpuSet, GroupIdentity};
+use crate::plugins::{GpuEnvInject, RdmaDeviceInject};
 
 /// One gate.
 #[derive(Clone, Copy, Debug)]
@@ -43,8 +46,8 @@ pub const GATES: &[Gate] = &[
     Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|| Arc::new(CpuSet)) },
     Gate { name: "CPUNormalization", default: false, beta: false, plugin: Some(|| Arc::new(CpuNormalization)) },
     Gate { name: "CoreSched", default: false, beta: false, plugin: None },
-    Gate { name: "GPUEnvInject", default: false, beta: false, plugin: None },
-    Gate { name: "RDMADeviceInject", default: false, beta: false, plugin: None },
+    Gate { name: "GPUEnvInject", default: false, beta: false, plugin: Some(|| Arc::new(GpuEnvInject::from_options())) },
+    Gate { name: "RDMADeviceInject", default: false, beta: false, plugin: Some(|| Arc::new(RdmaDeviceInject::from_options())) },
     Gate { name: "Resctrl", default: false, beta: false, plugin: None },
     Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: None },
     Gate { name: "TerwayQoS", default: false, beta: false, plugin: None },
@@ -177,5 +180,12 @@ mod tests {
         let e = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap().plugins().err().unwrap();
         assert!(e.contains("CoreSched, Resctrl are koordlet's but not implemented"), "{e}");
         assert!(FeatureGates::parse("AllAlpha=true").unwrap().plugins().is_err());
+    }
+
+    #[test]
+    fn device_gates_switch_their_plugins() {
+        let g = FeatureGates::parse("GPUEnvInject=true,RDMADeviceInject=true").unwrap();
+        assert_eq!(names(&g), ["GroupIdentity", "BatchResource", "CPUSet", "GPUEnvInject", "RDMADeviceInject"]);
+        assert!(!FeatureGates::default().enabled("GPUEnvInject") && !FeatureGates::default().enabled("RDMADeviceInject"));
     }
 }

@@ -8,7 +8,9 @@
 //! Answers: like koordlet's `proxyserver/service.go`, every answer starts as the whole request
 //! echoed ([`hook_api::merge::echo_pod`], [`hook_api::merge::echo_container`]) and the merged
 //! change overrides the fields it sets, so runtime-proxy's merge rules ("the answer wins") leave
-//! everything else as kubelet sent it. Pod-level cgroup values ([`Change::pod_cgroup`]) are
+//! everything else as kubelet sent it. A change's devices and mounts ([`Change::devices`],
+//! [`Change::mounts`]) have no field in the answer: they are logged once per call as "not
+//! expressible in proxy mode" and not applied (the envs of the same change are). Pod-level cgroup values ([`Change::pod_cgroup`]) are
 //! written to the pod's cgroup directory before answering, synchronously, as koordlet does.
 //!
 //! Failures ([`PluginFailure`]) name the plugin, the stage and the pod or container. Under
@@ -359,6 +361,7 @@ impl Framework {
             resp.annotations = change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         }
         log_call(stage, &pod.key(), change);
+        log_inexpressible(stage, &pod.key(), change);
         Ok(resp)
     }
 
@@ -389,6 +392,7 @@ impl Framework {
             }
         }
         log_call(stage, &container.key(), change);
+        log_inexpressible(stage, &container.key(), change);
         Ok(resp)
     }
 }
@@ -413,6 +417,14 @@ fn log_ignored(outcome: &Outcome) {
 }
 
 /// Logs what a hook call changed (info), or that it changed nothing (debug).
+/// Proxy mode: the devices and mounts of a change, which the runtime.v1alpha1 answer has no
+/// field for, in one info line per call (never dropped silently). NRI mode applies them.
+fn log_inexpressible(stage: Stage, target: &str, change: &Change) {
+    if let Some(what) = change.proxy_inexpressible() {
+        tracing::info!(%stage, on = target, "not expressible in proxy mode (the runtime.v1alpha1 answer has no devices or mounts; NRI mode applies them), not applied: {what}");
+    }
+}
+
 pub(crate) fn log_call(stage: Stage, target: &str, change: &Change) {
     if change.is_empty() {
         tracing::debug!(%stage, on = target, "no change");

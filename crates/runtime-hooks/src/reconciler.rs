@@ -41,8 +41,8 @@
 //! one missing directory (else every pass would quietly report `corrected=0`).
 //!
 //! A pass is idempotent: a second pass over unchanged pods writes nothing. [`Reconciler::run`]
-//! repeats it every `--reconcile-interval` and at once when the rules change. Envs, annotations
-//! and cgroup parents cannot be changed for running containers and are not touched. A pod with
+//! repeats it every `--reconcile-interval` and at once when the rules change. Envs, annotations,
+//! devices, mounts and cgroup parents cannot be changed for running containers and are not touched. A pod with
 //! an empty cgroup parent (the runtime's default cgroup) gets no pod-level values (a debug line),
 //! its containers theirs; a pod whose runtime reports nothing about its cgroups (no verbose
 //! `config`, no `cgroupsPath`) is skipped. Plugin failures and cgroup names that cannot be

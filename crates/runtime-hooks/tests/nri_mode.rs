@@ -490,3 +490,82 @@ async fn node_slo_from_the_cluster_reaches_running_pods() {
     assert!(plugin.hooks.count(&["NRI: containers updated for the new rules"]) >= 3, "{}", plugin.hooks.log());
     pod.remove(&mut rt).await;
 }
+
+/// GPUEnvInject and RDMADeviceInject as an NRI plugin: a pod the scheduler gave an RDMA PF, a
+/// GPU and HAMi-core half a GPU gets, before its process starts, the character devices
+/// `/dev/infiniband/rdma_cm` and `/dev/infiniband/uverbs0` with the numbers of the real nodes
+/// made with mknod under `--device-host-root` (in containerd's OCI spec and as nodes inside the
+/// container), `NVIDIA_VISIBLE_DEVICES`, the CUDA limits, `LD_PRELOAD` and the bind-mounted
+/// library. A pod whose RDMA device is not on the host fails only RDMADeviceInject (Ignore):
+/// it starts with its GPU env and without devices, and the log names the annotation.
+#[tokio::test]
+async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let host = tempfile::Builder::new().prefix("rh-rdma").tempdir().unwrap();
+    fake_rdma_host(host.path());
+    let library = host.path().join("libvgpu.so");
+    std::fs::write(&library, "hami-core stand-in\n").unwrap();
+    std::fs::create_dir_all("/tmp/vgpulock").unwrap();
+    let (root, lib) = (host.path().to_str().unwrap(), library.to_str().unwrap());
+    let flags = [
+        "--feature-gates",
+        "GPUEnvInject=true,RDMADeviceInject=true",
+        "--device-host-root",
+        root,
+        "--hami-core-library-directory-path",
+        lib,
+    ];
+    let plugin = start_plugin_with(&env, true, &flags);
+    let mut rt = runtime_client(&env.ctrd.socket);
+
+    let alloc = r#"{"gpu": [{"minor": 1, "resources": {"koordinator.sh/gpu-memory-ratio": 50, "koordinator.sh/gpu-memory": "8Gi", "koordinator.sh/gpu-core": 30}}],
+                    "rdma": [{"minor": 0, "id": "0000:09:00.0", "resources": {"koordinator.sh/rdma": 100}}]}"#;
+    let mut labels = plugin.labels("LS");
+    labels.push(("koordinator.sh/gpu-isolation-provider", "HAMi-core"));
+    let (sandbox, container) = pod_configs(&env.ctrd, &labels, &[(DEVICE_ALLOCATED, alloc)]);
+    let (sandbox_id, container_id) = create(&mut rt, &sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.hooks.log()));
+    // Before any process: the adjustment is in the spec containerd stored.
+    let status = rt.container_status(cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: true }).await.unwrap();
+    let info: serde_json::Value = serde_json::from_str(&status.into_inner().info["info"]).unwrap();
+    let devices = &info["runtimeSpec"]["linux"]["devices"];
+    let find = |path: &str| devices.as_array().and_then(|d| d.iter().find(|d| d["path"] == path).cloned());
+    let cm = find("/dev/infiniband/rdma_cm").unwrap_or_else(|| panic!("rdma_cm in {devices}\n{}", plugin.hooks.log()));
+    assert_eq!(
+        (cm["type"].as_str(), cm["major"].as_i64(), cm["minor"].as_i64(), cm["fileMode"].as_i64()),
+        (Some("c"), Some(10), Some(58), Some(0o666))
+    );
+    let uverbs = find("/dev/infiniband/uverbs0").unwrap_or_else(|| panic!("uverbs0 in {devices}"));
+    assert_eq!((uverbs["major"].as_i64(), uverbs["minor"].as_i64()), (Some(231), Some(192)));
+    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await.expect("StartContainer");
+    let pod = Pod { sandbox_id, container_id, config: sandbox };
+
+    // Inside the container: the nodes (busybox stat: major and minor in hex), the env, the mount.
+    let nodes = exec(&mut rt, &pod.container_id, "stat -c '%n %F %t:%T %a' /dev/infiniband/rdma_cm /dev/infiniband/uverbs0").await;
+    assert_eq!(
+        nodes,
+        "/dev/infiniband/rdma_cm character special file a:3a 666\n/dev/infiniband/uverbs0 character special file e7:c0 666\n",
+        "{}",
+        plugin.hooks.log()
+    );
+    let envs =
+        exec(&mut rt, &pod.container_id, "echo $NVIDIA_VISIBLE_DEVICES $CUDA_DEVICE_MEMORY_LIMIT $CUDA_DEVICE_SM_LIMIT $LD_PRELOAD").await;
+    assert_eq!(envs, format!("1 8589934592 30 {lib}\n"));
+    assert_eq!(
+        exec(&mut rt, &pod.container_id, &format!("cat {lib}; test -d /tmp/vgpulock && echo lock")).await,
+        "hami-core stand-in\nlock\n"
+    );
+
+    // An RDMA device the host does not have: RDMADeviceInject fails (Ignore), GPUEnvInject not.
+    let missing = r#"{"gpu": [{"minor": 3}], "rdma": [{"id": "0000:0f:00.0"}]}"#;
+    let (sandbox, container) = pod_configs(&env.ctrd, &plugin.labels("LS"), &[(DEVICE_ALLOCATED, missing)]);
+    let other = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.hooks.log()));
+    let seen = exec(&mut rt, &other.container_id, "echo $NVIDIA_VISIBLE_DEVICES; ls /dev/infiniband 2>&1 | grep -c uverbs").await;
+    assert_eq!(seen, "3\n0\n", "{}", plugin.hooks.log());
+    let log = plugin.hooks.log();
+    let line = log.lines().find(|l| l.contains("plugin RDMADeviceInject failed")).unwrap_or_else(|| panic!("no failure in\n{log}"));
+    assert!(line.contains(DEVICE_ALLOCATED) && line.contains("0000:0f:00.0") && line.contains("infiniband_verbs"), "{line}");
+    assert!(!log.contains("plugin GPUEnvInject failed"), "{log}");
+    pod.remove(&mut rt).await;
+    other.remove(&mut rt).await;
+}

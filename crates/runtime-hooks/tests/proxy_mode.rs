@@ -441,4 +441,39 @@ async fn cpu_normalization_scales_an_ls_container_quota() {
         assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), want, "{class}\n{}", s.hooks.log());
         pod.remove(&mut rt).await;
     }
+/// GPUEnvInject and RDMADeviceInject through the proxy: the GPUs the scheduler allocated reach
+/// the container as `NVIDIA_VISIBLE_DEVICES` (read inside it); the RDMA devices, which the
+/// runtime.v1alpha1 answer cannot carry, are logged once as not expressible and the container
+/// has no `/dev/infiniband`. A device-allocated annotation that is not JSON fails both plugins
+/// under Ignore: that container starts, without the env, and the log names the annotation.
+#[tokio::test]
+async fn gpu_allocation_becomes_nvidia_visible_devices_and_rdma_is_logged_not_applied() {
+    let host = tempfile::Builder::new().prefix("rh-rdma").tempdir().unwrap();
+    fake_rdma_host(host.path());
+    let root = host.path().to_str().unwrap();
+    let s = setup(&["--feature-gates", "GPUEnvInject=true,RDMADeviceInject=true", "--device-host-root", root]);
+    let mut rt = runtime_client(s.proxy.socket());
+    let alloc = r#"{"gpu": [{"minor": 2, "resources": {"koordinator.sh/gpu-core": 100}}, {"minor": 0}], "rdma": [{"minor": 0, "id": "0000:09:00.0"}]}"#;
+    let (sandbox, container) = pod_configs(&s.env, &[(QOS, "LS")], &[(DEVICE_ALLOCATED, alloc)]);
+    let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
+    let seen = exec(&mut rt, &pod.container_id, "printf %s \"$NVIDIA_VISIBLE_DEVICES\"; ls /dev/infiniband 2>/dev/null").await;
+    assert_eq!(seen, "2,0", "the env inside the container, and no /dev/infiniband\n{}", s.hooks.log());
+    let log = s.hooks.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("not expressible in proxy mode")).collect();
+    assert_eq!(lines.len(), 1, "one line per call:\n{log}");
+    for part in ["device /dev/infiniband/rdma_cm c 10:58 mode 0666", "device /dev/infiniband/uverbs0 c 231:192", "PreCreateContainer"] {
+        assert!(lines[0].contains(part), "{part:?} in {}", lines[0]);
+    }
+    assert!(!log.contains("plugin-failure-policy"), "no plugin failed:\n{log}");
+
+    let (sandbox, container) = pod_configs(&s.env, &[(QOS, "LS")], &[(DEVICE_ALLOCATED, "{\"gpu\": [{\"minor\": 0}")]);
+    let bad = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
+    assert_eq!(exec(&mut rt, &bad.container_id, "printf %s \"${NVIDIA_VISIBLE_DEVICES-unset}\"").await, "unset");
+    let log = s.hooks.log();
+    for plugin in ["plugin GPUEnvInject failed", "plugin RDMADeviceInject failed"] {
+        let line = log.lines().find(|l| l.contains(plugin)).unwrap_or_else(|| panic!("{plugin:?} in\n{log}"));
+        assert!(line.contains(DEVICE_ALLOCATED) && line.contains("EOF") && line.contains("Ignore"), "{line}");
+    }
+    pod.remove(&mut rt).await;
+    bad.remove(&mut rt).await;
 }

@@ -22,6 +22,8 @@
 //! | `envs` | `env` | – (cannot change after creation) |
 //! | `annotations` | `annotations` | – |
 //! | `cgroup_parent` | – (NRI cannot move a container to another pod cgroup) | – |
+//! | `devices` | `linux.devices` (`LinuxDevice`: path, type, major, minor, `file_mode`, `uid`, `gid`; containerd also allows each in the device cgroup) | – (cannot change after creation) |
+//! | `mounts` | `mounts` (`Mount`: destination, type, source, options) | – |
 //! | `pod_cgroup` | written by runtime-hooks itself | the same |
 
 use std::collections::HashMap;
@@ -29,7 +31,7 @@ use std::collections::HashMap;
 use hook_api::v1alpha1::LinuxContainerResources;
 
 use super::proto::api as nri;
-use crate::change::{Change, Resources};
+use crate::change::{Change, Device, Mount, Resources};
 use crate::context::{ContainerContext, PodContext};
 use crate::lenient::{utf8_map, utf8_strings};
 
@@ -116,15 +118,39 @@ pub fn nri_resources(r: &Resources, shared_cpus: impl FnOnce() -> Option<String>
     (cpu.is_some() || memory.is_some()).then(|| nri::LinuxResources { cpu, memory, ..Default::default() })
 }
 
-/// A CreateContainer answer: resources, envs and annotations of the change. The change's
-/// `cgroup_parent` cannot be expressed (the caller logs it).
+/// A CreateContainer answer: resources, envs, annotations, devices and mounts of the change.
+/// The change's `cgroup_parent` cannot be expressed (the caller logs it).
 pub fn adjustment(change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> nri::ContainerAdjustment {
+    let resources = nri_resources(&change.resources, shared_cpus);
+    let devices: Vec<nri::LinuxDevice> = change.devices.iter().map(nri_device).collect();
     nri::ContainerAdjustment {
         annotations: change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        mounts: change.mounts.iter().map(nri_mount).collect(),
         env: change.envs.iter().map(|(k, v)| nri::KeyValue { key: k.clone(), value: v.clone() }).collect(),
-        linux: nri_resources(&change.resources, shared_cpus)
-            .map(|resources| nri::LinuxContainerAdjustment { resources: Some(resources), ..Default::default() }),
+        linux: (resources.is_some() || !devices.is_empty()).then(|| nri::LinuxContainerAdjustment {
+            devices,
+            resources,
+            ..Default::default()
+        }),
     }
+}
+
+/// A device of a change as NRI's `LinuxDevice` (unset mode, uid, gid: absent).
+pub fn nri_device(d: &Device) -> nri::LinuxDevice {
+    nri::LinuxDevice {
+        path: d.path.clone(),
+        r#type: d.kind.as_str().to_owned(),
+        major: d.major,
+        minor: d.minor,
+        file_mode: d.file_mode.map(|value| nri::OptionalFileMode { value }),
+        uid: d.uid.map(|value| nri::OptionalUInt32 { value }),
+        gid: d.gid.map(|value| nri::OptionalUInt32 { value }),
+    }
+}
+
+/// A mount of a change as NRI's `Mount`.
+pub fn nri_mount(m: &Mount) -> nri::Mount {
+    nri::Mount { destination: m.destination.clone(), r#type: m.kind.clone(), source: m.source.clone(), options: m.options.clone() }
 }
 
 /// An update of a created container's resources, `None` when the change sets none.
@@ -231,5 +257,52 @@ mod tests {
         assert_eq!((cpu.shares.unwrap().value, cpu.cpus.as_str()), (512, ""));
         assert_eq!(update("c", &Change::default(), || None), None);
         assert_eq!(adjustment(&Change::default(), || None), nri::ContainerAdjustment::default());
+    }
+
+    /// Devices become `linux.devices` (with or without resources), mounts `mounts`; an update
+    /// carries neither (a created container's devices and mounts cannot change).
+    #[test]
+    fn devices_and_mounts_to_the_adjustment() {
+        use crate::change::DeviceKind;
+        let change = Change {
+            devices: vec![Device {
+                path: "/dev/infiniband/uverbs0".into(),
+                kind: DeviceKind::Char,
+                major: 231,
+                minor: 192,
+                file_mode: Some(0o666),
+                uid: None,
+                gid: Some(5),
+            }],
+            mounts: vec![Mount {
+                destination: "/tmp/vgpulock".into(),
+                kind: "bind".into(),
+                source: "/tmp/vgpulock".into(),
+                options: vec!["rbind".into()],
+            }],
+            ..Default::default()
+        };
+        let adj = adjustment(&change, || None);
+        let linux = adj.linux.expect("linux part for the devices");
+        assert_eq!(linux.resources, None);
+        assert_eq!(
+            linux.devices,
+            vec![nri::LinuxDevice {
+                path: "/dev/infiniband/uverbs0".into(),
+                r#type: "c".into(),
+                major: 231,
+                minor: 192,
+                file_mode: Some(nri::OptionalFileMode { value: 0o666 }),
+                uid: None,
+                gid: Some(nri::OptionalUInt32 { value: 5 }),
+            }]
+        );
+        assert_eq!(adj.mounts.len(), 1);
+        assert_eq!(
+            (adj.mounts[0].destination.as_str(), adj.mounts[0].r#type.as_str(), adj.mounts[0].source.as_str()),
+            ("/tmp/vgpulock", "bind", "/tmp/vgpulock")
+        );
+        assert_eq!(adj.mounts[0].options, ["rbind"]);
+        assert_eq!(update("c", &change, || None), None);
     }
 }

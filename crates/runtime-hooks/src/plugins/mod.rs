@@ -6,6 +6,8 @@
 //! | [`BatchResource`] | BE pods' CPU shares, CFS quota (scaled by the node's CPU normalization ratio) and memory limit from batch resources | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //! | [`CpuNormalization`] | LS and class-less pods' CFS quota ÷ the node's CPU normalization ratio | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //! | [`CpuSet`] | cpusets: LSE/LSR from the scheduler, others from the NodeResourceTopology's share pools by QoS, BestEffort cleared | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
+//! | [`GpuEnvInject`] | env `NVIDIA_VISIBLE_DEVICES` from the scheduler's `device-allocated` GPUs; for HAMi-core pods below a whole GPU also CUDA limits, `LD_PRELOAD` and two bind mounts (mounts: NRI only) | PreCreateContainer |
+//! | [`RdmaDeviceInject`] | char devices `/dev/infiniband/rdma_cm` and the allocated RDMA PFs' or VFs' verbs devices (NRI only) | PreCreateContainer |
 //!
 //! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
 //! (fields and files, units) and stages.
@@ -13,14 +15,19 @@
 pub mod batch_resource;
 pub mod cpu_normalization;
 pub mod cpuset;
+pub mod devices;
+pub mod gpu_env;
 pub mod group_identity;
+pub mod rdma_device;
 
 use std::sync::Arc;
 
 pub use batch_resource::BatchResource;
 pub use cpu_normalization::CpuNormalization;
 pub use cpuset::CpuSet;
+pub use gpu_env::GpuEnvInject;
 pub use group_identity::GroupIdentity;
+pub use rdma_device::RdmaDeviceInject;
 
 use crate::plugin::Plugin;
 

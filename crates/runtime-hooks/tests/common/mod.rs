@@ -228,3 +228,33 @@ pub fn rules_file(dir: &std::path::Path, text: &str) -> PathBuf {
     std::fs::write(&path, text).unwrap();
     path
 }
+
+/// Pod annotation with the scheduler's device allocation (GPUEnvInject, RDMADeviceInject).
+pub const DEVICE_ALLOCATED: &str = "scheduling.koordinator.sh/device-allocated";
+
+/// A fake RDMA host under `root` (for `--device-host-root`): real character nodes made with
+/// mknod(2) at `root/dev/infiniband/rdma_cm` (10:58) and `root/dev/infiniband/uverbs0`
+/// (231:192), and the sysfs entry naming `uverbs0` the verbs device of PCI function
+/// `0000:09:00.0`. Needs root (the tests run as root, for containerd).
+pub fn fake_rdma_host(root: &Path) {
+    let dev = root.join("dev/infiniband");
+    std::fs::create_dir_all(&dev).unwrap();
+    for (name, major, minor) in [("rdma_cm", 10, 58), ("uverbs0", 231, 192)] {
+        let path = std::ffi::CString::new(dev.join(name).to_str().unwrap()).unwrap();
+        // SAFETY: mknod(2) with a valid NUL-terminated path.
+        let rc = unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(major, minor)) };
+        assert_eq!(rc, 0, "mknod {name}: {}", std::io::Error::last_os_error());
+    }
+    std::fs::create_dir_all(root.join("sys/bus/pci/devices/0000:09:00.0/infiniband_verbs/uverbs0")).unwrap();
+}
+
+/// Runs `script` with `sh -c` in a running container (CRI ExecSync); its stdout, or panics.
+pub async fn exec(
+    rt: &mut k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    id: &str,
+    script: &str,
+) -> String {
+    let cmd = vec!["sh".into(), "-c".into(), script.into()];
+    let out = rt.exec_sync(cri::ExecSyncRequest { container_id: id.into(), cmd, timeout: 5 }).await.expect("ExecSync").into_inner();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
