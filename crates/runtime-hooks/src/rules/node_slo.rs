@@ -16,7 +16,8 @@
 //! | `resourceUsedThresholdWithBE.enable` | `false` | with `cpuSuppressPolicy: cfsQuota`: BE CFS quota −1 |
 //! | `resourceUsedThresholdWithBE.cpuSuppressPolicy` | `cpuset` | `cpuset` or `cfsQuota` |
 //!
-//! Every other field of the spec is ignored (koordlet's other modules read them). Types are
+//! The network QoS fields (`networkQOS`, `netQOSPolicy`, `totalNetworkBandwidth`) are parsed by
+//! [`super::net_qos`]. Every other field of the spec is ignored (koordlet's other modules read them). Types are
 //! checked for the fields read: a wrong type, an unknown enum value or a group identity outside
 //! −1..=2 (the API's own validation) is a [`FieldError`] naming the field and the value.
 
@@ -31,12 +32,14 @@ pub struct SloRules {
     pub group_identity: GroupIdentityRules,
     /// BatchResource sets BE pods' CFS quota from their batch-cpu limit.
     pub batch_cfs_quota: bool,
+    /// Network QoS (TCNetworkQoS, TerwayQoS): see [`super::net_qos`].
+    pub net_qos: super::net_qos::NetQosRules,
 }
 
 impl Default for SloRules {
     /// koordlet's defaults: what an empty spec gives.
     fn default() -> Self {
-        parse(&Value::Null).unwrap_or(SloRules { group_identity: GroupIdentityRules::default(), batch_cfs_quota: true })
+        parse(&Value::Null).unwrap_or(SloRules { group_identity: GroupIdentityRules::default(), batch_cfs_quota: true, net_qos: Default::default() })
     }
 }
 
@@ -98,7 +101,8 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
         Some("cfsQuota") => suppress_on,
         Some(other) => return Err(FieldError::new(suppress_field, format!("unknown value {other:?} (cpuset or cfsQuota)"))),
     };
-    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy })
+    let net_qos = super::net_qos::parse(spec)?;
+    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy, net_qos })
 }
 
 /// The value at `path` under `v` (`Null` when any step is missing or `null`).
