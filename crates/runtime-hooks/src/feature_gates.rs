@@ -7,7 +7,9 @@
 //! | `GroupIdentity` | on | [`crate::plugins::GroupIdentity`] |
 //! | `CPUSetAllocator` | on | [`crate::plugins::CpuSet`] |
 //! | `BatchResource` | on | [`crate::plugins::BatchResource`] |
-//! | `CPUNormalization`, `CoreSched`, `GPUEnvInject`, `RDMADeviceInject`, `Resctrl`, `TCNetworkQoS`, `TerwayQoS` | off | not implemented here yet: turning one on is refused |
+//! | `TCNetworkQoS` | off | [`crate::plugins::TcNetworkQos`] |
+//! | `TerwayQoS` | off | [`crate::plugins::TerwayQos`] |
+//! | `CPUNormalization`, `CoreSched`, `GPUEnvInject`, `RDMADeviceInject`, `Resctrl` | off | not implemented here yet: turning one on is refused |
 //! | `BECPUManager` (koordlet's, read by CPUSet) | off | not implemented here yet: turning it on is refused |
 //!
 //! `AllAlpha` and `AllBeta` set every alpha (all but the three above, which are beta) or beta
@@ -19,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::plugin::Plugin;
-use crate::plugins::{BatchResource, CpuSet, GroupIdentity};
+use crate::plugins::{BatchResource, CpuSet, GroupIdentity, TcNetworkQos, TerwayQos};
 
 /// One gate.
 #[derive(Clone, Copy, Debug)]
@@ -45,8 +47,8 @@ pub const GATES: &[Gate] = &[
     Gate { name: "GPUEnvInject", default: false, beta: false, plugin: None },
     Gate { name: "RDMADeviceInject", default: false, beta: false, plugin: None },
     Gate { name: "Resctrl", default: false, beta: false, plugin: None },
-    Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: None },
-    Gate { name: "TerwayQoS", default: false, beta: false, plugin: None },
+    Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: Some(|| Arc::new(TcNetworkQos::default())) },
+    Gate { name: "TerwayQoS", default: false, beta: false, plugin: Some(|| Arc::new(TerwayQos::default())) },
     Gate { name: "BECPUManager", default: false, beta: false, plugin: None },
 ];
 
@@ -150,6 +152,9 @@ mod tests {
         assert_eq!(g, FeatureGates::default());
         assert_eq!(names(&g), ["GroupIdentity", "BatchResource", "CPUSet"]);
         assert!(!g.enabled("CoreSched") && !g.enabled("BECPUManager"));
+        assert!(!g.enabled("TCNetworkQoS") && !g.enabled("TerwayQoS"));
+        let g = FeatureGates::parse("TCNetworkQoS=true,TerwayQoS=true").unwrap();
+        assert_eq!(names(&g), ["GroupIdentity", "BatchResource", "CPUSet", "TCNetworkQoS", "TerwayQoS"]);
     }
 
     #[test]

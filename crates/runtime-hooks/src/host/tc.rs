@@ -244,6 +244,26 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     b.get(at..at + 4).map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
 }
 
+fn u64_at(b: &[u8]) -> Option<u64> {
+    b.get(..8).map(|s| u64::from_ne_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
+}
+
+/// The attributes (`(type, value)`) packed in a nested attribute's value.
+fn nested_nlas(b: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off + 4 <= b.len() {
+        let len = u16::from_ne_bytes([b[off], b[off + 1]]) as usize;
+        let kind = u16::from_ne_bytes([b[off + 2], b[off + 3]]) & 0x3fff;
+        if len < 4 || off + len > b.len() {
+            break;
+        }
+        out.push((kind, b[off + 4..off + len].to_vec()));
+        off += (len + 3) & !3;
+    }
+    out
+}
+
 /// `struct tc_ratespec` for `rate` bytes/s (capped at 2³² − 1; the 64-bit attribute carries more).
 fn ratespec(rate: u64) -> [u8; 12] {
     let mut r = [0u8; 12];
@@ -291,19 +311,26 @@ impl TrafficControl for Netlink {
                 continue;
             }
             let mut class = HtbClass { handle: m.header.handle.into(), parent: m.header.parent.into(), rate: 0, ceil: 0, prio: 0 };
-            let opts = m.attributes.iter().filter_map(|a| if let TcAttribute::Options(o) = a { Some(o) } else { None }).flatten();
+            // netlink-packet-route keeps an unknown kind's TCA_OPTIONS whole: the HTB attributes
+            // are nested inside.
+            let nested: Vec<(u16, Vec<u8>)> = m
+                .attributes
+                .iter()
+                .filter_map(|a| if let TcAttribute::Options(o) = a { Some(o) } else { None })
+                .flatten()
+                .filter_map(|o| if let TcOption::Other(nla) = o { Some(nla_bytes(nla)) } else { None })
+                .flat_map(|b| nested_nlas(&b))
+                .collect();
             let (mut rate64, mut ceil64) = (None, None);
-            for o in opts {
-                let TcOption::Other(nla) = o else { continue };
-                let b = nla_bytes(nla);
-                match netlink_packet_core::Nla::kind(nla) {
+            for (kind, b) in nested {
+                match kind {
                     TCA_HTB_PARMS => {
                         class.rate = u32_at(&b, 8).unwrap_or(0) as u64;
                         class.ceil = u32_at(&b, 20).unwrap_or(0) as u64;
                         class.prio = u32_at(&b, 40).unwrap_or(0);
                     }
-                    TCA_HTB_RATE64 => rate64 = b.get(..8).map(|s| u64::from_ne_bytes(s.try_into().unwrap_or([0; 8]))),
-                    TCA_HTB_CEIL64 => ceil64 = b.get(..8).map(|s| u64::from_ne_bytes(s.try_into().unwrap_or([0; 8]))),
+                    TCA_HTB_RATE64 => rate64 = u64_at(&b),
+                    TCA_HTB_CEIL64 => ceil64 = u64_at(&b),
                     _ => {}
                 }
             }

@@ -5,6 +5,8 @@
 //! | [`GroupIdentity`] | pod `cpu.bvt_warp_ns` by QoS class | PreRunPodSandbox |
 //! | [`BatchResource`] | BE pods' CPU shares, CFS quota (scaled by the node's CPU normalization ratio) and memory limit from batch resources | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //! | [`CpuSet`] | cpusets: LSE/LSR from the scheduler, others from the NodeResourceTopology's share pools by QoS, BestEffort cleared | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
+//! | [`TcNetworkQos`] | pod `net_cls.classid` by QoS class; node: HTB qdisc, classes and cgroup filters on the default route's interface (gate `TCNetworkQoS`, off) | PreRunPodSandbox, node-level |
+//! | [`TerwayQos`] | node: Terway's `global_bps_config` and `pod.json` (gate `TerwayQoS`, off) | node-level |
 //!
 //! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
 //! (fields and files, units) and stages.
@@ -12,12 +14,16 @@
 pub mod batch_resource;
 pub mod cpuset;
 pub mod group_identity;
+pub mod tc;
+pub mod terway_qos;
 
 use std::sync::Arc;
 
 pub use batch_resource::BatchResource;
 pub use cpuset::CpuSet;
 pub use group_identity::GroupIdentity;
+pub use tc::TcNetworkQos;
+pub use terway_qos::TerwayQos;
 
 use crate::plugin::Plugin;
 
