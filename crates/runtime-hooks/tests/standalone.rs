@@ -353,8 +353,11 @@ async fn terway_qos_files_reflect_the_real_pods() {
          beClass: {networkQOS: {enable: true, egressRequest: 10, egressLimit: 400M}}\n",
     );
     let mut rt = runtime_client(&s.env.socket);
-    let (sandbox, container) =
-        pod_configs(&s.env, &[(QOS, "BE"), (&s.label.0, &s.label.1)], &[("koordinator.sh/networkQOS", r#"{"ingressLimit": "8M", "egressLimit": "16M"}"#)]);
+    let (sandbox, container) = pod_configs(
+        &s.env,
+        &[(QOS, "BE"), (&s.label.0, &s.label.1)],
+        &[("koordinator.sh/networkQOS", r#"{"ingressLimit": "8M", "egressLimit": "16M"}"#)],
+    );
     let uid = sandbox.metadata.as_ref().unwrap().uid.clone();
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod on containerd");
     let pods_file = terway.path().join("pod.json");
@@ -386,7 +389,11 @@ async fn tc_network_qos_without_net_cls_skips_and_fails_nothing() {
         return;
     }
     let s = start("1s", &["--feature-gates", "TCNetworkQoS=true"]);
-    assert!(s.hooks.wait_log(&["no traffic control for TCNetworkQoS", "no net_cls hierarchy"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
+    assert!(
+        s.hooks.wait_log(&["no traffic control for TCNetworkQoS", "no net_cls hierarchy"], 0, Duration::from_secs(5)),
+        "{}",
+        s.hooks.log()
+    );
     assert!(s.hooks.wait_log(&["runtime-hooks starting", "tc=no"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
     let pod = s.be_pod().await;
     assert!(eventually(Duration::from_secs(10), || values(&pod) == want(100_000, 100_000)), "{:?}\n{}", values(&pod), s.hooks.log());

@@ -125,7 +125,14 @@ impl Netlink {
         socket.bind_auto()?;
         socket.connect(&SocketAddr::new(0, 0))?;
         let (tick_in_usec, hz) = psched();
-        Ok(Netlink { name: interface.to_owned(), index: index as i32, socket: Mutex::new(socket), seq: AtomicU32::new(1), tick_in_usec, hz })
+        Ok(Netlink {
+            name: interface.to_owned(),
+            index: index as i32,
+            socket: Mutex::new(socket),
+            seq: AtomicU32::new(1),
+            tick_in_usec,
+            hz,
+        })
     }
 
     /// The interface of the IPv4 default route in the main table (koordlet's

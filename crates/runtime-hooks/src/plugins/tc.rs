@@ -234,7 +234,12 @@ impl TcNetworkQos {
 
         for class in &want {
             if class.rate == 0 || class.ceil == 0 {
-                errors.push(format!("class {}: rate {} ceil {} bytes/s: a rate of 0 is not set", show(class.handle), class.rate, class.ceil));
+                errors.push(format!(
+                    "class {}: rate {} ceil {} bytes/s: a rate of 0 is not set",
+                    show(class.handle),
+                    class.rate,
+                    class.ceil
+                ));
                 continue;
             }
             if existing.iter().any(|c| c == class) {

@@ -50,7 +50,9 @@ fn classid_by_qos_class_under_the_tc_policy_only() {
 #[test]
 fn a_bad_annotation_fails_the_pod_naming_it() {
     let p = TcNetworkQos::default();
-    for (bad, needle) in [("{", "not JSON"), (r#"{"egressLimit": "fast"}"#, "egressLimit \"fast\""), (r#"{"egressLimit": 5}"#, "quantity string")] {
+    for (bad, needle) in
+        [("{", "not JSON"), (r#"{"egressLimit": "fast"}"#, "egressLimit \"fast\""), (r#"{"egressLimit": 5}"#, "quantity string")]
+    {
         let e = p.pod(Stage::PreRunPodSandbox, &pod("a", "BE", Some(bad)).pod, &rules("tc")).unwrap_err();
         assert!(format!("{e:#}").contains(needle) && format!("{e:#}").contains(NETWORK_QOS), "{bad}: {e:#}");
     }

@@ -217,7 +217,13 @@ mod tests {
     use crate::plugins::tc::NETWORK_QOS;
 
     fn pod(uid: &str, class: Option<&str>, qos: Option<&str>, parent: &str) -> PodState {
-        let mut p = PodContext { uid: uid.into(), name: format!("n-{uid}"), namespace: "ns".into(), cgroup_parent: parent.into(), ..Default::default() };
+        let mut p = PodContext {
+            uid: uid.into(),
+            name: format!("n-{uid}"),
+            namespace: "ns".into(),
+            cgroup_parent: parent.into(),
+            ..Default::default()
+        };
         if let Some(c) = class {
             p.labels.insert(QOS_CLASS_KEY.into(), c.into());
         }
@@ -295,9 +301,12 @@ mod tests {
 
     #[test]
     fn prio_by_class_then_kube_qos_and_the_default_dir() {
-        for (class, parent, want) in
-            [(Some("SYSTEM"), "/kubepods/podx", 0), (Some("LSE"), "/kubepods/besteffort/podx", 1), (None, "/kubepods/podx", 1), (None, "/kubepods/burstable/podx", 1)]
-        {
+        for (class, parent, want) in [
+            (Some("SYSTEM"), "/kubepods/podx", 0),
+            (Some("LSE"), "/kubepods/besteffort/podx", 1),
+            (None, "/kubepods/podx", 1),
+            (None, "/kubepods/burstable/podx", 1),
+        ] {
             assert_eq!(TerwayQos::pod_entry(&pod("x", class, None, parent)).unwrap().prio, want, "{class:?} {parent}");
         }
         assert_eq!(TerwayQos::dir(&Host::default()), PathBuf::from(DEFAULT_DIR));

@@ -209,7 +209,11 @@ mod tests {
                 "spec.resourceQOSStrategy.lsClass.networkQOS.enable",
                 "boolean",
             ),
-            (json!({"resourceQOSStrategy": {"policies": {"netQOSPolicy": "ebpf"}}}), "spec.resourceQOSStrategy.policies.netQOSPolicy", "\"ebpf\""),
+            (
+                json!({"resourceQOSStrategy": {"policies": {"netQOSPolicy": "ebpf"}}}),
+                "spec.resourceQOSStrategy.policies.netQOSPolicy",
+                "\"ebpf\"",
+            ),
         ] {
             let e = parse(&spec).unwrap_err();
             assert_eq!(e.field, field, "{spec}");

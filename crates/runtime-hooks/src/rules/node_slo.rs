@@ -39,7 +39,11 @@ pub struct SloRules {
 impl Default for SloRules {
     /// koordlet's defaults: what an empty spec gives.
     fn default() -> Self {
-        parse(&Value::Null).unwrap_or(SloRules { group_identity: GroupIdentityRules::default(), batch_cfs_quota: true, net_qos: Default::default() })
+        parse(&Value::Null).unwrap_or(SloRules {
+            group_identity: GroupIdentityRules::default(),
+            batch_cfs_quota: true,
+            net_qos: Default::default(),
+        })
     }
 }
 
