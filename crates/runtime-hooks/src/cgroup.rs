@@ -24,6 +24,7 @@
 //! | [`CgroupValue::MemoryLimit`] | `memory/memory.limit_in_bytes` (bytes, −1 = unlimited) | `memory.max` (`max` = unlimited) |
 //! | [`CgroupValue::CpusetCpus`] | `cpuset/cpuset.cpus`; `""` is written as the parent's value | `cpuset.cpus` (`""` = inherit) |
 //! | [`CgroupValue::BvtWarpNs`] | `cpu/cpu.bvt_warp_ns` | `cpu.bvt_warp_ns` |
+//! | [`CgroupValue::NetClsClassId`] | `net_cls/net_cls.classid` (decimal `0xAAAABBBB`) | none: always unsupported |
 //!
 //! The root is `/sys/fs/cgroup` on a node and a temp directory in tests. [`CgroupFs::detect`]
 //! tells the versions apart by the file system type of the root (`cgroup2` → v2; `tmpfs` with
@@ -81,6 +82,10 @@ pub enum CgroupValue {
     CpusetCpus(String),
     /// Group identity (`cpu.bvt_warp_ns`): 2 = highest, 0 = default, −1 = lowest (BE).
     BvtWarpNs(i64),
+    /// The tc class id of the cgroup's sockets (`net_cls.classid`, cgroup v1 only):
+    /// `major << 16 | minor`, e.g. `0x10003` for class `1:3`. Without the `net_cls` hierarchy
+    /// (cgroup v2, or v1 without it mounted) every write is unsupported (skipped, logged once).
+    NetClsClassId(u32),
 }
 
 impl CgroupValue {
@@ -94,6 +99,7 @@ impl CgroupValue {
             CgroupValue::MemoryLimit(_) => "memory-limit",
             CgroupValue::CpusetCpus(_) => "cpuset-cpus",
             CgroupValue::BvtWarpNs(_) => "bvt-warp-ns",
+            CgroupValue::NetClsClassId(_) => "net-cls-classid",
         }
     }
 
@@ -114,6 +120,7 @@ impl fmt::Display for CgroupValue {
             | CgroupValue::CfsPeriod(v)
             | CgroupValue::MemoryLimit(v)
             | CgroupValue::BvtWarpNs(v) => write!(f, "{}={v}", self.kind()),
+            CgroupValue::NetClsClassId(v) => write!(f, "{}={v:#x}", self.kind()),
         }
     }
 }
@@ -257,6 +264,7 @@ impl CgroupFs {
             CgroupValue::CpuShares(_) | CgroupValue::CfsQuota(_) | CgroupValue::CfsPeriod(_) | CgroupValue::BvtWarpNs(_) => "cpu",
             CgroupValue::MemoryLimit(_) => "memory",
             CgroupValue::CpusetCpus(_) => "cpuset",
+            CgroupValue::NetClsClassId(_) => "net_cls",
         }
     }
 
@@ -272,6 +280,7 @@ impl CgroupFs {
             (CgroupVersion::V2, CgroupValue::MemoryLimit(_)) => "memory.max",
             (_, CgroupValue::CpusetCpus(_)) => "cpuset.cpus",
             (_, CgroupValue::BvtWarpNs(_)) => "cpu.bvt_warp_ns",
+            (_, CgroupValue::NetClsClassId(_)) => "net_cls.classid",
         }
     }
 
@@ -328,6 +337,14 @@ impl CgroupFs {
     pub fn apply(&self, dir: &str, value: &CgroupValue) -> Result<Written, CgroupError> {
         let dir_path = self.dir_path(dir, value)?;
         let path = dir_path.join(self.file_name(value));
+        if let CgroupValue::NetClsClassId(_) = value {
+            // net_cls is a v1 hierarchy of its own; v2 has no such file at all.
+            let hierarchy = self.root.join(Self::controller(value));
+            if self.version == CgroupVersion::V2 || !hierarchy.is_dir() {
+                self.note_unsupported(&path, &io::Error::from(io::ErrorKind::NotFound));
+                return Ok(Written::Unsupported);
+            }
+        }
         let current = match std::fs::read_to_string(&path) {
             Ok(s) => s.trim().to_owned(),
             Err(source) => return self.unsupported_or(value, &dir_path, CgroupError::Io { op: "reading".into(), path, source }),
@@ -380,6 +397,8 @@ impl CgroupFs {
                 differs(p.to_string(), current.parse::<i64>().ok() == Some(*p))
             }
             (CgroupVersion::V2, CgroupValue::BvtWarpNs(p)) => differs(p.to_string(), current.parse::<i64>().ok() == Some(*p)),
+            // The kernel reads it back in decimal.
+            (_, CgroupValue::NetClsClassId(id)) => differs(id.to_string(), current.parse::<u32>().ok() == Some(*id)),
             (CgroupVersion::V2, CgroupValue::CfsQuota(q)) => {
                 let (cur_q, cur_p) = current.split_once(' ').unwrap_or((current, ""));
                 let q = if *q <= 0 { "max".to_owned() } else { (*q).max(1000).to_string() };
@@ -780,6 +799,21 @@ mod tests {
         assert_eq!(fs.unsupported(), vec!["cpu.bvt_warp_ns".to_string()]);
         let e = fs.apply("/gone", &CgroupValue::CpuShares(2)).unwrap_err();
         assert!(matches!(e, CgroupError::NoDir(_)), "{e}");
+    }
+
+    #[test]
+    fn net_cls_classid_only_where_the_hierarchy_is() {
+        let (t, fs) = v1_tree();
+        let id = CgroupValue::NetClsClassId(0x10003);
+        assert_eq!(fs.apply("/pod", &id).unwrap(), Written::Unsupported, "no net_cls hierarchy");
+        assert_eq!(fs.unsupported(), vec!["net_cls.classid".to_string()]);
+        std::fs::create_dir_all(t.path().join("net_cls/pod")).unwrap();
+        std::fs::write(t.path().join("net_cls/pod/net_cls.classid"), "0").unwrap();
+        assert!(matches!(fs.apply("/pod", &id).unwrap(), Written::Corrected(_)));
+        assert_eq!(read(&t, "net_cls/pod/net_cls.classid"), "65539");
+        assert_eq!(fs.apply("/pod", &id).unwrap(), Written::Unchanged, "read back in decimal");
+        let v2 = CgroupFs::new(t.path(), CgroupVersion::V2);
+        assert_eq!(v2.apply("/pod", &id).unwrap(), Written::Unsupported, "v2 has no net_cls");
     }
 
     #[test]

@@ -206,6 +206,11 @@ pub struct Args {
     #[arg(long, value_name = "DIR", default_value = "/sys/fs/cgroup")]
     pub cgroup_root: PathBuf,
 
+    /// Where TerwayQoS writes Terway's QoS files (`global_bps_config`, `pod.json`): koordlet's
+    /// path, a DaemonSet's mount of the host's /var/lib/terway/qos.
+    #[arg(long, value_name = "DIR", default_value = "/host-var-lib/terway/qos")]
+    pub terway_qos_dir: PathBuf,
+
     /// cgroup version of --cgroup-root.
     #[arg(long, value_enum, default_value = "auto")]
     pub cgroup_version: CgroupVersionArg,

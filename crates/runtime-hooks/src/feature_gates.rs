@@ -10,7 +10,9 @@
 //! | `CPUNormalization` | off | [`crate::plugins::CpuNormalization`] |
 //! | `GPUEnvInject` | off | [`crate::plugins::GpuEnvInject`] (HAMi-core library: `--hami-core-library-directory-path`) |
 //! | `RDMADeviceInject` | off | [`crate::plugins::RdmaDeviceInject`] (host `/dev` and `/sys` under `--device-host-root`) |
-//! | `CoreSched`, `Resctrl`, `TCNetworkQoS`, `TerwayQoS` | off | not implemented here yet: turning one on is refused |
+//! | `TCNetworkQoS` | off | [`crate::plugins::TcNetworkQos`] |
+//! | `TerwayQoS` | off | [`crate::plugins::TerwayQos`] (`--terway-qos-dir`) |
+//! | `CoreSched`, `Resctrl` | off | not implemented here yet: turning one on is refused |
 //! | `BECPUManager` (koordlet's, read by CPUSet) | off | not implemented here yet: turning it on is refused |
 //!
 //! `AllAlpha` and `AllBeta` set every alpha (all but the three on by default, which are beta) or beta
@@ -23,7 +25,7 @@ use std::sync::Arc;
 
 use crate::plugin::Plugin;
 use crate::plugins::{BatchResource, CpuNormalization, CpuSet, GroupIdentity};
-use crate::plugins::{GpuEnvInject, RdmaDeviceInject};
+use crate::plugins::{GpuEnvInject, RdmaDeviceInject, TcNetworkQos, TerwayQos};
 
 /// One gate.
 #[derive(Clone, Copy, Debug)]
@@ -49,8 +51,8 @@ pub const GATES: &[Gate] = &[
     Gate { name: "GPUEnvInject", default: false, beta: false, plugin: Some(|| Arc::new(GpuEnvInject::from_options())) },
     Gate { name: "RDMADeviceInject", default: false, beta: false, plugin: Some(|| Arc::new(RdmaDeviceInject::from_options())) },
     Gate { name: "Resctrl", default: false, beta: false, plugin: None },
-    Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: None },
-    Gate { name: "TerwayQoS", default: false, beta: false, plugin: None },
+    Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: Some(|| Arc::new(TcNetworkQos::default())) },
+    Gate { name: "TerwayQoS", default: false, beta: false, plugin: Some(|| Arc::new(TerwayQos::default())) },
     Gate { name: "BECPUManager", default: false, beta: false, plugin: None },
 ];
 
@@ -154,6 +156,9 @@ mod tests {
         assert_eq!(g, FeatureGates::default());
         assert_eq!(names(&g), ["GroupIdentity", "BatchResource", "CPUSet"]);
         assert!(!g.enabled("CoreSched") && !g.enabled("BECPUManager"));
+        assert!(!g.enabled("TCNetworkQoS") && !g.enabled("TerwayQoS"));
+        let g = FeatureGates::parse("TCNetworkQoS=true,TerwayQoS=true").unwrap();
+        assert_eq!(names(&g), ["GroupIdentity", "BatchResource", "CPUSet", "TCNetworkQoS", "TerwayQoS"]);
     }
 
     #[test]

@@ -441,6 +441,8 @@ async fn cpu_normalization_scales_an_ls_container_quota() {
         assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), want, "{class}\n{}", s.hooks.log());
         pod.remove(&mut rt).await;
     }
+}
+
 /// GPUEnvInject and RDMADeviceInject through the proxy: the GPUs the scheduler allocated reach
 /// the container as `NVIDIA_VISIBLE_DEVICES` (read inside it); the RDMA devices, which the
 /// runtime.v1alpha1 answer cannot carry, are logged once as not expressible and the container

@@ -367,3 +367,66 @@ async fn a_host_application_gets_the_ls_share_pools() {
     let _ = std::fs::remove_dir(&dir);
     let _ = std::fs::remove_dir(dir.parent().unwrap());
 }
+
+/// TerwayQoS's node-level work in standalone mode: Terway's files (in a temp directory) list
+/// the real pods of containerd with their bandwidth annotation, and a pod that goes leaves.
+#[tokio::test]
+async fn terway_qos_files_reflect_the_real_pods() {
+    let terway = tempfile::tempdir().unwrap();
+    let s = start("1s", &["--feature-gates", "TerwayQoS=true", "--terway-qos-dir", terway.path().to_str().unwrap()]);
+    s.set_rules(
+        "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec:\n  \
+         systemStrategy: {totalNetworkBandwidth: 800M}\n  resourceQOSStrategy:\n    policies: {netQOSPolicy: terway-qos}\n    \
+         beClass: {networkQOS: {enable: true, egressRequest: 10, egressLimit: 400M}}\n",
+    );
+    let mut rt = runtime_client(&s.env.socket);
+    let (sandbox, container) = pod_configs(
+        &s.env,
+        &[(QOS, "BE"), (&s.label.0, &s.label.1)],
+        &[("koordinator.sh/networkQOS", r#"{"ingressLimit": "8M", "egressLimit": "16M"}"#)],
+    );
+    let uid = sandbox.metadata.as_ref().unwrap().uid.clone();
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod on containerd");
+    let pods_file = terway.path().join("pod.json");
+    let entry = |uid: &str| -> Option<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&pods_file).ok()?).ok()?;
+        v.get(uid).cloned()
+    };
+    assert!(eventually(Duration::from_secs(10), || entry(&uid).is_some()), "no entry for {uid}\n{}", s.hooks.log());
+    let e = entry(&uid).unwrap();
+    assert_eq!(e["podUID"], uid.as_str());
+    assert_eq!(e["prio"], 2);
+    assert_eq!(e["qosConfig"], serde_json::json!({"ingressBandwidth": 1_000_000, "egressBandwidth": 2_000_000}));
+    let parent = pod.cgroup_parent();
+    assert_eq!(e["cgroupDir"], format!("/sys/fs/cgroup/net_cls/{}", parent.trim_start_matches('/')));
+    let node = std::fs::read_to_string(terway.path().join("global_bps_config")).unwrap();
+    assert!(node.starts_with("hw_tx_bps_max 100000000\nhw_rx_bps_max 100000000\n"), "{node}");
+    assert!(node.contains("offline_l2_tx_bps_min 10000000\noffline_l2_tx_bps_max 50000000\n"), "{node}");
+    pod.remove(&mut rt).await;
+    assert!(eventually(Duration::from_secs(10), || entry(&uid).is_none()), "entry stays after the pod went\n{}", s.hooks.log());
+}
+
+/// TCNetworkQoS on this machine, which has no `net_cls` hierarchy: the facility is reported
+/// missing once at start, the classid write is skipped as unsupported (logged once), and the
+/// pod's other values are still corrected.
+#[tokio::test]
+async fn tc_network_qos_without_net_cls_skips_and_fails_nothing() {
+    if std::path::Path::new("/sys/fs/cgroup/net_cls").is_dir() {
+        eprintln!("skipped: this machine has net_cls");
+        return;
+    }
+    let s = start("1s", &["--feature-gates", "TCNetworkQoS=true"]);
+    assert!(
+        s.hooks.wait_log(&["no traffic control for TCNetworkQoS", "no net_cls hierarchy"], 0, Duration::from_secs(5)),
+        "{}",
+        s.hooks.log()
+    );
+    assert!(s.hooks.wait_log(&["runtime-hooks starting", "tc=no"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
+    let pod = s.be_pod().await;
+    assert!(eventually(Duration::from_secs(10), || values(&pod) == want(100_000, 100_000)), "{:?}\n{}", values(&pod), s.hooks.log());
+    assert!(s.hooks.wait_log(&["net_cls.classid", "skipped"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(s.hooks.count(&["net_cls.classid", "skipped"]), 1, "logged once\n{}", s.hooks.log());
+    assert_eq!(s.hooks.count(&["TCNetworkQoS", "failed"]), 0, "{}", s.hooks.log());
+    pod.remove(&mut runtime_client(&s.env.socket)).await;
+}

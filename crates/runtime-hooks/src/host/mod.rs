@@ -11,11 +11,13 @@
 //! rule callbacks and all-pods reconcilers), never in the hook path's pure functions.
 
 pub mod sysctl;
+pub mod tc;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use self::sysctl::{ProcSys, Sysctl};
+use self::tc::TrafficControl;
 
 /// Where the host's files are (the paths a DaemonSet mounts), for [`Host::detect`].
 #[derive(Clone, Debug, Default)]
@@ -25,6 +27,10 @@ pub struct HostPaths {
     /// The kernel parameters' root (`/proc/sys`; the `kernel.*` parameters are the host's even
     /// in a container).
     pub proc_sys: PathBuf,
+    /// Where Terway reads its QoS files (`--terway-qos-dir`; koordlet's
+    /// `/host-var-lib/terway/qos`, a DaemonSet's mount of `/var/lib/terway/qos`); empty: that
+    /// default. Written by TerwayQoS only.
+    pub terway_qos_dir: PathBuf,
 }
 
 /// The kernel facilities this node has (see the module documentation).
@@ -34,11 +40,14 @@ pub struct Host {
     pub paths: HostPaths,
     /// Kernel parameters; `None` (the default, and in tests that do not give one): not touched.
     pub sysctl: Option<Arc<dyn Sysctl>>,
+    /// Traffic control on the default route's interface (TCNetworkQoS); `None` without the
+    /// v1 `net_cls` hierarchy, `CAP_NET_ADMIN` or a default route ([`detect_tc`]).
+    pub tc: Option<Arc<dyn TrafficControl>>,
 }
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host").field("paths", &self.paths).field("facilities", &self.describe()).finish()
+        f.debug_struct("Host").field("paths", &self.paths).field("facilities", &self.describe()).finish_non_exhaustive()
     }
 }
 
@@ -46,12 +55,49 @@ impl Host {
     /// Probes every facility once (logging, once, each one this kernel lacks).
     pub fn detect(paths: HostPaths) -> Host {
         let sysctl: Arc<dyn Sysctl> = Arc::new(ProcSys::new(&paths.proc_sys));
-        Host { paths, sysctl: Some(sysctl) }
+        let tc = match detect_tc(&paths.cgroup_root) {
+            Ok(tc) => Some(tc),
+            Err(why) => {
+                tracing::info!("no traffic control for TCNetworkQoS: {why}; its tc rules are not set");
+                None
+            }
+        };
+        Host { paths, sysctl: Some(sysctl), tc }
     }
 
     /// The facilities present, for the start line and `status`: `name=yes|no` pairs.
     pub fn describe(&self) -> String {
-        let facilities = [("sysctl", self.sysctl.is_some())];
-        facilities.iter().map(|(name, present)| format!("{name}={}", if *present { "yes" } else { "no" })).collect::<Vec<_>>().join(" ")
+        let mut parts: Vec<String> = vec![format!("sysctl={}", if self.sysctl.is_some() { "yes" } else { "no" })];
+        parts.push(match &self.tc {
+            Some(tc) => format!("tc=yes({})", tc.interface()),
+            None => "tc=no".into(),
+        });
+        parts.join(",")
     }
+}
+
+/// Probes traffic control for TCNetworkQoS, as koordlet's hook needs it: the cgroup v1
+/// `net_cls` hierarchy (`<cgroup_root>/net_cls`; the tc classes select traffic by
+/// `net_cls.classid`), `CAP_NET_ADMIN` (`/proc/self/status` `CapEff`), and the interface of the
+/// IPv4 default route (koordlet's `GetLinkInfoByDefaultRoute`), whose qdiscs can be listed.
+///
+/// Errors: what is missing, for the one log line.
+pub fn detect_tc(cgroup_root: &Path) -> Result<Arc<dyn TrafficControl>, String> {
+    if !cgroup_root.join("net_cls").is_dir() {
+        return Err(format!("no net_cls hierarchy at {}", cgroup_root.join("net_cls").display()));
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+    const CAP_NET_ADMIN: u32 = 12; // linux/capability.h
+    if cap_eff.is_none_or(|c| c & (1 << CAP_NET_ADMIN) == 0) {
+        return Err("no CAP_NET_ADMIN".into());
+    }
+    let interface = match tc::Netlink::default_route_interface() {
+        Ok(Some(i)) => i,
+        Ok(None) => return Err("no IPv4 default route".into()),
+        Err(e) => return Err(format!("listing routes: {e}")),
+    };
+    let tc = tc::Netlink::open(&interface).map_err(|e| format!("interface {interface}: {e}"))?;
+    tc.root_qdisc().map_err(|e| format!("listing the qdiscs of {interface}: {e}"))?;
+    Ok(Arc::new(tc))
 }

@@ -8,6 +8,8 @@
 //! | [`CpuSet`] | cpusets: LSE/LSR from the scheduler, others from the NodeResourceTopology's share pools by QoS, BestEffort cleared | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //! | [`GpuEnvInject`] | env `NVIDIA_VISIBLE_DEVICES` from the scheduler's `device-allocated` GPUs; for HAMi-core pods below a whole GPU also CUDA limits, `LD_PRELOAD` and two bind mounts (mounts: NRI only) | PreCreateContainer |
 //! | [`RdmaDeviceInject`] | char devices `/dev/infiniband/rdma_cm` and the allocated RDMA PFs' or VFs' verbs devices (NRI only) | PreCreateContainer |
+//! | [`TcNetworkQos`] | pod `net_cls.classid` by QoS class; node: HTB qdisc, classes and cgroup filters on the default route's interface (gate `TCNetworkQoS`, off) | PreRunPodSandbox, node-level |
+//! | [`TerwayQos`] | node: Terway's `global_bps_config` and `pod.json` (gate `TerwayQoS`, off) | node-level |
 //!
 //! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
 //! (fields and files, units) and stages.
@@ -19,6 +21,8 @@ pub mod devices;
 pub mod gpu_env;
 pub mod group_identity;
 pub mod rdma_device;
+pub mod tc;
+pub mod terway_qos;
 
 use std::sync::Arc;
 
@@ -28,6 +32,8 @@ pub use cpuset::CpuSet;
 pub use gpu_env::GpuEnvInject;
 pub use group_identity::GroupIdentity;
 pub use rdma_device::RdmaDeviceInject;
+pub use tc::TcNetworkQos;
+pub use terway_qos::TerwayQos;
 
 use crate::plugin::Plugin;
 

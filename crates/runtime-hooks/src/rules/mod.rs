@@ -3,7 +3,7 @@
 //!
 //! | input | read by | module |
 //! |---|---|---|
-//! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource | [`node_slo`] |
+//! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource, TCNetworkQoS, TerwayQoS | [`node_slo`], [`net_qos`] |
 //! | the node's `NodeResourceTopology` (`topology.node.k8s.io/v1alpha1`) annotations | CPUSet | [`topology`] |
 //! | the `Node`'s annotations | BatchResource, CPUNormalization (CPU normalization ratio) | [`node`] |
 //!
@@ -21,6 +21,7 @@
 pub mod file;
 pub mod host_app;
 pub mod legacy;
+pub mod net_qos;
 pub mod node;
 pub mod node_slo;
 pub mod store;
@@ -43,6 +44,8 @@ pub struct Rules {
     pub batch_resource: BatchResourceRules,
     /// CPUSet settings (NodeResourceTopology).
     pub cpuset: CpusetRules,
+    /// Network QoS settings (NodeSLO), read by TCNetworkQoS and TerwayQoS.
+    pub net_qos: net_qos::NetQosRules,
     /// CPUNormalization settings (Node).
     pub cpu_normalization: CpuNormalizationRules,
     /// The NodeSLO's host applications (GroupIdentity, CPUSet).
@@ -165,6 +168,7 @@ impl Rules {
             rules.group_identity = slo.group_identity.clone();
             rules.batch_resource.cfs_quota = slo.batch_cfs_quota;
             rules.host_applications.clone_from(&slo.host_applications);
+            rules.net_qos = slo.net_qos.clone();
         }
         if let Some(t) = topology {
             rules.cpuset.topology = t.clone();

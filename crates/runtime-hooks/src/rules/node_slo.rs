@@ -17,7 +17,8 @@
 //! | `resourceUsedThresholdWithBE.cpuSuppressPolicy` | `cpuset` | `cpuset` or `cfsQuota` |
 //! | `hostApplications` | none | processes outside Kubernetes with a QoS class ([`super::host_app`]) |
 //!
-//! Every other field of the spec is ignored (koordlet's other modules read them). Types are
+//! The network QoS fields (`networkQOS`, `netQOSPolicy`, `totalNetworkBandwidth`) are parsed by
+//! [`super::net_qos`]. Every other field of the spec is ignored (koordlet's other modules read them). Types are
 //! checked for the fields read: a wrong type, an unknown enum value or a group identity outside
 //! −1..=2 (the API's own validation) is a [`FieldError`] naming the field and the value.
 
@@ -34,6 +35,8 @@ pub struct SloRules {
     pub batch_cfs_quota: bool,
     /// `spec.hostApplications` ([`super::host_app`]).
     pub host_applications: Vec<super::host_app::HostApplication>,
+    /// Network QoS (TCNetworkQoS, TerwayQoS): see [`super::net_qos`].
+    pub net_qos: super::net_qos::NetQosRules,
 }
 
 impl Default for SloRules {
@@ -43,6 +46,7 @@ impl Default for SloRules {
             group_identity: GroupIdentityRules::default(),
             batch_cfs_quota: true,
             host_applications: Vec::new(),
+            net_qos: Default::default(),
         })
     }
 }
@@ -106,7 +110,8 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
         Some(other) => return Err(FieldError::new(suppress_field, format!("unknown value {other:?} (cpuset or cfsQuota)"))),
     };
     let host_applications = super::host_app::parse(spec)?;
-    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy, host_applications })
+    let net_qos = super::net_qos::parse(spec)?;
+    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy, host_applications, net_qos })
 }
 
 /// The value at `path` under `v` (`Null` when any step is missing or `null`).
