@@ -24,8 +24,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::plugin::Plugin;
+use crate::plugins::devices::DeviceOptions;
+use crate::plugins::rdma_device::HostFs;
 use crate::plugins::{BatchResource, CpuNormalization, CpuSet, GroupIdentity};
 use crate::plugins::{GpuEnvInject, RdmaDeviceInject, TcNetworkQos, TerwayQos};
+
+/// Builds a gate's plugin from the node's options (the command line's).
+pub type PluginFn = fn(&DeviceOptions) -> Arc<dyn Plugin>;
 
 /// One gate.
 #[derive(Clone, Copy, Debug)]
@@ -36,23 +41,28 @@ pub struct Gate {
     pub default: bool,
     /// koordlet's maturity: beta gates default on, alpha off.
     pub beta: bool,
-    /// The plugin it switches, when implemented here.
-    pub plugin: Option<fn() -> Arc<dyn Plugin>>,
+    /// The plugin it switches, when implemented here, built from the node's options.
+    pub plugin: Option<PluginFn>,
 }
 
 /// Every gate known, in the order the framework runs the plugins (koordlet's registration order
 /// for the three implemented).
 pub const GATES: &[Gate] = &[
-    Gate { name: "GroupIdentity", default: true, beta: true, plugin: Some(|| Arc::new(GroupIdentity)) },
-    Gate { name: "BatchResource", default: true, beta: true, plugin: Some(|| Arc::new(BatchResource)) },
-    Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|| Arc::new(CpuSet)) },
-    Gate { name: "CPUNormalization", default: false, beta: false, plugin: Some(|| Arc::new(CpuNormalization)) },
+    Gate { name: "GroupIdentity", default: true, beta: true, plugin: Some(|_| Arc::new(GroupIdentity)) },
+    Gate { name: "BatchResource", default: true, beta: true, plugin: Some(|_| Arc::new(BatchResource)) },
+    Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|_| Arc::new(CpuSet)) },
+    Gate { name: "CPUNormalization", default: false, beta: false, plugin: Some(|_| Arc::new(CpuNormalization)) },
     Gate { name: "CoreSched", default: false, beta: false, plugin: None },
-    Gate { name: "GPUEnvInject", default: false, beta: false, plugin: Some(|| Arc::new(GpuEnvInject::from_options())) },
-    Gate { name: "RDMADeviceInject", default: false, beta: false, plugin: Some(|| Arc::new(RdmaDeviceInject::from_options())) },
+    Gate { name: "GPUEnvInject", default: false, beta: false, plugin: Some(|o| Arc::new(GpuEnvInject::new(o.hami_core_library.clone()))) },
+    Gate {
+        name: "RDMADeviceInject",
+        default: false,
+        beta: false,
+        plugin: Some(|o| Arc::new(RdmaDeviceInject::new(Arc::new(HostFs::new(&o.host_root))))),
+    },
     Gate { name: "Resctrl", default: false, beta: false, plugin: None },
-    Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: Some(|| Arc::new(TcNetworkQos::default())) },
-    Gate { name: "TerwayQoS", default: false, beta: false, plugin: Some(|| Arc::new(TerwayQos::default())) },
+    Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TcNetworkQos::default())) },
+    Gate { name: "TerwayQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TerwayQos::default())) },
     Gate { name: "BECPUManager", default: false, beta: false, plugin: None },
 ];
 
@@ -122,7 +132,7 @@ impl FeatureGates {
     /// The plugins of the gates that are on, in [`GATES`] order.
     ///
     /// Errors: a gate that is on but whose plugin is not implemented here (naming them all).
-    pub fn plugins(&self) -> Result<Vec<Arc<dyn Plugin>>, String> {
+    pub fn plugins(&self, options: &DeviceOptions) -> Result<Vec<Arc<dyn Plugin>>, String> {
         let missing: Vec<&str> = GATES.iter().filter(|g| self.enabled(g.name) && g.plugin.is_none()).map(|g| g.name).collect();
         if !missing.is_empty() {
             return Err(format!(
@@ -133,7 +143,7 @@ impl FeatureGates {
                 if missing.len() > 1 { "them" } else { "it" },
             ));
         }
-        Ok(GATES.iter().filter(|g| self.enabled(g.name)).filter_map(|g| g.plugin.map(|p| p())).collect())
+        Ok(GATES.iter().filter(|g| self.enabled(g.name)).filter_map(|g| g.plugin.map(|p| p(options))).collect())
     }
 
     /// `Name=value` of every gate, for the start-up log line.
@@ -147,7 +157,7 @@ mod tests {
     use super::*;
 
     fn names(g: &FeatureGates) -> Vec<&'static str> {
-        g.plugins().unwrap().iter().map(|p| p.name()).collect()
+        g.plugins(&DeviceOptions::default()).unwrap().iter().map(|p| p.name()).collect()
     }
 
     #[test]
@@ -169,7 +179,7 @@ mod tests {
         assert_eq!(names(&g), ["BatchResource"], "a named gate wins over AllBeta");
         let g = FeatureGates::parse("BatchResource=true,AllBeta=false").unwrap();
         assert_eq!(names(&g), ["BatchResource"], "whatever the order");
-        assert!(FeatureGates::parse("AllAlpha=false").unwrap().plugins().is_ok());
+        assert!(FeatureGates::parse("AllAlpha=false").unwrap().plugins(&DeviceOptions::default()).is_ok());
     }
 
     #[test]
@@ -182,9 +192,9 @@ mod tests {
             let e = FeatureGates::parse(s).unwrap_err();
             assert!(e.contains(needle), "{s}: {e}");
         }
-        let e = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap().plugins().err().unwrap();
+        let e = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap().plugins(&DeviceOptions::default()).err().unwrap();
         assert!(e.contains("CoreSched, Resctrl are koordlet's but not implemented"), "{e}");
-        assert!(FeatureGates::parse("AllAlpha=true").unwrap().plugins().is_err());
+        assert!(FeatureGates::parse("AllAlpha=true").unwrap().plugins(&DeviceOptions::default()).is_err());
     }
 
     #[test]

@@ -96,10 +96,10 @@ use crate::server::HookService;
 /// `--unchecked-cgroup-root`, a version not given), a socket that cannot be bound, a
 /// registration that cannot be written.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
-    plugins::devices::set_options(plugins::devices::DeviceOptions {
+    let device_options = plugins::devices::DeviceOptions {
         host_root: args.device_host_root.clone(),
         hami_core_library: args.hami_core_library_directory_path.clone(),
-    });
+    };
     let plugins = match &args.plugins {
         Some(names) => {
             tracing::warn!(
@@ -107,7 +107,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
             );
             plugins::select(names)
         }
-        None => args.feature_gates.plugins(),
+        None => args.feature_gates.plugins(&device_options),
     }
     .map_err(anyhow::Error::msg)?;
     let cgroup_version = if args.unchecked_cgroup_root {

@@ -25,13 +25,12 @@
 //!
 //! [`DeviceOptions`]: where the host's `/dev` and `/sys` are (RDMA) and the HAMi-core library
 //! (GPU), from the command line (`--device-host-root`, `--hami-core-library-directory-path`);
-//! the binary sets them once at start ([`set_options`]) before the feature gates build the
-//! plugins, which read them ([`options`]).
+//! the feature gates hand them to the plugins' constructors
+//! ([`crate::feature_gates::FeatureGates::plugins`]).
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::RwLock;
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -127,19 +126,6 @@ impl Default for DeviceOptions {
     fn default() -> Self {
         DeviceOptions { host_root: PathBuf::from("/"), hami_core_library: DEFAULT_HAMI_CORE_LIBRARY.to_owned() }
     }
-}
-
-static OPTIONS: RwLock<Option<DeviceOptions>> = RwLock::new(None);
-
-/// Sets the options the plugins built after this call read (the binary, at start).
-pub fn set_options(options: DeviceOptions) {
-    let mut slot = OPTIONS.write().unwrap_or_else(|e| e.into_inner());
-    *slot = Some(options);
-}
-
-/// The options last set, or the defaults.
-pub fn options() -> DeviceOptions {
-    OPTIONS.read().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ use crate::context::ContainerContext;
 use crate::plugin::{Plugin, Stage};
 use crate::rules::Rules;
 
-use super::devices::{device_allocations, options, DEVICE_ALLOCATED};
+use super::devices::{device_allocations, DEVICE_ALLOCATED};
 
 /// Env var listing the allocated GPUs' minors (koordlet's `GpuAllocEnv`).
 pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
@@ -65,11 +65,6 @@ impl GpuEnvInject {
     /// With this HAMi-core library path.
     pub fn new(hami_core_library: impl Into<String>) -> GpuEnvInject {
         GpuEnvInject { hami_core_library: hami_core_library.into() }
-    }
-
-    /// With the library of the options the binary was started with ([`options`]).
-    pub fn from_options() -> GpuEnvInject {
-        GpuEnvInject::new(options().hami_core_library)
     }
 
     fn hami_core(&self, first: &super::devices::DeviceAllocation, change: &mut Change) -> anyhow::Result<()> {

@@ -41,7 +41,7 @@ use crate::context::ContainerContext;
 use crate::plugin::{Plugin, Stage};
 use crate::rules::Rules;
 
-use super::devices::{device_allocations, options, DEVICE_ALLOCATED};
+use super::devices::{device_allocations, DEVICE_ALLOCATED};
 
 /// Container (and host) directory of the InfiniBand device nodes (koordlet's `IBDevDir`).
 pub const IB_DEV_DIR: &str = "/dev/infiniband";
@@ -121,12 +121,6 @@ impl RdmaDeviceInject {
     /// Reading the host through `host`.
     pub fn new(host: Arc<dyn RdmaHost>) -> RdmaDeviceInject {
         RdmaDeviceInject { host }
-    }
-
-    /// Reading the host under the `--device-host-root` the binary was started with
-    /// ([`options`]).
-    pub fn from_options() -> RdmaDeviceInject {
-        RdmaDeviceInject::new(Arc::new(HostFs::new(options().host_root)))
     }
 
     /// The container device of the verbs device of `pci_address`.
