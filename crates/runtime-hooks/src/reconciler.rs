@@ -30,6 +30,9 @@
 //! 4. writes what differs ([`crate::cgroup::CgroupFs::apply`], retrying EINVAL after the other
 //!    writes of the pod, see [`crate::framework::apply_all`]) and logs every correction:
 //!    `drift corrected … file=… old=… new=…`;
+//!    The pod sandbox (pause) container gets what the plugins answer for a container with an
+//!    empty name (koordlet's SandboxLevel reconcilers: CPUSet's cpuset and unset CFS quota),
+//!    in its own directory (`runtimeSpec.linux.cgroupsPath` of the sandbox's verbose status);
 //! 5. with `--kubepods-cgroup`, also the kubelet QoS directories (`kubepods`, `…/burstable`,
 //!    `…/besteffort`) from [`crate::plugin::Plugin::kube_qos`];
 //! 6. the NodeSLO's host applications' directories, from [`crate::plugin::Plugin::host_app`];
@@ -150,6 +153,8 @@ pub struct Reconciler {
     kubepods: Option<String>,
     cluster_pods: Option<Arc<crate::cluster::PodIndex>>,
     parents: HashMap<String, String>,
+    /// The pod sandbox (pause) container's `cgroupsPath`, per sandbox ID, when reported.
+    sandbox_paths: HashMap<String, Option<String>>,
     dirs: HashMap<String, String>,
     reported: HashSet<String>,
     last_pass: Arc<std::sync::Mutex<LastPass>>,
@@ -191,6 +196,7 @@ impl Reconciler {
             kubepods: None,
             cluster_pods: None,
             parents: HashMap::new(),
+            sandbox_paths: HashMap::new(),
             dirs: HashMap::new(),
             reported: HashSet::new(),
             last_pass: Arc::default(),
@@ -302,6 +308,7 @@ impl Reconciler {
         // Forget cached paths of what is gone.
         let live_pods: HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
         self.parents.retain(|id, _| live_pods.contains(id.as_str()));
+        self.sandbox_paths.retain(|id, _| live_pods.contains(id.as_str()));
         let live_containers: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
         self.dirs.retain(|id, _| live_containers.contains(id.as_str()));
 
@@ -356,6 +363,25 @@ impl Reconciler {
                 }
                 Err(f) => {
                     failures_now.insert(f.to_string());
+                }
+            }
+            // The sandbox (pause) container, as koordlet's SandboxLevel reconcilers see it: a
+            // container with an empty name (CPUSet gives it the pod's CPUs).
+            if let Some(path) = self.sandbox_paths.get(&sandbox.id).cloned().flatten() {
+                match cgroup_path::container_dir(&path, pod_dir.as_deref(), self.framework.cgroups().driver()) {
+                    Ok(dir) => {
+                        let pause = ContainerContext { pod: pod.clone(), id: sandbox.id.clone(), ..Default::default() };
+                        match self.framework.run_container(Stage::PreCreateContainer, &pause) {
+                            Ok(outcome) => writes
+                                .extend(outcome.container_values.into_iter().map(|o| (format!("{} sandbox", pod.key()), dir.clone(), o))),
+                            Err(f) => {
+                                failures_now.insert(format!("{} sandbox: {f}", pod.key()));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        failures_now.insert(format!("{} sandbox: cgroup {path:?}: {e}", pod.key()));
+                    }
                 }
             }
             for c in by_pod.get(sandbox.id.as_str()).into_iter().flatten() {
@@ -533,10 +559,12 @@ impl Reconciler {
         }
         let request = cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: true };
         let status: view::StatusResponse = self.call(POD_SANDBOX_STATUS, request).await.ok()?;
-        let parent = entries_map(&status.info).get("info").and_then(|i| sandbox_cgroup_parent(i));
+        let info = entries_map(&status.info).get("info").cloned();
+        let parent = info.as_deref().and_then(sandbox_cgroup_parent);
         match &parent {
             Some(p) => {
                 self.parents.insert(id.to_owned(), p.clone());
+                self.sandbox_paths.insert(id.to_owned(), info.as_deref().and_then(container_cgroup_dir));
             }
             None => tracing::debug!(sandbox = id, "the runtime reports no cgroup parent; pod skipped"),
         }

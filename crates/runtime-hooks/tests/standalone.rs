@@ -430,3 +430,30 @@ async fn tc_network_qos_without_net_cls_skips_and_fails_nothing() {
     assert_eq!(s.hooks.count(&["TCNetworkQoS", "failed"]), 0, "{}", s.hooks.log());
     pod.remove(&mut runtime_client(&s.env.socket)).await;
 }
+
+/// An LSR pod created directly on containerd: the reconciler pins its container **and its
+/// sandbox (pause) container** to the scheduler's CPU, and lifts both CFS quotas (koordlet's
+/// container- and sandbox-level CPUSet reconcilers).
+#[tokio::test]
+async fn an_lsr_pod_and_its_sandbox_container_get_the_scheduler_cpus() {
+    let root_cpus = cgroup("cpuset", "", "cpuset.cpus");
+    let cpu = root_cpus.split([',', '-']).next().unwrap().to_owned();
+    let s = start("500ms", &["--feature-gates", "GroupIdentity=false,BatchResource=false"]);
+    let mut rt = runtime_client(&s.env.socket);
+    let status = format!(r#"{{"cpuset": "{cpu}"}}"#);
+    let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, "LSR"), (&s.label.0, &s.label.1)], &[(STATUS, &status)]);
+    let limited = k8s_cri::v1::LinuxContainerResources { cpu_shares: 1024, cpu_period: 100_000, cpu_quota: 50_000, ..Default::default() };
+    container.linux.as_mut().unwrap().resources = Some(limited);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("LSR pod on containerd");
+    let pause = |ctrl: &str, file: &str| cgroup(ctrl, &format!("{}/{}", pod.cgroup_parent(), pod.sandbox_id), file);
+    assert!(
+        eventually(Duration::from_secs(10), || pod.cgroup_file("cpuset", "cpuset.cpus") == cpu && pause("cpuset", "cpuset.cpus") == cpu),
+        "container {:?}, sandbox {:?}, want {cpu:?}\n{}",
+        pod.cgroup_file("cpuset", "cpuset.cpus"),
+        pause("cpuset", "cpuset.cpus"),
+        s.hooks.log()
+    );
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "-1");
+    assert_eq!(pause("cpu", "cpu.cfs_quota_us"), "-1");
+    pod.remove(&mut rt).await;
+}
