@@ -13,7 +13,7 @@
 //! | `TCNetworkQoS` | off | [`crate::plugins::TcNetworkQos`] |
 //! | `TerwayQoS` | off | [`crate::plugins::TerwayQos`] (`--terway-qos-dir`) |
 //! | `CoreSched`, `Resctrl` | off | not implemented here yet: turning one on is refused |
-//! | `BECPUManager` (koordlet's, read by CPUSet) | off | not implemented here yet: turning it on is refused |
+//! | `BECPUManager` (koordlet's, read by CPUSet) | off | [`crate::plugins::CpuSet`] gives NUMA-aware BE pods the BE share pools |
 //!
 //! `AllAlpha` and `AllBeta` set every alpha (all but the three on by default, which are beta) or beta
 //! gate, as in Kubernetes; a named gate wins over them whatever the order. Values are Go's
@@ -24,13 +24,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::plugin::Plugin;
-use crate::plugins::devices::DeviceOptions;
 use crate::plugins::rdma_device::HostFs;
+use crate::plugins::PluginOptions;
 use crate::plugins::{BatchResource, CpuNormalization, CpuSet, GroupIdentity};
 use crate::plugins::{GpuEnvInject, RdmaDeviceInject, TcNetworkQos, TerwayQos};
 
+/// koordlet's gate read by CPUSet (not a plugin of its own): [`PluginOptions::be_cpu_manager`].
+pub const BE_CPU_MANAGER: &str = "BECPUManager";
+
 /// Builds a gate's plugin from the node's options (the command line's).
-pub type PluginFn = fn(&DeviceOptions) -> Arc<dyn Plugin>;
+pub type PluginFn = fn(&PluginOptions) -> Arc<dyn Plugin>;
 
 /// One gate.
 #[derive(Clone, Copy, Debug)]
@@ -50,15 +53,20 @@ pub struct Gate {
 pub const GATES: &[Gate] = &[
     Gate { name: "GroupIdentity", default: true, beta: true, plugin: Some(|_| Arc::new(GroupIdentity)) },
     Gate { name: "BatchResource", default: true, beta: true, plugin: Some(|_| Arc::new(BatchResource)) },
-    Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|_| Arc::new(CpuSet)) },
+    Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|o| Arc::new(CpuSet { be_cpu_manager: o.be_cpu_manager })) },
     Gate { name: "CPUNormalization", default: false, beta: false, plugin: Some(|_| Arc::new(CpuNormalization)) },
     Gate { name: "CoreSched", default: false, beta: false, plugin: None },
-    Gate { name: "GPUEnvInject", default: false, beta: false, plugin: Some(|o| Arc::new(GpuEnvInject::new(o.hami_core_library.clone()))) },
+    Gate {
+        name: "GPUEnvInject",
+        default: false,
+        beta: false,
+        plugin: Some(|o| Arc::new(GpuEnvInject::new(o.devices.hami_core_library.clone()))),
+    },
     Gate {
         name: "RDMADeviceInject",
         default: false,
         beta: false,
-        plugin: Some(|o| Arc::new(RdmaDeviceInject::new(Arc::new(HostFs::new(&o.host_root))))),
+        plugin: Some(|o| Arc::new(RdmaDeviceInject::new(Arc::new(HostFs::new(&o.devices.host_root))))),
     },
     Gate { name: "Resctrl", default: false, beta: false, plugin: None },
     Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TcNetworkQos::default())) },
@@ -132,8 +140,10 @@ impl FeatureGates {
     /// The plugins of the gates that are on, in [`GATES`] order.
     ///
     /// Errors: a gate that is on but whose plugin is not implemented here (naming them all).
-    pub fn plugins(&self, options: &DeviceOptions) -> Result<Vec<Arc<dyn Plugin>>, String> {
-        let missing: Vec<&str> = GATES.iter().filter(|g| self.enabled(g.name) && g.plugin.is_none()).map(|g| g.name).collect();
+    pub fn plugins(&self, options: &PluginOptions) -> Result<Vec<Arc<dyn Plugin>>, String> {
+        let options = &PluginOptions { be_cpu_manager: self.enabled(BE_CPU_MANAGER), ..options.clone() };
+        let missing: Vec<&str> =
+            GATES.iter().filter(|g| self.enabled(g.name) && g.plugin.is_none() && g.name != BE_CPU_MANAGER).map(|g| g.name).collect();
         if !missing.is_empty() {
             return Err(format!(
                 "feature gate{} {} {} koordlet's but not implemented by runtime-hooks yet: turn {} off",
@@ -157,7 +167,7 @@ mod tests {
     use super::*;
 
     fn names(g: &FeatureGates) -> Vec<&'static str> {
-        g.plugins(&DeviceOptions::default()).unwrap().iter().map(|p| p.name()).collect()
+        g.plugins(&PluginOptions::default()).unwrap().iter().map(|p| p.name()).collect()
     }
 
     #[test]
@@ -179,7 +189,7 @@ mod tests {
         assert_eq!(names(&g), ["BatchResource"], "a named gate wins over AllBeta");
         let g = FeatureGates::parse("BatchResource=true,AllBeta=false").unwrap();
         assert_eq!(names(&g), ["BatchResource"], "whatever the order");
-        assert!(FeatureGates::parse("AllAlpha=false").unwrap().plugins(&DeviceOptions::default()).is_ok());
+        assert!(FeatureGates::parse("AllAlpha=false").unwrap().plugins(&PluginOptions::default()).is_ok());
     }
 
     #[test]
@@ -192,9 +202,31 @@ mod tests {
             let e = FeatureGates::parse(s).unwrap_err();
             assert!(e.contains(needle), "{s}: {e}");
         }
-        let e = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap().plugins(&DeviceOptions::default()).err().unwrap();
+        let e = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap().plugins(&PluginOptions::default()).err().unwrap();
         assert!(e.contains("CoreSched, Resctrl are koordlet's but not implemented"), "{e}");
-        assert!(FeatureGates::parse("AllAlpha=true").unwrap().plugins(&DeviceOptions::default()).is_err());
+        assert!(FeatureGates::parse("AllAlpha=true").unwrap().plugins(&PluginOptions::default()).is_err());
+    }
+
+    /// BECPUManager is no plugin: on, it is accepted and CPUSet is built with it.
+    #[test]
+    fn be_cpu_manager_is_an_option_of_cpuset() {
+        let g = FeatureGates::parse("BECPUManager=true").unwrap();
+        let plugins = g.plugins(&PluginOptions::default()).unwrap();
+        assert_eq!(plugins.iter().map(|p| p.name()).collect::<Vec<_>>(), ["GroupIdentity", "BatchResource", "CPUSet"]);
+        // Its effect: a NUMA-aware BE container gets the BE share pool of its node.
+        let mut rules = crate::rules::Rules::default();
+        rules.cpuset.topology.be_share_pools = vec![crate::rules::topology::CpuSharedPool { socket: 0, node: 0, cpuset: "1".into() }];
+        let mut c = crate::context::ContainerContext::default();
+        c.pod.labels.insert(crate::context::QOS_CLASS_KEY.into(), "BE".into());
+        c.pod.cgroup_parent = "/kubepods/besteffort/pod1".into();
+        c.pod.annotations.insert(
+            crate::plugins::cpuset::RESOURCE_STATUS.into(),
+            r#"{"numaNodeResources": [{"node": 0, "resources": {"kubernetes.io/batch-cpu": "1000"}}]}"#.into(),
+        );
+        let cpus = |p: &Arc<dyn Plugin>| p.container(crate::plugin::Stage::PreCreateContainer, &c, &rules).unwrap().resources.cpuset_cpus;
+        assert_eq!(cpus(&plugins[2]).as_deref(), Some("1"));
+        let off = FeatureGates::default().plugins(&PluginOptions::default()).unwrap();
+        assert_eq!(cpus(&off[2]).as_deref(), Some(""), "gate off: cleared");
     }
 
     #[test]

@@ -96,9 +96,12 @@ use crate::server::HookService;
 /// `--unchecked-cgroup-root`, a version not given), a socket that cannot be bound, a
 /// registration that cannot be written.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
-    let device_options = plugins::devices::DeviceOptions {
-        host_root: args.device_host_root.clone(),
-        hami_core_library: args.hami_core_library_directory_path.clone(),
+    let plugin_options = plugins::PluginOptions {
+        devices: plugins::devices::DeviceOptions {
+            host_root: args.device_host_root.clone(),
+            hami_core_library: args.hami_core_library_directory_path.clone(),
+        },
+        be_cpu_manager: false,
     };
     let plugins = match &args.plugins {
         Some(names) => {
@@ -107,7 +110,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
             );
             plugins::select(names)
         }
-        None => args.feature_gates.plugins(&device_options),
+        None => args.feature_gates.plugins(&plugin_options),
     }
     .map_err(anyhow::Error::msg)?;
     let cgroup_version = if args.unchecked_cgroup_root {

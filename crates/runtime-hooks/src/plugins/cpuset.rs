@@ -191,21 +191,24 @@ fn bound_of(pod: &PodContext, status: Option<&ResourceStatus>) -> anyhow::Result
 /// module documentation, koordlet v1.8.0's `SetContainerCPUSet` and `getContainerCPUSet`
 /// (`hooks/cpuset/cpuset.go`, `rule.go`), with empty pools as "unchanged".
 ///
+/// `be_cpu_manager`: koordlet's `BECPUManager` gate (NUMA-aware BE pods get the BE share pools).
+///
 /// Errors: as [`bound_cpuset`].
-pub fn container_cpuset(pod: &PodContext, topology: &Topology) -> anyhow::Result<Option<String>> {
+pub fn container_cpuset(pod: &PodContext, topology: &Topology, be_cpu_manager: bool) -> anyhow::Result<Option<String>> {
     let status = resource_status(pod)?;
     if let Some(cpus) = bound_of(pod, status.as_ref())? {
         return Ok(Some(cpus));
     }
-    Ok(rule_cpuset(pod, status.as_ref(), topology))
+    Ok(rule_cpuset(pod, status.as_ref(), topology, be_cpu_manager))
 }
 
 /// Steps 2 to 7 (koordlet's `getContainerCPUSet`).
-fn rule_cpuset(pod: &PodContext, status: Option<&ResourceStatus>, topology: &Topology) -> Option<String> {
+fn rule_cpuset(pod: &PodContext, status: Option<&ResourceStatus>, topology: &Topology, be_cpu_manager: bool) -> Option<String> {
     let class = pod.qos();
-    // BE pods would take the BE share pools here under koordlet's BECPUManager gate (off).
-    if let Some(status) = status.filter(|s| s.is_numa_aware() && class != QosClass::Be) {
-        let numa = status.numa_node_resources.iter().flat_map(|n| topology.share_pools.iter().filter(move |p| p.node == n.node));
+    // NUMA-aware: the pools of the pod's NUMA nodes; BE pods the BE pools, under BECPUManager only.
+    if let Some(status) = status.filter(|s| s.is_numa_aware() && (class != QosClass::Be || be_cpu_manager)) {
+        let pools = if class == QosClass::Be { &topology.be_share_pools } else { &topology.share_pools };
+        let numa = status.numa_node_resources.iter().flat_map(|n| pools.iter().filter(move |p| p.node == n.node));
         return union(numa);
     }
     if class == QosClass::System {
@@ -235,7 +238,11 @@ fn union<'a>(pools: impl Iterator<Item = &'a CpuSharedPool>) -> Option<String> {
 
 /// The CPUSet plugin.
 #[derive(Debug, Default)]
-pub struct CpuSet;
+pub struct CpuSet {
+    /// koordlet's `BECPUManager` gate: NUMA-aware BE pods get the BE share pools of their NUMA
+    /// nodes instead of being cleared.
+    pub be_cpu_manager: bool,
+}
 
 impl CpuSet {
     /// The plugin's name.
@@ -283,7 +290,7 @@ impl Plugin for CpuSet {
         let status = resource_status(&c.pod)?;
         let resources = if let Some(cpus) = bound_of(&c.pod, status.as_ref())? {
             Resources { cpuset_cpus: Some(cpus), cpu_quota: rules.cpuset.unset_cfs_quota.then_some(-1), ..Default::default() }
-        } else if let Some(cpus) = rule_cpuset(&c.pod, status.as_ref(), &rules.cpuset.topology) {
+        } else if let Some(cpus) = rule_cpuset(&c.pod, status.as_ref(), &rules.cpuset.topology, self.be_cpu_manager) {
             Resources { cpuset_cpus: Some(cpus), ..Default::default() }
         } else {
             return Ok(Change::default());
@@ -318,13 +325,13 @@ mod tests {
     }
 
     fn run(c: &ContainerContext, rules: &Rules) -> Resources {
-        CpuSet.container(Stage::PreCreateContainer, c, rules).unwrap().resources
+        CpuSet::default().container(Stage::PreCreateContainer, c, rules).unwrap().resources
     }
 
     /// What the container's cpuset becomes: `Some` list (`""` = clear) or `None` (unchanged).
     fn cpus(c: &ContainerContext, rules: &Rules) -> Option<String> {
         let r = run(c, rules);
-        let want = container_cpuset(&c.pod, &rules.cpuset.topology).unwrap();
+        let want = container_cpuset(&c.pod, &rules.cpuset.topology, false).unwrap();
         assert_eq!(r.cpuset_cpus, want, "the plugin answers what container_cpuset says");
         r.cpuset_cpus
     }
@@ -359,8 +366,11 @@ mod tests {
         rules.cpuset.unset_cfs_quota = false;
         assert_eq!(run(&container("LSR", Some(r#"{"cpuset": "1"}"#)), &rules).cpu_quota, None);
         let pod = container("LSR", Some(r#"{"cpuset": "1"}"#)).pod;
-        assert_eq!(CpuSet.pod(Stage::PreRunPodSandbox, &pod, &Rules::default()).unwrap().pod_cgroup, vec![CgroupValue::CfsQuota(-1)]);
-        assert!(CpuSet.pod(Stage::PreRunPodSandbox, &pod, &rules).unwrap().is_empty());
+        assert_eq!(
+            CpuSet::default().pod(Stage::PreRunPodSandbox, &pod, &Rules::default()).unwrap().pod_cgroup,
+            vec![CgroupValue::CfsQuota(-1)]
+        );
+        assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &pod, &rules).unwrap().is_empty());
         // Bound comes first: before NUMA pools, the static policy, a BestEffort parent.
         let bound = r#"{"cpuset": "5", "numaNodeResources": [{"node": 1, "resources": {"cpu": "1"}}]}"#;
         for rules in [node("none"), node("static")] {
@@ -395,8 +405,14 @@ mod tests {
         ] {
             assert_eq!(cpus(&container("LS", Some(&numa(entries))), &none), some("0-3,8-11"), "{entries}");
         }
-        // BE pods skip the NUMA step (BECPUManager off): cleared as BestEffort.
+        // BE pods skip the NUMA step (BECPUManager off): cleared as BestEffort; with the gate on
+        // they get the BE share pools of their NUMA nodes.
         assert_eq!(cpus(&in_parent("BE", Some(&node1), BESTEFFORT), &none), some(""));
+        let be = CpuSet { be_cpu_manager: true };
+        let be_cpus = |c: &ContainerContext| be.container(Stage::PreCreateContainer, c, &none).unwrap().resources.cpuset_cpus;
+        assert_eq!(be_cpus(&in_parent("BE", Some(&node1), BESTEFFORT)), some("8-13"));
+        assert_eq!(be_cpus(&in_parent("BE", None, BESTEFFORT)), some(""), "not NUMA-aware: cleared");
+        assert_eq!(be_cpus(&in_parent("LS", Some(&node1), BURSTABLE)), some("8-11"), "LS pods keep the LS pools");
         // 3. SYSTEM: the SYSTEM cpuset, if the node has one.
         assert_eq!(cpus(&in_parent("SYSTEM", None, BESTEFFORT), &none), some("14-15"));
         let mut no_system = node("none");
@@ -424,7 +440,7 @@ mod tests {
         // Only the bound step unsets the CFS quota; no step asks for pod values.
         let r = run(&container("LS", None), &none);
         assert_eq!(r, Resources { cpuset_cpus: some("0-3,8-11"), ..Default::default() });
-        assert!(CpuSet.pod(Stage::PreRunPodSandbox, &container("LS", Some(&node1)).pod, &none).unwrap().is_empty());
+        assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &container("LS", Some(&node1)).pod, &none).unwrap().is_empty());
     }
 
     /// A cpuset an LS, BE or unclassified pod's author wrote is not taken: the pod gets what its
@@ -441,7 +457,7 @@ mod tests {
             let c = in_parent(class, Some(r#"{"cpuset": "1"}"#), parent);
             let r = run(&c, &rules);
             assert_eq!((r.cpuset_cpus.as_deref(), r.cpu_quota), (want, None), "{class:?}");
-            assert!(CpuSet.pod(Stage::PreRunPodSandbox, &c.pod, &rules).unwrap().is_empty(), "{class:?}");
+            assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &rules).unwrap().is_empty(), "{class:?}");
         }
         for class in ["LS", "BE", "", "SYSTEM", "lsr"] {
             assert_ne!(run(&container(class, Some(r#"{"cpuset": "1"}"#)), &Rules::default()).cpuset_cpus.as_deref(), Some("1"));
@@ -451,7 +467,7 @@ mod tests {
         c.pod.labels.clear();
         c.pod.annotations.insert(QOS_CLASS_KEY.into(), "LSR".into());
         assert_eq!(run(&c, &node("static")), Resources::default());
-        assert!(CpuSet.pod(Stage::PreRunPodSandbox, &c.pod, &rules).unwrap().is_empty());
+        assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &rules).unwrap().is_empty());
     }
 
     /// With no pools (no NodeResourceTopology, or one without them, or none for the pod's NUMA
@@ -486,8 +502,8 @@ mod tests {
         let mut off = node("none");
         off.cpuset.enable = false;
         for c in [in_parent("BE", None, BESTEFFORT), container("LS", None), container("LSR", Some(r#"{"cpuset": "1"}"#))] {
-            assert!(CpuSet.container(Stage::PreCreateContainer, &c, &off).unwrap().is_empty());
-            assert!(CpuSet.pod(Stage::PreRunPodSandbox, &c.pod, &off).unwrap().is_empty());
+            assert!(CpuSet::default().container(Stage::PreCreateContainer, &c, &off).unwrap().is_empty());
+            assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &off).unwrap().is_empty());
         }
     }
 
@@ -516,7 +532,7 @@ mod tests {
     #[test]
     fn bad_annotations_are_errors() {
         for bad in ["{", r#"{"cpuset": "3-1"}"#, r#"{"cpuset": 5}"#] {
-            let err = CpuSet.container(Stage::PreCreateContainer, &container("LSE", Some(bad)), &Rules::default()).unwrap_err();
+            let err = CpuSet::default().container(Stage::PreCreateContainer, &container("LSE", Some(bad)), &Rules::default()).unwrap_err();
             assert!(format!("{err:#}").contains(RESOURCE_STATUS), "{err:#}");
         }
         // Annotations that are not JSON of the shape fail any pod, as in koordlet.
@@ -530,9 +546,9 @@ mod tests {
         ] {
             for class in ["LS", "BE", ""] {
                 let c = in_parent(class, Some(bad), BESTEFFORT);
-                let err = format!("{:#}", CpuSet.container(Stage::PreCreateContainer, &c, &node("none")).unwrap_err());
+                let err = format!("{:#}", CpuSet::default().container(Stage::PreCreateContainer, &c, &node("none")).unwrap_err());
                 assert!(err.contains(RESOURCE_STATUS), "{class:?} {bad}: {err}");
-                assert!(CpuSet.pod(Stage::PreRunPodSandbox, &c.pod, &node("none")).is_err(), "{class:?} {bad}");
+                assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &node("none")).is_err(), "{class:?} {bad}");
             }
         }
         // Another class's cpuset is not read, so not checked.
@@ -542,9 +558,9 @@ mod tests {
         {
             let status = format!(r#"{{"cpuset": "{value}"}}"#);
             for c in [container("LSR", Some(&status)), container("LSE", Some(&status))] {
-                let err = format!("{:#}", CpuSet.container(Stage::PreCreateContainer, &c, &Rules::default()).unwrap_err());
+                let err = format!("{:#}", CpuSet::default().container(Stage::PreCreateContainer, &c, &Rules::default()).unwrap_err());
                 assert!(err.contains(RESOURCE_STATUS) && err.contains(&format!("{value:?}")) && err.contains(why), "{value:?}: {err}");
-                let err = format!("{:#}", CpuSet.pod(Stage::PreRunPodSandbox, &c.pod, &Rules::default()).unwrap_err());
+                let err = format!("{:#}", CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &Rules::default()).unwrap_err());
                 assert!(err.contains(RESOURCE_STATUS), "{err}");
             }
         }
@@ -562,7 +578,7 @@ mod tests {
         // Only whitespace: no cpuset, as if absent (on down the steps).
         assert!(run(&container("LSR", Some(r#"{"cpuset": "  "}"#)), &Rules::default()).is_empty());
         assert_eq!(run(&container("LSR", Some(r#"{"cpuset": "  "}"#)), &node("none")).cpuset_cpus.as_deref(), Some("0-3,8-11"));
-        assert!(CpuSet
+        assert!(CpuSet::default()
             .pod(Stage::PreRunPodSandbox, &container("LSR", Some(r#"{"cpuset": " "}"#)).pod, &Rules::default())
             .unwrap()
             .is_empty());

@@ -37,9 +37,19 @@ pub use terway_qos::TerwayQos;
 
 use crate::plugin::Plugin;
 
+/// The node's options the plugins are built with (the command line's and the gates').
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PluginOptions {
+    /// Where the device plugins read the host (`--device-host-root`) and the HAMi-core library.
+    pub devices: devices::DeviceOptions,
+    /// koordlet's `BECPUManager` gate: CPUSet gives NUMA-aware BE pods the NodeResourceTopology's
+    /// BE share pools (off: BE pods are left to the CPU suppress policy, their cpuset cleared).
+    pub be_cpu_manager: bool,
+}
+
 /// Every built-in plugin, in the order the framework runs them.
 pub fn builtin() -> Vec<Arc<dyn Plugin>> {
-    vec![Arc::new(GroupIdentity), Arc::new(BatchResource), Arc::new(CpuSet)]
+    vec![Arc::new(GroupIdentity), Arc::new(BatchResource), Arc::new(CpuSet::default())]
 }
 
 /// The built-in plugins named in `names` (case-insensitive), in the built-in order.
