@@ -24,6 +24,7 @@
 //! | [`CgroupValue::MemoryLimit`] | `memory/memory.limit_in_bytes` (bytes, −1 = unlimited) | `memory.max` (`max` = unlimited) |
 //! | [`CgroupValue::CpusetCpus`] | `cpuset/cpuset.cpus`; `""` is written as the parent's value | `cpuset.cpus` (`""` = inherit) |
 //! | [`CgroupValue::BvtWarpNs`] | `cpu/cpu.bvt_warp_ns` | `cpu.bvt_warp_ns` |
+//! | [`CgroupValue::CpuIdle`] | `cpu/cpu.idle` (Anolis kernels only) | `cpu.idle` (Linux ≥ 5.15) |
 //!
 //! The root is `/sys/fs/cgroup` on a node and a temp directory in tests. [`CgroupFs::detect`]
 //! tells the versions apart by the file system type of the root (`cgroup2` → v2; `tmpfs` with
@@ -81,6 +82,10 @@ pub enum CgroupValue {
     CpusetCpus(String),
     /// Group identity (`cpu.bvt_warp_ns`): 2 = highest, 0 = default, −1 = lowest (BE).
     BvtWarpNs(i64),
+    /// Cgroup SCHED_IDLE (`cpu.idle`, Linux ≥ 5.15 on v2; Anolis kernels on v1): 1 = the
+    /// cgroup's tasks run as idle-class against their siblings, 0 = normal. koordlet's CoreSched
+    /// writes it to the kube-QoS directories (`pkg/koordlet/util/system` `CPUIdle`/`CPUIdleV2`).
+    CpuIdle(i64),
 }
 
 impl CgroupValue {
@@ -94,6 +99,7 @@ impl CgroupValue {
             CgroupValue::MemoryLimit(_) => "memory-limit",
             CgroupValue::CpusetCpus(_) => "cpuset-cpus",
             CgroupValue::BvtWarpNs(_) => "bvt-warp-ns",
+            CgroupValue::CpuIdle(_) => "cpu-idle",
         }
     }
 
@@ -113,7 +119,8 @@ impl fmt::Display for CgroupValue {
             | CgroupValue::CfsQuota(v)
             | CgroupValue::CfsPeriod(v)
             | CgroupValue::MemoryLimit(v)
-            | CgroupValue::BvtWarpNs(v) => write!(f, "{}={v}", self.kind()),
+            | CgroupValue::BvtWarpNs(v)
+            | CgroupValue::CpuIdle(v) => write!(f, "{}={v}", self.kind()),
         }
     }
 }
@@ -254,7 +261,9 @@ impl CgroupFs {
     /// The controller directory a value lives under (v1), e.g. `cpu`.
     fn controller(value: &CgroupValue) -> &'static str {
         match value {
-            CgroupValue::CpuShares(_) | CgroupValue::CfsQuota(_) | CgroupValue::CfsPeriod(_) | CgroupValue::BvtWarpNs(_) => "cpu",
+            CgroupValue::CpuShares(_) | CgroupValue::CfsQuota(_) | CgroupValue::CfsPeriod(_) | CgroupValue::BvtWarpNs(_) | CgroupValue::CpuIdle(_) => {
+                "cpu"
+            }
             CgroupValue::MemoryLimit(_) => "memory",
             CgroupValue::CpusetCpus(_) => "cpuset",
         }
@@ -272,6 +281,7 @@ impl CgroupFs {
             (CgroupVersion::V2, CgroupValue::MemoryLimit(_)) => "memory.max",
             (_, CgroupValue::CpusetCpus(_)) => "cpuset.cpus",
             (_, CgroupValue::BvtWarpNs(_)) => "cpu.bvt_warp_ns",
+            (_, CgroupValue::CpuIdle(_)) => "cpu.idle",
         }
     }
 
@@ -380,6 +390,7 @@ impl CgroupFs {
                 differs(p.to_string(), current.parse::<i64>().ok() == Some(*p))
             }
             (CgroupVersion::V2, CgroupValue::BvtWarpNs(p)) => differs(p.to_string(), current.parse::<i64>().ok() == Some(*p)),
+            (_, CgroupValue::CpuIdle(v)) => differs(v.to_string(), current.parse::<i64>().ok() == Some(*v)),
             (CgroupVersion::V2, CgroupValue::CfsQuota(q)) => {
                 let (cur_q, cur_p) = current.split_once(' ').unwrap_or((current, ""));
                 let q = if *q <= 0 { "max".to_owned() } else { (*q).max(1000).to_string() };

@@ -7,8 +7,14 @@
 //! | `GroupIdentity` | on | [`crate::plugins::GroupIdentity`] |
 //! | `CPUSetAllocator` | on | [`crate::plugins::CpuSet`] |
 //! | `BatchResource` | on | [`crate::plugins::BatchResource`] |
-//! | `CPUNormalization`, `CoreSched`, `GPUEnvInject`, `RDMADeviceInject`, `Resctrl`, `TCNetworkQoS`, `TerwayQoS` | off | not implemented here yet: turning one on is refused |
+//! | `CoreSched` | off | [`crate::plugins::CoreSched`] |
+//! | `Resctrl` | off | [`crate::plugins::Resctrl`] |
+//! | `CPUNormalization`, `GPUEnvInject`, `RDMADeviceInject`, `TCNetworkQoS`, `TerwayQoS` | off | not implemented here yet: turning one on is refused |
 //! | `BECPUManager` (koordlet's, read by CPUSet) | off | not implemented here yet: turning it on is refused |
+//!
+//! `CoreSched` and `GroupIdentity` may both be on, as in koordlet (whose `config.go` calls
+//! them exclusive but does not refuse the pair): the NodeSLO's `cpuPolicy` picks which one
+//! acts (see [`crate::plugins::core_sched`]).
 //!
 //! `AllAlpha` and `AllBeta` set every alpha (all but the three above, which are beta) or beta
 //! gate, as in Kubernetes; a named gate wins over them whatever the order. Values are Go's
@@ -19,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::plugin::Plugin;
-use crate::plugins::{BatchResource, CpuSet, GroupIdentity};
+use crate::plugins::{BatchResource, CoreSched, CpuSet, GroupIdentity, Resctrl};
 
 /// One gate.
 #[derive(Clone, Copy, Debug)]
@@ -41,10 +47,10 @@ pub const GATES: &[Gate] = &[
     Gate { name: "BatchResource", default: true, beta: true, plugin: Some(|| Arc::new(BatchResource)) },
     Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|| Arc::new(CpuSet)) },
     Gate { name: "CPUNormalization", default: false, beta: false, plugin: None },
-    Gate { name: "CoreSched", default: false, beta: false, plugin: None },
+    Gate { name: "CoreSched", default: false, beta: false, plugin: Some(|| Arc::new(CoreSched::default())) },
     Gate { name: "GPUEnvInject", default: false, beta: false, plugin: None },
     Gate { name: "RDMADeviceInject", default: false, beta: false, plugin: None },
-    Gate { name: "Resctrl", default: false, beta: false, plugin: None },
+    Gate { name: "Resctrl", default: false, beta: false, plugin: Some(|| Arc::new(Resctrl::default())) },
     Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: None },
     Gate { name: "TerwayQoS", default: false, beta: false, plugin: None },
     Gate { name: "BECPUManager", default: false, beta: false, plugin: None },
@@ -161,6 +167,8 @@ mod tests {
         let g = FeatureGates::parse("BatchResource=true,AllBeta=false").unwrap();
         assert_eq!(names(&g), ["BatchResource"], "whatever the order");
         assert!(FeatureGates::parse("AllAlpha=false").unwrap().plugins().is_ok());
+        let g = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap();
+        assert_eq!(names(&g), ["GroupIdentity", "BatchResource", "CPUSet", "CoreSched", "Resctrl"], "CoreSched with GroupIdentity, as koordlet");
     }
 
     #[test]
@@ -173,8 +181,8 @@ mod tests {
             let e = FeatureGates::parse(s).unwrap_err();
             assert!(e.contains(needle), "{s}: {e}");
         }
-        let e = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap().plugins().err().unwrap();
-        assert!(e.contains("CoreSched, Resctrl are koordlet's but not implemented"), "{e}");
+        let e = FeatureGates::parse("CPUNormalization=true,TerwayQoS=true").unwrap().plugins().err().unwrap();
+        assert!(e.contains("CPUNormalization, TerwayQoS are koordlet's but not implemented"), "{e}");
         assert!(FeatureGates::parse("AllAlpha=true").unwrap().plugins().is_err());
     }
 }

@@ -114,6 +114,16 @@ pub trait Plugin: Send + Sync + 'static {
     fn node(&self, _pods: &[PodState], _rules: &Rules, _host: &Host) -> anyhow::Result<()> {
         Ok(())
     }
+
+    /// A pod is being removed: koordlet's `PreRemoveRunPodSandbox` stage, which no runtime proxy
+    /// calls (it is not a [`Stage`]). NRI mode calls it at the RemovePodSandbox event, before
+    /// forgetting the pod; in the other modes the pod's leftovers are cleaned by the next
+    /// [`Plugin::node`] pass, which no longer sees it. Default nothing.
+    ///
+    /// Errors: the plugin's failure (logged by the caller; the pod is removed anyway).
+    fn pod_removed(&self, _pod: &PodState, _rules: &Rules, _host: &Host) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// A pod as node-level work sees it ([`Plugin::node`]).

@@ -416,6 +416,17 @@ impl NriPlugin {
             }
             Event::StopPodSandbox => self.pod(Stage::PostStopPodSandbox, &pod),
             Event::RemovePodSandbox => {
+                // koordlet's PreRemoveRunPodSandbox, with the pod and its containers still known.
+                let state = self.pod_states().into_iter().find(|s| s.pod.uid == pod.uid).or_else(|| {
+                    let ctx = convert::pod_context(&pod);
+                    let cgroup_dir = self.framework.cgroups().resolve(&ctx.cgroup_parent).ok().flatten();
+                    self.selected(&ctx).then_some(PodState { pod: ctx, cgroup_dir, containers: Vec::new() })
+                });
+                if let Some(state) = state {
+                    for f in self.framework.pod_removed(&state) {
+                        tracing::warn!("NRI: RemovePodSandbox: {f}");
+                    }
+                }
                 self.known.pods.remove(&pod.id);
                 self.known.containers.retain(|_, c| c.pod_sandbox_id != pod.id);
                 self.node_pass("RemovePodSandbox");
@@ -424,7 +435,13 @@ impl NriPlugin {
             Event::StartContainer | Event::PostStartContainer => {
                 let stage = if event == Event::StartContainer { Stage::PreStartContainer } else { Stage::PostStartContainer };
                 let container = evt.container.unwrap_or_default();
-                self.container(stage, &convert::container_context(&pod, &container, None)).map(|_| ())
+                let result = self.container(stage, &convert::container_context(&pod, &container, None)).map(|_| ());
+                if event == Event::PostStartContainer {
+                    // The container's processes exist now: node-level work for them (cookies,
+                    // resctrl tasks), as koordlet's container reconcilers would do.
+                    self.node_pass("PostStartContainer");
+                }
+                result
             }
             Event::RemoveContainer => {
                 if let Some(c) = evt.container {

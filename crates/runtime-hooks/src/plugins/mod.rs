@@ -5,25 +5,32 @@
 //! | [`GroupIdentity`] | pod `cpu.bvt_warp_ns` by QoS class | PreRunPodSandbox |
 //! | [`BatchResource`] | BE pods' CPU shares, CFS quota (scaled by the node's CPU normalization ratio) and memory limit from batch resources | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //! | [`CpuSet`] | cpusets: LSE/LSR from the scheduler, others from the NodeResourceTopology's share pools by QoS, BestEffort cleared | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
+//! | [`CoreSched`] | core-scheduling cookies per pod group (containers and sandboxes), kube-QoS `cpu.idle` | node-level work, kube-QoS directories (PostStartContainer listed for NRI mode's node pass) |
+//! | [`Resctrl`] | a resctrl group per annotated pod: schemata, tasks, removal | PreRunPodSandbox (annotation check), PreCreateContainer, node-level work, pod removal |
 //!
 //! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
 //! (fields and files, units) and stages.
 
 pub mod batch_resource;
+pub mod cgroup_procs;
+pub mod core_sched;
 pub mod cpuset;
 pub mod group_identity;
+pub mod resctrl;
 
 use std::sync::Arc;
 
 pub use batch_resource::BatchResource;
+pub use core_sched::CoreSched;
 pub use cpuset::CpuSet;
 pub use group_identity::GroupIdentity;
+pub use resctrl::Resctrl;
 
 use crate::plugin::Plugin;
 
 /// Every built-in plugin, in the order the framework runs them.
 pub fn builtin() -> Vec<Arc<dyn Plugin>> {
-    vec![Arc::new(GroupIdentity), Arc::new(BatchResource), Arc::new(CpuSet)]
+    vec![Arc::new(GroupIdentity), Arc::new(BatchResource), Arc::new(CpuSet), Arc::new(CoreSched::default()), Arc::new(Resctrl::default())]
 }
 
 /// The built-in plugins named in `names` (case-insensitive), in the built-in order.
@@ -63,7 +70,8 @@ mod tests {
                 labels: [(QOS_CLASS_KEY.to_string(), class)].into(),
                 annotations: [
                     (batch_resource::EXTENDED_RESOURCE_SPEC.to_string(), spec),
-                    (cpuset::RESOURCE_STATUS.to_string(), status),
+                    (cpuset::RESOURCE_STATUS.to_string(), status.clone()),
+                    (resctrl::schemata::ANNOTATION.to_string(), status),
                 ].into(),
                 cgroup_parent: "/kubepods/besteffort/pod1".into(),
                 ..Default::default()

@@ -132,6 +132,7 @@ impl LegacyRules {
                 ..Default::default()
             },
             cpuset: CpusetRules { enable: self.cpuset.enable, unset_cfs_quota: self.cpuset.unset_cfs_quota, ..Default::default() },
+            ..Default::default()
         })
     }
 }

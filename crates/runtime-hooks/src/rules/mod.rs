@@ -3,7 +3,7 @@
 //!
 //! | input | read by | module |
 //! |---|---|---|
-//! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource | [`node_slo`] |
+//! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource, CoreSched | [`node_slo`], [`core_sched`] |
 //! | the node's `NodeResourceTopology` (`topology.node.k8s.io/v1alpha1`) annotations | CPUSet | [`topology`] |
 //! | the `Node`'s annotations | BatchResource (CPU normalization ratio) | [`node`] |
 //!
@@ -18,6 +18,7 @@
 //! NodeSLO at all, group identity is off (every `cpu.bvt_warp_ns` 0) and BE pods' CFS quota is
 //! set from their batch-cpu limit.
 
+pub mod core_sched;
 pub mod file;
 pub mod legacy;
 pub mod node;
@@ -42,6 +43,8 @@ pub struct Rules {
     pub batch_resource: BatchResourceRules,
     /// CPUSet settings (NodeResourceTopology).
     pub cpuset: CpusetRules,
+    /// CoreSched settings (NodeSLO).
+    pub core_sched: core_sched::CoreSchedRules,
 }
 
 /// Group identity (`cpu.bvt_warp_ns`, −1..=2) per QoS class, as koordlet's `bvtRule` holds
@@ -150,6 +153,7 @@ impl Rules {
         if let Some(slo) = slo {
             rules.group_identity = slo.group_identity.clone();
             rules.batch_resource.cfs_quota = slo.batch_cfs_quota;
+            rules.core_sched = slo.core_sched.clone();
         }
         if let Some(t) = topology {
             rules.cpuset.topology = t.clone();

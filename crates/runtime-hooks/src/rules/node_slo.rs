@@ -16,6 +16,9 @@
 //! | `resourceUsedThresholdWithBE.enable` | `false` | with `cpuSuppressPolicy: cfsQuota`: BE CFS quota −1 |
 //! | `resourceUsedThresholdWithBE.cpuSuppressPolicy` | `cpuset` | `cpuset` or `cfsQuota` |
 //!
+//! The CoreSched settings (`cpuQOS.coreExpeller`, `cpuQOS.schedIdle`, …) are parsed by
+//! [`super::core_sched`] into [`SloRules::core_sched`].
+//!
 //! Every other field of the spec is ignored (koordlet's other modules read them). Types are
 //! checked for the fields read: a wrong type, an unknown enum value or a group identity outside
 //! −1..=2 (the API's own validation) is a [`FieldError`] naming the field and the value.
@@ -31,12 +34,18 @@ pub struct SloRules {
     pub group_identity: GroupIdentityRules,
     /// BatchResource sets BE pods' CFS quota from their batch-cpu limit.
     pub batch_cfs_quota: bool,
+    /// CoreSched's rule ([`super::core_sched`]).
+    pub core_sched: super::core_sched::CoreSchedRules,
 }
 
 impl Default for SloRules {
     /// koordlet's defaults: what an empty spec gives.
     fn default() -> Self {
-        parse(&Value::Null).unwrap_or(SloRules { group_identity: GroupIdentityRules::default(), batch_cfs_quota: true })
+        parse(&Value::Null).unwrap_or(SloRules {
+            group_identity: GroupIdentityRules::default(),
+            batch_cfs_quota: true,
+            core_sched: Default::default(),
+        })
     }
 }
 
@@ -98,11 +107,12 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
         Some("cfsQuota") => suppress_on,
         Some(other) => return Err(FieldError::new(suppress_field, format!("unknown value {other:?} (cpuset or cfsQuota)"))),
     };
-    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy })
+    let core_sched = super::core_sched::parse(spec)?;
+    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy, core_sched })
 }
 
 /// The value at `path` under `v` (`Null` when any step is missing or `null`).
-fn lookup(v: &Value, path: &[&str]) -> Value {
+pub(super) fn lookup(v: &Value, path: &[&str]) -> Value {
     let mut cur = v;
     for key in path {
         match cur.get(key) {
@@ -117,7 +127,7 @@ fn type_error(field: &str, want: &str, v: &Value) -> FieldError {
     FieldError::new(field, format!("{v} is not {want}"))
 }
 
-fn bool_field(v: &Value, field: &str) -> Result<Option<bool>, FieldError> {
+pub(super) fn bool_field(v: &Value, field: &str) -> Result<Option<bool>, FieldError> {
     match v {
         Value::Null => Ok(None),
         Value::Bool(b) => Ok(Some(*b)),
@@ -125,7 +135,7 @@ fn bool_field(v: &Value, field: &str) -> Result<Option<bool>, FieldError> {
     }
 }
 
-fn int_field(v: &Value, field: &str) -> Result<Option<i64>, FieldError> {
+pub(super) fn int_field(v: &Value, field: &str) -> Result<Option<i64>, FieldError> {
     match v {
         Value::Null => Ok(None),
         Value::Number(n) => n.as_i64().map(Some).ok_or_else(|| type_error(field, "an integer", v)),
@@ -133,7 +143,7 @@ fn int_field(v: &Value, field: &str) -> Result<Option<i64>, FieldError> {
     }
 }
 
-fn string_field(v: &Value, field: &str) -> Result<Option<String>, FieldError> {
+pub(super) fn string_field(v: &Value, field: &str) -> Result<Option<String>, FieldError> {
     match v {
         Value::Null => Ok(None),
         Value::String(s) => Ok(Some(s.clone())),
