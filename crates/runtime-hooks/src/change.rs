@@ -118,6 +118,11 @@ pub struct Change {
     /// Values the hook server writes to the **pod's** cgroup directory itself (koordlet's
     /// pod-level direct writes: group identity, pod CPU and memory limits).
     pub pod_cgroup: Vec<CgroupValue>,
+    /// The container's RDT class (container stages): NRI's `LinuxResources.rdt_class` in the
+    /// CreateContainer adjustment, which containerd makes the OCI `intelRdt.closID` (the resctrl
+    /// group the runtime puts the container in). NRI mode only: the runtime proxy's protocol
+    /// has no such field, and a running container cannot be moved by it.
+    pub rdt_class: Option<String>,
 }
 
 impl Change {
@@ -138,6 +143,9 @@ impl Change {
         for v in &later.pod_cgroup {
             self.pod_cgroup.retain(|old| old.kind() != v.kind());
             self.pod_cgroup.push(v.clone());
+        }
+        if later.rdt_class.is_some() {
+            self.rdt_class.clone_from(&later.rdt_class);
         }
     }
 
@@ -169,6 +177,9 @@ impl Change {
         parts.extend(self.envs.iter().map(|(k, v)| format!("env {k}={v}")));
         parts.extend(self.annotations.iter().map(|(k, v)| format!("annotation {k}={v}")));
         parts.extend(self.pod_cgroup.iter().map(|v| format!("pod {v}")));
+        if let Some(c) = &self.rdt_class {
+            parts.push(format!("rdt_class={c}"));
+        }
         parts.join(" ")
     }
 }

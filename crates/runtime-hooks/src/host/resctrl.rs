@@ -113,6 +113,12 @@ pub trait ResctrlFs: Send + Sync {
     ///
     /// Errors: the kernel's; a group already gone is `Ok`.
     fn remove_group(&self, group: &str) -> io::Result<()>;
+
+    /// True when this is the kernel's resctrl mount (the one the container runtime uses), so a
+    /// group here can be named as a container's RDT class. Default false.
+    fn is_kernel(&self) -> bool {
+        false
+    }
 }
 
 /// [`ResctrlFs`] on a directory (see the module documentation).
@@ -238,6 +244,10 @@ impl ResctrlFs for DirResctrl {
         // keeps them all.
         let mut f = std::fs::OpenOptions::new().append(true).create(!self.kernel).open(&path).map_err(|e| with_path(e, "opening", &path))?;
         f.write_all(format!("{tid}\n").as_bytes()).map_err(|e| with_path(e, &format!("writing {tid} to"), &path))
+    }
+
+    fn is_kernel(&self) -> bool {
+        self.kernel
     }
 
     fn remove_group(&self, group: &str) -> io::Result<()> {

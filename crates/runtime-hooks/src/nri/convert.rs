@@ -121,9 +121,18 @@ pub fn adjustment(change: &Change, shared_cpus: impl FnOnce() -> Option<String>)
     nri::ContainerAdjustment {
         annotations: change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         env: change.envs.iter().map(|(k, v)| nri::KeyValue { key: k.clone(), value: v.clone() }).collect(),
-        linux: nri_resources(&change.resources, shared_cpus)
+        linux: adjusted_resources(change, shared_cpus)
             .map(|resources| nri::LinuxContainerAdjustment { resources: Some(resources), ..Default::default() }),
     }
+}
+
+/// The NRI resources of a CreateContainer answer: [`nri_resources`] plus the change's RDT class.
+fn adjusted_resources(change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> Option<nri::LinuxResources> {
+    let mut resources = nri_resources(&change.resources, shared_cpus);
+    if let Some(class) = &change.rdt_class {
+        resources.get_or_insert_with(Default::default).rdt_class = Some(nri::OptionalString { value: class.clone() });
+    }
+    resources
 }
 
 /// An update of a created container's resources, `None` when the change sets none.
@@ -229,6 +238,12 @@ mod tests {
         let cpu = u.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.shares.unwrap().value, cpu.cpus.as_str()), (512, ""));
         assert_eq!(update("c", &Change::default(), || None), None);
+        // The RDT class (Resctrl) rides in the adjustment's resources, alone or with others.
+        let rdt = Change { rdt_class: Some("koordlet-u".into()), ..Default::default() };
+        let r = adjustment(&rdt, || None).linux.unwrap().resources.unwrap();
+        assert_eq!(r.rdt_class, Some(nri::OptionalString { value: "koordlet-u".into() }));
+        assert_eq!(r.cpu, None);
+        assert_eq!(update("c", &rdt, || None), None, "not an update: a running container keeps its class");
         assert_eq!(adjustment(&Change::default(), || None), nri::ContainerAdjustment::default());
     }
 }

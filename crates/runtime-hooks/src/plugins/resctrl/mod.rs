@@ -6,7 +6,7 @@
 //! |---|---|
 //! | inputs | pod annotation `node.koordinator.sh/resctrl` (JSON, [`schemata`]); the resctrl root's `info/L3/cbm_mask` and `schemata` (cache ids); the CPU vendor (`/proc/cpuinfo`) |
 //! | outputs | group `<resctrl root>/koordlet-<pod uid>/` with its `schemata`; the pod's containers' threads written to its `tasks`; groups of pods that are gone removed |
-//! | stages | PreRunPodSandbox (the annotation is checked: a bad one fails this plugin), PreCreateContainer (nothing to return: the runtime's RDT class is not set, see below), PostStartContainer (no answer: listed so that NRI mode runs node-level work once a container's threads exist); the group work in [`Plugin::node`]; removal at pod removal ([`Plugin::pod_removed`], koordlet's PreRemoveRunPodSandbox) |
+//! | stages | PreRunPodSandbox (the annotation is checked: a bad one fails this plugin), PreCreateContainer (the RDT class, NRI mode, see below), PostStartContainer (no answer: listed so that NRI mode runs node-level work once a container's threads exist); the group work in [`Plugin::node`]; removal at pod removal ([`Plugin::pod_removed`], koordlet's PreRemoveRunPodSandbox) |
 //!
 //! Per pod with the annotation, at each node-level pass (koordlet's pod reconcilers
 //! `ResctrlSchemata` and `ResctrlTasks`): the group is created if missing, its `schemata`
@@ -21,10 +21,15 @@
 //! call at PreRunPodSandbox; here that happens at the node-level pass that follows (NRI: right
 //! after RunPodSandbox; standalone and proxy mode: the reconciler's next pass). koordlet writes a
 //! group's schemata once per process; here it is rewritten whenever it drifts or the annotation
-//! changes. koordlet mounts resctrl when it is not mounted; runtime-hooks does not. In NRI mode
-//! koordlet also sets the container's RDT class (`koordlet-<pod uid>`) at CreateContainer
-//! through NRI's `LinuxResources.rdt_class` (present in NRI 0.6.1's API); not done here yet —
-//! the container's threads join the group by `tasks` at the next node-level pass instead.
+//! changes. koordlet mounts resctrl when it is not mounted; runtime-hooks does not.
+//!
+//! RDT class (NRI mode, as koordlet): at PreCreateContainer a container of an annotated pod
+//! whose group exists gets [`Change::rdt_class`] `koordlet-<pod uid>`, which NRI 0.6.1 carries
+//! as `LinuxResources.rdt_class` and containerd turns into the OCI `intelRdt.closID`: the runtime
+//! starts the container in the group. Only when the resctrl root is the kernel's mount (the
+//! runtime's view; a class naming a group that is not there would fail the container); with a
+//! test tree the threads join by `tasks` at the next node-level pass instead. The proxy's
+//! protocol has no such field.
 //!
 //! Without resctrl ([`crate::host::Host::resctrl`] `None`, logged once at start) nothing is done
 //! and nothing fails, bad annotations aside.
@@ -54,11 +59,14 @@ pub const REMOVAL_GRACE: Duration = Duration::from_secs(10);
 pub struct Resctrl {
     grace: Duration,
     first_seen: Mutex<HashMap<String, Instant>>,
+    /// Pod UIDs whose group exists on the kernel's resctrl mount (their containers get the RDT
+    /// class), as of the last node-level pass.
+    rdt_ready: Mutex<BTreeSet<String>>,
 }
 
 impl Default for Resctrl {
     fn default() -> Self {
-        Resctrl { grace: REMOVAL_GRACE, first_seen: Mutex::default() }
+        Resctrl { grace: REMOVAL_GRACE, first_seen: Mutex::default(), rdt_ready: Mutex::default() }
     }
 }
 
@@ -129,8 +137,14 @@ impl Plugin for Resctrl {
         Ok(Change::default())
     }
 
-    fn container(&self, _stage: Stage, _c: &ContainerContext, _rules: &Rules) -> anyhow::Result<Change> {
-        Ok(Change::default())
+    /// PreCreateContainer: the RDT class `koordlet-<pod uid>` when the pod's group exists on the
+    /// kernel's resctrl mount (module documentation).
+    fn container(&self, stage: Stage, c: &ContainerContext, _rules: &Rules) -> anyhow::Result<Change> {
+        let ready = self.rdt_ready.lock().unwrap_or_else(|e| e.into_inner()).contains(&c.pod.uid);
+        if stage != Stage::PreCreateContainer || !ready || !c.pod.annotations.contains_key(ANNOTATION) {
+            return Ok(Change::default());
+        }
+        Ok(Change { rdt_class: Some(Self::group(&c.pod)), ..Default::default() })
     }
 
     fn node(&self, pods: &[PodState], _rules: &Rules, host: &Host) -> anyhow::Result<()> {
@@ -142,13 +156,19 @@ impl Plugin for Resctrl {
         let ids = schemata::cache_ids(&fs.root_schemata()?);
         let mut errors = Vec::new();
         let mut wanted = BTreeSet::new();
+        let mut ready = BTreeSet::new();
         for pod in pods {
             let Some(annotation) = pod.pod.annotations.get(ANNOTATION) else { continue };
             wanted.insert(Self::group(&pod.pod));
-            if let Err(e) = self.apply_pod(fs, &host.paths.cgroup_root, cbm, &ids, pod, annotation) {
-                errors.push(format!("{}: {e:#}", pod.pod.key()));
+            match self.apply_pod(fs, &host.paths.cgroup_root, cbm, &ids, pod, annotation) {
+                Ok(()) if fs.is_kernel() => {
+                    ready.insert(pod.pod.uid.clone());
+                }
+                Ok(()) => {}
+                Err(e) => errors.push(format!("{}: {e:#}", pod.pod.key())),
             }
         }
+        *self.rdt_ready.lock().unwrap_or_else(|e| e.into_inner()) = ready;
         let now = Instant::now();
         let mut first_seen = self.first_seen.lock().unwrap_or_else(|e| e.into_inner());
         for group in fs.groups()?.into_iter().filter(|g| g.starts_with(GROUP_PREFIX) && !wanted.contains(g)) {
@@ -177,6 +197,7 @@ impl Plugin for Resctrl {
             return Ok(());
         };
         let group = Self::group(&pod.pod);
+        self.rdt_ready.lock().unwrap_or_else(|e| e.into_inner()).remove(&pod.pod.uid);
         fs.remove_group(&group)?;
         self.first_seen.lock().unwrap_or_else(|e| e.into_inner()).remove(&group);
         tracing::info!(pod = %pod.pod.key(), group, "resctrl: group removed with its pod");

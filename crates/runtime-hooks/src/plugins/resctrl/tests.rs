@@ -2,7 +2,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::*;
-use crate::host::resctrl::{make_fake_tree, DirResctrl, Vendor};
+use std::collections::BTreeSet;
+
+use crate::host::resctrl::{make_fake_tree, DirResctrl, ResctrlFs, Vendor};
 use crate::host::HostPaths;
 use crate::plugin::ContainerState;
 
@@ -119,4 +121,65 @@ fn no_resctrl_means_nothing_done() {
     Resctrl::default().node(&[a.clone()], &Rules::default(), &n.host).unwrap();
     Resctrl::default().pod_removed(&a, &Rules::default(), &n.host).unwrap();
     assert!(!n.resctrl.join("koordlet-a").exists());
+}
+
+/// A test tree that claims to be the kernel's mount (for the RDT class).
+struct KernelLike(DirResctrl);
+
+impl ResctrlFs for KernelLike {
+    fn root(&self) -> &Path {
+        self.0.root()
+    }
+    fn vendor(&self) -> Vendor {
+        self.0.vendor()
+    }
+    fn cbm_mask(&self) -> std::io::Result<String> {
+        self.0.cbm_mask()
+    }
+    fn root_schemata(&self) -> std::io::Result<String> {
+        self.0.root_schemata()
+    }
+    fn groups(&self) -> std::io::Result<Vec<String>> {
+        self.0.groups()
+    }
+    fn create_group(&self, group: &str) -> std::io::Result<bool> {
+        self.0.create_group(group)
+    }
+    fn read_schemata(&self, group: &str) -> std::io::Result<String> {
+        self.0.read_schemata(group)
+    }
+    fn write_schemata(&self, group: &str, schemata: &str) -> std::io::Result<()> {
+        self.0.write_schemata(group, schemata)
+    }
+    fn tasks(&self, group: &str) -> std::io::Result<BTreeSet<u32>> {
+        self.0.tasks(group)
+    }
+    fn add_task(&self, group: &str, tid: u32) -> std::io::Result<()> {
+        self.0.add_task(group, tid)
+    }
+    fn remove_group(&self, group: &str) -> std::io::Result<()> {
+        self.0.remove_group(group)
+    }
+    fn is_kernel(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn rdt_class_only_for_groups_on_the_kernels_mount() {
+    let mut n = node();
+    let plugin = Resctrl::with_grace(Duration::ZERO);
+    let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100]);
+    let c = &a.containers[0].container;
+    assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap(), Change::default(), "no group yet");
+    plugin.node(&[a.clone()], &Rules::default(), &n.host).unwrap();
+    assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class, None, "a test tree: the runtime would not find the group");
+    n.host.resctrl = Some(Arc::new(KernelLike(DirResctrl::open(&n.resctrl, Vendor::Intel).unwrap())));
+    plugin.node(&[a.clone()], &Rules::default(), &n.host).unwrap();
+    let change = plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap();
+    assert_eq!(change.rdt_class.as_deref(), Some("koordlet-a"));
+    let plain = pod(&n.cgroups, "p", None, &[200]);
+    assert_eq!(plugin.container(Stage::PreCreateContainer, &plain.containers[0].container, &Rules::default()).unwrap(), Change::default());
+    plugin.pod_removed(&a, &Rules::default(), &n.host).unwrap();
+    assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class, None, "group removed");
 }
