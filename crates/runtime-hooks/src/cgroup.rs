@@ -261,9 +261,11 @@ impl CgroupFs {
     /// The controller directory a value lives under (v1), e.g. `cpu`.
     fn controller(value: &CgroupValue) -> &'static str {
         match value {
-            CgroupValue::CpuShares(_) | CgroupValue::CfsQuota(_) | CgroupValue::CfsPeriod(_) | CgroupValue::BvtWarpNs(_) | CgroupValue::CpuIdle(_) => {
-                "cpu"
-            }
+            CgroupValue::CpuShares(_)
+            | CgroupValue::CfsQuota(_)
+            | CgroupValue::CfsPeriod(_)
+            | CgroupValue::BvtWarpNs(_)
+            | CgroupValue::CpuIdle(_) => "cpu",
             CgroupValue::MemoryLimit(_) => "memory",
             CgroupValue::CpusetCpus(_) => "cpuset",
         }

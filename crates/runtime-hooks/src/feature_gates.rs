@@ -168,7 +168,11 @@ mod tests {
         assert_eq!(names(&g), ["BatchResource"], "whatever the order");
         assert!(FeatureGates::parse("AllAlpha=false").unwrap().plugins().is_ok());
         let g = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap();
-        assert_eq!(names(&g), ["GroupIdentity", "BatchResource", "CPUSet", "CoreSched", "Resctrl"], "CoreSched with GroupIdentity, as koordlet");
+        assert_eq!(
+            names(&g),
+            ["GroupIdentity", "BatchResource", "CPUSet", "CoreSched", "Resctrl"],
+            "CoreSched with GroupIdentity, as koordlet"
+        );
     }
 
     #[test]

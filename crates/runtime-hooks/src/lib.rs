@@ -157,7 +157,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
     }
     let cgroups = cgroups.with_driver(driver);
-    let host = Arc::new(host::Host::detect(host::HostPaths { cgroup_root: args.cgroup_root.clone(), resctrl_root: args.resctrl_root.clone() }));
+    let host =
+        Arc::new(host::Host::detect(host::HostPaths { cgroup_root: args.cgroup_root.clone(), resctrl_root: args.resctrl_root.clone() }));
     let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)).with_host(host));
     let stages = framework.stages();
     tracing::info!(

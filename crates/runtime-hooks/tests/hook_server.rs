@@ -165,9 +165,10 @@ fn feature_gates_choose_the_plugins_and_refuse_what_they_do_not_know() {
         "v1",
         "--unchecked-cgroup-root",
     ];
-    for (gates, needle) in
-        [("GroupIdentiy=true", "unknown feature gate \"GroupIdentiy\""), ("CoreSched=true", "CoreSched is koordlet's but not implemented")]
-    {
+    for (gates, needle) in [
+        ("GroupIdentiy=true", "unknown feature gate \"GroupIdentiy\""),
+        ("CPUNormalization=true", "CPUNormalization is koordlet's but not implemented"),
+    ] {
         let out = std::process::Command::new(HOOKS_BIN).args(base).args(["--feature-gates", gates]).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{gates}: {stderr}");

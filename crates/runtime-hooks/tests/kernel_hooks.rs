@@ -122,7 +122,8 @@ async fn be_kube_qos_cpu_idle_follows_the_node_slo() {
     let log = hooks.log();
     assert_eq!(hooks.count(&["no core scheduling"]), 1, "{log}");
     assert!(log.contains("core-sched=no"), "{log}");
-    let failures = log.lines().filter(|l| l.contains("CoreSched") && !l.contains("no core scheduling") && (l.contains("WARN") || l.contains("fail")));
+    let failures =
+        log.lines().filter(|l| l.contains("CoreSched") && !l.contains("no core scheduling") && (l.contains("WARN") || l.contains("fail")));
     assert_eq!(failures.count(), 0, "{log}");
     pod.remove(&mut rt).await;
 }

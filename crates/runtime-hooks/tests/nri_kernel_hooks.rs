@@ -64,7 +64,11 @@ async fn resctrl_group_follows_the_pod_through_nri_events() {
         ],
         dir.path().join("hooks.log"),
     );
-    assert!(hooks.wait_log(&["NRI: applied to known pods", "synchronize"], 0, Duration::from_secs(10)), "not synchronized:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["NRI: applied to known pods", "synchronize"], 0, Duration::from_secs(10)),
+        "not synchronized:\n{}",
+        hooks.log()
+    );
 
     let mut rt = runtime_client(&env.socket);
     let annotation = r#"{"llc":{"schemata":{"range":[50,100]}},"mb":{"schemata":{"percent":25}}}"#;

@@ -189,6 +189,7 @@ struct FakeState {
     dead: std::collections::HashSet<u32>,
     next: u64,
     calls: Vec<String>,
+    prepare_fails: bool,
 }
 
 impl FakeCoreSched {
@@ -213,6 +214,11 @@ impl FakeCoreSched {
         s.cookies.remove(&pid);
     }
 
+    /// From now on [`CoreSchedOps::prepare`] fails (`EPERM`, as a read-only `/proc/sys`).
+    pub fn fail_prepare(&self) {
+        self.state().prepare_fails = true;
+    }
+
     /// The cookie of a pid (0 for the default or a dead pid).
     pub fn cookie(&self, pid: u32) -> u64 {
         self.state().cookies.get(&pid).copied().unwrap_or(0)
@@ -229,6 +235,13 @@ fn esrch() -> io::Error {
 }
 
 impl CoreSchedOps for FakeCoreSched {
+    fn prepare(&self) -> io::Result<()> {
+        if self.state().prepare_fails {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        Ok(())
+    }
+
     fn get(&self, pid: u32) -> io::Result<u64> {
         let s = self.state();
         if s.dead.contains(&pid) {

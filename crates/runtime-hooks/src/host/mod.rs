@@ -53,11 +53,14 @@ impl Host {
         let core_sched: Option<Arc<dyn CoreSchedOps>> = match PrctlCoreSched::probe() {
             Ok(()) => Some(Arc::new(PrctlCoreSched::default())),
             Err(e) => {
-                tracing::warn!("this kernel has no core scheduling (prctl(PR_SCHED_CORE, GET): {e}): CoreSched sets no cookies, only cpu.idle");
+                tracing::warn!(
+                    "this kernel has no core scheduling (prctl(PR_SCHED_CORE, GET): {e}): CoreSched sets no cookies, only cpu.idle"
+                );
                 None
             }
         };
-        let resctrl_root = if paths.resctrl_root.as_os_str().is_empty() { PathBuf::from("/sys/fs/resctrl") } else { paths.resctrl_root.clone() };
+        let resctrl_root =
+            if paths.resctrl_root.as_os_str().is_empty() { PathBuf::from("/sys/fs/resctrl") } else { paths.resctrl_root.clone() };
         let resctrl: Option<Arc<dyn ResctrlFs>> = match DirResctrl::open(&resctrl_root, Vendor::of_cpuinfo("/proc/cpuinfo".as_ref())) {
             Ok(fs) => Some(Arc::new(fs)),
             Err(e) => {

@@ -234,7 +234,10 @@ impl ResctrlFs for DirResctrl {
         let path = self.group_dir(group)?.join("tasks");
         let text = read_or_empty(&path)?;
         text.split_whitespace()
-            .map(|t| t.parse::<u32>().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {t:?} is not a thread id", path.display()))))
+            .map(|t| {
+                t.parse::<u32>()
+                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {t:?} is not a thread id", path.display())))
+            })
             .collect()
     }
 
@@ -242,7 +245,8 @@ impl ResctrlFs for DirResctrl {
         let path = self.group_dir(group)?.join("tasks");
         // Append: the kernel takes each write as one id whatever the offset; a plain file (tests)
         // keeps them all.
-        let mut f = std::fs::OpenOptions::new().append(true).create(!self.kernel).open(&path).map_err(|e| with_path(e, "opening", &path))?;
+        let mut f =
+            std::fs::OpenOptions::new().append(true).create(!self.kernel).open(&path).map_err(|e| with_path(e, "opening", &path))?;
         f.write_all(format!("{tid}\n").as_bytes()).map_err(|e| with_path(e, &format!("writing {tid} to"), &path))
     }
 

@@ -96,13 +96,7 @@ pub fn parse(spec: &Value) -> Result<CoreSchedRules, FieldError> {
         Ok(CoreSchedParam { enabled: core_sched && enable, expeller: core_sched && expeller, cpu_idle: core_sched && idle == 1 })
     };
     let (lsr, ls, be) = (class("lsrClass", true)?, class("lsClass", true)?, class("beClass", false)?);
-    Ok(CoreSchedRules {
-        enable: lsr.enabled || ls.enabled || be.enabled,
-        lsr,
-        ls,
-        be,
-        guaranteed: if lsr.enabled { lsr } else { ls },
-    })
+    Ok(CoreSchedRules { enable: lsr.enabled || ls.enabled || be.enabled, lsr, ls, be, guaranteed: if lsr.enabled { lsr } else { ls } })
 }
 
 #[cfg(test)]

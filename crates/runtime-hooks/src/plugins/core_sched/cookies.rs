@@ -74,7 +74,12 @@ impl CookieCache {
         }
         let entry = self.groups.entry(group.to_owned()).or_default();
         if entry.cookie != 0 && entry.cookie != first {
-            tracing::warn!(container = key, group, "core sched: processes hold cookie {first:#x} but the group has {:#x}; left as they are", entry.cookie);
+            tracing::warn!(
+                container = key,
+                group,
+                "core sched: processes hold cookie {first:#x} but the group has {:#x}; left as they are",
+                entry.cookie
+            );
             return;
         }
         entry.cookie = first;
@@ -155,12 +160,15 @@ impl CookieCache {
         }
         let mut stale = Vec::new();
         let candidates: Vec<u32> = holding.iter().copied().chain(entry.pids.iter().copied().filter(|p| !holding.contains(p))).collect();
-        let sibling = candidates.into_iter().find(|s| holding.contains(s) || match ops.get(*s) {
-            Ok(c) if c == target => true,
-            _ => {
-                stale.push(*s);
-                false
-            }
+        let sibling = candidates.into_iter().find(|s| {
+            holding.contains(s)
+                || match ops.get(*s) {
+                    Ok(c) if c == target => true,
+                    _ => {
+                        stale.push(*s);
+                        false
+                    }
+                }
         });
         let e = self.groups.entry(group.to_owned()).or_default();
         e.pids.retain(|p| !stale.contains(p));

@@ -153,24 +153,28 @@ impl Plugin for CoreSched {
             }
             cache.loaded = true;
         }
-        let mut prepared = !rules.core_sched.enable;
-        if rules.core_sched.enable {
-            if let Err(e) = ops.prepare() {
-                anyhow::bail!("core sched: readying the kernel: {e}; no cookies given");
-            }
-            prepared = true;
-        }
+        // koordlet's initSystem: when it fails, pods to enable are skipped (not cleared).
+        let prepare_error = if rules.core_sched.enable { ops.prepare().err() } else { None };
         for (key, enabled, group, pids) in work {
-            let outcome = if enabled && prepared { cache.enable(ops, &key, &group, &pids) } else { cache.disable(ops, &key, &pids) };
+            let outcome = match (enabled, &prepare_error) {
+                (true, None) => cache.enable(ops, &key, &group, &pids),
+                (true, Some(_)) => Outcome::Unchanged,
+                (false, _) => cache.disable(ops, &key, &pids),
+            };
             match outcome {
                 Outcome::Unchanged => {}
-                Outcome::Created(c) => tracing::info!(container = %key, group = %group, "core sched: new cookie {c:#x} for {} process(es)", pids.len()),
+                Outcome::Created(c) => {
+                    tracing::info!(container = %key, group = %group, "core sched: new cookie {c:#x} for {} process(es)", pids.len())
+                }
                 Outcome::Assigned(c, p) => tracing::info!(container = %key, group = %group, "core sched: cookie {c:#x} shared to {p:?}"),
                 Outcome::Cleared(p) => tracing::info!(container = %key, "core sched: cookie cleared on {p:?}"),
             }
         }
         cache.retain(&live);
-        Ok(())
+        match prepare_error {
+            Some(e) => anyhow::bail!("core sched: readying the kernel: {e}; no cookies given"),
+            None => Ok(()),
+        }
     }
 }
 

@@ -219,3 +219,23 @@ fn cpu_idle_of_kube_qos_dirs() {
     std::fs::create_dir_all(t.path().join("kubepods/burstable")).unwrap();
     assert_eq!(fs.apply("/kubepods/burstable", &CgroupValue::CpuIdle(1)).unwrap(), crate::cgroup::Written::Unsupported);
 }
+
+#[test]
+fn a_kernel_that_cannot_be_readied_gets_no_new_cookies_but_clears_old_ones() {
+    let t = tempfile::tempdir().unwrap();
+    let fake = Arc::new(FakeCoreSched::new());
+    let h = host(t.path(), &fake);
+    let plugin = CoreSched::default();
+    let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c1", &[10])]);
+    plugin.node(&[a.clone()], &on(), &h).unwrap();
+    assert_ne!(fake.cookie(10), 0);
+    fake.fail_prepare();
+    let mut off = a.pod.clone();
+    off.labels.insert(LABEL_POLICY.into(), "none".into());
+    let a_off = state(t.path(), off, &[], &[("c1", &[10])]);
+    let b = state(t.path(), pod("b", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c2", &[20])]);
+    let e = plugin.node(&[a_off, b], &on(), &h).unwrap_err();
+    assert!(e.to_string().contains("readying the kernel"), "{e}");
+    assert_eq!(fake.cookie(10), 0, "leaving core sched still works");
+    assert_eq!(fake.cookie(20), 0, "no new cookie");
+}

@@ -85,7 +85,15 @@ impl Resctrl {
     }
 
     /// Creates, fills and updates the group of one annotated pod.
-    fn apply_pod(&self, fs: &dyn ResctrlFs, root: &std::path::Path, cbm: u64, ids: &[i64], pod: &PodState, annotation: &str) -> anyhow::Result<()> {
+    fn apply_pod(
+        &self,
+        fs: &dyn ResctrlFs,
+        root: &std::path::Path,
+        cbm: u64,
+        ids: &[i64],
+        pod: &PodState,
+        annotation: &str,
+    ) -> anyhow::Result<()> {
         let config = schemata::parse(annotation)?;
         let text = schemata::compute(&config, cbm, ids, &fs.vendor());
         let group = Self::group(&pod.pod);

@@ -23,7 +23,11 @@ fn node() -> Node {
     std::fs::write(cgroups.join("cgroup.controllers"), "cpu\n").unwrap();
     make_fake_tree(&resctrl, "7ff", &[0, 1]).unwrap();
     let fs = DirResctrl::open(&resctrl, Vendor::Intel).unwrap();
-    let host = Host { paths: HostPaths { cgroup_root: cgroups.clone(), resctrl_root: resctrl.clone() }, core_sched: None, resctrl: Some(Arc::new(fs)) };
+    let host = Host {
+        paths: HostPaths { cgroup_root: cgroups.clone(), resctrl_root: resctrl.clone() },
+        core_sched: None,
+        resctrl: Some(Arc::new(fs)),
+    };
     Node { _t: t, cgroups, resctrl, host }
 }
 
@@ -173,7 +177,11 @@ fn rdt_class_only_for_groups_on_the_kernels_mount() {
     let c = &a.containers[0].container;
     assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap(), Change::default(), "no group yet");
     plugin.node(&[a.clone()], &Rules::default(), &n.host).unwrap();
-    assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class, None, "a test tree: the runtime would not find the group");
+    assert_eq!(
+        plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class,
+        None,
+        "a test tree: the runtime would not find the group"
+    );
     n.host.resctrl = Some(Arc::new(KernelLike(DirResctrl::open(&n.resctrl, Vendor::Intel).unwrap())));
     plugin.node(&[a.clone()], &Rules::default(), &n.host).unwrap();
     let change = plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap();
