@@ -68,7 +68,7 @@ fn group_by_label_policy_and_expeller() {
     assert_eq!(ls(&[]), (true, "-expeller".into()));
     assert_eq!(ls(&[(LABEL_GROUP_ID, "g")]), (true, "g-expeller".into()));
     assert_eq!(ls(&[(LABEL_GROUP_ID, "g"), (LABEL_POLICY, "exclusive")]), (true, "u1-expeller".into()));
-    assert_eq!(ls(&[(LABEL_GROUP_ID, "g"), (LABEL_POLICY, "none")]).0, false);
+    assert!(!ls(&[(LABEL_GROUP_ID, "g"), (LABEL_POLICY, "none")]).0);
     assert_eq!(ls(&[(LABEL_POLICY, "bogus")]), (true, "-expeller".into()), "unknown policy = default");
     let be = CoreSched::pod_group(&pod("u2", &[(QOS_CLASS_KEY, "BE"), (LABEL_GROUP_ID, "g")], "besteffort"), &r);
     assert_eq!(be, (true, "g".into()), "BE is no expeller");
@@ -76,7 +76,7 @@ fn group_by_label_policy_and_expeller() {
     assert_eq!(lsr, (false, "-expeller".into()), "LSR's cookies are off");
     let none = CoreSched::pod_group(&pod("u4", &[], "besteffort"), &r);
     assert_eq!(none, (true, String::new()), "no class: BestEffort → BE");
-    assert_eq!(CoreSched::pod_group(&pod("u1", &[(QOS_CLASS_KEY, "LS")], "burstable"), &Rules::default()).0, false);
+    assert!(!CoreSched::pod_group(&pod("u1", &[(QOS_CLASS_KEY, "LS")], "burstable"), &Rules::default()).0);
 }
 
 #[test]
@@ -163,7 +163,7 @@ fn a_restart_keeps_the_cookies_it_finds() {
     let fake = Arc::new(FakeCoreSched::new());
     let h = host(t.path(), &fake);
     let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c1", &[10])]);
-    CoreSched::default().node(&[a.clone()], &on(), &h).unwrap();
+    CoreSched::default().node(std::slice::from_ref(&a), &on(), &h).unwrap();
     let cookie = fake.cookie(10);
     let b = state(t.path(), pod("b", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c2", &[20])]);
     fake.take_calls();
@@ -180,7 +180,7 @@ fn dead_siblings_and_processes() {
     let h = host(t.path(), &fake);
     let plugin = CoreSched::default();
     let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c1", &[10])]);
-    plugin.node(&[a.clone()], &on(), &h).unwrap();
+    plugin.node(std::slice::from_ref(&a), &on(), &h).unwrap();
     // Every holder of the group's cookie exits; a new pod of the group gets a fresh cookie.
     fake.kill(10);
     let b = state(t.path(), pod("b", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c2", &[20, 21])]);
@@ -227,7 +227,7 @@ fn a_kernel_that_cannot_be_readied_gets_no_new_cookies_but_clears_old_ones() {
     let h = host(t.path(), &fake);
     let plugin = CoreSched::default();
     let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c1", &[10])]);
-    plugin.node(&[a.clone()], &on(), &h).unwrap();
+    plugin.node(std::slice::from_ref(&a), &on(), &h).unwrap();
     assert_ne!(fake.cookie(10), 0);
     fake.fail_prepare();
     let mut off = a.pod.clone();

@@ -84,7 +84,7 @@ fn groups_schemata_tasks_and_cleanup_on_a_fake_tree() {
     // A group left by a pod that is gone (another koordlet-* group) is removed; others are not.
     std::fs::create_dir(n.resctrl.join("koordlet-gone")).unwrap();
     std::fs::create_dir(n.resctrl.join("someone-else")).unwrap();
-    plugin.node(&[a.clone()], &Rules::default(), &n.host).unwrap();
+    plugin.node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
     assert!(!n.resctrl.join("koordlet-gone").exists());
     assert!(n.resctrl.join("someone-else").exists() && g.exists());
 
@@ -122,7 +122,7 @@ fn no_resctrl_means_nothing_done() {
     let mut n = node();
     n.host.resctrl = None;
     let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100]);
-    Resctrl::default().node(&[a.clone()], &Rules::default(), &n.host).unwrap();
+    Resctrl::default().node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
     Resctrl::default().pod_removed(&a, &Rules::default(), &n.host).unwrap();
     assert!(!n.resctrl.join("koordlet-a").exists());
 }
@@ -176,14 +176,14 @@ fn rdt_class_only_for_groups_on_the_kernels_mount() {
     let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100]);
     let c = &a.containers[0].container;
     assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap(), Change::default(), "no group yet");
-    plugin.node(&[a.clone()], &Rules::default(), &n.host).unwrap();
+    plugin.node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
     assert_eq!(
         plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class,
         None,
         "a test tree: the runtime would not find the group"
     );
     n.host.resctrl = Some(Arc::new(KernelLike(DirResctrl::open(&n.resctrl, Vendor::Intel).unwrap())));
-    plugin.node(&[a.clone()], &Rules::default(), &n.host).unwrap();
+    plugin.node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
     let change = plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap();
     assert_eq!(change.rdt_class.as_deref(), Some("koordlet-a"));
     let plain = pod(&n.cgroups, "p", None, &[200]);
