@@ -106,7 +106,8 @@ pub trait Plugin: Send + Sync + 'static {
     /// cookies, resctrl groups and their cleanup, tc classes, …), done through the [`Host`]'s
     /// facilities. Called with every pod the mode knows of — by the reconciler at each pass
     /// (standalone mode, proxy mode with `--runtime-endpoint`) and by NRI mode after Synchronize,
-    /// a rules change, and each pod's RunPodSandbox and RemovePodSandbox. Must be idempotent;
+    /// a rules change, each pod's RunPodSandbox and RemovePodSandbox, and each container's
+    /// PostStartContainer (when a plugin lists that stage: its processes exist). Must be idempotent;
     /// default nothing.
     ///
     /// Errors: the plugin's failure (logged once per distinct message by the caller; never

@@ -11,7 +11,8 @@
 //! | `StateChange` RunPodSandbox (after the sandbox started: the pod cgroup exists) | PreRunPodSandbox | – (pod-level values written by runtime-hooks, as koordlet does) |
 //! | `CreateContainer` (before the container is created) | PreCreateContainer | `ContainerAdjustment`: resources, cpuset, env, annotations |
 //! | `UpdateContainer` (kubelet's UpdateContainerResources) | PreUpdateContainerResources, with the new resources | a `ContainerUpdate` of that container: the plugins' fields override kubelet's |
-//! | `StateChange` StopPodSandbox, StartContainer, PostStartContainer; `StopContainer` | PostStopPodSandbox, PreStartContainer, PostStartContainer, PostStopContainer, if a plugin wants them | – (pod-level values only) |
+//! | `StateChange` StopPodSandbox, StartContainer, PostStartContainer; `StopContainer` | PostStopPodSandbox, PreStartContainer, PostStartContainer, PostStopContainer, if a plugin wants them | – (pod-level values only); after PostStartContainer the plugins' node-level work (the container's processes exist) |
+//! | `StateChange` RemovePodSandbox | the plugins' pod removal (`Plugin::pod_removed`, koordlet's PreRemoveRunPodSandbox), then node-level work without the pod | – |
 //!
 //! A rule change is re-applied at once to every pod and container the plugin knows (from
 //! Synchronize and later events): pod-level values written, container resources sent to the
