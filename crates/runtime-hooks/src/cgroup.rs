@@ -25,6 +25,7 @@
 //! | [`CgroupValue::CpusetCpus`] | `cpuset/cpuset.cpus`; `""` is written as the parent's value | `cpuset.cpus` (`""` = inherit) |
 //! | [`CgroupValue::BvtWarpNs`] | `cpu/cpu.bvt_warp_ns` | `cpu.bvt_warp_ns` |
 //! | [`CgroupValue::NetClsClassId`] | `net_cls/net_cls.classid` (decimal `0xAAAABBBB`) | none: always unsupported |
+//! | [`CgroupValue::CpuIdle`] | `cpu/cpu.idle` (Anolis kernels only) | `cpu.idle` (Linux ≥ 5.15) |
 //!
 //! The root is `/sys/fs/cgroup` on a node and a temp directory in tests. [`CgroupFs::detect`]
 //! tells the versions apart by the file system type of the root (`cgroup2` → v2; `tmpfs` with
@@ -86,6 +87,10 @@ pub enum CgroupValue {
     /// `major << 16 | minor`, e.g. `0x10003` for class `1:3`. Without the `net_cls` hierarchy
     /// (cgroup v2, or v1 without it mounted) every write is unsupported (skipped, logged once).
     NetClsClassId(u32),
+    /// Cgroup SCHED_IDLE (`cpu.idle`, Linux ≥ 5.15 on v2; Anolis kernels on v1): 1 = the
+    /// cgroup's tasks run as idle-class against their siblings, 0 = normal. koordlet's CoreSched
+    /// writes it to the kube-QoS directories (`pkg/koordlet/util/system` `CPUIdle`/`CPUIdleV2`).
+    CpuIdle(i64),
 }
 
 impl CgroupValue {
@@ -100,6 +105,7 @@ impl CgroupValue {
             CgroupValue::CpusetCpus(_) => "cpuset-cpus",
             CgroupValue::BvtWarpNs(_) => "bvt-warp-ns",
             CgroupValue::NetClsClassId(_) => "net-cls-classid",
+            CgroupValue::CpuIdle(_) => "cpu-idle",
         }
     }
 
@@ -119,7 +125,8 @@ impl fmt::Display for CgroupValue {
             | CgroupValue::CfsQuota(v)
             | CgroupValue::CfsPeriod(v)
             | CgroupValue::MemoryLimit(v)
-            | CgroupValue::BvtWarpNs(v) => write!(f, "{}={v}", self.kind()),
+            | CgroupValue::BvtWarpNs(v)
+            | CgroupValue::CpuIdle(v) => write!(f, "{}={v}", self.kind()),
             CgroupValue::NetClsClassId(v) => write!(f, "{}={v:#x}", self.kind()),
         }
     }
@@ -261,7 +268,11 @@ impl CgroupFs {
     /// The controller directory a value lives under (v1), e.g. `cpu`.
     fn controller(value: &CgroupValue) -> &'static str {
         match value {
-            CgroupValue::CpuShares(_) | CgroupValue::CfsQuota(_) | CgroupValue::CfsPeriod(_) | CgroupValue::BvtWarpNs(_) => "cpu",
+            CgroupValue::CpuShares(_)
+            | CgroupValue::CfsQuota(_)
+            | CgroupValue::CfsPeriod(_)
+            | CgroupValue::BvtWarpNs(_)
+            | CgroupValue::CpuIdle(_) => "cpu",
             CgroupValue::MemoryLimit(_) => "memory",
             CgroupValue::CpusetCpus(_) => "cpuset",
             CgroupValue::NetClsClassId(_) => "net_cls",
@@ -281,6 +292,7 @@ impl CgroupFs {
             (_, CgroupValue::CpusetCpus(_)) => "cpuset.cpus",
             (_, CgroupValue::BvtWarpNs(_)) => "cpu.bvt_warp_ns",
             (_, CgroupValue::NetClsClassId(_)) => "net_cls.classid",
+            (_, CgroupValue::CpuIdle(_)) => "cpu.idle",
         }
     }
 
@@ -399,6 +411,7 @@ impl CgroupFs {
             (CgroupVersion::V2, CgroupValue::BvtWarpNs(p)) => differs(p.to_string(), current.parse::<i64>().ok() == Some(*p)),
             // The kernel reads it back in decimal.
             (_, CgroupValue::NetClsClassId(id)) => differs(id.to_string(), current.parse::<u32>().ok() == Some(*id)),
+            (_, CgroupValue::CpuIdle(v)) => differs(v.to_string(), current.parse::<i64>().ok() == Some(*v)),
             (CgroupVersion::V2, CgroupValue::CfsQuota(q)) => {
                 let (cur_q, cur_p) = current.split_once(' ').unwrap_or((current, ""));
                 let q = if *q <= 0 { "max".to_owned() } else { (*q).max(1000).to_string() };

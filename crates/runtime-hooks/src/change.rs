@@ -126,6 +126,11 @@ pub struct Change {
     /// Values the hook server writes to the **pod's** cgroup directory itself (koordlet's
     /// pod-level direct writes: group identity, pod CPU and memory limits).
     pub pod_cgroup: Vec<CgroupValue>,
+    /// The container's RDT class (container stages): NRI's `LinuxResources.rdt_class` in the
+    /// CreateContainer adjustment, which containerd makes the OCI `intelRdt.closID` (the resctrl
+    /// group the runtime puts the container in). NRI mode only: the runtime proxy's protocol
+    /// has no such field, and a running container cannot be moved by it.
+    pub rdt_class: Option<String>,
     /// Linux devices to add to the container (PreCreateContainer; NRI mode only, see the module
     /// docs). One per container path: merging replaces a device of the same path.
     pub devices: Vec<Device>,
@@ -205,6 +210,9 @@ impl Change {
             self.pod_cgroup.retain(|old| old.kind() != v.kind());
             self.pod_cgroup.push(v.clone());
         }
+        if later.rdt_class.is_some() {
+            self.rdt_class.clone_from(&later.rdt_class);
+        }
         for d in &later.devices {
             self.add_device(d.clone());
         }
@@ -266,6 +274,9 @@ impl Change {
         parts.extend(self.pod_cgroup.iter().map(|v| format!("pod {v}")));
         parts.extend(self.devices.iter().map(Device::describe));
         parts.extend(self.mounts.iter().map(Mount::describe));
+        if let Some(c) = &self.rdt_class {
+            parts.push(format!("rdt_class={c}"));
+        }
         parts.join(" ")
     }
 }

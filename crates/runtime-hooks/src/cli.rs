@@ -215,6 +215,11 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     pub cgroup_version: CgroupVersionArg,
 
+    /// The resctrl mount, for the Resctrl plugin; when it has no `info/L3/cbm_mask` (not
+    /// mounted, no L3 cache allocation) Resctrl logs that once and does nothing.
+    #[arg(long, value_name = "DIR", default_value = "/sys/fs/resctrl")]
+    pub resctrl_root: PathBuf,
+
     /// Skip the start-up check that --cgroup-root is a mounted cgroup file system: take it as
     /// a directory tree laid out like one (tests, a chroot). Needs --cgroup-version v1 or v2.
     #[arg(long)]

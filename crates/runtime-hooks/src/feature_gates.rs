@@ -8,12 +8,17 @@
 //! | `CPUSetAllocator` | on | [`crate::plugins::CpuSet`] |
 //! | `BatchResource` | on | [`crate::plugins::BatchResource`] |
 //! | `CPUNormalization` | off | [`crate::plugins::CpuNormalization`] |
+//! | `CoreSched` | off | [`crate::plugins::CoreSched`] |
 //! | `GPUEnvInject` | off | [`crate::plugins::GpuEnvInject`] (HAMi-core library: `--hami-core-library-directory-path`) |
 //! | `RDMADeviceInject` | off | [`crate::plugins::RdmaDeviceInject`] (host `/dev` and `/sys` under `--device-host-root`) |
+//! | `Resctrl` | off | [`crate::plugins::Resctrl`] (`--resctrl-root`) |
 //! | `TCNetworkQoS` | off | [`crate::plugins::TcNetworkQos`] |
 //! | `TerwayQoS` | off | [`crate::plugins::TerwayQos`] (`--terway-qos-dir`) |
-//! | `CoreSched`, `Resctrl` | off | not implemented here yet: turning one on is refused |
 //! | `BECPUManager` (koordlet's, read by CPUSet) | off | [`crate::plugins::CpuSet`] gives NUMA-aware BE pods the BE share pools |
+//!
+//! `CoreSched` and `GroupIdentity` may both be on, as in koordlet (whose `config.go` calls
+//! them exclusive but does not refuse the pair): the NodeSLO's `cpuPolicy` picks which one
+//! acts (see [`crate::plugins::core_sched`]).
 //!
 //! `AllAlpha` and `AllBeta` set every alpha (all but the three on by default, which are beta) or beta
 //! gate, as in Kubernetes; a named gate wins over them whatever the order. Values are Go's
@@ -34,6 +39,7 @@ pub const BE_CPU_MANAGER: &str = "BECPUManager";
 
 /// Builds a gate's plugin from the node's options (the command line's).
 pub type PluginFn = fn(&PluginOptions) -> Arc<dyn Plugin>;
+use crate::plugins::{CoreSched, Resctrl};
 
 /// One gate.
 #[derive(Clone, Copy, Debug)]
@@ -44,7 +50,8 @@ pub struct Gate {
     pub default: bool,
     /// koordlet's maturity: beta gates default on, alpha off.
     pub beta: bool,
-    /// The plugin it switches, when implemented here, built from the node's options.
+    /// The plugin it switches, built from the node's options; `None` for a gate that is an
+    /// option of another plugin ([`BE_CPU_MANAGER`]).
     pub plugin: Option<PluginFn>,
 }
 
@@ -55,7 +62,7 @@ pub const GATES: &[Gate] = &[
     Gate { name: "BatchResource", default: true, beta: true, plugin: Some(|_| Arc::new(BatchResource)) },
     Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|o| Arc::new(CpuSet { be_cpu_manager: o.be_cpu_manager })) },
     Gate { name: "CPUNormalization", default: false, beta: false, plugin: Some(|_| Arc::new(CpuNormalization)) },
-    Gate { name: "CoreSched", default: false, beta: false, plugin: None },
+    Gate { name: "CoreSched", default: false, beta: false, plugin: Some(|_| Arc::new(CoreSched::default())) },
     Gate {
         name: "GPUEnvInject",
         default: false,
@@ -68,7 +75,7 @@ pub const GATES: &[Gate] = &[
         beta: false,
         plugin: Some(|o| Arc::new(RdmaDeviceInject::new(Arc::new(HostFs::new(&o.devices.host_root))))),
     },
-    Gate { name: "Resctrl", default: false, beta: false, plugin: None },
+    Gate { name: "Resctrl", default: false, beta: false, plugin: Some(|_| Arc::new(Resctrl::default())) },
     Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TcNetworkQos::default())) },
     Gate { name: "TerwayQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TerwayQos::default())) },
     Gate { name: "BECPUManager", default: false, beta: false, plugin: None },
@@ -137,23 +144,11 @@ impl FeatureGates {
         self.values.get(name).copied().unwrap_or(false)
     }
 
-    /// The plugins of the gates that are on, in [`GATES`] order.
-    ///
-    /// Errors: a gate that is on but whose plugin is not implemented here (naming them all).
-    pub fn plugins(&self, options: &PluginOptions) -> Result<Vec<Arc<dyn Plugin>>, String> {
+    /// The plugins of the gates that are on, in [`GATES`] order, built with `options` (and
+    /// [`BE_CPU_MANAGER`]'s value).
+    pub fn plugins(&self, options: &PluginOptions) -> Vec<Arc<dyn Plugin>> {
         let options = &PluginOptions { be_cpu_manager: self.enabled(BE_CPU_MANAGER), ..options.clone() };
-        let missing: Vec<&str> =
-            GATES.iter().filter(|g| self.enabled(g.name) && g.plugin.is_none() && g.name != BE_CPU_MANAGER).map(|g| g.name).collect();
-        if !missing.is_empty() {
-            return Err(format!(
-                "feature gate{} {} {} koordlet's but not implemented by runtime-hooks yet: turn {} off",
-                if missing.len() > 1 { "s" } else { "" },
-                missing.join(", "),
-                if missing.len() > 1 { "are" } else { "is" },
-                if missing.len() > 1 { "them" } else { "it" },
-            ));
-        }
-        Ok(GATES.iter().filter(|g| self.enabled(g.name)).filter_map(|g| g.plugin.map(|p| p(options))).collect())
+        GATES.iter().filter(|g| self.enabled(g.name)).filter_map(|g| g.plugin.map(|p| p(options))).collect()
     }
 
     /// `Name=value` of every gate, for the start-up log line.
@@ -167,7 +162,7 @@ mod tests {
     use super::*;
 
     fn names(g: &FeatureGates) -> Vec<&'static str> {
-        g.plugins(&PluginOptions::default()).unwrap().iter().map(|p| p.name()).collect()
+        g.plugins(&PluginOptions::default()).iter().map(|p| p.name()).collect()
     }
 
     #[test]
@@ -189,7 +184,13 @@ mod tests {
         assert_eq!(names(&g), ["BatchResource"], "a named gate wins over AllBeta");
         let g = FeatureGates::parse("BatchResource=true,AllBeta=false").unwrap();
         assert_eq!(names(&g), ["BatchResource"], "whatever the order");
-        assert!(FeatureGates::parse("AllAlpha=false").unwrap().plugins(&PluginOptions::default()).is_ok());
+        assert!(FeatureGates::parse("AllAlpha=false").unwrap().plugins(&PluginOptions::default()).len() == 3);
+        let g = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap();
+        assert_eq!(
+            names(&g),
+            ["GroupIdentity", "BatchResource", "CPUSet", "CoreSched", "Resctrl"],
+            "CoreSched with GroupIdentity, as koordlet"
+        );
     }
 
     #[test]
@@ -202,16 +203,15 @@ mod tests {
             let e = FeatureGates::parse(s).unwrap_err();
             assert!(e.contains(needle), "{s}: {e}");
         }
-        let e = FeatureGates::parse("CoreSched=true,Resctrl=true").unwrap().plugins(&PluginOptions::default()).err().unwrap();
-        assert!(e.contains("CoreSched, Resctrl are koordlet's but not implemented"), "{e}");
-        assert!(FeatureGates::parse("AllAlpha=true").unwrap().plugins(&PluginOptions::default()).is_err());
+        // Every gate of koordlet's is implemented: all of them on is a valid node.
+        assert_eq!(FeatureGates::parse("AllAlpha=true").unwrap().plugins(&PluginOptions::default()).len(), 10);
     }
 
     /// BECPUManager is no plugin: on, it is accepted and CPUSet is built with it.
     #[test]
     fn be_cpu_manager_is_an_option_of_cpuset() {
         let g = FeatureGates::parse("BECPUManager=true").unwrap();
-        let plugins = g.plugins(&PluginOptions::default()).unwrap();
+        let plugins = g.plugins(&PluginOptions::default());
         assert_eq!(plugins.iter().map(|p| p.name()).collect::<Vec<_>>(), ["GroupIdentity", "BatchResource", "CPUSet"]);
         // Its effect: a NUMA-aware BE container gets the BE share pool of its node.
         let mut rules = crate::rules::Rules::default();
@@ -225,7 +225,7 @@ mod tests {
         );
         let cpus = |p: &Arc<dyn Plugin>| p.container(crate::plugin::Stage::PreCreateContainer, &c, &rules).unwrap().resources.cpuset_cpus;
         assert_eq!(cpus(&plugins[2]).as_deref(), Some("1"));
-        let off = FeatureGates::default().plugins(&PluginOptions::default()).unwrap();
+        let off = FeatureGates::default().plugins(&PluginOptions::default());
         assert_eq!(cpus(&off[2]).as_deref(), Some(""), "gate off: cleared");
     }
 

@@ -185,6 +185,22 @@ impl Framework {
         failures
     }
 
+    /// Every plugin's pod-removal work ([`Plugin::pod_removed`], koordlet's
+    /// PreRemoveRunPodSandbox) for `pod`, in plugin order; a failing plugin does not stop the
+    /// others.
+    ///
+    /// Returns the failures (stage PostStopPodSandbox, the nearest [`Stage`]); the caller logs them.
+    pub fn pod_removed(&self, pod: &PodState) -> Vec<PluginFailure> {
+        let rules = self.rules.current();
+        let mut failures = Vec::new();
+        for plugin in &self.plugins {
+            if let Err(error) = plugin.pod_removed(pod, &rules, &self.host) {
+                failures.push(PluginFailure { plugin: plugin.name(), stage: Stage::PostStopPodSandbox, target: pod.pod.key(), error });
+            }
+        }
+        failures
+    }
+
     /// The plugins, in order.
     pub fn plugins(&self) -> &[Arc<dyn Plugin>] {
         &self.plugins

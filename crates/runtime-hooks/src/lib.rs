@@ -108,11 +108,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
             tracing::warn!(
                 "--plugins is deprecated: use --feature-gates (GroupIdentity, BatchResource, CPUSetAllocator; koordlet's names)"
             );
-            plugins::select(names)
+            plugins::select(names).map_err(anyhow::Error::msg)?
         }
         None => args.feature_gates.plugins(&plugin_options),
-    }
-    .map_err(anyhow::Error::msg)?;
+    };
     let cgroup_version = if args.unchecked_cgroup_root {
         let Some(v) = args.cgroup_version.version() else {
             anyhow::bail!("--unchecked-cgroup-root needs --cgroup-version v1 or v2: there is no mount to detect the version from")
@@ -169,6 +168,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         cgroup_root: args.cgroup_root.clone(),
         proc_sys: "/proc/sys".into(),
         terway_qos_dir: args.terway_qos_dir.clone(),
+        resctrl_root: args.resctrl_root.clone(),
     }));
     let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)).with_host(host));
     let stages = framework.stages();

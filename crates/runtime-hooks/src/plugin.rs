@@ -116,12 +116,23 @@ pub trait Plugin: Send + Sync + 'static {
     /// cookies, resctrl groups and their cleanup, tc classes, …), done through the [`Host`]'s
     /// facilities. Called with every pod the mode knows of — by the reconciler at each pass
     /// (standalone mode, proxy mode with `--runtime-endpoint`) and by NRI mode after Synchronize,
-    /// a rules change, and each pod's RunPodSandbox and RemovePodSandbox. Must be idempotent;
+    /// a rules change, each pod's RunPodSandbox and RemovePodSandbox, and each container's
+    /// PostStartContainer (when a plugin lists that stage: its processes exist). Must be idempotent;
     /// default nothing.
     ///
     /// Errors: the plugin's failure (logged once per distinct message by the caller; never
     /// fails a pod).
     fn node(&self, _pods: &[PodState], _rules: &Rules, _host: &Host) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// A pod is being removed: koordlet's `PreRemoveRunPodSandbox` stage, which no runtime proxy
+    /// calls (it is not a [`Stage`]). NRI mode calls it at the RemovePodSandbox event, before
+    /// forgetting the pod; in the other modes the pod's leftovers are cleaned by the next
+    /// [`Plugin::node`] pass, which no longer sees it. Default nothing.
+    ///
+    /// Errors: the plugin's failure (logged by the caller; the pod is removed anyway).
+    fn pod_removed(&self, _pod: &PodState, _rules: &Rules, _host: &Host) -> anyhow::Result<()> {
         Ok(())
     }
 }

@@ -166,7 +166,7 @@ fn feature_gates_choose_the_plugins_and_refuse_what_they_do_not_know() {
         "--unchecked-cgroup-root",
     ];
     for (gates, needle) in
-        [("GroupIdentiy=true", "unknown feature gate \"GroupIdentiy\""), ("CoreSched=true", "CoreSched is koordlet's but not implemented")]
+        [("GroupIdentiy=true", "unknown feature gate \"GroupIdentiy\""), ("CPUNormalization=maybe", "\"maybe\" is not a boolean")]
     {
         let out = std::process::Command::new(HOOKS_BIN).args(base).args(["--feature-gates", gates]).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -10,12 +10,16 @@
 //! Plugins reach a [`Host`] only in [`crate::plugin::Plugin::node`] (node-level work: koordlet's
 //! rule callbacks and all-pods reconcilers), never in the hook path's pure functions.
 
+pub mod core_sched;
+pub mod resctrl;
 pub mod sysctl;
 pub mod tc;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use self::core_sched::{CoreSchedOps, PrctlCoreSched};
+use self::resctrl::{DirResctrl, ResctrlFs, Vendor};
 use self::sysctl::{ProcSys, Sysctl};
 use self::tc::TrafficControl;
 
@@ -31,6 +35,8 @@ pub struct HostPaths {
     /// `/host-var-lib/terway/qos`, a DaemonSet's mount of `/var/lib/terway/qos`); empty: that
     /// default. Written by TerwayQoS only.
     pub terway_qos_dir: PathBuf,
+    /// The resctrl mount (`--resctrl-root`, `/sys/fs/resctrl` on a host; empty: that default).
+    pub resctrl_root: PathBuf,
 }
 
 /// The kernel facilities this node has (see the module documentation).
@@ -43,6 +49,12 @@ pub struct Host {
     /// Traffic control on the default route's interface (TCNetworkQoS); `None` without the
     /// v1 `net_cls` hierarchy, `CAP_NET_ADMIN` or a default route ([`detect_tc`]).
     pub tc: Option<Arc<dyn TrafficControl>>,
+    /// Core scheduling cookies (`prctl(PR_SCHED_CORE)`), for CoreSched; `None` when the kernel
+    /// answers `EINVAL`/`ENODEV` (no `CONFIG_SCHED_CORE`, before 5.14, no SMT).
+    pub core_sched: Option<Arc<dyn CoreSchedOps>>,
+    /// The resctrl file system, for Resctrl; `None` when `info/L3/cbm_mask` is missing under
+    /// [`HostPaths::resctrl_root`] (not mounted, no L3 cache allocation).
+    pub resctrl: Option<Arc<dyn ResctrlFs>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -54,6 +66,24 @@ impl std::fmt::Debug for Host {
 impl Host {
     /// Probes every facility once (logging, once, each one this kernel lacks).
     pub fn detect(paths: HostPaths) -> Host {
+        let core_sched: Option<Arc<dyn CoreSchedOps>> = match PrctlCoreSched::probe() {
+            Ok(()) => Some(Arc::new(PrctlCoreSched::default())),
+            Err(e) => {
+                tracing::warn!(
+                    "this kernel has no core scheduling (prctl(PR_SCHED_CORE, GET): {e}): CoreSched sets no cookies, only cpu.idle"
+                );
+                None
+            }
+        };
+        let resctrl_root =
+            if paths.resctrl_root.as_os_str().is_empty() { PathBuf::from("/sys/fs/resctrl") } else { paths.resctrl_root.clone() };
+        let resctrl: Option<Arc<dyn ResctrlFs>> = match DirResctrl::open(&resctrl_root, Vendor::of_cpuinfo("/proc/cpuinfo".as_ref())) {
+            Ok(fs) => Some(Arc::new(fs)),
+            Err(e) => {
+                tracing::warn!("no resctrl with L3 cache allocation ({e}): Resctrl creates no groups");
+                None
+            }
+        };
         let sysctl: Arc<dyn Sysctl> = Arc::new(ProcSys::new(&paths.proc_sys));
         let tc = match detect_tc(&paths.cgroup_root) {
             Ok(tc) => Some(tc),
@@ -62,17 +92,23 @@ impl Host {
                 None
             }
         };
-        Host { paths, sysctl: Some(sysctl), tc }
+        Host { paths, sysctl: Some(sysctl), tc, core_sched, resctrl }
     }
 
     /// The facilities present, for the start line and `status`: `name=yes|no` pairs.
     pub fn describe(&self) -> String {
-        let mut parts: Vec<String> = vec![format!("sysctl={}", if self.sysctl.is_some() { "yes" } else { "no" })];
-        parts.push(match &self.tc {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let tc = match &self.tc {
             Some(tc) => format!("tc=yes({})", tc.interface()),
             None => "tc=no".into(),
-        });
-        parts.join(",")
+        };
+        [
+            format!("sysctl={}", yes(self.sysctl.is_some())),
+            tc,
+            format!("core-sched={}", yes(self.core_sched.is_some())),
+            format!("resctrl={}", yes(self.resctrl.is_some())),
+        ]
+        .join(" ")
     }
 }
 

@@ -121,7 +121,7 @@ pub fn nri_resources(r: &Resources, shared_cpus: impl FnOnce() -> Option<String>
 /// A CreateContainer answer: resources, envs, annotations, devices and mounts of the change.
 /// The change's `cgroup_parent` cannot be expressed (the caller logs it).
 pub fn adjustment(change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> nri::ContainerAdjustment {
-    let resources = nri_resources(&change.resources, shared_cpus);
+    let resources = adjusted_resources(change, shared_cpus);
     let devices: Vec<nri::LinuxDevice> = change.devices.iter().map(nri_device).collect();
     nri::ContainerAdjustment {
         annotations: change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
@@ -151,6 +151,15 @@ pub fn nri_device(d: &Device) -> nri::LinuxDevice {
 /// A mount of a change as NRI's `Mount`.
 pub fn nri_mount(m: &Mount) -> nri::Mount {
     nri::Mount { destination: m.destination.clone(), r#type: m.kind.clone(), source: m.source.clone(), options: m.options.clone() }
+}
+
+/// The NRI resources of a CreateContainer answer: [`nri_resources`] plus the change's RDT class.
+fn adjusted_resources(change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> Option<nri::LinuxResources> {
+    let mut resources = nri_resources(&change.resources, shared_cpus);
+    if let Some(class) = &change.rdt_class {
+        resources.get_or_insert_with(Default::default).rdt_class = Some(nri::OptionalString { value: class.clone() });
+    }
+    resources
 }
 
 /// An update of a created container's resources, `None` when the change sets none.
@@ -256,6 +265,12 @@ mod tests {
         let cpu = u.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.shares.unwrap().value, cpu.cpus.as_str()), (512, ""));
         assert_eq!(update("c", &Change::default(), || None), None);
+        // The RDT class (Resctrl) rides in the adjustment's resources, alone or with others.
+        let rdt = Change { rdt_class: Some("koordlet-u".into()), ..Default::default() };
+        let r = adjustment(&rdt, || None).linux.unwrap().resources.unwrap();
+        assert_eq!(r.rdt_class, Some(nri::OptionalString { value: "koordlet-u".into() }));
+        assert_eq!(r.cpu, None);
+        assert_eq!(update("c", &rdt, || None), None, "not an update: a running container keeps its class");
         assert_eq!(adjustment(&Change::default(), || None), nri::ContainerAdjustment::default());
     }
 

@@ -11,7 +11,8 @@
 //! | `StateChange` RunPodSandbox (after the sandbox started: the pod cgroup exists) | PreRunPodSandbox | – (pod-level values written by runtime-hooks, as koordlet does) |
 //! | `CreateContainer` (before the container is created) | PreCreateContainer | `ContainerAdjustment`: resources, cpuset, env, annotations |
 //! | `UpdateContainer` (kubelet's UpdateContainerResources) | PreUpdateContainerResources, with the new resources | a `ContainerUpdate` of that container: the plugins' fields override kubelet's |
-//! | `StateChange` StopPodSandbox, StartContainer, PostStartContainer; `StopContainer` | PostStopPodSandbox, PreStartContainer, PostStartContainer, PostStopContainer, if a plugin wants them | – (pod-level values only) |
+//! | `StateChange` StopPodSandbox, StartContainer, PostStartContainer; `StopContainer` | PostStopPodSandbox, PreStartContainer, PostStartContainer, PostStopContainer, if a plugin wants them | – (pod-level values only); after PostStartContainer the plugins' node-level work (the container's processes exist) |
+//! | `StateChange` RemovePodSandbox | the plugins' pod removal (`Plugin::pod_removed`, koordlet's PreRemoveRunPodSandbox), then node-level work without the pod | – |
 //!
 //! A rule change is re-applied at once to every pod and container the plugin knows (from
 //! Synchronize and later events): pod-level values written, container resources sent to the
@@ -416,6 +417,17 @@ impl NriPlugin {
             }
             Event::StopPodSandbox => self.pod(Stage::PostStopPodSandbox, &pod),
             Event::RemovePodSandbox => {
+                // koordlet's PreRemoveRunPodSandbox, with the pod and its containers still known.
+                let state = self.pod_states().into_iter().find(|s| s.pod.uid == pod.uid).or_else(|| {
+                    let ctx = convert::pod_context(&pod);
+                    let cgroup_dir = self.framework.cgroups().resolve(&ctx.cgroup_parent).ok().flatten();
+                    self.selected(&ctx).then_some(PodState { pod: ctx, cgroup_dir, containers: Vec::new() })
+                });
+                if let Some(state) = state {
+                    for f in self.framework.pod_removed(&state) {
+                        tracing::warn!("NRI: RemovePodSandbox: {f}");
+                    }
+                }
                 self.known.pods.remove(&pod.id);
                 self.known.containers.retain(|_, c| c.pod_sandbox_id != pod.id);
                 self.node_pass("RemovePodSandbox");
@@ -424,7 +436,13 @@ impl NriPlugin {
             Event::StartContainer | Event::PostStartContainer => {
                 let stage = if event == Event::StartContainer { Stage::PreStartContainer } else { Stage::PostStartContainer };
                 let container = evt.container.unwrap_or_default();
-                self.container(stage, &convert::container_context(&pod, &container, None)).map(|_| ())
+                let result = self.container(stage, &convert::container_context(&pod, &container, None)).map(|_| ());
+                if event == Event::PostStartContainer {
+                    // The container's processes exist now: node-level work for them (cookies,
+                    // resctrl tasks), as koordlet's container reconcilers would do.
+                    self.node_pass("PostStartContainer");
+                }
+                result
             }
             Event::RemoveContainer => {
                 if let Some(c) = evt.container {

@@ -10,28 +10,35 @@
 //! | [`RdmaDeviceInject`] | char devices `/dev/infiniband/rdma_cm` and the allocated RDMA PFs' or VFs' verbs devices (NRI only) | PreCreateContainer |
 //! | [`TcNetworkQos`] | pod `net_cls.classid` by QoS class; node: HTB qdisc, classes and cgroup filters on the default route's interface (gate `TCNetworkQoS`, off) | PreRunPodSandbox, node-level |
 //! | [`TerwayQos`] | node: Terway's `global_bps_config` and `pod.json` (gate `TerwayQoS`, off) | node-level |
+//! | [`CoreSched`] | core-scheduling cookies per pod group (containers and sandboxes), kube-QoS `cpu.idle` | node-level work, kube-QoS directories (PostStartContainer listed for NRI mode's node pass) |
+//! | [`Resctrl`] | a resctrl group per annotated pod: schemata, tasks, removal | PreRunPodSandbox (annotation check), PreCreateContainer, node-level work, pod removal |
 //!
 //! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
 //! (fields and files, units) and stages.
 
 pub mod batch_resource;
+pub mod cgroup_procs;
+pub mod core_sched;
 pub mod cpu_normalization;
 pub mod cpuset;
 pub mod devices;
 pub mod gpu_env;
 pub mod group_identity;
 pub mod rdma_device;
+pub mod resctrl;
 pub mod tc;
 pub mod terway_qos;
 
 use std::sync::Arc;
 
 pub use batch_resource::BatchResource;
+pub use core_sched::CoreSched;
 pub use cpu_normalization::CpuNormalization;
 pub use cpuset::CpuSet;
 pub use gpu_env::GpuEnvInject;
 pub use group_identity::GroupIdentity;
 pub use rdma_device::RdmaDeviceInject;
+pub use resctrl::Resctrl;
 pub use tc::TcNetworkQos;
 pub use terway_qos::TerwayQos;
 
@@ -89,7 +96,8 @@ mod tests {
                 labels: [(QOS_CLASS_KEY.to_string(), class)].into(),
                 annotations: [
                     (batch_resource::EXTENDED_RESOURCE_SPEC.to_string(), spec),
-                    (cpuset::RESOURCE_STATUS.to_string(), status),
+                    (cpuset::RESOURCE_STATUS.to_string(), status.clone()),
+                    (resctrl::schemata::ANNOTATION.to_string(), status),
                 ].into(),
                 cgroup_parent: "/kubepods/besteffort/pod1".into(),
                 ..Default::default()

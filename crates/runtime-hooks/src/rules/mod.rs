@@ -3,7 +3,7 @@
 //!
 //! | input | read by | module |
 //! |---|---|---|
-//! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource, TCNetworkQoS, TerwayQoS | [`node_slo`], [`net_qos`] |
+//! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource, CoreSched, TCNetworkQoS, TerwayQoS | [`node_slo`], [`core_sched`], [`net_qos`], [`host_app`] |
 //! | the node's `NodeResourceTopology` (`topology.node.k8s.io/v1alpha1`) annotations | CPUSet | [`topology`] |
 //! | the `Node`'s annotations | BatchResource, CPUNormalization (CPU normalization ratio) | [`node`] |
 //!
@@ -18,6 +18,7 @@
 //! NodeSLO at all, group identity is off (every `cpu.bvt_warp_ns` 0) and BE pods' CFS quota is
 //! set from their batch-cpu limit.
 
+pub mod core_sched;
 pub mod file;
 pub mod host_app;
 pub mod legacy;
@@ -44,6 +45,8 @@ pub struct Rules {
     pub batch_resource: BatchResourceRules,
     /// CPUSet settings (NodeResourceTopology).
     pub cpuset: CpusetRules,
+    /// CoreSched settings (NodeSLO).
+    pub core_sched: core_sched::CoreSchedRules,
     /// Network QoS settings (NodeSLO), read by TCNetworkQoS and TerwayQoS.
     pub net_qos: net_qos::NetQosRules,
     /// CPUNormalization settings (Node).
@@ -169,6 +172,7 @@ impl Rules {
             rules.batch_resource.cfs_quota = slo.batch_cfs_quota;
             rules.host_applications.clone_from(&slo.host_applications);
             rules.net_qos = slo.net_qos.clone();
+            rules.core_sched = slo.core_sched.clone();
         }
         if let Some(t) = topology {
             rules.cpuset.topology = t.clone();

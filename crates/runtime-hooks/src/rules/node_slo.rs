@@ -18,7 +18,10 @@
 //! | `hostApplications` | none | processes outside Kubernetes with a QoS class ([`super::host_app`]) |
 //!
 //! The network QoS fields (`networkQOS`, `netQOSPolicy`, `totalNetworkBandwidth`) are parsed by
-//! [`super::net_qos`]. Every other field of the spec is ignored (koordlet's other modules read them). Types are
+//! [`super::net_qos`], the CoreSched settings (`cpuQOS.coreExpeller`, `cpuQOS.schedIdle`, …) by
+//! [`super::core_sched`], `hostApplications` by [`super::host_app`].
+//!
+//! Every other field of the spec is ignored (koordlet's other modules read them). Types are
 //! checked for the fields read: a wrong type, an unknown enum value or a group identity outside
 //! −1..=2 (the API's own validation) is a [`FieldError`] naming the field and the value.
 
@@ -37,6 +40,8 @@ pub struct SloRules {
     pub host_applications: Vec<super::host_app::HostApplication>,
     /// Network QoS (TCNetworkQoS, TerwayQoS): see [`super::net_qos`].
     pub net_qos: super::net_qos::NetQosRules,
+    /// CoreSched's rule ([`super::core_sched`]).
+    pub core_sched: super::core_sched::CoreSchedRules,
 }
 
 impl Default for SloRules {
@@ -47,6 +52,7 @@ impl Default for SloRules {
             batch_cfs_quota: true,
             host_applications: Vec::new(),
             net_qos: Default::default(),
+            core_sched: Default::default(),
         })
     }
 }
@@ -111,11 +117,12 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
     };
     let host_applications = super::host_app::parse(spec)?;
     let net_qos = super::net_qos::parse(spec)?;
-    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy, host_applications, net_qos })
+    let core_sched = super::core_sched::parse(spec)?;
+    Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy, host_applications, net_qos, core_sched })
 }
 
 /// The value at `path` under `v` (`Null` when any step is missing or `null`).
-fn lookup(v: &Value, path: &[&str]) -> Value {
+pub(super) fn lookup(v: &Value, path: &[&str]) -> Value {
     let mut cur = v;
     for key in path {
         match cur.get(key) {
@@ -130,7 +137,7 @@ fn type_error(field: &str, want: &str, v: &Value) -> FieldError {
     FieldError::new(field, format!("{v} is not {want}"))
 }
 
-fn bool_field(v: &Value, field: &str) -> Result<Option<bool>, FieldError> {
+pub(super) fn bool_field(v: &Value, field: &str) -> Result<Option<bool>, FieldError> {
     match v {
         Value::Null => Ok(None),
         Value::Bool(b) => Ok(Some(*b)),
@@ -138,7 +145,7 @@ fn bool_field(v: &Value, field: &str) -> Result<Option<bool>, FieldError> {
     }
 }
 
-fn int_field(v: &Value, field: &str) -> Result<Option<i64>, FieldError> {
+pub(super) fn int_field(v: &Value, field: &str) -> Result<Option<i64>, FieldError> {
     match v {
         Value::Null => Ok(None),
         Value::Number(n) => n.as_i64().map(Some).ok_or_else(|| type_error(field, "an integer", v)),
@@ -146,7 +153,7 @@ fn int_field(v: &Value, field: &str) -> Result<Option<i64>, FieldError> {
     }
 }
 
-fn string_field(v: &Value, field: &str) -> Result<Option<String>, FieldError> {
+pub(super) fn string_field(v: &Value, field: &str) -> Result<Option<String>, FieldError> {
     match v {
         Value::Null => Ok(None),
         Value::String(s) => Ok(Some(s.clone())),
