@@ -75,7 +75,7 @@ pub const GATES: &[Gate] = &[
         beta: false,
         plugin: Some(|o| Arc::new(RdmaDeviceInject::new(Arc::new(HostFs::new(&o.devices.host_root))))),
     },
-    Gate { name: "Resctrl", default: false, beta: false, plugin: Some(|_| Arc::new(Resctrl::default())) },
+    Gate { name: "Resctrl", default: false, beta: false, plugin: Some(|o| Arc::new(Resctrl::with_partial_view(o.partial_view))) },
     Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TcNetworkQos::default())) },
     Gate { name: "TerwayQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TerwayQos::default())) },
     Gate { name: "BECPUManager", default: false, beta: false, plugin: None },

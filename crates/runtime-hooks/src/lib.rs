@@ -102,6 +102,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
             hami_core_library: args.hami_core_library_directory_path.clone(),
         },
         be_cpu_manager: false,
+        partial_view: !args.selector.is_empty(),
     };
     let plugins = match &args.plugins {
         Some(names) => {

@@ -31,8 +31,10 @@ fn node_slo(be_sched_idle: u32, policy: &str) -> String {
     )
 }
 
-fn start(env: &Containerd, dir: &Path, rules: &Path, label: &(String, String), extra: &[&str]) -> Hooks {
-    let selector = format!("{}={}", label.0, label.1);
+/// runtime-hooks in standalone mode; `label`: only the pods with it (`--selector`), `None`: all
+/// of the node's pods (whatever plugins `extra` turns on then must touch no other test's pods).
+fn start(env: &Containerd, dir: &Path, rules: &Path, label: Option<&(String, String)>, extra: &[&str]) -> Hooks {
+    let selector = label.map(|(k, v)| format!("{k}={v}"));
     let mut args = vec![
         "--mode",
         "standalone",
@@ -42,9 +44,10 @@ fn start(env: &Containerd, dir: &Path, rules: &Path, label: &(String, String), e
         "1s",
         "--rules",
         rules.to_str().unwrap(),
-        "--selector",
-        &selector,
     ];
+    if let Some(selector) = &selector {
+        args.extend(["--selector", selector]);
+    }
     args.extend_from_slice(extra);
     let hooks = Hooks::start(&args, dir.join("hooks.log"));
     assert!(hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(10)), "no first pass:\n{}", hooks.log());
@@ -97,7 +100,7 @@ async fn be_kube_qos_cpu_idle_follows_the_node_slo() {
     assert_eq!(kubepods.idle("/besteffort"), "0", "the kernel's default");
     let rules = rules_file(dir.path(), &node_slo(1, "coreSched"));
     let label = ("test".to_string(), unique("kernel"));
-    let hooks = start(&env, dir.path(), &rules, &label, &["--feature-gates", "CoreSched=true", "--kubepods-cgroup", &kubepods.name]);
+    let hooks = start(&env, dir.path(), &rules, Some(&label), &["--feature-gates", "CoreSched=true", "--kubepods-cgroup", &kubepods.name]);
 
     // A BE pod below the BestEffort directory, as kubelet would place it: core sched is on for
     // BE in the NodeSLO but this kernel has none, so no cookie and no failure.
@@ -150,7 +153,11 @@ async fn resctrl_groups_for_real_pods_on_a_fake_tree() {
     std::fs::create_dir(resctrl.join("koordlet-gone")).unwrap(); // left by a pod deleted while we were down
     let rules = rules_file(dir.path(), "cpu: {}\n");
     let label = ("test".to_string(), unique("kernel"));
-    let hooks = start(&env, dir.path(), &rules, &label, &["--feature-gates", "Resctrl=true", "--resctrl-root", resctrl.to_str().unwrap()]);
+    // All pods (no selector: a group whose pod this process never saw is removed only with a
+    // whole view of the node), and Resctrl alone, on a tree of its own: no other test's pod is
+    // touched (only this test's pods carry the annotation).
+    let gates = "Resctrl=true,GroupIdentity=false,BatchResource=false,CPUSetAllocator=false";
+    let hooks = start(&env, dir.path(), &rules, None, &["--feature-gates", gates, "--resctrl-root", resctrl.to_str().unwrap()]);
     assert!(hooks.log().contains("resctrl=yes"), "{}", hooks.log());
 
     let mut rt = runtime_client(&env.socket);

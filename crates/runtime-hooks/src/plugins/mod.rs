@@ -52,6 +52,9 @@ pub struct PluginOptions {
     /// koordlet's `BECPUManager` gate: CPUSet gives NUMA-aware BE pods the NodeResourceTopology's
     /// BE share pools (off: BE pods are left to the CPU suppress policy, their cpuset cleared).
     pub be_cpu_manager: bool,
+    /// The node-level work sees only the pods `--selector` selects: plugins must not remove
+    /// what may belong to the others (Resctrl's groups).
+    pub partial_view: bool,
 }
 
 /// Every built-in plugin, in the order the framework runs them.

@@ -62,15 +62,33 @@ pub struct Resctrl {
     /// Pod UIDs whose group exists on the kernel's resctrl mount (their containers get the RDT
     /// class), as of the last node-level pass.
     rdt_ready: Mutex<BTreeSet<String>>,
+    /// The pods seen are only some of the node's (`--selector`): a `koordlet-*` group whose pod
+    /// was never among them may belong to a pod that is not selected, and is left alone; groups
+    /// of pods seen before and gone since are still removed.
+    partial_view: bool,
+    /// Groups wanted by an earlier pass (the pods this process has seen with the annotation).
+    seen_groups: Mutex<BTreeSet<String>>,
 }
 
 impl Default for Resctrl {
     fn default() -> Self {
-        Resctrl { grace: REMOVAL_GRACE, first_seen: Mutex::default(), rdt_ready: Mutex::default() }
+        Resctrl {
+            grace: REMOVAL_GRACE,
+            first_seen: Mutex::default(),
+            rdt_ready: Mutex::default(),
+            partial_view: false,
+            seen_groups: Mutex::default(),
+        }
     }
 }
 
 impl Resctrl {
+    /// A plugin that sees only some of the node's pods (`--selector`): it removes no group of a
+    /// pod it does not see.
+    pub fn with_partial_view(partial_view: bool) -> Resctrl {
+        Resctrl { partial_view, ..Default::default() }
+    }
+
     /// The plugin's name (koordlet's).
     pub const NAME: &'static str = "Resctrl";
 
@@ -179,7 +197,11 @@ impl Plugin for Resctrl {
         *self.rdt_ready.lock().unwrap_or_else(|e| e.into_inner()) = ready;
         let now = Instant::now();
         let mut first_seen = self.first_seen.lock().unwrap_or_else(|e| e.into_inner());
-        for group in fs.groups()?.into_iter().filter(|g| g.starts_with(GROUP_PREFIX) && !wanted.contains(g)) {
+        let mut seen_groups = self.seen_groups.lock().unwrap_or_else(|e| e.into_inner());
+        seen_groups.extend(wanted.iter().cloned());
+        let candidates: Vec<String> =
+            if self.partial_view { seen_groups.iter().filter(|g| !wanted.contains(*g)).cloned().collect() } else { fs.groups()? };
+        for group in candidates.into_iter().filter(|g| g.starts_with(GROUP_PREFIX) && !wanted.contains(g)) {
             let seen = *first_seen.entry(group.clone()).or_insert(now);
             if now.duration_since(seen) < self.grace {
                 continue;
@@ -187,6 +209,7 @@ impl Plugin for Resctrl {
             match fs.remove_group(&group) {
                 Ok(()) => {
                     first_seen.remove(&group);
+                    seen_groups.remove(&group);
                     tracing::info!(group, "resctrl: group of a pod that is gone removed");
                 }
                 Err(e) => errors.push(format!("removing unused group {group}: {e}")),
@@ -208,6 +231,7 @@ impl Plugin for Resctrl {
         self.rdt_ready.lock().unwrap_or_else(|e| e.into_inner()).remove(&pod.pod.uid);
         fs.remove_group(&group)?;
         self.first_seen.lock().unwrap_or_else(|e| e.into_inner()).remove(&group);
+        self.seen_groups.lock().unwrap_or_else(|e| e.into_inner()).remove(&group);
         tracing::info!(pod = %pod.pod.key(), group, "resctrl: group removed with its pod");
         Ok(())
     }

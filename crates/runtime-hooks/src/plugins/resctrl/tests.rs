@@ -102,6 +102,28 @@ fn unused_groups_wait_for_the_grace_period() {
     assert!(n.resctrl.join("koordlet-new").exists(), "first seen just now");
 }
 
+/// With `--selector` the plugin sees some pods only: a group it does not know is never removed.
+#[test]
+fn a_partial_view_removes_no_unknown_group() {
+    let n = node();
+    std::fs::create_dir(n.resctrl.join("koordlet-other")).unwrap();
+    let plugin = Resctrl { grace: Duration::ZERO, ..Resctrl::with_partial_view(true) };
+    plugin.node(&[], &Rules::default(), &n.host).unwrap();
+    plugin.node(&[], &Rules::default(), &n.host).unwrap();
+    assert!(n.resctrl.join("koordlet-other").exists(), "may be a pod that is not selected");
+    // A pod it saw, and that went: its group goes.
+    let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100]);
+    plugin.node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
+    let group = n.resctrl.join(format!("koordlet-{}", a.pod.uid));
+    assert!(group.exists());
+    plugin.node(&[], &Rules::default(), &n.host).unwrap();
+    plugin.node(&[], &Rules::default(), &n.host).unwrap();
+    assert!(!group.exists(), "seen, then gone: removed");
+    assert!(n.resctrl.join("koordlet-other").exists());
+    Resctrl::with_grace(Duration::ZERO).node(&[], &Rules::default(), &n.host).unwrap();
+    assert!(!n.resctrl.join("koordlet-other").exists(), "whole view: removed");
+}
+
 #[test]
 fn a_bad_annotation_fails_only_this_plugin_and_only_that_pod() {
     let n = node();
