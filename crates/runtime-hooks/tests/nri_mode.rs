@@ -379,14 +379,15 @@ impl Drop for RemoveOnDrop {
 }
 
 /// A pod author's bytes that are not UTF-8 (a pod annotation, a container env value, as from a
-/// Secret with binary data), against containerd 1.7.24: its NRI cannot send them (protobuf-go
-/// refuses to marshal them), so
+/// Secret with binary data), against containerd 1.7.24 and 2.1.9: their NRI cannot send them
+/// (protobuf-go refuses to marshal them), so
 ///
 /// * while the plugin is connected, such a pod is refused at RunPodSandbox — it cannot run
 ///   without the plugins;
 /// * one made while no plugin was connected makes containerd fail to synchronize every plugin
-///   that connects, and drop it silently. The plugin notices (no Synchronize after Configure),
-///   says why and registers again; meanwhile the reconciler (`--runtime-endpoint`, which decodes
+///   that connects, and drop it: 1.7 silently (the connection stays open, nothing comes), 2.1 by
+///   closing the connection. The plugin notices (no Synchronize after Configure: the deadline,
+///   or the connection closed), says why and registers again; meanwhile the reconciler (`--runtime-endpoint`, which decodes
 ///   such pods) corrects that pod and a plain one created meanwhile; once the pod is gone the
 ///   plugin is synchronized and the next pod gets its values at creation.
 #[tokio::test]

@@ -239,6 +239,16 @@ impl NriPlugin {
                 msg = receiver.next() => {
                     let msg = match msg {
                         Ok(m) => m,
+                        // containerd 2.x closes the connection of a plugin it cannot synchronize
+                        // (1.7 keeps it open and sends nothing: the deadline below).
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && self.configured_at.is_some() && !self.synchronized => {
+                            anyhow::bail!(
+                                "the runtime configured the plugin but did not synchronize it: it closed the connection (containerd 2.x \
+                                 closes a plugin's connection when it cannot synchronize it, e.g. with a pod whose annotations or env \
+                                 are not UTF-8: \"failed to synchronize plugin: string field contains invalid UTF-8\" in its log); \
+                                 registering again"
+                            );
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
                         Err(e) => return Err(e).context("reading from the runtime"),
                     };
