@@ -130,7 +130,11 @@ fetch_containerd() {
   apt-get "${o[@]}" update </dev/null >/dev/null
   (cd "$apt/deb" && apt-get "${o[@]}" download containerd </dev/null >/dev/null)
   deb=$(echo "$apt"/deb/containerd_*.deb) && ver=$(dpkg-deb -f "$deb" Version)
-  case $ver in "$series".*) ;; *) rm -rf "$apt" && die "Debian $suite offers containerd $ver, not $series.x: this harness is pinned to the $series series (unpack a containerd $series .deb into $dst with dpkg-deb -x to use one from elsewhere)" ;; esac
+  if [[ $ver != "$series".* ]]; then
+    rm -rf "$apt"
+    die "Debian $suite offers containerd $ver, not $series.x: this harness is pinned to the $series series" \
+      "(unpack a containerd $series .deb into $dst with dpkg-deb -x to use one from elsewhere)"
+  fi
   rm -rf "$dst.tmp" && dpkg-deb -x "$deb" "$dst.tmp" && rm -f "$dst.tmp/usr/bin/runc" && mv "$dst.tmp" "$dst" && rm -rf "$apt"
   log "cached $("$dst/usr/bin/containerd" --version) in $dst"
 }

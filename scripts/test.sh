@@ -2,9 +2,10 @@
 # test.sh — the project's test command (`make test`, CI): build everything, run the unit tests, then run
 # every integration test against a real containerd 1.6, again against 1.7 with NRI on and again against 2.1 with NRI
 # on (scripts/containerd.sh), then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their own
-# (they restart it and connect plugins that see every pod) and again against a 2.1 of their own, then the Docker-mode tests (crates/*/tests/docker_*.rs) against a real
-# dockerd (scripts/dockerd.sh), then the Debian packages installed on this machine (scripts/test-packages.sh,
-# scripts/test-operations.sh), then `make demo`, which must leave nothing behind (scripts/test-demo.sh).
+# (they restart it and connect plugins that see every pod) and again against a 2.1 of their own, then the Docker-mode
+# tests (crates/*/tests/docker_*.rs) against a real dockerd (scripts/dockerd.sh), then the Debian packages installed
+# on this machine (scripts/test-packages.sh, scripts/test-operations.sh), then `make demo`, which must leave nothing
+# behind (scripts/test-demo.sh).
 #
 # Every phase runs even when an earlier one failed; the exit code is non-zero if any failed. The last
 # line is `N passed, M failed`, summed from cargo's "test result:" lines (a phase that fails without a
@@ -59,8 +60,8 @@ test_targets() {
 }
 
 # integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap; 1.7 and 2.1 with NRI on and no
-# plugin connected, as nodes that enable it run — 2.x has it on by default), every integration test target against it but the Docker-mode
-# ones (docker_*: they need dockerd) and the NRI-mode ones (nri_*: nri_integration), down.
+# plugin connected, as nodes that enable it run — 2.x has it on by default), every integration test target against
+# it but the Docker-mode ones (docker_*: they need dockerd) and the NRI-mode ones (nri_*: nri_integration), down.
 integration() {
   local root=$ROOT_PREFIX-$1 tests nri=0
   [ "$1" = 1.6 ] || nri=1
