@@ -35,6 +35,6 @@ release:
 deb:
 	@scripts/package.sh deb
 
-# stop and delete every containerd the scripts start (/tmp/rp-test-*-ctrd-1.6 and -1.7, rp-demo-ctrd, rp-demo-hooks-ctrd, rp-bench-ctrd, rp-bench-nri-ctrd)
+# stop and delete every containerd the scripts start (/tmp/rp-test-*-ctrd-1.6, -1.7, -2.1, -nri-1.7 and -nri-2.1, rp-demo-ctrd, rp-demo-hooks-ctrd, rp-bench-ctrd, rp-bench-ctrd-2.1, rp-bench-nri-ctrd-1.7 and -2.1)
 clean-containerd:
 	for root in /tmp/rp-*-ctrd*; do [ ! -d "$$root" ] || scripts/containerd.sh purge "$$root"; done

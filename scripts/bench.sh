@@ -6,9 +6,10 @@
 # cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once through a 100 ms hook),
 # then the store at node scale (benches/store.rs: RSS idle and with 200 pods, store memory per pod,
 # recovery time after kill -9), against a real containerd 1.6, which it starts and stops (also on
-# failure or Ctrl-C); then pod start time by mode (runtime-hooks' benches/pod_start.rs: BE pods on containerd alone,
-# through runtime-proxy + runtime-hooks in proxy mode, and with runtime-hooks as an NRI plugin) against a containerd 1.7
-# with NRI on, which it starts after the 1.6 one is down and stops the same way. Extra arguments go to every bench;
+# failure or Ctrl-C); then the pass-through bench again against a containerd 2.1; then pod start time by mode
+# (runtime-hooks' benches/pod_start.rs: BE pods on containerd alone, through runtime-proxy + runtime-hooks in proxy
+# mode, and with runtime-hooks as an NRI plugin) against a containerd 1.7 with NRI on and again against a 2.1 with NRI
+# on, each started after the one before is down and stopped the same way. Extra arguments go to every bench;
 # RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks 3000), RP_BENCH_CONC_ROUNDS and
 # RP_BENCH_CONC_ROUND_MS the rounds of the concurrency bench (defaults 6 and 600 ms), RP_BENCH_PODS the pods per mode
 # of pod_start (default 50).
@@ -17,8 +18,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 CTRD=/tmp/rp-bench-ctrd
+CTRD21=/tmp/rp-bench-ctrd-2.1
 NRI_CTRD=/tmp/rp-bench-nri-ctrd
-trap 'for r in "$CTRD" "$NRI_CTRD"; do scripts/containerd.sh down "$r" >/dev/null 2>&1 || true; done' EXIT
+trap 'for r in "$CTRD" "$CTRD21" "$NRI_CTRD-1.7" "$NRI_CTRD-2.1"; do scripts/containerd.sh down "$r" >/dev/null 2>&1 || true; done' EXIT
 trap 'exit 130' INT TERM
 
 need_pkgs "${RP_PKGS[@]}" socat
@@ -33,7 +35,16 @@ echo
 cargo bench --locked -p runtime-proxy --bench store -- "$@"
 scripts/containerd.sh down "$CTRD" >/dev/null 2>&1
 echo
+# the pass-through table's containerd 2.1 rows (CRI v1 only; NRI off)
+scripts/containerd.sh up 2.1 "$CTRD21" >/dev/null
+RP_CONTAINERD_ENV=$CTRD21/env cargo bench --locked -p runtime-proxy --bench latency -- "$@"
+scripts/containerd.sh down "$CTRD21" >/dev/null 2>&1
+echo
 # pod_start starts runtime-proxy's release binary (target/release/runtime-proxy), which `cargo bench -p runtime-hooks` does not build
 cargo build --locked --release -p runtime-proxy
-RP_NRI=1 scripts/containerd.sh up 1.7 "$NRI_CTRD" >/dev/null
-RP_CONTAINERD_ENV=$NRI_CTRD/env cargo bench --locked -p runtime-hooks --bench pod_start -- "$@"
+for v in 1.7 2.1; do
+  RP_NRI=1 scripts/containerd.sh up "$v" "$NRI_CTRD-$v" >/dev/null
+  RP_CONTAINERD_ENV=$NRI_CTRD-$v/env cargo bench --locked -p runtime-hooks --bench pod_start -- "$@"
+  scripts/containerd.sh down "$NRI_CTRD-$v" >/dev/null 2>&1
+  echo
+done

@@ -4,8 +4,11 @@
 #   scripts/containerd.sh up VERSION ROOT   VERSION 1.6 = Debian bookworm's package (/usr/bin/containerd),
 #                                           VERSION 1.7 = Debian trixie's containerd .deb, downloaded once and
 #                                           unpacked into the cache (never installed); runc stays bookworm's.
-#   RP_NRI=1 scripts/containerd.sh up 1.7 ROOT  the same with containerd's NRI on (1.7 only): socket ROOT/run/nri.sock,
+#                                           VERSION 2.1 = Debian sid's containerd 2.1.x .deb, the same way (refused if
+#                                           sid offers another series); native version-3 config, CRI v1 only.
+#   RP_NRI=1 scripts/containerd.sh up 1.7|2.1 ROOT  the same with containerd's NRI on: socket ROOT/run/nri.sock,
 #                                           registration timeout 5 s, request timeout 2 s; NRI_SOCKET in ROOT/env
+#                                           (without RP_NRI=1, 2.1's NRI, on by default, is switched off)
 #   scripts/containerd.sh down ROOT         stop everything started for ROOT (never fails; keeps ROOT and cache)
 #   scripts/containerd.sh purge ROOT        down + rm -rf ROOT
 #
@@ -15,9 +18,9 @@
 # prints it on stdout: CONTAINERD_SOCK CONTAINERD_VERSION CRI_SANDBOX_IMAGE CRI_TEST_IMAGE CRI_CGROUP_PARENT
 # CRI_LOG_ROOT CONTAINERD_ROOT (KEY=VALUE lines). Pods must use a cgroup_parent under $CRI_CGROUP_PARENT and host
 # (NODE) network with an empty hostname (no CNI). Instances in different ROOTs run side by side.
-# Cache (images, trixie containerd): $RP_CACHE, default /var/cache/runtime-proxy. Diagnostics go to stderr.
-# The trixie .deb comes from the Debian archive this machine's apt sources name (none named: `up 1.7` fails,
-# unless the cache holds containerd 1.7 already); the script names no archive of its own.
+# Cache (images, trixie's and sid's containerd): $RP_CACHE, default /var/cache/runtime-proxy. Diagnostics go to
+# stderr. The trixie and sid .debs come from the Debian archive this machine's apt sources name (none named:
+# `up 1.7`/`up 2.1` fails, unless the cache holds that containerd already); the script names no archive of its own.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # need_pkgs
 
@@ -30,16 +33,17 @@ BASE_PATH=$PATH
 
 log() { echo "[containerd.sh] $*" >&2; }
 die() { log "error: $*"; exit 1; }
-usage() { sed -n '4,10s/^# //p' "$0" >&2; exit 2; }
+usage() { sed -n '4,13s/^# //p' "$0" >&2; exit 2; }
 
-# set_root ROOT: absolute ROOT and everything derived from it; 1.7 puts its own binaries first on PATH.
+# set_root ROOT: absolute ROOT and everything derived from it; 1.7 and 2.1 put their own binaries first on PATH.
 set_root() {
   ROOT=$(realpath -m "$1")
   [ "$ROOT" != / ] || die "ROOT must not be /"
   SOCK=$ROOT/run/containerd.sock
   CGROUP_PARENT=/rp-test-$(basename "$ROOT")
   [ ${#SOCK} -lt 100 ] || die "ROOT too long for a unix socket path: $SOCK"
-  PATH=$BASE_PATH && [ "$(cat "$ROOT/version" 2>/dev/null)" != 1.7 ] || PATH=$CACHE/containerd-1.7/usr/bin:$PATH
+  local v; v=$(cat "$ROOT/version" 2>/dev/null || true)
+  PATH=$BASE_PATH && [ "$v" != 1.7 ] && [ "$v" != 2.1 ] || PATH=$CACHE/containerd-$v/usr/bin:$PATH
 }
 ctr_() { ctr --address "$SOCK" --connect-timeout 2s --timeout 60s "$@"; }
 ready() { [ -S "$SOCK" ] && ctr_ version >/dev/null 2>&1; }  # (ctr alone waits 10 s for a missing socket)
@@ -105,25 +109,33 @@ END { flush() }
 AWK
 }
 
-# Debian trixie's containerd 1.7.x: apt pointed at a private trixie source list (on the archive this machine's
-# apt uses), `download`, `dpkg-deb -x`.
-fetch_containerd17() {
-  local dst=$CACHE/containerd-1.7 apt=$CACHE/apt-trixie uri key deb ver
+# fetch_containerd SERIES: Debian's containerd SERIES.x (1.7: trixie's, 2.1: sid's) downloaded once into
+# $CACHE/containerd-SERIES: apt pointed at a private source list for that suite (on the archive this machine's apt
+# uses), `download`, `dpkg-deb -x`. Bookworm's runc stays in use (a newer suite's runc needs a newer glibc), so an
+# unpacked usr/bin/runc is removed. A package of another series is refused, naming the version found.
+fetch_containerd() {
+  local series=$1 suite dst=$CACHE/containerd-$1 apt uri key deb ver
+  case $series in 1.7) suite=trixie ;; 2.1) suite=sid ;; *) die "no Debian suite known for containerd $series" ;; esac
+  apt=$CACHE/apt-$suite
   [ -x "$dst/usr/bin/containerd" ] && return 0
   read -r uri key < <(apt_archive) || true
   [ -n "${uri:-}" ] ||
-    die "apt's sources (/etc/apt/sources.list, sources.list.d/*.list and *.sources) name no Debian archive to download containerd 1.7 from: add one, or unpack a containerd 1.7 .deb into $dst (dpkg-deb -x)"
+    die "apt's sources (/etc/apt/sources.list, sources.list.d/*.list and *.sources) name no Debian archive to download containerd $series from: add one, or unpack a containerd $series .deb into $dst (dpkg-deb -x)"
   [ "$key" != - ] || key=/usr/share/keyrings/debian-archive-keyring.gpg
-  log "downloading containerd 1.7 from Debian trixie ($uri)"
+  log "downloading containerd $series from Debian $suite ($uri)"
   rm -rf "$apt" && mkdir -p "$apt/sources" "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/deb"
-  printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' "$uri" "$key" >"$apt/sources/trixie.sources"
+  printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' "$uri" "$suite" "$key" >"$apt/sources/$suite.sources"
   local o=(-q -o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt/sources" -o "Dir::State::Lists=$apt/lists"
            -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
   apt-get "${o[@]}" update </dev/null >/dev/null
   (cd "$apt/deb" && apt-get "${o[@]}" download containerd </dev/null >/dev/null)
   deb=$(echo "$apt"/deb/containerd_*.deb) && ver=$(dpkg-deb -f "$deb" Version)
-  case $ver in 1.7.*) ;; *) die "Debian trixie offers containerd $ver, not 1.7.x" ;; esac
-  rm -rf "$dst.tmp" && dpkg-deb -x "$deb" "$dst.tmp" && mv "$dst.tmp" "$dst" && rm -rf "$apt"
+  if [[ $ver != "$series".* ]]; then
+    rm -rf "$apt"
+    die "Debian $suite offers containerd $ver, not $series.x: this harness is pinned to the $series series" \
+      "(unpack a containerd $series .deb into $dst with dpkg-deb -x to use one from elsewhere)"
+  fi
+  rm -rf "$dst.tmp" && dpkg-deb -x "$deb" "$dst.tmp" && rm -f "$dst.tmp/usr/bin/runc" && mv "$dst.tmp" "$dst" && rm -rf "$apt"
   log "cached $("$dst/usr/bin/containerd" --version) in $dst"
 }
 
@@ -178,10 +190,32 @@ EOF
   fi
 }
 
+# write_config: ROOT/config.toml for VERSION (1.6, 1.7: version 2; 2.1: version 3), NRI section when RP_NRI=1.
 write_config() {
   mkdir -p "$ROOT"/{root,state,run,runc,opt,logs,cni/bin,cni/net.d,certs.d}
+  if [ "$VERSION" = 2.1 ]; then config_v3; else config_v2; fi >"$ROOT/config.toml"
+  # 2.x has NRI on by default (socket /var/run/nri/nri.sock): off unless asked for, so nothing leaves ROOT
+  if [ "$NRI" != 1 ]; then
+    [ "$VERSION" != 2.1 ] || printf '[plugins."io.containerd.nri.v1.nri"]\n  disable = true\n' >>"$ROOT/config.toml"
+    return 0
+  fi
+  mkdir -p "$ROOT/nri/plugins" "$ROOT/nri/conf.d"
+  cat >>"$ROOT/config.toml" <<EOF
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = false
+  socket_path = "$ROOT/run/nri.sock"
+  plugin_path = "$ROOT/nri/plugins"
+  plugin_config_path = "$ROOT/nri/conf.d"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "2s"
+EOF
+}
+
+# config_v2: containerd 1.6/1.7's CRI plugin (io.containerd.grpc.v1.cri), on stdout.
+config_v2() {
   local cri='plugins."io.containerd.grpc.v1.cri"'
-  cat >"$ROOT/config.toml" <<EOF
+  cat <<EOF
 version = 2
 root = "$ROOT/root"
 state = "$ROOT/state"
@@ -208,17 +242,42 @@ debug = { address = "$ROOT/run/debug.sock" }
   runtime_type = "io.containerd.runc.v2"
   options = { SystemdCgroup = false, Root = "$ROOT/runc" }
 EOF
-  [ "$NRI" = 1 ] || return 0
-  mkdir -p "$ROOT/nri/plugins" "$ROOT/nri/conf.d"
-  cat >>"$ROOT/config.toml" <<EOF
-[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  disable_connections = false
-  socket_path = "$ROOT/run/nri.sock"
-  plugin_path = "$ROOT/nri/plugins"
-  plugin_config_path = "$ROOT/nri/conf.d"
-  plugin_registration_timeout = "5s"
-  plugin_request_timeout = "2s"
+}
+
+# config_v3: containerd 2.x's native config, the same settings as config_v2 with the CRI plugin split into
+# io.containerd.cri.v1.runtime (runtimes, CNI, security), io.containerd.cri.v1.images (snapshotter, sandbox
+# image, registry) and io.containerd.grpc.v1.cri (the stream server), on stdout. CDI specs are read from ROOT/cdi.
+config_v3() {
+  local rt='plugins."io.containerd.cri.v1.runtime"' im='plugins."io.containerd.cri.v1.images"'
+  cat <<EOF
+version = 3
+root = "$ROOT/root"
+state = "$ROOT/state"
+grpc = { address = "$SOCK" }
+ttrpc = { address = "$SOCK.ttrpc" }
+debug = { address = "$ROOT/run/debug.sock" }
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$ROOT/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[$im]
+  snapshotter = "overlayfs"
+  pinned_images = { sandbox = "$PAUSE_REF" }
+  registry = { config_path = "$ROOT/certs.d" }
+[$rt]
+  disable_apparmor = true
+  # REQUIRED here: CAP_SYS_RESOURCE is not in the bounding set, so runc cannot give the sandbox
+  # oom_score_adj=-998 (RunPodSandbox would fail: "can't get final child's PID from pipe: EOF")
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  cdi_spec_dirs = ["$ROOT/cdi"]
+  cni = { bin_dirs = ["$ROOT/cni/bin"], conf_dir = "$ROOT/cni/net.d" }
+[$rt.containerd]
+  default_runtime_name = "runc"
+[$rt.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  options = { SystemdCgroup = false, Root = "$ROOT/runc" }
 EOF
 }
 
@@ -233,7 +292,7 @@ start_containerd() {
   log "containerd $VERSION up: pid $pid, socket $SOCK"
 }
 
-nri_on() { grep -qF 'io.containerd.nri.v1.nri' "$ROOT/config.toml" 2>/dev/null; }
+nri_on() { grep -qF "socket_path = \"$ROOT/run/nri.sock\"" "$ROOT/config.toml" 2>/dev/null; }
 
 write_env() {
   printf '%s\n' "CONTAINERD_SOCK=$SOCK" "CONTAINERD_VERSION=$(containerd --version | awk '{print $3}')" \
@@ -243,8 +302,8 @@ write_env() {
 
 up() {
   VERSION=$1
-  case $VERSION in 1.6 | 1.7) ;; *) die "VERSION must be 1.6 or 1.7, not '$VERSION'" ;; esac
-  [ "$NRI" = 0 ] || [ "$VERSION" = 1.7 ] || die "RP_NRI=1 needs containerd 1.7 (1.6 has no NRI)"
+  case $VERSION in 1.6 | 1.7 | 2.1) ;; *) die "VERSION must be 1.6, 1.7 or 2.1, not '$VERSION'" ;; esac
+  [ "$NRI" = 0 ] || [ "$VERSION" != 1.6 ] || die "RP_NRI=1 needs containerd 1.7 or 2.1 (1.6 has no NRI)"
   set_root "$2"
   mkdir -p "$ROOT"
   if [ -n "$(daemon_pid)" ]; then
@@ -257,7 +316,7 @@ up() {
     # one instance at a time installs, downloads and builds images (fd 9 is closed before containerd starts)
     mkdir -p "$CACHE/images" && exec 9>"$CACHE/.lock" && flock 9
     need_pkgs "${PKGS[@]}"
-    [ "$VERSION" = 1.6 ] || fetch_containerd17
+    [ "$VERSION" = 1.6 ] || fetch_containerd "$VERSION"
     build_images
     exec 9>&-
     echo "$VERSION" >"$ROOT/version"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # test.sh — the project's test command (`make test`, CI): build everything, run the unit tests, then run
-# every integration test against a real containerd 1.6 and again against 1.7 with NRI on (scripts/containerd.sh),
-# then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their own (they restart it and
-# connect plugins that see every pod), then the Docker-mode tests (crates/*/tests/docker_*.rs) against a real
-# dockerd (scripts/dockerd.sh), then the Debian packages installed on this machine (scripts/test-packages.sh,
-# scripts/test-operations.sh), then `make demo`, which must leave nothing behind (scripts/test-demo.sh).
+# every integration test against a real containerd 1.6, again against 1.7 with NRI on and again against 2.1 with NRI
+# on (scripts/containerd.sh), then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their own
+# (they restart it and connect plugins that see every pod) and again against a 2.1 of their own, then the Docker-mode
+# tests (crates/*/tests/docker_*.rs) against a real dockerd (scripts/dockerd.sh), then the Debian packages installed
+# on this machine (scripts/test-packages.sh, scripts/test-operations.sh), then `make demo`, which must leave nothing
+# behind (scripts/test-demo.sh).
 #
 # Every phase runs even when an earlier one failed; the exit code is non-zero if any failed. The last
 # line is `N passed, M failed`, summed from cargo's "test result:" lines (a phase that fails without a
@@ -58,12 +59,12 @@ test_targets() {
   done
 }
 
-# integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap; 1.7 with NRI on and no
-# plugin connected, as nodes that enable it run), every integration test target against it but the Docker-mode
-# ones (docker_*: they need dockerd) and the NRI-mode ones (nri_*: nri_integration), down.
+# integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap; 1.7 and 2.1 with NRI on and no
+# plugin connected, as nodes that enable it run — 2.x has it on by default), every integration test target against
+# it but the Docker-mode ones (docker_*: they need dockerd) and the NRI-mode ones (nri_*: nri_integration), down.
 integration() {
   local root=$ROOT_PREFIX-$1 tests nri=0
-  [ "$1" = 1.7 ] && nri=1
+  [ "$1" = 1.6 ] || nri=1
   mapfile -t tests < <(test_targets -v '@(docker|nri)_*')
   [ ${#tests[@]} -gt 0 ] || { echo "no integration test targets"; return 0; }
   RP_NRI=$nri scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
@@ -73,12 +74,12 @@ integration() {
   return $rc
 }
 
-# nri_integration: a containerd 1.7 with NRI on in its own root (it must be in ROOTS for the trap), the nri_*
-# test targets against it, down.
+# nri_integration VERSION: a containerd VERSION (1.7, 2.1) with NRI on in its own root (it must be in ROOTS for the
+# trap), the nri_* test targets against it, down.
 nri_integration() {
-  local root=$ROOT_PREFIX-nri tests
+  local root=$ROOT_PREFIX-nri-$1 tests
   mapfile -t tests < <(test_targets 'nri_*')
-  RP_NRI=1 scripts/containerd.sh up 1.7 "$root" >/dev/null || return 1
+  RP_NRI=1 scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
   RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
   local rc=$?
   scripts/containerd.sh down "$root"
@@ -117,13 +118,15 @@ phase "unit tests" cargo test "${LOCKED[@]}" --workspace --lib --bins --no-fail-
 # Exploring with new seeds is `make fuzz`, whose crashes join fuzz/corpus as regression inputs.
 [ "${FUZZ_RUNS:-300000}" = 0 ] || FUZZ_RUNS=${FUZZ_RUNS:-300000} FUZZ_SEED=${FUZZ_SEED:-1} phase "fuzz" scripts/fuzz.sh
 phase "CRI clients" bash crates/runtime-proxy/tests/clients/setup.sh target/cri-clients  # for tests/client_matrix.rs
-for v in 1.6 1.7; do
+for v in 1.6 1.7 2.1; do
   ROOTS+=("$ROOT_PREFIX-$v")  # for the trap: phase runs integration in a subshell
   phase "integration (containerd $v)" integration "$v"
 done
 if compgen -G 'crates/*/tests/nri_*.rs' >/dev/null; then
-  ROOTS+=("$ROOT_PREFIX-nri")  # for the trap, as above
-  phase "integration (NRI, ctrd 1.7)" nri_integration
+  for v in 1.7 2.1; do
+    ROOTS+=("$ROOT_PREFIX-nri-$v")  # for the trap, as above
+    phase "integration (NRI, ctrd $v)" nri_integration "$v"
+  done
 fi
 if compgen -G 'crates/*/tests/docker_*.rs' >/dev/null; then
   DOCKERD_ROOTS+=("$DOCKERD_ROOT")  # for the trap, as above

@@ -27,7 +27,7 @@
 //! modes' pods never reach it. One warm-up pod per mode first. Pods are removed directly on
 //! containerd (by a label of this run), also after a failure.
 //!
-//! Run: `make bench` (starts its own containerd 1.7 with NRI; builds runtime-proxy in release),
+//! Run: `make bench` (starts its own containerd 1.7 with NRI, then a 2.1; builds runtime-proxy in release),
 //! or `RP_NRI=1 scripts/containerd.sh up 1.7 ROOT`, `cargo build --release -p runtime-proxy`,
 //! `RP_CONTAINERD_ENV=ROOT/env cargo bench -p runtime-hooks --bench pod_start`.
 

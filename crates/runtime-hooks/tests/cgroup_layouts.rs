@@ -277,18 +277,36 @@ fn standalone(extra: &[&str]) -> Standalone {
 }
 
 /// Standalone mode, BE pods created directly on containerd with both layouts' absolute parents,
-/// driver auto (containerd 1.6/1.7 do not implement RuntimeConfig: the form decides). The pod
-/// cgroups get the BE values; the containers too: the cgroupfs one in `<parent>/<id>`, the
-/// systemd one in `<parent>/cri-containerd-<id>.scope`, resolved from the `<slice>:cri-containerd:<id>`
-/// containerd reports (created here where systemd would have).
+/// driver auto. containerd 1.6/1.7 do not implement RuntimeConfig: the form decides, and both
+/// layouts run. containerd 2.x answers it (the harness's runc runtime: `SystemdCgroup = false`,
+/// so cgroupfs): runtime-hooks takes the runtime's driver, and only that driver's layout runs (a
+/// kubelet on the cgroupfs driver never sends a slice parent; the systemd layout under a named
+/// driver is `proxy_slice_name_parent_resolves_to_its_expanded_directory`). The pod cgroups get the BE values; the containers
+/// too: the cgroupfs one in `<parent>/<id>`, the systemd one in `<parent>/cri-containerd-<id>.scope`,
+/// resolved from the `<slice>:cri-containerd:<id>` containerd reports (created here where systemd
+/// would have).
 #[tokio::test]
 async fn standalone_be_pods_on_the_cgroupfs_and_the_systemd_layout() {
     let s = standalone(&[]);
     let log = s.hooks.log();
-    assert!(log.contains("cgroup_driver=auto: each cgroup name's form decides (RuntimeConfig:"), "{log}");
     let mut rt = runtime_client(&s.env.socket);
+    // Asked of the runtime directly, as runtime-hooks asks it at start.
+    let layouts = match rt.runtime_config(cri::RuntimeConfigRequest {}).await {
+        Err(status) => {
+            assert_eq!(status.code(), tonic::Code::Unimplemented, "containerd {}: {status:?}", s.env.version);
+            assert!(log.contains("cgroup_driver=auto: each cgroup name's form decides (RuntimeConfig:"), "{log}");
+            vec![Layout::Cgroupfs, Layout::Slice]
+        }
+        Ok(answer) => {
+            let driver = answer.into_inner().linux.map(|l| l.cgroup_driver).unwrap_or_default();
+            let (name, layout) =
+                if driver == cri::CgroupDriver::Cgroupfs as i32 { ("cgroupfs", Layout::Cgroupfs) } else { ("systemd", Layout::Slice) };
+            assert!(log.contains(&format!("cgroup_driver={name} (the runtime's RuntimeConfig)")), "{log}");
+            vec![layout]
+        }
+    };
     let mut pods = Vec::new();
-    for layout in [Layout::Cgroupfs, Layout::Slice] {
+    for layout in layouts {
         let (sandbox, container) = be_configs(&s.env, &[(&s.label.0, &s.label.1)], |uid| be_parent(&s.env, layout, uid));
         let parent = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
         precreate_pod_cgroup(&parent);

@@ -1,4 +1,4 @@
-//! NRI mode on a real containerd 1.7 with NRI on (`RP_NRI=1 scripts/containerd.sh up 1.7 ROOT`;
+//! NRI mode on a real containerd 1.7 or 2.1 with NRI on (`RP_NRI=1 scripts/containerd.sh up 1.7 ROOT`;
 //! `scripts/test.sh` runs this target in its own phase, against its own containerd). No proxy:
 //! pods are created directly on containerd, which calls runtime-hooks as an NRI plugin.
 //!
@@ -36,7 +36,7 @@ fn env() -> Option<Env> {
     match get("NRI_SOCKET") {
         Some(nri_socket) => Some(Env { ctrd, nri_socket, root: get("CONTAINERD_ROOT").expect("CONTAINERD_ROOT") }),
         None => {
-            eprintln!("SKIPPED: {file} has no NRI_SOCKET (start containerd with RP_NRI=1 scripts/containerd.sh up 1.7 ROOT)");
+            eprintln!("SKIPPED: {file} has no NRI_SOCKET (start containerd with RP_NRI=1 scripts/containerd.sh up 1.7 ROOT, or 2.1)");
             None
         }
     }
@@ -280,7 +280,7 @@ async fn reconnects_when_containerd_restarts() {
     let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
     let before = Pod::start(&mut rt, sandbox, container).await.expect("BE pod");
 
-    restart_containerd(&env.root);
+    restart_containerd(&env.ctrd, &env.root);
     assert!(plugin.hooks.wait_log(&["NRI connection lost"], 0, Duration::from_secs(10)), "{}", plugin.hooks.log());
     assert!(plugin.hooks.wait_log(&["NRI: registered"], 1, Duration::from_secs(20)), "not registered again\n{}", plugin.hooks.log());
     // The new containerd synchronized the plugin with the pod that survived the restart.
@@ -334,9 +334,9 @@ async fn pods_start_when_the_plugin_dies_or_hangs() {
     assert!(plugin.hooks.wait_log(&["NRI: registered"], 1, Duration::from_secs(15)), "{}", plugin.hooks.log());
 }
 
-/// SIGTERM the harness's containerd and start it again with the same config (pods keep running
-/// in their shims).
-fn restart_containerd(root: &Path) {
+/// SIGTERM the harness's containerd and start it again with the same config and series (`ctrd`:
+/// 1.7 or 2.1; pods keep running in their shims).
+fn restart_containerd(ctrd: &Containerd, root: &Path) {
     let pid: i32 = std::fs::read_to_string(root.join("containerd.pid")).unwrap().trim().parse().unwrap();
     // SAFETY: kill(2) on the harness's containerd, by its recorded pid.
     unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -345,7 +345,7 @@ fn restart_containerd(root: &Path) {
         "containerd did not stop"
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/containerd.sh");
-    let out = std::process::Command::new(script).args(["up", "1.7"]).arg(root).env("RP_NRI", "1").output().unwrap();
+    let out = std::process::Command::new(script).args(["up", ctrd.series()]).arg(root).env("RP_NRI", "1").output().unwrap();
     assert!(out.status.success(), "containerd.sh up: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -379,14 +379,15 @@ impl Drop for RemoveOnDrop {
 }
 
 /// A pod author's bytes that are not UTF-8 (a pod annotation, a container env value, as from a
-/// Secret with binary data), against containerd 1.7.24: its NRI cannot send them (protobuf-go
-/// refuses to marshal them), so
+/// Secret with binary data), against containerd 1.7.24 and 2.1.9: their NRI cannot send them
+/// (protobuf-go refuses to marshal them), so
 ///
 /// * while the plugin is connected, such a pod is refused at RunPodSandbox — it cannot run
 ///   without the plugins;
 /// * one made while no plugin was connected makes containerd fail to synchronize every plugin
-///   that connects, and drop it silently. The plugin notices (no Synchronize after Configure),
-///   says why and registers again; meanwhile the reconciler (`--runtime-endpoint`, which decodes
+///   that connects, and drop it: 1.7 silently (the connection stays open, nothing comes), 2.1 by
+///   closing the connection. The plugin notices (no Synchronize after Configure: the deadline,
+///   or the connection closed), says why and registers again; meanwhile the reconciler (`--runtime-endpoint`, which decodes
 ///   such pods) corrects that pod and a plain one created meanwhile; once the pod is gone the
 ///   plugin is synchronized and the next pod gets its values at creation.
 #[tokio::test]

@@ -282,7 +282,7 @@ async fn containerd_killed_and_restarted_under_load() {
 
 async fn kill_and_restart() {
     let t0 = Instant::now();
-    let version = if Containerd::from_env().has_container_events() { "1.7" } else { "1.6" };
+    let version = Containerd::from_env().series();
     let ctrd = Arc::new(tokio::task::spawn_blocking(move || OwnContainerd::up(version)).await.expect("containerd up"));
     let env = ctrd.env.clone();
     let socket = env.socket.display().to_string();
@@ -519,7 +519,7 @@ async fn event_stream_ends_unavailable_naming_the_backend_when_containerd_dies()
 }
 
 async fn event_stream_end() {
-    let version = if Containerd::from_env().has_container_events() { "1.7" } else { "1.6" };
+    let version = Containerd::from_env().series();
     let ctrd = Arc::new(tokio::task::spawn_blocking(move || OwnContainerd::up(version)).await.expect("containerd up"));
     let socket = ctrd.env.socket.display().to_string();
     let proxy = ProxyProcess::start(BIN, &ctrd.env.socket, &[]);

@@ -61,7 +61,7 @@ fn log_lines(proxy: &ProxyProcess, parts: &[&str]) -> Vec<String> {
 /// while containerd was up.
 #[test]
 fn health_follows_containerd_going_away_and_coming_back_without_a_cri_call() {
-    let version = if Containerd::from_env().has_container_events() { "1.7" } else { "1.6" };
+    let version = Containerd::from_env().series();
     let ctrd = OwnContainerd::up(version);
     let socket = ctrd.env.socket.clone();
     let proxy = ProxyProcess::start(BIN, &socket, &[]);

@@ -48,8 +48,28 @@ impl Containerd {
 
     /// True for containerd 1.7 and later (GetContainerEvents implemented).
     pub fn has_container_events(&self) -> bool {
-        let mut parts = self.version.split(['.', '~', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
-        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (1, 7)
+        self.major_minor() >= (1, 7)
+    }
+
+    /// `(major, minor)` of [`Containerd::version`] (`1.6.20~ds1` → `(1, 6)`, `2.1.9+unknown` →
+    /// `(2, 1)`); a part that is not a number reads 0.
+    pub fn major_minor(&self) -> (u32, u32) {
+        let mut parts = self.version.split(['.', '~', '-', '+']).map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    }
+
+    /// The harness's name for this containerd's series, the VERSION argument of
+    /// `scripts/containerd.sh up VERSION ROOT` that starts another of the same kind: `"1.6"`,
+    /// `"1.7"` or `"2.1"`.
+    ///
+    /// Panics (test code) for a series the harness does not start.
+    pub fn series(&self) -> &'static str {
+        match self.major_minor() {
+            (1, 6) => "1.6",
+            (1, 7) => "1.7",
+            (2, 1) => "2.1",
+            other => panic!("containerd {} ({other:?}) is not a series scripts/containerd.sh starts (1.6, 1.7, 2.1)", self.version),
+        }
     }
 }
 
@@ -291,7 +311,7 @@ fn run_containerd_sh(args: &[&str]) {
 }
 
 impl OwnContainerd {
-    /// Starts containerd `version` (`1.6` or `1.7`) in `/tmp/rpf-<pid>-<n>` (short: the socket
+    /// Starts containerd `version` (`1.6`, `1.7` or `2.1`) in `/tmp/rpf-<pid>-<n>` (short: the socket
     /// path must stay under 100 bytes).
     pub fn up(version: &'static str) -> OwnContainerd {
         let root = PathBuf::from(format!("/tmp/{}", unique("rpf")));
@@ -330,4 +350,27 @@ impl OwnContainerd {
     pub fn restart(&self) {
         run_containerd_sh(&["up", self.version, self.root.0.to_str().unwrap()]);
     }
+}
+
+/// Whether `env`'s containerd serves CRI v1alpha2, asked of it directly with a v1alpha2 `Version`
+/// call (containerd 1.6 and 1.7 serve it; 2.0 removed it and answers `UNIMPLEMENTED` "unknown
+/// service runtime.v1alpha2.RuntimeService"). When it does not, the same call through the proxy
+/// at `proxy_socket` must get that answer too — same code, containerd's own message — and the
+/// caller's v1alpha2 checks have nothing to run against: `false`, said on stderr.
+///
+/// Panics (test code): the direct call fails otherwise; the proxy's answer differs; a containerd
+/// before 2.0 does not serve v1alpha2.
+pub async fn serves_v1alpha2(env: &Containerd, proxy_socket: &std::path::Path) -> bool {
+    use k8s_cri::v1alpha2::VersionRequest;
+    let request = || VersionRequest { version: "0.1.0".into() };
+    let direct = match crate::runtime_client_v1alpha2(&env.socket).version(request()).await {
+        Ok(_) => return true,
+        Err(status) => status,
+    };
+    assert_eq!(direct.code(), tonic::Code::Unimplemented, "v1alpha2 Version on containerd {}: {direct:?}", env.version);
+    assert!(env.major_minor() >= (2, 0), "containerd {} (before 2.0) must serve v1alpha2: {direct:?}", env.version);
+    let proxied = crate::runtime_client_v1alpha2(proxy_socket).version(request()).await.expect_err("the runtime's UNIMPLEMENTED");
+    assert_eq!((proxied.code(), proxied.message()), (direct.code(), direct.message()), "through the proxy (left), directly (right)");
+    eprintln!("containerd {} serves no CRI v1alpha2: its own {:?} came through the proxy", env.version, direct.message());
+    false
 }

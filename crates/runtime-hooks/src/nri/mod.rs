@@ -240,6 +240,16 @@ impl NriPlugin {
                 msg = receiver.next() => {
                     let msg = match msg {
                         Ok(m) => m,
+                        // containerd 2.x closes the connection of a plugin it cannot synchronize
+                        // (1.7 keeps it open and sends nothing: the deadline below).
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && self.configured_at.is_some() && !self.synchronized => {
+                            anyhow::bail!(
+                                "the runtime configured the plugin but did not synchronize it: it closed the connection (containerd 2.x \
+                                 closes a plugin's connection when it cannot synchronize it, e.g. with a pod whose annotations or env \
+                                 are not UTF-8: \"failed to synchronize plugin: string field contains invalid UTF-8\" in its log); \
+                                 registering again"
+                            );
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
                         Err(e) => return Err(e).context("reading from the runtime"),
                     };
@@ -677,6 +687,61 @@ mod tests {
         assert!(plugin.dispatch("Synchronize", &payload).is_ok());
         assert!(plugin.synchronized);
         assert_eq!(plugin.known.pods.keys().collect::<Vec<_>>(), vec!["s2"]);
+    }
+
+    /// A fake runtime registers the plugin, then closes the connection: right away (the plugin
+    /// was never configured: a plain close, as when containerd stops), or after Configure and
+    /// before Synchronize — what containerd 2.1 does to a plugin it cannot synchronize (1.7
+    /// keeps the connection open instead: the deadline). That one is an error naming the failed
+    /// synchronization, so the plugin says why it registers again.
+    #[tokio::test]
+    async fn a_close_between_configure_and_synchronize_is_a_failed_synchronization() {
+        use crate::cgroup::{CgroupFs, CgroupVersion};
+        use crate::rules::{Rules, RulesStore};
+        for configure in [false, true] {
+            let root = tempfile::tempdir().unwrap();
+            let socket = root.path().join("nri.sock");
+            let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+            let runtime = tokio::spawn(async move {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (read, write) = stream.into_split();
+                let (mut rx, tx) = (Receiver::new(read), Sender::new(write));
+                let register = rx.next().await.unwrap();
+                assert_eq!((register.conn, register.kind), (RUNTIME_CONN, REQUEST));
+                tx.send(RUNTIME_CONN, register.stream, RESPONSE, 0, &ttrpc::Response::default().encode_to_vec()).await.unwrap();
+                if configure {
+                    let payload = nri::ConfigureRequest { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec();
+                    let req = ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "Configure".into(), payload, ..Default::default() };
+                    tx.send(PLUGIN_CONN, 1, REQUEST, 0, &req.encode_to_vec()).await.unwrap();
+                    let answer = rx.next().await.unwrap();
+                    assert_eq!((answer.conn, answer.kind), (PLUGIN_CONN, RESPONSE));
+                }
+            });
+            let framework = Framework::new(
+                crate::plugins::builtin(),
+                crate::plugin::FailurePolicy::Ignore,
+                RulesStore::fixed(Rules::default()),
+                Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
+            );
+            let options = Options { socket, name: "t".into(), index: "10".into(), selector: Vec::new() };
+            let mut plugin = NriPlugin {
+                framework: Arc::new(framework),
+                options,
+                known: Known::default(),
+                synchronized: false,
+                configured_at: None,
+                node_failures: Default::default(),
+            };
+            let (_changes, mut rules) = watch::channel(0u64);
+            let outcome =
+                tokio::time::timeout(Duration::from_secs(2), plugin.session(&mut rules)).await.expect("the session ends at the close");
+            runtime.await.unwrap();
+            match (configure, outcome) {
+                (false, outcome) => assert!(outcome.is_ok(), "{outcome:?}"),
+                (true, Err(e)) => assert!(format!("{e:#}").contains("did not synchronize it: it closed the connection"), "{e:#}"),
+                (true, Ok(())) => panic!("a close after Configure taken for a plain close"),
+            }
+        }
     }
 
     #[test]
