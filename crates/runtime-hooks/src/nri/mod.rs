@@ -147,6 +147,9 @@ struct SynchronizeItems {
     pods: Vec<Vec<u8>>,
     #[prost(bytes = "vec", repeated, tag = "2")]
     containers: Vec<Vec<u8>>,
+    /// NRI 0.7+: more pods and containers follow in further Synchronize requests.
+    #[prost(bool, tag = "3")]
+    more: bool,
 }
 
 /// Pods and containers the runtime told us about (Synchronize and events), for re-applying
@@ -169,6 +172,7 @@ pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Fut
         synchronized: false,
         configured_at: None,
         node_failures: Default::default(),
+        sync_in_parts: false,
     };
     let mut rules = framework.rules().subscribe();
     rules.borrow_and_update();
@@ -181,6 +185,7 @@ pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Fut
         };
         let registered = plugin.synchronized;
         plugin.synchronized = false;
+        plugin.sync_in_parts = false;
         plugin.known = Known::default();
         let msg = match outcome {
             Ok(()) => "the runtime closed the connection".to_owned(),
@@ -216,6 +221,8 @@ struct NriPlugin {
     configured_at: Option<tokio::time::Instant>,
     /// Node-level failures of the last pass, each logged once when it first appears.
     node_failures: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Between the parts of a Synchronize sent in parts (NRI 0.7+ `more`).
+    sync_in_parts: bool,
 }
 
 /// What a handled call answers: a payload, or a status.
@@ -350,11 +357,26 @@ impl NriPlugin {
                 for (index, id, why) in bad {
                     tracing::warn!(index, container = %id, "NRI Synchronize: a container that does not decode is skipped: {why}");
                 }
-                self.known.pods = pods.into_iter().map(|p| (p.id.clone(), p)).collect();
-                self.known.containers = containers.into_iter().map(|c| (c.id.clone(), c)).collect();
+                // A state larger than one ttrpc message (4 MiB; koordinator#2678 on big nodes)
+                // comes from NRI 0.7+ runtimes in parts, each but the last with `more`: each part
+                // is taken and answered with `more` and no update, the last with every update.
+                if !self.sync_in_parts {
+                    self.known = Known::default();
+                }
+                self.known.pods.extend(pods.into_iter().map(|p| (p.id.clone(), p)));
+                self.known.containers.extend(containers.into_iter().map(|c| (c.id.clone(), c)));
+                self.sync_in_parts = req.more;
+                if req.more {
+                    tracing::debug!(
+                        pods = self.known.pods.len(),
+                        containers = self.known.containers.len(),
+                        "NRI Synchronize: a part, more to follow"
+                    );
+                    return Ok(nri::SynchronizeResponse { update: Vec::new(), more: true }.encode_to_vec());
+                }
                 let update = self.apply_all("synchronize");
                 self.synchronized = true;
-                Ok(nri::SynchronizeResponse { update }.encode_to_vec())
+                Ok(nri::SynchronizeResponse { update, more: false }.encode_to_vec())
             }
             "Shutdown" => {
                 tracing::info!("NRI: the runtime is shutting down");
@@ -631,6 +653,7 @@ mod tests {
             synchronized: true,
             configured_at: None,
             node_failures: Default::default(),
+            sync_in_parts: false,
         };
         let entry = |k: &str, v: &[u8]| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.to_vec() };
         let spec = br#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}}}"#;
@@ -680,13 +703,71 @@ mod tests {
             synchronized: false,
             configured_at: None,
             node_failures: Default::default(),
+            sync_in_parts: false,
         };
         let good = nri::PodSandbox { id: "s2".into(), ..Default::default() }.encode_to_vec();
         let broken = b"\x0a\x02s1\x12\x7f\x01".to_vec();
-        let payload = SynchronizeItems { pods: vec![broken, good], containers: Vec::new() }.encode_to_vec();
+        let payload = SynchronizeItems { pods: vec![broken, good], containers: Vec::new(), more: false }.encode_to_vec();
         assert!(plugin.dispatch("Synchronize", &payload).is_ok());
         assert!(plugin.synchronized);
         assert_eq!(plugin.known.pods.keys().collect::<Vec<_>>(), vec!["s2"]);
+    }
+
+    /// NRI 0.7+'s Synchronize in parts (a state over one 4 MiB ttrpc message: here 6 MiB of pods
+    /// in two parts of 3 MiB): each part but the last is answered with `more` and no update, the
+    /// last with the updates for every part's containers; a 0.6 runtime's single request is
+    /// unchanged. Fails without split handling (the first part would be taken as the whole).
+    #[test]
+    fn a_synchronize_in_parts_is_taken_whole() {
+        use crate::cgroup::{CgroupFs, CgroupVersion};
+        use crate::rules::{Rules, RulesStore};
+        let root = tempfile::tempdir().unwrap();
+        let framework = Framework::new(
+            crate::plugins::builtin(),
+            crate::plugin::FailurePolicy::Ignore,
+            RulesStore::fixed(Rules::default()),
+            Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
+        );
+        let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
+        let mut plugin = NriPlugin {
+            framework: Arc::new(framework),
+            options,
+            known: Known::default(),
+            synchronized: false,
+            configured_at: None,
+            node_failures: Default::default(),
+            sync_in_parts: false,
+        };
+        let be_pod = |id: &str| {
+            let big = nri::BytesEntry { key: b"padding".to_vec(), value: vec![b'x'; 3 << 20] };
+            let spec = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}}}}"#;
+            let annotations =
+                vec![big, nri::BytesEntry { key: b"node.koordinator.sh/extended-resource-spec".to_vec(), value: spec.into() }];
+            let labels = vec![nri::BytesEntry { key: b"koordinator.sh/qosClass".to_vec(), value: b"BE".to_vec() }];
+            nri::PodSandbox { id: id.into(), uid: id.into(), labels, annotations, ..Default::default() }.encode_to_vec()
+        };
+        let container = |id: &str, pod: &str| {
+            let state = nri::ContainerState::ContainerRunning as i32;
+            nri::Container { id: id.into(), pod_sandbox_id: pod.into(), name: "main".into(), state, ..Default::default() }.encode_to_vec()
+        };
+        let part = |pod: &str, ctr: &str, more: bool| {
+            SynchronizeItems { pods: vec![be_pod(pod)], containers: vec![container(ctr, pod)], more }.encode_to_vec()
+        };
+        let first = part("p1", "c1", true);
+        assert!(first.len() < wire::MAX_MESSAGE && 2 * first.len() > wire::MAX_MESSAGE, "{} bytes", first.len());
+        let answer = nri::SynchronizeResponse::decode(plugin.dispatch("Synchronize", &first).unwrap().as_slice()).unwrap();
+        assert!(answer.more && answer.update.is_empty() && !plugin.synchronized, "{answer:?}");
+        let answer =
+            nri::SynchronizeResponse::decode(plugin.dispatch("Synchronize", &part("p2", "c2", false)).unwrap().as_slice()).unwrap();
+        assert!(!answer.more && plugin.synchronized);
+        let mut updated: Vec<&str> = answer.update.iter().map(|u| u.container_id.as_str()).collect();
+        updated.sort();
+        assert_eq!(updated, ["c1", "c2"], "both parts' containers get their BE values");
+        // The next connection's Synchronize, in one request (a 0.6 runtime), starts afresh.
+        let answer =
+            nri::SynchronizeResponse::decode(plugin.dispatch("Synchronize", &part("p3", "c3", false)).unwrap().as_slice()).unwrap();
+        assert_eq!(answer.update.iter().map(|u| u.container_id.as_str()).collect::<Vec<_>>(), ["c3"]);
+        assert_eq!(plugin.known.pods.keys().collect::<Vec<_>>(), ["p3"]);
     }
 
     /// A fake runtime registers the plugin, then closes the connection: right away (the plugin
@@ -731,6 +812,7 @@ mod tests {
                 synchronized: false,
                 configured_at: None,
                 node_failures: Default::default(),
+                sync_in_parts: false,
             };
             let (_changes, mut rules) = watch::channel(0u64);
             let outcome =
