@@ -16,14 +16,16 @@ use hook_api::v1alpha1 as hook;
 use k8s_cri::v1 as cri;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use runtime_proxy::intercept::{container_hook_request, Call, HookState, Method};
+use runtime_proxy::hooks::flow::BeforeHooks;
+use runtime_proxy::hooks::stages::Method;
+use runtime_proxy::intercept::{container_hook_request, Call};
 use runtime_proxy::store::Store;
 use runtime_proxy::wire;
 use runtime_proxy_fuzz::{edit_checked, normalize_create, normalize_run, split2};
 
 /// Applies the edits to the request bytes and to valid encodings of the decoded request (see
 /// [`edit_checked`]; `message_fields`: its embedded message fields) and decodes the results.
-fn edited<M: Message + Default>(msg: &[u8], message_fields: &[u32], call: &Call, before: &HookState) -> Vec<M> {
+fn edited<M: Message + Default>(msg: &[u8], message_fields: &[u32], call: &Call, before: &BeforeHooks) -> Vec<M> {
     let canonical = M::decode(msg).expect("decoded before").encode_to_vec();
     let edits = call.edits(before);
     if edits.is_empty() {

@@ -19,7 +19,9 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use runtime_proxy::intercept::{container_hook_request, Call, HookState, Method};
+use runtime_proxy::hooks::flow::BeforeHooks;
+use runtime_proxy::hooks::stages::Method;
+use runtime_proxy::intercept::{container_hook_request, Call};
 use runtime_proxy::store::Store;
 use runtime_proxy::{view, wire};
 
@@ -164,7 +166,7 @@ fn create_container(input: &Input) {
     let last_env: BTreeMap<Vec<u8>, Vec<u8>> = as_map(&input.envs);
     assert_eq!(h.container_envs, text_entries(&last_env));
 
-    let before = HookState::Container(h.clone());
+    let before = BeforeHooks::Container(h.clone());
     let seen = h.clone();
     for (is_env, k, v) in &input.hook {
         let target = if *is_env { &mut h.container_envs } else { &mut h.container_annotations };
@@ -225,7 +227,7 @@ fn run_pod_sandbox(input: &Input) {
     let (labels, annotations) = (as_map(&input.labels), as_map(&input.annotations));
     assert_eq!(hook.labels, text_entries(&labels));
     assert_eq!(hook.annotations, text_entries(&annotations));
-    let before = HookState::Pod(hook.clone());
+    let before = BeforeHooks::Pod(hook.clone());
     let seen = hook.annotations.clone();
     for (_, k, v) in &input.hook {
         hook.annotations.insert(k.clone(), v.clone());

@@ -1,17 +1,11 @@
-//! The interceptor: one generic flow for every hooked CRI method, driven by the [`METHODS`]
-//! table (which pre stage, which post stage); the per-method differences — how the hook request
-//! is built, how the hooks' changes go back into the CRI request, what the store learns — are
-//! the small functions of [`Call`].
-//!
-//! Flow: read the request → wait for the pod's turn (see Ordering) → decode → build the hook
-//! request (from the request and the store) → pre stage → edit the request bytes where hooks
-//! changed something (original bytes otherwise, so fields newer than our proto survive) → send
-//! on ([`Onward`]: the relay sends the body on the call's own stream and gives the client the
-//! answer unchanged as it comes, see [`crate::relay`]) → on success, record in the store → post
-//! stage (its answers are not applied). When no hook server is registered for the pre stage
-//! (or the method has none) and the store knows the call's pod sandbox or container, the
-//! request is sent on first, as it came, and decoded and looked up in the store while the
-//! runtime works on it.
+//! CRI mode's interceptor: the CRI front end of the one hook flow ([`crate::hooks::flow`]).
+//! It supplies what only CRI knows — decoding the protobuf request ([`Call::decode`]), loading
+//! from the store or the runtime ([`Call::load`]), the wire edits that carry the hooks' changes
+//! into the request ([`Call::edits`]), sending it on ([`Onward`]: the relay sends the body on the
+//! call's own stream and gives the client the answer unchanged as it comes, see
+//! [`crate::relay`]) and what the store learns ([`Call::commit`]); the sequence (pod lock, skip
+//! label, stages, post stage) is the flow's, driven by the stage table
+//! ([`crate::hooks::stages::METHODS`]).
 //!
 //! CRI versions: the same methods of `runtime.v1alpha2.RuntimeService` (kubelet 1.23–1.25,
 //! served by containerd 1.6 and 1.7) take the same flow. Every v1alpha2 message the proxy reads
@@ -25,13 +19,7 @@
 //! 1.6; 1.7 has gzip) then refuses the call exactly as it would without the proxy. Other encodings are
 //! refused by the proxy (`UNIMPLEMENTED`, naming the encoding), never read as plain messages.
 //!
-//! Ordering: calls for the same pod sandbox (its containers included) run one at a time, from
-//! the store read to the post stage ([`PodLocks`]); calls for different pods never wait on each
-//! other — there is no node-wide lock (koord mutates shared store entries without one).
-//!
-//! Where koord-runtime-proxy differs (koordinator.md §3): it calls post hooks even when the
-//! backend failed and deletes store entries at Stop (so a second Stop finds nothing); here post
-//! hooks run only after success and entries live until Remove.
+//! Ordering and where koord-runtime-proxy differs: see [`crate::hooks::flow`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -39,7 +27,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use hook_api::convert;
 use hook_api::v1alpha1 as hook;
 use http::Request;
@@ -47,13 +35,14 @@ use k8s_cri::v1 as cri;
 use prost::Message;
 
 use crate::backend::Backend;
-use crate::dispatch::Dispatcher;
 use crate::grpc::{self, Code, Status};
-use crate::metrics::Metrics;
+use crate::hooks::body::{self, BodyError, Chunks};
+use crate::hooks::flow::{self, BeforeHooks, HookRequest};
+use crate::hooks::stages::{Method, MethodSpec, METHODS};
+use crate::hooks::Hooks;
 use crate::recover;
-use crate::registry::{FailurePolicy, Registry, Snapshot, Stage};
-use crate::skip_label::SkipLabel;
-use crate::store::{ContainerEntry, PodLocks, Store};
+use crate::registry::{FailurePolicy, Snapshot};
+use crate::store::{ContainerEntry, Store};
 use crate::unary;
 use crate::view;
 use crate::wire::{self, Edit};
@@ -62,56 +51,8 @@ use crate::wire::{self, Edit};
 /// CreateContainer's, which carry one ID.
 const ID_ANSWER_BYTES: usize = 1 << 20;
 
-/// The CRI v1 methods the interceptor handles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
-    RunPodSandbox,
-    StopPodSandbox,
-    RemovePodSandbox,
-    CreateContainer,
-    StartContainer,
-    StopContainer,
-    RemoveContainer,
-    UpdateContainerResources,
-    UpdatePodSandboxResources,
-}
-
-/// One row of the interception table: a CRI RuntimeService method, its name (the last part of
-/// its gRPC path) and its hook stages (koordinator.md §3.1).
-#[derive(Debug)]
-pub struct MethodSpec {
-    pub method: Method,
-    pub name: &'static str,
-    pub pre: Option<Stage>,
-    pub post: Option<Stage>,
-}
-
 /// The gRPC path prefixes of the intercepted services: CRI v1 and v1alpha2 RuntimeService.
 pub const SERVICES: [&str; 2] = ["/runtime.v1.RuntimeService/", "/runtime.v1alpha2.RuntimeService/"];
-
-/// Every intercepted method. Remove* and UpdatePodSandboxResources have no stage (koord has none
-/// for them); they are intercepted to keep the store exact.
-pub const METHODS: [MethodSpec; 9] = [
-    MethodSpec { method: Method::RunPodSandbox, name: "RunPodSandbox", pre: Some(Stage::PreRunPodSandbox), post: None },
-    MethodSpec { method: Method::StopPodSandbox, name: "StopPodSandbox", pre: None, post: Some(Stage::PostStopPodSandbox) },
-    MethodSpec { method: Method::RemovePodSandbox, name: "RemovePodSandbox", pre: None, post: None },
-    MethodSpec { method: Method::CreateContainer, name: "CreateContainer", pre: Some(Stage::PreCreateContainer), post: None },
-    MethodSpec {
-        method: Method::StartContainer,
-        name: "StartContainer",
-        pre: Some(Stage::PreStartContainer),
-        post: Some(Stage::PostStartContainer),
-    },
-    MethodSpec { method: Method::StopContainer, name: "StopContainer", pre: None, post: Some(Stage::PostStopContainer) },
-    MethodSpec { method: Method::RemoveContainer, name: "RemoveContainer", pre: None, post: None },
-    MethodSpec {
-        method: Method::UpdateContainerResources,
-        name: "UpdateContainerResources",
-        pre: Some(Stage::PreUpdateContainerResources),
-        post: None,
-    },
-    MethodSpec { method: Method::UpdatePodSandboxResources, name: "UpdatePodSandboxResources", pre: None, post: None },
-];
 
 /// The row for a gRPC path (`/runtime.v1.RuntimeService/CreateContainer`, or the same under
 /// `runtime.v1alpha2`), if the method is intercepted.
@@ -120,33 +61,13 @@ pub fn lookup(path: &str) -> Option<&'static MethodSpec> {
     METHODS.iter().find(|m| m.name == name)
 }
 
-/// The interceptor's shared state.
+/// CRI mode's interceptor: the shared hook state and a CRI client channel to the runtime, to ask
+/// it about objects the store does not know.
 pub struct Interceptor {
-    pub registry: Arc<Registry>,
-    pub store: Arc<Store>,
-    pub dispatcher: Dispatcher,
-    /// Pods whose labels hold this key and value skip every hook, in the namespaces allowed to
-    /// (`--runtime-hook-server-key/-val/-namespaces`).
-    pub skip_label: SkipLabel,
-    /// Where undecodable requests and ignored skip labels are counted (the dispatcher records
-    /// the hook calls).
-    pub metrics: Arc<Metrics>,
-    /// Orders calls for the same pod.
-    pub pod_locks: PodLocks,
-    /// A CRI client channel to the runtime, to ask it about objects the store does not know.
+    /// Registry, store, dispatcher, pod locks, skip label and limits, shared by every front end.
+    pub hooks: Arc<Hooks>,
+    /// A CRI client channel to the runtime (dialled on first use).
     pub runtime: tonic::transport::Channel,
-    /// Request size and idle bounds (and the hook answer bounds the dispatcher applies).
-    pub limits: crate::limits::Limits,
-}
-
-/// A copy of a call's hook request as it was before the pre stage's first answer that changed
-/// it ([`Call::edits`] compares with it); `None` when no answer changed it. (Public for the fuzz
-/// targets in `fuzz/`.)
-#[derive(Debug)]
-pub enum HookState {
-    Pod(hook::PodSandboxHookRequest),
-    Container(hook::ContainerResourceHookRequest),
-    None,
 }
 
 /// An intercepted call after decoding: the CRI request and what the hooks see. (One lives per
@@ -207,100 +128,29 @@ impl Interceptor {
     pub async fn intercept<'a>(
         &'a self,
         spec: &'static MethodSpec,
-        method: &str,
+        method: &'a str,
         onward: Onward<'a>,
         parts: http::request::Parts,
         body: RequestBody,
-    ) -> Result<(unary::Answer, Option<impl std::future::Future<Output = ()> + 'a>), Status> {
+    ) -> Result<(unary::Answer, Option<impl std::future::Future<Output = ()> + Send + 'static>), Status> {
         let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
-        let body = read_body(body, method, &self.limits).await?;
+        let body = read_body(body, method, &self.hooks.limits).await?;
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
         let encoding = parts.headers.get("grpc-encoding");
-        let snapshot = self.registry.snapshot();
-        let message = match grpc::unary_message(&body, encoding, self.limits.max_request_bytes).map_err(in_method)? {
+        let message = match grpc::unary_message(&body, encoding, self.hooks.limits.max_request_bytes).map_err(in_method)? {
             Some(m) => m,
             None => {
-                self.undecodable(spec, method, &snapshot, "", "the body is not one gRPC message")?;
+                self.undecodable(spec, method, &self.hooks.registry.snapshot(), "", "the body is not one gRPC message")?;
                 return onward(parts, body, deadline).await.map(|a| (a, None));
             }
         };
         // One call per pod at a time. Every hooked method's request starts with its ID (field 1:
         // the pod sandbox ID, or the container ID, whose pod the store knows).
         let id = wire::string_field(&message, 1).unwrap_or_default();
-        let guard = match pod_key(spec.method, id, &self.store) {
-            Some(key) => Some(self.pod_locks.lock(&key).await),
-            None => None,
-        };
-        // What is left of the caller's deadline goes on with the call.
-        let send = move |mut parts: http::request::Parts, body: Bytes| {
-            if let Some(d) = deadline {
-                set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
-            }
-            onward(parts, body, deadline)
-        };
-        let pre = spec.pre.filter(|&stage| snapshot.for_stage(stage).next().is_some());
-        // Whether the call's pod skips the hooks (the skip label), once its call is decoded.
-        let mut skipped = None;
-        let (answer, call) = match pre {
-            None if self.loads_from_store(spec.method, id) => {
-                // No hook runs before the call and the store knows its pod or container: it goes
-                // on at once, as it came, and the request is decoded and the store read while
-                // the runtime works on it (after letting the relay, woken by `send`, write it
-                // first). The store is updated as soon as the answer is in, as on the path below.
-                let learn = async {
-                    after_woken_tasks().await;
-                    self.decode_and_load(spec, method, &message, &snapshot).await
-                };
-                let (answer, call) = tokio::join!(send(parts, body), learn);
-                (answer?, call?)
-            }
-            None => {
-                // What the store does not know is asked of the runtime first (`load`), before
-                // the call can answer and the pod's next call come.
-                let call = self.decode_and_load(spec, method, &message, &snapshot).await?;
-                (send(parts, body).await?, call)
-            }
-            Some(stage) => {
-                let Some(mut call) = self.decode_and_load(spec, method, &message, &snapshot).await? else {
-                    return send(parts, body).await.map(|a| (a, None));
-                };
-                let skips = call.skips_hooks(&self.skip_label, method, &self.metrics);
-                skipped = Some(skips);
-                let edits = if skips {
-                    Vec::new()
-                } else {
-                    // The hook request is copied only once an answer changes it.
-                    match call.run_stage(&self.dispatcher, &snapshot, stage, deadline).await? {
-                        HookState::None => Vec::new(),
-                        before => call.edits(&before),
-                    }
-                };
-                let body = if edits.is_empty() {
-                    body
-                } else {
-                    match wire::apply(&message, &edits) {
-                        Ok(edited) => grpc::reframe(&edited, &body, parts.headers.get("grpc-encoding")),
-                        Err(e) => {
-                            return Err(Status::new(Code::INTERNAL, format!("{method}: cannot apply hook changes to the request: {e}")));
-                        }
-                    }
-                };
-                (send(parts, body).await?, Some(call))
-            }
-        };
-        let Some(mut call) = call.filter(|_| answer.status().code == Code::OK) else {
-            return Ok((answer, None));
-        };
-        let hooked = spec.post.is_some() && !skipped.unwrap_or_else(|| call.skips_hooks(&self.skip_label, method, &self.metrics));
-        call.commit(&answer, &self.store, hooked);
-        let post = match spec.post {
-            Some(stage) if hooked => Some(async move {
-                let _turn = guard;
-                let _ = call.run_stage(&self.dispatcher, &self.registry.snapshot(), stage, None).await;
-            }),
-            _ => None,
-        };
-        Ok((answer, post))
+        let key = pod_key(spec.method, id, &self.hooks.store);
+        let front = CriCall { interceptor: self, spec, method, message: &message, id, deadline };
+        let (answer, post) = flow::drive(&self.hooks, spec, &front, key.as_deref(), Outgoing { parts, body, onward }, deadline).await?;
+        Ok((answer, post.map(flow::Post::run)))
     }
 
     /// The call decoded from `message`, with what the store (or the runtime) knows of its pod
@@ -326,7 +176,7 @@ impl Interceptor {
                 return Ok(None);
             }
         };
-        match call.load(&self.store, &self.runtime).await {
+        match call.load(&self.hooks.store, &self.runtime).await {
             Ok(()) => Ok(Some(call)),
             Err(why) => {
                 self.undecodable(spec, method, snapshot, &view::target(spec.name, message), &why)?;
@@ -344,7 +194,7 @@ impl Interceptor {
     /// or no servers) a WARN says so and the call goes on without hooks (`Ok`). Both are counted
     /// in `runtime_proxy_undecodable_requests_total{method}`.
     fn undecodable(&self, spec: &MethodSpec, method: &str, snapshot: &Snapshot, target: &str, why: &str) -> Result<(), Status> {
-        self.metrics.undecodable_request(spec.name);
+        self.hooks.metrics.undecodable_request(spec.name);
         let fail =
             spec.pre.and_then(|stage| snapshot.for_stage(stage).find(|s| s.failure_policy == FailurePolicy::Fail).map(|s| (stage, s)));
         if let Some((stage, server)) = fail {
@@ -368,26 +218,10 @@ impl Interceptor {
     fn loads_from_store(&self, method: Method, id: &str) -> bool {
         match method {
             Method::RunPodSandbox | Method::RemoveContainer | Method::RemovePodSandbox | Method::UpdatePodSandboxResources => true,
-            Method::CreateContainer | Method::StopPodSandbox => self.store.has_pod(id),
-            Method::StartContainer | Method::StopContainer | Method::UpdateContainerResources => self.store.sandbox_of(id).is_some(),
+            Method::CreateContainer | Method::StopPodSandbox => self.hooks.store.has_pod(id),
+            Method::StartContainer | Method::StopContainer | Method::UpdateContainerResources => self.hooks.store.sandbox_of(id).is_some(),
         }
     }
-}
-
-/// Lets the tasks woken so far run before this one goes on: the task wakes itself and returns
-/// `Pending` once, so the scheduler queues it behind them. (`tokio::task::yield_now` would
-/// also have a current-thread runtime poll the I/O driver first: one more `epoll_wait` per
-/// call.)
-async fn after_woken_tasks() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if std::mem::replace(&mut yielded, true) {
-            return std::task::Poll::Ready(());
-        }
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    })
-    .await
 }
 
 /// The pod sandbox whose calls a call of `method` on `id` (its request's first field) must not
@@ -512,7 +346,7 @@ impl Call {
     }
 
     /// The pod's labels (where the skip label is looked up) and metadata (its namespace).
-    fn pod(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
+    fn pod_of(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
         match self {
             Call::RunPodSandbox { hook, .. } => Some((&hook.labels, hook.pod_meta.as_ref())),
             Call::CreateContainer { hook, .. } => hook.as_ref().map(|h| (&h.pod_labels, h.pod_meta.as_ref())),
@@ -524,51 +358,23 @@ impl Call {
         }
     }
 
-    /// Whether the call's pod skips every hook (see [`SkipLabel::skips`]; `method` for its log line).
-    fn skips_hooks(&self, skip: &SkipLabel, method: &str, metrics: &Metrics) -> bool {
-        self.pod().is_some_and(|(labels, meta)| skip.skips(labels, meta, method, metrics))
-    }
-
-    /// Runs `stage` over the hook request, if this call has one. Returns the hook request as it
-    /// was before the first answer that changed it (what [`Call::edits`] compares with), or
-    /// [`HookState::None`] when no answer changed it (or there is none).
-    async fn run_stage(
-        &mut self,
-        dispatcher: &Dispatcher,
-        snapshot: &crate::registry::Snapshot,
-        stage: Stage,
-        deadline: Option<Instant>,
-    ) -> Result<HookState, Status> {
-        let pod = |before: Option<hook::PodSandboxHookRequest>| before.map_or(HookState::None, HookState::Pod);
-        let container = |before: Option<hook::ContainerResourceHookRequest>| before.map_or(HookState::None, HookState::Container);
-        Ok(match self {
-            Call::RunPodSandbox { hook, .. } => pod(dispatcher.run(snapshot, stage, hook, deadline).await?),
-            Call::Pod { pod: Some(p), .. } => pod(dispatcher.run(snapshot, stage, p, deadline).await?),
-            Call::CreateContainer { hook: Some(hook), .. } => container(dispatcher.run(snapshot, stage, hook, deadline).await?),
-            Call::UpdateContainerResources { entry: Some(e), .. } | Call::Container { entry: Some(e), .. } => {
-                container(dispatcher.run(snapshot, stage, &mut e.hook, deadline).await?)
-            }
-            _ => HookState::None,
-        })
-    }
-
     /// A copy of the hook request as it stands (for tests and the fuzz targets; the pre stage
     /// gets its copy from the dispatcher, made only when an answer changes the request).
-    pub fn hook_state(&self) -> HookState {
+    pub fn hook_state(&self) -> BeforeHooks {
         match self {
-            Call::RunPodSandbox { hook, .. } => HookState::Pod(hook.clone()),
-            Call::CreateContainer { hook: Some(hook), .. } => HookState::Container(hook.clone()),
-            Call::UpdateContainerResources { entry: Some(e), .. } => HookState::Container(e.hook.clone()),
-            _ => HookState::None,
+            Call::RunPodSandbox { hook, .. } => BeforeHooks::Pod(hook.clone()),
+            Call::CreateContainer { hook: Some(hook), .. } => BeforeHooks::Container(hook.clone()),
+            Call::UpdateContainerResources { entry: Some(e), .. } => BeforeHooks::Container(e.hook.clone()),
+            _ => BeforeHooks::Unchanged,
         }
     }
 
     /// The wire edits that carry what the hooks changed (the hook request now, compared with
     /// `before` the pre stage) into the CRI request. Only fields a hook changed are edited, so
     /// with no hook (or hooks that only echo) the request goes out byte for byte.
-    pub fn edits(&self, before: &HookState) -> Vec<(u32, Edit)> {
+    pub fn edits(&self, before: &BeforeHooks) -> Vec<(u32, Edit)> {
         match (self, before) {
-            (Call::RunPodSandbox { req, hook }, HookState::Pod(before)) => {
+            (Call::RunPodSandbox { req, hook }, BeforeHooks::Pod(before)) => {
                 let default = view::PodSandboxConfig::default();
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
@@ -583,7 +389,7 @@ impl Call {
                 }
                 nested(1, inner)
             }
-            (Call::CreateContainer { req, hook: Some(hook) }, HookState::Container(before)) => {
+            (Call::CreateContainer { req, hook: Some(hook) }, BeforeHooks::Container(before)) => {
                 let default = view::ContainerConfig::default();
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
@@ -606,7 +412,7 @@ impl Call {
                 }
                 edits
             }
-            (Call::UpdateContainerResources { req, entry: Some(e) }, HookState::Container(before)) => {
+            (Call::UpdateContainerResources { req, entry: Some(e) }, BeforeHooks::Container(before)) => {
                 let default = cri::LinuxContainerResources::default();
                 let current = req.linux.as_ref().unwrap_or(&default);
                 let mut edits = nested(2, resource_edits(current, &before.container_resources, &e.hook.container_resources));
@@ -817,33 +623,123 @@ fn nested(field: u32, inner: Vec<(u32, Edit)>) -> Vec<(u32, Edit)> {
 /// closed after the last; an `Err` ends it early (the stream broke).
 pub type RequestBody = tokio::sync::mpsc::UnboundedReceiver<Result<Bytes, Status>>;
 
+impl Chunks for RequestBody {
+    type Error = Status;
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, Status>> {
+        self.recv().await
+    }
+}
+
 /// Reads a whole request body: at most `limits.max_request_bytes` plus the 5-byte gRPC prefix,
-/// with no gap longer than `limits.request_idle_timeout` between frames.
+/// with no gap longer than `limits.request_idle_timeout` between frames ([`body::read_whole`]).
 ///
 /// Errors: `RESOURCE_EXHAUSTED` for a larger body, `DEADLINE_EXCEEDED` for a stalled one,
 /// the front end's status when the client's stream breaks; each names the method (and the flag).
 pub async fn read_body(mut body: RequestBody, method: &str, limits: &crate::limits::Limits) -> Result<Bytes, Status> {
-    let mut buf = BytesMut::new();
-    loop {
-        let next = tokio::time::timeout(limits.request_idle_timeout, body.recv()).await.map_err(|_| {
-            let idle = limits.request_idle_timeout;
+    body::read_whole(&mut body, limits.max_request_bytes + 5, limits.request_idle_timeout).await.map_err(|e| match e {
+        BodyError::Stalled(idle) => {
             Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: request body stalled for {idle:?} (--request-idle-timeout)"))
-        })?;
-        let Some(chunk) = next else { break };
-        let chunk = chunk.map_err(|s| Status::new(s.code, format!("{method}: {}", s.message)))?;
-        if buf.len() + chunk.len() > limits.max_request_bytes + 5 {
-            let max = limits.max_request_bytes;
-            return Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("{method}: request larger than {max} bytes (--max-request-bytes)")));
         }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
+        BodyError::TooLarge { .. } => {
+            let max = limits.max_request_bytes;
+            Status::new(Code::RESOURCE_EXHAUSTED, format!("{method}: request larger than {max} bytes (--max-request-bytes)"))
+        }
+        BodyError::Broken(s) => Status::new(s.code, format!("{method}: {}", s.message)),
+    })
 }
 
 /// Rewrites `grpc-timeout` to what is left, so the backend's deadline is the kubelet's, not the
 /// kubelet's plus the time hooks took.
 fn set_timeout(headers: &mut http::HeaderMap, left: Duration) {
     headers.insert("grpc-timeout", grpc::timeout_value(left));
+}
+
+/// What goes on to the runtime: the request head, the (edited) body, and how it is sent.
+pub struct Outgoing<'a> {
+    parts: http::request::Parts,
+    body: Bytes,
+    onward: Onward<'a>,
+}
+
+/// One intercepted CRI call, as the hook flow sees it ([`flow::Front`]).
+struct CriCall<'a, 'b> {
+    interceptor: &'a Interceptor,
+    spec: &'static MethodSpec,
+    method: &'a str,
+    /// The request's gRPC message (decompressed).
+    message: &'b Bytes,
+    /// The request's first field: the pod sandbox's or container's ID.
+    id: &'b str,
+    deadline: Option<Instant>,
+}
+
+impl<'a, 'b> flow::Front for CriCall<'a, 'b> {
+    type Call = Call;
+    type Request = Outgoing<'a>;
+    type Answer = unary::Answer;
+    type Error = Status;
+
+    fn name(&self) -> &str {
+        self.method
+    }
+
+    fn send_first(&self, _hooks: &Hooks) -> bool {
+        self.interceptor.loads_from_store(self.spec.method, self.id)
+    }
+
+    async fn load(&self, _hooks: &Hooks, snapshot: &Snapshot) -> Result<Option<Box<Call>>, Status> {
+        self.interceptor.decode_and_load(self.spec, self.method, self.message, snapshot).await
+    }
+
+    fn apply(&self, call: &Call, before: &BeforeHooks, request: Outgoing<'a>) -> Result<Outgoing<'a>, Status> {
+        let edits = call.edits(before);
+        if edits.is_empty() {
+            return Ok(request);
+        }
+        match wire::apply(self.message, &edits) {
+            Ok(edited) => Ok(Outgoing { body: grpc::reframe(&edited, &request.body, request.parts.headers.get("grpc-encoding")), ..request }),
+            Err(e) => Err(Status::new(Code::INTERNAL, format!("{}: cannot apply hook changes to the request: {e}", self.method))),
+        }
+    }
+
+    fn send(&self, request: Outgoing<'a>) -> impl Future<Output = Result<unary::Answer, Status>> + Send {
+        // What is left of the caller's deadline goes on with the call.
+        let Outgoing { mut parts, body, onward } = request;
+        if let Some(d) = self.deadline {
+            set_timeout(&mut parts.headers, d.saturating_duration_since(Instant::now()));
+        }
+        onward(parts, body, self.deadline)
+    }
+
+    fn succeeded(&self, answer: &unary::Answer) -> bool {
+        answer.status().code == Code::OK
+    }
+
+    fn commit(&self, call: &mut Call, answer: &unary::Answer, store: &Store, post: bool) {
+        call.commit(answer, store, post)
+    }
+
+    fn refuse(&self, status: Status) -> Status {
+        status
+    }
+}
+
+impl flow::HookedCall for Call {
+    fn hook_request(&mut self) -> Option<HookRequest<'_>> {
+        match self {
+            Call::RunPodSandbox { hook, .. } => Some(HookRequest::Pod(hook)),
+            Call::Pod { pod: Some(p), .. } => Some(HookRequest::Pod(p)),
+            Call::CreateContainer { hook: Some(hook), .. } => Some(HookRequest::Container(hook)),
+            Call::UpdateContainerResources { entry: Some(e), .. } | Call::Container { entry: Some(e), .. } => {
+                Some(HookRequest::Container(&mut e.hook))
+            }
+            _ => None,
+        }
+    }
+
+    fn pod(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
+        self.pod_of()
+    }
 }
 
 #[cfg(test)]

@@ -84,7 +84,7 @@ fn binary_values_survive_hook_edits() {
     assert_eq!(h.container_envs, HashMap::from([("A".to_string(), "1".to_string())]), "the binary env is left out");
     assert!(h.container_annotations.is_empty() && !h.pod_annotations.contains_key("pod-bin"));
     assert_eq!(h.pod_annotations["pod-text"], "x");
-    let before = HookState::Container(h.clone());
+    let before = BeforeHooks::Container(h.clone());
     h.container_envs.insert("HOOKED".into(), "1".into());
     h.container_envs.insert("A".into(), "2".into());
     h.container_annotations.insert("hooked".into(), "yes".into());
@@ -105,8 +105,8 @@ fn create_container_for_a_sandbox_nobody_knows_has_no_hook_request() {
     let req = cri::CreateContainerRequest { pod_sandbox_id: "gone".into(), config: Some(Default::default()), sandbox_config: None };
     assert!(container_hook_request(&(&req).into(), &Store::new()).unwrap().is_none());
     let call = Call::CreateContainer { req: (&req).into(), hook: None };
-    assert!(matches!(call.hook_state(), HookState::None));
-    assert!(call.edits(&HookState::None).is_empty());
+    assert!(matches!(call.hook_state(), BeforeHooks::Unchanged));
+    assert!(call.edits(&BeforeHooks::Unchanged).is_empty());
 }
 
 #[tokio::test]
@@ -237,7 +237,7 @@ fn v1alpha2_layout() {
     after.container_envs.insert("HOOKED".into(), "1".into());
     after.pod_cgroup_parent = "/kubepods/besteffort/podu".into();
     let call = Call::CreateContainer { req: (&v1_create).into(), hook: Some(after) };
-    let edited = wire::apply(&create.encode_to_vec(), &call.edits(&HookState::Container(before))).unwrap();
+    let edited = wire::apply(&create.encode_to_vec(), &call.edits(&BeforeHooks::Container(before))).unwrap();
     let got = a2::CreateContainerRequest::decode(edited.as_slice()).unwrap();
     let config = got.config.unwrap();
     let res = config.linux.unwrap().resources.unwrap();

@@ -39,6 +39,7 @@ pub mod docker;
 pub mod frame;
 pub mod grpc;
 pub mod health;
+pub mod hooks;
 pub mod hpack;
 pub mod intercept;
 pub mod limits;
@@ -69,6 +70,7 @@ use crate::backend::Backend;
 use crate::cli::{Args, BackendRuntimeMode};
 use crate::dispatch::Dispatcher;
 use crate::health::Health;
+use crate::hooks::Hooks;
 use crate::intercept::Interceptor;
 use crate::metrics::{Admin, Metrics};
 use crate::registry::Registry;
@@ -77,7 +79,7 @@ use crate::store::Store;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains. Each item of
 /// `reloads` (SIGHUP) rescans the hook config directory and sets its watch up anew
-/// ([`HookState::follow_reloads`]).
+/// ([`Shared::follow_reloads`]).
 ///
 /// Errors: the listening socket is a
 /// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
@@ -100,10 +102,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     let image =
         if args.image_endpoint() == &args.runtime_endpoint { runtime.clone() } else { Arc::new(Backend::new(args.image_endpoint())) };
     let metrics = Arc::new(Metrics::new());
-    let hooks = HookState::start(&args, metrics.clone())?;
-    let _reloads = hooks.follow_reloads(reloads);
+    let shared = Shared::start(&args, metrics.clone())?;
+    let _reloads = shared.follow_reloads(reloads);
     let connections = runtime.connections();
-    let router = Arc::new(Router::new(runtime, image, Some(hooks.interceptor.clone()), metrics));
+    // CRI mode asks the runtime about objects the store misses.
+    let interceptor = Arc::new(Interceptor { hooks: shared.hooks.clone(), runtime: hook_api::connect(&args.runtime_endpoint) });
+    let router = Arc::new(Router::new(runtime, image, Some(interceptor), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
         listen = %args.listen.display(),
@@ -113,7 +117,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         "runtime-proxy serving"
     );
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
-    let store = hooks.interceptor.store.clone();
+    let store = shared.hooks.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
     notify_systemd(hook_api::sd_notify::READY);
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout, args.max_concurrent_streams.max(1)).await
@@ -123,10 +127,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
 /// `--remote-runtime-service-endpoint`, with the same hook state as CRI mode ([`docker`]).
 async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
-    let hooks = HookState::start(&args, metrics.clone())?;
-    let _reloads = hooks.follow_reloads(reloads);
-    let interceptor = Arc::new(docker::intercept::DockerInterceptor { hooks: hooks.interceptor.clone() });
-    let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), interceptor, metrics });
+    let shared = Shared::start(&args, metrics.clone())?;
+    let _reloads = shared.follow_reloads(reloads);
+    let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), hooks: shared.hooks.clone(), metrics });
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
         listen = %args.listen.display(),
@@ -134,30 +137,30 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Opt
         hook_config_dir = %args.hook_config_dir.display(),
         "runtime-proxy serving the Docker Engine API"
     );
-    let store = hooks.interceptor.store.clone();
+    let store = shared.hooks.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(docker::recover::keep_store(args.runtime_endpoint.clone(), store)));
     notify_systemd(hook_api::sd_notify::READY);
     docker::serve(listener, &args.listen, front, shutdown, args.drain_timeout).await
 }
 
 /// What both front ends share: the watched registry, the store, the dispatcher, the per-pod
-/// locks and skip label (in one [`Interceptor`]), the backends' health checks and the admin and
+/// locks and skip label (in one [`Hooks`]), the backends' health checks and the admin and
 /// debug endpoints. Background tasks end when it is dropped.
-struct HookState {
-    interceptor: Arc<Interceptor>,
+struct Shared {
+    hooks: Arc<Hooks>,
     watcher: Arc<registry::WatchHandle>,
     _health: AbortOnDrop,
     _admin: AbortOnDrop,
     _debug: AbortOnDrop,
 }
 
-impl HookState {
+impl Shared {
     /// Scans and watches `--hook-config-dir`, starts the backends' health checks (which run
     /// with or without an admin endpoint: they log what is wrong) and serves the admin endpoint
     /// and the debug endpoint.
     ///
     /// Errors: the directory watcher cannot start (no tokio runtime).
-    fn start(args: &Args, metrics: Arc<Metrics>) -> anyhow::Result<HookState> {
+    fn start(args: &Args, metrics: Arc<Metrics>) -> anyhow::Result<Shared> {
         // A hook server on the proxy's own socket or the runtime's would never be a hook server.
         let mut reserved = vec![
             (args.listen.clone(), "the proxy's own socket (--koord-runtimeproxy-endpoint)".to_owned()),
@@ -201,7 +204,7 @@ impl HookState {
                 tracing::error!(%addr, error = %e, "debug endpoint not served (/debug/store); the proxy goes on without it");
             }
         }));
-        let interceptor = Arc::new(Interceptor {
+        let hooks = Arc::new(Hooks {
             registry,
             store,
             dispatcher,
@@ -209,11 +212,8 @@ impl HookState {
             limits: args.limits(),
             skip_label: args.skip_label(),
             pod_locks: Default::default(),
-            // CRI mode asks the runtime about objects the store misses; in Docker mode this
-            // channel is never dialled.
-            runtime: hook_api::connect(&args.runtime_endpoint),
         });
-        Ok(HookState { interceptor, watcher: Arc::new(watcher), _health: checks, _admin: admin, _debug: debug })
+        Ok(Shared { hooks, watcher: Arc::new(watcher), _health: checks, _admin: admin, _debug: debug })
     }
 
     /// Acts on each reload request (SIGHUP) until the task is dropped: rescans the hook config
@@ -222,7 +222,7 @@ impl HookState {
     /// re-read: they take a restart.
     fn follow_reloads(&self, reloads: Option<Reloads>) -> Option<AbortOnDrop> {
         let mut reloads = reloads?;
-        let (registry, watcher) = (self.interceptor.registry.clone(), self.watcher.clone());
+        let (registry, watcher) = (self.hooks.registry.clone(), self.watcher.clone());
         Some(AbortOnDrop(tokio::spawn(async move {
             while let Some(signal) = reloads.next().await {
                 tracing::info!(signal = signal.name(), dir = %registry.dir().display(), "reloading: rescanning the hook config directory");

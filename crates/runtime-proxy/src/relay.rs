@@ -1778,7 +1778,7 @@ async fn call<'a>(
             Ok((answer, post.map(|p| Box::pin(p) as Pin<Box<dyn Future<Output = ()> + Send + 'a>>)))
         }
         _ => {
-            let limits = router.interceptor().map(|i| i.limits.clone()).unwrap_or_default();
+            let limits = router.interceptor().map(|i| i.hooks.limits.clone()).unwrap_or_default();
             let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
             let body = intercept::read_body(body, method, &limits).await?;
             Ok((onward(parts, body, deadline).await?, None))

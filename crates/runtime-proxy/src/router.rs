@@ -1,7 +1,7 @@
 //! Where each call goes, and the one place a finished call is recorded.
 //!
 //! The route is picked from the gRPC path (`/<package>.<Service>/<Method>`) alone ([`Route`]):
-//! the CRI methods of [`intercept::METHODS`] (v1 and v1alpha2) go through the interceptor;
+//! the CRI methods of [`crate::hooks::stages::METHODS`] (v1 and v1alpha2) go through the interceptor;
 //! `runtime.v1.ImageService` and `runtime.v1alpha2.ImageService` calls go to the image backend
 //! when that is another socket; every other call (RuntimeService, ImageService on the runtime
 //! socket, methods and services the compiled proto does not know, server streams such as
@@ -90,7 +90,7 @@ pub enum Route {
     /// Forwarded frame by frame on the client connection's own runtime connection.
     Relay,
     /// Taken over by the interceptor (a hooked method).
-    Intercept(&'static intercept::MethodSpec),
+    Intercept(&'static crate::hooks::stages::MethodSpec),
     /// Taken over and sent as one unary call over the shared connection to its backend
     /// ([`Router::backend_for`]): ImageService calls when images are served by another socket
     /// (all its methods are unary), and calls on a client connection whose runtime connection

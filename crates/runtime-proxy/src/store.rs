@@ -198,19 +198,21 @@ pub struct PodLocks {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// Held while a call for one pod runs; releases (and forgets an unused lock) on drop.
-pub struct PodGuard<'a> {
-    owner: &'a PodLocks,
+/// Held while a call for one pod runs; releases (and forgets an unused lock) on drop. It owns
+/// a handle on its [`PodLocks`], so a post stage that runs after the answer went out (in a task
+/// of its own, as in Docker mode) keeps the pod's turn until it is done.
+pub struct PodGuard {
+    owner: Arc<PodLocks>,
     key: String,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl PodLocks {
     /// Waits for the pod's turn (key: sandbox ID).
-    pub async fn lock(&self, key: &str) -> PodGuard<'_> {
+    pub async fn lock(self: &Arc<Self>, key: &str) -> PodGuard {
         let lock = self.locks.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_owned()).or_default().clone();
         let guard = lock.lock_owned().await;
-        PodGuard { owner: self, key: key.to_owned(), guard: Some(guard) }
+        PodGuard { owner: self.clone(), key: key.to_owned(), guard: Some(guard) }
     }
 
     /// Locks currently held or awaited.
@@ -224,7 +226,7 @@ impl PodLocks {
     }
 }
 
-impl Drop for PodGuard<'_> {
+impl Drop for PodGuard {
     fn drop(&mut self) {
         drop(self.guard.take());
         let mut locks = self.owner.locks.lock().unwrap_or_else(|p| p.into_inner());

@@ -422,3 +422,28 @@ mod tests {
         assert_eq!(body, json!({"HostConfig": {"CgroupParent": "/kubepods/besteffort/podu"}, "Labels": {"l": "1", "annotation.a": "2"}}));
     }
 }
+
+/// A container the store knows (or dockerd told us about), by its full Docker ID: a pod
+/// sandbox (`k8s_POD_…`) or a pod's container, with its hook request.
+#[derive(Debug, Clone)]
+pub enum DockerObject {
+    Sandbox(String, hook::PodSandboxHookRequest),
+    Container(String, crate::store::ContainerEntry),
+}
+
+impl DockerObject {
+    /// The pod sandbox's Docker ID (the key of the pod's lock).
+    pub fn sandbox_id(&self) -> &str {
+        match self {
+            DockerObject::Sandbox(id, _) => id,
+            DockerObject::Container(_, e) => &e.sandbox_id,
+        }
+    }
+
+    /// The object's full Docker ID (empty until dockerd created it).
+    pub fn id(&self) -> &str {
+        match self {
+            DockerObject::Sandbox(id, _) | DockerObject::Container(id, _) => id,
+        }
+    }
+}
