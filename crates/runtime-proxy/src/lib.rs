@@ -1,63 +1,37 @@
 //! runtime-proxy: a CRI proxy between kubelet and the container runtime.
 //!
 //! kubelet speaks CRI (gRPC over HTTP/2 on a unix socket) to the proxy; the proxy forwards every
-//! call to containerd. Module map, in the order a call flows through them:
+//! call to containerd (or, in Docker mode, the Docker Engine API to dockerd), and runs the hook
+//! servers' stages around the calls that create, start, update, stop and remove pods and
+//! containers.
 //!
-//! * [`cli`] — flags, compatible with koord-runtime-proxy's.
-//! * [`listener`] — the listening socket (stale socket, parent dir, mode and owner).
-//! * [`server`] — accept loop and graceful drain.
-//! * [`relay`] — each client connection relayed frame by frame over a runtime connection of its
-//!   own; the calls hooks need (and those it cannot relay) taken over. [`frame`] — HTTP/2 frames
-//!   and literal header blocks as bytes.
-//! * [`router`] — which calls are relayed, intercepted or sent on as unary calls; logs calls.
-//! * [`intercept`] — the hooked CRI methods: one generic flow, a table of stages.
-//!   [`newer_cri`] — CRI methods newer than the compiled proto (UpdatePodSandboxResources,
-//!   KEP-5825's list streams).
-//! * [`dispatch`] — calls the hook servers of a stage in order, with deadlines and policies.
-//! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
-//! * [`store`] — what the proxy knows of each pod sandbox and container.
-//! * [`recover`] — rebuilds the store from the runtime (start-up, reconnects, sweeps, misses).
-//! * [`unary`] — one unary call over a shared backend connection (intercepted calls, hooks).
-//! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket
-//!   (runtime or hook server), and the relays' own runtime connections.
-//! * [`limits`] — bounds on request sizes, idle requests, streams and hook answers.
-//! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses. [`hpack`] — the
-//!   relay's HPACK decoder.
-//! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
-//! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`,
-//!   `/status`). [`health`] — the backends checked in the background, for `/healthz`,
-//!   `/status` and `runtime_proxy_backend_up`. [`status`] — the operator's view behind `/status`
-//!   and `runtime-proxy status`, and the hook servers' health; [`debug`] — `/debug/store` on a
-//!   listener of its own.
-//! * [`docker`] — Docker mode: the Docker Engine API front end over the same hook state.
+//! # Parts
+//!
+//! * [`cri`] — the CRI front end: the frame relay, the router, the interceptor (CRI's side of the
+//!   hook flow), the store's recovery from the runtime.
+//! * [`docker`] — the Docker front end: the HTTP/1.1 pass-through, dockershim's names and labels,
+//!   its routes mapped onto the same stages, the store's recovery from dockerd.
+//! * [`hooks`] — what every front end shares: the one hook flow, the stage table, the registry,
+//!   the dispatcher, the store and its per-pod locks, the skip label, the limits.
+//! * [`grpc`] — gRPC plumbing both the relay and the hook calls use: status codes, deadlines,
+//!   messages, one unary call over a shared backend connection.
+//! * [`admin`] — metrics, health checks, `/status` and `runtime-proxy status`, `/debug/store`.
+//! * [`cli`], [`listener`] — flags; the listening socket and the accept loop with its drain.
+//!
+//! # One call's path
+//!
+//! CRI: [`listener`] → [`cri::relay`] (frames relayed as they are) → [`cri::router`] (relayed,
+//! intercepted or a unary call) → [`cri::intercept`] → [`hooks::flow::drive`] (pod lock, store,
+//! skip label, pre stage, edits, send, commit, post stage) → the runtime. Docker:
+//! [`listener`] → [`docker`] (HTTP/1.1) → [`docker::intercept`] → [`hooks::flow::drive`] → dockerd.
 
-pub mod backend;
+pub mod admin;
 pub mod cli;
-pub mod debug;
-pub mod dispatch;
+pub mod cri;
 pub mod docker;
-pub mod frame;
 pub mod grpc;
-pub mod health;
 pub mod hooks;
-pub mod hpack;
-pub mod intercept;
-pub mod limits;
 pub mod listener;
-pub mod metrics;
-pub mod newer_cri;
-pub mod recover;
-pub mod registry;
-pub mod relay;
-pub mod router;
-pub mod server;
-pub mod skip_label;
-pub mod status;
-pub mod store;
-pub mod uds;
-pub mod unary;
-pub mod view;
-pub mod wire;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -66,16 +40,19 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use daemon_support::signals::Reloads;
 
-use crate::backend::Backend;
+use crate::grpc::backend::Backend;
 use crate::cli::{Args, BackendRuntimeMode};
-use crate::dispatch::Dispatcher;
-use crate::health::Health;
+use crate::hooks::dispatch::Dispatcher;
+use crate::admin::health::Health;
 use crate::hooks::Hooks;
-use crate::intercept::Interceptor;
-use crate::metrics::{Admin, Metrics};
-use crate::registry::Registry;
-use crate::router::Router;
-use crate::store::Store;
+use crate::cri::intercept::Interceptor;
+use crate::admin::metrics::{Admin, Metrics};
+use crate::hooks::registry::Registry;
+use crate::cri::router::Router;
+use crate::hooks::store::Store;
+use crate::admin::{debug, metrics, status};
+use crate::cri::{recover, server};
+use crate::hooks::registry;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains. Each item of
 /// `reloads` (SIGHUP) rescans the hook config directory and sets its watch up anew

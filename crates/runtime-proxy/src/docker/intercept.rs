@@ -40,8 +40,8 @@ use crate::hooks::body::{self, BodyError, Chunks};
 use crate::hooks::flow::{self, BeforeHooks, HookRequest};
 use crate::hooks::stages::{self, Method as CriMethod};
 use crate::hooks::Hooks;
-use crate::registry::Snapshot;
-use crate::store::{ContainerEntry, Store};
+use crate::hooks::registry::Snapshot;
+use crate::hooks::store::{ContainerEntry, Store};
 
 /// An intercepted Docker call (the `{id}` as the client wrote it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -455,7 +455,7 @@ impl Chunks for Incoming {
 ///
 /// Errors: `413` for a larger body, `408` for a stalled one, `400` when the client's stream
 /// breaks; Docker's error shape, naming the flag.
-async fn read_body(mut body: Incoming, limits: &crate::limits::Limits) -> Result<Bytes, Response<Body>> {
+async fn read_body(mut body: Incoming, limits: &crate::hooks::limits::Limits) -> Result<Bytes, Response<Body>> {
     body::read_whole(&mut body, limits.max_request_bytes, limits.request_idle_timeout).await.map_err(|e| match e {
         BodyError::Stalled(idle) => {
             relay::error(StatusCode::REQUEST_TIMEOUT, &format!("runtime-proxy: request body stalled for {idle:?} (--request-idle-timeout)"))

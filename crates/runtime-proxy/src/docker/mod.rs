@@ -27,7 +27,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixListener;
 
 use crate::hooks::Hooks;
-use crate::metrics::Metrics;
+use crate::admin::metrics::Metrics;
 use relay::{Body, Upstream};
 
 /// The Docker front end's shared state.
@@ -66,7 +66,7 @@ impl DockerFront {
 
 /// Serves the Docker Engine API on `listener` until `shutdown` resolves, then removes the socket
 /// at `socket_path` and lets open requests (streams, hijacked connections excepted) finish for
-/// at most `drain_timeout` (the accept loop is CRI mode's, [`crate::server::accept_and_drain`]).
+/// at most `drain_timeout` (the accept loop is CRI mode's, [`crate::listener::accept_and_drain`]).
 ///
 /// Errors: none so far (accept errors are logged and retried).
 pub async fn serve(
@@ -76,7 +76,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
 ) -> anyhow::Result<()> {
-    crate::server::accept_and_drain(listener, socket_path, shutdown, drain_timeout, |stream, mut stop, _tasks| {
+    crate::listener::accept_and_drain(listener, socket_path, shutdown, drain_timeout, |stream, mut stop, _tasks| {
         let front = front.clone();
         let upstream = Arc::new(tokio::sync::Mutex::new(Upstream::new(&front.backend)));
         let service = hyper::service::service_fn(move |req| {

@@ -21,8 +21,8 @@ use serde_json::Value;
 use tokio::net::UnixStream;
 
 use super::model::{self, DockerObject, KubeName};
-use crate::recover::{sweep, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
-use crate::store::{ContainerEntry, Store};
+use crate::hooks::store::{sweep, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
+use crate::hooks::store::{ContainerEntry, Store};
 
 /// Time allowed for one call to dockerd during recovery.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);

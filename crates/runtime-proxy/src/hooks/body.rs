@@ -1,5 +1,5 @@
 //! Reading an intercepted request's body whole, under `--max-request-bytes` and
-//! `--request-idle-timeout` ([`crate::limits::Limits`]). Each front end feeds it its own chunks
+//! `--request-idle-timeout` ([`crate::hooks::limits::Limits`]). Each front end feeds it its own chunks
 //! ([`Chunks`]) and answers its errors ([`BodyError`]) in its own shape: a gRPC status in CRI
 //! mode, a Docker error answer in Docker mode.
 

@@ -3,7 +3,7 @@
 //! # The sequence
 //!
 //! 1. The pod's turn: calls for the same pod sandbox (its containers included) run one at a
-//!    time, from the store read to the post stage ([`crate::store::PodLocks`]); calls for
+//!    time, from the store read to the post stage ([`crate::hooks::store::PodLocks`]); calls for
 //!    different pods never wait on each other — there is no node-wide lock (koord mutates shared
 //!    store entries without one).
 //! 2. Decode and load ([`Front::load`]): the call, with what the store (or the backend) knows of
@@ -24,7 +24,7 @@
 //! # What a front end supplies
 //!
 //! Only decode and load, edit-apply, send and commit, for one call ([`Front`]): CRI mode
-//! ([`crate::intercept`]) edits protobuf on the wire, Docker mode
+//! ([`crate::cri::intercept`]) edits protobuf on the wire, Docker mode
 //! ([`crate::docker::intercept`]) edits JSON.
 //!
 //! # Where koord-runtime-proxy differs (koordinator.md §3)
@@ -43,8 +43,8 @@ use hook_api::v1alpha1 as hook;
 use super::stages::MethodSpec;
 use super::Hooks;
 use crate::grpc::Status;
-use crate::registry::{Snapshot, Stage};
-use crate::store::{PodGuard, Store};
+use crate::hooks::registry::{Snapshot, Stage};
+use crate::hooks::store::{PodGuard, Store};
 
 /// A copy of a call's hook request as it was before the pre stage's first answer that changed
 /// it (what the front end's edits compare with); [`BeforeHooks::Unchanged`] when no answer
@@ -213,7 +213,7 @@ fn skips<C: HookedCall>(hooks: &Hooks, call: &C, name: &str) -> bool {
 /// Runs `stage` over `request`, if there is one. Returns the hook request as it was before the
 /// first answer that changed it, or [`BeforeHooks::Unchanged`].
 ///
-/// Errors: a hook failure under `Fail` (see [`crate::dispatch::Dispatcher::run`]).
+/// Errors: a hook failure under `Fail` (see [`crate::hooks::dispatch::Dispatcher::run`]).
 pub async fn run_stage(
     hooks: &Hooks,
     snapshot: &Snapshot,

@@ -8,7 +8,14 @@
 //!   (koordinator.md §3.1). CRI methods are its rows; Docker routes map onto the same rows.
 //! * [`flow`] — the one hook flow every front end drives a call through: pod lock, load from the
 //!   store, skip label, pre stage, edits, send, commit, post stage.
-//! * [`body`] — reading a request body whole, under the size and idle limits.
+//! * [`body`] — reading a request body whole, under the size and idle limits ([`limits`]).
+//! * [`registry`] — the hook servers' registration files: parsed, validated, watched, served as
+//!   immutable snapshots.
+//! * [`dispatch`] — a stage's hook calls: ordered, chained, deadline-bound, under each server's
+//!   failure policy.
+//! * [`store`] — what the proxy knows of each pod sandbox and container, the per-pod locks, and
+//!   the sweep both front ends' recovery uses.
+//! * [`skip_label`] — the label that exempts a pod (the hook servers' own) from every hook.
 //!
 //! # Adding a front end
 //!
@@ -17,20 +24,25 @@
 //! [`flow::drive`].
 
 pub mod body;
+pub mod dispatch;
 pub mod flow;
+pub mod limits;
+pub mod registry;
+pub mod skip_label;
 pub mod stages;
+pub mod store;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use hook_api::v1alpha1 as hook;
 
-use crate::dispatch::Dispatcher;
-use crate::limits::Limits;
-use crate::metrics::Metrics;
-use crate::registry::Registry;
-use crate::skip_label::SkipLabel;
-use crate::store::{PodLocks, Store};
+use crate::hooks::dispatch::Dispatcher;
+use crate::hooks::limits::Limits;
+use crate::admin::metrics::Metrics;
+use crate::hooks::registry::Registry;
+use crate::hooks::skip_label::SkipLabel;
+use crate::hooks::store::{PodLocks, Store};
 
 /// The hook state both front ends (CRI and Docker) share: built once at start
 /// (`crate::run`), never copied.

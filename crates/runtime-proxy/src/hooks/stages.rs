@@ -1,6 +1,6 @@
 //! The stage table: every hooked call, named by its CRI RuntimeService method, with the hook
 //! stages it runs (koordinator.md §3.1). CRI mode looks its gRPC paths up here
-//! ([`crate::intercept::lookup`]); Docker mode maps its routes onto the same rows
+//! ([`crate::cri::intercept::lookup`]); Docker mode maps its routes onto the same rows
 //! ([`crate::docker::intercept::ROUTES`]), so both run the same stages for the same call.
 //!
 //! # Adding a stage
@@ -8,7 +8,7 @@
 //! Set it as a row's `pre` or `post`; [`crate::hooks::flow::drive`] runs it for every front
 //! end that maps a call onto that row.
 
-use crate::registry::Stage;
+use crate::hooks::registry::Stage;
 
 /// The hooked calls, by their CRI v1 RuntimeService method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
 //! | `runtime_proxy_hook_config_warnings` | gauge | | registered files with warnings (unknown keys, a failure policy that cannot be read and is taken as Fail, unknown stages) |
 //! | `runtime_proxy_store_objects` | gauge | `kind` (`pod_sandbox`, `container`) | store entries |
-//! | `runtime_proxy_backend_up` | gauge | | 1 when every backend endpoint passed its latest health check ([`crate::health`]) |
+//! | `runtime_proxy_backend_up` | gauge | | 1 when every backend endpoint passed its latest health check ([`crate::admin::health`]) |
 //! | `runtime_proxy_backend_endpoint_up` | gauge | `endpoint` (`runtime`, `image`) | 1 when that endpoint passed its latest health check |
 //! | `runtime_proxy_log_lines_dropped_total` | counter | | log lines lost: stderr too slow (queue full) or broken (a closed log pipe); see [`daemon_support::log`] |
 //!
@@ -21,9 +21,9 @@
 //!
 //! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`): `GET /metrics` (OpenMetrics text),
 //! `GET /healthz` (200 `ok`, or 503 naming each backend endpoint that is down and why, from the
-//! background checks of [`crate::health`]), `GET /status` (JSON: an operator's view,
-//! [`crate::status`]). `/debug/store` is served on a listener of its own (`--debug-addr`,
-//! [`crate::debug`]), so that a metrics scraper never sees pod IDs; here it answers 404 saying so.
+//! background checks of [`crate::admin::health`]), `GET /status` (JSON: an operator's view,
+//! [`crate::admin::status`]). `/debug/store` is served on a listener of its own (`--debug-addr`,
+//! [`crate::admin::debug`]), so that a metrics scraper never sees pod IDs; here it answers 404 saying so.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,9 +41,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::grpc::Code;
-use crate::health::Health;
-use crate::registry::Registry as HookRegistry;
-use crate::store::Store;
+use crate::admin::health::Health;
+use crate::hooks::registry::Registry as HookRegistry;
+use crate::hooks::store::Store;
 
 // The CRI labels are `&'static str` (method paths interned once, see [`method_label`]), so
 // recording a call allocates nothing.
@@ -338,7 +338,7 @@ pub struct Admin {
     /// The backends' health, checked in the background ([`Health::run`]).
     pub health: Arc<Health>,
     /// What `/status` reports beyond the above.
-    pub status: crate::status::StatusInfo,
+    pub status: crate::admin::status::StatusInfo,
 }
 
 /// Binds `addr` and serves `/metrics`, `/healthz` and `/status` until the task is dropped; logs
@@ -378,7 +378,7 @@ impl Admin {
                 let up = self.health.all_up();
                 reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(&self.hooks, &self.store, up))
             }
-            "/status" => reply(200, "application/json", format!("{}\n", crate::status::document(self).await)),
+            "/status" => reply(200, "application/json", format!("{}\n", crate::admin::status::document(self).await)),
             "/debug/store" => reply(404, "text/plain", self.status.debug.moved()),
             "/healthz" => {
                 let (status, body) = self.health.healthz().await;

@@ -103,8 +103,8 @@ use tokio::task::JoinSet;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::store::{ContainerEntry, Store};
-use crate::view;
+use crate::hooks::store::{sweep, ContainerEntry, Store, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
+use crate::cri::hooked_fields;
 
 /// Status calls in flight at once.
 pub const CONCURRENCY: usize = 16;
@@ -112,10 +112,6 @@ pub const CONCURRENCY: usize = 16;
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest list answer accepted: kubelet's 16 MiB.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
-/// Start-up retries while the runtime is not reachable: first delay, doubled up to the maximum.
-pub const RETRY_FIRST: Duration = Duration::from_millis(100);
-/// Longest delay between start-up retries.
-pub const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Pod sandbox or container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -288,35 +284,6 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
     Ok(report)
 }
 
-/// Removes the entries of pod sandboxes and containers not in the live sets (removing a pod
-/// removes its containers). Returns the IDs removed: (pod sandboxes, containers).
-pub fn sweep(store: &Store, live_sandboxes: &HashSet<String>, live_containers: &HashSet<String>) -> (Vec<String>, Vec<String>) {
-    let (pods, containers) = store.ids();
-    let mut removed_pods = Vec::new();
-    let mut removed_containers = Vec::new();
-    for id in containers {
-        // A container goes with its pod sandbox (Store::remove_pod).
-        let pod_gone = store.container(&id).is_some_and(|c| !live_sandboxes.contains(&c.sandbox_id) && pods.contains(&c.sandbox_id));
-        if !live_containers.contains(&id) || pod_gone {
-            store.remove_container(&id);
-            removed_containers.push(id);
-        }
-    }
-    for id in pods {
-        if !live_sandboxes.contains(&id) {
-            store.remove_pod(&id);
-            removed_pods.push(id);
-        }
-    }
-    for id in removed_pods.iter().chain(&removed_containers) {
-        tracing::debug!(id = %id, "recovery: store entry of an object the runtime no longer has removed");
-    }
-    (removed_pods, removed_containers)
-}
-
-/// How often the store is checked against the runtime for objects that went away without the
-/// proxy seeing a Remove call (a sweep also recovers objects created around the proxy).
-pub const SWEEP_INTERVAL: Duration = Duration::from_secs(300);
 
 /// The store's keeper, for the proxy's lifetime: rebuilds the store from the runtime behind
 /// `channel` at start-up (retrying with backoff, [`RETRY_FIRST`] doubling to [`RETRY_MAX`],
@@ -472,7 +439,7 @@ fn unreachable_runtime<T>(id: &str, e: &Status) -> Option<T> {
 }
 
 /// One CRI v1 RuntimeService call (`path`) whose answer is read through the view `A`
-/// ([`crate::view`]): label, annotation and info values that are not UTF-8 never make it
+/// ([`crate::cri::hooked_fields`]): label, annotation and info values that are not UTF-8 never make it
 /// unreadable, and fields the proxy does not read are skipped. Deadline [`CALL_TIMEOUT`];
 /// answers up to [`MAX_MESSAGE_BYTES`].
 ///
@@ -489,31 +456,31 @@ where
 }
 
 /// Every pod sandbox the runtime lists (IDs only).
-async fn list_pod_sandboxes(channel: &Channel) -> Result<Vec<view::ListedPodSandbox>, Status> {
-    let answer: view::ListPodSandboxResponse =
+async fn list_pod_sandboxes(channel: &Channel) -> Result<Vec<hooked_fields::ListedPodSandbox>, Status> {
+    let answer: hooked_fields::ListPodSandboxResponse =
         call(channel, "/runtime.v1.RuntimeService/ListPodSandbox", cri::ListPodSandboxRequest { filter: None }).await?;
     Ok(answer.items)
 }
 
 /// The containers the runtime lists under `filter` (IDs and sandbox IDs only).
-async fn list_containers(channel: &Channel, filter: cri::ContainerFilter) -> Result<Vec<view::ListedContainer>, Status> {
+async fn list_containers(channel: &Channel, filter: cri::ContainerFilter) -> Result<Vec<hooked_fields::ListedContainer>, Status> {
     let req = cri::ListContainersRequest { filter: Some(filter) };
-    let answer: view::ListContainersResponse = call(channel, "/runtime.v1.RuntimeService/ListContainers", req).await?;
+    let answer: hooked_fields::ListContainersResponse = call(channel, "/runtime.v1.RuntimeService/ListContainers", req).await?;
     Ok(answer.containers)
 }
 
 /// Pod sandbox `id`'s verbose status, with what the view holds (see
-/// [`view::PodSandboxStatusResponse`]).
+/// [`hooked_fields::PodSandboxStatusResponse`]).
 async fn pod_sandbox_status(channel: &Channel, id: &str) -> Result<cri::PodSandboxStatusResponse, Status> {
     let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id.to_owned(), verbose: true };
-    let answer: view::PodSandboxStatusResponse = call(channel, "/runtime.v1.RuntimeService/PodSandboxStatus", req).await?;
+    let answer: hooked_fields::PodSandboxStatusResponse = call(channel, "/runtime.v1.RuntimeService/PodSandboxStatus", req).await?;
     Ok(answer.into())
 }
 
 /// Container `id`'s verbose status, with what the view holds.
 async fn container_status(channel: &Channel, id: &str) -> Result<cri::ContainerStatusResponse, Status> {
     let req = cri::ContainerStatusRequest { container_id: id.to_owned(), verbose: true };
-    let answer: view::ContainerStatusResponse = call(channel, "/runtime.v1.RuntimeService/ContainerStatus", req).await?;
+    let answer: hooked_fields::ContainerStatusResponse = call(channel, "/runtime.v1.RuntimeService/ContainerStatus", req).await?;
     Ok(answer.into())
 }
 

@@ -5,6 +5,9 @@
 //!
 //! Everything else about a call (body frames, metadata, trailers) passes through untouched.
 
+pub mod backend;
+pub mod unary_call;
+
 use std::fmt;
 use std::io::Read;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! `runtime.v1.ImageService` and `runtime.v1alpha2.ImageService` calls go to the image backend
 //! when that is another socket; every other call (RuntimeService, ImageService on the runtime
 //! socket, methods and services the compiled proto does not know, server streams such as
-//! GetContainerEvents) is relayed as it is to the runtime backend ([`crate::relay`]).
+//! GetContainerEvents) is relayed as it is to the runtime backend ([`crate::cri::relay`]).
 //!
 //! A call the proxy sends on itself (intercepted, image) without an `:authority`, or with one
 //! that is not a valid URI authority (such as the unix socket path gRPC clients put there), is
@@ -19,10 +19,10 @@ use std::time::Duration;
 use http::uri::{Authority, Scheme};
 use http::Uri;
 
-use crate::backend::Backend;
+use crate::grpc::backend::Backend;
 use crate::grpc::{Code, Status};
-use crate::intercept::{self, Interceptor};
-use crate::metrics::Metrics;
+use crate::cri::intercept::{self, Interceptor};
+use crate::admin::metrics::Metrics;
 
 /// Routes calls to the runtime and image backends (which may be one and the same) and to the
 /// interceptor.

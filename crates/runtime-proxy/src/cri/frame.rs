@@ -2,7 +2,7 @@
 //! its own (RST_STREAM, WINDOW_UPDATE, GOAWAY, PING, SETTINGS, HEADERS), padding, and a header
 //! block encoder that never touches the HPACK dynamic table.
 //!
-//! The relay ([`crate::relay`]) forwards most frames as they came; this module is only what it
+//! The relay ([`crate::cri::relay`]) forwards most frames as they came; this module is only what it
 //! needs to read a frame's header, take a payload apart, and write the few frames it makes.
 
 use bytes::{BufMut, Bytes, BytesMut};

@@ -25,9 +25,9 @@ use daemon_support::status::{ago, problem_lists, rfc3339, show_duration, str_of,
 use serde_json::{json, Value};
 
 use crate::cli::BackendRuntimeMode;
-use crate::health::Verdict;
-use crate::metrics::Admin;
-use crate::registry::{FailurePolicy, HookServer, Stage};
+use crate::admin::health::Verdict;
+use crate::admin::metrics::Admin;
+use crate::hooks::registry::{FailurePolicy, HookServer, Stage};
 
 /// What one hook server's calls have looked like lately.
 #[derive(Debug)]
@@ -164,13 +164,13 @@ pub struct StatusInfo {
     /// `--hook-config-dir`.
     pub hook_config_dir: PathBuf,
     /// `--debug-addr`, where `/debug/store` is served.
-    pub debug: Arc<crate::debug::DebugEndpoint>,
+    pub debug: Arc<crate::admin::debug::DebugEndpoint>,
     /// The hook servers' health, as the dispatcher records it.
     pub hook_health: Arc<HookHealth>,
 }
 
 /// The `GET /status` document (module docs), read now; the backend as its latest health checks
-/// left it ([`crate::health`]), waiting for the first ones as `/healthz` does.
+/// left it ([`crate::admin::health`]), waiting for the first ones as `/healthz` does.
 pub async fn document(admin: &Admin) -> Value {
     let info = &admin.status;
     let (_, healthz) = admin.health.healthz().await;
@@ -440,18 +440,18 @@ mod tests {
     /// the metrics text names them): a renamed metric fails here, not on an operator's screen.
     #[test]
     fn the_dashboard_queries_only_metrics_the_proxy_exports() {
-        let dashboard = include_str!("../../../deploy/grafana-dashboard.json");
+        let dashboard = include_str!("../../../../deploy/grafana-dashboard.json");
         let used = daemon_support::status::dashboard_names(dashboard, "runtime_proxy_").unwrap();
         // A family shows in the metrics text once it has a series: record one of each.
-        let m = crate::metrics::Metrics::new();
+        let m = crate::admin::metrics::Metrics::new();
         m.cri_call("/runtime.v1.RuntimeService/Version", crate::grpc::Code::OK, Duration::from_millis(1));
-        m.hook_call("PreCreateContainer", "a.json", crate::metrics::HookResult::Error, Duration::from_millis(1));
+        m.hook_call("PreCreateContainer", "a.json", crate::admin::metrics::HookResult::Error, Duration::from_millis(1));
         m.hook_refusal("PreCreateContainer", "a.json");
         m.undecodable_request("CreateContainer");
         m.skip_label_ignored();
         m.backend_endpoint_up("runtime", true);
         let dir = tempfile::tempdir().unwrap();
-        let text = m.render(&crate::registry::Registry::new(dir.path()), &crate::store::Store::new(), true);
+        let text = m.render(&crate::hooks::registry::Registry::new(dir.path()), &crate::hooks::store::Store::new(), true);
         let exported = daemon_support::status::exposed_names(&text);
         assert!(used.len() >= 10, "{used:?}");
         let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();

@@ -13,11 +13,11 @@
 //! * **Nothing decoded that is not read.** prost skips every other field without allocating or
 //!   checking it (kubelet's image, command, mounts, sysctls, security context, a container's
 //!   termination message): the request goes on as its original bytes (or edited on the wire,
-//!   [`crate::wire`]), so nothing skipped is lost.
+//!   [`crate::cri::proto_edit`]), so nothing skipped is lost.
 //!
 //! Keys stay `string`: the API server admits only qualified names and C identifiers as label,
 //! annotation and env keys; a key that is not UTF-8 leaves the message undecodable, and the
-//! interceptor's failure rule decides ([`crate::intercept`]). The messages inside that hold only
+//! interceptor's failure rule decides ([`crate::cri::intercept`]). The messages inside that hold only
 //! values kubelet computes (metadata, resources) come from `k8s-cri`.
 
 use std::collections::HashMap;
@@ -262,9 +262,9 @@ pub fn target(name: &str, message: &[u8]) -> String {
                 let name = t.config.and_then(|c| c.metadata).map(|m| m.name).unwrap_or_default();
                 format!("container {name:?} of pod sandbox {}", t.pod_sandbox_id)
             }
-            Err(_) => crate::wire::string_field(message, 1).map(|id| format!("a container of pod sandbox {id}")).unwrap_or_default(),
+            Err(_) => crate::cri::proto_edit::string_field(message, 1).map(|id| format!("a container of pod sandbox {id}")).unwrap_or_default(),
         },
-        _ => match crate::wire::string_field(message, 1) {
+        _ => match crate::cri::proto_edit::string_field(message, 1) {
             Some(id) if name.contains("PodSandbox") => format!("pod sandbox {id}"),
             Some(id) => format!("container {id}"),
             None => String::new(),

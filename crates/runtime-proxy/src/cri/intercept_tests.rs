@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn envs_keep_order_and_add_sorted() {
-    let envs = vec![view::KeyValue::text("B", "1"), view::KeyValue::text("A", "2")];
+    let envs = vec![hooked_fields::KeyValue::text("B", "1"), hooked_fields::KeyValue::text("A", "2")];
     let hooked: HashMap<String, String> =
         [("A", "9"), ("B", "1"), ("Z", "z"), ("C", "c")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let out: Vec<(String, String)> =
@@ -42,7 +42,7 @@ fn untouched_request_has_no_edits() {
     hook.container_resources.as_mut().unwrap().cpu_shares = 512;
     hook.container_envs.insert("HOOKED".into(), "1".into());
     let call = Call::CreateContainer { req: (&req).into(), hook: Some(hook) };
-    let edited = wire::apply(&req.encode_to_vec(), &call.edits(&before)).unwrap();
+    let edited = proto_edit::apply(&req.encode_to_vec(), &call.edits(&before)).unwrap();
     let got = cri::CreateContainerRequest::decode(edited.as_slice()).unwrap();
     let mut want = req;
     let cfg = want.config.as_mut().unwrap();
@@ -89,8 +89,8 @@ fn binary_values_survive_hook_edits() {
     h.container_envs.insert("A".into(), "2".into());
     h.container_annotations.insert("hooked".into(), "yes".into());
     h.container_resources.get_or_insert_with(Default::default).cpu_shares = 2;
-    let edited = wire::apply(&bytes, &call.edits(&before)).unwrap();
-    let got = view::CreateContainerRequest::decode(edited.as_slice()).unwrap();
+    let edited = proto_edit::apply(&bytes, &call.edits(&before)).unwrap();
+    let got = hooked_fields::CreateContainerRequest::decode(edited.as_slice()).unwrap();
     let config = got.config.unwrap();
     let envs: Vec<(&str, &[u8])> = config.envs.iter().map(|kv| (kv.key.as_str(), kv.value.as_slice())).collect();
     assert_eq!(envs, [("SECRET", &BIN[..]), ("A", b"2"), ("HOOKED", b"1")]);
@@ -138,7 +138,7 @@ async fn update_without_hook_changes_is_untouched_and_cpuset_clear_applies() {
         e.hook.container_resources.as_mut().unwrap().cpuset_cpus.clear();
         e.hook.container_annotations.insert("hooked".into(), "yes".into());
     }
-    let edited = wire::apply(&req.encode_to_vec(), &call.edits(&before)).unwrap();
+    let edited = proto_edit::apply(&req.encode_to_vec(), &call.edits(&before)).unwrap();
     let got = cri::UpdateContainerResourcesRequest::decode(edited.as_slice()).unwrap();
     let mut want = req.clone();
     want.annotations.insert("hooked".into(), "yes".into());
@@ -237,7 +237,7 @@ fn v1alpha2_layout() {
     after.container_envs.insert("HOOKED".into(), "1".into());
     after.pod_cgroup_parent = "/kubepods/besteffort/podu".into();
     let call = Call::CreateContainer { req: (&v1_create).into(), hook: Some(after) };
-    let edited = wire::apply(&create.encode_to_vec(), &call.edits(&BeforeHooks::Container(before))).unwrap();
+    let edited = proto_edit::apply(&create.encode_to_vec(), &call.edits(&BeforeHooks::Container(before))).unwrap();
     let got = a2::CreateContainerRequest::decode(edited.as_slice()).unwrap();
     let config = got.config.unwrap();
     let res = config.linux.unwrap().resources.unwrap();

@@ -1,14 +1,14 @@
 //! Unary calls over a shared [`Backend`] connection: a request sent whole and its answer
 //! collected whole ([`Answer`]). The interceptor forwards hooked calls this way, the dispatcher
 //! calls hook servers this way, and the relay sends calls it takes over this way
-//! ([`crate::relay`]).
+//! ([`crate::cri::relay`]).
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 
-use crate::backend::Backend;
+use crate::grpc::backend::Backend;
 use crate::grpc::{self, Code, Status};
 
 fn missing_status() -> Status {

@@ -32,7 +32,7 @@ use http::Request;
 use tokio::net::UnixStream;
 
 use crate::grpc::{Code, Status};
-use crate::uds::Socket;
+use crate::cri::uds::Socket;
 
 /// Largest header block accepted, from kubelet and from the backend: 16 MiB, grpc-go's default
 /// (so any metadata one side can send reaches the other).

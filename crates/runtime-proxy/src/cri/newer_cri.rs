@@ -12,7 +12,7 @@
 //!   every method the proxy does not intercept; kubelet falls back to the `List*` call when the
 //!   runtime answers `UNIMPLEMENTED` (containerd 1.7, 2.0). [`is_server_stream`] names them.
 //!   (`StreamImages` when images are served by another socket is taken over like every
-//!   ImageService call, [`crate::router::Route::Unary`]: its messages reach the client together,
+//!   ImageService call, [`crate::cri::router::Route::Unary`]: its messages reach the client together,
 //!   once the stream ended.)
 
 use k8s_cri::v1 as cri;

@@ -15,7 +15,7 @@ use http_body_util::Full;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
-use crate::store::Store;
+use crate::hooks::store::Store;
 
 /// Where the debug endpoint is: the address asked for (`--debug-addr`) and, once bound, the
 /// address it listens on (they differ with port 0).

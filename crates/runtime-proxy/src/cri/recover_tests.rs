@@ -19,19 +19,19 @@ struct Fixtures {
 const FIXTURES: [Fixtures; 2] = [
     Fixtures {
         version: "1.6",
-        sandbox: include_str!("../tests/fixtures/containerd-1.6/sandbox-ready.json"),
-        stopped: include_str!("../tests/fixtures/containerd-1.6/sandbox-notready.json"),
-        running: include_str!("../tests/fixtures/containerd-1.6/container-running-updated.json"),
-        created: include_str!("../tests/fixtures/containerd-1.6/container-created.json"),
-        clamped: include_str!("../tests/fixtures/containerd-1.6/container-clamped.json"),
+        sandbox: include_str!("../../tests/fixtures/containerd-1.6/sandbox-ready.json"),
+        stopped: include_str!("../../tests/fixtures/containerd-1.6/sandbox-notready.json"),
+        running: include_str!("../../tests/fixtures/containerd-1.6/container-running-updated.json"),
+        created: include_str!("../../tests/fixtures/containerd-1.6/container-created.json"),
+        clamped: include_str!("../../tests/fixtures/containerd-1.6/container-clamped.json"),
     },
     Fixtures {
         version: "1.7",
-        sandbox: include_str!("../tests/fixtures/containerd-1.7/sandbox-ready.json"),
-        stopped: include_str!("../tests/fixtures/containerd-1.7/sandbox-notready.json"),
-        running: include_str!("../tests/fixtures/containerd-1.7/container-running-updated.json"),
-        created: include_str!("../tests/fixtures/containerd-1.7/container-created.json"),
-        clamped: include_str!("../tests/fixtures/containerd-1.7/container-clamped.json"),
+        sandbox: include_str!("../../tests/fixtures/containerd-1.7/sandbox-ready.json"),
+        stopped: include_str!("../../tests/fixtures/containerd-1.7/sandbox-notready.json"),
+        running: include_str!("../../tests/fixtures/containerd-1.7/container-running-updated.json"),
+        created: include_str!("../../tests/fixtures/containerd-1.7/container-created.json"),
+        clamped: include_str!("../../tests/fixtures/containerd-1.7/container-clamped.json"),
     },
 ];
 

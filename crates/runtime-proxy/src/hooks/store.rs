@@ -10,8 +10,9 @@
 //! and resources), removed when RemoveContainer / RemovePodSandbox succeed (removing a sandbox
 //! removes its containers). Readers get copies: an entry changes only under the map's write lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use hook_api::v1alpha1::{ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest};
 
@@ -108,7 +109,7 @@ impl Store {
     }
 
     /// The IDs of every (pod sandbox, container) known, in no particular order: for
-    /// [`crate::recover::sweep`], which drops entries the runtime no longer has.
+    /// [`crate::cri::recover::sweep`], which drops entries the runtime no longer has.
     pub fn ids(&self) -> (Vec<String>, Vec<String>) {
         (
             self.pods.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect(),
@@ -120,6 +121,43 @@ impl Store {
     pub fn len(&self) -> (usize, usize) {
         (self.pods.read().unwrap_or_else(|p| p.into_inner()).len(), self.containers.read().unwrap_or_else(|p| p.into_inner()).len())
     }
+}
+
+// Store recovery, shared by both front ends' keepers (crate::cri::recover, crate::docker::recover).
+
+/// Start-up retries while the runtime is not reachable: first delay, doubled up to the maximum.
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// Longest delay between start-up retries.
+pub const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// How often the store is checked against the runtime for objects that went away without the
+/// proxy seeing a Remove call (a sweep also recovers objects created around the proxy).
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Removes the entries of pod sandboxes and containers not in the live sets (removing a pod
+/// removes its containers). Returns the IDs removed: (pod sandboxes, containers).
+pub fn sweep(store: &Store, live_sandboxes: &HashSet<String>, live_containers: &HashSet<String>) -> (Vec<String>, Vec<String>) {
+    let (pods, containers) = store.ids();
+    let mut removed_pods = Vec::new();
+    let mut removed_containers = Vec::new();
+    for id in containers {
+        // A container goes with its pod sandbox (Store::remove_pod).
+        let pod_gone = store.container(&id).is_some_and(|c| !live_sandboxes.contains(&c.sandbox_id) && pods.contains(&c.sandbox_id));
+        if !live_containers.contains(&id) || pod_gone {
+            store.remove_container(&id);
+            removed_containers.push(id);
+        }
+    }
+    for id in pods {
+        if !live_sandboxes.contains(&id) {
+            store.remove_pod(&id);
+            removed_pods.push(id);
+        }
+    }
+    for id in removed_pods.iter().chain(&removed_containers) {
+        tracing::debug!(id = %id, "recovery: store entry of an object the runtime no longer has removed");
+    }
+    (removed_pods, removed_containers)
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@
 //! reachable again, it sends GOAWAY the graceful way (GOAWAY, PING, then the final GOAWAY once
 //! acknowledged) so the client comes back on a new connection, relayed again. A client
 //! connection accepted while the runtime is down starts in that state. Server streams
-//! (GetContainerEvents, KEP-5825's `Stream*` lists: [`crate::newer_cri::is_server_stream`]) are
+//! (GetContainerEvents, KEP-5825's `Stream*` lists: [`crate::cri::newer_cri::is_server_stream`]) are
 //! answered `UNAVAILABLE` meanwhile: taken over as one unary call, their messages would wait
 //! for their end.
 //!
@@ -72,14 +72,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Sleep;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{Backend, MAX_HEADER_LIST_SIZE};
-use crate::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
+use crate::grpc::backend::{Backend, MAX_HEADER_LIST_SIZE};
+use crate::cri::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
 use crate::grpc::{self, Code, Status};
-use crate::hpack::{self, Fields};
-use crate::intercept::{self, Onward, RequestBody};
-use crate::router::{self, Route, Router};
-use crate::uds::Socket;
-use crate::unary::Answer;
+use crate::cri::hpack::{self, Fields};
+use crate::cri::intercept::{self, Onward, RequestBody};
+use crate::cri::router::{self, Route, Router};
+use crate::cri::uds::Socket;
+use crate::grpc::unary_call::Answer;
 
 /// Bytes waiting to be written to one side above which the relay stops reading the other.
 const HIGH_WATER: usize = 1 << 20;
@@ -183,7 +183,7 @@ impl Window {
 }
 
 /// A header block being collected (HEADERS, then CONTINUATION until END_HEADERS).
-struct Block {
+struct PendingHeaderBlock {
     stream: u32,
     /// The HEADERS frame's flags (END_STREAM).
     flags: u8,
@@ -194,7 +194,7 @@ struct Block {
 }
 
 /// A whole header block ([`assemble`]).
-struct Whole<'a> {
+struct HeaderBlock<'a> {
     stream: u32,
     /// The HEADERS frame's flags (END_STREAM).
     flags: u8,
@@ -308,8 +308,8 @@ pub struct Core {
     headers: Fields,
     /// The runtime's header blocks still go to the client as they came.
     b_verbatim: bool,
-    c_block: Option<Block>,
-    b_block: Option<Block>,
+    c_block: Option<PendingHeaderBlock>,
+    b_block: Option<PendingHeaderBlock>,
     /// A client DATA frame waiting for room in the runtime's connection window.
     c_held: Option<(Head, BytesMut)>,
     /// A runtime DATA frame waiting for room in the client's connection window.
@@ -849,7 +849,7 @@ impl Core {
                 frame::rst_stream(&mut self.to_client, id, reason::REFUSED_STREAM);
                 return Ok(());
             }
-            if crate::newer_cri::is_server_stream(&path) {
+            if crate::cri::newer_cri::is_server_stream(&path) {
                 // A stream cannot be taken over whole; the client opens it again on the new
                 // connection.
                 let status = Status::new(Code::UNAVAILABLE, format!("{path}: {gone}"));
@@ -1794,7 +1794,7 @@ async fn call<'a>(
 /// Errors: any other frame while a block is open (the block is interrupted), a CONTINUATION
 /// without a block, padding or priority fields that do not fit the frame, a block over
 /// [`MAX_HEADER_LIST_SIZE`].
-fn assemble<'a>(pending: &mut Option<Block>, head: Head, raw: &'a [u8]) -> Result<Option<Whole<'a>>, Fatal> {
+fn assemble<'a>(pending: &mut Option<PendingHeaderBlock>, head: Head, raw: &'a [u8]) -> Result<Option<HeaderBlock<'a>>, Fatal> {
     let Some(block) = pending else {
         if head.kind != kind::HEADERS {
             return Err(Fatal(reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS"));
@@ -1802,9 +1802,9 @@ fn assemble<'a>(pending: &mut Option<Block>, head: Head, raw: &'a [u8]) -> Resul
         let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
         let fragment = &raw[HEAD_LEN + range.start..HEAD_LEN + range.end];
         if head.has(flag::END_HEADERS) {
-            return Ok(Some(Whole { stream: head.stream, flags: head.flags, raw: Cow::Borrowed(raw), fragment: Cow::Borrowed(fragment) }));
+            return Ok(Some(HeaderBlock { stream: head.stream, flags: head.flags, raw: Cow::Borrowed(raw), fragment: Cow::Borrowed(fragment) }));
         }
-        *pending = Some(Block { stream: head.stream, flags: head.flags, raw: raw.to_vec(), fragment: fragment.to_vec() });
+        *pending = Some(PendingHeaderBlock { stream: head.stream, flags: head.flags, raw: raw.to_vec(), fragment: fragment.to_vec() });
         return Ok(None);
     };
     if head.kind != kind::CONTINUATION || head.stream != block.stream {
@@ -1818,8 +1818,8 @@ fn assemble<'a>(pending: &mut Option<Block>, head: Head, raw: &'a [u8]) -> Resul
     if !head.has(flag::END_HEADERS) {
         return Ok(None);
     }
-    let Block { stream, flags, raw, fragment } = pending.take().expect("checked above");
-    Ok(Some(Whole { stream, flags, raw: Cow::Owned(raw), fragment: Cow::Owned(fragment) }))
+    let PendingHeaderBlock { stream, flags, raw, fragment } = pending.take().expect("checked above");
+    Ok(Some(HeaderBlock { stream, flags, raw: Cow::Owned(raw), fragment: Cow::Owned(fragment) }))
 }
 
 /// The frame at `at` in `input`, and where it ends, when it is there whole.
@@ -1978,7 +1978,7 @@ fn write(socket: &mut Socket, buf: &mut BytesMut, cx: &mut Context<'_>) -> std::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
+    use crate::admin::metrics::Metrics;
 
     fn core() -> Core {
         let runtime = Arc::new(Backend::new("/nonexistent/runtime-proxy-test.sock"));

@@ -3,7 +3,7 @@
 //! from the store or the runtime ([`Call::load`]), the wire edits that carry the hooks' changes
 //! into the request ([`Call::edits`]), sending it on ([`Onward`]: the relay sends the body on the
 //! call's own stream and gives the client the answer unchanged as it comes, see
-//! [`crate::relay`]) and what the store learns ([`Call::commit`]); the sequence (pod lock, skip
+//! [`crate::cri::relay`]) and what the store learns ([`Call::commit`]); the sequence (pod lock, skip
 //! label, stages, post stage) is the flow's, driven by the stage table
 //! ([`crate::hooks::stages::METHODS`]).
 //!
@@ -34,18 +34,18 @@ use http::Request;
 use k8s_cri::v1 as cri;
 use prost::Message;
 
-use crate::backend::Backend;
+use crate::grpc::backend::Backend;
 use crate::grpc::{self, Code, Status};
 use crate::hooks::body::{self, BodyError, Chunks};
 use crate::hooks::flow::{self, BeforeHooks, HookRequest};
 use crate::hooks::stages::{Method, MethodSpec, METHODS};
 use crate::hooks::Hooks;
-use crate::recover;
-use crate::registry::{FailurePolicy, Snapshot};
-use crate::store::{ContainerEntry, Store};
-use crate::unary;
-use crate::view;
-use crate::wire::{self, Edit};
+use crate::cri::recover;
+use crate::hooks::registry::{FailurePolicy, Snapshot};
+use crate::hooks::store::{ContainerEntry, Store};
+use crate::grpc::unary_call;
+use crate::cri::hooked_fields;
+use crate::cri::proto_edit::{self, Edit};
 
 /// Most bytes read (decompressed) of the answers the store learns from: RunPodSandbox's and
 /// CreateContainer's, which carry one ID.
@@ -77,16 +77,16 @@ pub struct Interceptor {
 #[allow(clippy::large_enum_variant)]
 pub enum Call {
     RunPodSandbox {
-        req: view::RunPodSandboxRequest,
+        req: hooked_fields::RunPodSandboxRequest,
         hook: hook::PodSandboxHookRequest,
     },
     /// `hook` is `None` for a pod sandbox nobody knows (see [`container_hook_request`]).
     CreateContainer {
-        req: view::CreateContainerRequest,
+        req: hooked_fields::CreateContainerRequest,
         hook: Option<hook::ContainerResourceHookRequest>,
     },
     UpdateContainerResources {
-        req: view::UpdateContainerResourcesRequest,
+        req: hooked_fields::UpdateContainerResourcesRequest,
         entry: Option<ContainerEntry>,
     },
     /// StartContainer, StopContainer: the stored container, if known.
@@ -108,7 +108,7 @@ pub enum Call {
     /// UpdatePodSandboxResources (CRI v1 only, kubelet 1.33+): what the store learns once the
     /// runtime accepted it.
     UpdatePodSandboxResources {
-        req: crate::newer_cri::UpdatePodSandboxResourcesRequest,
+        req: crate::cri::newer_cri::UpdatePodSandboxResourcesRequest,
     },
 }
 
@@ -123,7 +123,7 @@ impl Interceptor {
     ///
     /// Errors: the status to answer the client with, naming the method: the body's limits (see
     /// [`read_body`]), a hook failure under `Fail`, `onward`'s (`UNAVAILABLE`,
-    /// `DEADLINE_EXCEEDED`, see [`unary::unary`]), `INTERNAL` when hook changes cannot be
+    /// `DEADLINE_EXCEEDED`, see [`unary_call::unary`]), `INTERNAL` when hook changes cannot be
     /// applied to the request.
     pub async fn intercept<'a>(
         &'a self,
@@ -132,7 +132,7 @@ impl Interceptor {
         onward: Onward<'a>,
         parts: http::request::Parts,
         body: RequestBody,
-    ) -> Result<(unary::Answer, Option<impl std::future::Future<Output = ()> + Send + 'static>), Status> {
+    ) -> Result<(unary_call::Answer, Option<impl std::future::Future<Output = ()> + Send + 'static>), Status> {
         let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
         let body = read_body(body, method, &self.hooks.limits).await?;
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
@@ -146,7 +146,7 @@ impl Interceptor {
         };
         // One call per pod at a time. Every hooked method's request starts with its ID (field 1:
         // the pod sandbox ID, or the container ID, whose pod the store knows).
-        let id = wire::string_field(&message, 1).unwrap_or_default();
+        let id = proto_edit::string_field(&message, 1).unwrap_or_default();
         let key = pod_key(spec.method, id, &self.hooks.store);
         let front = CriCall { interceptor: self, spec, method, message: &message, id, deadline };
         let (answer, post) = flow::drive(&self.hooks, spec, &front, key.as_deref(), Outgoing { parts, body, onward }, deadline).await?;
@@ -172,14 +172,14 @@ impl Interceptor {
         let mut call = match Call::decode(spec.method, message.clone()) {
             Ok(call) => Box::new(call),
             Err(e) => {
-                self.undecodable(spec, method, snapshot, &view::target(spec.name, message), &e.to_string())?;
+                self.undecodable(spec, method, snapshot, &hooked_fields::target(spec.name, message), &e.to_string())?;
                 return Ok(None);
             }
         };
         match call.load(&self.hooks.store, &self.runtime).await {
             Ok(()) => Ok(Some(call)),
             Err(why) => {
-                self.undecodable(spec, method, snapshot, &view::target(spec.name, message), &why)?;
+                self.undecodable(spec, method, snapshot, &hooked_fields::target(spec.name, message), &why)?;
                 Ok(None)
             }
         }
@@ -242,7 +242,7 @@ fn pod_key(method: Method, id: &str, store: &Store) -> Option<String> {
 /// How an intercepted call goes on once the pre stage is done: called once with the request
 /// head, the (edited) body and the caller's deadline, it yields the backend's whole answer.
 pub type Onward<'a> = Box<
-    dyn FnOnce(http::request::Parts, Bytes, Option<Instant>) -> Pin<Box<dyn Future<Output = Result<unary::Answer, Status>> + Send + 'a>>
+    dyn FnOnce(http::request::Parts, Bytes, Option<Instant>) -> Pin<Box<dyn Future<Output = Result<unary_call::Answer, Status>> + Send + 'a>>
         + Send
         + 'a,
 >;
@@ -252,7 +252,7 @@ pub fn over_shared<'a>(backend: &'a Backend, method: &'a str) -> Onward<'a> {
     Box::new(move |parts, body, deadline| {
         Box::pin(async move {
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            unary::unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
+            unary_call::unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
         })
     })
 }
@@ -263,13 +263,13 @@ impl Call {
     pub fn decode(method: Method, msg: Bytes) -> Result<Call, prost::DecodeError> {
         Ok(match method {
             Method::RunPodSandbox => {
-                let req = view::RunPodSandboxRequest::decode(msg)?;
+                let req = hooked_fields::RunPodSandboxRequest::decode(msg)?;
                 let hook = pod_hook_request(req.config.as_ref(), &req.runtime_handler);
                 Call::RunPodSandbox { req, hook }
             }
-            Method::CreateContainer => Call::CreateContainer { req: view::CreateContainerRequest::decode(msg)?, hook: None },
+            Method::CreateContainer => Call::CreateContainer { req: hooked_fields::CreateContainerRequest::decode(msg)?, hook: None },
             Method::UpdateContainerResources => {
-                Call::UpdateContainerResources { req: view::UpdateContainerResourcesRequest::decode(msg)?, entry: None }
+                Call::UpdateContainerResources { req: hooked_fields::UpdateContainerResourcesRequest::decode(msg)?, entry: None }
             }
             Method::StartContainer => Call::Container { id: cri::StartContainerRequest::decode(msg)?.container_id, entry: None },
             Method::StopContainer => Call::Container { id: cri::StopContainerRequest::decode(msg)?.container_id, entry: None },
@@ -277,7 +277,7 @@ impl Call {
             Method::RemoveContainer => Call::RemoveContainer { id: cri::RemoveContainerRequest::decode(msg)?.container_id },
             Method::RemovePodSandbox => Call::RemovePodSandbox { id: cri::RemovePodSandboxRequest::decode(msg)?.pod_sandbox_id },
             Method::UpdatePodSandboxResources => {
-                Call::UpdatePodSandboxResources { req: crate::newer_cri::UpdatePodSandboxResourcesRequest::decode(msg)? }
+                Call::UpdatePodSandboxResources { req: crate::cri::newer_cri::UpdatePodSandboxResourcesRequest::decode(msg)? }
             }
         })
     }
@@ -318,7 +318,7 @@ impl Call {
                         if let Some(update) = &req.linux {
                             hook_api::merge::merge_update(resources, &convert::to_hook(update));
                         }
-                        hook_api::merge::merge_map(&mut e.hook.container_annotations, &view::utf8_entries(&req.annotations));
+                        hook_api::merge::merge_map(&mut e.hook.container_annotations, &hooked_fields::utf8_entries(&req.annotations));
                     }
                     None => {
                         tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container unknown to the store and the runtime; hooks skipped")
@@ -375,14 +375,14 @@ impl Call {
     pub fn edits(&self, before: &BeforeHooks) -> Vec<(u32, Edit)> {
         match (self, before) {
             (Call::RunPodSandbox { req, hook }, BeforeHooks::Pod(before)) => {
-                let default = view::PodSandboxConfig::default();
+                let default = hooked_fields::PodSandboxConfig::default();
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
                 if let Some(labels) = changed_map(&config.labels, &before.labels, &hook.labels) {
-                    inner.push((6, replace(view::PodSandboxConfig { labels, ..Default::default() })));
+                    inner.push((6, replace(hooked_fields::PodSandboxConfig { labels, ..Default::default() })));
                 }
                 if let Some(annotations) = changed_map(&config.annotations, &before.annotations, &hook.annotations) {
-                    inner.push((7, replace(view::PodSandboxConfig { annotations, ..Default::default() })));
+                    inner.push((7, replace(hooked_fields::PodSandboxConfig { annotations, ..Default::default() })));
                 }
                 if hook.cgroup_parent != before.cgroup_parent {
                     inner.push(cgroup_parent_edit(&hook.cgroup_parent));
@@ -390,15 +390,15 @@ impl Call {
                 nested(1, inner)
             }
             (Call::CreateContainer { req, hook: Some(hook) }, BeforeHooks::Container(before)) => {
-                let default = view::ContainerConfig::default();
+                let default = hooked_fields::ContainerConfig::default();
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
                 if let Some(annotations) = changed_map(&config.annotations, &before.container_annotations, &hook.container_annotations) {
-                    inner.push((10, replace(view::ContainerConfig { annotations, ..Default::default() })));
+                    inner.push((10, replace(hooked_fields::ContainerConfig { annotations, ..Default::default() })));
                 }
                 let envs = merged_envs(&config.envs, &changed_entries(&before.container_envs, &hook.container_envs));
                 if envs != config.envs {
-                    inner.push((6, replace(view::ContainerConfig { envs, ..Default::default() })));
+                    inner.push((6, replace(hooked_fields::ContainerConfig { envs, ..Default::default() })));
                 }
                 let default = cri::LinuxContainerResources::default();
                 let current = config.linux.as_ref().and_then(|l| l.resources.as_ref()).unwrap_or(&default);
@@ -417,7 +417,7 @@ impl Call {
                 let current = req.linux.as_ref().unwrap_or(&default);
                 let mut edits = nested(2, resource_edits(current, &before.container_resources, &e.hook.container_resources));
                 if let Some(annotations) = changed_map(&req.annotations, &before.container_annotations, &e.hook.container_annotations) {
-                    edits.push((4, replace(view::UpdateContainerResourcesRequest { annotations, ..Default::default() })));
+                    edits.push((4, replace(hooked_fields::UpdateContainerResourcesRequest { annotations, ..Default::default() })));
                 }
                 edits
             }
@@ -427,7 +427,7 @@ impl Call {
 
     /// Records what a successful call taught the store; `post`: a post stage follows, which
     /// needs the call's hook request still (else it moves into the store).
-    fn commit(&mut self, answer: &unary::Answer, store: &Store, post: bool) {
+    fn commit(&mut self, answer: &unary_call::Answer, store: &Store, post: bool) {
         match self {
             Call::RunPodSandbox { hook, .. } => match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
                 Ok(Some(Ok(resp))) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),
@@ -461,8 +461,8 @@ impl Call {
 
 /// The PreRunPodSandbox request (koordinator.md §3.2), plus the pod's attempt, overhead and
 /// resources, which koord leaves empty. Label and annotation values that are not UTF-8 are left
-/// out: the hook protocol cannot carry them ([`view`]); they go on to the runtime unchanged.
-pub fn pod_hook_request(config: Option<&view::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
+/// out: the hook protocol cannot carry them ([`hooked_fields`]); they go on to the runtime unchanged.
+pub fn pod_hook_request(config: Option<&hooked_fields::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
     let Some(config) = config else {
         return hook::PodSandboxHookRequest {
             runtime_handler: runtime_handler.to_owned(),
@@ -480,8 +480,8 @@ pub fn pod_hook_request(config: Option<&view::PodSandboxConfig>, runtime_handler
             attempt: meta.map(|m| m.attempt).unwrap_or_default(),
         }),
         runtime_handler: runtime_handler.to_owned(),
-        labels: view::utf8_entries(&config.labels),
-        annotations: view::utf8_entries(&config.annotations),
+        labels: hooked_fields::utf8_entries(&config.labels),
+        annotations: hooked_fields::utf8_entries(&config.annotations),
         cgroup_parent: linux.map(|l| l.cgroup_parent.clone()).unwrap_or_default(),
         overhead: linux.and_then(|l| l.overhead.as_ref()).map(convert::to_hook),
         resources: linux.and_then(|l| l.resources.as_ref()).map(convert::to_hook),
@@ -497,7 +497,7 @@ pub fn pod_hook_request(config: Option<&view::PodSandboxConfig>, runtime_handler
 ///
 /// Errors: the request's `sandbox_config`, needed and not decodable.
 pub fn container_hook_request(
-    req: &view::CreateContainerRequest,
+    req: &hooked_fields::CreateContainerRequest,
     store: &Store,
 ) -> Result<Option<hook::ContainerResourceHookRequest>, prost::DecodeError> {
     let pod = match store.pod(&req.pod_sandbox_id) {
@@ -517,7 +517,7 @@ pub fn container_hook_request(
             attempt: meta.map(|m| m.attempt).unwrap_or_default(),
             id: String::new(),
         }),
-        container_annotations: config.map(|c| view::utf8_entries(&c.annotations)).unwrap_or_default(),
+        container_annotations: config.map(|c| hooked_fields::utf8_entries(&c.annotations)).unwrap_or_default(),
         container_resources: Some(resources.map(convert::to_hook).unwrap_or_default()),
         pod_resources: pod.resources,
         pod_annotations: pod.annotations,
@@ -529,7 +529,7 @@ pub fn container_hook_request(
 
 /// The container's envs as the hook protocol carries them: by name, the last of a name winning
 /// (as in the container), left out when that value is not UTF-8.
-fn utf8_envs(envs: &[view::KeyValue]) -> HashMap<String, String> {
+fn utf8_envs(envs: &[hooked_fields::KeyValue]) -> HashMap<String, String> {
     let last: HashMap<&str, &[u8]> = envs.iter().map(|kv| (kv.key.as_str(), kv.value.as_slice())).collect();
     last.into_iter().filter_map(|(k, v)| Some((k.to_owned(), std::str::from_utf8(v).ok()?.to_owned()))).collect()
 }
@@ -537,17 +537,17 @@ fn utf8_envs(envs: &[view::KeyValue]) -> HashMap<String, String> {
 /// The container's envs after the hooks: existing entries keep their order (their value
 /// updated where a hook set it; every other value, text or not, byte for byte), new ones follow
 /// sorted by name — a stable order, unlike koord's map order.
-pub(crate) fn merged_envs(envs: &[view::KeyValue], hooked: &HashMap<String, String>) -> Vec<view::KeyValue> {
-    let mut out: Vec<view::KeyValue> = envs
+pub(crate) fn merged_envs(envs: &[hooked_fields::KeyValue], hooked: &HashMap<String, String>) -> Vec<hooked_fields::KeyValue> {
+    let mut out: Vec<hooked_fields::KeyValue> = envs
         .iter()
         .map(|kv| match hooked.get(&kv.key) {
-            Some(v) => view::KeyValue::text(&kv.key, v),
+            Some(v) => hooked_fields::KeyValue::text(&kv.key, v),
             None => kv.clone(),
         })
         .collect();
     let mut added: Vec<_> = hooked.iter().filter(|(k, _)| !envs.iter().any(|kv| &kv.key == *k)).collect();
     added.sort();
-    out.extend(added.into_iter().map(|(k, v)| view::KeyValue::text(k, v)));
+    out.extend(added.into_iter().map(|(k, v)| hooked_fields::KeyValue::text(k, v)));
     out
 }
 
@@ -592,7 +592,7 @@ pub(crate) fn changed_entries(before: &HashMap<String, String>, after: &HashMap<
 /// `current` (the request's map, values as bytes) with the hooks' changes to it (`before` →
 /// `after`) merged in as koord merges maps (the hooks' entries added or replaced, nothing
 /// removed); every other value, text or not, byte for byte. `None` when that changes nothing.
-fn changed_map(current: &view::Text, before: &HashMap<String, String>, after: &HashMap<String, String>) -> Option<view::Text> {
+fn changed_map(current: &hooked_fields::Text, before: &HashMap<String, String>, after: &HashMap<String, String>) -> Option<hooked_fields::Text> {
     let mut merged = current.clone();
     for (k, v) in changed_entries(before, after) {
         merged.insert(k, v.into_bytes());
@@ -635,7 +635,7 @@ impl Chunks for RequestBody {
 ///
 /// Errors: `RESOURCE_EXHAUSTED` for a larger body, `DEADLINE_EXCEEDED` for a stalled one,
 /// the front end's status when the client's stream breaks; each names the method (and the flag).
-pub async fn read_body(mut body: RequestBody, method: &str, limits: &crate::limits::Limits) -> Result<Bytes, Status> {
+pub async fn read_body(mut body: RequestBody, method: &str, limits: &crate::hooks::limits::Limits) -> Result<Bytes, Status> {
     body::read_whole(&mut body, limits.max_request_bytes + 5, limits.request_idle_timeout).await.map_err(|e| match e {
         BodyError::Stalled(idle) => {
             Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: request body stalled for {idle:?} (--request-idle-timeout)"))
@@ -676,7 +676,7 @@ struct CriCall<'a, 'b> {
 impl<'a, 'b> flow::Front for CriCall<'a, 'b> {
     type Call = Call;
     type Request = Outgoing<'a>;
-    type Answer = unary::Answer;
+    type Answer = unary_call::Answer;
     type Error = Status;
 
     fn name(&self) -> &str {
@@ -696,13 +696,13 @@ impl<'a, 'b> flow::Front for CriCall<'a, 'b> {
         if edits.is_empty() {
             return Ok(request);
         }
-        match wire::apply(self.message, &edits) {
+        match proto_edit::apply(self.message, &edits) {
             Ok(edited) => Ok(Outgoing { body: grpc::reframe(&edited, &request.body, request.parts.headers.get("grpc-encoding")), ..request }),
             Err(e) => Err(Status::new(Code::INTERNAL, format!("{}: cannot apply hook changes to the request: {e}", self.method))),
         }
     }
 
-    fn send(&self, request: Outgoing<'a>) -> impl Future<Output = Result<unary::Answer, Status>> + Send {
+    fn send(&self, request: Outgoing<'a>) -> impl Future<Output = Result<unary_call::Answer, Status>> + Send {
         // What is left of the caller's deadline goes on with the call.
         let Outgoing { mut parts, body, onward } = request;
         if let Some(d) = self.deadline {
@@ -711,11 +711,11 @@ impl<'a, 'b> flow::Front for CriCall<'a, 'b> {
         onward(parts, body, self.deadline)
     }
 
-    fn succeeded(&self, answer: &unary::Answer) -> bool {
+    fn succeeded(&self, answer: &unary_call::Answer) -> bool {
         answer.status().code == Code::OK
     }
 
-    fn commit(&self, call: &mut Call, answer: &unary::Answer, store: &Store, post: bool) {
+    fn commit(&self, call: &mut Call, answer: &unary_call::Answer, store: &Store, post: bool) {
         call.commit(answer, store, post)
     }
 

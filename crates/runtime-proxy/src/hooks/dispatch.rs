@@ -8,7 +8,7 @@
 //! and the cause; under `Ignore` it is logged and the next server sees the request unchanged.
 //! A timeout never ejects a server: the next call tries it again, on a new connection (the
 //! timed-out one is let go once the calls still on it end, and closed at the latest
-//! [`CLOSE_GRACE`](crate::backend::CLOSE_GRACE) later), so that a connection the server stopped
+//! [`CLOSE_GRACE`](crate::grpc::backend::CLOSE_GRACE) later), so that a connection the server stopped
 //! reading (a frozen process whose socket buffer is full) cannot keep accumulating what
 //! cancelled calls left queued on it.
 //!
@@ -30,13 +30,13 @@ use http::header::{CONTENT_TYPE, TE, USER_AGENT};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderValue, Method, Request, Uri};
 
-use crate::backend::Backend;
+use crate::grpc::backend::Backend;
 use crate::grpc::{self, Code, Status};
-use crate::limits::HookLimits;
-use crate::metrics::{HookResult, Metrics};
-use crate::registry::{FailurePolicy, HookServer, Snapshot, Stage};
-use crate::status::HookHealth;
-use crate::unary::{self, Answer};
+use crate::hooks::limits::HookLimits;
+use crate::admin::metrics::{HookResult, Metrics};
+use crate::hooks::registry::{FailurePolicy, HookServer, Snapshot, Stage};
+use crate::admin::status::HookHealth;
+use crate::grpc::unary_call::{self, Answer};
 
 /// A hook request type (pod-level or container-level) with its answer type and merge rule.
 pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static {
@@ -211,7 +211,7 @@ impl Dispatcher {
         }
         let (serial, backend) = self.channel(server);
         let rpc = stage.rpc_path().rsplit('/').next().unwrap_or_default();
-        let call = unary::exchange(&backend, head(stage, budget), framed(req), rpc, self.limits.max_answer_bytes);
+        let call = unary_call::exchange(&backend, head(stage, budget), framed(req), rpc, self.limits.max_answer_bytes);
         let started = Instant::now();
         // On timeout the call's streams are dropped here (reset), before the channel is let go.
         let outcome = tokio::time::timeout(budget, call).await;

@@ -38,7 +38,7 @@ use tokio::net::UnixStream;
 use tokio::sync::watch;
 
 use crate::cli::{Args, BackendRuntimeMode};
-use crate::metrics::Metrics;
+use crate::admin::metrics::Metrics;
 
 /// Time from the start of one check of an endpoint to the start of the next: 500 ms.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
