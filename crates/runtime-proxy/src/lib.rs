@@ -96,7 +96,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
     let store = shared.hooks.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
-    notify_systemd(hook_api::sd_notify::READY);
+    notify_systemd(daemon_support::sd_notify::READY);
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout, args.max_concurrent_streams.max(1)).await
 }
 
@@ -116,7 +116,7 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Opt
     );
     let store = shared.hooks.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(docker::recover::keep_store(args.runtime_endpoint.clone(), store)));
-    notify_systemd(hook_api::sd_notify::READY);
+    notify_systemd(daemon_support::sd_notify::READY);
     docker::serve(listener, &args.listen, front, shutdown, args.drain_timeout).await
 }
 
@@ -236,15 +236,7 @@ pub fn same_socket(a: &Path, b: &Path) -> bool {
     resolved(a) == resolved(b)
 }
 
-/// Tells systemd `state` (`READY=1` once the socket is bound and served, `STOPPING=1`) when
-/// started by a `Type=notify` unit; a failure is logged, never fatal.
-pub fn notify_systemd(state: &str) {
-    match hook_api::sd_notify::notify(state) {
-        Ok(true) => tracing::debug!(state, "notified systemd"),
-        Ok(false) => {}
-        Err(e) => tracing::warn!(state, error = %e, "could not notify systemd (NOTIFY_SOCKET)"),
-    }
-}
+pub use daemon_support::sd_notify::notify_systemd;
 
 /// Aborts a background task when dropped (the admin endpoint and recovery end with [`run`]).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -143,7 +143,7 @@ pub const ROUTES: [RouteSpec; 5] = [
     },
 ];
 
-/// Handles one intercepted call (`backend`: dockerd's socket) to its answer; its post stage, if
+/// Handles one intercepted call (`upstream`: its connection to dockerd) to its answer; its post stage, if
 /// any, is spawned to run after it, holding the pod's turn until it is done.
 pub async fn handle(hooks: &Arc<Hooks>, route: Route, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
     let spec = route.spec();

@@ -47,6 +47,17 @@ pub fn notify_to(addr: &[u8], state: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Tells systemd `state` ([`READY`] once the socket is bound and served, [`STOPPING`]) when
+/// started by a `Type=notify` unit; a failure is logged (WARN), never fatal. Both binaries use
+/// it (`runtime_proxy::notify_systemd`, `runtime_hooks::notify_systemd`).
+pub fn notify_systemd(state: &str) {
+    match notify(state) {
+        Ok(true) => tracing::debug!(state, "notified systemd"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(state, error = %e, "could not notify systemd (NOTIFY_SOCKET)"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
