@@ -16,11 +16,11 @@ use hook_api::v1alpha1 as hook;
 use k8s_cri::v1 as cri;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
+use runtime_proxy::cri::intercept::{container_hook_request, Call};
+use runtime_proxy::cri::proto_edit;
 use runtime_proxy::hooks::flow::BeforeHooks;
 use runtime_proxy::hooks::stages::Method;
-use runtime_proxy::cri::intercept::{container_hook_request, Call};
 use runtime_proxy::hooks::store::Store;
-use runtime_proxy::cri::proto_edit;
 use runtime_proxy_fuzz::{edit_checked, normalize_create, normalize_run, split2};
 
 /// Applies the edits to the request bytes and to valid encodings of the decoded request (see

@@ -19,11 +19,11 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
+use runtime_proxy::cri::intercept::{container_hook_request, Call};
+use runtime_proxy::cri::{hooked_fields, proto_edit};
 use runtime_proxy::hooks::flow::BeforeHooks;
 use runtime_proxy::hooks::stages::Method;
-use runtime_proxy::cri::intercept::{container_hook_request, Call};
 use runtime_proxy::hooks::store::Store;
-use runtime_proxy::cri::{hooked_fields, proto_edit};
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct RawKv {

@@ -40,19 +40,19 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use daemon_support::signals::Reloads;
 
-use crate::grpc::backend::Backend;
-use crate::cli::{Args, BackendRuntimeMode};
-use crate::hooks::dispatch::Dispatcher;
 use crate::admin::health::Health;
-use crate::hooks::Hooks;
-use crate::cri::intercept::Interceptor;
 use crate::admin::metrics::{Admin, Metrics};
-use crate::hooks::registry::Registry;
-use crate::cri::router::Router;
-use crate::hooks::store::Store;
 use crate::admin::{debug, metrics, status};
+use crate::cli::{Args, BackendRuntimeMode};
+use crate::cri::intercept::Interceptor;
+use crate::cri::router::Router;
 use crate::cri::{recover, server};
+use crate::grpc::backend::Backend;
+use crate::hooks::dispatch::Dispatcher;
 use crate::hooks::registry;
+use crate::hooks::registry::Registry;
+use crate::hooks::store::Store;
+use crate::hooks::Hooks;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains. Each item of
 /// `reloads` (SIGHUP) rescans the hook config directory and sets its watch up anew

@@ -702,7 +702,8 @@ async fn a_second_call_for_the_pod_waits_for_the_post_stage() {
             ..Default::default()
         })
     });
-    let hook = TestHook::start_with_delay(echo_container, Arc::new(|_, _| Ok(PodSandboxHookResponse::default())), Duration::from_secs(1)).await;
+    let hook =
+        TestHook::start_with_delay(echo_container, Arc::new(|_, _| Ok(PodSandboxHookResponse::default())), Duration::from_secs(1)).await;
     let stages = ["PreStartContainer", "PostStartContainer", "PreUpdateContainerResources"];
     s.register("slow.json", hook.socket(), "Ignore", &stages);
     let mut pod = s.pod(&[("app", "web")], &[]);

@@ -40,8 +40,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::grpc::Code;
 use crate::admin::health::Health;
+use crate::grpc::Code;
 use crate::hooks::registry::Registry as HookRegistry;
 use crate::hooks::store::Store;
 

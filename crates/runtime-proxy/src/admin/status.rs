@@ -24,9 +24,9 @@ use arc_swap::ArcSwap;
 use daemon_support::status::{ago, problem_lists, rfc3339, show_duration, str_of, table, unix_ms};
 use serde_json::{json, Value};
 
-use crate::cli::BackendRuntimeMode;
 use crate::admin::health::Verdict;
 use crate::admin::metrics::Admin;
+use crate::cli::BackendRuntimeMode;
 use crate::hooks::registry::{FailurePolicy, HookServer, Stage};
 
 /// What one hook server's calls have looked like lately.

@@ -262,7 +262,9 @@ pub fn target(name: &str, message: &[u8]) -> String {
                 let name = t.config.and_then(|c| c.metadata).map(|m| m.name).unwrap_or_default();
                 format!("container {name:?} of pod sandbox {}", t.pod_sandbox_id)
             }
-            Err(_) => crate::cri::proto_edit::string_field(message, 1).map(|id| format!("a container of pod sandbox {id}")).unwrap_or_default(),
+            Err(_) => {
+                crate::cri::proto_edit::string_field(message, 1).map(|id| format!("a container of pod sandbox {id}")).unwrap_or_default()
+            }
         },
         _ => match crate::cri::proto_edit::string_field(message, 1) {
             Some(id) if name.contains("PodSandbox") => format!("pod sandbox {id}"),

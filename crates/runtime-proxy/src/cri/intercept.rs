@@ -34,18 +34,18 @@ use http::Request;
 use k8s_cri::v1 as cri;
 use prost::Message;
 
+use crate::cri::hooked_fields;
+use crate::cri::proto_edit::{self, Edit};
+use crate::cri::recover;
 use crate::grpc::backend::Backend;
+use crate::grpc::unary_call;
 use crate::grpc::{self, Code, Status};
 use crate::hooks::body::{self, BodyError, Chunks};
 use crate::hooks::flow::{self, BeforeHooks, HookRequest};
-use crate::hooks::stages::{Method, MethodSpec, METHODS};
-use crate::hooks::Hooks;
-use crate::cri::recover;
 use crate::hooks::registry::{FailurePolicy, Snapshot};
+use crate::hooks::stages::{Method, MethodSpec, METHODS};
 use crate::hooks::store::{ContainerEntry, Store};
-use crate::grpc::unary_call;
-use crate::cri::hooked_fields;
-use crate::cri::proto_edit::{self, Edit};
+use crate::hooks::Hooks;
 
 /// Most bytes read (decompressed) of the answers the store learns from: RunPodSandbox's and
 /// CreateContainer's, which carry one ID.
@@ -242,7 +242,11 @@ fn pod_key(method: Method, id: &str, store: &Store) -> Option<String> {
 /// How an intercepted call goes on once the pre stage is done: called once with the request
 /// head, the (edited) body and the caller's deadline, it yields the backend's whole answer.
 pub type Onward<'a> = Box<
-    dyn FnOnce(http::request::Parts, Bytes, Option<Instant>) -> Pin<Box<dyn Future<Output = Result<unary_call::Answer, Status>> + Send + 'a>>
+    dyn FnOnce(
+            http::request::Parts,
+            Bytes,
+            Option<Instant>,
+        ) -> Pin<Box<dyn Future<Output = Result<unary_call::Answer, Status>> + Send + 'a>>
         + Send
         + 'a,
 >;
@@ -592,7 +596,11 @@ pub(crate) fn changed_entries(before: &HashMap<String, String>, after: &HashMap<
 /// `current` (the request's map, values as bytes) with the hooks' changes to it (`before` →
 /// `after`) merged in as koord merges maps (the hooks' entries added or replaced, nothing
 /// removed); every other value, text or not, byte for byte. `None` when that changes nothing.
-fn changed_map(current: &hooked_fields::Text, before: &HashMap<String, String>, after: &HashMap<String, String>) -> Option<hooked_fields::Text> {
+fn changed_map(
+    current: &hooked_fields::Text,
+    before: &HashMap<String, String>,
+    after: &HashMap<String, String>,
+) -> Option<hooked_fields::Text> {
     let mut merged = current.clone();
     for (k, v) in changed_entries(before, after) {
         merged.insert(k, v.into_bytes());
@@ -697,7 +705,9 @@ impl<'a, 'b> flow::Front for CriCall<'a, 'b> {
             return Ok(request);
         }
         match proto_edit::apply(self.message, &edits) {
-            Ok(edited) => Ok(Outgoing { body: grpc::reframe(&edited, &request.body, request.parts.headers.get("grpc-encoding")), ..request }),
+            Ok(edited) => {
+                Ok(Outgoing { body: grpc::reframe(&edited, &request.body, request.parts.headers.get("grpc-encoding")), ..request })
+            }
             Err(e) => Err(Status::new(Code::INTERNAL, format!("{}: cannot apply hook changes to the request: {e}", self.method))),
         }
     }

@@ -103,8 +103,8 @@ use tokio::task::JoinSet;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::hooks::store::{sweep, ContainerEntry, Store, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
 use crate::cri::hooked_fields;
+use crate::hooks::store::{sweep, ContainerEntry, Store, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
 
 /// Status calls in flight at once.
 pub const CONCURRENCY: usize = 16;
@@ -283,7 +283,6 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
     report.elapsed = start.elapsed();
     Ok(report)
 }
-
 
 /// The store's keeper, for the proxy's lifetime: rebuilds the store from the runtime behind
 /// `channel` at start-up (retrying with backoff, [`RETRY_FIRST`] doubling to [`RETRY_MAX`],

@@ -33,4 +33,3 @@ pub async fn serve(
     .await;
     Ok(())
 }
-

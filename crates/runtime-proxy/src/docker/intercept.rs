@@ -38,10 +38,10 @@ use super::relay::{self, Body, Upstream};
 use crate::grpc::{Code, Status};
 use crate::hooks::body::{self, BodyError, Chunks};
 use crate::hooks::flow::{self, BeforeHooks, HookRequest};
-use crate::hooks::stages::{self, Method as CriMethod};
-use crate::hooks::Hooks;
 use crate::hooks::registry::Snapshot;
+use crate::hooks::stages::{self, Method as CriMethod};
 use crate::hooks::store::{ContainerEntry, Store};
+use crate::hooks::Hooks;
 
 /// An intercepted Docker call (the `{id}` as the client wrote it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +158,14 @@ pub async fn handle(hooks: &Arc<Hooks>, route: Route, upstream: &mut Upstream, r
             };
             let Some(method) = method else { return relay::forward(upstream, req).await };
             let key = object.sandbox_id().to_owned();
-            let call = DockerCall { method, backend: upstream.path().to_owned(), object: Some(object), create: None, update: None, _out: PhantomData };
+            let call = DockerCall {
+                method,
+                backend: upstream.path().to_owned(),
+                object: Some(object),
+                create: None,
+                update: None,
+                _out: PhantomData,
+            };
             drive(hooks, &call, Some(&key), Outgoing { upstream, body: OutBody::Streamed(req) }).await
         }
     }
@@ -191,7 +198,14 @@ async fn create(hooks: &Arc<Hooks>, spec: &RouteSpec, upstream: &mut Upstream, r
         (spec.container, Some(labels.get(model::SANDBOX_ID_LABEL).cloned().unwrap_or_default()))
     };
     let Some(method) = method else { return forward_bytes(upstream, parts, bytes).await };
-    let call = DockerCall { method, backend: upstream.path().to_owned(), object: None, create: Some((kube, json.clone())), update: None, _out: PhantomData };
+    let call = DockerCall {
+        method,
+        backend: upstream.path().to_owned(),
+        object: None,
+        create: Some((kube, json.clone())),
+        update: None,
+        _out: PhantomData,
+    };
     let body = OutBody::Read { parts, bytes, json };
     drive(hooks, &call, key.as_deref(), Outgoing { upstream, body }).await
 }
@@ -382,7 +396,8 @@ impl<'u> flow::Front for DockerCall<'u> {
     fn succeeded(&self, answer: &DockerAnswer) -> bool {
         let status = answer.response.status();
         // Stop: 204 stopped, 304 already stopped; either way the post stage is due.
-        status.is_success() || (matches!(self.method, CriMethod::StopContainer | CriMethod::StopPodSandbox) && status == StatusCode::NOT_MODIFIED)
+        status.is_success()
+            || (matches!(self.method, CriMethod::StopContainer | CriMethod::StopPodSandbox) && status == StatusCode::NOT_MODIFIED)
     }
 
     fn commit(&self, call: &mut Loaded, answer: &DockerAnswer, store: &Store, post: bool) {

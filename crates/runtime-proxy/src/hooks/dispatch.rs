@@ -30,13 +30,13 @@ use http::header::{CONTENT_TYPE, TE, USER_AGENT};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderValue, Method, Request, Uri};
 
+use crate::admin::metrics::{HookResult, Metrics};
+use crate::admin::status::HookHealth;
 use crate::grpc::backend::Backend;
+use crate::grpc::unary_call::{self, Answer};
 use crate::grpc::{self, Code, Status};
 use crate::hooks::limits::HookLimits;
-use crate::admin::metrics::{HookResult, Metrics};
 use crate::hooks::registry::{FailurePolicy, HookServer, Snapshot, Stage};
-use crate::admin::status::HookHealth;
-use crate::grpc::unary_call::{self, Answer};
 
 /// A hook request type (pod-level or container-level) with its answer type and merge rule.
 pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static {

@@ -37,9 +37,9 @@ use std::sync::Arc;
 
 use hook_api::v1alpha1 as hook;
 
+use crate::admin::metrics::Metrics;
 use crate::hooks::dispatch::Dispatcher;
 use crate::hooks::limits::Limits;
-use crate::admin::metrics::Metrics;
 use crate::hooks::registry::Registry;
 use crate::hooks::skip_label::SkipLabel;
 use crate::hooks::store::{PodLocks, Store};

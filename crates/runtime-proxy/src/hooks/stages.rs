@@ -58,7 +58,6 @@ pub const METHODS: [MethodSpec; 9] = [
     MethodSpec { method: Method::UpdatePodSandboxResources, name: "UpdatePodSandboxResources", pre: None, post: None },
 ];
 
-
 /// The row of `method` (every method has one).
 pub fn row(method: Method) -> &'static MethodSpec {
     // METHODS lists every variant once, in declaration order, which the `rows_in_order` test checks.

@@ -40,7 +40,12 @@ pub(super) fn assemble<'a>(pending: &mut Option<PendingHeaderBlock>, head: Head,
         let range = frame::unpadded(&head, &raw[HEAD_LEN..]).ok_or(Fatal(reason::PROTOCOL_ERROR, "bad padding"))?;
         let fragment = &raw[HEAD_LEN + range.start..HEAD_LEN + range.end];
         if head.has(flag::END_HEADERS) {
-            return Ok(Some(HeaderBlock { stream: head.stream, flags: head.flags, raw: Cow::Borrowed(raw), fragment: Cow::Borrowed(fragment) }));
+            return Ok(Some(HeaderBlock {
+                stream: head.stream,
+                flags: head.flags,
+                raw: Cow::Borrowed(raw),
+                fragment: Cow::Borrowed(fragment),
+            }));
         }
         *pending = Some(PendingHeaderBlock { stream: head.stream, flags: head.flags, raw: raw.to_vec(), fragment: fragment.to_vec() });
         return Ok(None);

@@ -98,14 +98,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Sleep;
 use tokio_util::task::TaskTracker;
 
-use crate::grpc::backend::{Backend, MAX_HEADER_LIST_SIZE};
 use crate::cri::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
-use crate::grpc::{self, Code, Status};
 use crate::cri::hpack::{self, Fields};
 use crate::cri::intercept::{self, Onward, RequestBody};
 use crate::cri::router::{self, Route, Router};
 use crate::cri::uds::Socket;
+use crate::grpc::backend::{Backend, MAX_HEADER_LIST_SIZE};
 use crate::grpc::unary_call::Answer;
+use crate::grpc::{self, Code, Status};
 /// Bytes waiting to be written to one side above which the relay stops reading the other.
 const HIGH_WATER: usize = 1 << 20;
 
@@ -307,8 +307,8 @@ impl Relay {
             // With a frame held, reading goes on up to HIGH_WATER and one whole frame more (see
             // `window_updates_ahead`).
             let c_room = self.core.client.held.is_none() || self.core.client.input.len() < HIGH_WATER + self.core.backend.max_frame;
-            let b_room =
-                self.core.backend.held.is_none() || self.core.backend.input.len() < HIGH_WATER + self.core.client.max_frame.max(frame::DEFAULT_MAX_FRAME);
+            let b_room = self.core.backend.held.is_none()
+                || self.core.backend.input.len() < HIGH_WATER + self.core.client.max_frame.max(frame::DEFAULT_MAX_FRAME);
             if c_room && room && !client_waits {
                 match read(&mut self.client, &mut self.core.client.input, cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {

@@ -9,7 +9,6 @@ use std::time::Duration;
 use hook_api::MAX_SOCKET_PATH;
 use serde_json::{Map, Value};
 
-
 /// Default per-call timeout of a hook server without `timeout-ms`: 2 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest accepted `timeout-ms`: 5 min (300 000 ms).
@@ -436,21 +435,16 @@ pub fn display_name(name: &std::ffi::OsStr) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hooks::registry::test_util::*;
-    
-    
+
     use std::path::Path;
-    
-    use std::time::Duration;
+
     use serde_json::{Map, Value};
-    
-    
-    
-    
+    use std::time::Duration;
+
     use proptest::prelude::*;
 
     // ---- parse ----
@@ -771,5 +765,4 @@ mod tests {
             check_invariants(Path::new("/d/fuzz.json"), serde_json::to_string(&top).unwrap().as_bytes());
         }
     }
-
 }

@@ -365,7 +365,6 @@ impl Registry {
         self.current.store(Arc::new(snapshot));
         self.generation.send_replace(st.generation);
     }
-
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -493,23 +492,18 @@ fn load(path: &Path, strict: bool, reserved: &[(PathBuf, String)]) -> Loaded {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hooks::registry::test_util::*;
-    
+
     use std::collections::BTreeMap;
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
-    
-    
-    
-use std::fs;
-    
+
+    use std::fs;
+
     use std::os::unix::fs::symlink;
-    
-    
 
     #[test]
     fn missing_dir_is_created_0755() {
@@ -851,5 +845,4 @@ use std::fs;
         let (_, shared) = Snapshot::new(snap.servers().to_vec(), Vec::new(), 0);
         assert_eq!(shared, [(PathBuf::from("/same.sock"), vec!["a.json".to_string(), "b.json".to_string()])]);
     }
-
 }

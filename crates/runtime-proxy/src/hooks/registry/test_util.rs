@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
-
 /// koordlet's file as `proxyserver.Register()` writes it (Go `json.Marshal` of
 /// `RuntimeHookConfig`), with the manifest's double slash and stages in random order.
 pub(super) const KOORDLET_JSON: &str = r#"{"remote-endpoint":"/var/run/koordlet//koordlet.sock","failure-policy":"Ignore","runtime-hooks":["PreUpdateContainerResources","PreRunPodSandbox","PreRemoveRunPodSandbox","PreCreateContainer","PreStartContainer","PostStopPodSandbox"]}"#;
@@ -36,4 +35,3 @@ pub(super) fn names(snap: &Snapshot) -> Vec<&str> {
 pub(super) fn endpoint_of(snap: &Snapshot, name: &str) -> Option<PathBuf> {
     snap.get(name).map(|s| s.endpoint.clone())
 }
-

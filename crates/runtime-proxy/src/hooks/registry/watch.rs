@@ -44,7 +44,6 @@ impl Registry {
     }
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Watcher
 // ---------------------------------------------------------------------------------------------
@@ -231,23 +230,20 @@ async fn watch_loop(reg: Arc<Registry>, mut dir_watch: DirWatch, signal: Arc<Sig
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hooks::registry::test_util::*;
     use crate::hooks::registry::*;
-    
+
     use std::path::Path;
     use std::sync::Arc;
     use std::time::Duration;
-    
-    use tokio::sync::watch;
-use std::fs;
+
+    use std::fs;
     use std::io::Write as _;
     use std::os::unix::fs::symlink;
-    
-    
+    use tokio::sync::watch;
 
     // ---- the watcher, with real files and inotify ----
 
