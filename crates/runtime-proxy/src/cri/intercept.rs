@@ -1,9 +1,9 @@
 //! CRI mode's interceptor: the CRI front end of the one hook flow ([`crate::hooks::flow`]).
 //! It supplies what only CRI knows — decoding the protobuf request ([`Call::decode`]), loading
-//! from the store or the runtime ([`Call::load`]), the wire edits that carry the hooks' changes
+//! from the store or the runtime (`Call::load`), the wire edits that carry the hooks' changes
 //! into the request ([`Call::edits`]), sending it on ([`Onward`]: the relay sends the body on the
 //! call's own stream and gives the client the answer unchanged as it comes, see
-//! [`crate::cri::relay`]) and what the store learns ([`Call::commit`]); the sequence (pod lock, skip
+//! [`crate::cri::relay`]) and what the store learns (`Call::commit`); the sequence (pod lock, skip
 //! label, stages, post stage) is the flow's, driven by the stage table
 //! ([`crate::hooks::stages::METHODS`]).
 //!

@@ -109,7 +109,7 @@ impl Store {
     }
 
     /// The IDs of every (pod sandbox, container) known, in no particular order: for
-    /// [`crate::cri::recover::sweep`], which drops entries the runtime no longer has.
+    /// [`sweep`], which drops entries the runtime no longer has.
     pub fn ids(&self) -> (Vec<String>, Vec<String>) {
         (
             self.pods.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect(),

@@ -77,6 +77,8 @@ mod take_over;
 #[cfg(test)]
 mod tests;
 
+pub use flow_control::CREDIT_BATCH;
+
 use flow_control::*;
 use header_block::*;
 use shutdown::*;

@@ -86,7 +86,7 @@
 //!
 //! # Parts
 //!
-//! * [`parse`] — one registration file: its keys, values and errors.
+//! * [`parse`](mod@parse) — one registration file: its keys, values and errors.
 //! * [`snapshot`] — the directory scanned into immutable snapshots ([`Registry::rescan`]).
 //! * [`watch`] — inotify and the periodic rescan ([`Registry::spawn_watcher_with`]).
 

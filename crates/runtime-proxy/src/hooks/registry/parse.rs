@@ -141,7 +141,7 @@ impl HookServer {
 }
 
 /// Why a config file is rejected. The `Display` text is the reason logged and shown by
-/// [`Snapshot::rejected`].
+/// [`Snapshot::rejected`](super::Snapshot::rejected).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// The file is empty or only whitespace (for koordlet's files: caught mid-rewrite).
@@ -192,7 +192,7 @@ pub enum ConfigError {
         reason: &'static str,
     },
     /// `remote-endpoint` is one of the sockets no hook server may be: the proxy's own or the
-    /// runtime's (see [`Registry::open_reserving`]). Never returned by [`parse`].
+    /// runtime's (see [`Registry::open_reserving`](super::Registry::open_reserving)). Never returned by [`parse`].
     #[error("\"remote-endpoint\" {endpoint} is {what}: hook calls sent there would never reach a hook server")]
     ReservedEndpoint {
         /// The endpoint as resolved from the file.
