@@ -16,18 +16,20 @@ use hook_api::v1alpha1 as hook;
 use k8s_cri::v1 as cri;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use runtime_proxy::intercept::{container_hook_request, Call, HookState, Method};
-use runtime_proxy::store::Store;
-use runtime_proxy::wire;
+use runtime_proxy::cri::intercept::{container_hook_request, Call};
+use runtime_proxy::cri::proto_edit;
+use runtime_proxy::hooks::flow::BeforeHooks;
+use runtime_proxy::hooks::stages::Method;
+use runtime_proxy::hooks::store::Store;
 use runtime_proxy_fuzz::{edit_checked, normalize_create, normalize_run, split2};
 
 /// Applies the edits to the request bytes and to valid encodings of the decoded request (see
 /// [`edit_checked`]; `message_fields`: its embedded message fields) and decodes the results.
-fn edited<M: Message + Default>(msg: &[u8], message_fields: &[u32], call: &Call, before: &HookState) -> Vec<M> {
+fn edited<M: Message + Default>(msg: &[u8], message_fields: &[u32], call: &Call, before: &BeforeHooks) -> Vec<M> {
     let canonical = M::decode(msg).expect("decoded before").encode_to_vec();
     let edits = call.edits(before);
     if edits.is_empty() {
-        assert_eq!(wire::apply(msg, &edits).as_deref(), Ok(msg), "no change: the request goes on byte for byte");
+        assert_eq!(proto_edit::apply(msg, &edits).as_deref(), Ok(msg), "no change: the request goes on byte for byte");
     }
     edit_checked(msg, &canonical, message_fields, &edits)
         .iter()
@@ -48,7 +50,7 @@ fn merged(current: &HashMap<String, String>, before: &HashMap<String, String>, a
 
 fn create_container(msg: &[u8], answer: &[u8]) {
     let Ok(resp) = hook::ContainerResourceHookResponse::decode(answer) else { return };
-    // The interceptor reads a view of the request (`runtime_proxy::view`); what the edits must
+    // The interceptor reads a view of the request (`runtime_proxy::cri::hooked_fields`); what the edits must
     // give is stated on the whole request, so both must decode.
     let Ok(req) = cri::CreateContainerRequest::decode(msg) else { return };
     let Ok(mut call) = Call::decode(Method::CreateContainer, Bytes::copy_from_slice(msg)) else { return };

@@ -19,9 +19,11 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use runtime_proxy::intercept::{container_hook_request, Call, HookState, Method};
-use runtime_proxy::store::Store;
-use runtime_proxy::{view, wire};
+use runtime_proxy::cri::intercept::{container_hook_request, Call};
+use runtime_proxy::cri::{hooked_fields, proto_edit};
+use runtime_proxy::hooks::flow::BeforeHooks;
+use runtime_proxy::hooks::stages::Method;
+use runtime_proxy::hooks::store::Store;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct RawKv {
@@ -120,7 +122,7 @@ fn text_entries(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> HashMap<String, String> {
     map.iter().filter_map(|(k, v)| Some((String::from_utf8(k.clone()).ok()?, String::from_utf8(v.clone()).ok()?))).collect()
 }
 
-fn bytes_map(map: &view::Text) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn bytes_map(map: &hooked_fields::Text) -> BTreeMap<Vec<u8>, Vec<u8>> {
     map.iter().map(|(k, v)| (k.clone().into_bytes(), v.clone())).collect()
 }
 
@@ -150,7 +152,7 @@ fn create_container(input: &Input) {
     let decoded = Call::decode(Method::CreateContainer, Bytes::from(msg.clone()));
     assert_eq!(decoded.is_ok(), must_decode, "decoding fails only for text fields that are not UTF-8: {decoded:?}");
     let Ok(mut call) = decoded else { return };
-    let _ = view::target("CreateContainer", &msg);
+    let _ = hooked_fields::target("CreateContainer", &msg);
     let Call::CreateContainer { req, hook } = &mut call else { unreachable!() };
     // `sandbox_config` is read only when the hook request is built (the store does not know the pod).
     let built = container_hook_request(req, &Store::new());
@@ -164,7 +166,7 @@ fn create_container(input: &Input) {
     let last_env: BTreeMap<Vec<u8>, Vec<u8>> = as_map(&input.envs);
     assert_eq!(h.container_envs, text_entries(&last_env));
 
-    let before = HookState::Container(h.clone());
+    let before = BeforeHooks::Container(h.clone());
     let seen = h.clone();
     for (is_env, k, v) in &input.hook {
         let target = if *is_env { &mut h.container_envs } else { &mut h.container_annotations };
@@ -176,8 +178,8 @@ fn create_container(input: &Input) {
     };
     let env_changes = changed(&seen.container_envs, &h.container_envs);
     let annotation_changes = changed(&seen.container_annotations, &h.container_annotations);
-    let edited = wire::apply(&msg, &call.edits(&before)).expect("edits apply");
-    let got = view::CreateContainerRequest::decode(edited.as_slice()).expect("the edited request decodes");
+    let edited = proto_edit::apply(&msg, &call.edits(&before)).expect("edits apply");
+    let got = hooked_fields::CreateContainerRequest::decode(edited.as_slice()).expect("the edited request decodes");
     let config = got.config.clone().expect("config");
     // Envs: in their order, every value byte for byte but the hook's; new keys after, sorted.
     let mut want: Vec<(Vec<u8>, Vec<u8>)> = input
@@ -219,21 +221,21 @@ fn run_pod_sandbox(input: &Input) {
         utf8(&input.id) && utf8(&input.name) && input.labels.iter().all(|(k, _)| utf8(k)) && input.annotations.iter().all(|(k, _)| utf8(k));
     let decoded = Call::decode(Method::RunPodSandbox, Bytes::from(msg.clone()));
     assert_eq!(decoded.is_ok(), must_decode, "{decoded:?}");
-    let _ = view::target("RunPodSandbox", &msg);
+    let _ = hooked_fields::target("RunPodSandbox", &msg);
     let Ok(mut call) = decoded else { return };
     let Call::RunPodSandbox { hook, .. } = &mut call else { unreachable!() };
     let (labels, annotations) = (as_map(&input.labels), as_map(&input.annotations));
     assert_eq!(hook.labels, text_entries(&labels));
     assert_eq!(hook.annotations, text_entries(&annotations));
-    let before = HookState::Pod(hook.clone());
+    let before = BeforeHooks::Pod(hook.clone());
     let seen = hook.annotations.clone();
     for (_, k, v) in &input.hook {
         hook.annotations.insert(k.clone(), v.clone());
     }
     let changes: HashMap<String, String> =
         hook.annotations.iter().filter(|(k, v)| seen.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
-    let edited = wire::apply(&msg, &call.edits(&before)).expect("edits apply");
-    let got = view::RunPodSandboxRequest::decode(edited.as_slice()).expect("decodes").config.expect("config");
+    let edited = proto_edit::apply(&msg, &call.edits(&before)).expect("edits apply");
+    let got = hooked_fields::RunPodSandboxRequest::decode(edited.as_slice()).expect("decodes").config.expect("config");
     assert_eq!(bytes_map(&got.labels), labels, "labels untouched");
     assert_eq!(bytes_map(&got.annotations), expected(&annotations, &changes));
 }
@@ -243,7 +245,7 @@ fn update_container_resources(input: &Input) {
     let must_decode = utf8(&input.id) && input.annotations.iter().all(|(k, _)| utf8(k));
     let decoded = Call::decode(Method::UpdateContainerResources, Bytes::from(msg.clone()));
     assert_eq!(decoded.is_ok(), must_decode, "{decoded:?}");
-    let _ = view::target("UpdateContainerResources", &msg);
+    let _ = hooked_fields::target("UpdateContainerResources", &msg);
 }
 
 fuzz_target!(|input: Input| {

@@ -1,4 +1,4 @@
-//! The hook server registration file parser (`runtime_proxy::registry::parse`): any bytes (as
+//! The hook server registration file parser (`runtime_proxy::hooks::registry::parse`): any bytes (as
 //! found in `/etc/runtime/hookserver.d`) give a server or an error, never a panic, and an accepted
 //! file gives a server within the documented limits.
 #![no_main]
@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use runtime_proxy::registry::{parse, MAX_TIMEOUT};
+use runtime_proxy::hooks::registry::{parse, MAX_TIMEOUT};
 
 fuzz_target!(|data: &[u8]| {
     let Ok((server, _warnings)) = parse(Path::new("/etc/runtime/hookserver.d/fuzz.json"), data) else { return };

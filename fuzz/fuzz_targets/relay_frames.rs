@@ -1,4 +1,4 @@
-//! The relay's frame handling (`runtime_proxy::relay::Core`, the part of a relayed connection
+//! The relay's frame handling (`runtime_proxy::cri::relay::Core`, the part of a relayed connection
 //! that reads and writes frames, without its sockets): any bytes from the client and from the
 //! runtime, split anywhere and interleaved in any order, with well-formed calls and answers mixed
 //! in, the runtime connection lost and the connection stopped at any point, never make it panic
@@ -11,11 +11,11 @@ use std::sync::{Arc, OnceLock};
 use arbitrary::Arbitrary;
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use runtime_proxy::backend::Backend;
-use runtime_proxy::frame::{self, Head, HEAD_LEN, PREFACE};
-use runtime_proxy::metrics::Metrics;
-use runtime_proxy::relay::Core;
-use runtime_proxy::router::Router;
+use runtime_proxy::admin::metrics::Metrics;
+use runtime_proxy::cri::frame::{self, Head, HEAD_LEN, PREFACE};
+use runtime_proxy::cri::relay::Core;
+use runtime_proxy::cri::router::Router;
+use runtime_proxy::grpc::backend::Backend;
 
 #[derive(Arbitrary, Debug)]
 enum Op {

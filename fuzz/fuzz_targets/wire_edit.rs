@@ -1,4 +1,4 @@
-//! The protobuf wire editor (`runtime_proxy::wire::apply`): random bytes and random edits never
+//! The protobuf wire editor (`runtime_proxy::cri::proto_edit::apply`): random bytes and random edits never
 //! panic; no edits is the identity; and on a message that decodes as a CRI CreateContainerRequest,
 //! typed edits (built as the interceptor builds them) give exactly the typed change.
 #![no_main]
@@ -9,7 +9,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use k8s_cri::v1 as cri;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use runtime_proxy::wire::{self, Edit};
+use runtime_proxy::cri::proto_edit::{self, Edit};
 use runtime_proxy_fuzz::{edit_checked, normalize_create, split2};
 
 #[derive(Arbitrary, Debug)]
@@ -131,8 +131,8 @@ fn typed_change(mut r: cri::CreateContainerRequest, t: &Typed) -> cri::CreateCon
 
 fn check(msg: &[u8], input: &Input) {
     // Anything goes: errors, never panics. No edits: the same bytes.
-    let _ = wire::apply(msg, &edits(&input.edits));
-    assert_eq!(wire::apply(msg, &[]).as_deref(), Ok(msg));
+    let _ = proto_edit::apply(msg, &edits(&input.edits));
+    assert_eq!(proto_edit::apply(msg, &[]).as_deref(), Ok(msg));
 
     let Ok(req) = cri::CreateContainerRequest::decode(msg) else { return };
     let want = normalize_create(typed_change(req.clone(), &input.typed));

@@ -80,11 +80,16 @@ pub fn normalize_run(mut r: cri::RunPodSandboxRequest) -> cri::RunPodSandboxRequ
 /// * `canonical`, prost's encoding of the decoded request: valid by construction, must edit.
 /// * the same, made non-canonical the ways a newer or another client's encoder may write it
 ///   ([`noncanonical`]: unknown fields, embedded messages split over several records).
-pub fn edit_checked(msg: &[u8], canonical: &[u8], message_fields: &[u32], edits: &[(u32, runtime_proxy::wire::Edit)]) -> [Vec<u8>; 2] {
-    let _ = runtime_proxy::wire::apply(msg, edits);
+pub fn edit_checked(
+    msg: &[u8],
+    canonical: &[u8],
+    message_fields: &[u32],
+    edits: &[(u32, runtime_proxy::cri::proto_edit::Edit)],
+) -> [Vec<u8>; 2] {
+    let _ = runtime_proxy::cri::proto_edit::apply(msg, edits);
     let variant = noncanonical(canonical, message_fields, msg);
     [canonical, &variant[..]]
-        .map(|m| runtime_proxy::wire::apply(m, edits).unwrap_or_else(|e| panic!("a valid encoding could not be edited: {e}")))
+        .map(|m| runtime_proxy::cri::proto_edit::apply(m, edits).unwrap_or_else(|e| panic!("a valid encoding could not be edited: {e}")))
 }
 
 fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {

@@ -10,6 +10,8 @@
 //!   stop, stop at once, reload, ignored.
 //! * [`duration`] — the duration flags' syntax (`500ms`, `10s`, `2m`, `1h`, `0`).
 //! * [`addr`] — the forms of `--metrics-addr` (and `--debug-addr`).
+//! * [`sd_notify`] — systemd's readiness notification (`READY=1`, `STOPPING=1`) and
+//!   [`sd_notify::notify_systemd`], which both binaries call.
 //! * [`status`] — `runtime-proxy status` / `runtime-hooks status`: `GET /status` from the admin
 //!   endpoint, a table or JSON, exit codes 0 (healthy), 1 (unhealthy), 2 (no status).
 
@@ -19,5 +21,6 @@ pub mod addr;
 pub mod duration;
 pub mod klog;
 pub mod log;
+pub mod sd_notify;
 pub mod signals;
 pub mod status;

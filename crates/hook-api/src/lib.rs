@@ -8,7 +8,6 @@
 //!
 //! - [`connect`], a lazy gRPC channel over a unix socket (hook servers listen on unix sockets);
 //! - [`SERVICE_NAME`] and one `*_PATH` constant per RPC, the HTTP/2 paths of the calls;
-//! - [`sd_notify`], systemd's readiness notification, for both binaries;
 //! - [`convert`], lossless conversion of `LinuxContainerResources` between CRI v1 and this protocol.
 //!
 //! A complete hook server is in `examples/annotation_hook.rs`.
@@ -178,7 +177,6 @@ pub fn status_line(status: &tonic::Status) -> String {
 }
 
 pub mod merge;
-pub mod sd_notify;
 pub mod stage;
 
 pub use stage::{Stage, UnknownStage};

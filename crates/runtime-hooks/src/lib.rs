@@ -217,7 +217,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     let result = match args.mode {
         Mode::Proxy => serve(&args, framework, shutdown).await,
         Mode::Standalone => {
-            notify_systemd(hook_api::sd_notify::READY);
+            notify_systemd(daemon_support::sd_notify::READY);
             shutdown.await;
             Ok(())
         }
@@ -231,7 +231,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
             tracing::info!(socket = %options.socket.display(), "NRI plugin starting");
             // Ready once the plugin runs: it connects (and reconnects) in the background, so a
             // runtime that is not there yet must not hold `systemctl start` until its timeout.
-            notify_systemd(hook_api::sd_notify::READY);
+            notify_systemd(daemon_support::sd_notify::READY);
             nri::run(framework, options, shutdown).await
         }
     };
@@ -328,15 +328,7 @@ pub async fn probe(listen: &std::path::Path, timeout: std::time::Duration) -> an
     }
 }
 
-/// Tells systemd `state` (`READY=1` once serving, `STOPPING=1`) when started by a
-/// `Type=notify` unit; a failure is logged, never fatal.
-pub fn notify_systemd(state: &str) {
-    match hook_api::sd_notify::notify(state) {
-        Ok(true) => tracing::debug!(state, "notified systemd"),
-        Ok(false) => {}
-        Err(e) => tracing::warn!(state, error = %e, "could not notify systemd (NOTIFY_SOCKET)"),
-    }
-}
+pub use daemon_support::sd_notify::notify_systemd;
 
 /// The node's cgroup driver and where it came from (for the start-up line): `--cgroup-driver`
 /// when given; under `auto`, the runtime's answer to CRI `RuntimeConfig` (asked once, 2 s at
@@ -368,7 +360,7 @@ async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Out
     registration.register()?;
     tracing::info!(socket = %listen.display(), registration = %registration.file().display(), "serving runtime hooks");
     // The listener is bound and tonic serves it from the first poll below.
-    notify_systemd(hook_api::sd_notify::READY);
+    notify_systemd(daemon_support::sd_notify::READY);
     let shutdown = async {
         // Keep the registration in place (restored when removed or taken) until shutdown.
         tokio::select! {

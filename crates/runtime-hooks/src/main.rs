@@ -42,7 +42,7 @@ async fn main() -> std::process::ExitCode {
     }
     // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
     let mut control = match Signals::install() {
-        Ok(s) => signals::spawn(s, || runtime_hooks::notify_systemd(hook_api::sd_notify::STOPPING)),
+        Ok(s) => signals::spawn(s, || runtime_hooks::notify_systemd(daemon_support::sd_notify::STOPPING)),
         Err(e) => {
             tracing::warn!(error = %e, "cannot handle signals: SIGTERM and SIGHUP keep their default action (exit at once)");
             Control::inert()

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use runtime_proxy::recover::rebuild;
-use runtime_proxy::store::Store;
+use runtime_proxy::cri::recover::rebuild;
+use runtime_proxy::hooks::store::Store;
 use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd, Pod};
 use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;

@@ -96,7 +96,7 @@ pub struct Args {
         long = "runtime-hook-server-namespaces",
         value_name = "NS,...",
         value_delimiter = ',',
-        default_value = crate::skip_label::DEFAULT_NAMESPACES
+        default_value = crate::hooks::skip_label::DEFAULT_NAMESPACES
     )]
     pub hook_skip_namespaces: Vec<String>,
 
@@ -171,8 +171,8 @@ pub struct Args {
 
 impl Args {
     /// The skip label and the namespaces that may use it (empty names dropped, so `""` is none).
-    pub fn skip_label(&self) -> crate::skip_label::SkipLabel {
-        crate::skip_label::SkipLabel {
+    pub fn skip_label(&self) -> crate::hooks::skip_label::SkipLabel {
+        crate::hooks::skip_label::SkipLabel {
             key: self.hook_skip_key.clone(),
             value: self.hook_skip_value.clone(),
             namespaces: self.hook_skip_namespaces.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
@@ -180,12 +180,12 @@ impl Args {
     }
 
     /// The resource limits the flags set.
-    pub fn limits(&self) -> crate::limits::Limits {
-        crate::limits::Limits {
+    pub fn limits(&self) -> crate::hooks::limits::Limits {
+        crate::hooks::limits::Limits {
             max_request_bytes: self.max_request_bytes,
             request_idle_timeout: self.request_idle_timeout,
             max_concurrent_streams: self.max_concurrent_streams.max(1),
-            hooks: crate::limits::HookLimits {
+            hooks: crate::hooks::limits::HookLimits {
                 max_answer_bytes: self.max_hook_answer_bytes,
                 max_added_entries: self.max_hook_added_entries,
                 max_entry_bytes: self.max_hook_entry_bytes,
@@ -292,7 +292,7 @@ mod tests {
         assert_eq!(a.hook_skip_key, "runtimeproxy.koordinator.sh/skip-hookserver");
         assert_eq!(a.hook_skip_value, "true");
         assert_eq!(a.hook_config_dir, PathBuf::from("/etc/runtime/hookserver.d"));
-        assert_eq!(a.limits(), crate::limits::Limits::default(), "flag defaults are the documented limits");
+        assert_eq!(a.limits(), crate::hooks::limits::Limits::default(), "flag defaults are the documented limits");
     }
 
     /// A limit of 0 would start fine and then refuse every pod: refused at start, naming the flag.

@@ -1,62 +1,37 @@
 //! runtime-proxy: a CRI proxy between kubelet and the container runtime.
 //!
 //! kubelet speaks CRI (gRPC over HTTP/2 on a unix socket) to the proxy; the proxy forwards every
-//! call to containerd. Module map, in the order a call flows through them:
+//! call to containerd (or, in Docker mode, the Docker Engine API to dockerd), and runs the hook
+//! servers' stages around the calls that create, start, update, stop and remove pods and
+//! containers.
 //!
-//! * [`cli`] — flags, compatible with koord-runtime-proxy's.
-//! * [`listener`] — the listening socket (stale socket, parent dir, mode and owner).
-//! * [`server`] — accept loop and graceful drain.
-//! * [`relay`] — each client connection relayed frame by frame over a runtime connection of its
-//!   own; the calls hooks need (and those it cannot relay) taken over. [`frame`] — HTTP/2 frames
-//!   and literal header blocks as bytes.
-//! * [`router`] — which calls are relayed, intercepted or sent on as unary calls; logs calls.
-//! * [`intercept`] — the hooked CRI methods: one generic flow, a table of stages.
-//!   [`newer_cri`] — CRI methods newer than the compiled proto (UpdatePodSandboxResources,
-//!   KEP-5825's list streams).
-//! * [`dispatch`] — calls the hook servers of a stage in order, with deadlines and policies.
-//! * [`registry`] — the hook servers registered in `--hook-config-dir`, hot-reloaded.
-//! * [`store`] — what the proxy knows of each pod sandbox and container.
-//! * [`recover`] — rebuilds the store from the runtime (start-up, reconnects, sweeps, misses).
-//! * [`unary`] — one unary call over a shared backend connection (intercepted calls, hooks).
-//! * [`backend`] — the lazily connected, self-healing HTTP/2 connection to a backend socket
-//!   (runtime or hook server), and the relays' own runtime connections.
-//! * [`limits`] — bounds on request sizes, idle requests, streams and hook answers.
-//! * [`grpc`] — status codes, `grpc-timeout`, trailers-only error responses. [`hpack`] — the
-//!   relay's HPACK decoder.
-//! * [`wire`] — edits to encoded protobuf messages that keep unknown fields.
-//! * [`metrics`] — Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`,
-//!   `/status`). [`health`] — the backends checked in the background, for `/healthz`,
-//!   `/status` and `runtime_proxy_backend_up`. [`status`] — the operator's view behind `/status`
-//!   and `runtime-proxy status`, and the hook servers' health; [`debug`] — `/debug/store` on a
-//!   listener of its own.
-//! * [`docker`] — Docker mode: the Docker Engine API front end over the same hook state.
+//! # Parts
+//!
+//! * [`cri`] — the CRI front end: the frame relay, the router, the interceptor (CRI's side of the
+//!   hook flow), the store's recovery from the runtime.
+//! * [`docker`] — the Docker front end: the HTTP/1.1 pass-through, dockershim's names and labels,
+//!   its routes mapped onto the same stages, the store's recovery from dockerd.
+//! * [`hooks`] — what every front end shares: the one hook flow, the stage table, the registry,
+//!   the dispatcher, the store and its per-pod locks, the skip label, the limits.
+//! * [`grpc`] — gRPC plumbing both the relay and the hook calls use: status codes, deadlines,
+//!   messages, one unary call over a shared backend connection.
+//! * [`admin`] — metrics, health checks, `/status` and `runtime-proxy status`, `/debug/store`.
+//! * [`cli`], [`listener`] — flags; the listening socket and the accept loop with its drain.
+//!
+//! # One call's path
+//!
+//! CRI: [`listener`] → [`cri::relay`] (frames relayed as they are) → [`cri::router`] (relayed,
+//! intercepted or a unary call) → [`cri::intercept`] → [`hooks::flow::drive`] (pod lock, store,
+//! skip label, pre stage, edits, send, commit, post stage) → the runtime. Docker:
+//! [`listener`] → [`docker`] (HTTP/1.1) → [`docker::intercept`] → [`hooks::flow::drive`] → dockerd.
 
-pub mod backend;
+pub mod admin;
 pub mod cli;
-pub mod debug;
-pub mod dispatch;
+pub mod cri;
 pub mod docker;
-pub mod frame;
 pub mod grpc;
-pub mod health;
-pub mod hpack;
-pub mod intercept;
-pub mod limits;
+pub mod hooks;
 pub mod listener;
-pub mod metrics;
-pub mod newer_cri;
-pub mod recover;
-pub mod registry;
-pub mod relay;
-pub mod router;
-pub mod server;
-pub mod skip_label;
-pub mod status;
-pub mod store;
-pub mod uds;
-pub mod unary;
-pub mod view;
-pub mod wire;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -65,19 +40,23 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use daemon_support::signals::Reloads;
 
-use crate::backend::Backend;
+use crate::admin::health::Health;
+use crate::admin::metrics::{Admin, Metrics};
+use crate::admin::{debug, metrics, status};
 use crate::cli::{Args, BackendRuntimeMode};
-use crate::dispatch::Dispatcher;
-use crate::health::Health;
-use crate::intercept::Interceptor;
-use crate::metrics::{Admin, Metrics};
-use crate::registry::Registry;
-use crate::router::Router;
-use crate::store::Store;
+use crate::cri::intercept::Interceptor;
+use crate::cri::router::Router;
+use crate::cri::{recover, server};
+use crate::grpc::backend::Backend;
+use crate::hooks::dispatch::Dispatcher;
+use crate::hooks::registry;
+use crate::hooks::registry::Registry;
+use crate::hooks::store::Store;
+use crate::hooks::Hooks;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains. Each item of
 /// `reloads` (SIGHUP) rescans the hook config directory and sets its watch up anew
-/// ([`HookState::follow_reloads`]).
+/// ([`Shared::follow_reloads`]).
 ///
 /// Errors: the listening socket is a
 /// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
@@ -100,10 +79,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     let image =
         if args.image_endpoint() == &args.runtime_endpoint { runtime.clone() } else { Arc::new(Backend::new(args.image_endpoint())) };
     let metrics = Arc::new(Metrics::new());
-    let hooks = HookState::start(&args, metrics.clone())?;
-    let _reloads = hooks.follow_reloads(reloads);
+    let shared = Shared::start(&args, metrics.clone())?;
+    let _reloads = shared.follow_reloads(reloads);
     let connections = runtime.connections();
-    let router = Arc::new(Router::new(runtime, image, Some(hooks.interceptor.clone()), metrics));
+    // CRI mode asks the runtime about objects the store misses.
+    let interceptor = Arc::new(Interceptor { hooks: shared.hooks.clone(), runtime: hook_api::connect(&args.runtime_endpoint) });
+    let router = Arc::new(Router::new(runtime, image, Some(interceptor), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
         listen = %args.listen.display(),
@@ -113,9 +94,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         "runtime-proxy serving"
     );
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
-    let store = hooks.interceptor.store.clone();
+    let store = shared.hooks.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
-    notify_systemd(hook_api::sd_notify::READY);
+    notify_systemd(daemon_support::sd_notify::READY);
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout, args.max_concurrent_streams.max(1)).await
 }
 
@@ -123,10 +104,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
 /// `--remote-runtime-service-endpoint`, with the same hook state as CRI mode ([`docker`]).
 async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
-    let hooks = HookState::start(&args, metrics.clone())?;
-    let _reloads = hooks.follow_reloads(reloads);
-    let interceptor = Arc::new(docker::intercept::DockerInterceptor { hooks: hooks.interceptor.clone() });
-    let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), interceptor, metrics });
+    let shared = Shared::start(&args, metrics.clone())?;
+    let _reloads = shared.follow_reloads(reloads);
+    let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), hooks: shared.hooks.clone(), metrics });
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
         listen = %args.listen.display(),
@@ -134,30 +114,30 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Opt
         hook_config_dir = %args.hook_config_dir.display(),
         "runtime-proxy serving the Docker Engine API"
     );
-    let store = hooks.interceptor.store.clone();
+    let store = shared.hooks.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(docker::recover::keep_store(args.runtime_endpoint.clone(), store)));
-    notify_systemd(hook_api::sd_notify::READY);
+    notify_systemd(daemon_support::sd_notify::READY);
     docker::serve(listener, &args.listen, front, shutdown, args.drain_timeout).await
 }
 
 /// What both front ends share: the watched registry, the store, the dispatcher, the per-pod
-/// locks and skip label (in one [`Interceptor`]), the backends' health checks and the admin and
+/// locks and skip label (in one [`Hooks`]), the backends' health checks and the admin and
 /// debug endpoints. Background tasks end when it is dropped.
-struct HookState {
-    interceptor: Arc<Interceptor>,
+struct Shared {
+    hooks: Arc<Hooks>,
     watcher: Arc<registry::WatchHandle>,
     _health: AbortOnDrop,
     _admin: AbortOnDrop,
     _debug: AbortOnDrop,
 }
 
-impl HookState {
+impl Shared {
     /// Scans and watches `--hook-config-dir`, starts the backends' health checks (which run
     /// with or without an admin endpoint: they log what is wrong) and serves the admin endpoint
     /// and the debug endpoint.
     ///
     /// Errors: the directory watcher cannot start (no tokio runtime).
-    fn start(args: &Args, metrics: Arc<Metrics>) -> anyhow::Result<HookState> {
+    fn start(args: &Args, metrics: Arc<Metrics>) -> anyhow::Result<Shared> {
         // A hook server on the proxy's own socket or the runtime's would never be a hook server.
         let mut reserved = vec![
             (args.listen.clone(), "the proxy's own socket (--koord-runtimeproxy-endpoint)".to_owned()),
@@ -201,7 +181,7 @@ impl HookState {
                 tracing::error!(%addr, error = %e, "debug endpoint not served (/debug/store); the proxy goes on without it");
             }
         }));
-        let interceptor = Arc::new(Interceptor {
+        let hooks = Arc::new(Hooks {
             registry,
             store,
             dispatcher,
@@ -209,11 +189,8 @@ impl HookState {
             limits: args.limits(),
             skip_label: args.skip_label(),
             pod_locks: Default::default(),
-            // CRI mode asks the runtime about objects the store misses; in Docker mode this
-            // channel is never dialled.
-            runtime: hook_api::connect(&args.runtime_endpoint),
         });
-        Ok(HookState { interceptor, watcher: Arc::new(watcher), _health: checks, _admin: admin, _debug: debug })
+        Ok(Shared { hooks, watcher: Arc::new(watcher), _health: checks, _admin: admin, _debug: debug })
     }
 
     /// Acts on each reload request (SIGHUP) until the task is dropped: rescans the hook config
@@ -222,7 +199,7 @@ impl HookState {
     /// re-read: they take a restart.
     fn follow_reloads(&self, reloads: Option<Reloads>) -> Option<AbortOnDrop> {
         let mut reloads = reloads?;
-        let (registry, watcher) = (self.interceptor.registry.clone(), self.watcher.clone());
+        let (registry, watcher) = (self.hooks.registry.clone(), self.watcher.clone());
         Some(AbortOnDrop(tokio::spawn(async move {
             while let Some(signal) = reloads.next().await {
                 tracing::info!(signal = signal.name(), dir = %registry.dir().display(), "reloading: rescanning the hook config directory");
@@ -259,15 +236,7 @@ pub fn same_socket(a: &Path, b: &Path) -> bool {
     resolved(a) == resolved(b)
 }
 
-/// Tells systemd `state` (`READY=1` once the socket is bound and served, `STOPPING=1`) when
-/// started by a `Type=notify` unit; a failure is logged, never fatal.
-pub fn notify_systemd(state: &str) {
-    match hook_api::sd_notify::notify(state) {
-        Ok(true) => tracing::debug!(state, "notified systemd"),
-        Ok(false) => {}
-        Err(e) => tracing::warn!(state, error = %e, "could not notify systemd (NOTIFY_SOCKET)"),
-    }
-}
+pub use daemon_support::sd_notify::notify_systemd;
 
 /// Aborts a background task when dropped (the admin endpoint and recovery end with [`run`]).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -1,4 +1,5 @@
-//! The proxy's listening socket: made ready the way kubelet expects a runtime socket to be.
+//! The proxy's listening socket, whatever the front end: made ready the way kubelet expects a
+//! runtime socket to be ([`bind`]), and the accept loop with its drain ([`accept_and_drain`]).
 //!
 //! * the parent directory is created (mode 0755, as koord-runtime-proxy does);
 //! * a stale socket left by a previous run is removed, but a socket some live process still
@@ -10,8 +11,13 @@ use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use std::future::Future;
+use std::time::Duration;
+
 use anyhow::{bail, Context};
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 
 /// Binds the listening socket at `path`, mirroring mode and owner from `backend` when that
 /// socket exists (otherwise the socket keeps the default mode and a line is logged: INFO when
@@ -60,6 +66,51 @@ pub fn bind(path: &Path, backend: &Path) -> anyhow::Result<UnixListener> {
         ),
     }
     Ok(listener)
+}
+
+/// The accept loop both front ends share (CRI here, Docker in [`crate::docker`]): each accepted
+/// connection runs `serve_conn(stream, stop, tasks)` as a task of `tasks` (where it may spawn
+/// per-call tasks too; `stop` turns true at shutdown, when it should finish what is in flight and
+/// close). When `shutdown` resolves: stop accepting, remove the socket at `socket_path` (new
+/// clients fail fast instead of hanging), signal `stop`, and wait up to `drain_timeout` for the
+/// tasks. Accept errors are logged and retried after 50 ms.
+pub async fn accept_and_drain<F, Fut>(
+    listener: UnixListener,
+    socket_path: &Path,
+    shutdown: impl Future<Output = ()>,
+    drain_timeout: Duration,
+    mut serve_conn: F,
+) where
+    F: FnMut(UnixStream, watch::Receiver<bool>, TaskTracker) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let tasks = TaskTracker::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tasks.spawn(serve_conn(stream, stop_rx.clone(), tasks.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    if let Err(e) = std::fs::remove_file(socket_path) {
+        tracing::warn!(socket = %socket_path.display(), error = %e, "could not remove socket");
+    }
+    let _ = stop_tx.send(true);
+    tasks.close();
+    tracing::info!(tasks = tasks.len(), "draining in-flight calls");
+    if tokio::time::timeout(drain_timeout, tasks.wait()).await.is_err() {
+        tracing::warn!(?drain_timeout, open = tasks.len(), "drain timeout reached; exiting with calls still open");
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The `runtime-proxy` binary: parses flags, sets up logging, runs [`runtime_proxy::run`] until
 //! SIGTERM, SIGINT or SIGQUIT; SIGHUP rescans the hook config directory, SIGUSR1 and SIGUSR2 are
 //! ignored (the table: [`daemon_support::signals`]); or, with `status`, prints a running proxy's
-//! state ([`runtime_proxy::status`]) and exits.
+//! state ([`runtime_proxy::admin::status`]) and exits.
 //!
 //! One thread serves the calls: the proxy does little CPU work per call, and on a single-threaded
 //! runtime a call's hand-offs between connections need no cross-thread wake-ups (measured with
@@ -23,7 +23,7 @@ async fn main() -> std::process::ExitCode {
     if let Some(Command::Status(status)) = &args.command {
         // No log set-up: the table (or one line saying why there is none) is the whole output.
         let (out, err) = (&mut std::io::stdout(), &mut std::io::stderr());
-        let render = runtime_proxy::status::render;
+        let render = runtime_proxy::admin::status::render;
         return daemon_support::status::run("runtime-proxy", args.metrics_addr, status, render, out, err).into();
     }
     // Never panics nor blocks on a broken or stalled stderr (daemon_support::log).
@@ -33,7 +33,7 @@ async fn main() -> std::process::ExitCode {
     }
     // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
     let mut control = match Signals::install() {
-        Ok(s) => signals::spawn(s, || runtime_proxy::notify_systemd(hook_api::sd_notify::STOPPING)),
+        Ok(s) => signals::spawn(s, || runtime_proxy::notify_systemd(daemon_support::sd_notify::STOPPING)),
         Err(e) => {
             tracing::warn!(error = %e, "cannot handle signals: SIGTERM and SIGHUP keep their default action (exit without a drain)");
             Control::inert()

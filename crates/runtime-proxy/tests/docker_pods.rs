@@ -682,3 +682,49 @@ async fn update_hook_raising_the_memory_limit_reaches_the_cgroup() {
     assert_eq!(pod.cgroup("memory", "memory.limit_in_bytes"), mib200.to_string(), "the hook's limit");
     pod.stop_and_remove();
 }
+
+/// Calls for one pod do not interleave between their stages in Docker mode either: a second call
+/// for the pod (an update) sent while StartContainer is in its pre stage waits until
+/// StartContainer's post stage is done, as in CRI mode. Every hook call takes 1 s, so the update
+/// is waiting for the pod's turn when the start is answered.
+///
+/// (Failed before Docker mode used the one hook flow: its start released the pod's turn after
+/// dockerd's answer and took it again in a task of its own for PostStartContainer, so the
+/// waiting update ran its PreUpdateContainerResources first — seen order PreStartContainer,
+/// PreUpdateContainerResources, PostStartContainer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_call_for_the_pod_waits_for_the_post_stage() {
+    let s = setup();
+    let echo_container: test_support::hooks::ContainerFn = Arc::new(|_, req| {
+        Ok(hook_api::v1alpha1::ContainerResourceHookResponse {
+            container_annotations: req.container_annotations.clone(),
+            container_resources: req.container_resources.clone(),
+            ..Default::default()
+        })
+    });
+    let hook =
+        TestHook::start_with_delay(echo_container, Arc::new(|_, _| Ok(PodSandboxHookResponse::default())), Duration::from_secs(1)).await;
+    let stages = ["PreStartContainer", "PostStartContainer", "PreUpdateContainerResources"];
+    s.register("slow.json", hook.socket(), "Ignore", &stages);
+    let mut pod = s.pod(&[("app", "web")], &[]);
+    assert_eq!(pod.create_sandbox().0, 201);
+    pod.call("start", &pod.sandbox_id, None, 204);
+    assert_eq!(pod.create_container(&["KEEP=me"], resources(512)).0, 201);
+    let pod = Arc::new(pod);
+    let start = {
+        let pod = pod.clone();
+        std::thread::spawn(move || pod.call("start", &pod.container_id, None, 204))
+    };
+    // The start is in its 1 s pre stage, holding the pod's turn; the update waits for it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let update = {
+        let pod = pod.clone();
+        std::thread::spawn(move || pod.update(&pod.container_id, json!({"CpuShares": 300})))
+    };
+    start.join().expect("start");
+    update.join().expect("update");
+    let order: Vec<String> = hook.seen().iter().map(|s| s.stage().to_owned()).collect();
+    assert_eq!(order, stages, "the update's pre stage ran between the start's stages");
+    assert_eq!(pod.cgroup("cpu", "cpu.shares"), "300", "the update reached the container");
+    pod.stop_and_remove();
+}

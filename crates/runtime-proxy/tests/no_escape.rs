@@ -19,7 +19,7 @@ use bytes::Bytes;
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use prost::Message;
-use runtime_proxy::view;
+use runtime_proxy::cri::hooked_fields;
 use serde_json::json;
 use test_support::clients::PyHookServer;
 use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd};
@@ -124,13 +124,13 @@ async fn seen(env: &Containerd, sandbox_id: &str, container_id: &str, cgroup_par
         raw::unary(direct(), "/runtime.v1.RuntimeService/PodSandboxStatus", tonic::Request::new(Bytes::from(status.encode_to_vec())))
             .await
             .expect("PodSandboxStatus");
-    let status = view::PodSandboxStatusResponse::decode(status.into_inner()).expect("status view").status.unwrap_or_default();
+    let status = hooked_fields::PodSandboxStatusResponse::decode(status.into_inner()).expect("status view").status.unwrap_or_default();
     let container = cri::ContainerStatusRequest { container_id: container_id.into(), verbose: false };
     let container =
         raw::unary(direct(), "/runtime.v1.RuntimeService/ContainerStatus", tonic::Request::new(Bytes::from(container.encode_to_vec())))
             .await
             .expect("ContainerStatus");
-    let container = view::ContainerStatusResponse::decode(container.into_inner()).expect("status view").status.unwrap_or_default();
+    let container = hooked_fields::ContainerStatusResponse::decode(container.into_inner()).expect("status view").status.unwrap_or_default();
     let exec = |cmd: &[&str]| {
         let mut rt = test_support::runtime_client(&env.socket);
         let req = cri::ExecSyncRequest { container_id: container_id.into(), cmd: cmd.iter().map(|s| s.to_string()).collect(), timeout: 10 };

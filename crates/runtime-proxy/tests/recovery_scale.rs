@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use k8s_cri::v1 as cri;
-use runtime_proxy::recover::rebuild;
-use runtime_proxy::store::Store;
+use runtime_proxy::cri::recover::rebuild;
+use runtime_proxy::hooks::store::Store;
 use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd};
 use test_support::runtime_client;
 

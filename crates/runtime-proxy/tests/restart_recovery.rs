@@ -1,7 +1,7 @@
 //! Restart recovery: after the proxy is killed and started again, hooks for pods and containers
 //! created before the restart get the same requests as before it — pod cgroup parent, labels and
 //! annotations (as the hooks changed them), container ID, envs and resources — because the new
-//! proxy rebuilds its store from containerd's verbose status (`src/recover.rs`).
+//! proxy rebuilds its store from containerd's verbose status (`src/cri/recover.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

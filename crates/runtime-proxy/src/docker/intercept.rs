@@ -1,22 +1,28 @@
 //! The hooked Docker Engine API calls: the container calls dockershim / cri-dockerd make for
-//! pods, mapped onto the CRI mode's stages and served by the same registry, dispatcher, store,
-//! per-pod locks and skip label (the shared [`Interceptor`] state; nothing is copied).
+//! pods, mapped onto the CRI stage table ([`ROUTES`] → [`crate::hooks::stages::METHODS`]) and
+//! driven through the one hook flow ([`crate::hooks::flow::drive`]) over the shared
+//! [`Hooks`] state (registry, dispatcher, store, per-pod locks, skip label; nothing is copied).
 //!
 //! | Docker call | sandbox (`k8s_POD_…`) | container (`k8s_<name>_…`) |
 //! |---|---|---|
-//! | `POST /containers/create?name=…` | PreRunPodSandbox | PreCreateContainer |
-//! | `POST /containers/{id}/start` | – | PreStartContainer, PostStartContainer |
-//! | `POST /containers/{id}/update` | – | PreUpdateContainerResources |
-//! | `POST /containers/{id}/stop` | PostStopPodSandbox | PostStopContainer |
-//! | `DELETE /containers/{id}` | store clean-up | store clean-up |
+//! | `POST /containers/create?name=…` | RunPodSandbox: PreRunPodSandbox | CreateContainer: PreCreateContainer |
+//! | `POST /containers/{id}/start` | – | StartContainer: PreStartContainer, PostStartContainer |
+//! | `POST /containers/{id}/update` | – | UpdateContainerResources: PreUpdateContainerResources |
+//! | `POST /containers/{id}/stop` | StopPodSandbox: PostStopPodSandbox | StopContainer: PostStopContainer |
+//! | `DELETE /containers/{id}` | RemovePodSandbox: store clean-up | RemoveContainer: store clean-up |
 //!
 //! Answers are written into the JSON body field by field ([`model`]); a body no hook changed
 //! goes on byte for byte. Containers not named the Kubernetes way pass through untouched.
 //! `{id}` may be a full ID, a short ID or a name: what the store does not know is looked up in
 //! dockerd (inspect) and recorded. A hook failure under `Fail` is answered in Docker's error
 //! shape (`{"message": …}`) with an HTTP status mapped from the gRPC code; an unknown container
-//! gets dockerd's own answer. Post stages run after the answer is sent, under the pod's lock.
+//! gets dockerd's own answer. Post stages run after the answer is sent, still holding the pod's
+//! turn taken before the pre stage (as in CRI mode).
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -26,13 +32,16 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 
-use super::model::{self, KubeName};
+use super::model::{self, DockerObject, KubeName};
 use super::recover;
 use super::relay::{self, Body, Upstream};
 use crate::grpc::{Code, Status};
-use crate::intercept::Interceptor;
-use crate::registry::Stage;
-use crate::store::ContainerEntry;
+use crate::hooks::body::{self, BodyError, Chunks};
+use crate::hooks::flow::{self, BeforeHooks, HookRequest};
+use crate::hooks::registry::Snapshot;
+use crate::hooks::stages::{self, Method as CriMethod};
+use crate::hooks::store::{ContainerEntry, Store};
+use crate::hooks::Hooks;
 
 /// An intercepted Docker call (the `{id}` as the client wrote it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,15 +54,20 @@ pub enum Route {
 }
 
 impl Route {
+    /// The route's row of [`ROUTES`].
+    pub fn spec(&self) -> &'static RouteSpec {
+        &ROUTES[match self {
+            Route::Create => 0,
+            Route::Start(_) => 1,
+            Route::Stop(_) => 2,
+            Route::Update(_) => 3,
+            Route::Delete(_) => 4,
+        }]
+    }
+
     /// The metrics label of the route (a fixed set).
     pub fn label(&self) -> &'static str {
-        match self {
-            Route::Create => "docker POST /containers/create",
-            Route::Start(_) => "docker POST /containers/{id}/start",
-            Route::Stop(_) => "docker POST /containers/{id}/stop",
-            Route::Update(_) => "docker POST /containers/{id}/update",
-            Route::Delete(_) => "docker DELETE /containers/{id}",
-        }
+        self.spec().label
     }
 }
 
@@ -98,255 +112,376 @@ pub fn http_status(code: Code) -> StatusCode {
     }
 }
 
-/// A container the store knows (or dockerd told us about), by its full Docker ID: a pod
-/// sandbox or a pod's container.
-pub enum Known {
-    Pod(String, hook::PodSandboxHookRequest),
-    Container(String, ContainerEntry),
+/// One row of the Docker route table: the route's metrics label and the rows of the stage table
+/// ([`crate::hooks::stages::METHODS`]) its call maps onto, for a pod sandbox and for a pod's
+/// container (`None`: that call passes through without hooks).
+#[derive(Debug)]
+pub struct RouteSpec {
+    pub label: &'static str,
+    pub sandbox: Option<CriMethod>,
+    pub container: Option<CriMethod>,
 }
 
-impl Known {
-    /// The pod sandbox's Docker ID (the key of the pod's lock).
-    pub fn sandbox_id(&self) -> &str {
-        match self {
-            Known::Pod(id, _) => id,
-            Known::Container(_, e) => &e.sandbox_id,
-        }
-    }
-    fn labels(&self) -> &std::collections::HashMap<String, String> {
-        match self {
-            Known::Pod(_, p) => &p.labels,
-            Known::Container(_, e) => &e.hook.pod_labels,
-        }
-    }
-    fn meta(&self) -> Option<&hook_api::v1alpha1::PodSandboxMetadata> {
-        match self {
-            Known::Pod(_, p) => p.pod_meta.as_ref(),
-            Known::Container(_, e) => e.hook.pod_meta.as_ref(),
+/// Every intercepted route, in [`Route`]'s order.
+pub const ROUTES: [RouteSpec; 5] = [
+    RouteSpec {
+        label: "docker POST /containers/create",
+        sandbox: Some(CriMethod::RunPodSandbox),
+        container: Some(CriMethod::CreateContainer),
+    },
+    RouteSpec { label: "docker POST /containers/{id}/start", sandbox: None, container: Some(CriMethod::StartContainer) },
+    RouteSpec {
+        label: "docker POST /containers/{id}/stop",
+        sandbox: Some(CriMethod::StopPodSandbox),
+        container: Some(CriMethod::StopContainer),
+    },
+    RouteSpec { label: "docker POST /containers/{id}/update", sandbox: None, container: Some(CriMethod::UpdateContainerResources) },
+    RouteSpec {
+        label: "docker DELETE /containers/{id}",
+        sandbox: Some(CriMethod::RemovePodSandbox),
+        container: Some(CriMethod::RemoveContainer),
+    },
+];
+
+/// Handles one intercepted call (`upstream`: its connection to dockerd) to its answer; its post stage, if
+/// any, is spawned to run after it, holding the pod's turn until it is done.
+pub async fn handle(hooks: &Arc<Hooks>, route: Route, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
+    let spec = route.spec();
+    match route {
+        Route::Create => create(hooks, spec, upstream, req).await,
+        Route::Update(id) => update(hooks, spec, upstream, req, &id).await,
+        Route::Start(id) | Route::Stop(id) | Route::Delete(id) => {
+            let Some(object) = resolve(hooks, upstream.path(), &id).await else { return relay::forward(upstream, req).await };
+            let method = match &object {
+                DockerObject::Sandbox(..) => spec.sandbox,
+                DockerObject::Container(..) => spec.container,
+            };
+            let Some(method) = method else { return relay::forward(upstream, req).await };
+            let key = object.sandbox_id().to_owned();
+            let call = DockerCall {
+                method,
+                backend: upstream.path().to_owned(),
+                object: Some(object),
+                create: None,
+                update: None,
+                _out: PhantomData,
+            };
+            drive(hooks, &call, Some(&key), Outgoing { upstream, body: OutBody::Streamed(req) }).await
         }
     }
 }
 
-/// The Docker front end's interceptor over the shared hook state.
-pub struct DockerInterceptor {
-    /// Registry, dispatcher, store, pod locks and skip label, shared with CRI mode's code.
-    pub hooks: Arc<Interceptor>,
+/// `POST /containers/create`: PreRunPodSandbox or PreCreateContainer, answers into the body.
+async fn create(hooks: &Arc<Hooks>, spec: &RouteSpec, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
+    let name = req.uri().query().and_then(|q| query_param(q, "name"));
+    let (parts, body) = req.into_parts();
+    let bytes = match read_body(body, &hooks.limits).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let kube = name.as_deref().and_then(KubeName::parse);
+    let json = serde_json::from_slice::<Value>(&bytes).ok().filter(Value::is_object);
+    let (Some(kube), Some(json)) = (kube, json) else {
+        if name.as_deref().is_some_and(|n| n.starts_with("k8s_")) {
+            tracing::warn!(
+                name = name.as_deref().unwrap_or(""),
+                "Docker create: not a dockershim name or not a JSON object; forwarding without hooks"
+            );
+        }
+        return forward_bytes(upstream, parts, bytes).await;
+    };
+    // The create body holds the container config's fields (Env, Labels, …) at the top.
+    let labels = model::labels_of(Some(&json));
+    let (method, key) = if model::is_sandbox(&labels, &kube) {
+        (spec.sandbox, None)
+    } else {
+        (spec.container, Some(labels.get(model::SANDBOX_ID_LABEL).cloned().unwrap_or_default()))
+    };
+    let Some(method) = method else { return forward_bytes(upstream, parts, bytes).await };
+    let call = DockerCall {
+        method,
+        backend: upstream.path().to_owned(),
+        object: None,
+        create: Some((kube, json.clone())),
+        update: None,
+        _out: PhantomData,
+    };
+    let body = OutBody::Read { parts, bytes, json };
+    drive(hooks, &call, key.as_deref(), Outgoing { upstream, body }).await
 }
 
-impl DockerInterceptor {
-    /// Handles one intercepted call to its answer (post stages are spawned to run after it).
-    pub async fn handle(self: &Arc<Self>, route: Route, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
-        match route {
-            Route::Create => self.create(upstream, req).await,
-            Route::Start(id) => self.start(upstream, req, &id).await,
-            Route::Stop(id) => self.stop(upstream, req, &id).await,
-            Route::Update(id) => self.update(upstream, req, &id).await,
-            Route::Delete(id) => self.delete(upstream, req, &id).await,
-        }
-    }
+/// `POST /containers/{id}/update`: the update merged into the stored resources,
+/// PreUpdateContainerResources, changes into the update body.
+async fn update(hooks: &Arc<Hooks>, spec: &RouteSpec, upstream: &mut Upstream, req: Request<Incoming>, id: &str) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let bytes = match read_body(body, &hooks.limits).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let (Some(object @ DockerObject::Container(..)), Some(method)) = (resolve(hooks, upstream.path(), id).await, spec.container) else {
+        return forward_bytes(upstream, parts, bytes).await;
+    };
+    let Some(json) = serde_json::from_slice::<Value>(&bytes).ok().filter(Value::is_object) else {
+        return forward_bytes(upstream, parts, bytes).await;
+    };
+    let key = object.sandbox_id().to_owned();
+    let update = Some(model::resources_of(Some(&json)));
+    let call = DockerCall { method, backend: upstream.path().to_owned(), object: Some(object), create: None, update, _out: PhantomData };
+    drive(hooks, &call, Some(&key), Outgoing { upstream, body: OutBody::Read { parts, bytes, json } }).await
+}
 
-    /// Whether the pod (`labels`, `meta`) skips every hook: the skip label, honoured in the
-    /// allowed namespaces only ([`crate::skip_label`]); `route` names the call in the log.
-    fn skips(
-        &self,
-        labels: &std::collections::HashMap<String, String>,
-        meta: Option<&hook_api::v1alpha1::PodSandboxMetadata>,
-        route: &str,
-    ) -> bool {
-        self.hooks.skip_label.skips(labels, meta, route, &self.hooks.metrics)
-    }
-
-    async fn run<R: crate::dispatch::HookMessage>(&self, stage: Stage, req: &mut R) -> Result<(), Status> {
-        // Docker mode applies the hooks' result from the request as it stands, not by edits.
-        self.hooks.dispatcher.run(&self.hooks.registry.snapshot(), stage, req, None).await.map(drop)
-    }
-
-    /// `POST /containers/create`: PreRunPodSandbox or PreCreateContainer, answers into the body.
-    async fn create(&self, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
-        let name = req.uri().query().and_then(|q| query_param(q, "name"));
-        let (parts, body) = req.into_parts();
-        let bytes = match read_body(body, &self.hooks.limits).await {
-            Ok(b) => b,
-            Err(resp) => return resp,
-        };
-        let kube = name.as_deref().and_then(KubeName::parse);
-        let json = serde_json::from_slice::<Value>(&bytes).ok().filter(Value::is_object);
-        let (Some(kube), Some(mut json)) = (kube, json) else {
-            if name.as_deref().is_some_and(|n| n.starts_with("k8s_")) {
-                tracing::warn!(
-                    name = name.as_deref().unwrap_or(""),
-                    "Docker create: not a dockershim name or not a JSON object; forwarding without hooks"
-                );
+/// Drives `call` through the hook flow; spawns its post stage.
+async fn drive<'u>(hooks: &Arc<Hooks>, call: &DockerCall<'u>, key: Option<&str>, out: Outgoing<'u>) -> Response<Body> {
+    match flow::drive(hooks, stages::row(call.method), call, key, out, None).await {
+        Ok((answer, post)) => {
+            if let Some(post) = post {
+                tokio::spawn(post.run());
             }
-            return forward_bytes(upstream, parts, bytes).await;
-        };
-        // The create body holds the container config's fields (Env, Labels, …) at the top.
-        let config = Some(json.clone());
-        let labels = model::labels_of(config.as_ref());
-        if model::is_sandbox(&labels, &kube) {
-            let mut pod = model::pod_request(&kube, config.as_ref(), json.get("HostConfig"));
-            let before = pod.clone();
-            if !self.skips(&pod.labels, pod.pod_meta.as_ref(), "create (pod sandbox)") {
-                if let Err(status) = self.run(Stage::PreRunPodSandbox, &mut pod).await {
-                    return refuse(&status);
+            answer.response
+        }
+        Err(answer) => answer,
+    }
+}
+
+/// The store's entry for `id` (full ID); else dockerd is asked (short IDs, names, objects
+/// created before the proxy started) and the answer recorded. `None`: not a pod's container,
+/// or dockerd does not know it (then the call passes through and dockerd answers it).
+async fn resolve(hooks: &Hooks, backend: &Path, id: &str) -> Option<DockerObject> {
+    if let Some(e) = hooks.store.container(id) {
+        return Some(DockerObject::Container(id.to_owned(), e));
+    }
+    if let Some(p) = hooks.store.pod(id) {
+        return Some(DockerObject::Sandbox(id.to_owned(), p));
+    }
+    recover::fetch(backend, &hooks.store, id).await
+}
+
+/// One intercepted Docker call, as the hook flow sees it ([`flow::Front`]).
+struct DockerCall<'u> {
+    /// The stage table's row the call maps onto.
+    method: CriMethod,
+    /// dockerd's socket (to inspect what the store does not know).
+    backend: PathBuf,
+    /// The container the call is about, resolved before its pod's turn (calls on an `{id}`).
+    object: Option<DockerObject>,
+    /// A create's dockershim name and body (the container config's fields at the top).
+    create: Option<(KubeName, Value)>,
+    /// An update's resources, as its body asks.
+    update: Option<hook::LinuxContainerResources>,
+    _out: PhantomData<&'u ()>,
+}
+
+/// A Docker call after loading: the object and what the stages see.
+pub struct Loaded {
+    object: DockerObject,
+    /// An update's resources once the update is merged into the stored ones (before the hooks).
+    merged: Option<hook::LinuxContainerResources>,
+}
+
+/// What goes on to dockerd: the client's request (streamed) or its body, read and parsed.
+struct Outgoing<'u> {
+    upstream: &'u mut Upstream,
+    body: OutBody,
+}
+
+enum OutBody {
+    Streamed(Request<Incoming>),
+    Read { parts: http::request::Parts, bytes: Bytes, json: Value },
+}
+
+/// dockerd's answer, with the new container's ID for a create.
+struct DockerAnswer {
+    response: Response<Body>,
+    id: Option<String>,
+}
+
+impl DockerCall<'_> {
+    fn log_name(&self) -> &'static str {
+        match self.method {
+            CriMethod::RunPodSandbox => "create (pod sandbox)",
+            CriMethod::CreateContainer => "create (container)",
+            CriMethod::StartContainer => "start",
+            CriMethod::StopContainer | CriMethod::StopPodSandbox => "stop",
+            CriMethod::UpdateContainerResources => "update",
+            _ => "delete",
+        }
+    }
+}
+
+impl<'u> flow::Front for DockerCall<'u> {
+    type Call = Loaded;
+    type Request = Outgoing<'u>;
+    type Answer = DockerAnswer;
+    type Error = Response<Body>;
+
+    fn name(&self) -> &str {
+        self.log_name()
+    }
+
+    async fn load(&self, hooks: &Hooks, _snapshot: &Snapshot) -> Result<Option<Box<Loaded>>, Response<Body>> {
+        let mut object = match (&self.object, &self.create) {
+            (Some(object), _) => {
+                // The store again, now that it is the pod's turn: a call before may have changed it.
+                let id = object.id();
+                match object {
+                    DockerObject::Container(..) => hooks.store.container(id).map(|e| DockerObject::Container(id.to_owned(), e)),
+                    DockerObject::Sandbox(..) => hooks.store.pod(id).map(|p| DockerObject::Sandbox(id.to_owned(), p)),
+                }
+                .unwrap_or_else(|| object.clone())
+            }
+            (None, Some((kube, config))) => {
+                let host_config = config.get("HostConfig");
+                if self.method == CriMethod::RunPodSandbox {
+                    DockerObject::Sandbox(String::new(), model::pod_request(kube, Some(config), host_config))
+                } else {
+                    let sandbox_id = model::labels_of(Some(config)).get(model::SANDBOX_ID_LABEL).cloned().unwrap_or_default();
+                    let mut pod = hooks.store.pod(&sandbox_id);
+                    if pod.is_none() && !sandbox_id.is_empty() {
+                        pod = match recover::fetch(&self.backend, &hooks.store, &sandbox_id).await {
+                            Some(DockerObject::Sandbox(_, p)) => Some(p),
+                            _ => None,
+                        };
+                    }
+                    let hook = model::container_request(kube, pod.as_ref(), Some(config), host_config);
+                    DockerObject::Container(String::new(), ContainerEntry { sandbox_id, hook })
                 }
             }
-            let obj = json.as_object_mut().expect("checked: an object");
-            let bytes = if model::write_pod_changes(obj, &before, &pod) { Bytes::from(json.to_string()) } else { bytes };
-            let (resp, id) = match create_and_read_id(upstream, parts, bytes).await {
-                Ok(r) => r,
-                Err(resp) => return resp,
-            };
-            if let Some(id) = id {
-                self.hooks.store.put_pod(&id, pod);
+            (None, None) => return Ok(None),
+        };
+        let mut merged = None;
+        if let (Some(update), DockerObject::Container(_, entry)) = (&self.update, &mut object) {
+            let resources = entry.hook.container_resources.get_or_insert_with(Default::default);
+            hook_api::merge::merge_update(resources, update);
+            merged = Some(resources.clone());
+        }
+        Ok(Some(Box::new(Loaded { object, merged })))
+    }
+
+    fn apply(&self, call: &Loaded, before: &BeforeHooks, mut out: Outgoing<'u>) -> Result<Outgoing<'u>, Response<Body>> {
+        let OutBody::Read { bytes, json, .. } = &mut out.body else { return Ok(out) };
+        let Some(obj) = json.as_object_mut() else { return Ok(out) };
+        let changed = match (&call.object, before) {
+            (DockerObject::Sandbox(_, pod), BeforeHooks::Pod(before)) => model::write_pod_changes(obj, before, pod),
+            (DockerObject::Container(_, entry), BeforeHooks::Container(before)) if self.method == CriMethod::CreateContainer => {
+                model::write_container_changes(obj, before, &entry.hook)
             }
-            resp
-        } else {
-            let sandbox_id = labels.get(model::SANDBOX_ID_LABEL).cloned().unwrap_or_default();
-            let _turn = self.hooks.pod_locks.lock(&sandbox_id).await;
-            let mut pod = self.hooks.store.pod(&sandbox_id);
-            if pod.is_none() && !sandbox_id.is_empty() {
-                pod = match recover::fetch(upstream.path(), &self.hooks.store, &sandbox_id).await {
-                    Some(Known::Pod(_, p)) => Some(p),
-                    _ => None,
-                };
+            (DockerObject::Container(_, entry), BeforeHooks::Container(_)) if self.method == CriMethod::UpdateContainerResources => {
+                let merged = call.merged.clone().unwrap_or_default();
+                let after = swap_followed(&merged, &entry.hook);
+                model::write_resources(obj, &merged, &after, false)
             }
-            let mut container = model::container_request(&kube, pod.as_ref(), config.as_ref(), json.get("HostConfig"));
-            let before = container.clone();
-            if !self.skips(&container.pod_labels, container.pod_meta.as_ref(), "create (container)") {
-                if let Err(status) = self.run(Stage::PreCreateContainer, &mut container).await {
-                    return refuse(&status);
+            _ => false,
+        };
+        if changed {
+            *bytes = Bytes::from(json.to_string());
+        }
+        Ok(out)
+    }
+
+    fn send(&self, out: Outgoing<'u>) -> impl Future<Output = Result<DockerAnswer, Response<Body>>> + Send {
+        let create = self.create.is_some();
+        async move {
+            let Outgoing { upstream, body } = out;
+            match body {
+                OutBody::Streamed(req) => Ok(DockerAnswer { response: relay::forward(upstream, req).await, id: None }),
+                OutBody::Read { parts, bytes, .. } if create => {
+                    let (response, id) = create_and_read_id(upstream, parts, bytes).await?;
+                    Ok(DockerAnswer { response, id })
+                }
+                OutBody::Read { parts, bytes, .. } => Ok(DockerAnswer { response: forward_bytes(upstream, parts, bytes).await, id: None }),
+            }
+        }
+    }
+
+    fn succeeded(&self, answer: &DockerAnswer) -> bool {
+        let status = answer.response.status();
+        // Stop: 204 stopped, 304 already stopped; either way the post stage is due.
+        status.is_success()
+            || (matches!(self.method, CriMethod::StopContainer | CriMethod::StopPodSandbox) && status == StatusCode::NOT_MODIFIED)
+    }
+
+    fn commit(&self, call: &mut Loaded, answer: &DockerAnswer, store: &Store, post: bool) {
+        match (self.method, &mut call.object) {
+            (CriMethod::RunPodSandbox, DockerObject::Sandbox(_, pod)) => {
+                if let Some(id) = &answer.id {
+                    store.put_pod(id, pod.clone());
                 }
             }
-            let obj = json.as_object_mut().expect("checked: an object");
-            let bytes = if model::write_container_changes(obj, &before, &container) { Bytes::from(json.to_string()) } else { bytes };
-            let (resp, id) = match create_and_read_id(upstream, parts, bytes).await {
-                Ok(r) => r,
-                Err(resp) => return resp,
-            };
-            if let Some(id) = id {
-                container.container_meta.get_or_insert_with(Default::default).id = id.clone();
-                self.hooks.store.put_container(&id, ContainerEntry { sandbox_id, hook: container });
+            (CriMethod::CreateContainer, DockerObject::Container(_, entry)) => {
+                if let Some(id) = &answer.id {
+                    entry.hook.container_meta.get_or_insert_with(Default::default).id = id.clone();
+                    store.put_container(id, if post { entry.clone() } else { std::mem::take(entry) });
+                }
             }
-            resp
+            (CriMethod::StartContainer, DockerObject::Container(id, entry)) => store.put_container(id, entry.clone()),
+            (CriMethod::UpdateContainerResources, DockerObject::Container(id, entry)) => {
+                if let Some(merged) = &call.merged {
+                    entry.hook.container_resources = Some(swap_followed(merged, &entry.hook));
+                }
+                store.put_container(id, entry.clone());
+            }
+            (CriMethod::RemovePodSandbox, DockerObject::Sandbox(id, _)) => store.remove_pod(id),
+            (CriMethod::RemoveContainer, DockerObject::Container(id, _)) => store.remove_container(id),
+            _ => {}
         }
     }
 
-    /// `POST /containers/{id}/start`: PreStartContainer, forward, PostStartContainer.
-    async fn start(self: &Arc<Self>, upstream: &mut Upstream, req: Request<Incoming>, id: &str) -> Response<Body> {
-        let Some(known) = self.resolve(upstream, id).await else { return relay::forward(upstream, req).await };
-        let Known::Container(full_id, mut entry) = known else { return relay::forward(upstream, req).await };
-        let turn = self.hooks.pod_locks.lock(&entry.sandbox_id).await;
-        let hooked = !self.skips(&entry.hook.pod_labels, entry.hook.pod_meta.as_ref(), "start");
-        if hooked {
-            if let Err(status) = self.run(Stage::PreStartContainer, &mut entry.hook).await {
-                return refuse(&status);
-            }
-        }
-        let resp = relay::forward(upstream, req).await;
-        if resp.status().is_success() {
-            self.hooks.store.put_container(&full_id, entry.clone());
-            drop(turn);
-            if hooked {
-                self.post(Stage::PostStartContainer, Known::Container(full_id, entry));
-            }
-        }
-        resp
-    }
-
-    /// `POST /containers/{id}/stop`: forward, then PostStopContainer / PostStopPodSandbox.
-    async fn stop(self: &Arc<Self>, upstream: &mut Upstream, req: Request<Incoming>, id: &str) -> Response<Body> {
-        let Some(known) = self.resolve(upstream, id).await else { return relay::forward(upstream, req).await };
-        let turn = self.hooks.pod_locks.lock(known.sandbox_id()).await;
-        let resp = relay::forward(upstream, req).await;
-        // 204 stopped, 304 already stopped: either way the post stage is due.
-        if resp.status().is_success() || resp.status() == StatusCode::NOT_MODIFIED {
-            drop(turn);
-            if !self.skips(known.labels(), known.meta(), "stop") {
-                let stage = if matches!(known, Known::Pod(..)) { Stage::PostStopPodSandbox } else { Stage::PostStopContainer };
-                self.post(stage, known);
-            }
-        }
-        resp
-    }
-
-    /// `POST /containers/{id}/update`: the update merged into the stored resources,
-    /// PreUpdateContainerResources, changes into the update body.
-    async fn update(&self, upstream: &mut Upstream, req: Request<Incoming>, id: &str) -> Response<Body> {
-        let (parts, body) = req.into_parts();
-        let bytes = match read_body(body, &self.hooks.limits).await {
-            Ok(b) => b,
-            Err(resp) => return resp,
-        };
-        let Some(Known::Container(full_id, mut entry)) = self.resolve(upstream, id).await else {
-            return forward_bytes(upstream, parts, bytes).await;
-        };
-        let Some(mut json) = serde_json::from_slice::<Value>(&bytes).ok().filter(Value::is_object) else {
-            return forward_bytes(upstream, parts, bytes).await;
-        };
-        let _turn = self.hooks.pod_locks.lock(&entry.sandbox_id).await;
-        let update = model::resources_of(Some(&json));
-        let resources = entry.hook.container_resources.get_or_insert_with(Default::default);
-        hook_api::merge::merge_update(resources, &update);
-        let before = resources.clone();
-        if !self.skips(&entry.hook.pod_labels, entry.hook.pod_meta.as_ref(), "update") {
-            if let Err(status) = self.run(Stage::PreUpdateContainerResources, &mut entry.hook).await {
-                return refuse(&status);
-            }
-        }
-        let after = entry.hook.container_resources.get_or_insert_with(Default::default);
-        model::follow_swap(&before, after, true);
-        let after = after.clone();
-        let obj = json.as_object_mut().expect("checked: an object");
-        let bytes = if model::write_resources(obj, &before, &after, false) { Bytes::from(json.to_string()) } else { bytes };
-        let resp = forward_bytes(upstream, parts, bytes).await;
-        if resp.status().is_success() {
-            self.hooks.store.put_container(&full_id, entry);
-        }
-        resp
-    }
-
-    /// `DELETE /containers/{id}`: forward; on success forget the container (or the sandbox and
-    /// its containers).
-    async fn delete(&self, upstream: &mut Upstream, req: Request<Incoming>, id: &str) -> Response<Body> {
-        let known = self.resolve(upstream, id).await;
-        let resp = relay::forward(upstream, req).await;
-        if resp.status().is_success() {
-            match known {
-                Some(Known::Pod(id, _)) => self.hooks.store.remove_pod(&id),
-                Some(Known::Container(id, _)) => self.hooks.store.remove_container(&id),
-                None => {}
-            }
-        }
-        resp
-    }
-
-    /// The store's entry for `id` (full ID); else dockerd is asked (short IDs, names, objects
-    /// created before the proxy started) and the answer recorded. `None`: not a pod's container,
-    /// or dockerd does not know it (then the call passes through and dockerd answers it).
-    async fn resolve(&self, upstream: &Upstream, id: &str) -> Option<Known> {
-        if let Some(e) = self.hooks.store.container(id) {
-            return Some(Known::Container(id.to_owned(), e));
-        }
-        if let Some(p) = self.hooks.store.pod(id) {
-            return Some(Known::Pod(id.to_owned(), p));
-        }
-        recover::fetch(upstream.path(), &self.hooks.store, id).await
-    }
-
-    /// Runs a post stage after the answer has gone out (its result is only logged).
-    fn post(self: &Arc<Self>, stage: Stage, known: Known) {
-        let this = self.clone();
-        tokio::spawn(async move {
-            let _turn = this.hooks.pod_locks.lock(known.sandbox_id()).await;
-            let _ = match known {
-                Known::Pod(_, mut p) => this.run(stage, &mut p).await,
-                Known::Container(_, mut e) => this.run(stage, &mut e.hook).await,
-            };
-        });
+    fn refuse(&self, status: Status) -> Response<Body> {
+        relay::error(http_status(status.code), &status.message)
     }
 }
 
+impl flow::HookedCall for Loaded {
+    fn hook_request(&mut self) -> Option<HookRequest<'_>> {
+        Some(match &mut self.object {
+            DockerObject::Sandbox(_, pod) => HookRequest::Pod(pod),
+            DockerObject::Container(_, entry) => HookRequest::Container(&mut entry.hook),
+        })
+    }
+
+    fn pod(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
+        Some(match &self.object {
+            DockerObject::Sandbox(_, p) => (&p.labels, p.pod_meta.as_ref()),
+            DockerObject::Container(_, e) => (&e.hook.pod_labels, e.hook.pod_meta.as_ref()),
+        })
+    }
+}
+
+/// The hooks' resources for an update, with the swap limit kept in step with the memory limit
+/// they set ([`model::follow_swap`]; `merged`: the resources before the hooks).
+fn swap_followed(merged: &hook::LinuxContainerResources, hooked: &hook::ContainerResourceHookRequest) -> hook::LinuxContainerResources {
+    let mut after = hooked.container_resources.clone().unwrap_or_default();
+    model::follow_swap(merged, &mut after, true);
+    after
+}
+
+impl Chunks for Incoming {
+    type Error = hyper::Error;
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, hyper::Error>> {
+        match self.frame().await? {
+            Ok(frame) => Some(Ok(frame.into_data().unwrap_or_default())),
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// Reads a request body whole: at most `limits.max_request_bytes`, with no gap longer than
+/// `limits.request_idle_timeout` ([`body::read_whole`]).
+///
+/// Errors: `413` for a larger body, `408` for a stalled one, `400` when the client's stream
+/// breaks; Docker's error shape, naming the flag.
+async fn read_body(mut body: Incoming, limits: &crate::hooks::limits::Limits) -> Result<Bytes, Response<Body>> {
+    body::read_whole(&mut body, limits.max_request_bytes, limits.request_idle_timeout).await.map_err(|e| match e {
+        BodyError::Stalled(idle) => {
+            relay::error(StatusCode::REQUEST_TIMEOUT, &format!("runtime-proxy: request body stalled for {idle:?} (--request-idle-timeout)"))
+        }
+        BodyError::TooLarge { max } => relay::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("runtime-proxy: request body larger than {max} bytes (--max-request-bytes)"),
+        ),
+        BodyError::Broken(e) => relay::error(StatusCode::BAD_REQUEST, &format!("runtime-proxy: reading the request body: {e}")),
+    })
+}
 /// The value of `key` in a query string (percent-decoded), if present.
 pub fn query_param(query: &str, key: &str) -> Option<String> {
     query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == key).map(|(_, v)| percent_decode(v))
@@ -375,39 +510,6 @@ pub fn percent_decode(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A hook failure as a Docker error answer.
-fn refuse(status: &Status) -> Response<Body> {
-    relay::error(http_status(status.code), &status.message)
-}
-
-/// Reads a request body whole: at most `limits.max_request_bytes`, with no gap longer than
-/// `limits.request_idle_timeout`.
-///
-/// Errors: `413` for a larger body, `408` for a stalled one, `400` when the client's stream
-/// breaks; Docker's error shape, naming the flag.
-async fn read_body(mut body: Incoming, limits: &crate::limits::Limits) -> Result<Bytes, Response<Body>> {
-    let mut buf = bytes::BytesMut::new();
-    let max = limits.max_request_bytes;
-    loop {
-        let next = tokio::time::timeout(limits.request_idle_timeout, body.frame()).await.map_err(|_| {
-            let idle = limits.request_idle_timeout;
-            relay::error(StatusCode::REQUEST_TIMEOUT, &format!("runtime-proxy: request body stalled for {idle:?} (--request-idle-timeout)"))
-        })?;
-        let Some(frame) = next else { break };
-        let frame = frame.map_err(|e| relay::error(StatusCode::BAD_REQUEST, &format!("runtime-proxy: reading the request body: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > max {
-                return Err(relay::error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("runtime-proxy: request body larger than {max} bytes (--max-request-bytes)"),
-                ));
-            }
-            buf.extend_from_slice(&data);
-        }
-    }
-    Ok(buf.freeze())
 }
 
 /// Forwards a request whose body was read (and maybe rewritten), with `Content-Length` fixed.

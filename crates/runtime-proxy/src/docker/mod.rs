@@ -5,7 +5,7 @@
 //! * [`relay`] — the HTTP/1.1 pass-through: streamed bodies, hijacked (`101`) connections.
 //! * [`model`] — dockershim's names and labels, hook requests from Docker JSON and back.
 //! * [`intercept`] — the container calls of pods named the dockershim way, mapped onto the same
-//!   hook stages, registry, dispatcher, store, locks and skip label as CRI mode.
+//!   stage table and driven through the same hook flow as CRI mode ([`crate::hooks`]).
 //! * [`recover`] — the store rebuilt from dockerd (`/containers/json?all=1` + inspect).
 //!
 //! Routes (any `/v1.xx` prefix): `POST /containers/create`, `POST /containers/{id}/start`,
@@ -26,16 +26,16 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixListener;
 
-use crate::metrics::Metrics;
-use intercept::DockerInterceptor;
+use crate::admin::metrics::Metrics;
+use crate::hooks::Hooks;
 use relay::{Body, Upstream};
 
 /// The Docker front end's shared state.
 pub struct DockerFront {
     /// dockerd's socket.
     pub backend: std::path::PathBuf,
-    /// The hooked container calls.
-    pub interceptor: Arc<DockerInterceptor>,
+    /// The hook state shared with CRI mode's code.
+    pub hooks: Arc<Hooks>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -47,7 +47,7 @@ impl DockerFront {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
         let resp = match intercept::route(&method, &path) {
-            Some(route) => self.interceptor.handle(route, upstream, req).await,
+            Some(route) => intercept::handle(&self.hooks, route, upstream, req).await,
             None => relay::forward(upstream, req).await,
         };
         let elapsed = start.elapsed();
@@ -66,7 +66,7 @@ impl DockerFront {
 
 /// Serves the Docker Engine API on `listener` until `shutdown` resolves, then removes the socket
 /// at `socket_path` and lets open requests (streams, hijacked connections excepted) finish for
-/// at most `drain_timeout` (the accept loop is CRI mode's, [`crate::server::accept_and_drain`]).
+/// at most `drain_timeout` (the accept loop is CRI mode's, [`crate::listener::accept_and_drain`]).
 ///
 /// Errors: none so far (accept errors are logged and retried).
 pub async fn serve(
@@ -76,7 +76,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
 ) -> anyhow::Result<()> {
-    crate::server::accept_and_drain(listener, socket_path, shutdown, drain_timeout, |stream, mut stop, _tasks| {
+    crate::listener::accept_and_drain(listener, socket_path, shutdown, drain_timeout, |stream, mut stop, _tasks| {
         let front = front.clone();
         let upstream = Arc::new(tokio::sync::Mutex::new(Upstream::new(&front.backend)));
         let service = hyper::service::service_fn(move |req| {

@@ -93,7 +93,7 @@ pub fn split_labels(all: &HashMap<String, String>) -> (HashMap<String, String>, 
 
 /// A container config's `Env` (`["K=V", …]`) as CRI key-values, in order; an entry without `=` is a key with
 /// an empty value (koord #957: values may contain `=`).
-pub fn envs_of(config: Option<&Value>) -> Vec<crate::view::KeyValue> {
+pub fn envs_of(config: Option<&Value>) -> Vec<crate::cri::hooked_fields::KeyValue> {
     config
         .and_then(|c| c.get("Env"))
         .and_then(Value::as_array)
@@ -102,7 +102,7 @@ pub fn envs_of(config: Option<&Value>) -> Vec<crate::view::KeyValue> {
                 .filter_map(Value::as_str)
                 .map(|kv| {
                     let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    crate::view::KeyValue::text(k, v)
+                    crate::cri::hooked_fields::KeyValue::text(k, v)
                 })
                 .collect()
         })
@@ -275,9 +275,9 @@ pub fn write_container_changes(
         object_at(body, "HostConfig").insert("CgroupParent".into(), Value::from(after.pod_cgroup_parent.as_str()));
         changed = true;
     }
-    let added = crate::intercept::changed_entries(&before.container_envs, &after.container_envs);
+    let added = crate::cri::intercept::changed_entries(&before.container_envs, &after.container_envs);
     if !added.is_empty() {
-        let envs = crate::intercept::merged_envs(&envs_of(Some(&Value::Object(body.clone()))), &added);
+        let envs = crate::cri::intercept::merged_envs(&envs_of(Some(&Value::Object(body.clone()))), &added);
         let list: Vec<Value> =
             envs.into_iter().map(|kv| Value::from(format!("{}={}", kv.key, String::from_utf8_lossy(&kv.value)))).collect();
         body.insert("Env".into(), Value::Array(list));
@@ -289,7 +289,7 @@ pub fn write_container_changes(
 
 /// Sets `Labels[prefix + key]` for every entry the hooks added or changed.
 fn write_labels(body: &mut Map<String, Value>, prefix: &str, before: &HashMap<String, String>, after: &HashMap<String, String>) -> bool {
-    let changed = crate::intercept::changed_entries(before, after);
+    let changed = crate::cri::intercept::changed_entries(before, after);
     if changed.is_empty() {
         return false;
     }
@@ -420,5 +420,30 @@ mod tests {
         after.annotations.insert("a".into(), "2".into());
         assert!(write_pod_changes(body.as_object_mut().unwrap(), &before, &after));
         assert_eq!(body, json!({"HostConfig": {"CgroupParent": "/kubepods/besteffort/podu"}, "Labels": {"l": "1", "annotation.a": "2"}}));
+    }
+}
+
+/// A container the store knows (or dockerd told us about), by its full Docker ID: a pod
+/// sandbox (`k8s_POD_…`) or a pod's container, with its hook request.
+#[derive(Debug, Clone)]
+pub enum DockerObject {
+    Sandbox(String, hook::PodSandboxHookRequest),
+    Container(String, crate::hooks::store::ContainerEntry),
+}
+
+impl DockerObject {
+    /// The pod sandbox's Docker ID (the key of the pod's lock).
+    pub fn sandbox_id(&self) -> &str {
+        match self {
+            DockerObject::Sandbox(id, _) => id,
+            DockerObject::Container(_, e) => &e.sandbox_id,
+        }
+    }
+
+    /// The object's full Docker ID (empty until dockerd created it).
+    pub fn id(&self) -> &str {
+        match self {
+            DockerObject::Sandbox(id, _) | DockerObject::Container(id, _) => id,
+        }
     }
 }

@@ -20,10 +20,9 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::UnixStream;
 
-use super::intercept::Known;
-use super::model::{self, KubeName};
-use crate::recover::{sweep, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
-use crate::store::{ContainerEntry, Store};
+use super::model::{self, DockerObject, KubeName};
+use crate::hooks::store::{sweep, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
+use crate::hooks::store::{ContainerEntry, Store};
 
 /// Time allowed for one call to dockerd during recovery.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,7 +71,7 @@ async fn own_config(socket: &Path, inspect: &Value) -> Option<Value> {
 /// The store entry an inspect answer describes, recorded in `store`; `None` for a container
 /// not named the dockershim way. A container whose sandbox the store does not know has its
 /// sandbox inspected too (once).
-pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<Known> {
+pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<DockerObject> {
     let id = inspect.get("Id")?.as_str()?.to_owned();
     let kube = KubeName::parse(inspect.get("Name")?.as_str()?)?;
     let own = own_config(socket, inspect).await;
@@ -81,7 +80,7 @@ pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<Kno
     if model::is_sandbox(&model::labels_of(config), &kube) {
         let pod = model::pod_request(&kube, config, host_config);
         store.put_pod(&id, pod.clone());
-        return Some(Known::Pod(id, pod));
+        return Some(DockerObject::Sandbox(id, pod));
     }
     let sandbox_id = model::labels_of(config).get(model::SANDBOX_ID_LABEL).cloned().unwrap_or_default();
     let mut pod = store.pod(&sandbox_id);
@@ -107,23 +106,23 @@ pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<Kno
     }
     let entry = ContainerEntry { sandbox_id, hook };
     store.put_container(&id, entry.clone());
-    Some(Known::Container(id, entry))
+    Some(DockerObject::Container(id, entry))
 }
 
 /// For a call about `id` (full ID, short ID or name) the store does not know: inspects it and
 /// records it. `None` when dockerd does not know it or it is not a pod's container (logged at
 /// debug; the call then passes through and dockerd answers it).
-pub async fn fetch(socket: &Path, store: &Store, id: &str) -> Option<Known> {
+pub async fn fetch(socket: &Path, store: &Store, id: &str) -> Option<DockerObject> {
     match get_json(socket, &format!("/containers/{id}/json")).await {
         Ok(inspect) => {
             // A short ID or a name of something the store knows by its full ID: the stored entry
             // (made at create, hooks' changes included) is the exact one.
             let full = inspect.get("Id").and_then(Value::as_str).unwrap_or("");
             if let Some(e) = store.container(full) {
-                return Some(Known::Container(full.to_owned(), e));
+                return Some(DockerObject::Container(full.to_owned(), e));
             }
             if let Some(p) = store.pod(full) {
-                return Some(Known::Pod(full.to_owned(), p));
+                return Some(DockerObject::Sandbox(full.to_owned(), p));
             }
             let known = record(socket, store, &inspect).await;
             if known.is_some() {
@@ -157,10 +156,10 @@ pub async fn rebuild(socket: &Path, store: &Store) -> Result<(usize, usize), Str
     for (_, id) in &ids {
         match get_json(socket, &format!("/containers/{id}/json")).await {
             Ok(inspect) => match record(socket, store, &inspect).await {
-                Some(Known::Pod(id, _)) => {
+                Some(DockerObject::Sandbox(id, _)) => {
                     pods.insert(id);
                 }
-                Some(Known::Container(id, _)) => {
+                Some(DockerObject::Container(id, _)) => {
                     containers.insert(id);
                 }
                 None => {}

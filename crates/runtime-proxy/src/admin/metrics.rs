@@ -1,0 +1,424 @@
+//! Prometheus metrics, and the admin HTTP endpoint that serves them with a health check.
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `runtime_proxy_cri_request_duration_seconds` | histogram | `method` | CRI call latency as kubelet sees it (hooks included) |
+//! | `runtime_proxy_cri_requests_total` | counter | `method`, `code` | CRI calls by final gRPC code (`OK`, `NOT_FOUND`, …) |
+//! | `runtime_proxy_hook_request_duration_seconds` | histogram | `stage`, `server` | one hook server call |
+//! | `runtime_proxy_hook_requests_total` | counter | `stage`, `server`, `result` | hook calls: `ok`, `error`, `timeout` |
+//! | `runtime_proxy_hook_refusals_total` | counter | `stage`, `server` | CRI calls refused because a hook server with failure policy `Fail` failed |
+//! | `runtime_proxy_hook_servers` | gauge | | hook servers registered |
+//! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
+//! | `runtime_proxy_hook_config_warnings` | gauge | | registered files with warnings (unknown keys, a failure policy that cannot be read and is taken as Fail, unknown stages) |
+//! | `runtime_proxy_store_objects` | gauge | `kind` (`pod_sandbox`, `container`) | store entries |
+//! | `runtime_proxy_backend_up` | gauge | | 1 when every backend endpoint passed its latest health check ([`crate::admin::health`]) |
+//! | `runtime_proxy_backend_endpoint_up` | gauge | `endpoint` (`runtime`, `image`) | 1 when that endpoint passed its latest health check |
+//! | `runtime_proxy_log_lines_dropped_total` | counter | | log lines lost: stderr too slow (queue full) or broken (a closed log pipe); see [`daemon_support::log`] |
+//!
+//! `method` is the gRPC path for CRI services (`/runtime.v1.RuntimeService/Version`) and `other`
+//! for anything else, so clients cannot blow up the label set. `server` is the registration
+//! file's name. Gauges are read when scraped.
+//!
+//! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`): `GET /metrics` (OpenMetrics text),
+//! `GET /healthz` (200 `ok`, or 503 naming each backend endpoint that is down and why, from the
+//! background checks of [`crate::admin::health`]), `GET /status` (JSON: an operator's view,
+//! [`crate::admin::status`]). `/debug/store` is served on a listener of its own (`--debug-addr`,
+//! [`crate::admin::debug`]), so that a metrics scraper never sees pod IDs; here it answers 404 saying so.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::admin::health::Health;
+use crate::grpc::Code;
+use crate::hooks::registry::Registry as HookRegistry;
+use crate::hooks::store::Store;
+
+// The CRI labels are `&'static str` (method paths interned once, see [`method_label`]), so
+// recording a call allocates nothing.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    method: &'static str,
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookLabels {
+    stage: String,
+    server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookResultLabels {
+    stage: String,
+    server: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// How a hook server call ended, for `runtime_proxy_hook_requests_total{result}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookResult {
+    Ok,
+    Error,
+    Timeout,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs … ~26 s, factor 2.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 20))
+}
+
+/// Every metric the proxy records.
+pub struct Metrics {
+    registry: Registry,
+    cri_duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+    cri_requests: Family<CodeLabels, Counter>,
+    hook_duration: Family<HookLabels, Histogram, fn() -> Histogram>,
+    hook_requests: Family<HookResultLabels, Counter>,
+    hook_refusals: Family<HookLabels, Counter>,
+    hook_servers: Gauge,
+    hook_rejected: Gauge,
+    hook_warnings: Gauge,
+    store_objects: Family<KindLabels, Gauge>,
+    backend_up: Gauge,
+    backend_endpoint_up: Family<EndpointLabels, Gauge>,
+    undecodable: Family<MethodLabels, Counter>,
+    skip_label_ignored: Counter,
+    log_lines_dropped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// All families registered, all values zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("runtime_proxy");
+        let cri_duration =
+            Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let cri_requests = Family::<CodeLabels, Counter>::default();
+        let hook_duration =
+            Family::<HookLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let hook_requests = Family::<HookResultLabels, Counter>::default();
+        let (hook_servers, hook_rejected, backend_up) = (Gauge::default(), Gauge::default(), Gauge::default());
+        let store_objects = Family::<KindLabels, Gauge>::default();
+        let (undecodable, skip_label_ignored) = (Family::<MethodLabels, Counter>::default(), Counter::default());
+        registry.register_with_unit("cri_request_duration", "CRI call latency as kubelet sees it", Unit::Seconds, cri_duration.clone());
+        registry.register("cri_requests", "CRI calls by method and final gRPC code", cri_requests.clone());
+        registry.register_with_unit("hook_request_duration", "Latency of one hook server call", Unit::Seconds, hook_duration.clone());
+        registry.register("hook_requests", "Hook server calls by stage, server and result (ok, error, timeout)", hook_requests.clone());
+        registry.register("hook_servers", "Hook servers registered", hook_servers.clone());
+        registry.register("hook_config_rejected", "Registration files currently rejected", hook_rejected.clone());
+        registry.register("store_objects", "Store entries by kind", store_objects.clone());
+        registry.register("backend_up", "1 when every backend endpoint passed its latest health check", backend_up.clone());
+        let backend_endpoint_up = Family::<EndpointLabels, Gauge>::default();
+        registry.register(
+            "backend_endpoint_up",
+            "1 when the backend endpoint (runtime, image) passed its latest health check",
+            backend_endpoint_up.clone(),
+        );
+        registry.register(
+            "undecodable_requests",
+            "Intercepted CRI requests the proxy could not decode (or read only in part) and forwarded without hooks, by method",
+            undecodable.clone(),
+        );
+        registry.register(
+            "skip_label_ignored",
+            "Calls of pods carrying the skip label outside --runtime-hook-server-namespaces (hooks called anyway)",
+            skip_label_ignored.clone(),
+        );
+        let hook_warnings = Gauge::default();
+        registry.register(
+            "hook_config_warnings",
+            "Registered hook server files with warnings: unknown keys, a failure policy that cannot be read (taken as Fail), unknown stages",
+            hook_warnings.clone(),
+        );
+        let hook_refusals = Family::<HookLabels, Counter>::default();
+        registry.register(
+            "hook_refusals",
+            "CRI calls refused because a hook server with failure-policy Fail failed, by stage and server",
+            hook_refusals.clone(),
+        );
+        let log_lines_dropped = Counter::default();
+        registry.register(
+            "log_lines_dropped",
+            "Log lines lost because stderr was too slow (queue full) or broken (a closed log pipe)",
+            log_lines_dropped.clone(),
+        );
+        Metrics {
+            registry,
+            cri_duration,
+            cri_requests,
+            hook_duration,
+            hook_requests,
+            hook_refusals,
+            hook_servers,
+            hook_rejected,
+            hook_warnings,
+            store_objects,
+            backend_up,
+            backend_endpoint_up,
+            undecodable,
+            skip_label_ignored,
+            log_lines_dropped,
+        }
+    }
+
+    /// Counts an intercepted request of `method` (e.g. `CreateContainer`) forwarded without its
+    /// hooks because it could not be decoded: `runtime_proxy_undecodable_requests_total{method}`.
+    pub fn undecodable_request(&self, method: &'static str) {
+        self.undecodable.get_or_create(&MethodLabels { method }).inc();
+    }
+
+    /// Counts a call whose pod carries the skip label in a namespace that may not use it:
+    /// `runtime_proxy_skip_label_ignored_total`.
+    pub fn skip_label_ignored(&self) {
+        self.skip_label_ignored.inc();
+    }
+
+    /// Records the latest health check of a backend endpoint (`runtime`, `image`):
+    /// `runtime_proxy_backend_endpoint_up{endpoint}`.
+    pub fn backend_endpoint_up(&self, endpoint: &'static str, up: bool) {
+        self.backend_endpoint_up.get_or_create(&EndpointLabels { endpoint }).set(i64::from(up));
+    }
+
+    /// Records one finished CRI call.
+    pub fn cri_call(&self, path: &str, code: Code, elapsed: Duration) {
+        let method = method_label(path);
+        self.cri_duration.get_or_create(&MethodLabels { method }).observe(elapsed.as_secs_f64());
+        self.cri_requests.get_or_create(&CodeLabels { method, code: code.name() }).inc();
+    }
+
+    /// Records one finished Docker Engine API call (Docker mode) in the same families as CRI
+    /// calls: `method` is the route's label (a fixed set: `docker POST /containers/create`, …,
+    /// `docker other`), `code` the HTTP status (`201`, `404`).
+    pub fn docker_call(&self, route: &'static str, status: u16, elapsed: Duration) {
+        let method = route;
+        self.cri_duration.get_or_create(&MethodLabels { method }).observe(elapsed.as_secs_f64());
+        self.cri_requests.get_or_create(&CodeLabels { method, code: intern(&status.to_string()) }).inc();
+    }
+
+    /// Records one hook server call.
+    pub fn hook_call(&self, stage: &str, server: &str, result: HookResult, elapsed: Duration) {
+        let labels = HookLabels { stage: stage.to_owned(), server: server.to_owned() };
+        self.hook_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        let result = match result {
+            HookResult::Ok => "ok",
+            HookResult::Error => "error",
+            HookResult::Timeout => "timeout",
+        };
+        self.hook_requests.get_or_create(&HookResultLabels { stage: labels.stage, server: labels.server, result: result.to_owned() }).inc();
+    }
+
+    /// Counts a CRI call refused because `server`, whose failure policy is `Fail`, failed at
+    /// `stage`: `runtime_proxy_hook_refusals_total{stage, server}`.
+    pub fn hook_refusal(&self, stage: &str, server: &str) {
+        self.hook_refusals.get_or_create(&HookLabels { stage: stage.to_owned(), server: server.to_owned() }).inc();
+    }
+
+    /// CRI calls refused so far because `server` failed at `stage` (for `/status`).
+    pub fn hook_refusals(&self, stage: &str, server: &str) -> u64 {
+        self.hook_refusals.get(&HookLabels { stage: stage.to_owned(), server: server.to_owned() }).map(|c| c.get()).unwrap_or(0)
+    }
+
+    /// Hook calls of `server` at `stage` so far: `[ok, error, timeout]` (for `/status`).
+    pub fn hook_counts(&self, stage: &str, server: &str) -> [u64; 3] {
+        let count = |result: &str| {
+            let labels = HookResultLabels { stage: stage.to_owned(), server: server.to_owned(), result: result.to_owned() };
+            self.hook_requests.get(&labels).map(|c| c.get()).unwrap_or(0)
+        };
+        [count("ok"), count("error"), count("timeout")]
+    }
+
+    /// The OpenMetrics text of every metric, after reading the gauges from their sources.
+    pub fn render(&self, hooks: &HookRegistry, store: &Store, backend_up: bool) -> String {
+        let snapshot = hooks.snapshot();
+        self.hook_servers.set(snapshot.servers().len() as i64);
+        self.hook_rejected.set(snapshot.rejected().len() as i64);
+        self.hook_warnings.set(snapshot.servers().iter().filter(|s| !s.warnings.is_empty()).count() as i64);
+        let (pods, containers) = store.len();
+        self.store_objects.get_or_create(&KindLabels { kind: "pod_sandbox".into() }).set(pods as i64);
+        self.store_objects.get_or_create(&KindLabels { kind: "container".into() }).set(containers as i64);
+        self.backend_up.set(i64::from(backend_up));
+        let dropped = daemon_support::log::dropped_lines();
+        self.log_lines_dropped.inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The metrics as they stand, without refreshing the gauges (unit tests).
+    #[cfg(test)]
+    pub(crate) fn render_for_tests(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The `method` label: the gRPC path of a CRI service method, else `other`.
+///
+/// Interned: each distinct path is copied once for the life of the process (the same strings
+/// the metric families keep as keys anyway; at most 64 alphanumeric characters per method).
+pub fn method_label(path: &str) -> &'static str {
+    let known = [
+        "/runtime.v1.RuntimeService/",
+        "/runtime.v1.ImageService/",
+        "/runtime.v1alpha2.RuntimeService/",
+        "/runtime.v1alpha2.ImageService/",
+    ];
+    let ok = known.iter().any(|prefix| {
+        path.strip_prefix(prefix).is_some_and(|m| !m.is_empty() && m.len() <= 64 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
+    });
+    if ok {
+        intern(path)
+    } else {
+        "other"
+    }
+}
+
+/// Most distinct label values [`intern`] keeps; beyond, new ones are counted as `other`, so a
+/// client calling ever new method names cannot grow the proxy's memory (or the metric families).
+const MAX_INTERNED: usize = 512;
+
+/// `s` as a string that lives for the rest of the process, copied (leaked) the first time only;
+/// `other` once [`MAX_INTERNED`] values exist.
+fn intern(s: &str) -> &'static str {
+    static NAMES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> = std::sync::OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(name) = names.get(s) {
+        return name;
+    }
+    if names.len() >= MAX_INTERNED {
+        return "other";
+    }
+    let name: &'static str = Box::leak(s.into());
+    names.insert(name);
+    name
+}
+
+/// What the admin endpoint reads.
+pub struct Admin {
+    /// Every metric, rendered at `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// The hook registry (servers registered, files rejected).
+    pub hooks: Arc<HookRegistry>,
+    /// The store (its size; its IDs at `/debug/store`).
+    pub store: Arc<Store>,
+    /// The backends' health, checked in the background ([`Health::run`]).
+    pub health: Arc<Health>,
+    /// What `/status` reports beyond the above.
+    pub status: crate::admin::status::StatusInfo,
+}
+
+/// Binds `addr` and serves `/metrics`, `/healthz` and `/status` until the task is dropped; logs
+/// the bound address (`admin endpoint listening on …`, useful with port 0).
+///
+/// Errors: the address cannot be bound.
+pub async fn serve_admin(addr: SocketAddr, admin: Arc<Admin>) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!("admin endpoint listening on {}", listener.local_addr()?);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let admin = admin.clone();
+                async move { Ok::<_, std::convert::Infallible>(admin.answer(req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+impl Admin {
+    async fn answer(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        let reply = |status: u16, content_type: &str, body: String| {
+            Response::builder().status(status).header("content-type", content_type).body(Full::new(Bytes::from(body))).unwrap_or_default()
+        };
+        match req.uri().path() {
+            "/metrics" => {
+                let up = self.health.all_up();
+                reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(&self.hooks, &self.store, up))
+            }
+            "/status" => reply(200, "application/json", format!("{}\n", crate::admin::status::document(self).await)),
+            "/debug/store" => reply(404, "text/plain", self.status.debug.moved()),
+            "/healthz" => {
+                let (status, body) = self.health.healthz().await;
+                reply(status, "text/plain", body)
+            }
+            _ => reply(404, "text/plain", "not found: try /metrics, /healthz or /status\n".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_labels_are_bounded() {
+        assert_eq!(method_label("/runtime.v1.RuntimeService/Version"), "/runtime.v1.RuntimeService/Version");
+        assert_eq!(method_label("/runtime.v1alpha2.ImageService/PullImage"), "/runtime.v1alpha2.ImageService/PullImage");
+        assert_eq!(method_label("/evil/x"), "other");
+        assert_eq!(method_label("/runtime.v1.RuntimeService/a-b"), "other");
+        assert_eq!(method_label("/runtime.v1.RuntimeService/"), "other");
+    }
+
+    #[test]
+    fn renders_conventional_names() {
+        let m = Metrics::new();
+        m.cri_call("/runtime.v1.RuntimeService/Version", Code::OK, Duration::from_micros(120));
+        m.cri_call("/runtime.v1.RuntimeService/ContainerStatus", Code::NOT_FOUND, Duration::from_micros(80));
+        m.hook_call("PreCreateContainer", "a.json", HookResult::Timeout, Duration::from_millis(2));
+        let dir = tempfile::tempdir().unwrap();
+        let text = m.render(&HookRegistry::new(dir.path()), &Store::new(), true);
+        for want in [
+            "runtime_proxy_cri_request_duration_seconds_count{method=\"/runtime.v1.RuntimeService/Version\"} 1",
+            "runtime_proxy_cri_requests_total{method=\"/runtime.v1.RuntimeService/ContainerStatus\",code=\"NOT_FOUND\"} 1",
+            "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"a.json\",result=\"timeout\"} 1",
+            "runtime_proxy_hook_servers 0",
+            "runtime_proxy_store_objects{kind=\"container\"} 0",
+            "runtime_proxy_backend_up 1",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+    }
+}

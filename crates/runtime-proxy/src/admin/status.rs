@@ -1,0 +1,495 @@
+//! An operator's view of a running proxy: `GET /status` on the admin endpoint (a JSON
+//! document) and `runtime-proxy status`, which fetches it and prints a table.
+//!
+//! The document holds each registered hook server (file, endpoint, stages, failure policy,
+//! timeout, order) with its health — whether its last call succeeded, its last error and when,
+//! failures in a row — the backend (mode, endpoints, up or why not), the store's size, hook
+//! calls, failures and refused CRI calls per stage (from the metrics), files rejected, uptime
+//! and version, and `healthy` with the `problems` that make it false: the backend down, or a
+//! server with failure policy `Fail` whose last call failed (pods are being refused). A failing
+//! `Ignore` server or a rejected file is a `warning`: pods start, without that server's changes.
+//!
+//! Health is recorded by the dispatcher ([`HookHealth::record_ok`], [`HookHealth::record_failure`]):
+//! one lock-free map load and two atomic stores per successful call; a mutex is taken only on
+//! failure, to keep the error's text.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use daemon_support::status::{ago, problem_lists, rfc3339, show_duration, str_of, table, unix_ms};
+use serde_json::{json, Value};
+
+use crate::admin::health::Verdict;
+use crate::admin::metrics::Admin;
+use crate::cli::BackendRuntimeMode;
+use crate::hooks::registry::{FailurePolicy, HookServer, Stage};
+
+/// What one hook server's calls have looked like lately.
+#[derive(Debug)]
+struct ServerHealth {
+    /// The endpoint the entry is about: a file that now names another endpoint starts afresh.
+    endpoint: PathBuf,
+    /// Unix ms of the last successful call; 0: none yet.
+    last_ok_ms: AtomicU64,
+    /// Unix ms of the last failed call; 0: none yet.
+    last_failure_ms: AtomicU64,
+    /// Calls failed since the last success.
+    failures_in_a_row: AtomicU64,
+    /// The last failure: stage and cause (as logged).
+    last_error: Mutex<String>,
+}
+
+/// Each hook server's recent health, by registration file name; shared by the dispatcher (which
+/// records) and the admin endpoint (which reports).
+#[derive(Debug, Default)]
+pub struct HookHealth {
+    servers: ArcSwap<HashMap<String, Arc<ServerHealth>>>,
+}
+
+/// One hook server's health as reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerReport {
+    /// Unix ms of the last successful call, if any.
+    pub last_ok_ms: Option<u64>,
+    /// Unix ms of the last failed call, if any.
+    pub last_failure_ms: Option<u64>,
+    /// Calls failed since the last success (0: the last call succeeded, or none was made).
+    pub failures_in_a_row: u64,
+    /// The last failure's stage and cause, if any.
+    pub last_error: Option<String>,
+}
+
+impl HookHealth {
+    /// Runs `f` on the entry of `server`: one lock-free load of the map; the entry is made on
+    /// the server's first call (or when its file names a new endpoint).
+    fn with_entry(&self, server: &HookServer, f: impl FnOnce(&ServerHealth)) {
+        let serves = |h: &ServerHealth| h.endpoint.as_os_str() == server.endpoint.as_os_str();
+        {
+            let map = self.servers.load();
+            if let Some(h) = map.get(&server.name).filter(|h| serves(h)) {
+                return f(h);
+            }
+        }
+        let fresh = Arc::new(ServerHealth {
+            endpoint: server.endpoint.clone(),
+            last_ok_ms: AtomicU64::new(0),
+            last_failure_ms: AtomicU64::new(0),
+            failures_in_a_row: AtomicU64::new(0),
+            last_error: Mutex::new(String::new()),
+        });
+        let mut entry = fresh.clone();
+        self.servers.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            match map.get(&server.name) {
+                // Another call made it meanwhile.
+                Some(h) if serves(h) => entry = h.clone(),
+                _ => {
+                    entry = fresh.clone();
+                    map.insert(server.name.clone(), fresh.clone());
+                }
+            }
+            map
+        });
+        f(&entry)
+    }
+
+    /// A call to `server` succeeded.
+    pub fn record_ok(&self, server: &HookServer) {
+        self.with_entry(server, |h| {
+            h.last_ok_ms.store(unix_ms(SystemTime::now()), Ordering::Relaxed);
+            h.failures_in_a_row.store(0, Ordering::Relaxed);
+        });
+    }
+
+    /// A call to `server` failed at `stage` with `cause` (as the dispatcher logs it).
+    pub fn record_failure(&self, server: &HookServer, stage: Stage, cause: &str) {
+        self.with_entry(server, |h| {
+            {
+                let mut last = h.last_error.lock().unwrap_or_else(|p| p.into_inner());
+                last.clear();
+                let _ = write!(last, "{}: {cause}", stage.as_str());
+            }
+            h.last_failure_ms.store(unix_ms(SystemTime::now()), Ordering::Relaxed);
+            h.failures_in_a_row.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+
+    /// What is known of `server` (nothing before its first call).
+    pub fn report(&self, server: &HookServer) -> ServerReport {
+        let map = self.servers.load();
+        let Some(h) = map.get(&server.name).filter(|h| h.endpoint.as_os_str() == server.endpoint.as_os_str()) else {
+            return ServerReport::default();
+        };
+        let at = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|ms| *ms > 0);
+        let last_error = h.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        ServerReport {
+            last_ok_ms: at(&h.last_ok_ms),
+            last_failure_ms: at(&h.last_failure_ms),
+            failures_in_a_row: h.failures_in_a_row.load(Ordering::Relaxed),
+            last_error: Some(last_error).filter(|e| !e.is_empty()),
+        }
+    }
+
+    /// Forgets servers whose file is no longer registered (`keep`: the names registered now).
+    pub fn retain(&self, keep: &[&str]) {
+        if self.servers.load().keys().all(|k| keep.contains(&k.as_str())) {
+            return;
+        }
+        self.servers.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            map.retain(|k, _| keep.contains(&k.as_str()));
+            map
+        });
+    }
+}
+
+/// What the status document says about the process itself (the rest is read when asked).
+#[derive(Debug)]
+pub struct StatusInfo {
+    /// When the process started.
+    pub started: SystemTime,
+    /// The same, monotonic (uptime).
+    pub started_at: Instant,
+    /// `--backend-runtime-mode`.
+    pub mode: BackendRuntimeMode,
+    /// `--remote-runtime-service-endpoint`.
+    pub runtime_endpoint: PathBuf,
+    /// `--remote-image-service-endpoint` (the runtime's when not given).
+    pub image_endpoint: PathBuf,
+    /// `--hook-config-dir`.
+    pub hook_config_dir: PathBuf,
+    /// `--debug-addr`, where `/debug/store` is served.
+    pub debug: Arc<crate::admin::debug::DebugEndpoint>,
+    /// The hook servers' health, as the dispatcher records it.
+    pub hook_health: Arc<HookHealth>,
+}
+
+/// The `GET /status` document (module docs), read now; the backend as its latest health checks
+/// left it ([`crate::admin::health`]), waiting for the first ones as `/healthz` does.
+pub async fn document(admin: &Admin) -> Value {
+    let info = &admin.status;
+    let (_, healthz) = admin.health.healthz().await;
+    let now = unix_ms(SystemTime::now());
+    let endpoints: Vec<Value> = admin
+        .health
+        .verdicts()
+        .into_iter()
+        .map(|(target, verdict)| {
+            let reason = match &verdict {
+                Some(Verdict::Up) => None,
+                Some(Verdict::Down { reason, .. }) => Some(reason.clone()),
+                None => Some("not checked yet".to_owned()),
+            };
+            json!({
+                "endpoint": target.role.label(),
+                "socket": target.path,
+                "up": verdict.as_ref().is_some_and(Verdict::is_up),
+                "error": reason,
+            })
+        })
+        .collect();
+    let backend: Result<(), String> = if admin.health.all_up() { Ok(()) } else { Err(healthz.trim_end().replace('\n', "; ")) };
+    let snapshot = admin.hooks.snapshot();
+    let names: Vec<&str> = snapshot.servers().iter().map(|s| s.name.as_str()).collect();
+    info.hook_health.retain(&names);
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    if let Err(why) = &backend {
+        problems.push(format!("backend down: {why}"));
+    }
+    let mut servers = Vec::new();
+    for server in snapshot.servers() {
+        let h = info.hook_health.report(server);
+        let failing = h.failures_in_a_row > 0;
+        let health = match (failing, h.last_ok_ms) {
+            (true, _) => "failing",
+            (false, Some(_)) => "ok",
+            (false, None) => "not called yet",
+        };
+        if failing {
+            let what = format!(
+                "hook server {} (failure-policy {}) failed its last {} call(s): {}",
+                server.name,
+                server.failure_policy,
+                h.failures_in_a_row,
+                h.last_error.as_deref().unwrap_or_default()
+            );
+            match server.failure_policy {
+                FailurePolicy::Fail => problems.push(format!("{what}; its stages' CRI calls are refused")),
+                FailurePolicy::Ignore => warnings.push(format!("{what}; pods go on without it")),
+            }
+        }
+        for w in &server.warnings {
+            warnings.push(w.clone());
+        }
+        let (mut calls, mut failures) = (0u64, 0u64);
+        for stage in &server.stages {
+            let [ok, error, timeout] = admin.metrics.hook_counts(stage.as_str(), &server.name);
+            calls += ok + error + timeout;
+            failures += error + timeout;
+        }
+        servers.push(json!({
+            "name": server.name,
+            "file": server.file,
+            "endpoint": server.endpoint,
+            "stages": server.stages.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            "failure_policy": server.failure_policy.as_str(),
+            "timeout_ms": server.timeout.as_millis() as u64,
+            "order": server.order,
+            "health": health,
+            "failures_in_a_row": h.failures_in_a_row,
+            "last_ok": h.last_ok_ms.map(rfc3339),
+            "last_error": h.last_error,
+            "last_error_at": h.last_failure_ms.map(rfc3339),
+            "last_error_ms": h.last_failure_ms,
+            "calls": calls,
+            "failures": failures,
+            "warnings": server.warnings,
+        }));
+    }
+    for r in snapshot.rejected() {
+        let kept = if r.serving_last_good { "; its last good version is still registered" } else { "" };
+        warnings.push(format!("registration file {} rejected: {}{kept}", r.name, r.error));
+    }
+    let stages: Vec<Value> = Stage::ALL
+        .iter()
+        .map(|&stage| {
+            let (mut counts, mut refused, mut registered) = ([0u64; 3], 0, 0);
+            for server in snapshot.for_stage(stage) {
+                registered += 1;
+                for (sum, n) in counts.iter_mut().zip(admin.metrics.hook_counts(stage.as_str(), &server.name)) {
+                    *sum += n;
+                }
+                refused += admin.metrics.hook_refusals(stage.as_str(), &server.name);
+            }
+            json!({
+                "stage": stage.as_str(),
+                "servers": registered,
+                "calls": counts.iter().sum::<u64>(),
+                "failures": counts[1] + counts[2],
+                "timeouts": counts[2],
+                "refused": refused,
+            })
+        })
+        .collect();
+    let (pods, containers) = admin.store.len();
+    json!({
+        "program": "runtime-proxy",
+        "version": crate::cli::VERSION,
+        "now": rfc3339(now),
+        "now_ms": now,
+        "started": rfc3339(unix_ms(info.started)),
+        "uptime_seconds": info.started_at.elapsed().as_secs(),
+        "healthy": problems.is_empty(),
+        "problems": problems,
+        "warnings": warnings,
+        "backend": {
+            "mode": match info.mode { BackendRuntimeMode::Containerd => "Containerd", BackendRuntimeMode::Docker => "Docker" },
+            "endpoint": info.runtime_endpoint,
+            "image_endpoint": info.image_endpoint,
+            "up": backend.is_ok(),
+            "error": backend.err(),
+            "endpoints": endpoints,
+        },
+        "store": { "pod_sandboxes": pods, "containers": containers },
+        "hook_config_dir": info.hook_config_dir,
+        "hook_servers": servers,
+        "rejected_files": snapshot.rejected().iter().map(|r| json!({
+            "name": r.name, "error": r.error.to_string(), "serving_last_good": r.serving_last_good,
+        })).collect::<Vec<_>>(),
+        "stages": stages,
+        "debug_endpoint": info.debug.bound().map(|a| a.to_string()),
+    })
+}
+
+/// The table `runtime-proxy status` prints for a status document.
+pub fn render(doc: &Value) -> String {
+    let mut out = String::new();
+    let now = doc["now_ms"].as_u64().unwrap_or(0);
+    let uptime = show_duration(std::time::Duration::from_secs(doc["uptime_seconds"].as_u64().unwrap_or(0)));
+    let verdict = if doc["healthy"].as_bool() == Some(true) { "healthy" } else { "UNHEALTHY" };
+    let _ = writeln!(out, "runtime-proxy {}, up {uptime} (since {}): {verdict}", str_of(doc, "version"), str_of(doc, "started"));
+    let b = &doc["backend"];
+    let up = match b["up"].as_bool() {
+        Some(true) => "up".to_owned(),
+        _ => format!("DOWN: {}", str_of(b, "error")),
+    };
+    let mut rows = vec![vec!["backend".to_owned(), format!("{} unix://{}: {up}", str_of(b, "mode"), str_of(b, "endpoint"))]];
+    if b["image_endpoint"] != b["endpoint"] {
+        rows.push(vec!["images".to_owned(), format!("unix://{}", str_of(b, "image_endpoint"))]);
+    }
+    let s = &doc["store"];
+    rows.push(vec!["store".to_owned(), format!("{} pod sandboxes, {} containers", s["pod_sandboxes"], s["containers"])]);
+    rows.push(vec!["hook config".to_owned(), str_of(doc, "hook_config_dir").to_owned()]);
+    let debug = match doc["debug_endpoint"].as_str() {
+        Some(a) => format!("/debug/store on {a}"),
+        None => "off (--debug-addr)".to_owned(),
+    };
+    rows.push(vec!["debug".to_owned(), debug]);
+    out.push_str(&table(&["", ""], &rows).lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
+
+    let servers = doc["hook_servers"].as_array().cloned().unwrap_or_default();
+    out.push('\n');
+    if servers.is_empty() {
+        out.push_str("hook servers: none registered\n");
+    } else {
+        let rows: Vec<Vec<String>> = servers
+            .iter()
+            .map(|h| {
+                let stages: Vec<&str> = h["stages"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect()).unwrap_or_default();
+                let health = match str_of(h, "health") {
+                    "failing" => format!("FAILING ({} in a row)", h["failures_in_a_row"]),
+                    other => other.to_owned(),
+                };
+                let last_error = match (h["last_error"].as_str(), h["last_error_ms"].as_u64()) {
+                    (Some(e), Some(at)) => format!("{}: {e}", ago(now, at)),
+                    _ => "-".to_owned(),
+                };
+                vec![
+                    str_of(h, "name").to_owned(),
+                    str_of(h, "endpoint").to_owned(),
+                    stages.join(","),
+                    str_of(h, "failure_policy").to_owned(),
+                    format!("{}ms", h["timeout_ms"]),
+                    format!("{}/{}", h["failures"], h["calls"]),
+                    health,
+                    last_error,
+                ]
+            })
+            .collect();
+        out.push_str("hook servers\n");
+        out.push_str(&table(&["NAME", "ENDPOINT", "STAGES", "POLICY", "TIMEOUT", "FAILED/CALLS", "HEALTH", "LAST ERROR"], &rows));
+    }
+
+    let stage_rows: Vec<Vec<String>> = doc["stages"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|s| s["servers"].as_u64().unwrap_or(0) > 0 || s["calls"].as_u64().unwrap_or(0) > 0)
+                .map(|s| {
+                    vec![
+                        str_of(s, "stage").to_owned(),
+                        s["servers"].to_string(),
+                        s["calls"].to_string(),
+                        s["failures"].to_string(),
+                        s["timeouts"].to_string(),
+                        s["refused"].to_string(),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !stage_rows.is_empty() {
+        out.push_str("\nhook calls by stage\n");
+        out.push_str(&table(&["STAGE", "SERVERS", "CALLS", "FAILURES", "TIMEOUTS", "REFUSED"], &stage_rows));
+    }
+    out.push_str(&problem_lists(doc));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    fn server(name: &str, endpoint: &str, policy: FailurePolicy) -> HookServer {
+        HookServer {
+            name: name.into(),
+            file: PathBuf::from(format!("/etc/runtime/hookserver.d/{name}")),
+            endpoint: endpoint.into(),
+            failure_policy: policy,
+            policy_explicit: true,
+            stages: BTreeSet::from([Stage::PreCreateContainer]),
+            timeout: Duration::from_secs(2),
+            order: 0,
+            allowed_uids: vec![],
+            warnings: vec![],
+        }
+    }
+
+    #[test]
+    fn health_follows_the_last_calls() {
+        let health = HookHealth::default();
+        let a = server("a.json", "/run/a.sock", FailurePolicy::Fail);
+        assert_eq!(health.report(&a), ServerReport::default(), "never called");
+        health.record_failure(&a, Stage::PreCreateContainer, "Unavailable: connection refused");
+        health.record_failure(&a, Stage::PreCreateContainer, "DeadlineExceeded: timed out after 2s");
+        let r = health.report(&a);
+        assert_eq!(r.failures_in_a_row, 2);
+        assert_eq!(r.last_error.as_deref(), Some("PreCreateContainer: DeadlineExceeded: timed out after 2s"));
+        assert!(r.last_failure_ms.is_some() && r.last_ok_ms.is_none());
+        health.record_ok(&a);
+        let r = health.report(&a);
+        assert_eq!(r.failures_in_a_row, 0);
+        assert!(r.last_ok_ms.is_some());
+        assert!(r.last_error.is_some(), "the last error stays, with its time");
+        let moved = server("a.json", "/run/elsewhere.sock", FailurePolicy::Fail);
+        assert_eq!(health.report(&moved), ServerReport::default(), "the file now names another server");
+        health.record_ok(&moved);
+        assert_eq!(health.report(&a), ServerReport::default());
+        health.retain(&[]);
+        assert_eq!(health.report(&moved), ServerReport::default(), "forgotten once unregistered");
+    }
+
+    /// `deploy/grafana-dashboard.json` is JSON and queries only metrics the proxy exports (as
+    /// the metrics text names them): a renamed metric fails here, not on an operator's screen.
+    #[test]
+    fn the_dashboard_queries_only_metrics_the_proxy_exports() {
+        let dashboard = include_str!("../../../../deploy/grafana-dashboard.json");
+        let used = daemon_support::status::dashboard_names(dashboard, "runtime_proxy_").unwrap();
+        // A family shows in the metrics text once it has a series: record one of each.
+        let m = crate::admin::metrics::Metrics::new();
+        m.cri_call("/runtime.v1.RuntimeService/Version", crate::grpc::Code::OK, Duration::from_millis(1));
+        m.hook_call("PreCreateContainer", "a.json", crate::admin::metrics::HookResult::Error, Duration::from_millis(1));
+        m.hook_refusal("PreCreateContainer", "a.json");
+        m.undecodable_request("CreateContainer");
+        m.skip_label_ignored();
+        m.backend_endpoint_up("runtime", true);
+        let dir = tempfile::tempdir().unwrap();
+        let text = m.render(&crate::hooks::registry::Registry::new(dir.path()), &crate::hooks::store::Store::new(), true);
+        let exported = daemon_support::status::exposed_names(&text);
+        assert!(used.len() >= 10, "{used:?}");
+        let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
+        assert!(unknown.is_empty(), "the dashboard uses metrics runtime-proxy does not export: {unknown:?}; it exports {exported:?}");
+    }
+
+    #[test]
+    fn the_table_names_servers_policies_and_errors() {
+        let doc = json!({
+            "version": "0.1.0 (git abc)", "now_ms": 60_000u64, "started": "1970-01-01T00:00:00.000Z", "uptime_seconds": 60,
+            "healthy": false,
+            "problems": ["backend down: x"], "warnings": [],
+            "backend": {"mode": "Containerd", "endpoint": "/run/c.sock", "image_endpoint": "/run/c.sock", "up": false, "error": "no socket"},
+            "store": {"pod_sandboxes": 1, "containers": 2},
+            "hook_config_dir": "/etc/runtime/hookserver.d",
+            "hook_servers": [{"name": "strict.json", "endpoint": "/run/s.sock", "stages": ["PreCreateContainer"],
+                "failure_policy": "Fail", "timeout_ms": 300, "health": "failing", "failures_in_a_row": 1,
+                "last_error": "PreCreateContainer: Unavailable: refused", "last_error_ms": 48_000u64, "calls": 3, "failures": 1}],
+            "stages": [{"stage": "PreCreateContainer", "servers": 1, "calls": 3, "failures": 1, "timeouts": 0, "refused": 1},
+                       {"stage": "PreStartContainer", "servers": 0, "calls": 0, "failures": 0, "timeouts": 0}],
+            "debug_endpoint": null,
+        });
+        let text = render(&doc);
+        for want in [
+            "up 1m00s",
+            "UNHEALTHY",
+            "Containerd unix:///run/c.sock: DOWN: no socket",
+            "1 pod sandboxes, 2 containers",
+            "off (--debug-addr)",
+            "strict.json",
+            "Fail",
+            "300ms",
+            "FAILING (1 in a row)",
+            "12s ago: PreCreateContainer: Unavailable: refused",
+            "- backend down: x",
+        ] {
+            assert!(text.contains(want), "{want:?} missing:\n{text}");
+        }
+        assert!(!text.contains("PreStartContainer"), "stages nobody registered are left out:\n{text}");
+    }
+}

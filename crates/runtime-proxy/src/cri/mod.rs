@@ -1,0 +1,28 @@
+//! The CRI front end: kubelet's CRI calls (gRPC over HTTP/2, CRI v1 and v1alpha2) relayed to the
+//! runtime, the hooked ones run through the one hook flow ([`crate::hooks::flow`]).
+//!
+//! # Parts
+//!
+//! * [`server`] — serves each client connection with a relay.
+//! * [`relay`] — each client connection relayed frame by frame over a runtime connection of its
+//!   own; the calls hooks need (and those it cannot relay) taken over. [`frame`] — HTTP/2 frames
+//!   and literal header blocks as bytes; [`hpack`] — the relay's HPACK decoder; [`uds`] — the
+//!   client and runtime sockets.
+//! * [`router`] — which calls are relayed, intercepted or sent on as unary calls; logs calls.
+//! * [`intercept`] — CRI's side of the hook flow: decode, load, wire edits, send, commit.
+//!   [`hooked_fields`] — the CRI messages with only the fields hooks read;
+//!   [`proto_edit`] — edits to encoded protobuf messages that keep unknown fields;
+//!   [`newer_cri`] — CRI methods newer than the compiled proto.
+//! * [`recover`] — the store rebuilt from the runtime (start-up, reconnects, sweeps, misses).
+
+pub mod frame;
+pub mod hooked_fields;
+pub mod hpack;
+pub mod intercept;
+pub mod newer_cri;
+pub mod proto_edit;
+pub mod recover;
+pub mod relay;
+pub mod router;
+pub mod server;
+pub mod uds;

@@ -1,0 +1,108 @@
+//! Unary calls over a shared [`Backend`] connection: a request sent whole and its answer
+//! collected whole ([`Answer`]). The interceptor forwards hooked calls this way, the dispatcher
+//! calls hook servers this way, and the relay sends calls it takes over this way
+//! ([`crate::cri::relay`]).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+
+use crate::grpc::backend::Backend;
+use crate::grpc::{self, Code, Status};
+
+fn missing_status() -> Status {
+    Status::new(Code::UNKNOWN, "backend ended the call without a grpc-status")
+}
+
+/// A unary answer collected whole from the backend (for intercepted calls, whose answer the
+/// store learns from).
+#[derive(Debug)]
+pub struct Answer {
+    /// Response head (status and headers) as the backend sent it.
+    pub head: Response<()>,
+    /// The body bytes (gRPC length-prefixed messages).
+    pub data: Bytes,
+    /// The trailers, absent for a trailers-only answer.
+    pub trailers: Option<HeaderMap>,
+}
+
+impl Answer {
+    /// The call's status, from the trailers or a trailers-only head; `UNKNOWN` when neither
+    /// carries `grpc-status`.
+    pub fn status(&self) -> Status {
+        self.grpc_status().unwrap_or_else(missing_status)
+    }
+
+    /// The status the trailers or a trailers-only head carry; `None` without `grpc-status`.
+    pub fn grpc_status(&self) -> Option<Status> {
+        self.trailers.as_ref().and_then(Status::from_headers).or_else(|| Status::from_headers(self.head.headers()))
+    }
+
+    /// The answer's one message, decompressed per its `grpc-encoding` (see
+    /// [`grpc::unary_message`]) up to `limit` bytes; `Ok(None)` when the body is not exactly one
+    /// message.
+    ///
+    /// Errors: as [`grpc::unary_message`] (an encoding the proxy cannot decompress, a corrupt
+    /// message, more than `limit` bytes).
+    pub fn message(&self, limit: usize) -> Result<Option<Bytes>, Status> {
+        grpc::unary_message(&self.data, self.head.headers().get("grpc-encoding"), limit)
+    }
+}
+
+/// Sends one unary call (`head` and the whole `body`) to `backend` and collects the answer.
+///
+/// Errors: as [`exchange`]; `DEADLINE_EXCEEDED` naming `method` and the backend when `deadline`
+/// passes first.
+pub async fn unary(backend: &Backend, head: Request<()>, body: Bytes, deadline: Option<Duration>, method: &str) -> Result<Answer, Status> {
+    let call = exchange(backend, head, body, method, usize::MAX);
+    match deadline {
+        None => call.await,
+        Some(d) => tokio::time::timeout(d, call)
+            .await
+            .map_err(|_| Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline exceeded waiting for {backend}")))?,
+    }
+}
+
+/// Sends one unary call (`head` and the whole `body`, in one write when the connection is
+/// idle) to `backend` and collects the answer, whose body may hold at most one message of
+/// `max_message` bytes (plus its 5-byte prefix). No deadline of its own: the caller bounds it
+/// (dropping the future resets the stream).
+///
+/// Errors: `UNAVAILABLE` naming `method` and the backend when it cannot be reached or fails
+/// the call (a reset, a broken connection); `RESOURCE_EXHAUSTED` as soon as the answer's body
+/// exceeds `max_message` + 5 bytes (the stream is reset; at most one frame more is read).
+pub async fn exchange(backend: &Backend, head: Request<()>, body: Bytes, method: &str, max_message: usize) -> Result<Answer, Status> {
+    let (response, mut upstream) = backend.open_stream(head, body.is_empty()).await?;
+    if !body.is_empty() {
+        // Ignored: a backend that answers before reading the body still answers.
+        let _ = upstream.send_data(body, true);
+    }
+    let failed = |e: h2::Error| Status::new(Code::UNAVAILABLE, format!("{method}: {backend} failed the call: {e}"));
+    let (head, mut recv) = response.await.map_err(failed)?.into_parts();
+    let max_data = max_message.saturating_add(5);
+    // The usual unary answer is one DATA frame: kept as it came, without a copy.
+    let (mut first, mut joined) = (Bytes::new(), bytes::BytesMut::new());
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.map_err(failed)?;
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        let have = if joined.is_empty() { first.len() } else { joined.len() };
+        if have + chunk.len() > max_data {
+            return Err(Status::new(
+                Code::RESOURCE_EXHAUSTED,
+                format!("{method}: answer from {backend} larger than one message of {max_message} bytes"),
+            ));
+        }
+        if have == 0 {
+            first = chunk;
+        } else {
+            if joined.is_empty() {
+                joined.extend_from_slice(&first);
+            }
+            joined.extend_from_slice(&chunk);
+        }
+    }
+    let data = if joined.is_empty() { first } else { joined.freeze() };
+    let trailers = recv.trailers().await.map_err(failed)?;
+    Ok(Answer { head: Response::from_parts(head, ()), data, trailers })
+}

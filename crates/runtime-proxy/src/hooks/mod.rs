@@ -1,0 +1,75 @@
+//! What every front end shares: the hook servers and the one hook flow.
+//!
+//! # Parts
+//!
+//! * [`Hooks`] — the shared state: the watched registry, the store, the dispatcher, the per-pod
+//!   locks, the skip label and the limits. One value per process, whatever the front end.
+//! * [`stages`] — the stage table: which hooked call runs which pre and post stage
+//!   (koordinator.md §3.1). CRI methods are its rows; Docker routes map onto the same rows.
+//! * [`flow`] — the one hook flow every front end drives a call through: pod lock, load from the
+//!   store, skip label, pre stage, edits, send, commit, post stage.
+//! * [`body`] — reading a request body whole, under the size and idle limits ([`limits`]).
+//! * [`registry`] — the hook servers' registration files: parsed, validated, watched, served as
+//!   immutable snapshots.
+//! * [`dispatch`] — a stage's hook calls: ordered, chained, deadline-bound, under each server's
+//!   failure policy.
+//! * [`store`] — what the proxy knows of each pod sandbox and container, the per-pod locks, and
+//!   the sweep both front ends' recovery uses.
+//! * [`skip_label`] — the label that exempts a pod (the hook servers' own) from every hook.
+//!
+//! # Adding a front end
+//!
+//! Implement [`flow::Front`] (decode and load, apply the hooks' changes, send, commit) for one
+//! call of it, map its calls onto rows of [`stages::METHODS`], and hand each call to
+//! [`flow::drive`].
+
+pub mod body;
+pub mod dispatch;
+pub mod flow;
+pub mod limits;
+pub mod registry;
+pub mod skip_label;
+pub mod stages;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use hook_api::v1alpha1 as hook;
+
+use crate::admin::metrics::Metrics;
+use crate::hooks::dispatch::Dispatcher;
+use crate::hooks::limits::Limits;
+use crate::hooks::registry::Registry;
+use crate::hooks::skip_label::SkipLabel;
+use crate::hooks::store::{PodLocks, Store};
+
+/// The hook state both front ends (CRI and Docker) share: built once at start
+/// (`crate::run`), never copied.
+pub struct Hooks {
+    /// The hook servers registered in `--hook-config-dir`, kept up to date by its watcher.
+    pub registry: Arc<Registry>,
+    /// What the proxy knows of each pod sandbox and container (the hook requests they were
+    /// created with, the hooks' changes included).
+    pub store: Arc<Store>,
+    /// Calls the hook servers of a stage in turn and merges their answers.
+    pub dispatcher: Dispatcher,
+    /// Pods whose labels hold this key and value skip every hook, in the namespaces allowed to
+    /// (`--runtime-hook-server-key/-val/-namespaces`).
+    pub skip_label: SkipLabel,
+    /// Where undecodable requests and ignored skip labels are counted (the dispatcher records
+    /// the hook calls).
+    pub metrics: Arc<Metrics>,
+    /// Orders calls for the same pod ([`flow`]: from the store read to the post stage).
+    pub pod_locks: Arc<PodLocks>,
+    /// Request size and idle bounds (and the hook answer bounds the dispatcher applies).
+    pub limits: Limits,
+}
+
+impl Hooks {
+    /// Whether the pod (`labels`, `meta`) skips every hook (see [`SkipLabel::skips`]; `call`
+    /// names the call in its log line).
+    pub fn skips(&self, labels: &HashMap<String, String>, meta: Option<&hook::PodSandboxMetadata>, call: &str) -> bool {
+        self.skip_label.skips(labels, meta, call, &self.metrics)
+    }
+}

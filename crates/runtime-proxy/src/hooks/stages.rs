@@ -1,0 +1,78 @@
+//! The stage table: every hooked call, named by its CRI RuntimeService method, with the hook
+//! stages it runs (koordinator.md §3.1). CRI mode looks its gRPC paths up here
+//! ([`crate::cri::intercept::lookup`]); Docker mode maps its routes onto the same rows
+//! ([`crate::docker::intercept::ROUTES`]), so both run the same stages for the same call.
+//!
+//! # Adding a stage
+//!
+//! Set it as a row's `pre` or `post`; [`crate::hooks::flow::drive`] runs it for every front
+//! end that maps a call onto that row.
+
+use crate::hooks::registry::Stage;
+
+/// The hooked calls, by their CRI v1 RuntimeService method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    RunPodSandbox,
+    StopPodSandbox,
+    RemovePodSandbox,
+    CreateContainer,
+    StartContainer,
+    StopContainer,
+    RemoveContainer,
+    UpdateContainerResources,
+    UpdatePodSandboxResources,
+}
+
+/// One row of the interception table: a CRI RuntimeService method, its name (the last part of
+/// its gRPC path) and its hook stages (koordinator.md §3.1).
+#[derive(Debug)]
+pub struct MethodSpec {
+    pub method: Method,
+    pub name: &'static str,
+    pub pre: Option<Stage>,
+    pub post: Option<Stage>,
+}
+
+/// Every intercepted method. Remove* and UpdatePodSandboxResources have no stage (koord has none
+/// for them); they are intercepted to keep the store exact.
+pub const METHODS: [MethodSpec; 9] = [
+    MethodSpec { method: Method::RunPodSandbox, name: "RunPodSandbox", pre: Some(Stage::PreRunPodSandbox), post: None },
+    MethodSpec { method: Method::StopPodSandbox, name: "StopPodSandbox", pre: None, post: Some(Stage::PostStopPodSandbox) },
+    MethodSpec { method: Method::RemovePodSandbox, name: "RemovePodSandbox", pre: None, post: None },
+    MethodSpec { method: Method::CreateContainer, name: "CreateContainer", pre: Some(Stage::PreCreateContainer), post: None },
+    MethodSpec {
+        method: Method::StartContainer,
+        name: "StartContainer",
+        pre: Some(Stage::PreStartContainer),
+        post: Some(Stage::PostStartContainer),
+    },
+    MethodSpec { method: Method::StopContainer, name: "StopContainer", pre: None, post: Some(Stage::PostStopContainer) },
+    MethodSpec { method: Method::RemoveContainer, name: "RemoveContainer", pre: None, post: None },
+    MethodSpec {
+        method: Method::UpdateContainerResources,
+        name: "UpdateContainerResources",
+        pre: Some(Stage::PreUpdateContainerResources),
+        post: None,
+    },
+    MethodSpec { method: Method::UpdatePodSandboxResources, name: "UpdatePodSandboxResources", pre: None, post: None },
+];
+
+/// The row of `method` (every method has one).
+pub fn row(method: Method) -> &'static MethodSpec {
+    // METHODS lists every variant once, in declaration order, which the `rows_in_order` test checks.
+    &METHODS[method as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_in_order() {
+        for (i, spec) in METHODS.iter().enumerate() {
+            assert_eq!(spec.method as usize, i, "{}", spec.name);
+            assert_eq!(row(spec.method).name, spec.name);
+        }
+    }
+}
