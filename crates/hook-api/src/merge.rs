@@ -6,7 +6,7 @@
 //! are pure functions.
 //!
 //! Compatibility: koordlet answers with the whole request echoed and its own changes on top
-//! (koordinator.md §2, "wire semantics"), so "the answer's value wins" is exact for it. For
+//! (koord-runtime-proxy's `pkg/runtimeproxy/resexecutor/cri/utils.go`), so "the answer's value wins" is exact for it. For
 //! servers that answer sparsely, an empty map, an empty string and an absent message mean "no
 //! change" — proto3 cannot tell "absent" from "empty", and Go's koord-runtime-proxy treats them
 //! the same way (a nil map or "" never changes anything). The table per field:
@@ -31,7 +31,7 @@
 //! | `cpu_shares` | > 0 | |
 //! | `memory_limit_in_bytes` | > 0 | a hook's −1 is ignored, as in koord |
 //! | `memory_swap_limit_in_bytes` | > 0 | |
-//! | `oom_score_adj` | ≠ 0 and within [−1000, 1000] | koord also takes 0, which lets a sparse answer reset it; the appendix of koordinator.md recommends not to |
+//! | `oom_score_adj` | ≠ 0 and within [−1000, 1000] | koord also takes 0, which lets a sparse answer reset it; we recommend not to |
 //! | `cpuset_cpus`, `cpuset_mems` | always | `""` clears the cpuset: koordlet moves BE containers to the shared pool this way (koord PR #484) |
 //! | `unified` | merged per key, answer wins | |
 //! | `hugepage_limits` | never | koord keeps the original |

@@ -5,7 +5,7 @@
 //! (standalone mode: the reconciler fills the fields itself), so a plugin has one code path for
 //! both modes.
 //!
-//! Two classifications are derived once, as koordlet derives them (koordinator.md §2 item 3):
+//! Two classifications are derived once, as koordlet derives them (koordinator `apis/extension/qos.go` `GetQoSClassByAttrs`, `pkg/koordlet/util` `GetKubeQoSByCgroupParent`):
 //!
 //! * [`QosClass`], Koordinator's class, from the pod **label** `koordinator.sh/qosClass` only
 //!   (`LSE`, `LSR`, `LS`, `BE`, `SYSTEM`), as koordinator's `GetQoSClassByAttrs` reads it. An

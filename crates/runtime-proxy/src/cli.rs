@@ -1,4 +1,4 @@
-//! Command-line flags, named and defaulted exactly as koord-runtime-proxy's (koordinator.md §1), so
+//! Command-line flags, named and defaulted exactly as koord-runtime-proxy's (`cmd/koord-runtime-proxy/options`, Koordinator v1.8.0), so
 //! that a unit file written for it starts this binary unchanged.
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! The built-in plugins, koordlet's QoS hooks in our own code (koordinator.md §9.3):
+//! The built-in plugins, koordlet's QoS hooks in our own code (`pkg/koordlet/runtimehooks/hooks/`, Koordinator v1.8.0):
 //!
 //! | plugin | what it sets | stages |
 //! |---|---|---|

@@ -286,7 +286,7 @@ impl Call {
         })
     }
 
-    /// Builds what the hooks will see from the request and the store (koordinator.md §3.3–3.6);
+    /// Builds what the hooks will see from the request and the store (koord-runtime-proxy's `pkg/runtimeproxy/resexecutor/cri/`);
     /// called once it is this call's turn for its pod. A pod sandbox or container the store does
     /// not know is asked of the runtime (verbose status) and recorded; when the runtime does not
     /// know it either, its hooks are skipped (logged) and the runtime answers the call.
@@ -463,7 +463,7 @@ impl Call {
     }
 }
 
-/// The PreRunPodSandbox request (koordinator.md §3.2), plus the pod's attempt, overhead and
+/// The PreRunPodSandbox request (`pkg/runtimeproxy/resexecutor/cri/pod.go`), plus the pod's attempt, overhead and
 /// resources, which koord leaves empty. Label and annotation values that are not UTF-8 are left
 /// out: the hook protocol cannot carry them ([`hooked_fields`]); they go on to the runtime unchanged.
 pub fn pod_hook_request(config: Option<&hooked_fields::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
@@ -492,7 +492,7 @@ pub fn pod_hook_request(config: Option<&hooked_fields::PodSandboxConfig>, runtim
     }
 }
 
-/// The PreCreateContainer request (koordinator.md §3.3). Pod fields come from the store (they
+/// The PreCreateContainer request (`pkg/runtimeproxy/resexecutor/cri/container.go`). Pod fields come from the store (they
 /// include the PreRunPodSandbox hooks' changes); for a pod the store does not know, from the
 /// request's `sandbox_config`. `None` when there is neither: the sandbox is unknown to everyone,
 /// so the call goes on without hooks and the runtime answers it (NOT_FOUND), as for the ID-only

@@ -3,7 +3,7 @@
 //!
 //! The store lives in memory only. koord-runtime-proxy rebuilds its store at start-up from
 //! `ListPodSandbox` / `ListContainers` alone and so loses the pod cgroup parent, the container
-//! resources and the envs (koordinator.md §4): after a restart koordlet sees every pod as
+//! resources and the envs (koord-runtime-proxy's `pkg/runtimeproxy/store/manager.go` keeps them in memory only): after a restart koordlet sees every pod as
 //! Guaranteed and cannot merge resources on updates. [`rebuild`] also asks
 //! `PodSandboxStatus` and `ContainerStatus` with `verbose = true` and reads containerd's verbose
 //! `info` (JSON) to recover every field exactly.

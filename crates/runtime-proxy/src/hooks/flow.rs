@@ -27,7 +27,7 @@
 //! ([`crate::cri::intercept`]) edits protobuf on the wire, Docker mode
 //! ([`crate::docker::intercept`]) edits JSON.
 //!
-//! # Where koord-runtime-proxy differs (koordinator.md §3)
+//! # Where koord-runtime-proxy differs (`pkg/runtimeproxy/server/cri/criserver.go`, `store/manager.go`, Koordinator v1.8.0)
 //!
 //! It calls post hooks even when the backend failed and deletes store entries at Stop (so a
 //! second Stop finds nothing); here post hooks run only after success and entries live until

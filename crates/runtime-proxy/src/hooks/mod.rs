@@ -5,7 +5,7 @@
 //! * [`Hooks`] — the shared state: the watched registry, the store, the dispatcher, the per-pod
 //!   locks, the skip label and the limits. One value per process, whatever the front end.
 //! * [`stages`] — the stage table: which hooked call runs which pre and post stage
-//!   (koordinator.md §3.1). CRI methods are its rows; Docker routes map onto the same rows.
+//!   (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0). CRI methods are its rows; Docker routes map onto the same rows.
 //! * [`flow`] — the one hook flow every front end drives a call through: pod lock, load from the
 //!   store, skip label, pre stage, edits, send, commit, post stage.
 //! * [`body`] — reading a request body whole, under the size and idle limits ([`limits`]).

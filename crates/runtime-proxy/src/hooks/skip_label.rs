@@ -1,7 +1,7 @@
 //! The skip label: a pod labelled `--runtime-hook-server-key=--runtime-hook-server-val`
 //! (koord's `runtimeproxy.koordinator.sh/skip-hookserver=true`) skips every hook server, whatever
 //! their failure policies, so that a hook server's own pod (koordlet's DaemonSet) never waits for
-//! itself (koordinator.md §3.7).
+//! itself (`pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0).
 //!
 //! koord-runtime-proxy honours the label on any pod, so any pod author could leave the node's
 //! policy (a BE pod escaping its batch limits) by adding one label. Here it is honoured only for

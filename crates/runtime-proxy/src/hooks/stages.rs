@@ -1,5 +1,5 @@
 //! The stage table: every hooked call, named by its CRI RuntimeService method, with the hook
-//! stages it runs (koordinator.md §3.1). CRI mode looks its gRPC paths up here
+//! stages it runs (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0). CRI mode looks its gRPC paths up here
 //! ([`crate::cri::intercept::lookup`]); Docker mode maps its routes onto the same rows
 //! ([`crate::docker::intercept::ROUTES`]), so both run the same stages for the same call.
 //!
@@ -25,7 +25,7 @@ pub enum Method {
 }
 
 /// One row of the interception table: a CRI RuntimeService method, its name (the last part of
-/// its gRPC path) and its hook stages (koordinator.md §3.1).
+/// its gRPC path) and its hook stages (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0).
 #[derive(Debug)]
 pub struct MethodSpec {
     pub method: Method,
