@@ -45,8 +45,11 @@ pub fn python(script: &str) -> Command {
 /// tests/clients/hook_server.py (Python grpcio) serving on `socket`, recording its calls as JSON
 /// lines in `record`, its output in `log`; killed on drop.
 pub struct PyHookServer {
+    /// The unix socket it serves on.
     pub socket: PathBuf,
+    /// Its calls, one JSON object a line.
     pub record: PathBuf,
+    /// Its stdout and stderr.
     pub log: PathBuf,
     _process: KillOnDrop,
 }

@@ -129,8 +129,11 @@ pub fn container_config(
 /// A pod with one running container, as kubelet creates it.
 #[derive(Debug)]
 pub struct Pod {
+    /// The pod sandbox's ID.
     pub sandbox_id: String,
+    /// Its one container's ID.
     pub container_id: String,
+    /// The config the pod sandbox was run with.
     pub config: cri::PodSandboxConfig,
 }
 

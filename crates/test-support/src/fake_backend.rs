@@ -22,7 +22,17 @@ use tokio::sync::mpsc;
 #[derive(Clone, Debug)]
 pub enum Behaviour {
     /// After `delay`, answer with these response headers, body bytes and trailers.
-    Reply { headers: Vec<(String, String)>, body: Bytes, trailers: Vec<(String, String)>, delay: std::time::Duration },
+    Reply {
+        /// Response headers besides `:status` 200 and `content-type: application/grpc`.
+        headers: Vec<(String, String)>,
+        /// The response body, sent as it is in one DATA frame (gRPC-framed by the test,
+        /// [`grpc_frame`]).
+        body: Bytes,
+        /// The trailers that end the response (`grpc-status`, …).
+        trailers: Vec<(String, String)>,
+        /// How long to wait after the request before answering; zero answers at once.
+        delay: std::time::Duration,
+    },
     /// Never answer; the call stays open until the client gives up.
     Hang,
     /// A minimal CRI runtime for volume tests: RunPodSandbox and CreateContainer answer a fresh
@@ -35,7 +45,10 @@ pub enum Behaviour {
     CriRefusing(Vec<String>),
     /// Answer the response head and `body`, then fail the body: hyper resets the stream
     /// (`RST_STREAM`) instead of sending trailers, as a backend that aborts a call does.
-    ResetAfter { body: Bytes },
+    ResetAfter {
+        /// The body bytes sent before the reset, as they are.
+        body: Bytes,
+    },
     /// The first call on each path of `feeds` is answered with a server stream the test writes
     /// through that path's [`StreamFeed`] ([`Behaviour::streams`]): the response head (with
     /// `headers`) at once, each part when the test sends it, nothing before. A later call on
@@ -43,7 +56,12 @@ pub enum Behaviour {
     /// [`Cri`] (the proxy's own store recovery at start-up).
     ///
     /// [`Cri`]: Behaviour::Cri
-    Stream { headers: Vec<(String, String)>, feeds: Arc<Mutex<HashMap<String, Option<mpsc::UnboundedReceiver<StreamPart>>>>> },
+    Stream {
+        /// Response headers besides `:status` 200 and `content-type: application/grpc`.
+        headers: Vec<(String, String)>,
+        /// The receiving end of each path's feed; taken (`None`) by the first call on the path.
+        feeds: Arc<Mutex<HashMap<String, Option<mpsc::UnboundedReceiver<StreamPart>>>>>,
+    },
 }
 
 /// One part of a server stream the test feeds to [`Behaviour::Stream`].
@@ -90,8 +108,11 @@ impl StreamFeed {
 /// One call as the fake received it.
 #[derive(Clone, Debug)]
 pub struct Recorded {
+    /// The request's path, the gRPC method (`/runtime.v1.RuntimeService/Version`).
     pub path: String,
+    /// The request headers as received (the call's metadata).
     pub headers: HeaderMap,
+    /// The whole request body, as received (gRPC-framed).
     pub body: Bytes,
     /// When its request head arrived (hyper hands a request over at its HEADERS).
     pub head_at: std::time::Instant,

@@ -19,7 +19,9 @@ pub type PodFn = Arc<dyn Fn(&str, &PodSandboxHookRequest) -> Result<PodSandboxHo
 /// Every call a [`TestHook`] received, in order.
 #[derive(Clone, Debug)]
 pub enum Seen {
+    /// A pod-level stage: its name (`PreRunPodSandbox`) and the request.
     Pod(String, PodSandboxHookRequest),
+    /// A container-level stage: its name (`PreCreateContainer`) and the request.
     Container(String, ContainerResourceHookRequest),
 }
 

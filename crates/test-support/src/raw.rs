@@ -81,8 +81,11 @@ pub fn string_field_1(message: &[u8]) -> String {
 /// What a plain HTTP/2 call returned: response headers, body bytes, trailers.
 #[derive(Debug)]
 pub struct Http2Answer {
+    /// The response headers.
     pub headers: http::HeaderMap,
+    /// The body bytes as received (gRPC-framed for a gRPC call).
     pub body: Bytes,
+    /// The trailers; `None` when the response ended without any (e.g. trailers-only).
     pub trailers: Option<http::HeaderMap>,
 }
 

@@ -84,8 +84,11 @@ struct KindLabels {
 /// How a hook server call ended, for `runtime_proxy_hook_requests_total{result}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HookResult {
+    /// The server answered OK (`ok`).
     Ok,
+    /// The call failed with any status but DEADLINE_EXCEEDED (`error`).
     Error,
+    /// The call failed with DEADLINE_EXCEEDED: its deadline passed (`timeout`).
     Timeout,
 }
 

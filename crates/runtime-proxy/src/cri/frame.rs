@@ -23,15 +23,27 @@ pub const DEFAULT_WINDOW: i64 = 65_535;
 
 /// Frame types (RFC 9113 §6).
 pub mod kind {
+    /// DATA: a stream's body bytes, counted against the flow-control windows.
     pub const DATA: u8 = 0x0;
+    /// HEADERS: opens a stream (request or response head) or carries its trailers; starts a
+    /// header block.
     pub const HEADERS: u8 = 0x1;
+    /// PRIORITY: a stream's priority (deprecated by RFC 9113 §5.3.2).
     pub const PRIORITY: u8 = 0x2;
+    /// RST_STREAM: ends one stream at once, with an error code ([`super::reason`]).
     pub const RST_STREAM: u8 = 0x3;
+    /// SETTINGS: the sender's connection parameters ([`super::setting`]); acknowledged with ACK.
     pub const SETTINGS: u8 = 0x4;
+    /// PUSH_PROMISE: a stream the server opens (server push; gRPC does not use it).
     pub const PUSH_PROMISE: u8 = 0x5;
+    /// PING: 8 opaque bytes the peer echoes back with ACK.
     pub const PING: u8 = 0x6;
+    /// GOAWAY: the connection is closing: the last stream the sender processes and an error code.
     pub const GOAWAY: u8 = 0x7;
+    /// WINDOW_UPDATE: more flow-control window (bytes) for a stream, or for the connection on
+    /// stream 0.
     pub const WINDOW_UPDATE: u8 = 0x8;
+    /// CONTINUATION: the rest of a header block that did not fit in its HEADERS or PUSH_PROMISE.
     pub const CONTINUATION: u8 = 0x9;
 }
 
@@ -51,20 +63,31 @@ pub mod flag {
 
 /// Error codes (RFC 9113 §7).
 pub mod reason {
+    /// No error: a graceful GOAWAY, or a stream ended early by a side that needs no more of it.
     pub const NO_ERROR: u32 = 0x0;
+    /// The peer broke the protocol.
     pub const PROTOCOL_ERROR: u32 = 0x1;
+    /// The sender failed on its own side.
     pub const INTERNAL_ERROR: u32 = 0x2;
+    /// A frame of an invalid size (e.g. over SETTINGS_MAX_FRAME_SIZE).
     pub const FRAME_SIZE_ERROR: u32 = 0x6;
+    /// The stream was refused before any of it was processed: the client may retry it.
     pub const REFUSED_STREAM: u32 = 0x7;
+    /// The stream is no longer needed (a cancelled call).
     pub const CANCEL: u32 = 0x8;
+    /// The header compression (HPACK) state cannot be kept: a header block did not decode.
     pub const COMPRESSION_ERROR: u32 = 0x9;
 }
 
 /// SETTINGS identifiers the relay reads or writes (RFC 9113 §6.5.2).
 pub mod setting {
+    /// The size of the HPACK dynamic table the sender's decoder keeps, in bytes (initially 4,096).
     pub const HEADER_TABLE_SIZE: u16 = 0x1;
+    /// The most streams the sender lets its peer open at once (initially unlimited).
     pub const MAX_CONCURRENT_STREAMS: u16 = 0x3;
+    /// Every stream's initial flow-control window, in bytes (initially 65,535).
     pub const INITIAL_WINDOW_SIZE: u16 = 0x4;
+    /// The largest frame payload the sender accepts, in bytes (16,384 to 2^24 − 1).
     pub const MAX_FRAME_SIZE: u16 = 0x5;
 }
 

@@ -45,8 +45,10 @@ pub fn binary_keys(map: &Text) -> Vec<&str> {
 /// `KeyValue` (an env of `ContainerConfig.envs`): `key` (1), `value` (2) as bytes.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Message)]
 pub struct KeyValue {
+    /// `key` (1): the env var's name.
     #[prost(string, tag = "1")]
     pub key: String,
+    /// `value` (2): the env var's value, any bytes.
     #[prost(bytes = "vec", tag = "2")]
     pub value: Vec<u8>,
 }
@@ -80,10 +82,13 @@ pub struct PodSandboxConfig {
 /// skipped.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LinuxPodSandboxConfig {
+    /// `cgroup_parent` (1): the pod's cgroup parent as kubelet computed it (a slice or a path).
     #[prost(string, tag = "1")]
     pub cgroup_parent: String,
+    /// `overhead` (4): the pod's RuntimeClass overhead.
     #[prost(message, optional, tag = "4")]
     pub overhead: Option<cri::LinuxContainerResources>,
+    /// `resources` (5): the sum of the pod's containers' resources.
     #[prost(message, optional, tag = "5")]
     pub resources: Option<cri::LinuxContainerResources>,
 }
@@ -91,8 +96,10 @@ pub struct LinuxPodSandboxConfig {
 /// `RunPodSandboxRequest`: `config` (1), `runtime_handler` (2).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RunPodSandboxRequest {
+    /// `config` (1), in part.
     #[prost(message, optional, tag = "1")]
     pub config: Option<PodSandboxConfig>,
+    /// `runtime_handler` (2): the RuntimeClass's handler, `""` for the runtime's default.
     #[prost(string, tag = "2")]
     pub runtime_handler: String,
 }
@@ -100,10 +107,15 @@ pub struct RunPodSandboxRequest {
 /// `UpdateContainerResourcesRequest`: `container_id` (1), `linux` (2), `annotations` (4).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct UpdateContainerResourcesRequest {
+    /// `container_id` (1).
     #[prost(string, tag = "1")]
     pub container_id: String,
+    /// `linux` (2): the container's new resources (CFS period and quota in microseconds, CPU
+    /// shares, bytes).
     #[prost(message, optional, tag = "2")]
     pub linux: Option<cri::LinuxContainerResources>,
+    /// `annotations` (4): free-form options of the update (CRI); merged into the hook request's
+    /// container annotations.
     #[prost(map = "string, bytes", tag = "4")]
     pub annotations: Text,
 }
@@ -169,8 +181,10 @@ impl CreateContainerRequest {
 /// `PodSandboxStatusResponse`: `status` (1), `info` (2: containerd's verbose JSON, read lossily).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PodSandboxStatusResponse {
+    /// `status` (1), in part.
     #[prost(message, optional, tag = "1")]
     pub status: Option<PodSandboxStatus>,
+    /// `info` (2): extra information when the request was verbose (containerd: JSON).
     #[prost(map = "string, bytes", tag = "2")]
     pub info: Text,
 }
@@ -179,14 +193,19 @@ pub struct PodSandboxStatusResponse {
 /// `runtime_handler` (9).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PodSandboxStatus {
+    /// `id` (1): the pod sandbox's ID.
     #[prost(string, tag = "1")]
     pub id: String,
+    /// `metadata` (2): name, uid, namespace, attempt.
     #[prost(message, optional, tag = "2")]
     pub metadata: Option<cri::PodSandboxMetadata>,
+    /// `labels` (7).
     #[prost(map = "string, bytes", tag = "7")]
     pub labels: Text,
+    /// `annotations` (8).
     #[prost(map = "string, bytes", tag = "8")]
     pub annotations: Text,
+    /// `runtime_handler` (9): the RuntimeClass's handler the sandbox runs with.
     #[prost(string, tag = "9")]
     pub runtime_handler: String,
 }
@@ -194,8 +213,10 @@ pub struct PodSandboxStatus {
 /// `ContainerStatusResponse`: `status` (1), `info` (2).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ContainerStatusResponse {
+    /// `status` (1), in part.
     #[prost(message, optional, tag = "1")]
     pub status: Option<ContainerStatus>,
+    /// `info` (2): extra information when the request was verbose (containerd: JSON).
     #[prost(map = "string, bytes", tag = "2")]
     pub info: Text,
 }
@@ -205,14 +226,19 @@ pub struct ContainerStatusResponse {
 /// the container wrote) are skipped.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ContainerStatus {
+    /// `id` (1): the container's ID.
     #[prost(string, tag = "1")]
     pub id: String,
+    /// `metadata` (2): the container's name and attempt.
     #[prost(message, optional, tag = "2")]
     pub metadata: Option<cri::ContainerMetadata>,
+    /// `labels` (12).
     #[prost(map = "string, bytes", tag = "12")]
     pub labels: Text,
+    /// `annotations` (13).
     #[prost(map = "string, bytes", tag = "13")]
     pub annotations: Text,
+    /// `resources` (16): the container's current resources, when the runtime reports them.
     #[prost(message, optional, tag = "16")]
     pub resources: Option<cri::ContainerResources>,
 }
@@ -220,6 +246,7 @@ pub struct ContainerStatus {
 /// `ListPodSandboxResponse`: `items` (1), each read for its ID only.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ListPodSandboxResponse {
+    /// `items` (1): the pod sandboxes.
     #[prost(message, repeated, tag = "1")]
     pub items: Vec<ListedPodSandbox>,
 }
@@ -227,6 +254,7 @@ pub struct ListPodSandboxResponse {
 /// A listed `PodSandbox`: `id` (1).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ListedPodSandbox {
+    /// `id` (1): the pod sandbox's ID.
     #[prost(string, tag = "1")]
     pub id: String,
 }
@@ -234,6 +262,7 @@ pub struct ListedPodSandbox {
 /// `ListContainersResponse`: `containers` (1), each read for its IDs only.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ListContainersResponse {
+    /// `containers` (1): the containers.
     #[prost(message, repeated, tag = "1")]
     pub containers: Vec<ListedContainer>,
 }
@@ -241,8 +270,10 @@ pub struct ListContainersResponse {
 /// A listed `Container`: `id` (1), `pod_sandbox_id` (2).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ListedContainer {
+    /// `id` (1): the container's ID.
     #[prost(string, tag = "1")]
     pub id: String,
+    /// `pod_sandbox_id` (2): the ID of the pod sandbox it belongs to.
     #[prost(string, tag = "2")]
     pub pod_sandbox_id: String,
 }

@@ -76,38 +76,58 @@ pub struct Interceptor {
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 pub enum Call {
+    /// RunPodSandbox: the pod's hook request is built from the request alone.
     RunPodSandbox {
+        /// The request's fields the hooks read and edit.
         req: hooked_fields::RunPodSandboxRequest,
+        /// The PreRunPodSandbox hook request built from `req`.
         hook: hook::PodSandboxHookRequest,
     },
     /// `hook` is `None` for a pod sandbox nobody knows (see [`container_hook_request`]).
     CreateContainer {
+        /// The request's fields the hooks read and edit.
         req: hooked_fields::CreateContainerRequest,
+        /// The PreCreateContainer hook request, built by `Call::load` from `req` and the stored
+        /// pod.
         hook: Option<hook::ContainerResourceHookRequest>,
     },
+    /// UpdateContainerResources: the stored container with the request's resources and
+    /// annotations merged in.
     UpdateContainerResources {
+        /// The request's fields the hooks read and edit.
         req: hooked_fields::UpdateContainerResourcesRequest,
+        /// The stored container (asked of the runtime on a store miss), the update merged in;
+        /// `None` before `Call::load` or when nobody knows it.
         entry: Option<ContainerEntry>,
     },
     /// StartContainer, StopContainer: the stored container, if known.
     Container {
+        /// The request's `container_id`.
         id: String,
+        /// Filled by `Call::load`; `None` when neither the store nor the runtime knows it.
         entry: Option<ContainerEntry>,
     },
     /// StopPodSandbox: the stored pod, if known.
     Pod {
+        /// The request's `pod_sandbox_id`.
         id: String,
+        /// Filled by `Call::load`; `None` when neither the store nor the runtime knows it.
         pod: Option<hook::PodSandboxHookRequest>,
     },
+    /// RemoveContainer: no stage; the store forgets the container once the runtime removed it.
     RemoveContainer {
+        /// The request's `container_id`.
         id: String,
     },
+    /// RemovePodSandbox: no stage; the store forgets the pod once the runtime removed it.
     RemovePodSandbox {
+        /// The request's `pod_sandbox_id`.
         id: String,
     },
     /// UpdatePodSandboxResources (CRI v1 only, kubelet 1.33+): what the store learns once the
     /// runtime accepted it.
     UpdatePodSandboxResources {
+        /// The request, decoded (CRI v1 field numbers).
         req: crate::cri::newer_cri::UpdatePodSandboxResourcesRequest,
     },
 }

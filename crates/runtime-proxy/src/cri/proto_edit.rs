@@ -28,14 +28,32 @@ pub enum Edit {
 /// Why an encoded message could not be edited.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WireError {
+    /// A record runs past the end of the message; the byte offset where the bytes ran out.
     #[error("truncated protobuf message at byte {0}")]
     Truncated(usize),
+    /// A varint starting at this byte offset is longer than 10 bytes, or a key's field number
+    /// does not fit in 32 bits.
     #[error("invalid varint at byte {0}")]
     BadVarint(usize),
+    /// A record with a wire type this editor does not read (the deprecated groups, 3 and 4, or
+    /// the undefined 6 and 7).
     #[error("unsupported wire type {wire_type} (field {field}) at byte {at}")]
-    WireType { field: u32, wire_type: u8, at: usize },
+    WireType {
+        /// The record's field number.
+        field: u32,
+        /// The record's wire type (3 to 7).
+        wire_type: u8,
+        /// The byte offset of its key.
+        at: usize,
+    },
+    /// An [`Edit::Nested`] edit of a field whose record is not length-delimited.
     #[error("field {field} is not length-delimited (wire type {wire_type}); cannot edit inside it")]
-    NotAMessage { field: u32, wire_type: u8 },
+    NotAMessage {
+        /// The field number the edit names.
+        field: u32,
+        /// The wire type its record has.
+        wire_type: u8,
+    },
 }
 
 /// One record of an encoded message.

@@ -116,15 +116,20 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// Pod sandbox or container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// A pod sandbox (`ListPodSandbox`, `PodSandboxStatus`).
     PodSandbox,
+    /// A container (`ListContainers`, `ContainerStatus`).
     Container,
 }
 
 /// An object the report mentions: skipped (with the reason) or recovered with a fallback.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Note {
+    /// Whether the object is a pod sandbox or a container.
     pub kind: Kind,
+    /// The object's ID.
     pub id: String,
+    /// Why it was skipped, or which fallback recovered it.
     pub text: String,
 }
 

@@ -46,10 +46,15 @@ use crate::hooks::Hooks;
 /// An intercepted Docker call (the `{id}` as the client wrote it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
+    /// `POST /containers/create`.
     Create,
+    /// `POST /containers/{id}/start`.
     Start(String),
+    /// `POST /containers/{id}/stop`.
     Stop(String),
+    /// `POST /containers/{id}/update`.
     Update(String),
+    /// `DELETE /containers/{id}`.
     Delete(String),
 }
 
@@ -117,8 +122,11 @@ pub fn http_status(code: Code) -> StatusCode {
 /// container (`None`: that call passes through without hooks).
 #[derive(Debug)]
 pub struct RouteSpec {
+    /// The route's `method` label in the call metrics (`docker POST /containers/create`).
     pub label: &'static str,
+    /// The stage table row the call runs for a pod sandbox (`k8s_POD_…`).
     pub sandbox: Option<CriMethod>,
+    /// The stage table row the call runs for a pod's container.
     pub container: Option<CriMethod>,
 }
 

@@ -36,6 +36,7 @@ pub struct DockerFront {
     pub backend: std::path::PathBuf,
     /// The hook state shared with CRI mode's code.
     pub hooks: Arc<Hooks>,
+    /// The call metrics, where each Docker call is counted and timed by route and HTTP status.
     pub metrics: Arc<Metrics>,
 }
 

@@ -28,9 +28,13 @@ pub const ANNOTATION_PREFIX: &str = "annotation.";
 pub struct KubeName {
     /// `POD` for a pod sandbox, else the container's name.
     pub container: String,
+    /// The pod's name.
     pub pod: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's UID.
     pub uid: String,
+    /// The attempt number (kubelet's restart count of the sandbox or container).
     pub attempt: u32,
 }
 
@@ -427,7 +431,9 @@ mod tests {
 /// sandbox (`k8s_POD_…`) or a pod's container, with its hook request.
 #[derive(Debug, Clone)]
 pub enum DockerObject {
+    /// A pod sandbox: its Docker ID and its pod's hook request.
     Sandbox(String, hook::PodSandboxHookRequest),
+    /// A pod's container: its Docker ID and its store entry (sandbox ID, hook request).
     Container(String, crate::hooks::store::ContainerEntry),
 }
 

@@ -20,18 +20,32 @@ use http::{HeaderMap, HeaderValue, Response};
 pub struct Code(pub u16);
 
 impl Code {
+    /// `OK` (0): the call succeeded.
     pub const OK: Code = Code(0);
+    /// `CANCELLED` (1): the call was cancelled, usually by the caller.
     pub const CANCELLED: Code = Code(1);
+    /// `UNKNOWN` (2): an error with no better code (e.g. a status from another error space).
     pub const UNKNOWN: Code = Code(2);
+    /// `INVALID_ARGUMENT` (3): the request is invalid whatever the system's state.
     pub const INVALID_ARGUMENT: Code = Code(3);
+    /// `DEADLINE_EXCEEDED` (4): the deadline expired before the call completed.
     pub const DEADLINE_EXCEEDED: Code = Code(4);
+    /// `NOT_FOUND` (5): an object the call names does not exist.
     pub const NOT_FOUND: Code = Code(5);
+    /// `PERMISSION_DENIED` (7): the caller may not do this.
     pub const PERMISSION_DENIED: Code = Code(7);
+    /// `RESOURCE_EXHAUSTED` (8): a resource ran out, e.g. a message over the size limit.
     pub const RESOURCE_EXHAUSTED: Code = Code(8);
+    /// `FAILED_PRECONDITION` (9): the system is not in the state the call needs.
     pub const FAILED_PRECONDITION: Code = Code(9);
+    /// `OUT_OF_RANGE` (11): an argument past the valid range.
     pub const OUT_OF_RANGE: Code = Code(11);
+    /// `UNIMPLEMENTED` (12): the server does not implement or support the method.
     pub const UNIMPLEMENTED: Code = Code(12);
+    /// `INTERNAL` (13): an invariant of the server or the protocol broke.
     pub const INTERNAL: Code = Code(13);
+    /// `UNAVAILABLE` (14): the service cannot be reached for now (e.g. the backend is down);
+    /// the call may be retried.
     pub const UNAVAILABLE: Code = Code(14);
 
     /// The canonical upper-case name (`NOT_FOUND`), or the number for codes outside 0..=16.
@@ -75,11 +89,14 @@ impl fmt::Display for Code {
 /// stage and server).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
+    /// The status code (`grpc-status`).
     pub code: Code,
+    /// The message as text (`grpc-message`, percent-encoded only on the wire); may be empty.
     pub message: String,
 }
 
 impl Status {
+    /// A status of `code` with `message`.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Status { code, message: message.into() }
     }

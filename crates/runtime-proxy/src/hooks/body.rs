@@ -21,7 +21,10 @@ pub trait Chunks: Send {
 #[derive(Debug)]
 pub enum BodyError<E> {
     /// More than `max` bytes (`--max-request-bytes`).
-    TooLarge { max: usize },
+    TooLarge {
+        /// The limit, in bytes.
+        max: usize,
+    },
     /// No chunk for this long (`--request-idle-timeout`).
     Stalled(Duration),
     /// The client's stream broke.

@@ -51,14 +51,20 @@ use crate::hooks::store::{PodGuard, Store};
 /// changed it. (Public for the fuzz targets in `fuzz/`.)
 #[derive(Debug)]
 pub enum BeforeHooks {
+    /// A pod-level request before the hooks changed it.
     Pod(hook::PodSandboxHookRequest),
+    /// A container-level request before the hooks changed it.
     Container(hook::ContainerResourceHookRequest),
+    /// No answer changed the request: there is nothing to edit.
     Unchanged,
 }
 
 /// The hook request a stage runs over: pod-level or container-level.
 pub enum HookRequest<'a> {
+    /// Pod-level stages (PreRunPodSandbox, PostStopPodSandbox).
     Pod(&'a mut hook::PodSandboxHookRequest),
+    /// Container-level stages (PreCreateContainer, PreStartContainer, PostStartContainer,
+    /// PostStopContainer, PreUpdateContainerResources).
     Container(&'a mut hook::ContainerResourceHookRequest),
 }
 

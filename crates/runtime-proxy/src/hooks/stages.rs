@@ -13,14 +13,23 @@ use crate::hooks::registry::Stage;
 /// The hooked calls, by their CRI v1 RuntimeService method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
+    /// `RunPodSandbox`: pre stage PreRunPodSandbox.
     RunPodSandbox,
+    /// `StopPodSandbox`: post stage PostStopPodSandbox.
     StopPodSandbox,
+    /// `RemovePodSandbox`: no stage.
     RemovePodSandbox,
+    /// `CreateContainer`: pre stage PreCreateContainer.
     CreateContainer,
+    /// `StartContainer`: pre stage PreStartContainer, post stage PostStartContainer.
     StartContainer,
+    /// `StopContainer`: post stage PostStopContainer.
     StopContainer,
+    /// `RemoveContainer`: no stage.
     RemoveContainer,
+    /// `UpdateContainerResources`: pre stage PreUpdateContainerResources.
     UpdateContainerResources,
+    /// `UpdatePodSandboxResources` (CRI v1 only, kubelet 1.33+): no stage.
     UpdatePodSandboxResources,
 }
 
@@ -28,9 +37,13 @@ pub enum Method {
 /// its gRPC path) and its hook stages (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0).
 #[derive(Debug)]
 pub struct MethodSpec {
+    /// The method this row is for.
     pub method: Method,
+    /// The method's name, the last segment of its gRPC path (`RunPodSandbox`).
     pub name: &'static str,
+    /// The stage run before the call goes to the runtime; its answers can change the request.
     pub pre: Option<Stage>,
+    /// The stage run after the runtime carried the call out; its answers are not applied.
     pub post: Option<Stage>,
 }
 

@@ -20,7 +20,9 @@ use hook_api::v1alpha1::{ContainerResourceHookRequest, LinuxContainerResources, 
 /// `container_meta.id` set).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContainerEntry {
+    /// The ID of the pod sandbox the container belongs to.
     pub sandbox_id: String,
+    /// The container's hook request: pod and container metadata, labels, annotations, resources.
     pub hook: ContainerResourceHookRequest,
 }
 

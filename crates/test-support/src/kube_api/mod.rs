@@ -62,6 +62,7 @@ use store::{Key, Store};
 /// One request the stand-in received, in arrival order (also those answered 401/403/404).
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
+    /// The HTTP method (`GET`: get, list, watch; `POST`: create; `PUT`, `PATCH`: update, patch).
     pub method: http::Method,
     /// The path without the query (`/api/v1/pods`).
     pub path: String,
