@@ -1,5 +1,5 @@
-# make demo | demo-hooks | demo-docker | test | fuzz | bench | build | release | deb | clean-containerd — see scripts/*.sh
-.PHONY: demo demo-hooks demo-docker test fuzz bench build release deb clean-containerd
+# make demo | demo-hooks | demo-docker | check | test | fuzz | bench | build | release | deb | clean-containerd — see scripts/*.sh
+.PHONY: demo demo-hooks demo-docker check test fuzz bench build release deb clean-containerd
 
 # runtime-proxy with the example hook, then runtime-proxy with runtime-hooks (proxy and standalone mode),
 # then runtime-proxy in Docker mode in front of dockerd
@@ -13,6 +13,14 @@ demo-docker:
 
 demo-hooks:
 	@scripts/demo-hooks.sh
+
+# the fast tier for one's own loop (a few minutes, no runtime needed): fmt, clippy, unit tests, and every fuzz
+# target on 2000 inputs from a fixed seed; `make test` is the full run (every runtime, every phase)
+check:
+	cargo fmt --all -- --check
+	cargo clippy --locked --workspace --all-targets -- -D warnings
+	cargo test --locked --workspace --lib --bins
+	FUZZ_RUNS=2000 FUZZ_SEED=1 scripts/fuzz.sh
 
 test:
 	@scripts/test.sh
