@@ -165,15 +165,7 @@ struct Known {
 /// Errors: none so far (a runtime that is not there is waited for); kept for the caller's shape.
 pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let mut plugin = NriPlugin {
-        framework: framework.clone(),
-        options,
-        known: Known::default(),
-        synchronized: false,
-        configured_at: None,
-        node_failures: Default::default(),
-        sync_in_parts: false,
-    };
+    let mut plugin = NriPlugin::new(framework.clone(), options);
     let mut rules = framework.rules().subscribe();
     rules.borrow_and_update();
     let mut backoff = BACKOFF_MIN;
@@ -229,6 +221,19 @@ struct NriPlugin {
 type Answer = Result<Vec<u8>, (i32, String)>;
 
 impl NriPlugin {
+    /// A plugin not connected yet.
+    fn new(framework: Arc<Framework>, options: Options) -> NriPlugin {
+        NriPlugin {
+            framework,
+            options,
+            known: Known::default(),
+            synchronized: false,
+            configured_at: None,
+            node_failures: Default::default(),
+            sync_in_parts: false,
+        }
+    }
+
     /// One connection: dial, register, serve until it closes.
     async fn session(&mut self, rules: &mut watch::Receiver<u64>) -> anyhow::Result<()> {
         let socket = &self.options.socket;
@@ -621,6 +626,20 @@ async fn call(
 mod tests {
     use super::*;
 
+    /// A plugin with the built-in plugins under `policy`, default rules and a v1 cgroup tree at
+    /// `root`, for `socket`.
+    fn test_plugin(root: &std::path::Path, policy: crate::plugin::FailurePolicy, socket: PathBuf) -> NriPlugin {
+        use crate::cgroup::{CgroupFs, CgroupVersion};
+        use crate::rules::{Rules, RulesStore};
+        let framework = Framework::new(
+            crate::plugins::builtin(),
+            policy,
+            RulesStore::fixed(Rules::default()),
+            Arc::new(CgroupFs::new(root, CgroupVersion::V1)),
+        );
+        NriPlugin::new(Arc::new(framework), Options { socket, name: "t".into(), index: "10".into(), selector: Vec::new() })
+    }
+
     #[test]
     fn event_mask_of_the_default_plugins() {
         let stages = [Stage::PreRunPodSandbox, Stage::PreCreateContainer, Stage::PreUpdateContainerResources];
@@ -636,25 +655,9 @@ mod tests {
     /// value are bytes: the event is answered, with the BE pod's adjustment.
     #[test]
     fn create_container_with_bytes_is_adjusted() {
-        use crate::cgroup::{CgroupFs, CgroupVersion};
-        use crate::rules::{Rules, RulesStore};
         let root = tempfile::tempdir().unwrap();
-        let framework = Framework::new(
-            crate::plugins::builtin(),
-            crate::plugin::FailurePolicy::Fail,
-            RulesStore::fixed(Rules::default()),
-            Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
-        );
-        let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
-        let mut plugin = NriPlugin {
-            framework: Arc::new(framework),
-            options,
-            known: Known::default(),
-            synchronized: true,
-            configured_at: None,
-            node_failures: Default::default(),
-            sync_in_parts: false,
-        };
+        let mut plugin = test_plugin(root.path(), crate::plugin::FailurePolicy::Fail, root.path().join("nri.sock"));
+        plugin.synchronized = true;
         let entry = |k: &str, v: &[u8]| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.to_vec() };
         let spec = br#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "128Mi"}}}}"#;
         let pod = nri::PodSandbox {
@@ -686,25 +689,8 @@ mod tests {
     /// answer goes out.
     #[test]
     fn synchronize_skips_what_does_not_decode() {
-        use crate::cgroup::{CgroupFs, CgroupVersion};
-        use crate::rules::{Rules, RulesStore};
         let root = tempfile::tempdir().unwrap();
-        let framework = Framework::new(
-            crate::plugins::builtin(),
-            crate::plugin::FailurePolicy::Ignore,
-            RulesStore::fixed(Rules::default()),
-            Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
-        );
-        let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
-        let mut plugin = NriPlugin {
-            framework: Arc::new(framework),
-            options,
-            known: Known::default(),
-            synchronized: false,
-            configured_at: None,
-            node_failures: Default::default(),
-            sync_in_parts: false,
-        };
+        let mut plugin = test_plugin(root.path(), crate::plugin::FailurePolicy::Ignore, root.path().join("nri.sock"));
         let good = nri::PodSandbox { id: "s2".into(), ..Default::default() }.encode_to_vec();
         let broken = b"\x0a\x02s1\x12\x7f\x01".to_vec();
         let payload = SynchronizeItems { pods: vec![broken, good], containers: Vec::new(), more: false }.encode_to_vec();
@@ -719,25 +705,8 @@ mod tests {
     /// unchanged. Fails without split handling (the first part would be taken as the whole).
     #[test]
     fn a_synchronize_in_parts_is_taken_whole() {
-        use crate::cgroup::{CgroupFs, CgroupVersion};
-        use crate::rules::{Rules, RulesStore};
         let root = tempfile::tempdir().unwrap();
-        let framework = Framework::new(
-            crate::plugins::builtin(),
-            crate::plugin::FailurePolicy::Ignore,
-            RulesStore::fixed(Rules::default()),
-            Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
-        );
-        let options = Options { socket: root.path().join("nri.sock"), name: "t".into(), index: "10".into(), selector: Vec::new() };
-        let mut plugin = NriPlugin {
-            framework: Arc::new(framework),
-            options,
-            known: Known::default(),
-            synchronized: false,
-            configured_at: None,
-            node_failures: Default::default(),
-            sync_in_parts: false,
-        };
+        let mut plugin = test_plugin(root.path(), crate::plugin::FailurePolicy::Ignore, root.path().join("nri.sock"));
         let be_pod = |id: &str| {
             let big = nri::BytesEntry { key: b"padding".to_vec(), value: vec![b'x'; 3 << 20] };
             let spec = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}}}}"#;
@@ -777,8 +746,6 @@ mod tests {
     /// synchronization, so the plugin says why it registers again.
     #[tokio::test]
     async fn a_close_between_configure_and_synchronize_is_a_failed_synchronization() {
-        use crate::cgroup::{CgroupFs, CgroupVersion};
-        use crate::rules::{Rules, RulesStore};
         for configure in [false, true] {
             let root = tempfile::tempdir().unwrap();
             let socket = root.path().join("nri.sock");
@@ -798,22 +765,7 @@ mod tests {
                     assert_eq!((answer.conn, answer.kind), (PLUGIN_CONN, RESPONSE));
                 }
             });
-            let framework = Framework::new(
-                crate::plugins::builtin(),
-                crate::plugin::FailurePolicy::Ignore,
-                RulesStore::fixed(Rules::default()),
-                Arc::new(CgroupFs::new(root.path(), CgroupVersion::V1)),
-            );
-            let options = Options { socket, name: "t".into(), index: "10".into(), selector: Vec::new() };
-            let mut plugin = NriPlugin {
-                framework: Arc::new(framework),
-                options,
-                known: Known::default(),
-                synchronized: false,
-                configured_at: None,
-                node_failures: Default::default(),
-                sync_in_parts: false,
-            };
+            let mut plugin = test_plugin(root.path(), crate::plugin::FailurePolicy::Ignore, socket);
             let (_changes, mut rules) = watch::channel(0u64);
             let outcome =
                 tokio::time::timeout(Duration::from_secs(2), plugin.session(&mut rules)).await.expect("the session ends at the close");
