@@ -8,19 +8,22 @@
 //!   so a unit written for koord starts these binaries unchanged.
 //! * [`signals`] — what every signal a service manager or an operator may send does: graceful
 //!   stop, stop at once, reload, ignored.
+//! * [`daemon`] — the part of `main` both daemons share: logging, signals, run, exit code.
 //! * [`duration`] — the duration flags' syntax (`500ms`, `10s`, `2m`, `1h`, `0`).
 //! * [`addr`] — the forms of `--metrics-addr` (and `--debug-addr`).
 //! * [`sd_notify`] — systemd's readiness notification (`READY=1`, `STOPPING=1`) and
 //!   [`sd_notify::notify_systemd`], which both binaries call.
+//! * [`socket`] — binding a listening unix socket: its directory made, a stale socket replaced,
+//!   a live one or a non-socket never touched.
 //! * [`status`] — `runtime-proxy status` / `runtime-hooks status`: `GET /status` from the admin
 //!   endpoint, a table or JSON, exit codes 0 (healthy), 1 (unhealthy), 2 (no status).
 
-#![warn(missing_docs)]
-
 pub mod addr;
+pub mod daemon;
 pub mod duration;
 pub mod klog;
 pub mod log;
 pub mod sd_notify;
 pub mod signals;
+pub mod socket;
 pub mod status;

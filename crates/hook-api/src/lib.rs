@@ -8,11 +8,10 @@
 //!
 //! - [`connect`], a lazy gRPC channel over a unix socket (hook servers listen on unix sockets);
 //! - [`SERVICE_NAME`] and one `*_PATH` constant per RPC, the HTTP/2 paths of the calls;
-//! - [`convert`], lossless conversion of `LinuxContainerResources` between CRI v1 and this protocol.
+//! - [`convert`], lossless conversion of `LinuxContainerResources` between CRI v1 and this protocol;
+//! - [`status`], the one status type (gRPC code and message) of runtime-proxy and runtime-hooks.
 //!
 //! A complete hook server is in `examples/annotation_hook.rs`.
-
-#![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
 
@@ -178,6 +177,7 @@ pub fn status_line(status: &tonic::Status) -> String {
 
 pub mod merge;
 pub mod stage;
+pub mod status;
 
 pub use stage::{Stage, UnknownStage};
 

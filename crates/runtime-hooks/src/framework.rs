@@ -28,8 +28,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use hook_api::merge::{echo_container, echo_pod};
+use hook_api::status::{Code, Status};
 use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
-use tonic::Status;
 
 use crate::cgroup::{CgroupError, CgroupFs, CgroupValue, Written};
 use crate::change::Change;
@@ -423,7 +423,7 @@ pub const ECHO_LIMIT_BYTES: usize = 4 << 20;
 
 fn failure_status(f: &PluginFailure) -> Status {
     tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Fail)");
-    Status::internal(format!("runtime-hooks: {f} (plugin-failure-policy Fail)"))
+    Status::new(Code::INTERNAL, format!("runtime-hooks: {f} (plugin-failure-policy Fail)"))
 }
 
 fn log_ignored(outcome: &Outcome) {
@@ -623,9 +623,9 @@ mod tests {
             t.path(),
         );
         let err = f.container_hook(Stage::PreCreateContainer, &container_req()).unwrap_err();
-        assert_eq!(err.code(), tonic::Code::Internal);
+        assert_eq!(err.code, Code::INTERNAL);
         for part in ["broken", "PreCreateContainer", "ns/p/c", "broken broke", "Fail"] {
-            assert!(err.message().contains(part), "{part:?} in {:?}", err.message());
+            assert!(err.message.contains(part), "{part:?} in {:?}", err.message);
         }
     }
 
@@ -683,7 +683,7 @@ mod tests {
         );
         let blocked = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), ..Default::default() };
         let err = f.pod_hook(Stage::PreRunPodSandbox, &blocked).unwrap_err();
-        assert!(err.message().contains("plugin quota") && err.message().contains("cpu.max"), "{}", err.message());
+        assert!(err.message.contains("plugin quota") && err.message.contains("cpu.max"), "{}", err.message);
     }
 
     /// The built-in plugins on a v1 tree laid out like a systemd node (`kubepods.slice/…`).
@@ -810,7 +810,7 @@ mod tests {
         let f = builtin_on(t.path(), Some(CgroupDriver::Cgroupfs), FailurePolicy::Fail);
         let err = f.pod_hook(Stage::PreRunPodSandbox, &be_pod("kubepods-besteffort-pod1234.slice")).unwrap_err();
         for part in ["GroupIdentity", "PreRunPodSandbox", "kubepods-besteffort-pod1234.slice", "cgroupfs"] {
-            assert!(err.message().contains(part), "{part:?} in {:?}", err.message());
+            assert!(err.message.contains(part), "{part:?} in {:?}", err.message);
         }
         let f = builtin_on(t.path(), Some(CgroupDriver::Cgroupfs), FailurePolicy::Ignore);
         let pod = PodContext::from_pod_request(&be_pod("kubepods-besteffort-pod1234.slice"));

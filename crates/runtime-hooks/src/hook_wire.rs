@@ -304,7 +304,7 @@ impl tonic::server::UnaryService<api::PodSandboxHookRequest> for Method {
     type Response = api::PodSandboxHookResponse;
     type Future = std::future::Ready<Result<Response<Self::Response>, Status>>;
     fn call(&mut self, request: Request<api::PodSandboxHookRequest>) -> Self::Future {
-        std::future::ready(self.framework.pod_hook(self.stage, &request.into_inner()).map(Response::new))
+        std::future::ready(self.framework.pod_hook(self.stage, &request.into_inner()).map(Response::new).map_err(Into::into))
     }
 }
 
@@ -312,7 +312,7 @@ impl tonic::server::UnaryService<api::ContainerResourceHookRequest> for Method {
     type Response = api::ContainerResourceHookResponse;
     type Future = std::future::Ready<Result<Response<Self::Response>, Status>>;
     fn call(&mut self, request: Request<api::ContainerResourceHookRequest>) -> Self::Future {
-        std::future::ready(self.framework.container_hook(self.stage, &request.into_inner()).map(Response::new))
+        std::future::ready(self.framework.container_hook(self.stage, &request.into_inner()).map(Response::new).map_err(Into::into))
     }
 }
 

@@ -38,8 +38,6 @@
 //!   view behind `/status` and `runtime-hooks status`.
 //! * [`cli`] — flags; [`run`] wires everything for the binary.
 
-#![warn(missing_docs)]
-
 pub mod cgroup;
 pub mod cgroup_path;
 pub mod change;
@@ -352,7 +350,7 @@ pub async fn cgroup_driver(args: &Args) -> (Option<CgroupDriver>, String) {
 async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     // Absolute: the proxy dials the registered path from its own working directory.
     let listen = std::path::absolute(&args.listen).with_context(|| format!("resolving {}", args.listen.display()))?;
-    let listener = server::bind(&listen)?;
+    let listener = daemon_support::socket::bind_unix(&listen)?;
     // Removed however serving ends: also when a second stop signal drops this future mid-drain.
     let _socket = RemoveOnDrop(listen.clone());
     let stages = framework.stages();

@@ -7,7 +7,6 @@
 use std::io::Write as _;
 
 use clap::Parser;
-use daemon_support::signals::{self, Control, Signals};
 
 use runtime_hooks::cli::{Args, Command};
 
@@ -35,34 +34,7 @@ async fn main() -> std::process::ExitCode {
             }
         };
     }
-    // Never panics nor blocks on a broken or stalled stderr (daemon_support::log).
-    let (logging, rust_log_set) = daemon_support::log::init(&args.klog.default_filter(CRATES));
-    if let Some(notice) = args.klog.notice(CRATES, rust_log_set) {
-        tracing::warn!("{notice}");
-    }
-    // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
-    let mut control = match Signals::install() {
-        Ok(s) => signals::spawn(s, || runtime_hooks::notify_systemd(daemon_support::sd_notify::STOPPING)),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot handle signals: SIGTERM and SIGHUP keep their default action (exit at once)");
-            Control::inert()
-        }
-    };
-    let reloads = control.take_reloads();
-    let code = tokio::select! {
-        result = runtime_hooks::run(args, control.stopping(), reloads) => match result {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                // Once, as the last line (it used to be printed twice, after "stopped").
-                tracing::error!("runtime-hooks stopped: {e:#}");
-                std::process::ExitCode::from(2)
-            }
-        },
-        // A second stop signal: calls in flight are cut (the registration is gone already; the
-        // socket is removed as the server is dropped).
-        () = control.stop_now() => std::process::ExitCode::SUCCESS,
-    };
-    // The lines still queued, the error above included, are written before the exit.
-    logging.flush();
-    code
+    // Logging, the signal table, the exit code: as for runtime-proxy (daemon_support::daemon).
+    let klog = args.klog.clone();
+    daemon_support::daemon::run("runtime-hooks", &klog, CRATES, |stopping, reloads| runtime_hooks::run(args, stopping, reloads)).await
 }

@@ -26,10 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
 use hook_api::RuntimeHookService;
-use tokio::net::UnixListener;
 use tonic::{Request, Response, Status};
 
 use crate::framework::Framework;
@@ -65,7 +64,7 @@ impl HookService {
     }
 
     fn pod(&self, stage: Stage, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
-        self.framework.pod_hook(stage, &req.into_inner()).map(Response::new)
+        self.framework.pod_hook(stage, &req.into_inner()).map(Response::new).map_err(Into::into)
     }
 
     fn container(
@@ -73,7 +72,7 @@ impl HookService {
         stage: Stage,
         req: Request<ContainerResourceHookRequest>,
     ) -> Result<Response<ContainerResourceHookResponse>, Status> {
-        self.framework.container_hook(stage, &req.into_inner()).map(Response::new)
+        self.framework.container_hook(stage, &req.into_inner()).map(Response::new).map_err(Into::into)
     }
 }
 
@@ -103,27 +102,6 @@ impl RuntimeHookService for HookService {
     async fn pre_update_container_resources_hook(&self, r: Request<ContainerResourceHookRequest>) -> ContainerAnswer {
         self.container(Stage::PreUpdateContainerResources, r)
     }
-}
-
-/// Binds the unix socket `path`: creates the parent directory (0755), removes a stale socket
-/// (one nobody accepts on), and refuses to steal a live one.
-///
-/// Errors: a live server on `path`, `path` is not a socket, or bind fails.
-pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
-        if !meta.file_type().is_socket() {
-            bail!("{} exists and is not a socket; not removing it", path.display());
-        }
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            bail!("another server is listening on {}", path.display());
-        }
-        std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
-    }
-    UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))
 }
 
 /// How often a running server checks its registration file (and restores it).
@@ -597,18 +575,5 @@ mod tests {
             assert!(e.contains(why) && e.contains("hook name"), "{bad:?}: {e}");
         }
         assert!(Registration::new(Path::new("/d"), "../x", Path::new("/s"), FailurePolicy::Ignore, &STAGES).is_err());
-    }
-
-    #[tokio::test]
-    async fn bind_replaces_stale_sockets_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("run/x.sock");
-        let live = bind(&path).unwrap();
-        assert!(bind(&path).unwrap_err().to_string().contains("another server"));
-        drop(live);
-        let _again = bind(&path).expect("stale socket replaced");
-        let file = dir.path().join("file");
-        std::fs::write(&file, "x").unwrap();
-        assert!(bind(&file).unwrap_err().to_string().contains("not a socket"));
     }
 }

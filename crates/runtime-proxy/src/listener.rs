@@ -1,20 +1,19 @@
 //! The proxy's listening socket, whatever the front end: made ready the way kubelet expects a
 //! runtime socket to be ([`bind`]), and the accept loop with its drain ([`accept_and_drain`]).
 //!
-//! * the parent directory is created (mode 0755, as koord-runtime-proxy does);
-//! * a stale socket left by a previous run is removed, but a socket some live process still
-//!   answers on is not stolen, and a path that is not a socket is never deleted;
+//! * the parent directory is created, a stale socket replaced, a live one or a path that is not
+//!   a socket never touched ([`daemon_support::socket`], as runtime-hooks binds its socket);
 //! * the new socket gets the backend socket's mode and owner, so whoever may talk to containerd
 //!   may talk to the proxy, and nobody else.
 
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use std::future::Future;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
@@ -26,26 +25,7 @@ use tokio_util::task::TaskTracker;
 /// Errors: the parent directory cannot be created; `path` exists and is not a socket; another
 /// process is serving on `path`; bind, chmod or chown fails. Each names the path.
 pub fn bind(path: &Path, backend: &Path) -> anyhow::Result<UnixListener> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(parent)
-            .with_context(|| format!("creating socket directory {}", parent.display()))?;
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                bail!("another process is serving on {}; refusing to take over its socket", path.display());
-            }
-            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
-            tracing::info!(socket = %path.display(), "removed stale socket");
-        }
-        Ok(_) => bail!("{} exists and is not a socket; refusing to remove it", path.display()),
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("inspecting {}", path.display())),
-    }
-    let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    let listener = daemon_support::socket::bind_unix(path)?;
     match std::fs::metadata(backend) {
         Ok(m) if m.file_type().is_socket() => {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(m.mode() & 0o7777))

@@ -10,8 +10,6 @@
 //! holds a call up ([`daemon_support::log`]).
 
 use clap::Parser;
-use daemon_support::signals::{self, Control, Signals};
-
 use runtime_proxy::cli::{Args, Command};
 
 /// The crates whose log level `--v` sets (koord's klog flag; see `daemon_support::klog`).
@@ -26,33 +24,7 @@ async fn main() -> std::process::ExitCode {
         let render = runtime_proxy::admin::status::render;
         return daemon_support::status::run("runtime-proxy", args.metrics_addr, status, render, out, err).into();
     }
-    // Never panics nor blocks on a broken or stalled stderr (daemon_support::log).
-    let (logging, rust_log_set) = daemon_support::log::init(&args.klog.default_filter(CRATES));
-    if let Some(notice) = args.klog.notice(CRATES, rust_log_set) {
-        tracing::warn!("{notice}");
-    }
-    // Handlers installed now, before anything is served: a SIGTERM right after READY=1 drains too.
-    let mut control = match Signals::install() {
-        Ok(s) => signals::spawn(s, || runtime_proxy::notify_systemd(daemon_support::sd_notify::STOPPING)),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot handle signals: SIGTERM and SIGHUP keep their default action (exit without a drain)");
-            Control::inert()
-        }
-    };
-    let reloads = control.take_reloads();
-    let code = tokio::select! {
-        result = runtime_proxy::run(args, control.stopping(), reloads) => match result {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                // Once, as the last line (it used to be printed twice).
-                tracing::error!("{e:#}");
-                std::process::ExitCode::from(2)
-            }
-        },
-        // A second stop signal: the drain is cut short (the socket is gone already).
-        () = control.stop_now() => std::process::ExitCode::SUCCESS,
-    };
-    // The lines still queued, the error above included, are written before the exit.
-    logging.flush();
-    code
+    // Logging, the signal table, the exit code: as for runtime-hooks (daemon_support::daemon).
+    let klog = args.klog.clone();
+    daemon_support::daemon::run("runtime-proxy", &klog, CRATES, |stopping, reloads| runtime_proxy::run(args, stopping, reloads)).await
 }

@@ -8,135 +8,54 @@
 pub mod backend;
 pub mod unary_call;
 
-use std::fmt;
 use std::io::Read;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Response};
 
-/// A gRPC status code (`google.rpc.Code`), as carried in the `grpc-status` header or trailer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Code(pub u16);
+pub use hook_api::status::{Code, Status};
 
-impl Code {
-    /// `OK` (0): the call succeeded.
-    pub const OK: Code = Code(0);
-    /// `CANCELLED` (1): the call was cancelled, usually by the caller.
-    pub const CANCELLED: Code = Code(1);
-    /// `UNKNOWN` (2): an error with no better code (e.g. a status from another error space).
-    pub const UNKNOWN: Code = Code(2);
-    /// `INVALID_ARGUMENT` (3): the request is invalid whatever the system's state.
-    pub const INVALID_ARGUMENT: Code = Code(3);
-    /// `DEADLINE_EXCEEDED` (4): the deadline expired before the call completed.
-    pub const DEADLINE_EXCEEDED: Code = Code(4);
-    /// `NOT_FOUND` (5): an object the call names does not exist.
-    pub const NOT_FOUND: Code = Code(5);
-    /// `PERMISSION_DENIED` (7): the caller may not do this.
-    pub const PERMISSION_DENIED: Code = Code(7);
-    /// `RESOURCE_EXHAUSTED` (8): a resource ran out, e.g. a message over the size limit.
-    pub const RESOURCE_EXHAUSTED: Code = Code(8);
-    /// `FAILED_PRECONDITION` (9): the system is not in the state the call needs.
-    pub const FAILED_PRECONDITION: Code = Code(9);
-    /// `OUT_OF_RANGE` (11): an argument past the valid range.
-    pub const OUT_OF_RANGE: Code = Code(11);
-    /// `UNIMPLEMENTED` (12): the server does not implement or support the method.
-    pub const UNIMPLEMENTED: Code = Code(12);
-    /// `INTERNAL` (13): an invariant of the server or the protocol broke.
-    pub const INTERNAL: Code = Code(13);
-    /// `UNAVAILABLE` (14): the service cannot be reached for now (e.g. the backend is down);
-    /// the call may be retried.
-    pub const UNAVAILABLE: Code = Code(14);
-
-    /// The canonical upper-case name (`NOT_FOUND`), or the number for codes outside 0..=16.
-    pub fn name(self) -> &'static str {
-        const NAMES: [&str; 17] = [
-            "OK",
-            "CANCELLED",
-            "UNKNOWN",
-            "INVALID_ARGUMENT",
-            "DEADLINE_EXCEEDED",
-            "NOT_FOUND",
-            "ALREADY_EXISTS",
-            "PERMISSION_DENIED",
-            "RESOURCE_EXHAUSTED",
-            "FAILED_PRECONDITION",
-            "ABORTED",
-            "OUT_OF_RANGE",
-            "UNIMPLEMENTED",
-            "INTERNAL",
-            "UNAVAILABLE",
-            "DATA_LOSS",
-            "UNAUTHENTICATED",
-        ];
-        NAMES.get(self.0 as usize).copied().unwrap_or("OUT_OF_SPEC")
-    }
-
-    /// Reads `grpc-status` from a header or trailer map; `None` when absent or not a number.
-    pub fn from_headers(headers: &HeaderMap) -> Option<Code> {
-        headers.get("grpc-status")?.to_str().ok()?.parse().ok().map(Code)
-    }
+/// Reads `grpc-status` from a header or trailer map; `None` when absent or not a number.
+pub fn code_from_headers(headers: &HeaderMap) -> Option<Code> {
+    headers.get("grpc-status")?.to_str().ok()?.parse().ok().map(Code)
 }
 
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+/// The status carried by a header or trailer map (`grpc-status`, `grpc-message` as sent,
+/// still percent-encoded); `None` without `grpc-status`.
+pub fn status_from_headers(headers: &HeaderMap) -> Option<Status> {
+    let code = code_from_headers(headers)?;
+    let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
+    Some(Status::new(code, message))
 }
 
-/// A call's gRPC status: code plus a human-readable message. For statuses the proxy answers
-/// itself, the message names what failed (the CRI method, the backend socket, later the hook
-/// stage and server).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    /// The status code (`grpc-status`).
-    pub code: Code,
-    /// The message as text (`grpc-message`, percent-encoded only on the wire); may be empty.
-    pub message: String,
-}
-
-impl Status {
-    /// A status of `code` with `message`.
-    pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Status { code, message: message.into() }
-    }
-
+/// A [`Status`] on the HTTP/2 wire of gRPC: as trailers, or as a trailers-only response.
+pub trait StatusHeaders {
     /// The head of a trailers-only gRPC response (sent with END_STREAM, no body): HTTP 200,
     /// `content-type: application/grpc`, `grpc-status` and percent-encoded `grpc-message`. This
     /// is what gRPC servers send for an error before any message, so every gRPC client decodes
     /// it as this status.
-    pub fn trailers_only(&self) -> Response<()> {
+    fn trailers_only(&self) -> Response<()>;
+    /// The trailers that end a response with this status: `grpc-status` and percent-encoded
+    /// `grpc-message` (for a response whose head, and maybe messages, went out already).
+    fn trailers(&self) -> HeaderMap;
+}
+
+impl StatusHeaders for Status {
+    fn trailers_only(&self) -> Response<()> {
         let mut resp = Response::new(());
         *resp.headers_mut() = self.trailers();
         resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         resp
     }
 
-    /// The trailers that end a response with this status: `grpc-status` and percent-encoded
-    /// `grpc-message` (for a response whose head, and maybe messages, went out already).
-    pub fn trailers(&self) -> HeaderMap {
+    fn trailers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert("grpc-status", HeaderValue::from(self.code.0));
         if let Ok(v) = HeaderValue::from_str(&percent_encode(&self.message)) {
             h.insert("grpc-message", v);
         }
         h
-    }
-}
-
-impl Status {
-    /// The status carried by a header or trailer map (`grpc-status`, `grpc-message` as sent,
-    /// still percent-encoded); `None` without `grpc-status`.
-    pub fn from_headers(headers: &HeaderMap) -> Option<Status> {
-        let code = Code::from_headers(headers)?;
-        let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
-        Some(Status::new(code, message))
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
     }
 }
 
@@ -374,7 +293,7 @@ mod tests {
     fn trailers_only_response() {
         let r = Status::new(Code::UNAVAILABLE, "backend down").trailers_only();
         assert_eq!(r.status(), 200);
-        assert_eq!(Code::from_headers(r.headers()), Some(Code::UNAVAILABLE));
+        assert_eq!(code_from_headers(r.headers()), Some(Code::UNAVAILABLE));
         assert_eq!(r.headers()["grpc-message"], "backend down");
         assert_eq!(r.headers()["content-type"], "application/grpc");
     }

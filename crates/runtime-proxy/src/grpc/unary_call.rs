@@ -36,7 +36,7 @@ impl Answer {
 
     /// The status the trailers or a trailers-only head carry; `None` without `grpc-status`.
     pub fn grpc_status(&self) -> Option<Status> {
-        self.trailers.as_ref().and_then(Status::from_headers).or_else(|| Status::from_headers(self.head.headers()))
+        self.trailers.as_ref().and_then(super::status_from_headers).or_else(|| super::status_from_headers(self.head.headers()))
     }
 
     /// The answer's one message, decompressed per its `grpc-encoding` (see

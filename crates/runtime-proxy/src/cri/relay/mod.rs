@@ -107,7 +107,7 @@ use crate::cri::router::{self, Route, Router};
 use crate::cri::uds::Socket;
 use crate::grpc::backend::{Backend, MAX_HEADER_LIST_SIZE};
 use crate::grpc::unary_call::Answer;
-use crate::grpc::{self, Code, Status};
+use crate::grpc::{self, Code, Status, StatusHeaders};
 /// Bytes waiting to be written to one side above which the relay stops reading the other.
 const HIGH_WATER: usize = 1 << 20;
 

@@ -1,0 +1,63 @@
+//! The part of `main` both daemons share once their flags are parsed: logging set up, the
+//! signal table installed ([`crate::signals`]), the daemon run until it ends or is stopped, and
+//! the exit code.
+//!
+//! # Exit codes
+//!
+//! | how the daemon ended | exit code | last log line |
+//! |---|---|---|
+//! | a stop signal, after the daemon's own graceful shutdown | 0 | the daemon's own |
+//! | a second stop signal while stopping (the drain cut short) | 0 | the signal's WARN |
+//! | an error (a flag refused at start, a socket that cannot be bound, …) | 2 | `<name> stopped: <why>`, once |
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+
+use crate::klog::KlogFlags;
+use crate::signals::{self, Control, Reloads, Signals};
+
+/// The future that resolves when the daemon is asked to stop gracefully (the first `SIGTERM`,
+/// `SIGINT` or `SIGQUIT`).
+pub type Stopping = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Runs a daemon: sets up logging (the default filter from `klog`'s verbosity for `crates`,
+/// [`crate::log::init`]; the klog deprecation notice once), installs the signal handlers
+/// before anything is served (a `SIGTERM` right after `READY=1` drains too), tells systemd
+/// `STOPPING=1` at a stop signal, and runs `run(stopping, reloads)` until it returns or a
+/// second stop signal comes. `name` (`runtime-proxy`, `runtime-hooks`) starts the error line.
+///
+/// Returns the exit code of the table above; the log lines still queued are written first.
+pub async fn run<F, Fut>(name: &str, klog: &KlogFlags, crates: &[&str], run: F) -> ExitCode
+where
+    F: FnOnce(Stopping, Option<Reloads>) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    // Never panics nor blocks on a broken or stalled stderr (crate::log).
+    let (logging, rust_log_set) = crate::log::init(&klog.default_filter(crates));
+    if let Some(notice) = klog.notice(crates, rust_log_set) {
+        tracing::warn!("{notice}");
+    }
+    let mut control = match Signals::install() {
+        Ok(s) => signals::spawn(s, || crate::sd_notify::notify_systemd(crate::sd_notify::STOPPING)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot handle signals: SIGTERM and SIGHUP keep their default action (exit at once, without a graceful stop)");
+            Control::inert()
+        }
+    };
+    let reloads = control.take_reloads();
+    let code = tokio::select! {
+        result = run(Box::pin(control.stopping()), reloads) => match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                // Once, as the last line.
+                tracing::error!("{name} stopped: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        // A second stop signal: the graceful stop is cut short.
+        () = control.stop_now() => ExitCode::SUCCESS,
+    };
+    logging.flush();
+    code
+}
