@@ -1,7 +1,13 @@
 //! What a plugin asks for: a [`Change`].
 //!
+//! # Fields
+//!
 //! Every field is "no change" when empty (`None`, empty map, empty list), so a plugin states only
-//! what it owns. The framework merges the changes of a stage's plugins in order (a later plugin
+//! what it owns.
+//!
+//! # How a change is applied
+//!
+//! The framework merges the changes of a stage's plugins in order (a later plugin
 //! wins per field) and then:
 //!
 //! * in proxy mode, overrides the echoed request with them (`resources` → `container_resources`
@@ -12,6 +18,8 @@
 //! * in standalone mode, writes `resources` (container stages) and `pod_cgroup` to the cgroup
 //!   files of the running pod and container ([`Change::container_values`]); envs, annotations
 //!   and cgroup parents cannot change after creation and are ignored there.
+//!
+//! # Devices and mounts
 //!
 //! `devices` and `mounts` (koordlet's `AddContainerDevices` / `AddContainerMounts` of
 //! `protocol/container_context.go`, set by its `gpu` and `rdma` hooks) are **NRI-only**: NRI's

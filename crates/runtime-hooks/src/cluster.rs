@@ -1,12 +1,16 @@
 //! Rules from the cluster: the node's NodeSLO, NodeResourceTopology and Node, watched through
 //! the Kubernetes API as koordlet's statesinformer watches them, fed into the [`RulesStore`].
 //!
+//! # Watches
+//!
 //! Each object is followed by a `kube::runtime::watcher` on its collection with the field
 //! selector `metadata.name=<node>` (list, then watch from the list's resourceVersion, with
 //! bookmarks; a watch that expires — HTTP 200 with an `ERROR` 410 `Expired` event — or a
 //! restarted API server leads to a new list, and the rules in force stay until that list is
 //! complete). The node's pods are followed the same way (`spec.nodeName=<node>`, all
 //! namespaces) into a [`PodIndex`].
+//!
+//! # Events and errors
 //!
 //! | event | effect |
 //! |---|---|

@@ -1,11 +1,16 @@
 //! What a plugin sees: typed pod and container contexts.
 //!
+//! # Sources
+//!
 //! The same types are built from a hook request (proxy mode: [`PodContext::from_pod_request`],
 //! [`ContainerContext::from_request`]) and from the CRI runtime's view of a running pod
 //! (standalone mode: the reconciler fills the fields itself), so a plugin has one code path for
 //! both modes.
 //!
-//! Two classifications are derived once, as koordlet derives them (koordinator `apis/extension/qos.go` `GetQoSClassByAttrs`, `pkg/koordlet/util` `GetKubeQoSByCgroupParent`):
+//! # Classifications
+//!
+//! Two classifications are derived once, as koordlet derives them (koordinator
+//! `apis/extension/qos.go` `GetQoSClassByAttrs`, `pkg/koordlet/util` `GetKubeQoSByCgroupParent`):
 //!
 //! * [`QosClass`], Koordinator's class, from the pod **label** `koordinator.sh/qosClass` only
 //!   (`LSE`, `LSR`, `LS`, `BE`, `SYSTEM`), as koordinator's `GetQoSClassByAttrs` reads it. An

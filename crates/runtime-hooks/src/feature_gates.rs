@@ -2,6 +2,8 @@
 //! (`pkg/koordlet/runtimehooks/config.go`, Koordinator v1.8.0: one gate per hook plugin, with
 //! its default), in Kubernetes' `Name=true,Other=false` form.
 //!
+//! # Gates
+//!
 //! | gate | default | plugin |
 //! |---|---|---|
 //! | `GroupIdentity` | on | [`crate::plugins::GroupIdentity`] |
@@ -16,14 +18,22 @@
 //! | `TerwayQoS` | off | [`crate::plugins::TerwayQos`] (`--terway-qos-dir`) |
 //! | `BECPUManager` (koordlet's, read by CPUSet) | off | [`crate::plugins::CpuSet`] gives NUMA-aware BE pods the BE share pools |
 //!
+//! # CoreSched and GroupIdentity
+//!
 //! `CoreSched` and `GroupIdentity` may both be on, as in koordlet (whose `config.go` calls
 //! them exclusive but does not refuse the pair): the NodeSLO's `cpuPolicy` picks which one
 //! acts (see [`crate::plugins::core_sched`]).
 //!
-//! `AllAlpha` and `AllBeta` set every alpha (all but the three on by default, which are beta) or beta
-//! gate, as in Kubernetes; a named gate wins over them whatever the order. Values are Go's
-//! `strconv.ParseBool` (`true`, `1`, `t`, `TRUE`, …). An unknown gate name is refused at start,
-//! naming the known ones: a typo must not leave a policy silently off.
+//! # Syntax
+//!
+//! `AllAlpha` and `AllBeta` set every alpha (all but the three on by default, which are beta)
+//! or beta gate, as in Kubernetes; a named gate wins over them whatever the order. Values are
+//! Go's `strconv.ParseBool` (`true`, `1`, `t`, `TRUE`, …).
+//!
+//! # Errors
+//!
+//! An unknown gate name is refused at start, naming the known ones: a typo must not leave a
+//! policy silently off.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,17 +1,27 @@
 //! The framework: runs a stage's plugins in order, merges their changes, applies the plugin
 //! failure policy, and turns the result into a koordlet-style hook answer.
 //!
-//! Order: plugins run in the order they were given to [`Framework::new`] (the binary uses
+//! # Order
+//!
+//! Plugins run in the order they were given to [`Framework::new`] (the binary uses
 //! GroupIdentity, BatchResource, CPUSet); each sees the unchanged request, and where two set the
 //! same field the later one wins ([`Change::merge`]).
 //!
-//! Answers: like koordlet's `proxyserver/service.go`, every answer starts as the whole request
+//! # Answers
+//!
+//! Like koordlet's `proxyserver/service.go`, every answer starts as the whole request
 //! echoed ([`hook_api::merge::echo_pod`], [`hook_api::merge::echo_container`]) and the merged
 //! change overrides the fields it sets, so runtime-proxy's merge rules ("the answer wins") leave
 //! everything else as kubelet sent it. A change's devices and mounts ([`Change::devices`],
 //! [`Change::mounts`]) have no field in the answer: they are logged once per call as "not
-//! expressible in proxy mode" and not applied (the envs of the same change are). Pod-level cgroup values ([`Change::pod_cgroup`]) are
-//! written to the pod's cgroup directory before answering, synchronously, as koordlet does.
+//! expressible in proxy mode" and not applied (the envs of the same change are).
+//!
+//! # Pod-level cgroup values
+//!
+//! Pod-level cgroup values ([`Change::pod_cgroup`]) are written to the pod's cgroup directory
+//! before answering, synchronously, as koordlet does.
+//!
+//! # Failures
 //!
 //! Failures ([`PluginFailure`]) name the plugin, the stage and the pod or container. Under
 //! [`FailurePolicy::Fail`] the first one ends the call with an `INTERNAL` status (runtime-proxy
@@ -19,10 +29,12 @@
 //! plugin's change is dropped and the next plugin runs. A cgroup write that fails counts as a
 //! failure of the plugin that asked for the value, and so does a pod cgroup parent that cannot be
 //! resolved ([`CgroupFs::resolve`]: `..`, a relative name that is not a systemd name, a systemd
-//! name under the cgroupfs driver). Never failures: a write the kernel does not support (skipped,
-//! logged once); an empty cgroup parent, the runtime's default cgroup, valid in CRI (nothing
-//! written at pod level, a debug line); a pod cgroup directory that does not exist yet (kubelet
-//! creates it before RunPodSandbox; other clients leave it to runc) — that is logged at warn.
+//! name under the cgroupfs driver).
+//!
+//! Never failures: a write the kernel does not support (skipped, logged once); an empty cgroup
+//! parent, the runtime's default cgroup, valid in CRI (nothing written at pod level, a debug line);
+//! a pod cgroup directory that does not exist yet (kubelet creates it before RunPodSandbox; other
+//! clients leave it to runc) — that is logged at warn.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,5 +1,7 @@
 //! Messages whose strings a pod author controls, decoded without trusting them to be UTF-8.
 //!
+//! # Why
+//!
 //! Protobuf `string` fields must hold UTF-8, and prost (like every strict decoder) refuses a
 //! whole message when one does not. But runtimes pass on what they were given: containerd 1.6
 //! and 1.7 store a pod's annotations and a container's env byte for byte (an env value from a
@@ -9,19 +11,23 @@
 //! would put them into NRI events too). One such pod would then make every listing fail, and no
 //! pod would be corrected.
 //!
+//! # How
+//!
 //! So the messages runtime-hooks reads from a runtime are decoded through views of our own,
 //! wire-compatible with the real ones, whose author-controlled fields are `bytes`: maps as
 //! repeated [`BytesEntry`] (a map entry's wire form), repeated strings as repeated bytes.
 //! Lists are decoded **item by item** ([`decode_items`]), so an item that does not decode at
 //! all (malformed protobuf) is skipped with a WARN naming it, never the whole answer.
 //!
-//! **What plugins see**: a key or value that is not UTF-8 is **left out** of the maps and env
-//! lists plugins get ([`utf8_map`], [`utf8_strings`]), never replaced lossily. The plugins read
-//! only Koordinator's own keys, whose values are JSON or class names: a value that is not UTF-8
-//! is no valid value, and as absent it asks for nothing. And what is left out stays as it was:
-//! proxy-mode answers echo only what the plugins saw, and both proxies merge annotations and
-//! envs per key; NRI adjustments carry only the plugins' changes. A lossy copy (U+FFFD) echoed
-//! back would instead overwrite the container's real value.
+//! # What plugins see
+//!
+//! A key or value that is not UTF-8 is **left out** of the maps and env lists plugins get
+//! ([`utf8_map`], [`utf8_strings`]), never replaced lossily. The plugins read only Koordinator's
+//! own keys, whose values are JSON or class names: a value that is not UTF-8 is no valid value, and
+//! as absent it asks for nothing. And what is left out stays as it was: proxy-mode answers echo
+//! only what the plugins saw, and both proxies merge annotations and envs per key; NRI adjustments
+//! carry only the plugins' changes. A lossy copy (U+FFFD) echoed back would instead overwrite the
+//! container's real value.
 
 use std::collections::HashMap;
 

@@ -1,18 +1,22 @@
 //! runtime-hooks: the hook-server half of runtime-proxy, in the role of koordlet's runtime hooks.
 //!
+//! # Modes
+//!
 //! Plugins turn a pod's QoS class and Koordinator's annotations into cgroup settings. They reach
 //! the pods in one of three modes:
 //!
 //! * **proxy**: a `runtime.v1alpha1.RuntimeHookService` server that runtime-proxy (or
-//!   koord-runtime-proxy) calls before RunPodSandbox, CreateContainer and
-//!   UpdateContainerResources; the answers change the CRI request before containerd sees it.
-//!   Pod-level cgroup values are written by the server itself, as koordlet does.
+//!   koord-runtime-proxy) calls before RunPodSandbox, CreateContainer and UpdateContainerResources;
+//!   the answers change the CRI request before containerd sees it. Pod-level cgroup values are
+//!   written by the server itself, as koordlet does.
 //! * **standalone**: a reconciler that lists the pods of the CRI runtime and writes their cgroup
 //!   files directly, on an interval and when the rules change.
 //! * **nri**: an NRI plugin of the runtime (containerd >= 1.7), called before containers are
 //!   created; the plugins' changes become NRI adjustments and updates ([`nri`]).
 //!
-//! Module map, from the inputs to the outputs:
+//! # Module map
+//!
+//! From the inputs to the outputs:
 //!
 //! * [`context`] — typed pod and container contexts (QoS class, kube QoS), from hook requests or
 //!   the CRI runtime.

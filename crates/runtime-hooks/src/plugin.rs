@@ -1,10 +1,14 @@
 //! The plugin contract: a name, the stages it wants, and functions from a typed context to a
 //! [`Change`].
 //!
+//! # What a plugin is
+//!
 //! A plugin is pure policy: it reads the context and the rules and says what it wants; it never
 //! touches files or sockets. The framework calls it in proxy mode (per hook call) and the
 //! reconciler calls the very same functions in standalone mode, asking "what would you answer
 //! for this pod at PreRunPodSandbox, for this container at PreCreateContainer".
+//!
+//! # Example
 //!
 //! ```
 //! use runtime_hooks::change::{Change, Resources};

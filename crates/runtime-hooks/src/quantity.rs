@@ -1,9 +1,15 @@
 //! Kubernetes resource quantities (`resource.Quantity`), as far as the plugins need them.
 //!
+//! # Where they appear
+//!
 //! Koordinator writes batch resources into pod annotations as quantity strings:
 //! `kubernetes.io/batch-cpu: "500"` (a count of milli-CPUs, not CPUs) and
-//! `kubernetes.io/batch-memory: "128Mi"` (bytes). Every string Kubernetes' `ParseQuantity`
-//! accepts (after the `TrimSpace` of its JSON decoder) is accepted here, with the same value:
+//! `kubernetes.io/batch-memory: "128Mi"` (bytes).
+//!
+//! # Syntax
+//!
+//! Every string Kubernetes' `ParseQuantity` accepts (after the `TrimSpace` of its JSON decoder)
+//! is accepted here, with the same value:
 //!
 //! ```text
 //! quantity = [sign] number [suffix]
@@ -15,14 +21,19 @@
 //!            signed 32-bit number as Kubernetes does (`1e4294967297` is 10)
 //! ```
 //!
-//! Any number of digits is accepted. Values are held as an integer count of nano-units (10⁻⁹),
-//! rounded **up** (away from zero) to a whole nano-unit as Kubernetes rounds at parse, and read
-//! back the way Kubernetes' `Quantity.Value()` and `MilliValue()` do: rounded up to a whole
-//! unit (resp. milli-unit). A quantity beyond what 64 bits hold (`1e19`, `10E`, `8Ei`, a
-//! 40-digit number) **saturates**: `value()` and `milli_value()` are `i64::MAX` (`i64::MIN` when
-//! negative), as current Kubernetes' `ScaledValue` saturates (it caps binary-suffixed values at
-//! 2⁶³−1 when parsing, and older versions wrapped the others around, which we never do). No
-//! input panics or takes more than linear time.
+//! Any number of digits is accepted.
+//!
+//! # Values
+//!
+//! Values are held as an integer count of nano-units (10⁻⁹), rounded **up** (away from zero) to a
+//! whole nano-unit as Kubernetes rounds at parse, and read back the way Kubernetes'
+//! `Quantity.Value()` and `MilliValue()` do: rounded up to a whole unit (resp. milli-unit). A
+//! quantity beyond what 64 bits hold (`1e19`, `10E`, `8Ei`, a 40-digit number) **saturates**:
+//! `value()` and `milli_value()` are `i64::MAX` (`i64::MIN` when negative), as current Kubernetes'
+//! `ScaledValue` saturates (it caps binary-suffixed values at 2⁶³−1 when parsing, and older
+//! versions wrapped the others around, which we never do).
+//!
+//! No input panics or takes more than linear time.
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,6 +1,8 @@
 //! Standalone mode (and rule changes in proxy mode): make the cgroups of running pods what the
 //! plugins want, without a proxy in the path.
 //!
+//! # One pass
+//!
 //! One pass ([`Reconciler::reconcile`]):
 //!
 //! 1. lists the READY pod sandboxes and RUNNING containers from the CRI runtime
@@ -9,47 +11,61 @@
 //!    with a WARN naming its index and ID), labels and annotations that are not UTF-8 left out
 //!    of what the plugins see — so a pod author's bytes never stop a pass, and their pod is
 //!    corrected like any other;
-//! 2. learns each pod's cgroup parent from `PodSandboxStatus` (verbose: `config.linux.cgroup_parent`
-//!    in containerd's `info`, as kubelet gave it) and each container's cgroup from
-//!    `ContainerStatus` (verbose: the OCI spec's `linux.cgroupsPath`), both cached per ID (they
-//!    never change), and turns them into directories with the cgroup driver
-//!    ([`crate::cgroup_path`]). What containerd reports, by driver:
-//!
-//!    | | pod `cgroup_parent` | container `cgroupsPath` | container directory |
-//!    |---|---|---|---|
-//!    | cgroupfs | `/kubepods/besteffort/pod<uid>` | `/kubepods/besteffort/pod<uid>/<id>` | the same |
-//!    | systemd | `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid>.slice` | `kubepods-besteffort-pod<uid>.slice:cri-containerd:<id>` | `<pod dir>/cri-containerd-<id>.scope` |
-//!    | empty parent | none (the runtime's default) | `/k8s.io/<id>` | the same |
-//!
-//!    containerd picks the systemd form by the parent's last component (`….slice`), whatever
-//!    runc's driver. A container without a reported path is `<pod dir>/<id>` (cgroupfs) or
-//!    `<pod dir>/cri-containerd-<id>.scope` (systemd);
+//! 2. learns each pod's cgroup parent and each container's cgroup and turns them into
+//!    directories (see *Cgroup directories* below);
 //! 3. asks the plugins what they would answer for the pod at PreRunPodSandbox and for each
 //!    container at PreCreateContainer — the same functions proxy mode calls — and keeps the
 //!    cgroup part: the pod-level values and the container resources;
 //! 4. writes what differs ([`crate::cgroup::CgroupFs::apply`], retrying EINVAL after the other
 //!    writes of the pod, see [`crate::framework::apply_all`]) and logs every correction:
-//!    `drift corrected … file=… old=… new=…`;
-//!    The pod sandbox (pause) container gets what the plugins answer for a container with an
-//!    empty name (koordlet's SandboxLevel reconcilers: CPUSet's cpuset and unset CFS quota),
-//!    in its own directory (`runtimeSpec.linux.cgroupsPath` of the sandbox's verbose status);
+//!    `drift corrected … file=… old=… new=…`. The pod sandbox (pause) container gets what the
+//!    plugins answer for a container with an empty name (koordlet's SandboxLevel reconcilers:
+//!    CPUSet's cpuset and unset CFS quota), in its own directory (`runtimeSpec.linux.cgroupsPath`
+//!    of the sandbox's verbose status);
 //! 5. with `--kubepods-cgroup`, also the kubelet QoS directories (`kubepods`, `…/burstable`,
 //!    `…/besteffort`) from [`crate::plugin::Plugin::kube_qos`];
 //! 6. the NodeSLO's host applications' directories, from [`crate::plugin::Plugin::host_app`];
 //! 7. runs the plugins' node-level work ([`crate::plugin::Plugin::node`]) over the pods of the
 //!    pass, with their cgroup directories.
 //!
+//! # Cgroup directories
+//!
+//! A pod's cgroup parent comes from `PodSandboxStatus` (verbose: `config.linux.cgroup_parent` in
+//! containerd's `info`, as kubelet gave it), a container's cgroup from `ContainerStatus`
+//! (verbose: the OCI spec's `linux.cgroupsPath`), both cached per ID (they never change); the
+//! cgroup driver turns them into directories ([`crate::cgroup_path`]). What containerd reports,
+//! by driver:
+//!
+//! | | pod `cgroup_parent` | container `cgroupsPath` | container directory |
+//! |---|---|---|---|
+//! | cgroupfs | `/kubepods/besteffort/pod<uid>` | `/kubepods/besteffort/pod<uid>/<id>` | the same |
+//! | systemd | `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid>.slice` | `kubepods-besteffort-pod<uid>.slice:cri-containerd:<id>` | `<pod dir>/cri-containerd-<id>.scope` |
+//! | empty parent | none (the runtime's default) | `/k8s.io/<id>` | the same |
+//!
+//! containerd picks the systemd form by the parent's last component (`….slice`), whatever
+//! runc's driver. A container without a reported path is `<pod dir>/<id>` (cgroupfs) or
+//! `<pod dir>/cri-containerd-<id>.scope` (systemd).
+//!
+//! A pod with an empty cgroup parent (the runtime's default cgroup) gets no pod-level values (a
+//! debug line), its containers theirs; a pod whose runtime reports nothing about its cgroups (no
+//! verbose `config`, no `cgroupsPath`) is skipped.
+//!
+//! # Schedule and idempotence
+//!
+//! A pass is idempotent: a second pass over unchanged pods writes nothing. [`Reconciler::run`]
+//! repeats it every `--reconcile-interval` and at once when the rules change.
+//!
+//! Envs, annotations, devices, mounts and cgroup parents cannot be changed for running
+//! containers and are not touched.
+//!
+//! # Errors
+//!
+//! Plugin failures and cgroup names that cannot be resolved are logged once (not every pass) and
+//! never stop the pass for other pods.
+//!
 //! A pass that looks for its pods' cgroup directories and finds none of them — the cgroup root
 //! is not the host's, or the version or driver is wrong — is a WARN, once, naming the root and
 //! one missing directory (else every pass would quietly report `corrected=0`).
-//!
-//! A pass is idempotent: a second pass over unchanged pods writes nothing. [`Reconciler::run`]
-//! repeats it every `--reconcile-interval` and at once when the rules change. Envs, annotations,
-//! devices, mounts and cgroup parents cannot be changed for running containers and are not touched. A pod with
-//! an empty cgroup parent (the runtime's default cgroup) gets no pod-level values (a debug line),
-//! its containers theirs; a pod whose runtime reports nothing about its cgroups (no verbose
-//! `config`, no `cgroupsPath`) is skipped. Plugin failures and cgroup names that cannot be
-//! resolved are logged once (not every pass) and never stop the pass for other pods.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;

@@ -2,17 +2,27 @@
 //! (`--metrics-addr`, a JSON document) and `runtime-hooks status`, which fetches it and prints
 //! a table.
 //!
-//! The document holds the mode, the plugins and the stages they register, the registration
-//! (proxy mode: its file, and whether the file still names this server) or the NRI plugin, the
-//! rule source — the rules file (and whether its last read failed), the cluster's node and,
-//! per kind followed, whether its first list is complete and its current watch or parse error —
-//! the rules in force (the serialized [`Rules`](crate::rules::Rules)) with when and from which
-//! source they last changed, the reconciler's last pass, uptime and version; and `healthy` with
-//! the `problems` that make it false: a rules file or cluster object that does not parse (the
-//! last good rules stay in force), a failing watch, a reconciler pass that could not list the
-//! runtime, a registration file that no longer names this server. Plugin failures in a pass, a
-//! kind the API server does not serve (404: its CRD is not installed), a list not complete yet
-//! are `warnings`.
+//! # Contents
+//!
+//! The document holds:
+//!
+//! * the mode, the plugins and the stages they register;
+//! * the registration (proxy mode: its file, and whether the file still names this server) or
+//!   the NRI plugin;
+//! * the rule source — the rules file (and whether its last read failed), the cluster's node
+//!   and, per kind followed, whether its first list is complete and its current watch or parse
+//!   error;
+//! * the rules in force (the serialized [`Rules`](crate::rules::Rules)) with when and from
+//!   which source they last changed;
+//! * the reconciler's last pass, uptime and version.
+//!
+//! # Health
+//!
+//! `healthy` is false when there are `problems`: a rules file or cluster object that does not
+//! parse (the last good rules stay in force), a failing watch, a reconciler pass that could not
+//! list the runtime, a registration file that no longer names this server. Plugin failures in a
+//! pass, a kind the API server does not serve (404: its CRD is not installed), a list not
+//! complete yet are `warnings`.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

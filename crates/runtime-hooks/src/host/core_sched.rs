@@ -1,6 +1,8 @@
 //! Linux core scheduling cookies (`prctl(PR_SCHED_CORE, …)`, Linux ≥ 5.14 with
 //! `CONFIG_SCHED_CORE`; kernel doc `admin-guide/hw-vuln/core-scheduling.rst`).
 //!
+//! # Kernel interface
+//!
 //! Tasks with different cookies never run on the two SMT siblings of a core at the same time;
 //! cookie 0 is the default every task starts with. The kernel offers four commands, each on a
 //! `pid` and a scope (`PIDTYPE_PID` = the thread, `PIDTYPE_TGID` = its thread group,
@@ -13,10 +15,14 @@
 //! | `PR_SCHED_CORE_SHARE_TO` (2) | the calling thread's cookie to the scope |
 //! | `PR_SCHED_CORE_SHARE_FROM` (3) | the thread's cookie to the calling thread |
 //!
+//! # Implementations
+//!
 //! [`CoreSchedOps`] is the small interface koordlet's CoreSched hook works through (koordlet's
 //! `CoreSchedExtendedInterface`: get, create, assign one pid's cookie to others, clear):
 //! [`PrctlCoreSched`] does it with `prctl` (sharing through a short-lived helper thread, so no
 //! thread of the daemon ever holds a cookie), [`FakeCoreSched`] in memory for tests.
+//!
+//! # Detection
 //!
 //! [`PrctlCoreSched::probe`] tells whether this kernel has core scheduling: `PR_SCHED_CORE_GET`
 //! on the calling thread answers `EINVAL` on a kernel without it (an unknown `prctl` option),

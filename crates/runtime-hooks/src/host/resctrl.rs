@@ -1,5 +1,7 @@
 //! The resctrl file system (Intel RDT / AMD PQoS: L3 cache allocation and memory bandwidth;
-//! kernel doc `arch/x86/resctrl.rst`), mounted at `/sys/fs/resctrl`:
+//! kernel doc `arch/x86/resctrl.rst`), mounted at `/sys/fs/resctrl`.
+//!
+//! # Layout
 //!
 //! | path | content |
 //! |---|---|
@@ -9,6 +11,8 @@
 //! | `<group>/` | a control group: `mkdir` creates it (with `schemata` and `tasks`), `rmdir` removes it |
 //! | `<group>/schemata` | its allocation; a written line replaces that resource's values |
 //! | `<group>/tasks` | its threads, one id per line; writing an id moves that thread in |
+//!
+//! # Implementations
 //!
 //! [`ResctrlFs`] is the small interface the Resctrl hook works through (koordlet's
 //! `pkg/koordlet/util/system/resctrl.go` file helpers); [`DirResctrl`] implements it on a

@@ -1,6 +1,8 @@
 //! BatchResource: CPU and memory of BE pods from their batch resources (koordlet's
 //! `batchresource` hook).
 //!
+//! # What it does
+//!
 //! Koordinator schedules BE pods on *batch* resources, reclaimed from what LS pods requested but
 //! do not use. kubelet knows nothing of them (a BE pod is BestEffort to it: 2 CPU shares, no
 //! limits), so the hook turns them into cgroup values.
@@ -13,6 +15,11 @@
 //! | stages | PreRunPodSandbox (pod), PreCreateContainer, PreUpdateContainerResources |
 //! | rules | `batchResource.enable`, `batchResource.cfsQuota`, `batchResource.cpuNormalizationRatio`, `cpu.cfsPeriodUs` |
 //!
+//! A container not named in the annotation, a pod that is not BE, or a pod without the
+//! annotation is left alone.
+//!
+//! # The annotation
+//!
 //! The annotation is JSON:
 //!
 //! ```json
@@ -22,39 +29,49 @@
 //!
 //! `kubernetes.io/batch-cpu` is a quantity counting **milli-CPUs** (`"500"` = half a CPU; its
 //! integer value, rounded up, as koordinator reads it); `kubernetes.io/batch-memory` is a
-//! quantity of bytes (`"128Mi"`). JSON numbers are accepted too. Per container (by its
-//! Kubernetes name):
+//! quantity of bytes (`"128Mi"`). JSON numbers are accepted too. Quantities are read as
+//! Kubernetes reads them, saturating ([`crate::quantity`]): a limit of `1e19`, `10E` or `8Ei` is
+//! `i64::MAX`, never an error.
+//!
+//! # Container values
+//!
+//! Per container (by its Kubernetes name):
 //!
 //! * `cpu_shares` = batch-cpu request × 1024 / 1000, within 2..=262144 (kubelet's
 //!   `MilliCPUToShares`); no request: shares unchanged.
 //! * `cpu_period` = `cpu.cfsPeriodUs` (100000 µs); `cpu_quota` = batch-cpu limit × period / 1000
 //!   (at least 1000 µs); no limit, or `cfsQuota: false`: −1 (unlimited). On a node with a CPU
 //!   normalization ratio above 1, a limited quota is divided by it, rounded up
-//!   ([`scale_quota`]).
+//!   ([`scale_quota`]). The CFS quota is capped at the kernel's maximum, [`MAX_CFS_QUOTA_US`].
 //! * `memory_limit_in_bytes` = batch-memory limit; no limit: unchanged (runtime-proxy ignores
 //!   −1, as koord does, so "unlimited" cannot be asked for at container level).
+//!
+//! # Pod values
 //!
 //! The pod cgroup gets the sums over the annotation's containers: shares from the summed
 //! requests; quota from the summed limits if every container has a batch-cpu limit, else −1;
 //! memory the summed limits if every container has a batch-memory limit, else −1. The pod's
 //! quota is scaled by the normalization ratio like a container's.
 //!
-//! **CPU normalization** (koordlet v1.8.0 `hooks/batchresource/rule.go` `GetCFSQuotaScaleRatio`,
-//! applied in `batch_resource.go` `SetPodCFSQuota` and `SetContainerCFSQuota`). Koordinator
-//! counts batch CPUs in *normalized* CPUs: on a node whose CPUs are faster than the reference
-//! (ratio `1.20`), one normalized CPU is 1/1.2 of a local one. So when `cfsQuota` is on and the
-//! Node has a ratio, a quota that is limited (> 0) becomes ⌈quota ÷ ratio⌉ µs: 1000 batch-cpu at
-//! period 100000 µs on a ratio-1.2 node is ⌈100000 ÷ 1.2⌉ = 83334 µs. Ratios at or below 1 are not
-//! applied (koordlet: "no support ratio in (0, 1) yet"), nor is any ratio to −1 (unlimited) or
-//! when `cfsQuota` is off. Shares and memory are not scaled. One deviation: the scaled quota is
-//! kept at 1000 µs or more. koordlet scales after its 1000 µs minimum and can go below it (a
-//! 1-milli limit at ratio 1.2 is 834 µs), which the kernel refuses (EINVAL: a CFS quota is at
-//! least 1 ms).
+//! # CPU normalization
 //!
-//! A container not named in the annotation, a pod that is not BE, or a pod without the
-//! annotation is left alone. Quantities are read as Kubernetes reads them, saturating
-//! ([`crate::quantity`]): a limit of `1e19`, `10E` or `8Ei` is `i64::MAX`, never an error. The
-//! CFS quota is capped at the kernel's maximum, [`MAX_CFS_QUOTA_US`].
+//! Source: koordlet v1.8.0 `hooks/batchresource/rule.go` `GetCFSQuotaScaleRatio`, applied in
+//! `batch_resource.go` `SetPodCFSQuota` and `SetContainerCFSQuota`.
+//!
+//! Koordinator counts batch CPUs in *normalized* CPUs: on a node whose CPUs are faster than the
+//! reference (ratio `1.20`), one normalized CPU is 1/1.2 of a local one. So when `cfsQuota` is on
+//! and the Node has a ratio, a quota that is limited (> 0) becomes ⌈quota ÷ ratio⌉ µs: 1000
+//! batch-cpu at period 100000 µs on a ratio-1.2 node is ⌈100000 ÷ 1.2⌉ = 83334 µs. Ratios at or
+//! below 1 are not applied (koordlet: "no support ratio in (0, 1) yet"), nor is any ratio to −1
+//! (unlimited) or when `cfsQuota` is off. Shares and memory are not scaled.
+//!
+//! # Where koordlet differs
+//!
+//! The scaled quota is kept at 1000 µs or more. koordlet scales after its 1000 µs minimum and
+//! can go below it (a 1-milli limit at ratio 1.2 is 834 µs), which the kernel refuses (EINVAL: a
+//! CFS quota is at least 1 ms).
+//!
+//! # Errors
 //!
 //! Failures, each naming the annotation and the cause, under the plugin failure policy:
 //!

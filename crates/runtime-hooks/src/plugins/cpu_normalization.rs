@@ -1,6 +1,8 @@
 //! CPUNormalization: an LS (or class-less) pod's CFS quota scaled by the node's CPU
 //! normalization ratio (koordlet v1.8.0 `hooks/cpunormalization`, gate `CPUNormalization`).
 //!
+//! # What it does
+//!
 //! On a node whose CPUs are faster than the cluster's reference CPU, Koordinator's manager
 //! annotates the Node with `node.koordinator.sh/cpu-normalization-ratio` (e.g. `1.5`) and the
 //! scheduler counts the node's CPUs in normalized units; a pod's limit of 1 CPU is then 1
@@ -13,14 +15,18 @@
 //! | stages | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources |
 //! | pods | QoS LS and none (no `koordinator.sh/qosClass`); not LSE/LSR/BE/SYSTEM, not a class-less pod with a scheduler cpuset |
 //!
+//! # When nothing changes
+//!
 //! Nothing changes when the ratio is absent or ≤ 1 (koordlet's rule is enabled for any ratio
 //! but scales only above 1), when the quota is unlimited (≤ 0) or unknown. As in koordlet the
 //! pod-level quota is scaled only where the pod's resources are known: koordlet's proxy and NRI
 //! modes carry none for a pod ("currently only reconciler mode provides Resources").
 //!
-//! Order with BatchResource, which also writes CFS quotas: the two act on disjoint pods
-//! (BatchResource on BE pods, this on LS and class-less ones), so neither overrides the other;
-//! koordlet registers its plugins in Go map order, i.e. in no fixed order, and relies on that.
+//! # Order with BatchResource
+//!
+//! BatchResource also writes CFS quotas. The two act on disjoint pods (BatchResource on BE pods,
+//! this on LS and class-less ones), so neither overrides the other; koordlet registers its
+//! plugins in Go map order, i.e. in no fixed order, and relies on that.
 
 use crate::cgroup::CgroupValue;
 use crate::change::{Change, Resources};

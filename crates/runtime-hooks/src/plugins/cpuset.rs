@@ -1,7 +1,12 @@
-//! CPUSet: each container's `cpuset.cpus`, as koordlet v1.8.0's `cpuset` hook decides it
-//! (`pkg/koordlet/runtimehooks/hooks/cpuset/cpuset.go` `SetContainerCPUSet`, and `rule.go`
-//! `getContainerCPUSet` for everything after the pod's own cpuset), and the CFS quota of pods
-//! bound to CPUs.
+//! CPUSet: each container's `cpuset.cpus`, and the CFS quota of pods bound to CPUs.
+//!
+//! # Source
+//!
+//! koordlet v1.8.0's `cpuset` hook: `pkg/koordlet/runtimehooks/hooks/cpuset/cpuset.go`
+//! `SetContainerCPUSet`, and `rule.go` `getContainerCPUSet` for everything after the pod's own
+//! cpuset.
+//!
+//! # Inputs and outputs
 //!
 //! | | |
 //! |---|---|
@@ -12,6 +17,8 @@
 //! | stages | PreRunPodSandbox (pod quota), PreCreateContainer, PreUpdateContainerResources |
 //! | rules | `cpuset.enable`, `cpuset.unsetCfsQuota`, `cpuset.topology` |
 //!
+//! # The annotation
+//!
 //! The annotation is what koord-scheduler writes (koordinator `apis/extension/numa_aware.go`
 //! `ResourceStatus`), JSON with CPU lists in the kernel's format:
 //!
@@ -19,23 +26,21 @@
 //! {"cpuset": "2-3", "numaNodeResources": [{"node": 0, "resources": {"cpu": "2", "memory": "4Gi"}}]}
 //! ```
 //!
+//! JSON `null` is read as absent, as Go reads it.
+//!
+//! # Which cpuset a container gets
+//!
 //! Per container, the first of these that applies ([`container_cpuset`]), in koordlet's order:
 //!
 //! 1. **Bound** — LSE and LSR pods with a non-empty `cpuset`: that list in the kernel's canonical
 //!    form (whitespace removed, ascending, merged ranges: `" 0 - 1 "` → `0-1`; an invalid list is
 //!    the plugin's failure, under the plugin failure policy), and with `unsetCfsQuota` (default)
 //!    `cpu_quota` = −1: bound CPUs need no CFS throttling (koordlet unsets it unless
-//!    `--disable-unset-cpu-quota`). The pod cgroup's quota is unset too. koordlet takes the
-//!    `cpuset` of any pod; we take it only from LSE and LSR pods (their class from the pod
-//!    label, [`crate::context::QosClass::of`]), deliberately: the annotation is the scheduler's,
-//!    but a pod author can write it into the pod at creation, and any pod could then pin itself
-//!    to CPUs of its choosing, exclusive ones included. Other pods' `cpuset` is ignored and they
-//!    go on down this list.
+//!    `--disable-unset-cpu-quota`). The pod cgroup's quota is unset too. Other pods' `cpuset` is
+//!    ignored and they go on down this list (see *Where koordlet differs* below).
 //! 2. **NUMA share pools** — pods whose `numaNodeResources` allocate CPU on a NUMA node (a
 //!    non-zero `cpu`, or a `kubernetes.io/batch-cpu` above 0, on at least one entry), except BE
 //!    pods: the LS share pools of the NUMA nodes the entries name (every entry, in their order).
-//!    koordlet gives BE pods the BE share pools here only with its `BECPUManager` feature gate,
-//!    off by default; we have no feature gates and follow the default, so BE pods go on down.
 //!    A pod author choosing NUMA nodes this way only narrows its own pod to share pools.
 //! 3. **SYSTEM** — SYSTEM pods, when the node has a SYSTEM QoS cpuset: that cpuset.
 //! 4. **LS** — LS pods: all LS share pools.
@@ -51,14 +56,16 @@
 //!
 //! A union of share pools is one canonical CPU list (`0-3` and `8-11` → `0-3,8-11`).
 //!
-//! **Empty pools are "unchanged", never "clear"** (steps 2, 4 and 7). koordlet joins whatever
-//! pools there are; with none (no NodeResourceTopology, or one without
+//! # Empty pools
+//!
+//! **Empty pools are "unchanged", never "clear"** (steps 2, 4 and 7); only step 5 clears.
+//! koordlet joins whatever pools there are; with none (no NodeResourceTopology, or one without
 //! `node.koordinator.sh/cpu-shared-pools`, or no pool for the pod's NUMA nodes) its answer is
 //! `""`. Through a proxy, that clears the cpuset kubelet gave the container: under the static
 //! policy an LS container would then run on every CPU of its parent, the exclusive CPUs of
 //! LSE/LSR and Guaranteed pods included. koordlet's own reconciler and NRI path write nothing
 //! for `""`. We answer "unchanged" in every mode, which is what koordlet's reconciler and NRI
-//! do and what is safe through a proxy. Only step 5 clears.
+//! do and what is safe through a proxy.
 //!
 //! No NodeResourceTopology at all is the same as one without annotations (our rules do not tell
 //! them apart): steps 2, 4 and 7 leave containers unchanged, step 5 still clears BestEffort
@@ -66,14 +73,25 @@
 //! Koordinator cluster koordlet itself creates the node's NodeResourceTopology, so that case is
 //! a node still starting.
 //!
-//! Failures (under the plugin failure policy, naming the annotation and the value): the
-//! annotation is not JSON of the shape above (for any pod that has it, as in koordlet, whose
-//! `GetResourceStatus` fails the same way), or an LSE/LSR pod's `cpuset` is not a valid CPU list.
-//! JSON `null` is read as absent, as Go reads it.
+//! # Where koordlet differs
+//!
+//! * **Bound pods**: koordlet takes the `cpuset` of any pod; we take it only from LSE and LSR
+//!   pods (their class from the pod label, [`crate::context::QosClass::of`]), deliberately: the
+//!   annotation is the scheduler's, but a pod author can write it into the pod at creation, and
+//!   any pod could then pin itself to CPUs of its choosing, exclusive ones included.
+//! * **BE pods and NUMA share pools**: koordlet gives BE pods the BE share pools in step 2 only
+//!   with its `BECPUManager` feature gate, off by default; we have no feature gates and follow
+//!   the default, so BE pods go on down.
 //!
 //! Not done (koordlet does): the BE share pools (`BECPUManager` feature gate, off by default);
 //! the cpuset of pod sandbox containers (koordlet's reconciler sets them like containers; ours
 //! sees only the containers the runtime lists) and of host applications (`getHostAppCpuset`).
+//!
+//! # Errors
+//!
+//! Failures (under the plugin failure policy, naming the annotation and the value): the
+//! annotation is not JSON of the shape above (for any pod that has it, as in koordlet, whose
+//! `GetResourceStatus` fails the same way), or an LSE/LSR pod's `cpuset` is not a valid CPU list.
 
 use std::collections::{BTreeMap, BTreeSet};
 

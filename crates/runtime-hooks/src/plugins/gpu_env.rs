@@ -2,9 +2,11 @@
 //! (koordlet v1.8.0 `runtimehooks/hooks/gpu/gpu.go`, feature gate `GPUEnvInject`, alpha, off by
 //! default).
 //!
-//! Stage: PreCreateContainer (koordlet's only registration of this hook).
+//! # Stage
 //!
-//! Inputs:
+//! PreCreateContainer (koordlet's only registration of this hook).
+//!
+//! # Inputs
 //!
 //! * pod annotation `scheduling.koordinator.sh/device-allocated`, its `gpu` list
 //!   ([`super::devices`]); no annotation or no `gpu` entry: no change;
@@ -12,26 +14,31 @@
 //!   isolation for a GPU shared below its whole memory;
 //! * the HAMi-core library path ([`super::devices::DeviceOptions::hami_core_library`]).
 //!
-//! Outputs (every container of the pod alike, as koordlet):
+//! # Outputs
+//!
+//! Every container of the pod alike, as koordlet:
 //!
 //! * env `NVIDIA_VISIBLE_DEVICES`: the allocated GPUs' minors, in annotation order, joined by
 //!   `,` (`"0,1"`);
 //! * HAMi-core pods whose first GPU has `koordinator.sh/gpu-memory-ratio` below 100 (its
 //!   `Quantity.Value()`, rounded up), also: env `CUDA_DEVICE_MEMORY_LIMIT` =
-//!   `koordinator.sh/gpu-memory` in bytes, env `CUDA_DEVICE_SM_LIMIT` =
-//!   `koordinator.sh/gpu-core` when given, env `LD_PRELOAD` = the library path (replacing the
-//!   container's), and two `rbind` bind mounts, the library onto itself and `/tmp/vgpulock`
-//!   onto itself (HAMi issue 696). Mounts are NRI-only ([`crate::change`]): proxy mode logs
-//!   them and applies the envs.
+//!   `koordinator.sh/gpu-memory` in bytes, env `CUDA_DEVICE_SM_LIMIT` = `koordinator.sh/gpu-core`
+//!   when given, env `LD_PRELOAD` = the library path (replacing the container's), and two `rbind`
+//!   bind mounts, the library onto itself and `/tmp/vgpulock` onto itself (HAMi issue 696). Mounts
+//!   are NRI-only ([`crate::change`]): proxy mode logs them and applies the envs.
 //!
-//! Errors (the plugin's failure, under the failure policy; each names the annotation): the
-//! annotation is not a device allocation, a `gpu` entry is `null`, has no `minor` (koordlet
-//! would read 0 and expose GPU 0) or a negative one; for a HAMi-core pod, the first GPU has no
-//! `gpu-memory-ratio`, or a ratio below 100 and no `gpu-memory`.
+//! # Errors
 //!
-//! Left out: koordlet's `HamiCoreVGPUMonitor` feature gate (alpha, off by default), which also
-//! creates a per-container directory on the host at each creation and mounts it; a plugin here
-//! computes and never writes host files.
+//! The plugin's failure, under the failure policy; each names the annotation: the annotation is
+//! not a device allocation, a `gpu` entry is `null`, has no `minor` (koordlet would read 0 and
+//! expose GPU 0) or a negative one; for a HAMi-core pod, the first GPU has no `gpu-memory-ratio`,
+//! or a ratio below 100 and no `gpu-memory`.
+//!
+//! # Left out
+//!
+//! koordlet's `HamiCoreVGPUMonitor` feature gate (alpha, off by default), which also creates a
+//! per-container directory on the host at each creation and mounts it; a plugin here computes
+//! and never writes host files.
 
 use crate::change::{Change, Mount};
 use crate::context::ContainerContext;

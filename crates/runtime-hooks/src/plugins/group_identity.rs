@@ -1,6 +1,8 @@
 //! GroupIdentity: the pod cgroup's `cpu.bvt_warp_ns` by QoS class (koordlet's `groupidentity`
 //! hook).
 //!
+//! # What it does
+//!
 //! Group identity is a scheduler feature of Alibaba Cloud Linux / Anolis kernels: tasks of a
 //! cgroup with a higher `cpu.bvt_warp_ns` preempt lower ones (2 = highest, −1 = lowest, "BE").
 //!
@@ -11,35 +13,50 @@
 //! | stages | PreRunPodSandbox |
 //! | rules | `groupIdentity` |
 //!
-//! Value (koordlet's `bvtRule`, from the NodeSLO's `resourceQOSStrategy.<class>.cpuQOS`, see
-//! [`crate::rules::node_slo`]): LSE, LSR → `lsr`; LS → `ls`; BE → `be`; a pod without a
-//! Koordinator class by its kube QoS: Guaranteed → `guaranteed_pod`, Burstable → `ls`,
-//! BestEffort → `be`. QoS directories: `kubepods` → `none` (0), `kubepods/burstable` → `ls`,
-//! `kubepods/besteffort` → `be`. A class whose CPU QoS is off has 0; with none on (koordlet's
-//! default: no NodeSLO) everything gets 0.
+//! # Values
 //!
-//! Per-pod override (koordlet `interceptor.go` `SetPodBvtValue`, annotation
-//! [`POD_CPU_QOS`] `koordinator.sh/cpuQOS`, JSON `{"enable": bool, "groupIdentity": -1..=2}`): on
-//! an **LS** pod only, `groupIdentity` replaces the class's value, and an `enable` that is not
-//! `true` makes it 0. LSE/LSR/BE pods cannot change theirs. A value that does not parse, or a
-//! group identity outside −1..=2, is this plugin's failure for that pod. Unlike koordlet, the
-//! annotation is not read at all on other pods: koordlet fails the hook for a BE pod whose
-//! annotation does not parse, which under the `Ignore` policy would leave that pod without its
-//! −1 — a pod author must not be able to switch the BE policy off that way.
+//! Source: koordlet's `bvtRule`, from the NodeSLO's `resourceQOSStrategy.<class>.cpuQOS`, see
+//! [`crate::rules::node_slo`].
 //!
-//! Host applications (the NodeSLO's `hostApplications`, koordlet's `SetHostAppBvtValue`): their
-//! directory gets their class's pod value, written by the reconciler.
+//! * Pods: LSE, LSR → `lsr`; LS → `ls`; BE → `be`; a pod without a Koordinator class by its kube
+//!   QoS: Guaranteed → `guaranteed_pod`, Burstable → `ls`, BestEffort → `be`.
+//! * QoS directories: `kubepods` → `none` (0), `kubepods/burstable` → `ls`, `kubepods/besteffort` →
+//!   `be`.
+//! * A class whose CPU QoS is off has 0; with none on (koordlet's default: no NodeSLO)
+//!   everything gets 0.
+//! * Host applications (the NodeSLO's `hostApplications`, koordlet's `SetHostAppBvtValue`): their
+//!   directory gets their class's pod value, written by the reconciler.
 //!
-//! Kernel switch (koordlet `rule.go` `ruleUpdateCb` → `initSysctl`): with group identity on,
-//! on kernels that have [`SYSCTL`] `kernel.sched_group_identity_enabled` (Anolis ≥ 26.4), node-level
-//! work turns core scheduling off (`kernel.sched_core` = 0, where present: the two features
-//! exclude each other) and then sets it to 1; only values that differ are written, each change
-//! logged. With group identity off the switches are left as they are, as koordlet leaves them.
-//! Kernels without the parameter (older Anolis: the feature is on with `cpu.bvt_warp_ns`) need
-//! nothing.
+//! # Per-pod override
+//!
+//! Source: koordlet `interceptor.go` `SetPodBvtValue`, annotation [`POD_CPU_QOS`]
+//! `koordinator.sh/cpuQOS`, JSON `{"enable": bool, "groupIdentity": -1..=2}`.
+//!
+//! On an **LS** pod only, `groupIdentity` replaces the class's value, and an `enable` that is not
+//! `true` makes it 0. LSE/LSR/BE pods cannot change theirs.
+//!
+//! # Kernel switch
+//!
+//! Source: koordlet `rule.go` `ruleUpdateCb` → `initSysctl`. With group identity on, on kernels
+//! that have [`SYSCTL`] `kernel.sched_group_identity_enabled` (Anolis ≥ 26.4), node-level work
+//! turns core scheduling off (`kernel.sched_core` = 0, where present: the two features exclude
+//! each other) and then sets it to 1; only values that differ are written, each change logged.
+//! With group identity off the switches are left as they are, as koordlet leaves them. Kernels
+//! without the parameter (older Anolis: the feature is on with `cpu.bvt_warp_ns`) need nothing.
+//!
+//! # Errors
+//!
+//! An annotation value that does not parse, or a group identity outside −1..=2, is this plugin's
+//! failure for that pod.
 //!
 //! On a kernel without the file (most, including this project's machines) the write is skipped
 //! with one log line per process; nothing fails.
+//!
+//! # Where koordlet differs
+//!
+//! Unlike koordlet, the annotation is not read at all on pods other than LS: koordlet fails the
+//! hook for a BE pod whose annotation does not parse, which under the `Ignore` policy would leave
+//! that pod without its −1 — a pod author must not be able to switch the BE policy off that way.
 
 use anyhow::Context as _;
 use serde::Deserialize;

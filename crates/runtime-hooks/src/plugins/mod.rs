@@ -1,4 +1,7 @@
-//! The built-in plugins, koordlet's QoS hooks in our own code (`pkg/koordlet/runtimehooks/hooks/`, Koordinator v1.8.0):
+//! The built-in plugins, koordlet's QoS hooks in our own code (`pkg/koordlet/runtimehooks/hooks/`,
+//! Koordinator v1.8.0).
+//!
+//! # Plugins
 //!
 //! | plugin | what it sets | stages |
 //! |---|---|---|
@@ -12,6 +15,8 @@
 //! | [`TerwayQos`] | node: Terway's `global_bps_config` and `pod.json` (gate `TerwayQoS`, off) | node-level |
 //! | [`CoreSched`] | core-scheduling cookies per pod group (containers and sandboxes), kube-QoS `cpu.idle` | node-level work, kube-QoS directories (PostStartContainer listed for NRI mode's node pass) |
 //! | [`Resctrl`] | a resctrl group per annotated pod: schemata, tasks, removal | PreRunPodSandbox (annotation check), PreCreateContainer, node-level work, pod removal |
+//!
+//! # Per-plugin documentation
 //!
 //! Each module's documentation lists its inputs (label and annotation keys, formats), outputs
 //! (fields and files, units) and stages.

@@ -2,33 +2,42 @@
 //! container (koordlet v1.8.0 `runtimehooks/hooks/rdma/rdma.go`, feature gate
 //! `RDMADeviceInject`, alpha, off by default).
 //!
-//! Stage: PreCreateContainer (koordlet's only registration of this hook).
+//! # Stage
 //!
-//! Inputs:
+//! PreCreateContainer (koordlet's only registration of this hook).
+//!
+//! # Inputs
 //!
 //! * pod annotation `scheduling.koordinator.sh/device-allocated`, its `rdma` list
 //!   ([`super::devices`]); no annotation or no `rdma` entry: no change;
-//! * the host, through [`RdmaHost`] (real: [`HostFs`] under `--device-host-root`, default
-//!   `/`): for a PCI address, the first entry (by name) of
-//!   `/sys/bus/pci/devices/<address>/infiniband_verbs/` is its verbs device (`uverbs0`), whose
-//!   node is `/dev/infiniband/<name>`; a node's major and minor are read with `stat(2)`, as
-//!   koordlet's `GetDeviceNumbers` does.
+//! * the host, through [`RdmaHost`] (real: [`HostFs`] under `--device-host-root`, default `/`): for
+//!   a PCI address, the first entry (by name) of `/sys/bus/pci/devices/<address>/infiniband_verbs/`
+//!   is its verbs device (`uverbs0`), whose node is `/dev/infiniband/<name>`; a node's major and
+//!   minor are read with `stat(2)`, as koordlet's `GetDeviceNumbers` does.
 //!
-//! Output: devices only (NRI-only, [`crate::change`]: proxy mode logs them, not applied), all
-//! `c` (character), mode `0666`, owner left to the runtime, at koordlet's container paths:
+//! # Outputs
+//!
+//! Devices only (NRI-only, [`crate::change`]: proxy mode logs them, not applied), all `c`
+//! (character), mode `0666`, owner left to the runtime, at koordlet's container paths:
 //!
 //! 1. `/dev/infiniband/rdma_cm`, the RDMA connection manager;
 //! 2. for each `rdma` allocation in order: when its `extension.vfs` is not empty, the verbs
 //!    device of each VF's `busID` (not the PF's: koordlet never gives both); otherwise the
 //!    verbs device of its `id`, the PF's PCI address.
 //!
-//! Errors (the plugin's failure, under the failure policy; each names the annotation): the
-//! annotation is not a device allocation, an `rdma` entry is `null`; a PCI address (`id`,
-//! `busID`) that is empty or not `DOMAIN:BUS:DEVICE.FUNCTION` in hex (koordlet would join it
-//! into a sysfs path unchecked); a device without `infiniband_verbs` entries; a node that
-//! does not exist or is not a character device (koordlet reads any file's `st_rdev`, 0:0 for a
-//! regular one). A node without RDMA is not a kernel feature to detect at start: only pods the
-//! scheduler gave RDMA devices ask, and for them koordlet fails the hook too.
+//! # Errors
+//!
+//! The plugin's failure, under the failure policy; each names the annotation:
+//!
+//! * the annotation is not a device allocation, an `rdma` entry is `null`;
+//! * a PCI address (`id`, `busID`) that is empty or not `DOMAIN:BUS:DEVICE.FUNCTION` in hex
+//!   (koordlet would join it into a sysfs path unchecked);
+//! * a device without `infiniband_verbs` entries;
+//! * a node that does not exist or is not a character device (koordlet reads any file's
+//!   `st_rdev`, 0:0 for a regular one).
+//!
+//! A node without RDMA is not a kernel feature to detect at start: only pods the scheduler gave
+//! RDMA devices ask, and for them koordlet fails the hook too.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;

@@ -1,6 +1,8 @@
 //! TCNetworkQoS: egress bandwidth classes on the node's interface and each pod's
 //! `net_cls.classid` (koordlet's `hooks/tc`, gate `TCNetworkQoS`).
 //!
+//! # Inputs and outputs
+//!
 //! | | |
 //! |---|---|
 //! | inputs | pod label `koordinator.sh/qosClass`; pod annotation `koordinator.sh/networkQOS` (`{"ingressLimit": "10M", "egressLimit": "20M"}`, bits/s quantities, missing = `"0"`); the NodeSLO's network QoS ([`crate::rules::net_qos`]) |
@@ -8,12 +10,16 @@
 //! | stages | PreRunPodSandbox (the reconciler's pod-level values; koordlet registers a pod-level `NetClsClassId` reconciler) + node-level work |
 //! | rules | `netQOSPolicy: tc` (the default) |
 //!
-//! **Classid** (koordlet's `SetPodNetCls`): SYSTEM → `1:2`, LSE/LSR/LS → `1:3`, BE → `1:4`; a pod
-//! with a non-zero ingress or egress limit gets its own class's handle once node-level work has
+//! # Classid
+//!
+//! Source: koordlet's `SetPodNetCls`. SYSTEM → `1:2`, LSE/LSR/LS → `1:3`, BE → `1:4`; a pod with
+//! a non-zero ingress or egress limit gets its own class's handle once node-level work has
 //! assigned one; pods without a class get nothing. Written only under the `tc` policy.
 //!
-//! **Classes** (koordlet's `EnsureClasses`; rates from bits/s to bytes/s, as `newClass` does):
-//! with `T` = `totalNetworkBandwidth`, L1 = LS, L2 = BE, each request/limit a quantity or a
+//! # Classes
+//!
+//! Source: koordlet's `EnsureClasses`; rates from bits/s to bytes/s, as `newClass` does. With
+//! `T` = `totalNetworkBandwidth`, L1 = LS, L2 = BE, each request/limit a quantity or a
 //! percentage of `T`:
 //!
 //! | class | parent | rate | ceil | prio |
@@ -26,22 +32,30 @@
 //!
 //! A class whose rate or ceil comes out 0 (a class whose `networkQOS` is off) is not sent to
 //! the kernel, which refuses 0 (koordlet sends it and logs the error); it is reported in the
-//! plugin's failure. Per-pod handles are `1:<minor>`, the minor derived from the pod UID
-//! (probing past collisions, 5..=0xffff) so a restart finds the same ones — koordlet draws them
-//! at random and re-reads them from `net_cls.classid` at start. A pod that goes loses its class.
+//! plugin's failure.
+//!
+//! Per-pod handles are `1:<minor>`, the minor derived from the pod UID (probing past
+//! collisions, 5..=0xffff) so a restart finds the same ones — koordlet draws them at random and
+//! re-reads them from `net_cls.classid` at start. A pod that goes loses its class.
+//!
 //! Policy not `tc`, or a total of 0: the `htb 1:` root qdisc is deleted (koordlet's `CleanUp`;
 //! for a total of 0 koordlet would send classes of rate 0).
 //!
+//! # Without node-level access
+//!
 //! Node-level work needs [`Host::tc`]; without it (no `net_cls`, no `CAP_NET_ADMIN`, no
 //! default route — logged once at start) only the classids are written, where `net_cls` exists.
+//!
+//! # Where koordlet differs
 //!
 //! Not done (koordlet does): the `mangle POSTROUTING … CLASSIFY` iptables rules and the
 //! `system_class`/`ls_class`/`be_class` ipsets of pod IPs, and the per-pod `u32` (by pod IP) and
 //! `cgroup` filters: the pod states carry no pod IP nor host-network flag, and netfilter's ipset
 //! and iptables interfaces have no maintained Rust crate (iptables itself has no netlink API).
-//! The generic `cgroup` filters still classify host-network pods' traffic by classid. koordlet
-//! divides a pod's egress limit by 8 twice (once parsing the annotation, once in `newClass`);
-//! here once.
+//! The generic `cgroup` filters still classify host-network pods' traffic by classid.
+//!
+//! koordlet divides a pod's egress limit by 8 twice (once parsing the annotation, once in
+//! `newClass`); here once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;

@@ -1,6 +1,8 @@
 //! TerwayQoS: the QoS files Terway's `terway-qos` reads, from the NodeSLO and every pod
 //! (koordlet's `hooks/terwayqos`, gate `TerwayQoS`).
 //!
+//! # Inputs and outputs
+//!
 //! | | |
 //! |---|---|
 //! | inputs | the NodeSLO's network QoS ([`crate::rules::net_qos`]); pod label `koordinator.sh/qosClass`, pod annotation `koordinator.sh/networkQOS` (as [`super::tc::pod_bandwidth`]), the pod cgroup |
@@ -8,26 +10,40 @@
 //! | stages | none: node-level work only (koordlet: NodeSLO and all-pods rule callbacks) |
 //! | rules | `netQOSPolicy: terway-qos`; any other policy removes both files |
 //!
-//! `global_bps_config`: one `name value` line each, bytes/s, in this order: `hw_tx_bps_max`,
-//! `hw_rx_bps_max` (both `totalNetworkBandwidth` / 8), `offline_l1_tx_bps_min` (LS egress
-//! request), `offline_l1_tx_bps_max` (LS egress limit), `offline_l1_rx_bps_min`,
-//! `offline_l1_rx_bps_max` (LS ingress), then `offline_l2_…` the same for BE. A class whose
-//! `networkQOS` is off has 0s. A quantity is bits/s (÷ 8), a percentage of the total.
+//! Files are written only when their content changes.
 //!
-//! `pod.json`: a JSON object by pod UID (sorted, as Go marshals maps) of
-//! `{"podName", "podNamespace", "podUID", "prio", "cgroupDir", "qosConfig": {"ingressBandwidth",
-//! "egressBandwidth"}}`: prio 0 for SYSTEM, 1 for LSE/LSR/LS, 2 for BE, else by Kubernetes QoS
-//! (Guaranteed, Burstable 1; BestEffort 2); `cgroupDir` = `/sys/fs/cgroup/net_cls` + the pod's
-//! cgroup directory; bandwidths in bytes/s from the annotation. A pod whose annotation does not
-//! parse is left out (logged once per distinct error); the others are written.
+//! # `global_bps_config`
 //!
-//! Files are written only when their content changes. The rule is checked as koordlet checks
-//! it: a quantity above the total is an error and the files are left as they were.
+//! One `name value` line each, bytes/s, in this order: `hw_tx_bps_max`, `hw_rx_bps_max` (both
+//! `totalNetworkBandwidth` / 8), `offline_l1_tx_bps_min` (LS egress request),
+//! `offline_l1_tx_bps_max` (LS egress limit), `offline_l1_rx_bps_min`, `offline_l1_rx_bps_max`
+//! (LS ingress), then `offline_l2_…` the same for BE. A class whose `networkQOS` is off has 0s. A
+//! quantity is bits/s (÷ 8), a percentage of the total.
 //!
-//! Differences from koordlet: a percentage is of the total in bytes/s (koordlet multiplies the
-//! total in bits/s, giving values 8 times too large next to `hw_*`); a quantity is compared with
-//! the total in bytes/s; a missing annotation field is `"0"` (koordlet's Terway hook fails the
-//! pod then, its TC hook reads `"0"`); files are not created empty first.
+//! # `pod.json`
+//!
+//! A JSON object by pod UID (sorted, as Go marshals maps) of `{"podName", "podNamespace",
+//! "podUID", "prio", "cgroupDir", "qosConfig": {"ingressBandwidth", "egressBandwidth"}}`:
+//!
+//! * prio 0 for SYSTEM, 1 for LSE/LSR/LS, 2 for BE, else by Kubernetes QoS (Guaranteed,
+//!   Burstable 1; BestEffort 2);
+//! * `cgroupDir` = `/sys/fs/cgroup/net_cls` + the pod's cgroup directory;
+//! * bandwidths in bytes/s from the annotation.
+//!
+//! # Errors
+//!
+//! The rule is checked as koordlet checks it: a quantity above the total is an error and the
+//! files are left as they were. A pod whose annotation does not parse is left out of `pod.json`
+//! (logged once per distinct error); the others are written.
+//!
+//! # Where koordlet differs
+//!
+//! * a percentage is of the total in bytes/s (koordlet multiplies the total in bits/s, giving
+//!   values 8 times too large next to `hw_*`);
+//! * a quantity is compared with the total in bytes/s;
+//! * a missing annotation field is `"0"` (koordlet's Terway hook fails the pod then, its TC hook
+//!   reads `"0"`);
+//! * files are not created empty first.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

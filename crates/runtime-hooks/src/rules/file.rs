@@ -1,5 +1,9 @@
 //! The rules file (`--rules FILE`): the node's objects as an operator would `kubectl apply`
-//! them, JSON if the name ends in `.json`, YAML (one or more `---` documents) otherwise.
+//! them.
+//!
+//! # Format
+//!
+//! JSON if the name ends in `.json`, YAML (one or more `---` documents) otherwise:
 //!
 //! ```yaml
 //! apiVersion: slo.koordinator.sh/v1alpha1
@@ -19,12 +23,16 @@
 //!     node.koordinator.sh/cpu-shared-pools: '[{"socket":0,"node":0,"cpuset":"0-7"}]'
 //! ```
 //!
+//! # Documents
+//!
 //! Documents of kind `NodeSLO`, `NodeResourceTopology` and `Node` are read (at most one of
 //! each; `metadata.name` is not checked: the file is the node's own); a JSON file holds one
 //! object or a `List` (`{"kind": "List", "items": [...]}`). Null documents (`---`, `~`, only
 //! comments, JSON `null`) are skipped: a file of only those means koordlet's defaults. A map
 //! without `apiVersion` and `kind` is the deprecated old format ([`super::legacy`]), which must
 //! then be the only document. A UTF-8 BOM at the start is skipped.
+//!
+//! # Errors
 //!
 //! Errors name the file and the document, field or position. A file with nothing but whitespace
 //! is an error, not the defaults: it is what a reader sees while a writer truncates and rewrites

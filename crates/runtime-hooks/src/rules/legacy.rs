@@ -1,5 +1,9 @@
 //! The rules file format of earlier releases (deprecated; read for one more release, with a
-//! warning). A file in this format is a map without `apiVersion`/`kind`; every key optional,
+//! warning).
+//!
+//! # Format
+//!
+//! A file in this format is a map without `apiVersion`/`kind`; every key optional,
 //! unknown keys refused. With every default:
 //!
 //! ```yaml
@@ -9,12 +13,17 @@
 //! cpuset: {enable: true, unsetCfsQuota: true}
 //! ```
 //!
-//! In the NodeSLO form (README, "Rules: from the cluster, or from a file"): the `groupIdentity` values are
+//! # In the NodeSLO form
+//!
+//! See the README, "Rules: from the cluster, or from a file". The `groupIdentity` values are
 //! `resourceQOSStrategy.<class>.cpuQOS` (`enable: true` plus `groupIdentity`), and
 //! `batchResource.cfsQuota: false` is `resourceUsedThresholdWithBE: {enable: true,
 //! cpuSuppressPolicy: cfsQuota}`. `cpu`, `batchResource.enable` and the `cpuset` switches have
-//! no NodeSLO field; they keep their defaults in the new format. One difference in meaning: the
-//! old format's defaults had group identity on, koordlet's (and the new format's) have it off.
+//! no NodeSLO field; they keep their defaults in the new format.
+//!
+//! # Difference in meaning
+//!
+//! The old format's defaults had group identity on, koordlet's (and the new format's) have it off.
 
 use anyhow::bail;
 use serde::Deserialize;

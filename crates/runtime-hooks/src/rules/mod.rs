@@ -1,17 +1,23 @@
 //! Rules: the node-level policy the plugins apply, computed from the objects koordlet's Rule
 //! module reads.
 //!
+//! # Inputs
+//!
 //! | input | read by | module |
 //! |---|---|---|
 //! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource, CoreSched, TCNetworkQoS, TerwayQoS | [`node_slo`], [`core_sched`], [`net_qos`], [`host_app`] |
 //! | the node's `NodeResourceTopology` (`topology.node.k8s.io/v1alpha1`) annotations | CPUSet | [`topology`] |
 //! | the `Node`'s annotations | BatchResource, CPUNormalization (CPU normalization ratio) | [`node`] |
 //!
+//! # Sources
+//!
 //! The inputs come from the cluster ([`crate::cluster`]: watches of the node's objects) or from
-//! a rules file ([`file`]: the same objects as YAML or JSON, what an operator would
+//! a rules file ([`file`](mod@file): the same objects as YAML or JSON, what an operator would
 //! `kubectl apply`; the old file format of earlier releases is still read, with a deprecation
 //! warning). Each input is parsed on its own; one that does not parse is reported and the last
 //! good one of that input stays in force ([`store::RulesStore`]).
+//!
+//! # Defaults
 //!
 //! Missing inputs and missing fields take koordlet's defaults (`pkg/util/sloconfig`, v1.8.0):
 //! koordlet merges the NodeSLO spec over its defaults before its plugins parse it. So with no

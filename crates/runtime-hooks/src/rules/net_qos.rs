@@ -2,6 +2,8 @@
 //! `hooks/tc/rule.go` + `helper.go`, `hooks/terwayqos/terwayqos.go`; API
 //! `apis/slo/v1alpha1/nodeslo_types.go`; defaults `pkg/util/sloconfig/nodeslo_config.go`).
 //!
+//! # Fields
+//!
 //! | field | default | meaning |
 //! |---|---|---|
 //! | `resourceQOSStrategy.policies.netQOSPolicy` | `tc` | `tc` (TCNetworkQoS acts) or `terway-qos` (TerwayQoS acts) |
@@ -9,12 +11,18 @@
 //! | `resourceQOSStrategy.{lsClass,beClass}.networkQOS.enable` | `false` | the class's limits count only when on |
 //! | `….networkQOS.{ingressRequest,ingressLimit,egressRequest,egressLimit}` | `0` | an int (percent of the total, 0..=100) or a quantity string (`"50M"`) |
 //!
-//! Only LS (TC's "L1") and BE ("L2") are read, as koordlet does. Checked here: each field's type,
-//! the policy's value, a quantity that does not parse or is negative, a percentage outside
-//! 0..=100 — each a [`FieldError`] naming the field. (koordlet's TC hook reads a bad quantity
-//! or percentage as 0, its Terway hook fails the whole rule; refusing the NodeSLO keeps the last
-//! good rules in force, see [`super::store`].) How the values turn into rates differs between
-//! the two hooks and is done by each plugin.
+//! Only LS (TC's "L1") and BE ("L2") are read, as koordlet does. How the values turn into
+//! rates differs between the two hooks and is done by each plugin.
+//!
+//! # Errors
+//!
+//! Checked here: each field's type, the policy's value, a quantity that does not parse or is
+//! negative, a percentage outside 0..=100 — each a [`FieldError`] naming the field.
+//!
+//! # Where koordlet differs
+//!
+//! koordlet's TC hook reads a bad quantity or percentage as 0, its Terway hook fails the whole
+//! rule; refusing the NodeSLO keeps the last good rules in force, see [`super::store`].
 
 use serde::Serialize;
 use serde_json::Value;

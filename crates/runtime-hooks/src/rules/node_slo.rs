@@ -2,6 +2,8 @@
 //! parses its merged NodeSLO (`groupidentity/rule.go` `parseRule`, `batchresource/rule.go`
 //! `parseRuleForNodeSLO`, defaults from `pkg/util/sloconfig/nodeslo_config.go`).
 //!
+//! # Fields
+//!
 //! Fields read, and koordlet's default when missing:
 //!
 //! | field | default | effect |
@@ -21,9 +23,12 @@
 //! [`super::net_qos`], the CoreSched settings (`cpuQOS.coreExpeller`, `cpuQOS.schedIdle`, …) by
 //! [`super::core_sched`], `hostApplications` by [`super::host_app`].
 //!
-//! Every other field of the spec is ignored (koordlet's other modules read them). Types are
-//! checked for the fields read: a wrong type, an unknown enum value or a group identity outside
-//! −1..=2 (the API's own validation) is a [`FieldError`] naming the field and the value.
+//! Every other field of the spec is ignored (koordlet's other modules read them).
+//!
+//! # Errors
+//!
+//! Types are checked for the fields read: a wrong type, an unknown enum value or a group identity
+//! outside −1..=2 (the API's own validation) is a [`FieldError`] naming the field and the value.
 
 use serde_json::Value;
 

@@ -1,6 +1,8 @@
 //! The rules in force: one value readers take snapshots of, recomputed from the inputs' last
 //! good versions whenever a source delivers a new one, and announced on a channel.
 //!
+//! # Sources
+//!
 //! Two sources feed it. The **rules file** (`--rules`, [`super::file`]) is followed on disk:
 //! its directory is watched (so atomic renames and ConfigMap `..data` symlink swaps are seen),
 //! events are debounced for 100 ms, and the file is re-read every 10 s as a safety net; an
@@ -9,6 +11,8 @@
 //! as its watches see them. Once the cluster has answered for an input, its version (or its
 //! absence: the object was deleted or never existed) replaces the file's for that input; until
 //! then (API server unreachable at start) the file's, or koordlet's defaults, are in force.
+//!
+//! # Announcing changes
 //!
 //! On every change the new rules are logged and a counter on a [`tokio::sync::watch`] channel
 //! moves; the reconciler (proxy and standalone mode) and the NRI plugin re-apply the rules to

@@ -2,34 +2,49 @@
 //! directories (koordlet v1.8.0 `pkg/koordlet/runtimehooks/hooks/coresched`, gate `CoreSched`,
 //! alpha, default off).
 //!
+//! # Inputs and outputs
+//!
 //! | | |
 //! |---|---|
 //! | inputs | pod labels `koordinator.sh/qosClass`, `koordinator.sh/core-sched-group-id`, `koordinator.sh/core-sched-policy` (`""`, `none`, `exclusive`); the pod's kube QoS (its cgroup parent); the NodeSLO's `cpuPolicy: coreSched` and per-class `cpuQOS.enable`/`coreExpeller`/`schedIdle` ([`crate::rules::core_sched`]) |
 //! | outputs | the core-sched cookie of every process (`cgroup.procs`) of each container and of the sandbox (pause) container, through [`crate::host::Host::core_sched`]; `cpu.idle` of `kubepods`, `kubepods/burstable`, `kubepods/besteffort` (v2 `cpu.idle`; v1 `cpu/cpu.idle`, Anolis kernels only — elsewhere skipped as unsupported) |
 //! | stages | none of koordlet's hook stages: koordlet does this in its reconcilers and rule callbacks, here in [`Plugin::node`] (each reconciler pass; NRI mode after Synchronize, rule changes, RunPodSandbox, RemovePodSandbox) and [`Plugin::kube_qos`] (the reconciler's `--kubepods-cgroup` pass). It lists PostStartContainer so that NRI mode runs node-level work when a container's processes exist. |
 //!
-//! Which group a pod is in (koordlet's `getPodEnabledAndGroup`): the label
-//! `koordinator.sh/core-sched-group-id` (missing: `""`, one group for all such pods); policy
-//! `exclusive`: the pod UID (a group of its own); policy `none`: no cookie at all. Whether it
-//! gets cookies: its class's `cpuQOS.enable` (LSE/LSR → LSR's, LS, BE; pods without a class by
-//! kube QoS: Guaranteed → LSR's if on else LS's, Burstable → LS's, BestEffort → BE's). An
-//! expeller class (`coreExpeller`, default on for LSR and LS) appends `-expeller` to the group:
-//! its pods never share a core with same-group pods of a non-expeller class. SYSTEM pods are
-//! skipped (koordlet's all-pods refresh does).
+//! # Groups
 //!
-//! Cookies ([`cookies`]): the first container of a group gets a new cookie, the others share
-//! it; a container whose pod leaves core scheduling gets cookie 0 back (only if runtime-hooks
-//! gave it one). Existing cookies are read once at the first pass so a restart keeps them.
-//! Before the first cookie the kernel is readied ([`crate::host::core_sched::CoreSchedOps::prepare`]:
-//! group identity's sysctl off, `kernel.sched_core` on, where they exist).
+//! Which group a pod is in (koordlet's `getPodEnabledAndGroup`):
 //!
-//! `cpu.idle`: 1 for a kube-QoS directory whose class has `schedIdle: 1` under `cpuPolicy:
-//! coreSched`, else 0 (Guaranteed → LSR's/LS's as above, Burstable → LS, BestEffort → BE).
+//! * the label `koordinator.sh/core-sched-group-id` (missing: `""`, one group for all such
+//!   pods);
+//! * policy `exclusive`: the pod UID (a group of its own);
+//! * policy `none`: no cookie at all.
 //!
-//! Exclusive with GroupIdentity: koordlet lets both gates be on; the NodeSLO's `cpuPolicy`
-//! picks one (`groupIdentity`, the default: GroupIdentity's values, no cookies; `coreSched`:
-//! GroupIdentity writes 0 everywhere, CoreSched acts and switches group identity's sysctl off).
-//! The same here.
+//! Whether it gets cookies: its class's `cpuQOS.enable` (LSE/LSR → LSR's, LS, BE; pods without a
+//! class by kube QoS: Guaranteed → LSR's if on else LS's, Burstable → LS's, BestEffort → BE's).
+//! An expeller class (`coreExpeller`, default on for LSR and LS) appends `-expeller` to the
+//! group: its pods never share a core with same-group pods of a non-expeller class. SYSTEM pods
+//! are skipped (koordlet's all-pods refresh does).
+//!
+//! # Cookies
+//!
+//! [`cookies`]: the first container of a group gets a new cookie, the others share it; a
+//! container whose pod leaves core scheduling gets cookie 0 back (only if runtime-hooks gave it
+//! one). Existing cookies are read once at the first pass so a restart keeps them. Before the
+//! first cookie the kernel is readied ([`crate::host::core_sched::CoreSchedOps::prepare`]: group
+//! identity's sysctl off, `kernel.sched_core` on, where they exist).
+//!
+//! # `cpu.idle`
+//!
+//! 1 for a kube-QoS directory whose class has `schedIdle: 1` under `cpuPolicy: coreSched`, else 0
+//! (Guaranteed → LSR's/LS's as above, Burstable → LS, BestEffort → BE).
+//!
+//! # Exclusive with GroupIdentity
+//!
+//! koordlet lets both gates be on; the NodeSLO's `cpuPolicy` picks one (`groupIdentity`, the
+//! default: GroupIdentity's values, no cookies; `coreSched`: GroupIdentity writes 0 everywhere,
+//! CoreSched acts and switches group identity's sysctl off). The same here.
+//!
+//! # Without core scheduling
 //!
 //! On a kernel without core scheduling ([`crate::host::Host::core_sched`] `None`, logged once at
 //! start) no cookie is touched and nothing fails; `cpu.idle` is still written where the file

@@ -2,34 +2,46 @@
 //! pod's annotation (koordlet v1.8.0 `pkg/koordlet/runtimehooks/hooks/resctrl`, gate `Resctrl`,
 //! alpha, default off).
 //!
+//! # Inputs and outputs
+//!
 //! | | |
 //! |---|---|
 //! | inputs | pod annotation `node.koordinator.sh/resctrl` (JSON, [`schemata`]); the resctrl root's `info/L3/cbm_mask` and `schemata` (cache ids); the CPU vendor (`/proc/cpuinfo`) |
 //! | outputs | group `<resctrl root>/koordlet-<pod uid>/` with its `schemata`; the pod's containers' threads written to its `tasks`; groups of pods that are gone removed |
 //! | stages | PreRunPodSandbox (the annotation is checked: a bad one fails this plugin), PreCreateContainer (the RDT class, NRI mode, see below), PostStartContainer (no answer: listed so that NRI mode runs node-level work once a container's threads exist); the group work in [`Plugin::node`]; removal at pod removal ([`Plugin::pod_removed`], koordlet's PreRemoveRunPodSandbox) |
 //!
+//! # Groups
+//!
 //! Per pod with the annotation, at each node-level pass (koordlet's pod reconcilers
 //! `ResctrlSchemata` and `ResctrlTasks`): the group is created if missing, its `schemata`
 //! written when it does not hold the computed values, and every thread of the pod's containers
-//! (v2 `cgroup.threads`, v1 `tasks`) not yet in the group's `tasks` written there. Then every
-//! `koordlet-*` group whose pod is not among the pods with the annotation is removed (koordlet's
-//! all-pods reconciler `RemoveUnusedResctrlPath`), except groups first seen less than 10 s ago
-//! (koordlet's `ExpirationTime` guard against a pod not yet known). At pod removal the group is
-//! removed at once (koordlet's PreRemoveRunPodSandbox, `fromNRI`).
+//! (v2 `cgroup.threads`, v1 `tasks`) not yet in the group's `tasks` written there.
 //!
-//! Differences from koordlet: koordlet creates the group and writes the schemata in the hook
-//! call at PreRunPodSandbox; here that happens at the node-level pass that follows (NRI: right
-//! after RunPodSandbox; standalone and proxy mode: the reconciler's next pass). koordlet writes a
-//! group's schemata once per process; here it is rewritten whenever it drifts or the annotation
-//! changes. koordlet mounts resctrl when it is not mounted; runtime-hooks does not.
+//! Then every `koordlet-*` group whose pod is not among the pods with the annotation is removed
+//! (koordlet's all-pods reconciler `RemoveUnusedResctrlPath`), except groups first seen less than
+//! 10 s ago (koordlet's `ExpirationTime` guard against a pod not yet known). At pod removal the
+//! group is removed at once (koordlet's PreRemoveRunPodSandbox, `fromNRI`).
 //!
-//! RDT class (NRI mode, as koordlet): at PreCreateContainer a container of an annotated pod
-//! whose group exists gets [`Change::rdt_class`] `koordlet-<pod uid>`, which NRI 0.6.1 carries
-//! as `LinuxResources.rdt_class` and containerd turns into the OCI `intelRdt.closID`: the runtime
+//! # RDT class
+//!
+//! NRI mode, as koordlet: at PreCreateContainer a container of an annotated pod whose group
+//! exists gets [`Change::rdt_class`] `koordlet-<pod uid>`, which NRI 0.6.1 carries as
+//! `LinuxResources.rdt_class` and containerd turns into the OCI `intelRdt.closID`: the runtime
 //! starts the container in the group. Only when the resctrl root is the kernel's mount (the
 //! runtime's view; a class naming a group that is not there would fail the container); with a
 //! test tree the threads join by `tasks` at the next node-level pass instead. The proxy's
 //! protocol has no such field.
+//!
+//! # Where koordlet differs
+//!
+//! * koordlet creates the group and writes the schemata in the hook call at PreRunPodSandbox;
+//!   here that happens at the node-level pass that follows (NRI: right after RunPodSandbox;
+//!   standalone and proxy mode: the reconciler's next pass).
+//! * koordlet writes a group's schemata once per process; here it is rewritten whenever it
+//!   drifts or the annotation changes.
+//! * koordlet mounts resctrl when it is not mounted; runtime-hooks does not.
+//!
+//! # Without resctrl
 //!
 //! Without resctrl ([`crate::host::Host::resctrl`] `None`, logged once at start) nothing is done
 //! and nothing fails, bad annotations aside.

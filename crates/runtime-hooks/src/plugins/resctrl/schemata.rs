@@ -1,7 +1,12 @@
 //! The pod annotation `node.koordinator.sh/resctrl` → a resctrl `schemata`, as koordlet v1.8.0
-//! computes it (`pkg/koordlet/util/resctrl/resctrl.go` `RegisterApp`, `ParseSchemata`,
-//! `calculateMba`; `pkg/koordlet/util/system/resctrl.go` `CalculateCatL3MaskValue`,
-//! `ResctrlSchemataRaw`).
+//! computes it.
+//!
+//! # Source
+//!
+//! `pkg/koordlet/util/resctrl/resctrl.go` `RegisterApp`, `ParseSchemata`, `calculateMba`;
+//! `pkg/koordlet/util/system/resctrl.go` `CalculateCatL3MaskValue`, `ResctrlSchemataRaw`.
+//!
+//! # Input
 //!
 //! The annotation (koordinator `apis/extension/resctrl.go` `ResctrlConfig`), every field optional:
 //!
@@ -11,6 +16,8 @@
 //!  "mb":  {"schemata": {"percent": 50},
 //!          "schemataPerCache": [{"cacheID": 0, "percent": 80}]}}
 //! ```
+//!
+//! # Computation
 //!
 //! * `llc…range: [start, end]` (percent of the L3 ways, 0 ≤ start < end ≤ 100) → the contiguous
 //!   way mask covering ways `⌈ways·start/100⌉ .. ⌈ways·end/100⌉` of the root's `cbm_mask`
@@ -23,9 +30,13 @@
 //!   name no other id), the `MB:` line only when every value is > 0 — so an annotation with
 //!   only `llc` gives only an `L3:` line.
 //!
-//! Output: `L3:0=f;1=f;\n` then `MB:0=50;1=50;\n` (koordlet's exact text, trailing `;`).
-//! Errors: the annotation is not JSON of that shape (a wrong type, a fraction where an integer
-//! goes).
+//! # Output
+//!
+//! `L3:0=f;1=f;\n` then `MB:0=50;1=50;\n` (koordlet's exact text, trailing `;`).
+//!
+//! # Errors
+//!
+//! The annotation is not JSON of that shape (a wrong type, a fraction where an integer goes).
 
 use std::collections::BTreeMap;
 
