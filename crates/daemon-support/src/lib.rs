@@ -1,4 +1,6 @@
-//! What runtime-proxy and runtime-hooks share as node daemons, beyond the hook protocol:
+//! What runtime-proxy and runtime-hooks share as node daemons, beyond the hook protocol.
+//!
+//! # Modules
 //!
 //! * [`log`] — logging to stderr that never stops or slows the daemon: a log pipe that breaks
 //!   (the reader of `2>&1 | logger` gone, a log shipper restarted) or stalls costs log lines,

@@ -1,5 +1,7 @@
 //! Logging to stderr for a daemon on the request path of every pod start.
 //!
+//! # Never waits, never dies
+//!
 //! Log lines go through [`tracing`] to a writer thread (tracing-appender's non-blocking writer
 //! in lossy mode) that writes them to stderr, so:
 //!
@@ -10,6 +12,8 @@
 //!   `EBADF`, `ENOSPC`) drops that line. Rust's runtime ignores `SIGPIPE` (a failed write returns
 //!   `EPIPE` instead), and tracing-subscriber's own "unable to write" report, which would panic
 //!   on a broken stderr, is turned off.
+//!
+//! # Lost lines
 //!
 //! Every line lost either way is counted: [`dropped_lines`] (runtime-proxy exports it as
 //! `runtime_proxy_log_lines_dropped_total`).

@@ -1,4 +1,6 @@
-//! The signals a service manager or an operator may send, and what both daemons do with each:
+//! The signals a service manager or an operator may send, and what both daemons do with each.
+//!
+//! # Signals
 //!
 //! | signal | what the daemon does |
 //! |---|---|
@@ -8,11 +10,15 @@
 //! | `SIGUSR1`, `SIGUSR2` | ignored, one log line each (their default action would kill the daemon) |
 //! | `SIGPIPE` | ignored (Rust's runtime sets it to `SIG_IGN` before `main`: a write to a closed pipe or socket fails with `EPIPE` instead, see [`crate::log`]) |
 //!
+//! # Why `SIGQUIT` drains
+//!
 //! `SIGQUIT` stops gracefully, like `SIGTERM`, rather than at once: it is what some operators'
 //! tooling sends for "quit", and a proxy on kubelet's path must not drop calls in flight for it
 //! (the Go runtime of koord-runtime-proxy would have died with a goroutine dump and no drain).
 //! For an immediate stop there is `SIGKILL` (which still touches no container), or a second
 //! signal. Every other signal keeps its default action.
+//!
+//! # Use
 //!
 //! [`Signals::install`] takes the signals over (before anything is served, so a `SIGTERM` right
 //! after `READY=1` drains too); [`spawn`] runs the table above and hands the daemon a

@@ -2,12 +2,16 @@
 //! controller-runtime's envtest starts one: etcd and kube-apiserver as child processes on
 //! loopback, no kubelet, no controller manager, no scheduler.
 //!
+//! # Binaries
+//!
 //! The binaries follow envtest's convention: `KUBEBUILDER_ASSETS` names a directory holding
 //! `kube-apiserver` and `etcd` (`setup-envtest use 1.31 -p path` prints one). When that directory
 //! has no `etcd`, Debian's `/usr/bin/etcd` (package `etcd-server`) is used if installed. Without
 //! `KUBEBUILDER_ASSETS`, [`Envtest::start`] prints [`SKIP_LINE`] and returns `None`: the
 //! project's machines have no kube-apiserver (tests there answer the Kubernetes client with
 //! recorded answers of a real one instead).
+//!
+//! # What it sets up
 //!
 //! What [`Envtest::start`] sets up, all in the caller's directory:
 //!
@@ -27,10 +31,14 @@
 //! * one kubeconfig per identity: [`Envtest::admin_kubeconfig`], [`Envtest::hooks_kubeconfig`],
 //!   [`Envtest::limited_kubeconfig`].
 //!
+//! # Use
+//!
 //! Requests go through `curl -k` (Debian's curl; no Kubernetes client here). Starting takes about
 //! 10 s and blocks the calling thread (from an async test: before other work, or in
 //! `spawn_blocking`). Both processes are killed when the [`Envtest`] is dropped; their logs stay in
 //! the directory (`etcd.log`, `kube-apiserver.log`).
+//!
+//! # Source and verification
 //!
 //! Written from kube-apiserver's flag documentation and controller-runtime's envtest flags; run
 //! here against Debian's etcd 3.4 and a stand-in for kube-apiserver only, never a real one (none

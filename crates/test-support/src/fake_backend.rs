@@ -1,6 +1,6 @@
 //! An in-process HTTP/2 server standing in for the runtime, for what real containerd cannot show:
 //! which metadata arrived, an answer with custom trailers or a 20 MiB body, a backend that hangs,
-//! a server stream written message by message as the test says ([`Behaviour::stream`]).
+//! a server stream written message by message as the test says ([`Behaviour::streams`]).
 //! It speaks raw HTTP/2 (no gRPC decoding), so it answers any path.
 
 use std::collections::HashMap;

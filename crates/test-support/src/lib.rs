@@ -1,8 +1,11 @@
 //! Test support for runtime-proxy's integration tests and benchmarks.
 //!
+//! # Modules
+//!
 //! * [`clients`] — the gRPC clients and the hook server we did not write (Python grpcio, Node
 //!   grpc-js, raw HTTP/2), set up by crates/runtime-proxy/tests/clients/setup.sh.
-//! * [`containerd`] — the real containerd + runc that `scripts/containerd.sh` started, and pods on it.
+//! * [`containerd`] — the real containerd + runc that `scripts/containerd.sh` started, and pods on
+//!   it.
 //! * [`dockerd`] — the real dockerd that `scripts/dockerd.sh` started, and its Debian CLI.
 //! * [`proxy`] — the real `runtime-proxy` binary as a child process on a temp socket.
 //! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
@@ -10,9 +13,12 @@
 //! * [`hooks`] — programmable in-process hook servers and registration files.
 //! * [`stand_in`] — servers that stand in for a backend of some kind (gRPC, a Docker Engine API,
 //!   other HTTP/1.1) and close every connection when stopped, for the health-check tests.
-//! * [`kube_api`] — a loopback stand-in for kube-apiserver (list, watch, events) for kube-rs clients.
+//! * [`kube_api`] — a loopback stand-in for kube-apiserver (list, watch, events) for kube-rs
+//!   clients.
 //! * [`envtest`] — a real etcd + kube-apiserver (envtest's `KUBEBUILDER_ASSETS` convention) with
 //!   runtime-hooks' CRDs and RBAC, for tests of its cluster rule source; skipped without one.
+//!
+//! # Requirements
 //!
 //! Integration tests need a running containerd: `make test` starts one per version and points
 //! `RP_CONTAINERD_ENV` at its env file; the Docker-mode tests (`tests/docker_*.rs`) need a running

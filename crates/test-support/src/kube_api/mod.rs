@@ -1,9 +1,13 @@
 //! A loopback stand-in for kube-apiserver v1.31, for tests of a component that watches and
 //! writes through kube-rs (runtime-hooks' cluster rule source) when no API server can be had.
 //!
+//! # Source
+//!
 //! It answers as the real server answered in the exchanges recorded in `shared/k8s-wire/`
 //! (files 01–20 there; each item below names the file it follows): the same status codes,
 //! `content-type`, and body shapes, over plain HTTP (HTTP/1.1 and h2c) on `127.0.0.1`.
+//!
+//! # Modules
 //!
 //! * `resources` — what is served: core v1 `nodes`, `pods`, `events`, `namespaces`,
 //!   `serviceaccounts`, `configmaps`; `slo.koordinator.sh/v1alpha1` `nodeslos` and
@@ -12,11 +16,14 @@
 //! * `handler` — list, watch, get, create, replace, merge-patch, delete; 401/403/404/410/422.
 //! * `select` — field and label selectors. `status` — the Status bodies.
 //!
+//! # Use
+//!
 //! A test drives it two ways: through HTTP like any client (kube-rs from the kubeconfig that
 //! [`KubeApi::kubeconfig`] writes), and through the control methods here, which change the store
 //! as another client of the API server would (every change is seen by open watches).
 //!
-//! Where it is not the real server:
+//! # Where it differs from kube-apiserver
+//!
 //! * no `managedFields`, and no defaulting of built-in types (a Pod gets no `restartPolicy`,
 //!   `status.phase`, …, a Node no `status`, quantities are not canonicalised); only empty
 //!   `metadata` members are dropped, as ObjectMeta's `omitempty` does;
