@@ -1,28 +1,39 @@
-//! The backends' health, checked in the background: what `/healthz` and
-//! `runtime_proxy_backend_up` report.
+//! The backends' health, checked in the background: what `/healthz` and `runtime_proxy_backend_up`
+//! report.
 //!
-//! Every [`CHECK_INTERVAL`] each backend endpoint — the runtime (`--remote-runtime-service-endpoint`)
-//! and, when it is another socket, the image service (`--remote-image-service-endpoint`) — is
-//! checked, whether or not CRI calls flow, and each check gets at most [`CHECK_TIMEOUT`]:
+//! # Checks
+//!
+//! Every [`CHECK_INTERVAL`] each backend endpoint — the runtime
+//! (`--remote-runtime-service-endpoint`) and, when it is another socket, the image service
+//! (`--remote-image-service-endpoint`) — is checked, whether or not CRI calls flow, and each check
+//! gets at most [`CHECK_TIMEOUT`]:
 //!
 //! * **CRI mode**: a `/runtime.v1.RuntimeService/Version` call over HTTP/2. Any gRPC answer counts
 //!   (`UNIMPLEMENTED` from a runtime without CRI v1, or from an image-only server, included): the
 //!   socket accepts connections and speaks gRPC.
 //! * **Docker mode**: `GET /_ping` over HTTP/1.1, answered `200 OK` with body `OK`.
 //!
+//! # Connections
+//!
 //! One connection per endpoint is kept for the checks (the checker's own: the CRI connections
 //! stay untouched). When a check on it fails in any way the connection is dropped and the same
 //! check is made at once on a fresh one, so a dead kept connection never hides a dead backend and
 //! a backend that came back is seen on the next check.
+//!
+//! # Failures
 //!
 //! A failure is named ([`Trouble`]): the socket missing (`ENOENT`), nothing listening
 //! (`ECONNREFUSED` on a socket), permission denied (`EACCES`), a path that is not a socket (a
 //! regular file, a directory), no answer in time, or a backend of the **wrong kind**: in CRI
 //! mode a socket that answers HTTP/1.1 (dockerd's Engine API), in Docker mode one that speaks
 //! HTTP/2 gRPC (containerd). To tell those apart, a failed check tries the other protocol on a
-//! connection of its own. Each change of an endpoint's verdict is logged once: ERROR for a
-//! wrong kind, permission denied or not a socket; WARN for a backend gone or not answering;
-//! INFO for a socket not there yet (never up so far) and for a backend up.
+//! connection of its own.
+//!
+//! # Logging
+//!
+//! Each change of an endpoint's verdict is logged once: ERROR for a wrong kind, permission denied
+//! or not a socket; WARN for a backend gone or not answering; INFO for a socket not there yet
+//! (never up so far) and for a backend up.
 
 use std::fmt;
 use std::io;

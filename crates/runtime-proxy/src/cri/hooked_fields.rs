@@ -1,24 +1,30 @@
 //! Views of the CRI messages the proxy reads: `runtime.v1` messages (and the same v1alpha2
 //! messages, whose layout is the same) with only the fields a hook request is built from, edited
-//! in, or recovered from, by their CRI field numbers (`api.proto`). Two reasons:
+//! in, or recovered from, by their CRI field numbers (`api.proto`).
 //!
-//! * **Bytes where a pod author writes.** Env values, label and annotation values are `string`
-//!   in older CRI protos, but kubelet sends whatever bytes the pod's Secret or annotation holds
-//!   (since Kubernetes 1.34, cri-api's `KeyValue.value` is `bytes`); prost refuses a `string`
-//!   that is not UTF-8, and one such value would make the whole request undecodable. Here those
-//!   values are bytes ([`Text`] maps, [`KeyValue`]): the request always decodes, a value the
-//!   hooks did not change goes on byte for byte, and what the hook protocol
-//!   (`map<string, string>`, which a Go hook server refuses to decode when a value is not UTF-8)
-//!   cannot carry is left out of the hook request ([`utf8_entries`]).
+//! # Why views
+//!
+//! Two reasons:
+//!
+//! * **Bytes where a pod author writes.** Env values, label and annotation values are `string` in
+//!   older CRI protos, but kubelet sends whatever bytes the pod's Secret or annotation holds (since
+//!   Kubernetes 1.34, cri-api's `KeyValue.value` is `bytes`); prost refuses a `string` that is not
+//!   UTF-8, and one such value would make the whole request undecodable. Here those values are
+//!   bytes ([`Text`] maps, [`KeyValue`]): the request always decodes, a value the hooks did not
+//!   change goes on byte for byte, and what the hook protocol (`map<string, string>`, which a Go
+//!   hook server refuses to decode when a value is not UTF-8) cannot carry is left out of the hook
+//!   request ([`utf8_entries`]).
 //! * **Nothing decoded that is not read.** prost skips every other field without allocating or
 //!   checking it (kubelet's image, command, mounts, sysctls, security context, a container's
 //!   termination message): the request goes on as its original bytes (or edited on the wire,
 //!   [`crate::cri::proto_edit`]), so nothing skipped is lost.
 //!
+//! # Keys and kubelet's values
+//!
 //! Keys stay `string`: the API server admits only qualified names and C identifiers as label,
 //! annotation and env keys; a key that is not UTF-8 leaves the message undecodable, and the
-//! interceptor's failure rule decides ([`crate::cri::intercept`]). The messages inside that hold only
-//! values kubelet computes (metadata, resources) come from `k8s-cri`.
+//! interceptor's failure rule decides ([`crate::cri::intercept`]). The messages inside that
+//! hold only values kubelet computes (metadata, resources) come from `k8s-cri`.
 
 use std::collections::HashMap;
 

@@ -1,25 +1,34 @@
 //! CRI mode's interceptor: the CRI front end of the one hook flow ([`crate::hooks::flow`]).
-//! It supplies what only CRI knows — decoding the protobuf request ([`Call::decode`]), loading
-//! from the store or the runtime (`Call::load`), the wire edits that carry the hooks' changes
-//! into the request ([`Call::edits`]), sending it on ([`Onward`]: the relay sends the body on the
-//! call's own stream and gives the client the answer unchanged as it comes, see
-//! [`crate::cri::relay`]) and what the store learns (`Call::commit`); the sequence (pod lock, skip
-//! label, stages, post stage) is the flow's, driven by the stage table
-//! ([`crate::hooks::stages::METHODS`]).
 //!
-//! CRI versions: the same methods of `runtime.v1alpha2.RuntimeService` (kubelet 1.23–1.25,
-//! served by containerd 1.6 and 1.7) take the same flow. Every v1alpha2 message the proxy reads
-//! or edits has the v1 layout, field number by field number (v1 only added fields; see
-//! [`tests::v1alpha2_layout`]), so both are decoded as v1 messages and edited on the wire, and
-//! the fields v1alpha2 lacks stay absent.
+//! # What it supplies
 //!
-//! Compression: a request whose message is compressed (`grpc-encoding: gzip` or `deflate`) is
+//! It supplies what only CRI knows — decoding the protobuf request ([`Call::decode`]), loading from
+//! the store or the runtime (`Call::load`), the wire edits that carry the hooks' changes into the
+//! request ([`Call::edits`]), sending it on ([`Onward`]: the relay sends the body on the call's own
+//! stream and gives the client the answer unchanged as it comes, see [`crate::cri::relay`]) and
+//! what the store learns (`Call::commit`); the sequence (pod lock, skip label, stages, post stage)
+//! is the flow's, driven by the stage table ([`crate::hooks::stages::METHODS`]).
+//!
+//! # CRI versions
+//!
+//! The same methods of `runtime.v1alpha2.RuntimeService` (kubelet 1.23–1.25, served by containerd
+//! 1.6 and 1.7) take the same flow. Every v1alpha2 message the proxy reads or edits has the v1
+//! layout, field number by field number (v1 only added fields; see the test
+//! `tests::v1alpha2_layout`), so both are decoded as v1 messages and edited on the wire, and the
+//! fields v1alpha2 lacks stay absent.
+//!
+//! # Compression
+//!
+//! A request whose message is compressed (`grpc-encoding: gzip` or `deflate`) is
 //! decompressed to read it; when hooks change it, the edited message is compressed again the
-//! same way, otherwise the original bytes go on. A backend without that decompressor (containerd
-//! 1.6; 1.7 has gzip) then refuses the call exactly as it would without the proxy. Other encodings are
-//! refused by the proxy (`UNIMPLEMENTED`, naming the encoding), never read as plain messages.
+//! same way, otherwise the original bytes go on. A backend without that decompressor
+//! (containerd 1.6; 1.7 has gzip) then refuses the call exactly as it would without the proxy.
+//! Other encodings are refused by the proxy (`UNIMPLEMENTED`, naming the encoding), never read
+//! as plain messages.
 //!
-//! Ordering and where koord-runtime-proxy differs: see [`crate::hooks::flow`].
+//! # Ordering and where koord-runtime-proxy differs
+//!
+//! See [`crate::hooks::flow`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -283,7 +292,7 @@ pub fn over_shared<'a>(backend: &'a Backend, method: &'a str) -> Onward<'a> {
 
 impl Call {
     /// Decodes the request; for RunPodSandbox also builds the hook request (the others need the
-    /// store: [`Call::load`]).
+    /// store: `Call::load`).
     pub fn decode(method: Method, msg: Bytes) -> Result<Call, prost::DecodeError> {
         Ok(match method {
             Method::RunPodSandbox => {

@@ -1,19 +1,25 @@
 //! CRI v1 methods newer than the protos `k8s-cri` 0.11 was generated from, as far as the proxy
 //! needs to know them (kubelet 1.33–1.36; field numbers from `kubernetes/cri-api`'s
-//! `pkg/apis/runtime/v1/api.proto`):
+//! `pkg/apis/runtime/v1/api.proto`).
 //!
-//! * `UpdatePodSandboxResources` (cri-api 1.33, KEP-1287 in-place pod resize): unary; kubelet
-//!   sends it after it resized the pod's cgroup. Intercepted (no hook stage) so that the store's
-//!   pod resources follow the resize ([`UpdatePodSandboxResourcesRequest`]).
-//! * KEP-5825's server-streaming lists (cri-api 1.36, feature gate `CRIListStreaming`):
-//!   `StreamPodSandboxes`, `StreamContainers`, `StreamContainerStats`, `StreamPodSandboxStats`,
-//!   `StreamPodSandboxMetrics` (RuntimeService) and `StreamImages` (ImageService), each taking
-//!   its `List*` twin's filter and answering one item per message. Relayed frame by frame like
-//!   every method the proxy does not intercept; kubelet falls back to the `List*` call when the
-//!   runtime answers `UNIMPLEMENTED` (containerd 1.7, 2.0). [`is_server_stream`] names them.
-//!   (`StreamImages` when images are served by another socket is taken over like every
-//!   ImageService call, [`crate::cri::router::Route::Unary`]: its messages reach the client together,
-//!   once the stream ended.)
+//! # In-place pod resize
+//!
+//! `UpdatePodSandboxResources` (cri-api 1.33, KEP-1287 in-place pod resize): unary; kubelet sends
+//! it after it resized the pod's cgroup. Intercepted (no hook stage) so that the store's pod
+//! resources follow the resize ([`UpdatePodSandboxResourcesRequest`]).
+//!
+//! # Streaming lists
+//!
+//! KEP-5825's server-streaming lists (cri-api 1.36, feature gate `CRIListStreaming`):
+//! `StreamPodSandboxes`, `StreamContainers`, `StreamContainerStats`, `StreamPodSandboxStats`,
+//! `StreamPodSandboxMetrics` (RuntimeService) and `StreamImages` (ImageService), each taking its
+//! `List*` twin's filter and answering one item per message. [`is_server_stream`] names them.
+//!
+//! They are relayed frame by frame like every method the proxy does not intercept; kubelet falls
+//! back to the `List*` call when the runtime answers `UNIMPLEMENTED` (containerd 1.7, 2.0).
+//! `StreamImages`, when images are served by another socket, is taken over like every
+//! ImageService call ([`crate::cri::router::Route::Unary`]): its messages reach the client
+//! together, once the stream ended.
 
 use k8s_cri::v1 as cri;
 

@@ -3,6 +3,8 @@
 //! driven through the one hook flow ([`crate::hooks::flow::drive`]) over the shared
 //! [`Hooks`] state (registry, dispatcher, store, per-pod locks, skip label; nothing is copied).
 //!
+//! # Routes
+//!
 //! | Docker call | sandbox (`k8s_POD_…`) | container (`k8s_<name>_…`) |
 //! |---|---|---|
 //! | `POST /containers/create?name=…` | RunPodSandbox: PreRunPodSandbox | CreateContainer: PreCreateContainer |
@@ -11,13 +13,20 @@
 //! | `POST /containers/{id}/stop` | StopPodSandbox: PostStopPodSandbox | StopContainer: PostStopContainer |
 //! | `DELETE /containers/{id}` | RemovePodSandbox: store clean-up | RemoveContainer: store clean-up |
 //!
+//! # Requests and answers
+//!
 //! Answers are written into the JSON body field by field ([`model`]); a body no hook changed
 //! goes on byte for byte. Containers not named the Kubernetes way pass through untouched.
+//!
 //! `{id}` may be a full ID, a short ID or a name: what the store does not know is looked up in
-//! dockerd (inspect) and recorded. A hook failure under `Fail` is answered in Docker's error
-//! shape (`{"message": …}`) with an HTTP status mapped from the gRPC code; an unknown container
-//! gets dockerd's own answer. Post stages run after the answer is sent, still holding the pod's
-//! turn taken before the pre stage (as in CRI mode).
+//! dockerd (inspect) and recorded.
+//!
+//! # Failures and post stages
+//!
+//! A hook failure under `Fail` is answered in Docker's error shape (`{"message": …}`) with an HTTP
+//! status mapped from the gRPC code; an unknown container gets dockerd's own answer. Post stages
+//! run after the answer is sent, still holding the pod's turn taken before the pre stage (as in CRI
+//! mode).
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,22 +1,27 @@
 //! One HTTP/2 connection to a backend unix socket (containerd's gRPC socket), shared by every call
 //! and re-established when it breaks.
 //!
+//! # Connecting
+//!
 //! The connection is made lazily, on the first call that needs it, so the proxy serves even while
 //! the runtime is not up yet: those calls fail `UNAVAILABLE` with a message naming the socket, and
 //! the first call after the runtime appears connects. HTTP/2 multiplexes every concurrent call on
 //! the one connection, as kubelet's own client does.
+//!
+//! # Hook servers
 //!
 //! The dispatcher uses the same client for hook servers ([`Backend::hook_server`]): each new
 //! connection is then checked with `SO_PEERCRED` against the uids allowed to serve the socket,
 //! and its connection lines are logged at debug (a hook call's failure is logged by the
 //! dispatcher).
 //!
-//! Lifetime: a connection's task ends when the connection does, or at the latest
-//! [`CLOSE_GRACE`] after the last handle of its `Backend` is dropped. Every caller holds a
-//! handle (or a borrow) for as long as its streams live, so by then no call is left on the
-//! connection; the grace lets HTTP/2 send its GOAWAY and close cleanly, and the cut-off ends a
-//! connection whose peer stopped reading (a frozen hook server), which would otherwise keep its
-//! task, socket and queued frames for ever.
+//! # Lifetime
+//!
+//! A connection's task ends when the connection does, or at the latest [`CLOSE_GRACE`] after the
+//! last handle of its `Backend` is dropped. Every caller holds a handle (or a borrow) for as long
+//! as its streams live, so by then no call is left on the connection; the grace lets HTTP/2 send
+//! its GOAWAY and close cleanly, and the cut-off ends a connection whose peer stopped reading (a
+//! frozen hook server), which would otherwise keep its task, socket and queued frames for ever.
 
 use std::fmt;
 use std::future::poll_fn;
