@@ -24,7 +24,7 @@
 //! * [`rules`] — the node-level policy: koordlet's NodeSLO, NodeResourceTopology and Node
 //!   inputs, from the rules file (hot-reloaded) or the cluster ([`cluster`]).
 //! * [`plugin`] — the plugin trait, stages, failure policy.
-//! * [`plugins`] — GroupIdentity, BatchResource, CPUSet.
+//! * [`plugins`] — koordlet v1.8.0's ten runtime hooks (the `GATES` table of [`feature_gates`]).
 //! * [`change`] — what a plugin asks for.
 //! * [`framework`] — runs a stage's plugins in order, merges, builds koordlet-style answers.
 //! * [`cgroup`] — cgroup v1/v2 files, units, idempotent writes, drift.

@@ -56,7 +56,7 @@ use crate::hooks::Hooks;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains. Each item of
 /// `reloads` (SIGHUP) rescans the hook config directory and sets its watch up anew
-/// ([`Shared::follow_reloads`]).
+/// (`Shared::follow_reloads`).
 ///
 /// Errors: the listening socket is a
 /// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
