@@ -177,6 +177,7 @@ pub fn status_line(status: &tonic::Status) -> String {
 }
 
 pub mod merge;
+pub mod owners;
 pub mod stage;
 
 pub use stage::{Stage, UnknownStage};
