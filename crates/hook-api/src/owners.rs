@@ -66,7 +66,13 @@ fn scalar(out: &mut Vec<FieldChange>, name: &'static str, old: impl ToString, ne
 
 /// The keys of `from` that [`crate::merge::merge_map`] would set to another value in `into`,
 /// in key order (so that logs and errors are stable), skipping empty keys when `skip_empty_key`.
-fn map_changes(out: &mut Vec<FieldChange>, name: &'static str, into: &HashMap<String, String>, from: &HashMap<String, String>, skip_empty_key: bool) {
+fn map_changes(
+    out: &mut Vec<FieldChange>,
+    name: &'static str,
+    into: &HashMap<String, String>,
+    from: &HashMap<String, String>,
+    skip_empty_key: bool,
+) {
     let mut changed: Vec<(&String, &String)> =
         from.iter().filter(|(k, v)| !(skip_empty_key && k.is_empty()) && into.get(*k) != Some(*v)).collect();
     changed.sort();
@@ -94,7 +100,12 @@ pub fn resources_changes(cur: &LinuxContainerResources, answer: &LinuxContainerR
         scalar(&mut out, "container_resources.memory_limit_in_bytes", cur.memory_limit_in_bytes, answer.memory_limit_in_bytes);
     }
     if answer.memory_swap_limit_in_bytes > 0 && answer.memory_swap_limit_in_bytes != cur.memory_swap_limit_in_bytes {
-        scalar(&mut out, "container_resources.memory_swap_limit_in_bytes", cur.memory_swap_limit_in_bytes, answer.memory_swap_limit_in_bytes);
+        scalar(
+            &mut out,
+            "container_resources.memory_swap_limit_in_bytes",
+            cur.memory_swap_limit_in_bytes,
+            answer.memory_swap_limit_in_bytes,
+        );
     }
     if answer.oom_score_adj != 0 && (-1000..=1000).contains(&answer.oom_score_adj) && answer.oom_score_adj != cur.oom_score_adj {
         scalar(&mut out, "container_resources.oom_score_adj", cur.oom_score_adj, answer.oom_score_adj);
@@ -294,7 +305,14 @@ mod tests {
     fn empty_values_are_no_change_where_the_merge_rules_say_so() {
         let req = container();
         let sparse = ContainerResourceHookResponse {
-            container_resources: Some(LinuxContainerResources { cpu_shares: 0, cpu_quota: 0, memory_limit_in_bytes: -1, oom_score_adj: 5000, cpuset_cpus: "0-1".into(), ..Default::default() }),
+            container_resources: Some(LinuxContainerResources {
+                cpu_shares: 0,
+                cpu_quota: 0,
+                memory_limit_in_bytes: -1,
+                oom_score_adj: 5000,
+                cpuset_cpus: "0-1".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         assert!(container_changes(&req, &sparse).is_empty());
@@ -312,7 +330,10 @@ mod tests {
         answer = merge::echo_container(&req);
         assert_eq!(merge::container_response_changes(&req, &answer), !container_changes(&req, &answer).is_empty());
         let no_resources = ContainerResourceHookRequest { container_resources: None, ..container() };
-        let shares = ContainerResourceHookResponse { container_resources: Some(LinuxContainerResources { cpu_shares: 5, ..Default::default() }), ..Default::default() };
+        let shares = ContainerResourceHookResponse {
+            container_resources: Some(LinuxContainerResources { cpu_shares: 5, ..Default::default() }),
+            ..Default::default()
+        };
         assert_eq!(names(&container_changes(&no_resources, &shares)), ["container_resources.cpu_shares"]);
     }
 
@@ -368,7 +389,10 @@ mod tests {
     #[test]
     fn the_first_owner_keeps_the_field_and_a_server_never_conflicts_with_itself() {
         let conflicts = chain(container(), &[("a", shares(2)), ("b", shares(3)), ("c", shares(4))]);
-        assert_eq!(conflicts.iter().map(|c| (c.owner.as_str(), c.server.as_str(), c.owner_value.as_str())).collect::<Vec<_>>(), [("a", "b", "2"), ("a", "c", "3")]);
+        assert_eq!(
+            conflicts.iter().map(|c| (c.owner.as_str(), c.server.as_str(), c.owner_value.as_str())).collect::<Vec<_>>(),
+            [("a", "b", "2"), ("a", "c", "3")]
+        );
         let mut owners = Owners::new();
         let changes = container_changes(&container(), &shares(2));
         owners.record("a", &changes);
@@ -380,7 +404,12 @@ mod tests {
     fn pod_fields_conflict_too() {
         let req = PodSandboxHookRequest { cgroup_parent: "/kubepods".into(), ..Default::default() };
         let a = PodSandboxHookResponse { cgroup_parent: "/a".into(), labels: map(&[("l", "1")]), ..Default::default() };
-        let b = PodSandboxHookResponse { cgroup_parent: "/b".into(), labels: map(&[("l", "2")]), annotations: map(&[("n", "1")]), ..Default::default() };
+        let b = PodSandboxHookResponse {
+            cgroup_parent: "/b".into(),
+            labels: map(&[("l", "2")]),
+            annotations: map(&[("n", "1")]),
+            ..Default::default()
+        };
         let mut owners = Owners::new();
         let first = pod_changes(&req, &a);
         owners.record("a", &first);

@@ -67,7 +67,14 @@ impl Setup {
         let mut n = 0;
         for p in pods.iter().filter(|p| p.metadata.as_ref().is_some_and(|m| m.name == pod_name)) {
             let filter = cri::ContainerFilter { pod_sandbox_id: p.id.clone(), ..Default::default() };
-            n += self.rt.list_containers(cri::ListContainersRequest { filter: Some(filter) }).await.expect("ListContainers").into_inner().containers.len();
+            n += self
+                .rt
+                .list_containers(cri::ListContainersRequest { filter: Some(filter) })
+                .await
+                .expect("ListContainers")
+                .into_inner()
+                .containers
+                .len();
         }
         n
     }
@@ -132,19 +139,29 @@ async fn a_conflict_under_warn_keeps_the_later_value_logs_and_counts() {
 /// sees the container.
 #[tokio::test]
 async fn a_conflict_under_fail_refuses_create_container_before_the_runtime() {
-    for (flags, b_extra) in [(vec!["--hook-conflict-policy", "Fail"], json!({"order": 2})), (vec![], json!({"order": 2, "conflict-policy": "Fail"}))] {
+    for (flags, b_extra) in
+        [(vec!["--hook-conflict-policy", "Fail"], json!({"order": 2})), (vec![], json!({"order": 2, "conflict-policy": "Fail"}))]
+    {
         let mut s = setup(&flags);
         let (a, b) = (shares_hook(700).await, shares_hook(900).await);
         s.register("a.json", a.socket(), "Ignore", &["PreCreateContainer"], json!({"order": 1}));
         s.register("b.json", b.socket(), "Ignore", &["PreCreateContainer"], b_extra.clone());
         let sandbox = s.sandbox(&[]);
         let name = sandbox.metadata.as_ref().unwrap().name.clone();
-        let sandbox_id = s.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() }).await.expect("sandbox").into_inner().pod_sandbox_id;
+        let sandbox_id =
+            s.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() })
+                .await
+                .expect("sandbox")
+                .into_inner()
+                .pod_sandbox_id;
         let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
         let container = container_config(&s.env, "main", &["sleep", "3600"], Some(resources), &[]);
-        let err = s
-            .rt
-            .create_container(cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.clone(), config: Some(container), sandbox_config: Some(sandbox) })
+        let err =
+            s.rt.create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.clone(),
+                config: Some(container),
+                sandbox_config: Some(sandbox),
+            })
             .await
             .expect_err("a conflict under Fail");
         assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{flags:?} {b_extra}: {err:?}");

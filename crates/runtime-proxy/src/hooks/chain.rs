@@ -40,8 +40,8 @@ use hook_api::v1alpha1::{ContainerResourceHookRequest, PodSandboxHookRequest, Po
 
 use crate::admin::metrics::Metrics;
 use crate::hooks::dispatch::HookMessage;
-use crate::hooks::registry::Snapshot;
 pub use crate::hooks::registry::ConflictPolicy;
+use crate::hooks::registry::Snapshot;
 
 /// What the chain's rules read of a hook request, beyond [`HookMessage`].
 pub trait ChainMessage: HookMessage {

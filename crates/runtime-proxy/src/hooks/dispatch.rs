@@ -212,7 +212,8 @@ impl Dispatcher {
             return Ok(());
         }
         let names: Vec<String> = missing.iter().map(|(n, source)| format!("{n} (required by {})", source.describe())).collect();
-        let message = format!("{}: required hook server {} not registered (no registration file of that name)", stage.as_str(), names.join(", "));
+        let message =
+            format!("{}: required hook server {} not registered (no registration file of that name)", stage.as_str(), names.join(", "));
         if required.tolerate_missing {
             tracing::info!(stage = stage.as_str(), "{message}; the pod tolerates missing hook servers: going on");
             return Ok(());
@@ -232,7 +233,14 @@ impl Dispatcher {
     ///
     /// Errors: under `Fail`, `FAILED_PRECONDITION` naming every conflict (stage, field, both
     /// servers and values).
-    fn own<R: ChainMessage>(&self, owners: &mut Owners, server: &HookServer, stage: Stage, req: &R, answer: &R::Answer) -> Result<(), Status> {
+    fn own<R: ChainMessage>(
+        &self,
+        owners: &mut Owners,
+        server: &HookServer,
+        stage: Stage,
+        req: &R,
+        answer: &R::Answer,
+    ) -> Result<(), Status> {
         let changes = req.changes(answer);
         let conflicts = owners.conflicts(&server.name, &changes);
         owners.record(&server.name, &changes);
@@ -252,7 +260,10 @@ impl Dispatcher {
             return Ok(());
         }
         let all: Vec<String> = conflicts.iter().map(ToString::to_string).collect();
-        Err(Status::new(Code::FAILED_PRECONDITION, format!("{} conflict: {} (conflict-policy Fail of {})", stage.as_str(), all.join("; "), server.name)))
+        Err(Status::new(
+            Code::FAILED_PRECONDITION,
+            format!("{} conflict: {} (conflict-policy Fail of {})", stage.as_str(), all.join("; "), server.name),
+        ))
     }
 
     /// A failed call of `server`: recorded for `/status`, logged; the call's refusal when the
@@ -260,7 +271,15 @@ impl Dispatcher {
     ///
     /// Errors: the failure's own code, with a message naming the stage, the server and its
     /// endpoint, the cause and the rule that refuses.
-    fn failed<R: HookMessage>(&self, server: &HookServer, stage: Stage, req: &R, cause: Status, elapsed_us: u64, required: &Required) -> Result<(), Status> {
+    fn failed<R: HookMessage>(
+        &self,
+        server: &HookServer,
+        stage: Stage,
+        req: &R,
+        cause: Status,
+        elapsed_us: u64,
+        required: &Required,
+    ) -> Result<(), Status> {
         // A server (or the proxy) that refuses a message for its size: say which size
         // (a container's request can be MiBs: kubelet copies its preStop handler
         // into an annotation).
@@ -269,8 +288,13 @@ impl Dispatcher {
         let too_large = cause.code == Code::RESOURCE_EXHAUSTED || cause.code == Code::OUT_OF_RANGE;
         let size = if too_large { format!(" (the request was {request_bytes} bytes)") } else { String::new() };
         self.health.record_failure(server, stage, &format!("{}{size}", cause.message));
-        let message =
-            format!("{} hook server {} (unix://{}) failed: {}{size}", stage.as_str(), server.name, server.endpoint.display(), cause.message);
+        let message = format!(
+            "{} hook server {} (unix://{}) failed: {}{size}",
+            stage.as_str(),
+            server.name,
+            server.endpoint.display(),
+            cause.message
+        );
         if server.failure_policy == FailurePolicy::Fail {
             self.metrics.hook_refusal(stage.as_str(), &server.name);
             if required.source(&server.name).is_some() {

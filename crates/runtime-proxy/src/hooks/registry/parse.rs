@@ -643,7 +643,10 @@ mod tests {
             let (server, warnings) = p(&json).unwrap_or_else(|e| panic!("{json}: {e}"));
             assert_eq!(server.conflict_policy, Some(ConflictPolicy::Fail), "{json}");
             assert_eq!(server.failure_policy, FailurePolicy::Ignore, "{json}: the failure policy is not touched");
-            assert!(warnings.iter().any(|w| w.contains(says) && w.contains("the conflict policy cannot be read, so Fail is used")), "{json}: {warnings:?}");
+            assert!(
+                warnings.iter().any(|w| w.contains(says) && w.contains("the conflict policy cannot be read, so Fail is used")),
+                "{json}: {warnings:?}"
+            );
         }
     }
 
