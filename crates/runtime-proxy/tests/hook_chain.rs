@@ -253,3 +253,46 @@ async fn the_skip_label_has_priority_over_required_servers() {
     let pod = Pod::start(&mut s.rt, sandbox, container).await.expect("skipped pod");
     pod.remove(&mut s.rt).await;
 }
+
+/// A hook server cannot un-require a server: a PreRunPodSandbox answer emptying the pod's
+/// required-hook-servers annotation is undone, so the container's stage still requires gpu.json
+/// (whose failure then refuses CreateContainer although its policy is Ignore).
+#[tokio::test]
+async fn a_hook_server_cannot_change_the_required_annotation() {
+    let mut s = setup(&[]);
+    let eraser = TestHook::start(
+        Arc::new(|_, req| Ok(hook_api::merge::echo_container(req))),
+        Arc::new(|_, req| {
+            let mut answer = hook_api::merge::echo_pod(req);
+            answer.annotations.insert(REQUIRED.into(), String::new());
+            Ok(answer)
+        }),
+    )
+    .await;
+    let gpu = TestHook::start(
+        Arc::new(|_, _| Err(tonic::Status::unavailable("gpu agent not ready"))),
+        Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
+    )
+    .await;
+    s.register("eraser.json", eraser.socket(), "Ignore", &["PreRunPodSandbox"], json!({}));
+    s.register("gpu.json", gpu.socket(), "Ignore", &["PreRunPodSandbox", "PreCreateContainer"], json!({}));
+    let err = s.pod(&[(REQUIRED, "gpu.json")]).await.expect_err("still required at PreCreateContainer");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert_names(err.message(), &["PreCreateContainer", "gpu.json", "required by"]);
+    assert!(s.proxy.count_log(&["eraser.json", "may not change this pod annotation"]) >= 1, "{}", s.proxy.log());
+}
+
+/// At a post stage a required server's failure cannot fail the call (the runtime has done it):
+/// the pod runs, the failure is logged and counted.
+#[tokio::test]
+async fn a_required_server_failing_at_a_post_stage_is_only_logged_and_counted() {
+    let mut s = setup(&[]);
+    let gpu = failing_hook().await;
+    s.register("gpu.json", gpu.socket(), "Ignore", &["PostStartContainer"], json!({}));
+    let pod = s.pod(&[(REQUIRED, "gpu.json")]).await.expect("a post stage never refuses");
+    let logged = || s.proxy.count_log(&["PostStartContainer", "gpu.json", "a post stage cannot fail the call"]);
+    assert!(test_support::wait_until(std::time::Duration::from_secs(5), || async { logged() >= 1 }).await, "{}", s.proxy.log());
+    let (_, metrics) = s.proxy.admin_get("/metrics");
+    assert!(metrics.contains(r#"runtime_proxy_hook_required_failures_total{stage="PostStartContainer",server="gpu.json"} 1"#), "{metrics}");
+    pod.remove(&mut s.rt).await;
+}
