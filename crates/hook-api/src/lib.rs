@@ -176,6 +176,7 @@ pub fn status_line(status: &tonic::Status) -> String {
 }
 
 pub mod merge;
+pub mod owners;
 pub mod stage;
 pub mod status;
 

@@ -100,6 +100,20 @@ pub struct Args {
     )]
     pub hook_skip_namespaces: Vec<String>,
 
+    /// What a field conflict between two hook servers of one call does: `Warn` (the later value
+    /// wins; logged and counted in runtime_proxy_hook_conflicts_total) or `Fail` (the call is
+    /// refused with FAILED_PRECONDITION). A registration's `conflict-policy` overrides it for
+    /// the conflicts its server causes.
+    #[arg(long = "hook-conflict-policy", value_name = "POLICY", value_enum, default_value = "Warn")]
+    pub hook_conflict_policy: crate::hooks::chain::ConflictPolicy,
+
+    /// Hook servers (registration names, e.g. `koordlet.json`, comma-separated) every pod
+    /// requires: a pre stage fails the call when one is not registered or its call fails,
+    /// whatever its failure policy. Pods add their own with the
+    /// `runtimeproxy.koordinator.sh/required-hook-servers` annotation.
+    #[arg(long = "required-hook-servers", value_name = "NAME,...", value_delimiter = ',')]
+    pub required_hook_servers: Vec<String>,
+
     /// Directory of hook server registrations (`*.json`, as koordlet writes them).
     #[arg(long = "hook-config-dir", value_name = "DIR", default_value = "/etc/runtime/hookserver.d")]
     pub hook_config_dir: PathBuf,
@@ -177,6 +191,11 @@ impl Args {
             value: self.hook_skip_value.clone(),
             namespaces: self.hook_skip_namespaces.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
         }
+    }
+
+    /// `--required-hook-servers`, trimmed, empty names dropped, each once.
+    pub fn required_hook_servers(&self) -> Vec<String> {
+        crate::hooks::chain::parse_names(&self.required_hook_servers.join(","))
     }
 
     /// The resource limits the flags set.

@@ -151,7 +151,8 @@ impl Shared {
         let store = Arc::new(Store::new());
         let health = Health::for_args(args, metrics.clone());
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
-        let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks);
+        let chain = crate::hooks::chain::NodeChain { conflict_policy: args.hook_conflict_policy, required: args.required_hook_servers() };
+        let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks).with_chain(chain);
         let debug = Arc::new(debug::DebugEndpoint::new(args.debug_addr));
         let status = status::StatusInfo {
             started: std::time::SystemTime::now(),

@@ -7,6 +7,10 @@
 //! | `runtime_proxy_hook_request_duration_seconds` | histogram | `stage`, `server` | one hook server call |
 //! | `runtime_proxy_hook_requests_total` | counter | `stage`, `server`, `result` | hook calls: `ok`, `error`, `timeout` |
 //! | `runtime_proxy_hook_refusals_total` | counter | `stage`, `server` | CRI calls refused because a hook server with failure policy `Fail` failed |
+//! | `runtime_proxy_hook_conflicts_total` | counter | `stage`, `field` | a later hook server changed a field an earlier one of the same chain had changed ([`crate::hooks::chain`]); `field` without the map key (`container_envs`, `container_resources.cpu_shares`) |
+//! | `runtime_proxy_hook_required_failures_total` | counter | `stage`, `server` | calls a required hook server failed (refused at pre stages, only counted at post stages) |
+//! | `runtime_proxy_required_hook_servers_missing_total` | counter | `stage` | calls whose pod required a hook server with no registration (refused at pre stages unless tolerated) |
+//! | `runtime_proxy_tolerate_missing_ignored_total` | counter | | calls of pods with the tolerate-missing annotation outside --runtime-hook-server-namespaces (not honoured) |
 //! | `runtime_proxy_hook_servers` | gauge | | hook servers registered |
 //! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
 //! | `runtime_proxy_hook_config_warnings` | gauge | | registered files with warnings (unknown keys, a failure policy that cannot be read and is taken as Fail, unknown stages) |
@@ -72,6 +76,17 @@ struct HookResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConflictLabels {
+    stage: &'static str,
+    field: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabels {
     endpoint: &'static str,
 }
@@ -114,6 +129,10 @@ pub struct Metrics {
     undecodable: Family<MethodLabels, Counter>,
     skip_label_ignored: Counter,
     log_lines_dropped: Counter,
+    hook_conflicts: Family<ConflictLabels, Counter>,
+    required_failures: Family<HookLabels, Counter>,
+    required_missing: Family<StageLabels, Counter>,
+    tolerate_missing_ignored: Counter,
 }
 
 impl Default for Metrics {
@@ -177,7 +196,35 @@ impl Metrics {
             "Log lines lost because stderr was too slow (queue full) or broken (a closed log pipe)",
             log_lines_dropped.clone(),
         );
+        let hook_conflicts = Family::<ConflictLabels, Counter>::default();
+        registry.register(
+            "hook_conflicts",
+            "Fields a later hook server of a chain changed after an earlier one had, by stage and field (without the map key)",
+            hook_conflicts.clone(),
+        );
+        let required_failures = Family::<HookLabels, Counter>::default();
+        registry.register(
+            "hook_required_failures",
+            "Calls a required hook server failed, by stage and server (refused at pre stages)",
+            required_failures.clone(),
+        );
+        let required_missing = Family::<StageLabels, Counter>::default();
+        registry.register(
+            "required_hook_servers_missing",
+            "Calls whose pod required a hook server with no registration, by stage",
+            required_missing.clone(),
+        );
+        let tolerate_missing_ignored = Counter::default();
+        registry.register(
+            "tolerate_missing_ignored",
+            "Calls of pods with the tolerate-missing-hook-servers annotation outside --runtime-hook-server-namespaces (not honoured)",
+            tolerate_missing_ignored.clone(),
+        );
         Metrics {
+            hook_conflicts,
+            required_failures,
+            required_missing,
+            tolerate_missing_ignored,
             registry,
             cri_duration,
             cri_requests,
@@ -206,6 +253,30 @@ impl Metrics {
     /// `runtime_proxy_skip_label_ignored_total`.
     pub fn skip_label_ignored(&self) {
         self.skip_label_ignored.inc();
+    }
+
+    /// Counts a field conflict in a hook chain: `runtime_proxy_hook_conflicts_total{stage, field}`
+    /// (`field` a name of [`hook_api::owners::Field`], without the key).
+    pub fn hook_conflict(&self, stage: &'static str, field: &'static str) {
+        self.hook_conflicts.get_or_create(&ConflictLabels { stage, field }).inc();
+    }
+
+    /// Counts a call a required hook server failed: `runtime_proxy_hook_required_failures_total{stage, server}`.
+    pub fn required_failure(&self, stage: &str, server: &str) {
+        self.required_failures.get_or_create(&HookLabels { stage: stage.to_owned(), server: server.to_owned() }).inc();
+    }
+
+    /// Counts a call whose pod required a hook server with no registration:
+    /// `runtime_proxy_required_hook_servers_missing_total{stage}` (no server label: the names
+    /// come from pod annotations).
+    pub fn required_missing(&self, stage: &'static str) {
+        self.required_missing.get_or_create(&StageLabels { stage }).inc();
+    }
+
+    /// Counts a call whose pod carries the tolerate-missing annotation in a namespace that may
+    /// not use it: `runtime_proxy_tolerate_missing_ignored_total`.
+    pub fn tolerate_missing_ignored(&self) {
+        self.tolerate_missing_ignored.inc();
     }
 
     /// Records the latest health check of a backend endpoint (`runtime`, `image`):

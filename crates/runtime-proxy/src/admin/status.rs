@@ -408,6 +408,7 @@ mod tests {
             timeout: Duration::from_secs(2),
             order: 0,
             allowed_uids: vec![],
+            conflict_policy: None,
             warnings: vec![],
         }
     }

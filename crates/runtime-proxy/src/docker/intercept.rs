@@ -113,11 +113,14 @@ fn strip_version(path: &str) -> &str {
 }
 
 /// The HTTP status a Docker client gets for a hook failure of gRPC code `code`.
+/// `FAILED_PRECONDITION` (a hook chain's field conflict under `Fail`, a required hook server
+/// not registered) is 409 Conflict: the call conflicts with the node's state, which Docker's
+/// API answers 409 (its clients read it as `errdefs.Conflict`), not a bad request.
 pub fn http_status(code: Code) -> StatusCode {
     match code.0 {
         3 | 11 => StatusCode::BAD_REQUEST,
         5 => StatusCode::NOT_FOUND,
-        6 | 10 => StatusCode::CONFLICT,
+        6 | 9 | 10 => StatusCode::CONFLICT,
         7 | 16 => StatusCode::FORBIDDEN,
         8 => StatusCode::TOO_MANY_REQUESTS,
         14 => StatusCode::SERVICE_UNAVAILABLE,
@@ -588,6 +591,7 @@ mod tests {
         assert_eq!(query_param("x=1", "name"), None);
         assert_eq!(http_status(Code(7)), StatusCode::FORBIDDEN);
         assert_eq!(http_status(Code::UNAVAILABLE), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(http_status(Code::FAILED_PRECONDITION), StatusCode::CONFLICT);
         assert_eq!(http_status(Code::UNKNOWN), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

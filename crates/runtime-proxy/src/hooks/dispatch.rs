@@ -35,8 +35,10 @@ use crate::admin::status::HookHealth;
 use crate::grpc::backend::Backend;
 use crate::grpc::unary_call::{self, Answer};
 use crate::grpc::{self, Code, Status};
+use crate::hooks::chain::{ChainMessage, ConflictPolicy, Kept, NodeChain, Required};
 use crate::hooks::limits::HookLimits;
 use crate::hooks::registry::{FailurePolicy, HookServer, Snapshot, Stage};
+use hook_api::owners::Owners;
 
 /// A hook request type (pod-level or container-level) with its answer type and merge rule.
 pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static {
@@ -106,13 +108,33 @@ pub struct Dispatcher {
     metrics: std::sync::Arc<Metrics>,
     limits: HookLimits,
     health: Arc<HookHealth>,
+    chain: NodeChain,
 }
 
 impl Dispatcher {
     /// A dispatcher with no connections yet, recording into `metrics`; answers beyond `limits`
     /// are hook failures (`RESOURCE_EXHAUSTED`, naming the limit's flag).
     pub fn new(metrics: std::sync::Arc<Metrics>, limits: HookLimits) -> Self {
-        Dispatcher { channels: Mutex::new(Vec::new()), serial: Default::default(), metrics, limits, health: Default::default() }
+        Dispatcher {
+            channels: Mutex::new(Vec::new()),
+            serial: Default::default(),
+            metrics,
+            limits,
+            health: Default::default(),
+            chain: NodeChain::default(),
+        }
+    }
+
+    /// This dispatcher with the node's chain settings (`--hook-conflict-policy`,
+    /// `--required-hook-servers`; default: `Warn`, none).
+    pub fn with_chain(mut self, chain: NodeChain) -> Self {
+        self.chain = chain;
+        self
+    }
+
+    /// The node's chain settings.
+    pub fn chain(&self) -> &NodeChain {
+        &self.chain
     }
 
     /// Each hook server's recent health (last success, last error), as this dispatcher's calls
@@ -122,22 +144,31 @@ impl Dispatcher {
     }
 
     /// Runs `stage` over the servers of `snapshot` registered for it, changing `req` with each
-    /// answer. `deadline` is when the kubelet's call expires, if it set one.
+    /// answer, under the chain's rules ([`crate::hooks::chain`]): `required` names the servers
+    /// the call's pod requires. `deadline` is when the kubelet's call expires, if it set one.
     ///
     /// Returns `req` as it was before the first answer that changed it, or `None` when no
     /// answer changed anything (then nothing was copied: the interceptor has no edits to look
     /// for).
     ///
-    /// Errors: the first failure of a server whose policy is `Fail` (the request keeps the
-    /// changes of the servers before it).
-    pub async fn run<R: HookMessage>(
+    /// Errors (the request keeps the changes of the servers before): at a pre stage,
+    /// `FAILED_PRECONDITION` when a required server is not registered (unless tolerated) or an
+    /// answer conflicts with an earlier server's under conflict policy `Fail`; the failure of a
+    /// required server, or of a server whose failure policy is `Fail` (at any stage).
+    pub async fn run<R: HookMessage + ChainMessage>(
         &self,
         snapshot: &Snapshot,
         stage: Stage,
         req: &mut R,
         deadline: Option<Instant>,
+        required: &Required,
     ) -> Result<Option<R>, Status> {
+        if !required.servers.is_empty() {
+            self.check_missing(snapshot, stage, required)?;
+        }
         let mut before = None;
+        let mut owners = Owners::new();
+        let kept = req.answer_annotations().map(|a| Kept::of(a));
         for server in snapshot.for_stage(stage) {
             let started = Instant::now();
             let outcome = self.call(server, stage, req, deadline).await;
@@ -153,36 +184,136 @@ impl Dispatcher {
                     self.health.record_ok(server);
                     tracing::debug!(stage = stage.as_str(), server = %server.name, elapsed_us, changed = answer.is_some(), "hook called");
                     if let Some(answer) = answer {
+                        if stage.is_pre() {
+                            self.own(&mut owners, server, stage, req, &answer)?;
+                        }
                         before.get_or_insert_with(|| req.clone());
                         req.apply(&answer);
+                        if let (Some(kept), Some(annotations)) = (&kept, req.answer_annotations()) {
+                            for key in kept.restore(annotations) {
+                                tracing::warn!(stage = stage.as_str(), server = %server.name, annotation = key, "a hook server may not change this pod annotation; the pod's own value is kept");
+                            }
+                        }
                     }
                 }
-                Err(cause) => {
-                    // A server (or the proxy) that refuses a message for its size: say which size
-                    // (a container's request can be MiBs: kubelet copies its preStop handler
-                    // into an annotation).
-                    let request_bytes = req.encoded_len();
-                    // (grpc-go answers RESOURCE_EXHAUSTED, tonic OUT_OF_RANGE.)
-                    let too_large = cause.code == Code::RESOURCE_EXHAUSTED || cause.code == Code::OUT_OF_RANGE;
-                    let size = if too_large { format!(" (the request was {request_bytes} bytes)") } else { String::new() };
-                    self.health.record_failure(server, stage, &format!("{}{size}", cause.message));
-                    let message = format!(
-                        "{} hook server {} (unix://{}) failed: {}{size}",
-                        stage.as_str(),
-                        server.name,
-                        server.endpoint.display(),
-                        cause.message
-                    );
-                    if server.failure_policy == FailurePolicy::Fail {
-                        self.metrics.hook_refusal(stage.as_str(), &server.name);
-                        tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; failure-policy Fail: refusing the call");
-                        return Err(Status::new(cause.code, format!("{message} (failure-policy Fail)")));
-                    }
-                    tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; failure-policy Ignore: going on");
-                }
+                Err(cause) => self.failed(server, stage, req, cause, elapsed_us, required)?,
             }
         }
         Ok(before)
+    }
+
+    /// Fails a pre stage when a server `required` names has no registration in `snapshot`, unless
+    /// the pod tolerates that; at a post stage only logs and counts.
+    ///
+    /// Errors: `FAILED_PRECONDITION` naming the servers and what requires them.
+    fn check_missing(&self, snapshot: &Snapshot, stage: Stage, required: &Required) -> Result<(), Status> {
+        let missing = required.missing(snapshot);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = missing.iter().map(|(n, source)| format!("{n} (required by {})", source.describe())).collect();
+        let message =
+            format!("{}: required hook server {} not registered (no registration file of that name)", stage.as_str(), names.join(", "));
+        if required.tolerate_missing {
+            tracing::info!(stage = stage.as_str(), "{message}; the pod tolerates missing hook servers: going on");
+            return Ok(());
+        }
+        self.metrics.required_missing(stage.as_str());
+        if !stage.is_pre() {
+            tracing::warn!(stage = stage.as_str(), "{message}; a post stage cannot fail the call (the runtime has done it)");
+            return Ok(());
+        }
+        tracing::warn!(stage = stage.as_str(), "{message}; refusing the call");
+        Err(Status::new(Code::FAILED_PRECONDITION, message))
+    }
+
+    /// Takes ownership of the fields `server`'s `answer` changes in `req` and reports the
+    /// conflicts with earlier servers: under the server's conflict policy (its
+    /// `conflict-policy`, else the node's) `Warn`, one WARN line and one count per conflict.
+    ///
+    /// Errors: under `Fail`, `FAILED_PRECONDITION` naming every conflict (stage, field, both
+    /// servers and values).
+    fn own<R: ChainMessage>(
+        &self,
+        owners: &mut Owners,
+        server: &HookServer,
+        stage: Stage,
+        req: &R,
+        answer: &R::Answer,
+    ) -> Result<(), Status> {
+        let changes = req.changes(answer);
+        let conflicts = owners.conflicts(&server.name, &changes);
+        owners.record(&server.name, &changes);
+        if conflicts.is_empty() {
+            return Ok(());
+        }
+        let policy = server.conflict_policy.unwrap_or(self.chain.conflict_policy);
+        for c in &conflicts {
+            self.metrics.hook_conflict(stage.as_str(), c.field.name);
+            let outcome = match policy {
+                ConflictPolicy::Warn => format!("{}'s value is used", c.server),
+                ConflictPolicy::Fail => "refusing the call".to_owned(),
+            };
+            tracing::warn!(stage = stage.as_str(), field = %c.field, owner = %c.owner, server = %c.server, "{} conflict: {c}; conflict-policy {policy}: {outcome}", stage.as_str());
+        }
+        if policy == ConflictPolicy::Warn {
+            return Ok(());
+        }
+        let all: Vec<String> = conflicts.iter().map(ToString::to_string).collect();
+        Err(Status::new(
+            Code::FAILED_PRECONDITION,
+            format!("{} conflict: {} (conflict-policy Fail of {})", stage.as_str(), all.join("; "), server.name),
+        ))
+    }
+
+    /// A failed call of `server`: recorded for `/status`, logged; the call's refusal when the
+    /// server's failure policy is `Fail` or the pod requires it at a pre stage.
+    ///
+    /// Errors: the failure's own code, with a message naming the stage, the server and its
+    /// endpoint, the cause and the rule that refuses.
+    fn failed<R: HookMessage>(
+        &self,
+        server: &HookServer,
+        stage: Stage,
+        req: &R,
+        cause: Status,
+        elapsed_us: u64,
+        required: &Required,
+    ) -> Result<(), Status> {
+        // A server (or the proxy) that refuses a message for its size: say which size
+        // (a container's request can be MiBs: kubelet copies its preStop handler
+        // into an annotation).
+        let request_bytes = req.encoded_len();
+        // (grpc-go answers RESOURCE_EXHAUSTED, tonic OUT_OF_RANGE.)
+        let too_large = cause.code == Code::RESOURCE_EXHAUSTED || cause.code == Code::OUT_OF_RANGE;
+        let size = if too_large { format!(" (the request was {request_bytes} bytes)") } else { String::new() };
+        self.health.record_failure(server, stage, &format!("{}{size}", cause.message));
+        let message = format!(
+            "{} hook server {} (unix://{}) failed: {}{size}",
+            stage.as_str(),
+            server.name,
+            server.endpoint.display(),
+            cause.message
+        );
+        if server.failure_policy == FailurePolicy::Fail {
+            self.metrics.hook_refusal(stage.as_str(), &server.name);
+            if required.source(&server.name).is_some() {
+                self.metrics.required_failure(stage.as_str(), &server.name);
+            }
+            tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; failure-policy Fail: refusing the call");
+            return Err(Status::new(cause.code, format!("{message} (failure-policy Fail)")));
+        }
+        if let Some(source) = required.source(&server.name) {
+            self.metrics.required_failure(stage.as_str(), &server.name);
+            if stage.is_pre() {
+                tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; required by {}: refusing the call", source.describe());
+                return Err(Status::new(cause.code, format!("{message} (required by {})", source.describe())));
+            }
+            tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; required by {}, but a post stage cannot fail the call (the runtime has done it)", source.describe());
+            return Ok(());
+        }
+        tracing::warn!(stage = stage.as_str(), server = %server.name, elapsed_us, request_bytes, "{message}; failure-policy Ignore: going on");
+        Ok(())
     }
 
     /// One hook call: `req` to `server`'s `stage` RPC, within the server's timeout capped by

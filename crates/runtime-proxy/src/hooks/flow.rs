@@ -43,6 +43,7 @@ use hook_api::v1alpha1 as hook;
 use super::stages::MethodSpec;
 use super::Hooks;
 use crate::grpc::Status;
+use crate::hooks::chain::{ChainMessage, Required};
 use crate::hooks::registry::{Snapshot, Stage};
 use crate::hooks::store::{PodGuard, Store};
 
@@ -163,7 +164,9 @@ pub async fn drive<F: Front>(
         None => None,
     };
     let snapshot = hooks.registry.snapshot();
-    let pre = spec.pre.filter(|&stage| snapshot.for_stage(stage).next().is_some());
+    // A pre stage runs even with no server registered for it: the pod may require one
+    // (`crate::hooks::chain`), which only loading the call tells.
+    let pre = spec.pre;
     // Whether the call's pod skips the hooks (the skip label), once its call is decoded.
     let mut skipped = None;
     let (answer, call) = match pre {
@@ -229,12 +232,24 @@ pub async fn run_stage(
 ) -> Result<BeforeHooks, Status> {
     let dispatcher = &hooks.dispatcher;
     Ok(match request {
-        Some(HookRequest::Pod(p)) => dispatcher.run(snapshot, stage, p, deadline).await?.map_or(BeforeHooks::Unchanged, BeforeHooks::Pod),
+        Some(HookRequest::Pod(p)) => {
+            let required = required(hooks, stage, p);
+            dispatcher.run(snapshot, stage, p, deadline, &required).await?.map_or(BeforeHooks::Unchanged, BeforeHooks::Pod)
+        }
         Some(HookRequest::Container(c)) => {
-            dispatcher.run(snapshot, stage, c, deadline).await?.map_or(BeforeHooks::Unchanged, BeforeHooks::Container)
+            let required = required(hooks, stage, c);
+            dispatcher.run(snapshot, stage, c, deadline, &required).await?.map_or(BeforeHooks::Unchanged, BeforeHooks::Container)
         }
         None => BeforeHooks::Unchanged,
     })
+}
+
+/// The hook servers the pod of `request` requires at `stage` (see [`Required::of_pod`]); an
+/// ignored tolerate annotation is reported at pre stages only (once per call).
+fn required(hooks: &Hooks, stage: Stage, request: &impl ChainMessage) -> Required {
+    let (annotations, meta) = request.pod();
+    let node = &hooks.dispatcher.chain().required;
+    Required::of_pod(node, annotations, meta, &hooks.skip_label.namespaces, stage.as_str(), &hooks.metrics, stage.is_pre())
 }
 
 /// Lets the tasks woken so far run before this one goes on: the task wakes itself and returns

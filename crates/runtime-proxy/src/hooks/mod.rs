@@ -13,6 +13,8 @@
 //!   immutable snapshots.
 //! * [`dispatch`] — a stage's hook calls: ordered, chained, deadline-bound, under each server's
 //!   failure policy.
+//! * [`chain`] — the chain's rules beyond the merge: field ownership (conflicts between hook
+//!   servers, `--hook-conflict-policy`) and required hook servers.
 //! * [`store`] — what the proxy knows of each pod sandbox and container, the per-pod locks, and
 //!   the sweep both front ends' recovery uses.
 //! * [`skip_label`] — the label that exempts a pod (the hook servers' own) from every hook.
@@ -24,6 +26,7 @@
 //! [`flow::drive`].
 
 pub mod body;
+pub mod chain;
 pub mod dispatch;
 pub mod flow;
 pub mod limits;

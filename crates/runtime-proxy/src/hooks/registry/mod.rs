@@ -20,7 +20,7 @@
 //!
 //! # Format
 //!
-//! koord-runtime-proxy's `RuntimeHookConfig`, as koordlet writes it, plus two optional keys:
+//! koord-runtime-proxy's `RuntimeHookConfig`, as koordlet writes it, plus optional keys of ours:
 //!
 //! ```json
 //! { "remote-endpoint": "/var/run/koordlet/koordlet.sock",
@@ -49,6 +49,10 @@
 //! * `allowed-uids` (ours): the uids the process serving the socket may run as, checked on
 //!   every new connection with `SO_PEERCRED`; default root and the proxy's own uid. A server
 //!   run by anyone else fails its calls (under its failure policy), naming the uid and pid.
+//! * `conflict-policy` (ours): `"Warn"`, `"Fail"`, `""` or absent (= `--hook-conflict-policy`):
+//!   what a field conflict this server causes in a hook chain does to the call
+//!   ([`crate::hooks::chain`]). Read like `failure-policy`: a value that cannot be read, or the
+//!   key misspelt, is **Fail** with a warning.
 //!
 //! Unknown keys are ignored with a warning naming the key and the known key it probably means
 //! ([`likely_key`]: the same letters with other separators or case, or a couple of typos away),

@@ -34,8 +34,11 @@ pub mod keys {
     pub const ORDER: &str = "order";
     /// Ours: the uids the hook server process may run as (checked with SO_PEERCRED).
     pub const ALLOWED_UIDS: &str = "allowed-uids";
+    /// Ours: `"Warn"` or `"Fail"`, what a field conflict this server causes does to the call
+    /// (absent: `--hook-conflict-policy`).
+    pub const CONFLICT_POLICY: &str = "conflict-policy";
     /// Every key the proxy reads, in the order of the documentation.
-    pub const ALL: [&str; 6] = [REMOTE_ENDPOINT, FAILURE_POLICY, RUNTIME_HOOKS, TIMEOUT_MS, ORDER, ALLOWED_UIDS];
+    pub const ALL: [&str; 7] = [REMOTE_ENDPOINT, FAILURE_POLICY, RUNTIME_HOOKS, TIMEOUT_MS, ORDER, ALLOWED_UIDS, CONFLICT_POLICY];
 }
 
 /// The known key an unknown `key` probably means, if any: equal to it once case and separators
@@ -93,6 +96,35 @@ impl fmt::Display for FailurePolicy {
     }
 }
 
+/// What a field conflict in a hook chain does to the call (see [`crate::hooks::chain`]):
+/// `--hook-conflict-policy`, or a registration file's `conflict-policy` for the conflicts its
+/// server causes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]
+#[value(rename_all = "verbatim")]
+pub enum ConflictPolicy {
+    /// The later server's value wins (as without ownership); the conflict is logged and counted.
+    #[default]
+    Warn,
+    /// The call is refused with `FAILED_PRECONDITION` before the runtime sees it.
+    Fail,
+}
+
+impl ConflictPolicy {
+    /// `"Warn"` or `"Fail"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConflictPolicy::Warn => "Warn",
+            ConflictPolicy::Fail => "Fail",
+        }
+    }
+}
+
+impl fmt::Display for ConflictPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // HookServer and parse
 // ---------------------------------------------------------------------------------------------
@@ -120,6 +152,10 @@ pub struct HookServer {
     /// `allowed-uids`: the uids the hook server process may run as (SO_PEERCRED); empty means
     /// the default, root and the proxy's own uid.
     pub allowed_uids: Vec<u32>,
+    /// `conflict-policy`: what a field conflict this server causes does to the call; `None`
+    /// (absent, `null` or `""`): the node's `--hook-conflict-policy`. A value that cannot be read
+    /// is [`ConflictPolicy::Fail`] with a warning (fail closed, as for `failure-policy`).
+    pub conflict_policy: Option<ConflictPolicy>,
     /// What [`parse`] warned about (unknown keys, an unreadable failure policy taken as Fail,
     /// unknown stages, …), each naming the file; empty for a clean file. The registry logs
     /// them when it takes the file up, and `runtime_proxy_hook_config_warnings` counts the
@@ -294,6 +330,7 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
         },
         Some(v) => unreadable_policy(format!("\"failure-policy\" is {}, not a string", json_kind(v))),
     };
+    let conflict_policy = conflict_policy(&obj, &name, &mut warnings);
     for key in obj.keys().filter(|k| !keys::ALL.iter().any(|known| k.eq_ignore_ascii_case(known))) {
         warnings.push(match likely_key(key) {
             Some(known) => format!("{name}: unknown key {key:?} ignored; did you mean {known:?}?"),
@@ -363,9 +400,33 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
         timeout,
         order,
         allowed_uids,
+        conflict_policy,
         warnings: warnings.clone(),
     };
     Ok((server, warnings))
+}
+
+/// `conflict-policy`, read as `failure-policy` is: absent, `null` or `""` → `None` (the node's
+/// flag); `"Warn"` or `"Fail"` (case matters); anything else, or a key that looks like a typo of
+/// it, → `Fail` with a warning naming the file and what is wrong (fail closed).
+fn conflict_policy(obj: &Map<String, Value>, name: &str, warnings: &mut Vec<String>) -> Option<ConflictPolicy> {
+    let mut unreadable = |why: String| {
+        warnings.push(format!("{name}: {why}; the conflict policy cannot be read, so Fail is used (fail closed) until the file is fixed"));
+        Some(ConflictPolicy::Fail)
+    };
+    match field(obj, keys::CONFLICT_POLICY) {
+        None => match obj.keys().find(|k| !k.eq_ignore_ascii_case(keys::CONFLICT_POLICY) && likely_key(k) == Some(keys::CONFLICT_POLICY)) {
+            Some(typo) => unreadable(format!("key {typo:?} is not \"conflict-policy\"")),
+            None => None,
+        },
+        Some(Value::String(s)) => match s.as_str() {
+            "" => None,
+            "Warn" => Some(ConflictPolicy::Warn),
+            "Fail" => Some(ConflictPolicy::Fail),
+            other => unreadable(format!("\"conflict-policy\" {other:?} is neither \"Warn\" nor \"Fail\" (case matters)")),
+        },
+        Some(v) => unreadable(format!("\"conflict-policy\" is {}, not a string", json_kind(v))),
+    }
 }
 
 /// The value of `key`, `null` counting as absent. Like Go's `encoding/json`: an exact match
@@ -556,6 +617,39 @@ mod tests {
         assert!(w.iter().any(|w| w.contains(r#"unknown key "failure_policy" ignored; did you mean "failure-policy"?"#)), "{w:?}");
     }
 
+    /// `conflict-policy`: absent or empty is the node's flag; Warn and Fail as written; anything
+    /// else is Fail (fail closed) with a warning naming the file and what was read.
+    #[test]
+    fn conflict_policies() {
+        for (json, want) in [
+            (r#"{"remote-endpoint":"/s.sock"}"#, None),
+            (r#"{"remote-endpoint":"/s.sock","conflict-policy":""}"#, None),
+            (r#"{"remote-endpoint":"/s.sock","conflict-policy":null}"#, None),
+            (r#"{"remote-endpoint":"/s.sock","conflict-policy":"Warn"}"#, Some(ConflictPolicy::Warn)),
+            (r#"{"remote-endpoint":"/s.sock","conflict-policy":"Fail"}"#, Some(ConflictPolicy::Fail)),
+            (r#"{"remote-endpoint":"/s.sock","CONFLICT-POLICY":"Warn"}"#, Some(ConflictPolicy::Warn)),
+        ] {
+            assert_eq!(ok(json).conflict_policy, want, "{json}");
+        }
+        for (entry, says) in [
+            (r#""conflict-policy":"warn""#, r#"test.json: "conflict-policy" "warn" is neither "Warn" nor "Fail" (case matters)"#),
+            (r#""conflict-policy":"Ignore""#, r#""Ignore" is neither"#),
+            (r#""conflict-policy":1"#, r#""conflict-policy" is a number, not a string"#),
+            (r#""conflict_policy":"Warn""#, r#"key "conflict_policy" is not "conflict-policy""#),
+            (r#""conflictPolicy":"Warn""#, r#"key "conflictPolicy" is not"#),
+            (r#""conflict-polcy":"Warn""#, r#"key "conflict-polcy" is not"#),
+        ] {
+            let json = format!(r#"{{"remote-endpoint":"/s.sock","runtime-hooks":["PreCreateContainer"],{entry}}}"#);
+            let (server, warnings) = p(&json).unwrap_or_else(|e| panic!("{json}: {e}"));
+            assert_eq!(server.conflict_policy, Some(ConflictPolicy::Fail), "{json}");
+            assert_eq!(server.failure_policy, FailurePolicy::Ignore, "{json}: the failure policy is not touched");
+            assert!(
+                warnings.iter().any(|w| w.contains(says) && w.contains("the conflict policy cannot be read, so Fail is used")),
+                "{json}: {warnings:?}"
+            );
+        }
+    }
+
     /// Every unknown key is a warning naming it and the key it probably means.
     #[test]
     fn unknown_keys_are_named_with_the_key_they_may_mean() {
@@ -567,7 +661,7 @@ mod tests {
         assert!(has(r#"unknown key "Order " ignored; did you mean "order"?"#), "{w:?}");
         assert!(
             has(
-                r#"unknown key "comment" ignored (known keys: remote-endpoint, failure-policy, runtime-hooks, timeout-ms, order, allowed-uids)"#
+                r#"unknown key "comment" ignored (known keys: remote-endpoint, failure-policy, runtime-hooks, timeout-ms, order, allowed-uids, conflict-policy)"#
             ),
             "{w:?}"
         );
