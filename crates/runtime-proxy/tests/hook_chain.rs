@@ -190,6 +190,38 @@ async fn a_required_server_not_registered_fails_run_pod_sandbox() {
     plain.remove(&mut s.rt).await;
 }
 
+/// A required server gone between RunPodSandbox and CreateContainer, with no server left for
+/// PreCreateContainer: the container's creation still fails (the proxy does not skip a stage no
+/// server registered for while a stored pod requires servers).
+#[tokio::test]
+async fn a_required_server_unregistered_after_the_sandbox_fails_create_container() {
+    let mut s = setup(&[]);
+    let gpu = shares_hook(700).await;
+    s.register("gpu.json", gpu.socket(), "Ignore", &["PreRunPodSandbox"], json!({}));
+    let sandbox = s.sandbox(&[(REQUIRED, "gpu.json")]);
+    let sandbox_id =
+        s.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() })
+            .await
+            .expect("sandbox, gpu.json registered")
+            .into_inner()
+            .pod_sandbox_id;
+    let before = s.proxy.count_log(&["hook server removed", "gpu.json"]);
+    std::fs::remove_file(s.dir.path().join("gpu.json")).unwrap();
+    assert!(s.proxy.wait_log(&["hook server removed", "gpu.json"], before), "registry did not drop gpu.json:\n{}", s.proxy.log());
+    let container = container_config(&s.env, "main", &["sleep", "3600"], None, &[]);
+    let err =
+        s.rt.create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.clone(),
+            config: Some(container),
+            sandbox_config: Some(sandbox),
+        })
+        .await
+        .expect_err("gpu.json is gone");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert_names(err.message(), &["PreCreateContainer", "gpu.json", "not registered"]);
+    test_support::containerd::remove_sandbox(&mut s.rt, &sandbox_id).await;
+}
+
 /// A required server whose failure policy is Ignore still fails the call when its call fails;
 /// for a pod that does not require it, Ignore holds.
 #[tokio::test]

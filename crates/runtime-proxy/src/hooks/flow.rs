@@ -164,9 +164,15 @@ pub async fn drive<F: Front>(
         None => None,
     };
     let snapshot = hooks.registry.snapshot();
-    // A pre stage runs even with no server registered for it: the pod may require one
-    // (`crate::hooks::chain`), which only loading the call tells.
-    let pre = spec.pre;
+    // A pre stage with no server registered for it runs only where a server may be required
+    // (`crate::hooks::chain`): by the node, by a stored pod, or by the pod a RunPodSandbox
+    // creates (its annotations are in the call). Otherwise the call goes on without it.
+    let pre = spec.pre.filter(|&stage| {
+        snapshot.for_stage(stage).next().is_some()
+            || stage == Stage::PreRunPodSandbox
+            || !hooks.dispatcher.chain().required.is_empty()
+            || hooks.store.any_pod_requires_servers()
+    });
     // Whether the call's pod skips the hooks (the skip label), once its call is decoded.
     let mut skipped = None;
     let (answer, call) = match pre {

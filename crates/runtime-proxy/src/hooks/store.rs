@@ -11,6 +11,7 @@
 //! removes its containers). Readers get copies: an entry changes only under the map's write lock.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -32,6 +33,14 @@ pub struct ContainerEntry {
 pub struct Store {
     pods: RwLock<HashMap<String, PodSandboxHookRequest>>,
     containers: RwLock<HashMap<String, ContainerEntry>>,
+    /// How many stored pods carry the required-hook-servers annotation
+    /// ([`crate::hooks::chain::REQUIRED_ANNOTATION`]); kept under the `pods` write lock.
+    requiring: AtomicUsize,
+}
+
+/// Whether `pod` names hook servers it requires (its required-hook-servers annotation).
+fn requires(pod: &PodSandboxHookRequest) -> bool {
+    pod.annotations.contains_key(crate::hooks::chain::REQUIRED_ANNOTATION)
 }
 
 impl Store {
@@ -57,7 +66,20 @@ impl Store {
 
     /// Records (or replaces) the pod sandbox `sandbox_id`.
     pub fn put_pod(&self, sandbox_id: &str, pod: PodSandboxHookRequest) {
-        self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(sandbox_id.to_owned(), pod);
+        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+        let now = requires(&pod);
+        let before = pods.insert(sandbox_id.to_owned(), pod).is_some_and(|old| requires(&old));
+        match (before, now) {
+            (false, true) => self.requiring.fetch_add(1, Ordering::Relaxed),
+            (true, false) => self.requiring.fetch_sub(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
+
+    /// Whether some stored pod sandbox names hook servers it requires: when none does (and the
+    /// node requires none), a call of a stage no server registered for needs no hook flow.
+    pub fn any_pod_requires_servers(&self) -> bool {
+        self.requiring.load(Ordering::Relaxed) > 0
     }
 
     /// Sets the stored overhead and resources of the pod sandbox `sandbox_id` to those given
@@ -91,7 +113,11 @@ impl Store {
 
     /// Forgets the pod sandbox `sandbox_id` and every container in it.
     pub fn remove_pod(&self, sandbox_id: &str) {
-        self.pods.write().unwrap_or_else(|p| p.into_inner()).remove(sandbox_id);
+        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+        if pods.remove(sandbox_id).is_some_and(|old| requires(&old)) {
+            self.requiring.fetch_sub(1, Ordering::Relaxed);
+        }
+        drop(pods);
         self.containers.write().unwrap_or_else(|p| p.into_inner()).retain(|_, c| c.sandbox_id != sandbox_id);
     }
 
@@ -165,6 +191,26 @@ pub fn sweep(store: &Store, live_sandboxes: &HashSet<String>, live_containers: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_pods_that_require_hook_servers() {
+        let store = Store::new();
+        let requiring = |v: &str| PodSandboxHookRequest {
+            annotations: [(crate::hooks::chain::REQUIRED_ANNOTATION.to_owned(), v.to_owned())].into(),
+            ..Default::default()
+        };
+        store.put_pod("plain", PodSandboxHookRequest::default());
+        assert!(!store.any_pod_requires_servers());
+        store.put_pod("a", requiring("x"));
+        store.put_pod("a", requiring("y"));
+        store.put_pod("b", requiring("x"));
+        assert_eq!(store.requiring.load(Ordering::Relaxed), 2, "a replaced entry is counted once");
+        store.put_pod("b", PodSandboxHookRequest::default());
+        store.remove_pod("plain");
+        assert!(store.any_pod_requires_servers());
+        sweep(&store, &HashSet::new(), &HashSet::new());
+        assert!(!store.any_pod_requires_servers(), "swept pods are no longer counted");
+    }
 
     #[tokio::test]
     async fn same_pod_waits_other_pods_do_not() {
