@@ -13,6 +13,7 @@
 //! What a plugin does with an event is its own ([`plugin::Handler`]); nothing here knows hooks
 //! or cgroups.
 
+pub mod convert;
 pub mod plugin;
 pub mod wire;
 
