@@ -32,6 +32,7 @@ pub mod docker;
 pub mod grpc;
 pub mod hooks;
 pub mod listener;
+pub mod nri;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -43,7 +44,7 @@ use daemon_support::signals::Reloads;
 use crate::admin::health::Health;
 use crate::admin::metrics::{Admin, Metrics};
 use crate::admin::{debug, metrics, status};
-use crate::cli::{Args, BackendRuntimeMode};
+use crate::cli::{Args, BackendRuntimeMode, Frontend};
 use crate::cri::intercept::Interceptor;
 use crate::cri::router::Router;
 use crate::cri::{recover, server};
@@ -61,6 +62,9 @@ use crate::hooks::Hooks;
 /// Errors: the listening socket is a
 /// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
+    if args.frontend == Frontend::Nri {
+        return run_nri(args, shutdown, reloads).await;
+    }
     for (flag, backend) in
         [("--remote-runtime-service-endpoint", &args.runtime_endpoint), ("--remote-image-service-endpoint", args.image_endpoint())]
     {
@@ -120,7 +124,30 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Opt
     docker::serve(listener, &args.listen, front, shutdown, args.drain_timeout).await
 }
 
-/// What both front ends share: the watched registry, the store, the dispatcher, the per-pod
+/// NRI mode: one NRI plugin of the runtime at `--nri-socket`, with the same hook state as CRI
+/// mode ([`nri`]); no listening socket, no backend endpoint (and no backend health checks).
+async fn run_nri(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let shared = Shared::start(&args, metrics)?;
+    let _reloads = shared.follow_reloads(reloads);
+    let options = nri_plugin::Options {
+        socket: args.nri_socket.clone(),
+        name: args.nri_plugin_name.clone(),
+        index: args.nri_plugin_index.clone(),
+        program: "runtime-proxy",
+    };
+    tracing::info!(
+        nri_socket = %args.nri_socket.display(),
+        name = %args.nri_plugin_name,
+        index = %args.nri_plugin_index,
+        hook_config_dir = %args.hook_config_dir.display(),
+        "runtime-proxy serving as an NRI plugin"
+    );
+    notify_systemd(daemon_support::sd_notify::READY);
+    nri::run(shared.hooks.clone(), options, shutdown).await
+}
+
+/// What the front ends share: the watched registry, the store, the dispatcher, the per-pod
 /// locks and skip label (in one [`Hooks`]), the backends' health checks and the admin and
 /// debug endpoints. Background tasks end when it is dropped.
 struct Shared {
@@ -146,10 +173,15 @@ impl Shared {
         if let Some(image) = args.image_endpoint.as_ref().filter(|i| **i != args.runtime_endpoint) {
             reserved.push((image.clone(), "the image service's socket (--remote-image-service-endpoint)".to_owned()));
         }
+        if args.frontend == Frontend::Nri {
+            reserved = vec![(args.nri_socket.clone(), "the runtime's NRI socket (--nri-socket)".to_owned())];
+        }
         let registry = Registry::open_reserving(&args.hook_config_dir, !args.insecure_hook_config, reserved);
         let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
         let store = Arc::new(Store::new());
-        let health = Health::for_args(args, metrics.clone());
+        // An NRI plugin has no backend to check: the runtime calls it.
+        let health =
+            if args.frontend == Frontend::Nri { Health::new(Vec::new(), metrics.clone()) } else { Health::for_args(args, metrics.clone()) };
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
         let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks);
         let debug = Arc::new(debug::DebugEndpoint::new(args.debug_addr));

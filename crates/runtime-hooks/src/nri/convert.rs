@@ -26,8 +26,6 @@
 //! | `mounts` | `mounts` (`Mount`: destination, type, source, options) | – |
 //! | `pod_cgroup` | written by runtime-hooks itself | the same |
 
-
-
 use super::proto::api as nri;
 use crate::change::{Change, Device, Mount, Resources};
 use crate::context::{ContainerContext, PodContext};
