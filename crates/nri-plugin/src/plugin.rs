@@ -85,22 +85,35 @@ pub trait Handler: Send {
 
     /// `Synchronize`: the pods and containers that exist (every part of a split Synchronize,
     /// together); the answer is the container updates the runtime applies.
-    fn synchronize(&mut self, pods: Vec<nri::PodSandbox>, containers: Vec<nri::Container>) -> impl Future<Output = Vec<nri::ContainerUpdate>> + Send;
+    fn synchronize(
+        &mut self,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+    ) -> impl Future<Output = Vec<nri::ContainerUpdate>> + Send;
 
     /// `CreateContainer`, before the container is created.
     ///
     /// Errors: a [`Refusal`] fails the container's creation.
-    fn create_container(&mut self, req: nri::CreateContainerRequest) -> impl Future<Output = Result<nri::CreateContainerResponse, Refusal>> + Send;
+    fn create_container(
+        &mut self,
+        req: nri::CreateContainerRequest,
+    ) -> impl Future<Output = Result<nri::CreateContainerResponse, Refusal>> + Send;
 
     /// `UpdateContainer` (kubelet's UpdateContainerResources), before the runtime applies it.
     ///
     /// Errors: a [`Refusal`] fails the update.
-    fn update_container(&mut self, req: nri::UpdateContainerRequest) -> impl Future<Output = Result<nri::UpdateContainerResponse, Refusal>> + Send;
+    fn update_container(
+        &mut self,
+        req: nri::UpdateContainerRequest,
+    ) -> impl Future<Output = Result<nri::UpdateContainerResponse, Refusal>> + Send;
 
     /// `StopContainer`, once the container stopped.
     ///
     /// Errors: a [`Refusal`] (the runtime logs it).
-    fn stop_container(&mut self, req: nri::StopContainerRequest) -> impl Future<Output = Result<nri::StopContainerResponse, Refusal>> + Send;
+    fn stop_container(
+        &mut self,
+        req: nri::StopContainerRequest,
+    ) -> impl Future<Output = Result<nri::StopContainerResponse, Refusal>> + Send;
 
     /// `StateChange`: RunPodSandbox, StopPodSandbox, RemovePodSandbox, StartContainer,
     /// PostStartContainer, RemoveContainer and the other events without an answer.
@@ -397,7 +410,8 @@ impl<'a, H: Handler> Session<'a, H> {
 ///
 /// Errors: `INVALID_ARGUMENT` naming the method.
 fn decoded<M: Message + Default>(program: &str, method: &str, payload: &[u8]) -> Result<M, Refusal> {
-    M::decode(payload).map_err(|e| Refusal { code: CODE_INVALID_ARGUMENT, message: format!("{program}: undecodable {method} request: {e}") })
+    M::decode(payload)
+        .map_err(|e| Refusal { code: CODE_INVALID_ARGUMENT, message: format!("{program}: undecodable {method} request: {e}") })
 }
 
 /// Sends a request of the `Runtime` service; its response is matched by stream ID in `calls`.

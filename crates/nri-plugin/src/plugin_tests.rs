@@ -63,7 +63,8 @@ async fn a_synchronize_in_parts_is_taken_whole() {
         let big = nri::BytesEntry { key: b"padding".to_vec(), value: vec![b'x'; 3 << 20] };
         nri::PodSandbox { id: id.into(), annotations: vec![big], ..Default::default() }.encode_to_vec()
     };
-    let container = |id: &str, pod: &str| nri::Container { id: id.into(), pod_sandbox_id: pod.into(), ..Default::default() }.encode_to_vec();
+    let container =
+        |id: &str, pod: &str| nri::Container { id: id.into(), pod_sandbox_id: pod.into(), ..Default::default() }.encode_to_vec();
     let part =
         |p: &str, c: &str, more: bool| SynchronizeItems { pods: vec![pod(p)], containers: vec![container(c, p)], more }.encode_to_vec();
     let first = part("p1", "c1", true);
@@ -128,8 +129,7 @@ async fn a_close_between_configure_and_synchronize_is_a_failed_synchronization()
         });
         let (mut handler, options) = (Recorder::default(), options(socket));
         let mut session = Session::new(&mut handler, &options);
-        let outcome =
-            tokio::time::timeout(Duration::from_secs(2), session.serve(&mut None)).await.expect("the session ends at the close");
+        let outcome = tokio::time::timeout(Duration::from_secs(2), session.serve(&mut None)).await.expect("the session ends at the close");
         runtime.await.unwrap();
         match (configure, outcome) {
             (false, outcome) => assert!(outcome.is_ok(), "{outcome:?}"),

@@ -120,11 +120,7 @@ impl Setup {
     async fn environ(&mut self, pod: &Pod) -> String {
         let out = self
             .rt
-            .exec_sync(cri::ExecSyncRequest {
-                container_id: pod.container_id.clone(),
-                cmd: vec!["env".into()],
-                timeout: 10,
-            })
+            .exec_sync(cri::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["env".into()], timeout: 10 })
             .await
             .expect("ExecSync")
             .into_inner();
@@ -159,14 +155,8 @@ async fn a_grpcio_hook_server_reaches_the_real_container_through_nri() {
     let Some(mut s) = setup() else { return };
     let py_dir = tempfile::Builder::new().prefix("rp-py").tempdir().unwrap();
     let py = test_support::clients::PyHookServer::start(py_dir.path());
-    let stages = [
-        "PreRunPodSandbox",
-        "PreCreateContainer",
-        "PreStartContainer",
-        "PostStartContainer",
-        "PostStopContainer",
-        "PostStopPodSandbox",
-    ];
+    let stages =
+        ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStartContainer", "PostStopContainer", "PostStopPodSandbox"];
     s.register("py.json", &py.socket, "Fail", &stages, json!({}));
     s.start_proxy();
     let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));

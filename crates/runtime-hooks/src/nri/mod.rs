@@ -81,7 +81,11 @@ pub fn event_of(stage: Stage) -> Event {
 /// The `ConfigureResponse.events` mask for these stages: bit `event - 1` per event, plus
 /// StopContainer and the remove events (to know which objects are live).
 pub fn event_mask(stages: &[Stage]) -> i32 {
-    nri_plugin::event_mask(stages.iter().map(|s| event_of(*s)).chain([Event::StopContainer, Event::RemovePodSandbox, Event::RemoveContainer]))
+    nri_plugin::event_mask(stages.iter().map(|s| event_of(*s)).chain([
+        Event::StopContainer,
+        Event::RemovePodSandbox,
+        Event::RemoveContainer,
+    ]))
 }
 
 /// Pods and containers the runtime told us about (Synchronize and events), for re-applying

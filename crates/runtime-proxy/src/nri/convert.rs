@@ -90,7 +90,10 @@ impl Changes {
         let adjust = nri::ContainerAdjustment {
             annotations: self.annotations.clone(),
             env: self.env.clone(),
-            linux: self.resources.clone().map(|resources| nri::LinuxContainerAdjustment { resources: Some(resources), ..Default::default() }),
+            linux: self
+                .resources
+                .clone()
+                .map(|resources| nri::LinuxContainerAdjustment { resources: Some(resources), ..Default::default() }),
             ..Default::default()
         };
         (adjust != nri::ContainerAdjustment::default()).then_some(adjust)
@@ -108,7 +111,11 @@ impl Changes {
 
 /// What changed from `before` to `after`. `created`: the container exists already (StartContainer,
 /// UpdateContainer), so env and annotations can no longer change and count as unexpressed.
-pub fn container_changes(before: &hook::ContainerResourceHookRequest, after: &hook::ContainerResourceHookRequest, created: bool) -> Changes {
+pub fn container_changes(
+    before: &hook::ContainerResourceHookRequest,
+    after: &hook::ContainerResourceHookRequest,
+    created: bool,
+) -> Changes {
     let mut changes = Changes::default();
     let (b, a) = (before.container_resources.clone().unwrap_or_default(), after.container_resources.clone().unwrap_or_default());
     changes.resources = resources_diff(&b, &a);

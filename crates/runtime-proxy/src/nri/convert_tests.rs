@@ -19,7 +19,10 @@ fn pod() -> nri::PodSandbox {
 }
 
 fn cpu(shares: u64) -> nri::LinuxResources {
-    nri::LinuxResources { cpu: Some(nri::LinuxCpu { shares: Some(nri::OptionalUInt64 { value: shares }), ..Default::default() }), ..Default::default() }
+    nri::LinuxResources {
+        cpu: Some(nri::LinuxCpu { shares: Some(nri::OptionalUInt64 { value: shares }), ..Default::default() }),
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -49,7 +52,15 @@ fn requests_from_nri() {
 
 #[test]
 fn changes_to_adjustment_and_update() {
-    let before = container_request(&pod(), &nri::Container { id: "c1".into(), linux: Some(nri::LinuxContainer { resources: Some(cpu(2)), ..Default::default() }), ..Default::default() }, None);
+    let before = container_request(
+        &pod(),
+        &nri::Container {
+            id: "c1".into(),
+            linux: Some(nri::LinuxContainer { resources: Some(cpu(2)), ..Default::default() }),
+            ..Default::default()
+        },
+        None,
+    );
     let mut after = before.clone();
     {
         let r = after.container_resources.as_mut().unwrap();

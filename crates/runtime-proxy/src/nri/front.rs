@@ -43,7 +43,8 @@ pub enum Kind {
 
 /// NRI's StartContainer comes before the start and PostStartContainer after it: the CRI row's
 /// pre and post stage, each at its own event.
-static START: MethodSpec = MethodSpec { method: Method::StartContainer, name: "StartContainer", pre: Some(Stage::PreStartContainer), post: None };
+static START: MethodSpec =
+    MethodSpec { method: Method::StartContainer, name: "StartContainer", pre: Some(Stage::PreStartContainer), post: None };
 static POST_START: MethodSpec =
     MethodSpec { method: Method::StartContainer, name: "PostStartContainer", pre: None, post: Some(Stage::PostStartContainer) };
 
@@ -94,7 +95,9 @@ pub struct NriAnswer {
     pub later: Vec<nri::ContainerUpdate>,
 }
 
-/// The loaded event: the hook request the stages run over.
+/// The loaded event: the hook request the stages run over. (The flow keeps it boxed; the
+/// variants' sizes do not matter.)
+#[allow(clippy::large_enum_variant)]
 pub enum Loaded {
     /// A pod-level event: the sandbox ID, the request as NRI has it and the hooks' copy.
     Pod(String, hook::PodSandboxHookRequest, hook::PodSandboxHookRequest),
