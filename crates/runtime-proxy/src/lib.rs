@@ -11,6 +11,8 @@
 //!   hook flow), the store's recovery from the runtime.
 //! * [`docker`] — the Docker front end: the HTTP/1.1 pass-through, dockershim's names and labels,
 //!   its routes mapped onto the same stages, the store's recovery from dockerd.
+//! * [`nri`] — the NRI front end (`--frontend nri`): one NRI plugin of containerd calling the
+//!   hook servers at the runtime's events (the `nri-plugin` crate's connection loop).
 //! * [`hooks`] — what every front end shares: the one hook flow, the stage table, the registry,
 //!   the dispatcher, the store and its per-pod locks, the skip label, the limits.
 //! * [`grpc`] — gRPC plumbing both the relay and the hook calls use: status codes, deadlines,
