@@ -329,6 +329,17 @@ mod tests {
 
     /// A limit of 0 would start fine and then refuse every pod: refused at start, naming the flag.
     #[test]
+    fn nri_front_end_flags() {
+        let a = Args::parse_from(["runtime-proxy"]);
+        assert_eq!((a.frontend, a.nri_socket.to_str(), a.nri_plugin_index.as_str()), (Frontend::Cri, Some("/var/run/nri/nri.sock"), "40"));
+        let a = Args::parse_from(["runtime-proxy", "--frontend", "nri", "--nri-socket", "unix:///run/n.sock", "--nri-plugin-index", "05"]);
+        assert_eq!((a.frontend, a.nri_socket.to_str(), a.nri_plugin_index.as_str()), (Frontend::Nri, Some("/run/n.sock"), "05"));
+        for bad in [&["--nri-plugin-index", "5"][..], &["--frontend", "NRI"], &["--nri-socket", "rel.sock"]] {
+            assert!(Args::try_parse_from(["runtime-proxy"].iter().chain(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn zero_limits_are_refused() {
         for flag in [
             "--max-request-bytes",
