@@ -146,7 +146,7 @@ async fn run_nri(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         "runtime-proxy serving as an NRI plugin"
     );
     notify_systemd(daemon_support::sd_notify::READY);
-    nri::run(shared.hooks.clone(), options, shutdown).await
+    nri::run(shared.hooks.clone(), shared.nri_connected.clone(), options, shutdown).await
 }
 
 /// What the front ends share: the watched registry, the store, the dispatcher, the per-pod
@@ -155,6 +155,8 @@ async fn run_nri(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
 struct Shared {
     hooks: Arc<Hooks>,
     watcher: Arc<registry::WatchHandle>,
+    /// `--frontend nri`: connected and synchronized now (for `/status`).
+    nri_connected: Arc<std::sync::atomic::AtomicBool>,
     _health: AbortOnDrop,
     _admin: AbortOnDrop,
     _debug: AbortOnDrop,
@@ -175,15 +177,16 @@ impl Shared {
         if let Some(image) = args.image_endpoint.as_ref().filter(|i| **i != args.runtime_endpoint) {
             reserved.push((image.clone(), "the image service's socket (--remote-image-service-endpoint)".to_owned()));
         }
-        if args.frontend == Frontend::Nri {
+        let nri = args.frontend == Frontend::Nri;
+        let nri_connected = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if nri {
             reserved = vec![(args.nri_socket.clone(), "the runtime's NRI socket (--nri-socket)".to_owned())];
         }
         let registry = Registry::open_reserving(&args.hook_config_dir, !args.insecure_hook_config, reserved);
         let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
         let store = Arc::new(Store::new());
         // An NRI plugin has no backend to check: the runtime calls it.
-        let health =
-            if args.frontend == Frontend::Nri { Health::new(Vec::new(), metrics.clone()) } else { Health::for_args(args, metrics.clone()) };
+        let health = if nri { Health::new(Vec::new(), metrics.clone()) } else { Health::for_args(args, metrics.clone()) };
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
         let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks);
         let debug = Arc::new(debug::DebugEndpoint::new(args.debug_addr));
@@ -191,11 +194,12 @@ impl Shared {
             started: std::time::SystemTime::now(),
             started_at: std::time::Instant::now(),
             mode: args.backend_runtime_mode,
-            runtime_endpoint: args.runtime_endpoint.clone(),
-            image_endpoint: args.image_endpoint().clone(),
+            runtime_endpoint: if nri { args.nri_socket.clone() } else { args.runtime_endpoint.clone() },
+            image_endpoint: if nri { args.nri_socket.clone() } else { args.image_endpoint().clone() },
             hook_config_dir: args.hook_config_dir.clone(),
             debug: debug.clone(),
             hook_health: dispatcher.health().clone(),
+            nri_connected: nri.then(|| nri_connected.clone()),
         };
         let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), health, status });
         let metrics_addr = args.metrics_addr;
@@ -224,7 +228,7 @@ impl Shared {
             skip_label: args.skip_label(),
             pod_locks: Default::default(),
         });
-        Ok(Shared { hooks, watcher: Arc::new(watcher), _health: checks, _admin: admin, _debug: debug })
+        Ok(Shared { hooks, watcher: Arc::new(watcher), nri_connected, _health: checks, _admin: admin, _debug: debug })
     }
 
     /// Acts on each reload request (SIGHUP) until the task is dropped: rescans the hook config

@@ -29,6 +29,7 @@ struct Setup {
     dir: tempfile::TempDir,
     log: PathBuf,
     debug: String,
+    metrics: String,
     proxy: Option<KillOnDrop>,
     rt: RuntimeServiceClient<Channel>,
 }
@@ -43,10 +44,15 @@ fn setup() -> Option<Setup> {
         return None;
     };
     let dir = tempfile::Builder::new().prefix("rp-nri").tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let rt = runtime_client(&env.socket);
     let log = dir.path().join("proxy.log");
-    Some(Setup { env, nri_socket, log, debug: format!("127.0.0.1:{port}"), proxy: None, rt, dir })
+    Some(Setup { env, nri_socket, log, debug: free_addr(), metrics: free_addr(), proxy: None, rt, dir })
+}
+
+/// A loopback address with a port free now.
+fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
 }
 
 impl Setup {
@@ -85,7 +91,7 @@ impl Setup {
             .arg(&self.nri_socket)
             .args(["--nri-plugin-name", "runtime-proxy-test", "--nri-plugin-index", "20", "--hook-config-dir"])
             .arg(self.hooks_dir())
-            .args(["--metrics-addr", "127.0.0.1:0", "--debug-addr", &self.debug])
+            .args(["--metrics-addr", &self.metrics, "--debug-addr", &self.debug])
             .env("RUST_LOG", "info,runtime_proxy=debug,nri_plugin=debug")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
@@ -250,6 +256,8 @@ async fn a_restart_rebuilds_the_store_from_synchronize() {
     s.register("update.json", hook.socket(), "Fail", &["PreCreateContainer", "PreUpdateContainerResources"], json!({}));
     s.start_proxy();
     let pod = s.pod(&[("app", "restart-me")], &[]).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
+    let status: serde_json::Value = serde_json::from_str(&test_support::http_get(&s.metrics, "/status").1).unwrap();
+    assert_eq!((&status["backend"]["mode"], &status["backend"]["up"]), (&json!("NRI"), &json!(true)), "{status}");
     s.start_proxy();
     let (code, store) = test_support::http_get(&s.debug, "/debug/store");
     assert_eq!(code, 200, "{store}");
@@ -319,24 +327,28 @@ async fn runtime_hooks_behind_the_nri_front_end_give_a_be_pod_its_batch_values()
 }
 
 /// The NRI socket is the only thing the front end needs: a proxy pointed at a socket where no
-/// runtime listens keeps retrying and exits cleanly on SIGTERM.
+/// runtime listens keeps retrying, says in `/status` that it is not connected, and exits cleanly
+/// on SIGTERM.
 #[test]
 fn waits_for_the_runtime_and_stops_on_sigterm() {
     let dir = tempfile::Builder::new().prefix("rp-nri").tempdir().unwrap();
     let log = dir.path().join("proxy.log");
     let file = std::fs::File::create(&log).unwrap();
+    let metrics = free_addr();
     let mut child = Command::new(BIN)
         .args(["--frontend", "nri", "--nri-socket"])
         .arg(dir.path().join("absent.sock"))
         .arg("--hook-config-dir")
         .arg(dir.path())
-        .args(["--metrics-addr", "127.0.0.1:0"])
+        .args(["--metrics-addr", &metrics])
         .stdout(file.try_clone().unwrap())
         .stderr(file)
         .spawn()
         .unwrap();
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(eventually(|| read().contains("retrying")), "{}", read());
+    let status: serde_json::Value = serde_json::from_str(&test_support::http_get(&metrics, "/status").1).unwrap();
+    assert_eq!((&status["backend"]["mode"], &status["backend"]["up"], &status["healthy"]), (&json!("NRI"), &json!(false), &json!(false)));
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let start = Instant::now();
     let status = loop {

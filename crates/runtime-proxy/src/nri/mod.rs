@@ -70,10 +70,11 @@ pub struct NriFront {
 }
 
 impl NriFront {
-    /// A front end over `hooks`, and the channel that wakes the connection loop for updates.
-    pub fn new(hooks: Arc<Hooks>) -> (NriFront, watch::Receiver<u64>) {
+    /// A front end over `hooks` that keeps `synchronized` up to date, and the channel that
+    /// wakes the connection loop for updates.
+    pub fn new(hooks: Arc<Hooks>, synchronized: Arc<AtomicBool>) -> (NriFront, watch::Receiver<u64>) {
         let (wake, rx) = watch::channel(0);
-        (NriFront { hooks, later: Vec::new(), wake, synchronized: Default::default() }, rx)
+        (NriFront { hooks, later: Vec::new(), wake, synchronized }, rx)
     }
 
     /// Drives one event through the hook flow; spawns its post stage; queues its later updates.
@@ -186,10 +187,16 @@ impl nri_plugin::Handler for NriFront {
 }
 
 /// Serves the NRI front end until `shutdown` resolves: registers with the runtime at `options`
-/// and drives each event through the hook flow of `hooks`.
+/// and drives each event through the hook flow of `hooks`; `synchronized` says whether it is
+/// connected and synchronized (for `/status`).
 ///
 /// Errors: none so far (a runtime that is not there is waited for, with back-off).
-pub async fn run(hooks: Arc<Hooks>, options: nri_plugin::Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let (mut front, wake) = NriFront::new(hooks);
+pub async fn run(
+    hooks: Arc<Hooks>,
+    synchronized: Arc<AtomicBool>,
+    options: nri_plugin::Options,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let (mut front, wake) = NriFront::new(hooks, synchronized);
     nri_plugin::run(&mut front, &options, Some(wake), shutdown).await
 }
