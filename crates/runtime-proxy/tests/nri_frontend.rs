@@ -360,3 +360,91 @@ fn waits_for_the_runtime_and_stops_on_sigterm() {
     };
     assert!(status.success(), "{status}\n{}", read());
 }
+
+/// PreStartContainer's resources cannot ride in StartContainer's answer (NRI has none): they
+/// reach the running container through `Runtime.UpdateContainers` right after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_start_resources_arrive_through_update_containers() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(mut s) = setup() else { return };
+    let hook = TestHook::echoing(|stage, resp| {
+        if stage == "PreStartContainer" {
+            resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 444;
+        }
+    })
+    .await;
+    s.register("start.json", hook.socket(), "Fail", &["PreStartContainer"], json!({}));
+    s.start_proxy();
+    let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
+    assert!(eventually(|| pod.cgroup_file("cpu", "cpu.shares") == "444"), "{}\n{}", pod.cgroup_file("cpu", "cpu.shares"), s.log());
+    assert!(s.count(&["NRI: containers updated with the PreStartContainer hooks' resources"]) >= 1, "{}", s.log());
+    let mut rt = s.rt.clone();
+    pod.remove(&mut rt).await;
+}
+
+/// A server slower than containerd's plugin timeout (2 s), registered with a longer timeout of
+/// its own: the call's budget (1.8 s) ends it first, so the proxy answers in time. Under `Ignore`
+/// the container is created unchanged within the budget and the plugin stays registered (the
+/// next pod is hooked again); under `Fail` the creation fails with a deadline error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_budget_fits_containerds_plugin_timeout() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(mut s) = setup() else { return };
+    let slow = TestHook::start_with_delay(
+        Arc::new(|_, req| {
+            let mut resp = hook_api::merge::echo_container(req);
+            resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 999;
+            Ok(resp)
+        }),
+        Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
+        Duration::from_secs(3),
+    )
+    .await;
+    s.register("slow.json", slow.socket(), "Ignore", &["PreCreateContainer"], json!({"timeout-ms": 5000}));
+    s.start_proxy();
+    for round in 0..2 {
+        let start = Instant::now();
+        let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", s.log()));
+        let took = start.elapsed();
+        assert!(took < Duration::from_millis(2800), "round {round}: {took:?}");
+        assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "round {round}: unchanged");
+        let mut rt = s.rt.clone();
+        pod.remove(&mut rt).await;
+    }
+    assert_eq!(
+        s.count(&["server=slow.json", "failure-policy Ignore"]),
+        2,
+        "the plugin stayed registered: both pods were hooked\n{}",
+        s.log()
+    );
+    s.register("slow.json", slow.socket(), "Fail", &["PreCreateContainer"], json!({"timeout-ms": 5000}));
+    let err = s.pod(&[], &[]).await.expect_err("a Fail server out of time");
+    assert!(err.message().contains("PreCreateContainer"), "{err:?}");
+}
+
+/// The skip label works as in CRI mode: a pod in an allowed namespace carrying it is not
+/// hooked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_skip_label_exempts_a_pod() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(mut s) = setup() else { return };
+    let hook = TestHook::echoing(|stage, resp| {
+        if stage == "PreCreateContainer" {
+            resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 300;
+        }
+    })
+    .await;
+    s.register("skip.json", hook.socket(), "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({}));
+    s.start_proxy();
+    let to_map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
+    let mut sandbox =
+        sandbox_config(&s.env, &unique("nri-skip"), to_map(&[("runtimeproxy.koordinator.sh/skip-hookserver", "true")]), HashMap::new());
+    sandbox.metadata.as_mut().unwrap().namespace = "kube-system".into();
+    let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
+    let container = container_config(&s.env, "main", &["sleep", "3600"], Some(resources), &[]);
+    let pod = Pod::start(&mut s.rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "not hooked");
+    assert!(hook.seen().is_empty(), "{:?}", hook.seen());
+    let mut rt = s.rt.clone();
+    pod.remove(&mut rt).await;
+}

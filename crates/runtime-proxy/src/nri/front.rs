@@ -84,7 +84,7 @@ pub struct NriCall {
 
 /// What the event answers: the CreateContainer adjustment, the UpdateContainer update of the
 /// container, and updates to send with `Runtime.UpdateContainers` after answering (a
-/// PreStartContainer's resources: StateChange has no answer).
+/// PreStartContainer's resources, sent once the container runs: StateChange has no answer).
 #[derive(Debug, Default)]
 pub struct NriAnswer {
     /// CreateContainer's adjustment.

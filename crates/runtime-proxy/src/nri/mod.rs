@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `StateChange` RunPodSandbox (sandbox created) | PreRunPodSandbox | – (pod-level changes cannot be expressed: logged) |
 //! | `CreateContainer` | PreCreateContainer | `ContainerAdjustment`: resources, cpuset, env, annotations |
-//! | `StateChange` StartContainer | PreStartContainer | resources through `Runtime.UpdateContainers` after the answer |
+//! | `StateChange` StartContainer | PreStartContainer | resources through `Runtime.UpdateContainers` once the container runs (after PostStartContainer: containerd applies an update of a container not started yet to its spec only) |
 //! | `StateChange` PostStartContainer | PostStartContainer | – |
 //! | `UpdateContainer` | PreUpdateContainerResources | `ContainerUpdate` of the container |
 //! | `StopContainer` | PostStopContainer | – |
@@ -63,6 +63,10 @@ pub const EVENTS: [Event; 9] = [
 /// the connection state for health reporting.
 pub struct NriFront {
     hooks: Arc<Hooks>,
+    /// PreStartContainer's updates, by container ID, until the container runs (PostStartContainer):
+    /// containerd applies an update to a container that has not started yet to its spec only.
+    starting: HashMap<String, nri::ContainerUpdate>,
+    /// Updates for the next `Runtime.UpdateContainers`.
     later: Vec<nri::ContainerUpdate>,
     wake: watch::Sender<u64>,
     /// Connected and synchronized now.
@@ -74,10 +78,11 @@ impl NriFront {
     /// wakes the connection loop for updates.
     pub fn new(hooks: Arc<Hooks>, synchronized: Arc<AtomicBool>) -> (NriFront, watch::Receiver<u64>) {
         let (wake, rx) = watch::channel(0);
-        (NriFront { hooks, later: Vec::new(), wake, synchronized }, rx)
+        (NriFront { hooks, starting: HashMap::new(), later: Vec::new(), wake, synchronized }, rx)
     }
 
-    /// Drives one event through the hook flow; spawns its post stage; queues its later updates.
+    /// Drives one event through the hook flow; spawns its post stage; keeps PreStartContainer's
+    /// updates until the container runs, then has them sent.
     ///
     /// Errors: a `Fail` server's refusal (or the budget exceeded under `Fail`).
     async fn event(&mut self, call: NriCall) -> Result<NriAnswer, Refusal> {
@@ -87,9 +92,20 @@ impl NriFront {
         if let Some(post) = post {
             tokio::spawn(post.run());
         }
-        if !answer.later.is_empty() {
-            self.later.extend(answer.later.iter().cloned());
-            self.wake.send_modify(|n| *n = n.wrapping_add(1));
+        self.starting.extend(answer.later.iter().map(|u| (u.container_id.clone(), u.clone())));
+        let id = call.container.as_ref().map(|c| c.id.as_str()).unwrap_or_default();
+        match call.kind {
+            Kind::PostStartContainer => {
+                if let Some(update) = self.starting.remove(id) {
+                    self.later.push(update);
+                    self.wake.send_modify(|n| *n = n.wrapping_add(1));
+                }
+            }
+            Kind::RemoveContainer | Kind::StopContainer => {
+                self.starting.remove(id);
+            }
+            Kind::RemovePodSandbox => self.starting.retain(|_, u| self.hooks.store.sandbox_of(&u.container_id).is_some()),
+            _ => {}
         }
         Ok(answer)
     }
@@ -179,6 +195,7 @@ impl nri_plugin::Handler for NriFront {
 
     fn disconnected(&mut self) {
         self.later.clear();
+        self.starting.clear();
     }
 
     fn connection_state(&mut self, synchronized: bool) {
