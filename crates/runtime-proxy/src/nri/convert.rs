@@ -19,7 +19,7 @@
 //! |---|---|---|
 //! | `container_resources`: CPU shares, quota, period, cpuset CPUs and memory nodes, memory limit (swap follows it as kubelet's no-swap, unless the answer set swap), unified | `linux.resources` | `linux.resources` |
 //! | `container_envs`, `container_annotations` (added or changed keys) | `env`, `annotations` | not expressed |
-//! | `pod_cgroup_parent`, `oom_score_adj`, `hugepage_limits` | not expressed | not expressed |
+//! | `pod_cgroup_parent`, `oom_score_adj`, `hugepage_limits`, a cpuset cleared to `""` (NRI reads `""` as "no change") | not expressed | not expressed |
 //!
 //! "Not expressed": NRI has no field for it at that event; [`Changes::unexpressed`] names it
 //! for the caller's one log line.
@@ -124,6 +124,13 @@ pub fn container_changes(
     }
     if a.hugepage_limits != b.hugepage_limits {
         changes.unexpressed.push("container_resources.hugepage_limits");
+    }
+    // NRI reads an empty cpuset as "no change": a cleared one cannot be sent.
+    if a.cpuset_cpus.is_empty() && !b.cpuset_cpus.is_empty() {
+        changes.unexpressed.push("container_resources.cpuset_cpus (cleared)");
+    }
+    if a.cpuset_mems.is_empty() && !b.cpuset_mems.is_empty() {
+        changes.unexpressed.push("container_resources.cpuset_mems (cleared)");
     }
     if after.pod_cgroup_parent != before.pod_cgroup_parent {
         changes.unexpressed.push("pod_cgroup_parent");

@@ -89,6 +89,12 @@ fn changes_to_adjustment_and_update() {
     assert_eq!(changes.unexpressed, ["pod_cgroup_parent", "container_envs", "container_annotations"]);
     assert!(changes.env.is_empty() && changes.annotations.is_empty());
 
+    // A cpuset cleared to "" cannot be sent (NRI: no change).
+    let mut cleared = after.clone();
+    cleared.container_resources.as_mut().unwrap().cpuset_cpus.clear();
+    let changes = container_changes(&after, &cleared, false);
+    assert_eq!((changes.unexpressed.as_slice(), changes.resources), (&["container_resources.cpuset_cpus (cleared)"][..], None));
+
     // Nothing changed: no adjustment, no update.
     let none = container_changes(&before, &before, false);
     assert_eq!((none.adjustment(), none.update("c1")), (None, None));
