@@ -72,31 +72,9 @@ pub fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Decodes each item of a repeated message field on its own: `Ok` items in order, and for each
-/// item that does not decode, its index, its ID (field 1, when it can be read: every CRI and
-/// NRI object carries its ID there) and the cause.
-pub fn decode_items<T: Message + Default>(items: &[Vec<u8>]) -> (Vec<T>, Vec<(usize, String, String)>) {
-    let mut ok = Vec::with_capacity(items.len());
-    let mut bad = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        match T::decode(item.as_slice()) {
-            Ok(v) => ok.push(v),
-            Err(e) => bad.push((i, leading_id(item).unwrap_or_default(), e.to_string())),
-        }
-    }
-    (ok, bad)
-}
-
-/// Field 1 of an encoded message, when it comes first and is length-delimited (lossy text).
-fn leading_id(mut item: &[u8]) -> Option<String> {
-    if item.first() != Some(&0x0a) {
-        return None;
-    }
-    item = &item[1..];
-    let len = prost::encoding::decode_varint(&mut item).ok()?;
-    let len = usize::try_from(len).ok()?;
-    item.get(..len).map(lossy)
-}
+/// Decodes each item of a repeated message field on its own (shared with NRI's Synchronize:
+/// [`nri_plugin::decode_items`]).
+pub use nri_plugin::decode_items;
 
 /// A gRPC codec that sends `E` and reads the answer as the view `D` (prost, with the size
 /// limits the caller sets on `tonic::client::Grpc`).

@@ -32,7 +32,7 @@
 //!   kubelet or the runtime gives it → its directory.
 //! * [`server`] — proxy mode: the hook handlers and the registration file; [`hook_wire`] its
 //!   gRPC service, decoding requests without trusting their strings to be UTF-8.
-//! * [`nri`] — NRI mode: the plugin protocol (ttrpc over NRI's multiplexed socket) and the
+//! * [`nri`] — NRI mode: the plugin (its protocol and connection loop are the `nri-plugin` crate's) and the
 //!   mapping between NRI's objects and the plugins' contexts and changes.
 //! * [`lenient`] — the runtime's answers decoded without trusting author-controlled strings to
 //!   be UTF-8 (views with `bytes` fields, item by item).

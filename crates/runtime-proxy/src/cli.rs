@@ -21,6 +21,19 @@ pub enum BackendRuntimeMode {
     Docker,
 }
 
+/// Where the proxy meets the runtime's calls (`--frontend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Frontend {
+    /// In kubelet's path: CRI on `--koord-runtimeproxy-endpoint` (or the Docker Engine API with
+    /// `--backend-runtime-mode Docker`), forwarded to the runtime.
+    #[value(name = "cri")]
+    Cri,
+    /// Inside containerd: one NRI plugin on `--nri-socket`, called at the runtime's pod and
+    /// container events; no listening socket, no backend endpoint.
+    #[value(name = "nri")]
+    Nri,
+}
+
 /// `--version`: the crate version and the git revision it was built from (build.rs), e.g.
 /// `0.1.0 (git 27cbb9f)`.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")");
@@ -80,6 +93,25 @@ pub struct Args {
     /// dockerd at --remote-runtime-service-endpoint, e.g. /var/run/docker.sock).
     #[arg(long = "backend-runtime-mode", value_enum, default_value = "Containerd")]
     pub backend_runtime_mode: BackendRuntimeMode,
+
+    /// Front end: `cri` (kubelet talks to the proxy; see --backend-runtime-mode) or `nri` (the
+    /// proxy registers as an NRI plugin of containerd at --nri-socket and calls the hook servers
+    /// at the runtime's events; kubelet talks to containerd directly).
+    #[arg(long = "frontend", value_enum, default_value = "cri")]
+    pub frontend: Frontend,
+
+    /// The runtime's NRI socket (`--frontend nri`). `unix://` prefix optional.
+    #[arg(long = "nri-socket", value_name = "PATH", default_value = nri_plugin::DEFAULT_SOCKET, value_parser = parse_unix_path)]
+    pub nri_socket: PathBuf,
+
+    /// The NRI plugin name the proxy registers with (`--frontend nri`).
+    #[arg(long = "nri-plugin-name", value_name = "NAME", default_value = "runtime-proxy")]
+    pub nri_plugin_name: String,
+
+    /// The NRI plugin index, two digits (`--frontend nri`): the runtime calls plugins in
+    /// ascending index order.
+    #[arg(long = "nri-plugin-index", value_name = "NN", default_value = "40", value_parser = nri_plugin::parse_plugin_index)]
+    pub nri_plugin_index: String,
 
     /// Pod label key that exempts a pod (and its containers) from every hook, together with
     /// --runtime-hook-server-val. Hook servers' own pods carry it to avoid blocking themselves.
@@ -315,6 +347,17 @@ mod tests {
     }
 
     /// A limit of 0 would start fine and then refuse every pod: refused at start, naming the flag.
+    #[test]
+    fn nri_front_end_flags() {
+        let a = Args::parse_from(["runtime-proxy"]);
+        assert_eq!((a.frontend, a.nri_socket.to_str(), a.nri_plugin_index.as_str()), (Frontend::Cri, Some("/var/run/nri/nri.sock"), "40"));
+        let a = Args::parse_from(["runtime-proxy", "--frontend", "nri", "--nri-socket", "unix:///run/n.sock", "--nri-plugin-index", "05"]);
+        assert_eq!((a.frontend, a.nri_socket.to_str(), a.nri_plugin_index.as_str()), (Frontend::Nri, Some("/run/n.sock"), "05"));
+        for bad in [&["--nri-plugin-index", "5"][..], &["--frontend", "NRI"], &["--nri-socket", "rel.sock"]] {
+            assert!(Args::try_parse_from(["runtime-proxy"].iter().chain(bad)).is_err(), "{bad:?}");
+        }
+    }
+
     #[test]
     fn zero_limits_are_refused() {
         for flag in [

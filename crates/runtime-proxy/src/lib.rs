@@ -11,6 +11,8 @@
 //!   hook flow), the store's recovery from the runtime.
 //! * [`docker`] — the Docker front end: the HTTP/1.1 pass-through, dockershim's names and labels,
 //!   its routes mapped onto the same stages, the store's recovery from dockerd.
+//! * [`nri`] — the NRI front end (`--frontend nri`): one NRI plugin of containerd calling the
+//!   hook servers at the runtime's events (the `nri-plugin` crate's connection loop).
 //! * [`hooks`] — what every front end shares: the one hook flow, the stage table, the registry,
 //!   the dispatcher, the store and its per-pod locks, the skip label, the limits.
 //! * [`grpc`] — gRPC plumbing both the relay and the hook calls use: status codes, deadlines,
@@ -32,6 +34,7 @@ pub mod docker;
 pub mod grpc;
 pub mod hooks;
 pub mod listener;
+pub mod nri;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -43,7 +46,7 @@ use daemon_support::signals::Reloads;
 use crate::admin::health::Health;
 use crate::admin::metrics::{Admin, Metrics};
 use crate::admin::{debug, metrics, status};
-use crate::cli::{Args, BackendRuntimeMode};
+use crate::cli::{Args, BackendRuntimeMode, Frontend};
 use crate::cri::intercept::Interceptor;
 use crate::cri::router::Router;
 use crate::cri::{recover, server};
@@ -61,6 +64,9 @@ use crate::hooks::Hooks;
 /// Errors: the listening socket is a
 /// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
+    if args.frontend == Frontend::Nri {
+        return run_nri(args, shutdown, reloads).await;
+    }
     for (flag, backend) in
         [("--remote-runtime-service-endpoint", &args.runtime_endpoint), ("--remote-image-service-endpoint", args.image_endpoint())]
     {
@@ -120,12 +126,37 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Opt
     docker::serve(listener, &args.listen, front, shutdown, args.drain_timeout).await
 }
 
-/// What both front ends share: the watched registry, the store, the dispatcher, the per-pod
+/// NRI mode: one NRI plugin of the runtime at `--nri-socket`, with the same hook state as CRI
+/// mode ([`nri`]); no listening socket, no backend endpoint (and no backend health checks).
+async fn run_nri(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let shared = Shared::start(&args, metrics)?;
+    let _reloads = shared.follow_reloads(reloads);
+    let options = nri_plugin::Options {
+        socket: args.nri_socket.clone(),
+        name: args.nri_plugin_name.clone(),
+        index: args.nri_plugin_index.clone(),
+        program: "runtime-proxy",
+    };
+    tracing::info!(
+        nri_socket = %args.nri_socket.display(),
+        name = %args.nri_plugin_name,
+        index = %args.nri_plugin_index,
+        hook_config_dir = %args.hook_config_dir.display(),
+        "runtime-proxy serving as an NRI plugin"
+    );
+    notify_systemd(daemon_support::sd_notify::READY);
+    nri::run(shared.hooks.clone(), shared.nri_connected.clone(), options, shutdown).await
+}
+
+/// What the front ends share: the watched registry, the store, the dispatcher, the per-pod
 /// locks and skip label (in one [`Hooks`]), the backends' health checks and the admin and
 /// debug endpoints. Background tasks end when it is dropped.
 struct Shared {
     hooks: Arc<Hooks>,
     watcher: Arc<registry::WatchHandle>,
+    /// `--frontend nri`: connected and synchronized now (for `/status`).
+    nri_connected: Arc<std::sync::atomic::AtomicBool>,
     _health: AbortOnDrop,
     _admin: AbortOnDrop,
     _debug: AbortOnDrop,
@@ -146,10 +177,16 @@ impl Shared {
         if let Some(image) = args.image_endpoint.as_ref().filter(|i| **i != args.runtime_endpoint) {
             reserved.push((image.clone(), "the image service's socket (--remote-image-service-endpoint)".to_owned()));
         }
+        let nri = args.frontend == Frontend::Nri;
+        let nri_connected = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if nri {
+            reserved = vec![(args.nri_socket.clone(), "the runtime's NRI socket (--nri-socket)".to_owned())];
+        }
         let registry = Registry::open_reserving(&args.hook_config_dir, !args.insecure_hook_config, reserved);
         let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
         let store = Arc::new(Store::new());
-        let health = Health::for_args(args, metrics.clone());
+        // An NRI plugin has no backend to check: the runtime calls it.
+        let health = if nri { Health::new(Vec::new(), metrics.clone()) } else { Health::for_args(args, metrics.clone()) };
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
         let chain = crate::hooks::chain::NodeChain { conflict_policy: args.hook_conflict_policy, required: args.required_hook_servers() };
         let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks).with_chain(chain);
@@ -158,11 +195,12 @@ impl Shared {
             started: std::time::SystemTime::now(),
             started_at: std::time::Instant::now(),
             mode: args.backend_runtime_mode,
-            runtime_endpoint: args.runtime_endpoint.clone(),
-            image_endpoint: args.image_endpoint().clone(),
+            runtime_endpoint: if nri { args.nri_socket.clone() } else { args.runtime_endpoint.clone() },
+            image_endpoint: if nri { args.nri_socket.clone() } else { args.image_endpoint().clone() },
             hook_config_dir: args.hook_config_dir.clone(),
             debug: debug.clone(),
             hook_health: dispatcher.health().clone(),
+            nri_connected: nri.then(|| nri_connected.clone()),
         };
         let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), health, status });
         let metrics_addr = args.metrics_addr;
@@ -191,7 +229,7 @@ impl Shared {
             skip_label: args.skip_label(),
             pod_locks: Default::default(),
         });
-        Ok(Shared { hooks, watcher: Arc::new(watcher), _health: checks, _admin: admin, _debug: debug })
+        Ok(Shared { hooks, watcher: Arc::new(watcher), nri_connected, _health: checks, _admin: admin, _debug: debug })
     }
 
     /// Acts on each reload request (SIGHUP) until the task is dropped: rescans the hook config

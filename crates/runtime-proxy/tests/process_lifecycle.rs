@@ -148,6 +148,10 @@ fn help_explains_every_flag() {
         "--runtime-hook-server-key",
         "--runtime-hook-server-val",
         "--hook-config-dir",
+        "--frontend",
+        "--nri-socket",
+        "--nri-plugin-name",
+        "--nri-plugin-index",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }

@@ -26,19 +26,12 @@
 //! | `mounts` | `mounts` (`Mount`: destination, type, source, options) | – |
 //! | `pod_cgroup` | written by runtime-hooks itself | the same |
 
-use std::collections::HashMap;
-
-use hook_api::v1alpha1::LinuxContainerResources;
-
 use super::proto::api as nri;
 use crate::change::{Change, Device, Mount, Resources};
 use crate::context::{ContainerContext, PodContext};
-use crate::lenient::{utf8_map, utf8_strings};
+use crate::lenient::utf8_strings;
 
-/// NRI map entries (bytes) as a map, leaving out those that are not UTF-8.
-pub fn map_of(entries: &[nri::BytesEntry]) -> HashMap<String, String> {
-    utf8_map(entries.iter().map(|e| (e.key.as_slice(), e.value.as_slice())))
-}
+pub use nri_plugin::convert::{cri_resources, envs, map_of};
 
 /// The plugins' view of an NRI pod.
 pub fn pod_context(pod: &nri::PodSandbox) -> PodContext {
@@ -64,33 +57,6 @@ pub fn container_context(pod: &nri::PodSandbox, container: &nri::Container, reso
         annotations: map_of(&container.annotations),
         envs: envs(&utf8_strings(&container.env)),
         resources: resources.map(cri_resources),
-    }
-}
-
-/// `KEY=VALUE` strings as a map (a string without `=` is a key with an empty value).
-pub fn envs(env: &[String]) -> HashMap<String, String> {
-    env.iter()
-        .map(|kv| match kv.split_once('=') {
-            Some((k, v)) => (k.to_owned(), v.to_owned()),
-            None => (kv.clone(), String::new()),
-        })
-        .collect()
-}
-
-/// NRI resources in CRI units (0 / `""` = not set).
-pub fn cri_resources(r: &nri::LinuxResources) -> LinuxContainerResources {
-    let cpu = r.cpu.clone().unwrap_or_default();
-    let mem = r.memory.unwrap_or_default();
-    LinuxContainerResources {
-        cpu_period: cpu.period.map(|v| v.value as i64).unwrap_or(0),
-        cpu_quota: cpu.quota.map(|v| v.value).unwrap_or(0),
-        cpu_shares: cpu.shares.map(|v| v.value as i64).unwrap_or(0),
-        memory_limit_in_bytes: mem.limit.map(|v| v.value).unwrap_or(0),
-        memory_swap_limit_in_bytes: mem.swap.map(|v| v.value).unwrap_or(0),
-        cpuset_cpus: cpu.cpus,
-        cpuset_mems: cpu.mems,
-        unified: r.unified.clone(),
-        ..Default::default()
     }
 }
 

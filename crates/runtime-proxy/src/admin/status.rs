@@ -167,6 +167,9 @@ pub struct StatusInfo {
     pub debug: Arc<crate::admin::debug::DebugEndpoint>,
     /// The hook servers' health, as the dispatcher records it.
     pub hook_health: Arc<HookHealth>,
+    /// `--frontend nri`: whether the NRI plugin is connected and synchronized now (the
+    /// "backend" is then the runtime's NRI socket, in `runtime_endpoint`).
+    pub nri_connected: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// The `GET /status` document (module docs), read now; the backend as its latest health checks
@@ -193,7 +196,13 @@ pub async fn document(admin: &Admin) -> Value {
             })
         })
         .collect();
-    let backend: Result<(), String> = if admin.health.all_up() { Ok(()) } else { Err(healthz.trim_end().replace('\n', "; ")) };
+    let nri_up = info.nri_connected.as_ref().map(|c| c.load(std::sync::atomic::Ordering::Relaxed));
+    let backend: Result<(), String> = match nri_up {
+        Some(true) => Ok(()),
+        Some(false) => Err("not connected to the runtime's NRI socket (or not synchronized yet)".to_owned()),
+        None if admin.health.all_up() => Ok(()),
+        None => Err(healthz.trim_end().replace('\n', "; ")),
+    };
     let snapshot = admin.hooks.snapshot();
     let names: Vec<&str> = snapshot.servers().iter().map(|s| s.name.as_str()).collect();
     info.hook_health.retain(&names);
@@ -288,7 +297,11 @@ pub async fn document(admin: &Admin) -> Value {
         "problems": problems,
         "warnings": warnings,
         "backend": {
-            "mode": match info.mode { BackendRuntimeMode::Containerd => "Containerd", BackendRuntimeMode::Docker => "Docker" },
+            "mode": match (nri_up, info.mode) {
+                (Some(_), _) => "NRI",
+                (None, BackendRuntimeMode::Containerd) => "Containerd",
+                (None, BackendRuntimeMode::Docker) => "Docker",
+            },
             "endpoint": info.runtime_endpoint,
             "image_endpoint": info.image_endpoint,
             "up": backend.is_ok(),

@@ -25,7 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 
-use super::proto::ttrpc;
+use crate::proto::ttrpc;
 
 /// Logical connection of the `Plugin` service (runtime → plugin).
 pub const PLUGIN_CONN: u32 = 1;

@@ -1,0 +1,54 @@
+//! NRI's pods and containers read as the hook protocol reads them, for every plugin of the
+//! workspace: maps and env lists whose bytes are UTF-8, resources in CRI units. Pure functions.
+//!
+//! Labels, annotations and env arrive as bytes (`proto/nri/api.proto`): an entry whose key or
+//! value is not UTF-8 is left out (never replaced lossily: an answer that echoed a lossy copy
+//! would overwrite the container's real value).
+
+use std::collections::HashMap;
+
+use hook_api::v1alpha1::LinuxContainerResources;
+
+use crate::proto::api as nri;
+
+/// NRI map entries (bytes) as a map, leaving out those that are not UTF-8 (a later duplicate key
+/// wins, as in protobuf).
+pub fn map_of(entries: &[nri::BytesEntry]) -> HashMap<String, String> {
+    entries
+        .iter()
+        .filter_map(|e| Some((std::str::from_utf8(&e.key).ok()?.to_owned(), std::str::from_utf8(&e.value).ok()?.to_owned())))
+        .collect()
+}
+
+/// The items that are UTF-8, in order; the others are left out.
+pub fn utf8_strings(items: &[Vec<u8>]) -> Vec<String> {
+    items.iter().filter_map(|b| std::str::from_utf8(b).ok().map(str::to_owned)).collect()
+}
+
+/// `KEY=VALUE` strings as a map (a string without `=` is a key with an empty value).
+pub fn envs(env: &[String]) -> HashMap<String, String> {
+    env.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.clone(), String::new()),
+        })
+        .collect()
+}
+
+/// NRI resources in CRI units (0 / `""` = not set): CPU shares, quota and period, memory and
+/// swap limit (bytes), cpuset CPUs and memory nodes, cgroup v2 unified entries.
+pub fn cri_resources(r: &nri::LinuxResources) -> LinuxContainerResources {
+    let cpu = r.cpu.clone().unwrap_or_default();
+    let mem = r.memory.unwrap_or_default();
+    LinuxContainerResources {
+        cpu_period: cpu.period.map(|v| v.value as i64).unwrap_or(0),
+        cpu_quota: cpu.quota.map(|v| v.value).unwrap_or(0),
+        cpu_shares: cpu.shares.map(|v| v.value as i64).unwrap_or(0),
+        memory_limit_in_bytes: mem.limit.map(|v| v.value).unwrap_or(0),
+        memory_swap_limit_in_bytes: mem.swap.map(|v| v.value).unwrap_or(0),
+        cpuset_cpus: cpu.cpus,
+        cpuset_mems: cpu.mems,
+        unified: r.unified.clone(),
+        ..Default::default()
+    }
+}

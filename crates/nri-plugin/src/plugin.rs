@@ -1,0 +1,440 @@
+//! The connection loop of an external NRI plugin, behind [`Handler`].
+//!
+//! | step | what happens |
+//! |---|---|
+//! | dial | `Options::socket` (a unix socket); not there: retry after 100 ms, doubling up to 5 s |
+//! | register | `Runtime.RegisterPlugin` with `Options::name` and `Options::index`; a refusal ends the connection |
+//! | `Configure` | answered with [`Handler::configure`]'s event mask |
+//! | `Synchronize` | the pods and containers that exist, decoded one by one (one that does not decode is skipped with a WARN); NRI 0.7+ sends a state over one ttrpc message in parts (`more`): each part but the last is answered with `more` and no update, the last with [`Handler::synchronize`]'s updates over every part |
+//! | no `Synchronize` within [`SYNC_TIMEOUT`] of Configure, or a close between them | the runtime dropped the plugin (containerd cannot synchronize a pod whose strings are not UTF-8): register again |
+//! | events | `CreateContainer`, `UpdateContainer`, `StopContainer`, `StateChange` to the handler, one at a time (the runtime serializes them too); a [`Refusal`] becomes the ttrpc error status, which fails the runtime's call |
+//! | `Shutdown` | acknowledged; the runtime closes the socket next |
+//! | wake | when the handler's wake channel changes (after Synchronize): [`Handler::refresh`]'s updates sent with `Runtime.UpdateContainers` |
+//! | close | [`Handler::disconnected`]; dial again (back-off reset once registered) |
+//!
+//! Shutdown (the caller's future) closes the socket: the runtime drops the plugin and goes on
+//! without it. A plugin that does not answer within the runtime's request timeout
+//! (containerd's `plugin_request_timeout`, 2 s by default) is dropped by the runtime.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use prost::Message;
+use tokio::net::UnixStream;
+use tokio::sync::watch;
+
+use crate::proto::api as nri;
+use crate::proto::ttrpc;
+use crate::wire::{Receiver, Sender, FLAG_REMOTE_CLOSED, PLUGIN_CONN, REQUEST, RESPONSE, RUNTIME_CONN};
+use crate::{decode_items, PLUGIN_SERVICE, RUNTIME_SERVICE};
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// How long after Configure the runtime has to send Synchronize (containerd sends it at once).
+/// A runtime that does not has dropped the plugin without closing the connection — containerd
+/// does so when synchronizing fails — and would never call it: the plugin then registers again.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// gRPC status code `INTERNAL`.
+pub const CODE_INTERNAL: i32 = 13;
+/// gRPC status code `UNIMPLEMENTED`.
+pub const CODE_UNIMPLEMENTED: i32 = 12;
+/// gRPC status code `INVALID_ARGUMENT`.
+pub const CODE_INVALID_ARGUMENT: i32 = 3;
+
+/// Where and as whom to connect.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The runtime's NRI socket (default [`crate::DEFAULT_SOCKET`]).
+    pub socket: PathBuf,
+    /// Plugin name (`--nri-plugin-name`).
+    pub name: String,
+    /// Plugin index, two digits ([`crate::parse_plugin_index`]): plugins are called in ascending
+    /// order.
+    pub index: String,
+    /// What the plugin calls itself in the error messages it answers (`runtime-hooks`).
+    pub program: &'static str,
+}
+
+/// An error answer to the runtime: a gRPC status code and message. The runtime fails the call
+/// that caused the event (RunPodSandbox, CreateContainer, UpdateContainerResources).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// gRPC status code ([`CODE_INTERNAL`], ...).
+    pub code: i32,
+    /// The message the runtime logs and passes on.
+    pub message: String,
+}
+
+impl Refusal {
+    /// An `INTERNAL` refusal with `message`.
+    pub fn internal(message: impl Into<String>) -> Refusal {
+        Refusal { code: CODE_INTERNAL, message: message.into() }
+    }
+}
+
+/// What a plugin does at each call of the runtime. The loop calls one method at a time, in the
+/// order the runtime sends its calls.
+pub trait Handler: Send {
+    /// `Configure`: the events the plugin subscribes to ([`crate::event_mask`]).
+    fn configure(&mut self, req: &nri::ConfigureRequest) -> i32;
+
+    /// `Synchronize`: the pods and containers that exist (every part of a split Synchronize,
+    /// together); the answer is the container updates the runtime applies.
+    fn synchronize(
+        &mut self,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+    ) -> impl Future<Output = Vec<nri::ContainerUpdate>> + Send;
+
+    /// `CreateContainer`, before the container is created.
+    ///
+    /// Errors: a [`Refusal`] fails the container's creation.
+    fn create_container(
+        &mut self,
+        req: nri::CreateContainerRequest,
+    ) -> impl Future<Output = Result<nri::CreateContainerResponse, Refusal>> + Send;
+
+    /// `UpdateContainer` (kubelet's UpdateContainerResources), before the runtime applies it.
+    ///
+    /// Errors: a [`Refusal`] fails the update.
+    fn update_container(
+        &mut self,
+        req: nri::UpdateContainerRequest,
+    ) -> impl Future<Output = Result<nri::UpdateContainerResponse, Refusal>> + Send;
+
+    /// `StopContainer`, once the container stopped.
+    ///
+    /// Errors: a [`Refusal`] (the runtime logs it).
+    fn stop_container(
+        &mut self,
+        req: nri::StopContainerRequest,
+    ) -> impl Future<Output = Result<nri::StopContainerResponse, Refusal>> + Send;
+
+    /// `StateChange`: RunPodSandbox, StopPodSandbox, RemovePodSandbox, StartContainer,
+    /// PostStartContainer, RemoveContainer and the other events without an answer.
+    ///
+    /// Errors: a [`Refusal`] fails the runtime's call where NRI lets a plugin fail it
+    /// (RunPodSandbox, StartContainer).
+    fn state_change(&mut self, evt: nri::StateChangeEvent) -> impl Future<Output = Result<(), Refusal>> + Send;
+
+    /// The handler's own updates when its wake channel changed (see [`run`]). Default: none.
+    fn refresh(&mut self) -> impl Future<Output = Vec<nri::ContainerUpdate>> + Send {
+        async { Vec::new() }
+    }
+
+    /// The runtime's answer to the updates [`Handler::refresh`] returned: the ones it failed.
+    fn refreshed(&mut self, failed: &[nri::ContainerUpdate]) {
+        if failed.is_empty() {
+            tracing::info!("NRI: containers updated");
+        } else {
+            let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
+            tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers");
+        }
+    }
+
+    /// The connection is gone (the runtime closed it or it failed): what the runtime said is no
+    /// longer current; the next connection synchronizes again.
+    fn disconnected(&mut self) {}
+
+    /// Whether the handler is connected and synchronized now (`true`) or not (`false`), for
+    /// health reporting. Default: nothing.
+    fn connection_state(&mut self, _synchronized: bool) {}
+}
+
+/// Resolves [`SYNC_TIMEOUT`] after `configured_at`; never before Configure.
+async fn sync_deadline(configured_at: Option<tokio::time::Instant>) {
+    match configured_at {
+        Some(at) => tokio::time::sleep_until(at + SYNC_TIMEOUT).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for a change of `wake`, if there is one; a closed channel never wakes again.
+async fn woken(wake: &mut Option<watch::Receiver<u64>>) {
+    match wake {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// `SynchronizeRequest` with its pods (1) and containers (2) still encoded, for
+/// [`decode_items`].
+#[derive(Clone, PartialEq, Message)]
+struct SynchronizeItems {
+    #[prost(bytes = "vec", repeated, tag = "1")]
+    pods: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    containers: Vec<Vec<u8>>,
+    /// NRI 0.7+: more pods and containers follow in further Synchronize requests.
+    #[prost(bool, tag = "3")]
+    more: bool,
+}
+
+/// Runs the plugin until `shutdown` resolves: connects, serves `handler`, reconnects with
+/// back-off. When `wake` changes while the plugin is synchronized, [`Handler::refresh`]'s
+/// updates go to the runtime.
+///
+/// Errors: none so far (a runtime that is not there is waited for); kept for the callers' shape.
+pub async fn run<H: Handler>(
+    handler: &mut H,
+    options: &Options,
+    mut wake: Option<watch::Receiver<u64>>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    tokio::pin!(shutdown);
+    if let Some(rx) = &mut wake {
+        rx.borrow_and_update();
+    }
+    let mut backoff = BACKOFF_MIN;
+    let mut last_error: Option<String> = None;
+    loop {
+        let mut session = Session::new(handler, options);
+        let outcome = tokio::select! {
+            () = &mut shutdown => break,
+            r = session.serve(&mut wake) => r,
+        };
+        let registered = session.synchronized;
+        handler.disconnected();
+        handler.connection_state(false);
+        let msg = match outcome {
+            Ok(()) => "the runtime closed the connection".to_owned(),
+            Err(e) => format!("{e:#}"),
+        };
+        if registered {
+            backoff = BACKOFF_MIN;
+            tracing::warn!(socket = %options.socket.display(), "NRI connection lost ({msg}); reconnecting");
+            last_error = None;
+        } else if last_error.as_deref() != Some(msg.as_str()) {
+            tracing::warn!(socket = %options.socket.display(), "NRI: {msg}; retrying (up to every {BACKOFF_MAX:?})");
+            last_error = Some(msg);
+        } else {
+            tracing::debug!(socket = %options.socket.display(), "NRI: {msg}; retrying");
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+    tracing::info!("NRI plugin stopping: closing the connection");
+    Ok(())
+}
+
+/// One connection's state.
+pub struct Session<'a, H> {
+    handler: &'a mut H,
+    options: &'a Options,
+    /// Configured and synchronized on this connection.
+    pub synchronized: bool,
+    /// When the runtime configured us (Synchronize is due next).
+    configured_at: Option<tokio::time::Instant>,
+    /// The parts of a Synchronize sent in parts (NRI 0.7+ `more`) so far.
+    parts: Option<(Vec<nri::PodSandbox>, Vec<nri::Container>)>,
+}
+
+/// What a handled call answers: a payload, or a refusal.
+type Answer = Result<Vec<u8>, Refusal>;
+
+impl<'a, H: Handler> Session<'a, H> {
+    /// A connection not made yet.
+    pub fn new(handler: &'a mut H, options: &'a Options) -> Self {
+        Session { handler, options, synchronized: false, configured_at: None, parts: None }
+    }
+
+    /// One connection: dial, register, serve until it closes.
+    ///
+    /// Errors: dialling, registering, reading or answering failed, or the runtime configured the
+    /// plugin but did not synchronize it.
+    pub async fn serve(&mut self, wake: &mut Option<watch::Receiver<u64>>) -> anyhow::Result<()> {
+        let socket = &self.options.socket;
+        let stream = UnixStream::connect(socket).await.with_context(|| format!("connecting to {}", socket.display()))?;
+        let (read, write) = stream.into_split();
+        let sender = Sender::new(write);
+        let mut receiver = Receiver::new(read);
+        let mut next_stream = 1u32;
+        let mut calls: HashMap<u32, &'static str> = HashMap::new();
+        let register = nri::RegisterPluginRequest { plugin_name: self.options.name.clone(), plugin_idx: self.options.index.clone() };
+        call(&sender, &mut next_stream, &mut calls, "RegisterPlugin", &register).await?;
+        tracing::info!(socket = %socket.display(), name = %self.options.name, index = %self.options.index, "NRI: connected, registering");
+        loop {
+            tokio::select! {
+                msg = receiver.next() => {
+                    let msg = match msg {
+                        Ok(m) => m,
+                        // containerd 2.x closes the connection of a plugin it cannot synchronize
+                        // (1.7 keeps it open and sends nothing: the deadline below).
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && self.configured_at.is_some() && !self.synchronized => {
+                            anyhow::bail!(
+                                "the runtime configured the plugin but did not synchronize it: it closed the connection (containerd 2.x \
+                                 closes a plugin's connection when it cannot synchronize it, e.g. with a pod whose annotations or env \
+                                 are not UTF-8: \"failed to synchronize plugin: string field contains invalid UTF-8\" in its log); \
+                                 registering again"
+                            );
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                        Err(e) => return Err(e).context("reading from the runtime"),
+                    };
+                    match (msg.conn, msg.kind) {
+                        (PLUGIN_CONN, REQUEST) => {
+                            let response = self.handle(&msg.payload).await;
+                            sender.respond(msg.stream, &response).await.context("answering the runtime")?;
+                        }
+                        (RUNTIME_CONN, RESPONSE) => self.response(calls.remove(&msg.stream), &msg.payload)?,
+                        (conn, kind) => tracing::debug!(conn, kind, stream = msg.stream, "NRI: unexpected ttrpc message ignored"),
+                    }
+                }
+                () = sync_deadline(self.configured_at), if !self.synchronized => {
+                    anyhow::bail!(
+                        "the runtime configured the plugin but did not synchronize it within {SYNC_TIMEOUT:?}: containerd drops a plugin it \
+                         cannot synchronize and sends it no events (containerd 1.7 cannot send a pod whose annotations or env are not \
+                         UTF-8: \"failed to synchronize plugin: string field contains invalid UTF-8\" in its log); registering again"
+                    );
+                }
+                () = woken(wake), if self.synchronized => {
+                    let updates = self.handler.refresh().await;
+                    if !updates.is_empty() {
+                        let req = nri::UpdateContainersRequest { update: updates, evict: Vec::new() };
+                        call(&sender, &mut next_stream, &mut calls, "UpdateContainers", &req).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A response to one of our calls.
+    fn response(&mut self, method: Option<&'static str>, payload: &[u8]) -> anyhow::Result<()> {
+        let resp = ttrpc::Response::decode(payload).context("decoding a ttrpc response")?;
+        let method = method.unwrap_or("an unknown call");
+        if let Some(status) = resp.status.filter(|s| s.code != 0) {
+            if method == "RegisterPlugin" {
+                anyhow::bail!("RegisterPlugin refused: code {}: {}", status.code, status.message);
+            }
+            tracing::warn!(code = status.code, "NRI: {method} failed: {}", status.message);
+            return Ok(());
+        }
+        match method {
+            "RegisterPlugin" => tracing::info!(name = %self.options.name, index = %self.options.index, "NRI: registered"),
+            "UpdateContainers" => {
+                let failed = nri::UpdateContainersResponse::decode(resp.payload.as_slice()).map(|r| r.failed).unwrap_or_default();
+                self.handler.refreshed(&failed);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Answers one request of the runtime.
+    async fn handle(&mut self, payload: &[u8]) -> ttrpc::Response {
+        let program = self.options.program;
+        let answer = match ttrpc::Request::decode(payload) {
+            Err(e) => Err(Refusal { code: CODE_INVALID_ARGUMENT, message: format!("{program}: undecodable ttrpc request: {e}") }),
+            Ok(req) if req.service != PLUGIN_SERVICE => {
+                Err(Refusal { code: CODE_UNIMPLEMENTED, message: format!("{program}: unknown service {}", req.service) })
+            }
+            Ok(req) => self.dispatch(&req.method, &req.payload).await,
+        };
+        match answer {
+            Ok(payload) => ttrpc::Response { status: None, payload },
+            Err(r) => ttrpc::Response { status: Some(ttrpc::Status { code: r.code, message: r.message }), payload: Vec::new() },
+        }
+    }
+
+    /// Decodes the `Plugin` service call `method` and passes it to the handler.
+    ///
+    /// Errors: an undecodable request, an unknown method, or the handler's refusal.
+    pub async fn dispatch(&mut self, method: &str, payload: &[u8]) -> Answer {
+        let program = self.options.program;
+        match method {
+            "Configure" => {
+                let req: nri::ConfigureRequest = decoded(program, method, payload)?;
+                let events = self.handler.configure(&req);
+                tracing::info!(runtime = %req.runtime_name, version = %req.runtime_version, events = format!("{events:#x}"), "NRI: configured");
+                self.configured_at = Some(tokio::time::Instant::now());
+                Ok(nri::ConfigureResponse { events }.encode_to_vec())
+            }
+            "Synchronize" => self.synchronize(decoded(program, method, payload)?).await,
+            "Shutdown" => {
+                tracing::info!("NRI: the runtime is shutting down");
+                Ok(nri::Empty {}.encode_to_vec())
+            }
+            "CreateContainer" => Ok(self.handler.create_container(decoded(program, method, payload)?).await?.encode_to_vec()),
+            "UpdateContainer" => Ok(self.handler.update_container(decoded(program, method, payload)?).await?.encode_to_vec()),
+            "StopContainer" => Ok(self.handler.stop_container(decoded(program, method, payload)?).await?.encode_to_vec()),
+            "StateChange" => {
+                self.handler.state_change(decoded(program, method, payload)?).await?;
+                Ok(nri::Empty {}.encode_to_vec())
+            }
+            other => Err(Refusal { code: CODE_UNIMPLEMENTED, message: format!("{program}: {PLUGIN_SERVICE}/{other} is not implemented") }),
+        }
+    }
+
+    /// One Synchronize request: each pod and container decoded on its own (one that does not
+    /// decode is skipped, not the whole runtime state); a part with `more` is kept and answered
+    /// with `more`, the last part goes to the handler with every earlier part.
+    async fn synchronize(&mut self, req: SynchronizeItems) -> Answer {
+        let (pods, bad) = decode_items::<nri::PodSandbox>(&req.pods);
+        for (index, id, why) in bad {
+            tracing::warn!(index, sandbox = %id, "NRI Synchronize: a pod that does not decode is skipped: {why}");
+        }
+        let (containers, bad) = decode_items::<nri::Container>(&req.containers);
+        for (index, id, why) in bad {
+            tracing::warn!(index, container = %id, "NRI Synchronize: a container that does not decode is skipped: {why}");
+        }
+        // A state larger than one ttrpc message (4 MiB; koordinator#2678 on big nodes) comes
+        // from NRI 0.7+ runtimes in parts, each but the last with `more`.
+        let (all_pods, all_containers) = self.parts.get_or_insert_with(Default::default);
+        all_pods.extend(pods);
+        all_containers.extend(containers);
+        if req.more {
+            tracing::debug!(pods = all_pods.len(), containers = all_containers.len(), "NRI Synchronize: a part, more to follow");
+            return Ok(nri::SynchronizeResponse { update: Vec::new(), more: true }.encode_to_vec());
+        }
+        let (pods, containers) = self.parts.take().unwrap_or_default();
+        let update = self.handler.synchronize(pods, containers).await;
+        self.synchronized = true;
+        self.handler.connection_state(true);
+        Ok(nri::SynchronizeResponse { update, more: false }.encode_to_vec())
+    }
+}
+
+/// Decodes a request of `method` (`program` names us in the error).
+///
+/// Errors: `INVALID_ARGUMENT` naming the method.
+fn decoded<M: Message + Default>(program: &str, method: &str, payload: &[u8]) -> Result<M, Refusal> {
+    M::decode(payload)
+        .map_err(|e| Refusal { code: CODE_INVALID_ARGUMENT, message: format!("{program}: undecodable {method} request: {e}") })
+}
+
+/// Sends a request of the `Runtime` service; its response is matched by stream ID in `calls`.
+async fn call(
+    sender: &Sender,
+    next_stream: &mut u32,
+    calls: &mut HashMap<u32, &'static str>,
+    method: &'static str,
+    msg: &impl Message,
+) -> anyhow::Result<()> {
+    let stream = *next_stream;
+    *next_stream += 2;
+    let req = ttrpc::Request {
+        service: RUNTIME_SERVICE.into(),
+        method: method.into(),
+        payload: msg.encode_to_vec(),
+        timeout_nano: 0,
+        metadata: Vec::new(),
+    };
+    calls.insert(stream, method);
+    sender.send(RUNTIME_CONN, stream, REQUEST, FLAG_REMOTE_CLOSED, &req.encode_to_vec()).await.with_context(|| format!("sending {method}"))
+}
+
+#[cfg(test)]
+#[path = "plugin_tests.rs"]
+mod tests;

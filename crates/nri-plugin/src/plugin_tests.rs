@@ -1,0 +1,140 @@
+//! The loop against fake runtimes and a recording handler.
+
+use super::*;
+
+/// Records what it is given; answers each container of a Synchronize with an update.
+#[derive(Default)]
+struct Recorder {
+    synced: Vec<(Vec<String>, Vec<String>)>,
+}
+
+impl Handler for Recorder {
+    fn configure(&mut self, _req: &nri::ConfigureRequest) -> i32 {
+        crate::event_mask([nri::Event::CreateContainer])
+    }
+    async fn synchronize(&mut self, pods: Vec<nri::PodSandbox>, containers: Vec<nri::Container>) -> Vec<nri::ContainerUpdate> {
+        let update = containers.iter().map(|c| nri::ContainerUpdate { container_id: c.id.clone(), ..Default::default() }).collect();
+        self.synced.push((pods.into_iter().map(|p| p.id).collect(), containers.into_iter().map(|c| c.id).collect()));
+        update
+    }
+    async fn create_container(&mut self, req: nri::CreateContainerRequest) -> Result<nri::CreateContainerResponse, Refusal> {
+        match req.container.unwrap_or_default().name.as_str() {
+            "refused" => Err(Refusal::internal("no")),
+            _ => Ok(nri::CreateContainerResponse::default()),
+        }
+    }
+    async fn update_container(&mut self, _req: nri::UpdateContainerRequest) -> Result<nri::UpdateContainerResponse, Refusal> {
+        Ok(Default::default())
+    }
+    async fn stop_container(&mut self, _req: nri::StopContainerRequest) -> Result<nri::StopContainerResponse, Refusal> {
+        Ok(Default::default())
+    }
+    async fn state_change(&mut self, _evt: nri::StateChangeEvent) -> Result<(), Refusal> {
+        Ok(())
+    }
+}
+
+fn options(socket: PathBuf) -> Options {
+    Options { socket, name: "t".into(), index: "10".into(), program: "test" }
+}
+
+/// A Synchronize with one pod that is not protobuf at all: the others reach the handler and the
+/// answer goes out.
+#[tokio::test]
+async fn synchronize_skips_what_does_not_decode() {
+    let (mut handler, options) = (Recorder::default(), options("/nonexistent".into()));
+    let mut session = Session::new(&mut handler, &options);
+    let good = nri::PodSandbox { id: "s2".into(), ..Default::default() }.encode_to_vec();
+    let broken = b"\x0a\x02s1\x12\x7f\x01".to_vec();
+    let payload = SynchronizeItems { pods: vec![broken, good], containers: Vec::new(), more: false }.encode_to_vec();
+    assert!(session.dispatch("Synchronize", &payload).await.is_ok());
+    assert!(session.synchronized);
+    assert_eq!(handler.synced, [(vec!["s2".to_owned()], vec![])]);
+}
+
+/// NRI 0.7+'s Synchronize in parts (a state over one 4 MiB ttrpc message: here 6 MiB of pods in
+/// two parts of 3 MiB): each part but the last is answered with `more` and no update, the last
+/// with the handler's updates over every part; a 0.6 runtime's single request (the next
+/// connection's) starts afresh. Fails without split handling (the first part taken as the whole).
+#[tokio::test]
+async fn a_synchronize_in_parts_is_taken_whole() {
+    let (mut handler, options) = (Recorder::default(), options("/nonexistent".into()));
+    let pod = |id: &str| {
+        let big = nri::BytesEntry { key: b"padding".to_vec(), value: vec![b'x'; 3 << 20] };
+        nri::PodSandbox { id: id.into(), annotations: vec![big], ..Default::default() }.encode_to_vec()
+    };
+    let container =
+        |id: &str, pod: &str| nri::Container { id: id.into(), pod_sandbox_id: pod.into(), ..Default::default() }.encode_to_vec();
+    let part =
+        |p: &str, c: &str, more: bool| SynchronizeItems { pods: vec![pod(p)], containers: vec![container(c, p)], more }.encode_to_vec();
+    let first = part("p1", "c1", true);
+    assert!(first.len() < crate::wire::MAX_MESSAGE && 2 * first.len() > crate::wire::MAX_MESSAGE, "{} bytes", first.len());
+    {
+        let mut session = Session::new(&mut handler, &options);
+        let answer = nri::SynchronizeResponse::decode(session.dispatch("Synchronize", &first).await.unwrap().as_slice()).unwrap();
+        assert!(answer.more && answer.update.is_empty() && !session.synchronized, "{answer:?}");
+        let last = session.dispatch("Synchronize", &part("p2", "c2", false)).await.unwrap();
+        let answer = nri::SynchronizeResponse::decode(last.as_slice()).unwrap();
+        assert!(!answer.more && session.synchronized);
+        assert_eq!(answer.update.iter().map(|u| u.container_id.as_str()).collect::<Vec<_>>(), ["c1", "c2"]);
+    }
+    let mut session = Session::new(&mut handler, &options);
+    let answer = session.dispatch("Synchronize", &part("p3", "c3", false)).await.unwrap();
+    assert_eq!(nri::SynchronizeResponse::decode(answer.as_slice()).unwrap().update.len(), 1);
+    assert_eq!(handler.synced.last().unwrap(), &(vec!["p3".to_owned()], vec!["c3".to_owned()]));
+}
+
+/// A handler's refusal is the ttrpc error status the runtime fails its call with.
+#[tokio::test]
+async fn a_refusal_is_an_error_status() {
+    let (mut handler, options) = (Recorder::default(), options("/nonexistent".into()));
+    let mut session = Session::new(&mut handler, &options);
+    let req = |name: &str| {
+        let container = nri::Container { name: name.into(), ..Default::default() };
+        let payload = nri::CreateContainerRequest { pod: None, container: Some(container) }.encode_to_vec();
+        ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "CreateContainer".into(), payload, ..Default::default() }.encode_to_vec()
+    };
+    let refused = session.handle(&req("refused")).await;
+    assert_eq!(refused.status, Some(ttrpc::Status { code: CODE_INTERNAL, message: "no".into() }));
+    assert_eq!(session.handle(&req("fine")).await.status, None);
+    let unknown = ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "Nope".into(), ..Default::default() }.encode_to_vec();
+    assert_eq!(session.handle(&unknown).await.status.unwrap().code, CODE_UNIMPLEMENTED);
+}
+
+/// A fake runtime registers the plugin, then closes the connection: right away (the plugin was
+/// never configured: a plain close, as when containerd stops), or after Configure and before
+/// Synchronize — what containerd 2.1 does to a plugin it cannot synchronize (1.7 keeps the
+/// connection open instead: the deadline). That one is an error naming the failed
+/// synchronization, so the plugin says why it registers again.
+#[tokio::test]
+async fn a_close_between_configure_and_synchronize_is_a_failed_synchronization() {
+    for configure in [false, true] {
+        let root = tempfile::tempdir().unwrap();
+        let socket = root.path().join("nri.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let runtime = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (read, write) = stream.into_split();
+            let (mut rx, tx) = (Receiver::new(read), Sender::new(write));
+            let register = rx.next().await.unwrap();
+            assert_eq!((register.conn, register.kind), (RUNTIME_CONN, REQUEST));
+            tx.send(RUNTIME_CONN, register.stream, RESPONSE, 0, &ttrpc::Response::default().encode_to_vec()).await.unwrap();
+            if configure {
+                let payload = nri::ConfigureRequest { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec();
+                let req = ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "Configure".into(), payload, ..Default::default() };
+                tx.send(PLUGIN_CONN, 1, REQUEST, 0, &req.encode_to_vec()).await.unwrap();
+                let answer = rx.next().await.unwrap();
+                assert_eq!((answer.conn, answer.kind), (PLUGIN_CONN, RESPONSE));
+            }
+        });
+        let (mut handler, options) = (Recorder::default(), options(socket));
+        let mut session = Session::new(&mut handler, &options);
+        let outcome = tokio::time::timeout(Duration::from_secs(2), session.serve(&mut None)).await.expect("the session ends at the close");
+        runtime.await.unwrap();
+        match (configure, outcome) {
+            (false, outcome) => assert!(outcome.is_ok(), "{outcome:?}"),
+            (true, Err(e)) => assert!(format!("{e:#}").contains("did not synchronize it: it closed the connection"), "{e:#}"),
+            (true, Ok(())) => panic!("a close after Configure taken for a plain close"),
+        }
+    }
+}
