@@ -14,11 +14,12 @@ demo-docker:
 demo-hooks:
 	@scripts/demo-hooks.sh
 
-# the fast tier for one's own loop (a few minutes, no runtime needed): fmt, clippy, unit tests, and every fuzz
+# the fast tier for one's own loop (a few minutes, no runtime needed): fmt, clippy, rustdoc, unit tests, and every fuzz
 # target on 2000 inputs from a fixed seed; `make test` is the full run (every runtime, every phase)
 check:
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
 	cargo test --locked --workspace --lib --bins
 	FUZZ_RUNS=2000 FUZZ_SEED=1 scripts/fuzz.sh
 

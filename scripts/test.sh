@@ -98,11 +98,13 @@ docker_integration() {
   return $rc
 }
 
-# lint: rustfmt (rustfmt.toml) and clippy with warnings as errors, over the whole workspace and the fuzz
-# targets (fuzz/, a workspace of its own).
+# lint: rustfmt (rustfmt.toml), clippy with warnings as errors and rustdoc with warnings as errors (a doc link
+# that does not resolve, or points at a private item), over the whole workspace and the fuzz targets (fuzz/, a
+# workspace of its own).
 lint() {
   cargo fmt --all -- --check || return 1
   cargo clippy "${LOCKED[@]}" --workspace --all-targets -- -D warnings || return 1
+  RUSTDOCFLAGS="-D warnings" cargo doc "${LOCKED[@]}" --workspace --no-deps || return 1
   (cd fuzz && cargo fmt -- --check && cargo clippy --locked --all-targets -- -D warnings)
 }
 

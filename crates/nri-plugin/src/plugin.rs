@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hook_api::status::{Code, Status};
 use prost::Message;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
@@ -39,13 +40,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// does so when synchronizing fails — and would never call it: the plugin then registers again.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// gRPC status code `INTERNAL`.
-pub const CODE_INTERNAL: i32 = 13;
-/// gRPC status code `UNIMPLEMENTED`.
-pub const CODE_UNIMPLEMENTED: i32 = 12;
-/// gRPC status code `INVALID_ARGUMENT`.
-pub const CODE_INVALID_ARGUMENT: i32 = 3;
-
 /// Where and as whom to connect.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -60,22 +54,10 @@ pub struct Options {
     pub program: &'static str,
 }
 
-/// An error answer to the runtime: a gRPC status code and message. The runtime fails the call
-/// that caused the event (RunPodSandbox, CreateContainer, UpdateContainerResources).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// gRPC status code ([`CODE_INTERNAL`], ...).
-    pub code: i32,
-    /// The message the runtime logs and passes on.
-    pub message: String,
-}
-
-impl Refusal {
-    /// An `INTERNAL` refusal with `message`.
-    pub fn internal(message: impl Into<String>) -> Refusal {
-        Refusal { code: CODE_INTERNAL, message: message.into() }
-    }
-}
+/// An error answer to the runtime: the project's one status type ([`hook_api::status::Status`],
+/// a `google.rpc.Code` and a message), sent as ttrpc's `Status`. The runtime fails the call that
+/// caused the event (RunPodSandbox, CreateContainer, UpdateContainerResources).
+pub type Refusal = Status;
 
 /// What a plugin does at each call of the runtime. The loop calls one method at a time, in the
 /// order the runtime sends its calls.
@@ -336,15 +318,17 @@ impl<'a, H: Handler> Session<'a, H> {
     async fn handle(&mut self, payload: &[u8]) -> ttrpc::Response {
         let program = self.options.program;
         let answer = match ttrpc::Request::decode(payload) {
-            Err(e) => Err(Refusal { code: CODE_INVALID_ARGUMENT, message: format!("{program}: undecodable ttrpc request: {e}") }),
+            Err(e) => Err(Status::new(Code::INVALID_ARGUMENT, format!("{program}: undecodable ttrpc request: {e}"))),
             Ok(req) if req.service != PLUGIN_SERVICE => {
-                Err(Refusal { code: CODE_UNIMPLEMENTED, message: format!("{program}: unknown service {}", req.service) })
+                Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: unknown service {}", req.service)))
             }
             Ok(req) => self.dispatch(&req.method, &req.payload).await,
         };
         match answer {
             Ok(payload) => ttrpc::Response { status: None, payload },
-            Err(r) => ttrpc::Response { status: Some(ttrpc::Status { code: r.code, message: r.message }), payload: Vec::new() },
+            Err(r) => {
+                ttrpc::Response { status: Some(ttrpc::Status { code: i32::from(r.code.0), message: r.message }), payload: Vec::new() }
+            }
         }
     }
 
@@ -373,7 +357,7 @@ impl<'a, H: Handler> Session<'a, H> {
                 self.handler.state_change(decoded(program, method, payload)?).await?;
                 Ok(nri::Empty {}.encode_to_vec())
             }
-            other => Err(Refusal { code: CODE_UNIMPLEMENTED, message: format!("{program}: {PLUGIN_SERVICE}/{other} is not implemented") }),
+            other => Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: {PLUGIN_SERVICE}/{other} is not implemented"))),
         }
     }
 
@@ -410,8 +394,7 @@ impl<'a, H: Handler> Session<'a, H> {
 ///
 /// Errors: `INVALID_ARGUMENT` naming the method.
 fn decoded<M: Message + Default>(program: &str, method: &str, payload: &[u8]) -> Result<M, Refusal> {
-    M::decode(payload)
-        .map_err(|e| Refusal { code: CODE_INVALID_ARGUMENT, message: format!("{program}: undecodable {method} request: {e}") })
+    M::decode(payload).map_err(|e| Status::new(Code::INVALID_ARGUMENT, format!("{program}: undecodable {method} request: {e}")))
 }
 
 /// Sends a request of the `Runtime` service; its response is matched by stream ID in `calls`.

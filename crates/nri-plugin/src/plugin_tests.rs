@@ -1,6 +1,7 @@
 //! The loop against fake runtimes and a recording handler.
 
 use super::*;
+use hook_api::status::{Code, Status};
 
 /// Records what it is given; answers each container of a Synchronize with an update.
 #[derive(Default)]
@@ -19,7 +20,7 @@ impl Handler for Recorder {
     }
     async fn create_container(&mut self, req: nri::CreateContainerRequest) -> Result<nri::CreateContainerResponse, Refusal> {
         match req.container.unwrap_or_default().name.as_str() {
-            "refused" => Err(Refusal::internal("no")),
+            "refused" => Err(Status::new(Code::INTERNAL, "no")),
             _ => Ok(nri::CreateContainerResponse::default()),
         }
     }
@@ -95,10 +96,10 @@ async fn a_refusal_is_an_error_status() {
         ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "CreateContainer".into(), payload, ..Default::default() }.encode_to_vec()
     };
     let refused = session.handle(&req("refused")).await;
-    assert_eq!(refused.status, Some(ttrpc::Status { code: CODE_INTERNAL, message: "no".into() }));
+    assert_eq!(refused.status, Some(ttrpc::Status { code: 13, message: "no".into() }));
     assert_eq!(session.handle(&req("fine")).await.status, None);
     let unknown = ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "Nope".into(), ..Default::default() }.encode_to_vec();
-    assert_eq!(session.handle(&unknown).await.status.unwrap().code, CODE_UNIMPLEMENTED);
+    assert_eq!(session.handle(&unknown).await.status.unwrap().code, 12);
 }
 
 /// A fake runtime registers the plugin, then closes the connection: right away (the plugin was

@@ -95,7 +95,7 @@ impl Sender {
     }
 }
 
-/// A ttrpc message as multiplexer frames of at most [`SEND_FRAME`] bytes each.
+/// A ttrpc message as multiplexer frames of at most `SEND_FRAME` (4096) bytes each.
 pub fn encode(conn: u32, stream: u32, kind: u8, flags: u8, payload: &[u8]) -> io::Result<Vec<u8>> {
     if payload.len() > MAX_MESSAGE {
         return Err(io::Error::new(

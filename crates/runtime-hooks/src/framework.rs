@@ -433,7 +433,10 @@ impl Framework {
 /// merge these maps per key, so what is left out stays as the request had it.
 pub const ECHO_LIMIT_BYTES: usize = 4 << 20;
 
-fn failure_status(f: &PluginFailure) -> Status {
+/// A plugin failure under `--plugin-failure-policy Fail` as the status both proxy mode (through
+/// tonic) and NRI mode (as ttrpc's `Status`) answer with: `INTERNAL`, naming the plugin, the
+/// stage, the pod or container and the cause; logged once as a WARN.
+pub(crate) fn failure_status(f: &PluginFailure) -> Status {
     tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Fail)");
     Status::new(Code::INTERNAL, format!("runtime-hooks: {f} (plugin-failure-policy Fail)"))
 }

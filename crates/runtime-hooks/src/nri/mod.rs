@@ -49,7 +49,7 @@ use nri_plugin::Refusal;
 use self::proto::api::{self as nri, Event};
 use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
-use crate::framework::{log_call, Framework, Outcome, PluginFailure};
+use crate::framework::{failure_status, log_call, Framework, Outcome};
 use crate::plugin::{ContainerState, PodState, Stage};
 
 /// Where and as whom to connect.
@@ -274,7 +274,7 @@ impl NriPlugin {
         if !self.wants(stage) || !self.selected(&ctx) {
             return Ok(());
         }
-        let outcome = self.framework.pod_stage(stage, &ctx).map_err(|f| failure(&f))?;
+        let outcome = self.framework.pod_stage(stage, &ctx).map_err(|f| failure_status(&f))?;
         log_call(stage, &ctx.key(), &outcome.change);
         Ok(())
     }
@@ -285,7 +285,7 @@ impl NriPlugin {
         if !self.wants(stage) || !self.selected(&ctx.pod) {
             return Ok(None);
         }
-        let outcome: Outcome = self.framework.container_stage(stage, ctx).map_err(|f| failure(&f))?;
+        let outcome: Outcome = self.framework.container_stage(stage, ctx).map_err(|f| failure_status(&f))?;
         log_call(stage, &ctx.key(), &outcome.change);
         Ok(Some(outcome.change))
     }
@@ -362,12 +362,6 @@ impl NriPlugin {
         }
         *reported = now;
     }
-}
-
-/// A plugin failure under `Fail` as an NRI error: the runtime fails the CRI call.
-fn failure(f: &PluginFailure) -> Refusal {
-    tracing::warn!(plugin = f.plugin, stage = %f.stage, on = %f.target, "{f} (plugin-failure-policy Fail)");
-    Refusal::internal(format!("runtime-hooks: {f} (plugin-failure-policy Fail)"))
 }
 
 #[cfg(test)]

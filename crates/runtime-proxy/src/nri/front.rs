@@ -195,7 +195,7 @@ impl flow::Front for NriCall {
     }
 
     fn refuse(&self, status: Status) -> Refusal {
-        Refusal { code: i32::from(status.code.0), message: format!("runtime-proxy: {}", status.message) }
+        Status::new(status.code, format!("runtime-proxy: {}", status.message))
     }
 }
 
