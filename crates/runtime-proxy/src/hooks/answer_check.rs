@@ -285,14 +285,23 @@ mod tests {
     }
 
     fn resources() -> impl Strategy<Value = Option<LinuxContainerResources>> {
-        let fields = (-2i64..3, -2i64..3, -1i64..2, -1i64..2, -1001i64..1002, "[01]{0,1}", "[01]{0,1}", small_map());
+        let fields = (
+            -2i64..3,
+            -2i64..3,
+            -1i64..2,
+            -1i64..2,
+            prop::sample::select(vec![0i64, 5, 1000, -1001]),
+            "[01]{0,1}",
+            "[01]{0,1}",
+            small_map(),
+        );
         prop::option::of(fields.prop_map(|(cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes, oom, cpus, mems, unified)| {
             LinuxContainerResources {
                 cpu_period,
                 cpu_quota,
                 cpu_shares,
                 memory_limit_in_bytes,
-                oom_score_adj: oom.clamp(-1001, 1001),
+                oom_score_adj: oom,
                 cpuset_cpus: cpus,
                 cpuset_mems: mems,
                 unified,
@@ -320,6 +329,11 @@ mod tests {
                 prop_assert!(!merge::container_response_changes(&req, &answer));
             }
             prop_assert!(container_unchanged(&req, &merge::echo_container(&req).encode_to_vec()));
+            // The echo with other resources: only the resources decide.
+            let resources_only = ContainerResourceHookResponse { container_resources: answer.container_resources.clone(), ..merge::echo_container(&req) };
+            if container_unchanged(&req, &resources_only.encode_to_vec()) {
+                prop_assert!(!merge::container_response_changes(&req, &resources_only));
+            }
             let pod = PodSandboxHookRequest {
                 labels: req.container_envs.clone(), annotations: req.container_annotations.clone(),
                 cgroup_parent: req.pod_cgroup_parent.clone(), ..Default::default()
