@@ -66,11 +66,16 @@ impl Drop for Relay {
 
 /// CPU time (ns, `/proc/PID/task/*/schedstat`) and context switches (voluntary + involuntary,
 /// `/proc/PID/task/*/status`) of process `pid`, all threads, and with `children` those of its
-/// child processes too, recursively (socat forks one per connection). (0, 0) for a process that
-/// is gone.
+/// child processes too, recursively (socat forks one per connection): the live ones' own, plus
+/// the CPU time of those that ended and were reaped (`cutime` + `cstime` of `/proc/PID/stat`, in
+/// clock ticks), so a child that ended between two samples is not lost. (0, 0) for a process
+/// that is gone.
 pub fn usage(pid: u32, children: bool) -> (u64, u64) {
     let (mut ns, mut switches) = (0, 0);
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (0, 0) };
+    if children {
+        ns += reaped_children_ns(pid);
+    }
     for task in tasks.flatten() {
         let path = task.path();
         if let Some(v) = std::fs::read_to_string(path.join("schedstat")).ok().and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
@@ -94,6 +99,18 @@ pub fn usage(pid: u32, children: bool) -> (u64, u64) {
         }
     }
     (ns, switches)
+}
+
+/// CPU time (ns) of `pid`'s children that ended and were waited for: `cutime` + `cstime`, the
+/// 16th and 17th fields of `/proc/PID/stat` (clock ticks, `sysconf(_SC_CLK_TCK)`); 0 when unreadable.
+fn reaped_children_ns(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = after.split_whitespace().skip(13).take(2).filter_map(|v| v.parse().ok()).collect();
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    fields.iter().sum::<u64>() * (1_000_000_000 / tick)
 }
 
 /// The 1, 5 and 15 minute load averages, e.g. `1.20 0.85 0.70`.

@@ -35,6 +35,7 @@ use crate::admin::status::HookHealth;
 use crate::grpc::backend::Backend;
 use crate::grpc::unary_call::{self, Answer};
 use crate::grpc::{self, Code, Status};
+use crate::hooks::answer_check;
 use crate::hooks::chain::{ChainMessage, ConflictPolicy, Kept, NodeChain, Required};
 use crate::hooks::limits::HookLimits;
 use crate::hooks::registry::{FailurePolicy, HookServer, Snapshot, Stage};
@@ -49,6 +50,10 @@ pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static 
     /// Whether [`HookMessage::apply`] of `answer` would change the request at all (exact:
     /// [`hook_api::merge::container_response_changes`]).
     fn changed_by(&self, answer: &Self::Answer) -> bool;
+    /// Whether `answer` (an answer message's bytes) surely changes nothing in the request,
+    /// read without decoding it ([`crate::hooks::answer_check`]); `false` when unsure (then the
+    /// answer is decoded and [`HookMessage::changed_by`] decides).
+    fn unchanged_by_bytes(&self, answer: &[u8]) -> bool;
     /// Checks what the answer would add to the request's maps against `limits`.
     ///
     /// Errors: the first limit exceeded (see [`HookLimits::check_map`]).
@@ -63,6 +68,9 @@ impl HookMessage for PodSandboxHookRequest {
     fn changed_by(&self, answer: &PodSandboxHookResponse) -> bool {
         merge::pod_response_changes(self, answer)
     }
+    fn unchanged_by_bytes(&self, answer: &[u8]) -> bool {
+        answer_check::pod_unchanged(self, answer)
+    }
     fn check(&self, answer: &PodSandboxHookResponse, limits: &HookLimits) -> Result<(), String> {
         limits.check_map("labels", &self.labels, &answer.labels)?;
         limits.check_map("annotations", &self.annotations, &answer.annotations)
@@ -76,6 +84,9 @@ impl HookMessage for ContainerResourceHookRequest {
     }
     fn changed_by(&self, answer: &ContainerResourceHookResponse) -> bool {
         merge::container_response_changes(self, answer)
+    }
+    fn unchanged_by_bytes(&self, answer: &[u8]) -> bool {
+        answer_check::container_unchanged(self, answer)
     }
     fn check(&self, answer: &ContainerResourceHookResponse, limits: &HookLimits) -> Result<(), String> {
         limits.check_map("container_envs", &self.container_envs, &answer.container_envs)?;
@@ -350,7 +361,12 @@ impl Dispatcher {
             self.forget(serial);
         }
         let answer = match outcome {
-            Ok(Ok(answer)) => decode::<R::Answer>(&answer, self.limits.max_answer_bytes),
+            // An answer that changes nothing (koordlet's echo) is not decoded.
+            Ok(Ok(answer)) => match message(&answer, self.limits.max_answer_bytes) {
+                Ok(m) if req.unchanged_by_bytes(&m) => return Ok(None),
+                Ok(m) => decode_message::<R::Answer>(&m),
+                Err(s) => Err(s),
+            },
             // Only the answer's size makes the exchange itself fail with RESOURCE_EXHAUSTED.
             Ok(Err(s)) if s.code == Code::RESOURCE_EXHAUSTED => {
                 Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("{} (--max-hook-answer-bytes)", describe(s.code, &s.message))))
@@ -451,7 +467,15 @@ fn framed(message: &impl prost::Message) -> bytes::Bytes {
 /// `grpc-status`, the code gRPC maps the HTTP status to, else `INTERNAL`; `RESOURCE_EXHAUSTED`
 /// naming `--max-hook-answer-bytes` for a message over `limit` bytes once decompressed;
 /// `INTERNAL` for a body that is not one message, or a message that does not decode as `A`.
+#[cfg(test)]
 fn decode<A: prost::Message + Default>(answer: &Answer, limit: usize) -> Result<A, Status> {
+    decode_message(&message(answer, limit)?)
+}
+
+/// The one message of a hook server's answer, undecoded.
+///
+/// Errors: as [`decode`], but for the message's own decode.
+fn message(answer: &Answer, limit: usize) -> Result<bytes::Bytes, Status> {
     match answer.grpc_status() {
         Some(s) if s.code == Code::OK => {}
         Some(s) => {
@@ -483,6 +507,13 @@ fn decode<A: prost::Message + Default>(answer: &Answer, limit: usize) -> Result<
         }
         Err(s) => return Err(Status::new(s.code, describe(s.code, &s.message))),
     };
+    Ok(message)
+}
+
+/// An answer's message decoded as `A`.
+///
+/// Errors: `INTERNAL` "answer does not decode as …" naming the type and prost's error.
+fn decode_message<A: prost::Message + Default>(message: &[u8]) -> Result<A, Status> {
     A::decode(message).map_err(|e| {
         let name = std::any::type_name::<A>().rsplit("::").next().unwrap_or_default();
         Status::new(Code::INTERNAL, describe(Code::INTERNAL, &format!("answer does not decode as {name}: {e}")))

@@ -8,6 +8,8 @@
 //!   (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0). CRI methods are its rows; Docker routes map onto the same rows.
 //! * [`flow`] — the one hook flow every front end drives a call through: pod lock, load from the
 //!   store, skip label, pre stage, edits, send, commit, post stage.
+//! * [`answer_check`] — whether a hook server's answer changes the hook request, read from its
+//!   bytes (an echo, koordlet's usual answer, is never decoded).
 //! * [`body`] — reading a request body whole, under the size and idle limits ([`limits`]).
 //! * [`registry`] — the hook servers' registration files: parsed, validated, watched, served as
 //!   immutable snapshots.
@@ -25,6 +27,7 @@
 //! call of it, map its calls onto rows of [`stages::METHODS`], and hand each call to
 //! [`flow::drive`].
 
+pub mod answer_check;
 pub mod body;
 pub mod chain;
 pub mod dispatch;
