@@ -11,8 +11,9 @@
 # recovery time after kill -9), against a real containerd 1.6, which it starts and stops (also on
 # failure or Ctrl-C); then the pass-through bench again against a containerd 2.1; then pod start time by mode
 # (runtime-hooks' benches/pod_start.rs: BE pods on containerd alone, through runtime-proxy + runtime-hooks in proxy
-# mode, and with runtime-hooks as an NRI plugin) against a containerd 1.7 with NRI on and again against a 2.1 with NRI
-# on, each started after the one before is down and stopped the same way. Extra arguments go to every bench;
+# mode, and with runtime-hooks as an NRI plugin; runtime-proxy's benches/nri_front.rs: pods with one no-op hook on
+# containerd alone, through the CRI proxy and through the NRI front end) against a containerd 1.7 with NRI on and
+# again against a 2.1 with NRI on, each started after the one before is down and stopped the same way. Extra arguments go to every bench;
 # RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks and hook_rtt 3000), RP_BENCH_CONC_ROUNDS and
 # RP_BENCH_CONC_ROUND_MS the rounds of the concurrency bench (defaults 6 and 600 ms), RP_BENCH_STAGE_PODS the pods
 # per path of the per-stage bench (default 20), RP_BENCH_PODS the pods per mode of pod_start (default 50).
@@ -56,6 +57,9 @@ cargo build --locked --release -p runtime-proxy
 for v in 1.7 2.1; do
   RP_NRI=1 scripts/containerd.sh up "$v" "$NRI_CTRD-$v" >/dev/null
   RP_CONTAINERD_ENV=$NRI_CTRD-$v/env cargo bench --locked -p runtime-hooks --bench pod_start -- "$@"
+  echo
+  # hook servers on NRI: pod start with one no-op hook — containerd alone, CRI proxy, NRI front end
+  RP_CONTAINERD_ENV=$NRI_CTRD-$v/env cargo bench --locked -p runtime-proxy --bench nri_front -- "$@"
   scripts/containerd.sh down "$NRI_CTRD-$v" >/dev/null 2>&1
   echo
 done
