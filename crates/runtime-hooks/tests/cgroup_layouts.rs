@@ -331,7 +331,11 @@ async fn standalone_be_pods_on_the_cgroupfs_and_the_systemd_layout() {
             values_in(&real("cpu"), &real("memory")),
             s.hooks.log()
         );
-        assert!(s.hooks.count(&["drift corrected", &format!("{container_dir}/cpu.shares"), "new=512"]) == 1, "{}", s.hooks.log());
+        // The line follows the write it reports (and the log goes through runtime-hooks' writer
+        // thread): wait for it rather than read the log at once.
+        let corrected = ["drift corrected", &format!("{container_dir}/cpu.shares"), "new=512"];
+        assert!(s.hooks.wait_log(&corrected, 0, Duration::from_secs(5)), "{layout:?}: no correction logged:\n{}", s.hooks.log());
+        assert_eq!(s.hooks.count(&corrected), 1, "{layout:?}: corrected once\n{}", s.hooks.log());
     }
     assert!(!s.hooks.log().contains("reconcile: "), "no failure:\n{}", s.hooks.log());
     for (_, pod, parent, container_dir) in pods {

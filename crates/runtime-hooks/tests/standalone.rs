@@ -93,19 +93,14 @@ async fn corrects_a_pod_created_directly_on_containerd_within_one_interval() {
     assert_eq!(cgroup("cpu", &parent, "cpu.shares"), "512");
     assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "100000");
     assert_eq!(cgroup("memory", &parent, "memory.limit_in_bytes"), "134217728");
-    // The drift is reported file by file, old → new.
-    let log = s.hooks.log();
+    // The drift is reported file by file, old → new (each line after its write, through
+    // runtime-hooks' log writer thread: waited for, not read at once).
     for (file, old, new) in
         [("cpu.shares", "2", "512"), ("cpu.cfs_quota_us", "-1", "100000"), ("memory.limit_in_bytes", "9223372036854771712", "134217728")]
     {
         let path = format!("{}/{}/{file}", parent, pod.container_id);
-        assert!(
-            log.lines().any(|l| l.contains("drift corrected")
-                && l.contains(&path)
-                && l.contains(&format!("old={old}"))
-                && l.contains(&format!("new={new}"))),
-            "no drift line for {path} {old} → {new}:\n{log}"
-        );
+        let line = ["drift corrected", &path, &format!("old={old}"), &format!("new={new}")];
+        assert!(s.hooks.wait_log(&line, 0, Duration::from_secs(5)), "no drift line for {path} {old} → {new}:\n{}", s.hooks.log());
     }
 
     // Idempotent: the next passes write nothing.
