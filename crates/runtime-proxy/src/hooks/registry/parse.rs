@@ -313,24 +313,18 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
         ));
     }
 
-    let mut unreadable_policy = |why: String| {
-        warnings.push(format!("{name}: {why}; the failure policy cannot be read, so Fail is used (fail closed) until the file is fixed"));
-        (FailurePolicy::Fail, false)
+    let fail_policy = [("Fail", FailurePolicy::Fail), ("Ignore", FailurePolicy::Ignore)];
+    let (failure_policy, policy_explicit) = match policy(&obj, &name, keys::FAILURE_POLICY, "failure", fail_policy, &mut warnings) {
+        Policy::Unset => (FailurePolicy::Ignore, false),
+        Policy::Set(p) => (p, true),
+        Policy::Unreadable => (FailurePolicy::Fail, false),
     };
-    let (failure_policy, policy_explicit) = match field(&obj, keys::FAILURE_POLICY) {
-        None => match obj.keys().find(|k| !k.eq_ignore_ascii_case(keys::FAILURE_POLICY) && likely_key(k) == Some(keys::FAILURE_POLICY)) {
-            Some(typo) => unreadable_policy(format!("key {typo:?} is not \"failure-policy\"")),
-            None => (FailurePolicy::Ignore, false),
-        },
-        Some(Value::String(s)) => match s.as_str() {
-            "" => (FailurePolicy::Ignore, false),
-            "Fail" => (FailurePolicy::Fail, true),
-            "Ignore" => (FailurePolicy::Ignore, true),
-            other => unreadable_policy(format!("\"failure-policy\" {other:?} is neither \"Fail\" nor \"Ignore\" (case matters)")),
-        },
-        Some(v) => unreadable_policy(format!("\"failure-policy\" is {}, not a string", json_kind(v))),
+    let conflict_choices = [("Warn", ConflictPolicy::Warn), ("Fail", ConflictPolicy::Fail)];
+    let conflict_policy = match policy(&obj, &name, keys::CONFLICT_POLICY, "conflict", conflict_choices, &mut warnings) {
+        Policy::Unset => None,
+        Policy::Set(p) => Some(p),
+        Policy::Unreadable => Some(ConflictPolicy::Fail),
     };
-    let conflict_policy = conflict_policy(&obj, &name, &mut warnings);
     for key in obj.keys().filter(|k| !keys::ALL.iter().any(|known| k.eq_ignore_ascii_case(known))) {
         warnings.push(match likely_key(key) {
             Some(known) => format!("{name}: unknown key {key:?} ignored; did you mean {known:?}?"),
@@ -406,27 +400,41 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
     Ok((server, warnings))
 }
 
-/// `conflict-policy`, read as `failure-policy` is: absent, `null` or `""` → `None` (the node's
-/// flag); `"Warn"` or `"Fail"` (case matters); anything else, or a key that looks like a typo of
-/// it, → `Fail` with a warning naming the file and what is wrong (fail closed).
-fn conflict_policy(obj: &Map<String, Value>, name: &str, warnings: &mut Vec<String>) -> Option<ConflictPolicy> {
-    let mut unreadable = |why: String| {
-        warnings.push(format!("{name}: {why}; the conflict policy cannot be read, so Fail is used (fail closed) until the file is fixed"));
-        Some(ConflictPolicy::Fail)
+/// A policy key as read from a registration file.
+enum Policy<T> {
+    /// Absent, `null` or `""`: the default.
+    Unset,
+    /// One of the choices, spelled exactly (case matters).
+    Set(T),
+    /// Anything else, or a key that looks like a typo of it: the caller fails closed; a warning
+    /// naming the file and what is wrong is in `warnings`.
+    Unreadable,
+}
+
+/// Reads the policy `key` (`failure-policy`, `conflict-policy`; `what` names it in the warning:
+/// "failure", "conflict") as one of the two `choices`.
+fn policy<T: Copy>(
+    obj: &Map<String, Value>,
+    name: &str,
+    key: &str,
+    what: &str,
+    choices: [(&str, T); 2],
+    warnings: &mut Vec<String>,
+) -> Policy<T> {
+    let why = match field(obj, key) {
+        None => match obj.keys().find(|k| !k.eq_ignore_ascii_case(key) && likely_key(k) == Some(key)) {
+            Some(typo) => format!("key {typo:?} is not \"{key}\""),
+            None => return Policy::Unset,
+        },
+        Some(Value::String(s)) if s.is_empty() => return Policy::Unset,
+        Some(Value::String(s)) => match choices.iter().find(|(spelled, _)| spelled == s) {
+            Some(&(_, p)) => return Policy::Set(p),
+            None => format!("\"{key}\" {s:?} is neither \"{}\" nor \"{}\" (case matters)", choices[0].0, choices[1].0),
+        },
+        Some(v) => format!("\"{key}\" is {}, not a string", json_kind(v)),
     };
-    match field(obj, keys::CONFLICT_POLICY) {
-        None => match obj.keys().find(|k| !k.eq_ignore_ascii_case(keys::CONFLICT_POLICY) && likely_key(k) == Some(keys::CONFLICT_POLICY)) {
-            Some(typo) => unreadable(format!("key {typo:?} is not \"conflict-policy\"")),
-            None => None,
-        },
-        Some(Value::String(s)) => match s.as_str() {
-            "" => None,
-            "Warn" => Some(ConflictPolicy::Warn),
-            "Fail" => Some(ConflictPolicy::Fail),
-            other => unreadable(format!("\"conflict-policy\" {other:?} is neither \"Warn\" nor \"Fail\" (case matters)")),
-        },
-        Some(v) => unreadable(format!("\"conflict-policy\" is {}, not a string", json_kind(v))),
-    }
+    warnings.push(format!("{name}: {why}; the {what} policy cannot be read, so Fail is used (fail closed) until the file is fixed"));
+    Policy::Unreadable
 }
 
 /// The value of `key`, `null` counting as absent. Like Go's `encoding/json`: an exact match
