@@ -109,13 +109,21 @@ pub trait Handler: Send {
         async { Vec::new() }
     }
 
+    /// What the updates of [`Handler::refresh`] carry, for their log lines ("for the new rules":
+    /// `NRI: containers updated for the new rules`). Default: nothing.
+    const REFRESHED: &'static str = "";
+
     /// The runtime's answer to the updates [`Handler::refresh`] returned: the ones it failed.
+    /// Default: one INFO line when none failed, else one WARN naming them (with
+    /// [`Handler::REFRESHED`]).
     fn refreshed(&mut self, failed: &[nri::ContainerUpdate]) {
+        let what = Self::REFRESHED;
+        let sep = if what.is_empty() { "" } else { " " };
         if failed.is_empty() {
-            tracing::info!("NRI: containers updated");
+            tracing::info!("NRI: containers updated{sep}{what}");
         } else {
             let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
-            tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers");
+            tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers{sep}{what}");
         }
     }
 

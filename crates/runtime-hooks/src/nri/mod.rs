@@ -170,14 +170,7 @@ impl nri_plugin::Handler for NriPlugin {
         self.apply_all("rules changed")
     }
 
-    fn refreshed(&mut self, failed: &[nri::ContainerUpdate]) {
-        if failed.is_empty() {
-            tracing::info!("NRI: containers updated for the new rules");
-        } else {
-            let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
-            tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers");
-        }
-    }
+    const REFRESHED: &'static str = "for the new rules";
 
     fn disconnected(&mut self) {
         self.known = Known::default();

@@ -184,14 +184,7 @@ impl nri_plugin::Handler for NriFront {
         std::mem::take(&mut self.later)
     }
 
-    fn refreshed(&mut self, failed: &[nri::ContainerUpdate]) {
-        if failed.is_empty() {
-            tracing::info!("NRI: containers updated with the PreStartContainer hooks' resources");
-        } else {
-            let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
-            tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers with the hooks' resources");
-        }
-    }
+    const REFRESHED: &'static str = "with the PreStartContainer hooks' resources";
 
     fn disconnected(&mut self) {
         self.later.clear();
