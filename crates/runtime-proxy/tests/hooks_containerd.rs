@@ -230,20 +230,7 @@ async fn an_edited_request_larger_than_the_runtimes_window_reaches_it_whole() {
 async fn servers_chain_in_order_each_seeing_the_changes_before_it() {
     let mut s = setup();
     // "z-first" has order 1 and "a-second" order 2: the order key beats the file name.
-    let first = TestHook::echoing(|stage, resp| {
-        if stage == "PreCreateContainer" {
-            resp.container_envs.insert("CHAIN".into(), "first".into());
-            resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 300;
-        }
-    })
-    .await;
-    let second = TestHook::echoing(|stage, resp| {
-        if stage == "PreCreateContainer" {
-            let before = resp.container_envs.get("CHAIN").cloned().unwrap_or_default();
-            resp.container_envs.insert("CHAIN".into(), format!("{before},second"));
-        }
-    })
-    .await;
+    let (first, second) = TestHook::chain_pair().await;
     s.register("z-first.json", first.socket(), "Fail", &["PreCreateContainer"], json!({"order": 1}));
     s.register("a-second.json", second.socket(), "Fail", &["PreCreateContainer"], json!({"order": 2}));
     let pod = s.pod(&[], &[]).await.expect("pod");

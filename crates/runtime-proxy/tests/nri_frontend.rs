@@ -211,20 +211,7 @@ async fn failure_policies_through_nri() {
 async fn servers_chain_in_order_through_nri() {
     let _one = ONE_AT_A_TIME.lock().await;
     let Some(mut s) = setup() else { return };
-    let first = TestHook::echoing(|stage, resp| {
-        if stage == "PreCreateContainer" {
-            resp.container_envs.insert("CHAIN".into(), "first".into());
-            resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 300;
-        }
-    })
-    .await;
-    let second = TestHook::echoing(|stage, resp| {
-        if stage == "PreCreateContainer" {
-            let before = resp.container_envs.get("CHAIN").cloned().unwrap_or_default();
-            resp.container_envs.insert("CHAIN".into(), format!("{before},second"));
-        }
-    })
-    .await;
+    let (first, second) = TestHook::chain_pair().await;
     s.register("z-first.json", first.socket(), "Fail", &["PreCreateContainer"], json!({"order": 1}));
     s.register("a-second.json", second.socket(), "Fail", &["PreCreateContainer"], json!({"order": 2}));
     s.start_proxy();

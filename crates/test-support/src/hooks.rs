@@ -197,6 +197,28 @@ impl TestHook {
         TestHook { socket, seen, concurrency, task, _dir: dir }
     }
 
+    /// Two koordlet-like servers for chaining tests, at PreCreateContainer: the first sets env
+    /// `CHAIN=first` and cpu shares 300, the second appends `,second` to the `CHAIN` it sees —
+    /// so `CHAIN=first,second` in the container means both ran, in that order, the second seeing
+    /// the first's change.
+    pub async fn chain_pair() -> (TestHook, TestHook) {
+        let first = TestHook::echoing(|stage, resp| {
+            if stage == "PreCreateContainer" {
+                resp.container_envs.insert("CHAIN".into(), "first".into());
+                resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 300;
+            }
+        })
+        .await;
+        let second = TestHook::echoing(|stage, resp| {
+            if stage == "PreCreateContainer" {
+                let before = resp.container_envs.get("CHAIN").cloned().unwrap_or_default();
+                resp.container_envs.insert("CHAIN".into(), format!("{before},second"));
+            }
+        })
+        .await;
+        (first, second)
+    }
+
     /// A koordlet-like server: echoes every request, then lets `change` edit container answers.
     pub async fn echoing(change: impl Fn(&str, &mut ContainerResourceHookResponse) + Send + Sync + 'static) -> TestHook {
         let container: ContainerFn = Arc::new(move |stage, req| {
