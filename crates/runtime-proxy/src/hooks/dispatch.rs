@@ -179,6 +179,9 @@ impl Dispatcher {
         }
         let mut before = None;
         let mut owners = Owners::new();
+        // Ownership matters only where a second server can change what a first one did: a stage
+        // with one server (koordlet alone) lists no field changes.
+        let chained = stage.is_pre() && snapshot.for_stage(stage).nth(1).is_some();
         let kept = req.answer_annotations().map(|a| Kept::of(a));
         for server in snapshot.for_stage(stage) {
             let started = Instant::now();
@@ -195,7 +198,7 @@ impl Dispatcher {
                     self.health.record_ok(server);
                     tracing::debug!(stage = stage.as_str(), server = %server.name, elapsed_us, changed = answer.is_some(), "hook called");
                     if let Some(answer) = answer {
-                        if stage.is_pre() {
+                        if chained {
                             self.own(&mut owners, server, stage, req, &answer)?;
                         }
                         before.get_or_insert_with(|| req.clone());
