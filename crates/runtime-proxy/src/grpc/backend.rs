@@ -8,20 +8,15 @@
 //! the first call after the runtime appears connects. HTTP/2 multiplexes every concurrent call on
 //! the one connection, as kubelet's own client does.
 //!
-//! # Hook servers
-//!
-//! The dispatcher uses the same client for hook servers ([`Backend::hook_server`]): each new
-//! connection is then checked with `SO_PEERCRED` against the uids allowed to serve the socket,
-//! and its connection lines are logged at debug (a hook call's failure is logged by the
-//! dispatcher).
+//! Hook servers have a client of their own ([`crate::grpc::hook_client`]).
 //!
 //! # Lifetime
 //!
 //! A connection's task ends when the connection does, or at the latest [`CLOSE_GRACE`] after the
 //! last handle of its `Backend` is dropped. Every caller holds a handle (or a borrow) for as long
 //! as its streams live, so by then no call is left on the connection; the grace lets HTTP/2 send
-//! its GOAWAY and close cleanly, and the cut-off ends a connection whose peer stopped reading (a
-//! frozen hook server), which would otherwise keep its task, socket and queued frames for ever.
+//! its GOAWAY and close cleanly, and the cut-off ends a connection whose peer stopped reading,
+//! which would otherwise keep its task, socket and queued frames for ever.
 
 use std::fmt;
 use std::future::poll_fn;
@@ -55,21 +50,8 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// A lazily connected, self-healing HTTP/2 client for one backend socket.
 pub struct Backend {
     path: PathBuf,
-    /// What serves the socket, for messages and logs: "backend" or "hook server".
-    what: &'static str,
-    /// Uids allowed to serve the socket (`SO_PEERCRED`), checked on every new connection;
-    /// `None`: not checked.
-    allowed_uids: Option<Vec<u32>>,
     /// Never sent to: dropped with the `Backend`, which tells its connection tasks to close.
     dropped: tokio::sync::watch::Sender<()>,
-    /// Hook servers: streams are opened one at a time, each once the one before is no longer
-    /// pending open (held back by the server's `max_concurrent_streams`), through the sender
-    /// kept here — as hyper's client does. A call that gives up while it waits (a hook timeout)
-    /// then never opens its stream. Without it every waiting call's stream is queued in h2 and
-    /// opened when a slot frees, even after its caller gave up, and reset at once: a burst of
-    /// such resets makes an h2 server (hyper, tonic) close the connection for rapid resets
-    /// (`max_pending_accept_reset_streams`), failing every other call on it.
-    one_pending: Option<tokio::sync::Mutex<Option<SendRequest<Bytes>>>>,
     /// The live connection, if any. Held only to clone the sender (never across an await).
     conn: Mutex<Option<SendRequest<Bytes>>>,
     /// Serialises connection attempts so a burst of calls after a failure dials once.
@@ -87,32 +69,11 @@ impl Backend {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Backend {
             path: path.into(),
-            what: "backend",
-            allowed_uids: None,
             dropped: tokio::sync::watch::Sender::new(()),
-            one_pending: None,
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             connections: tokio::sync::watch::Sender::new(0),
             lost: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// A client for the hook server listening on the unix socket `path`; nothing is dialled until
-    /// the first call. Every new connection is checked with `SO_PEERCRED`: the process serving
-    /// the socket must run as one of `allowed_uids`, else the connection is closed and the call
-    /// fails `UNAVAILABLE` with "hook server unix://PATH is run by uid N (pid P), not by an
-    /// allowed uid [..]" (the next call dials again). Its messages name a "hook server" rather
-    /// than a "backend", it logs its connections at debug, and it opens one stream at a time:
-    /// while the server's `max_concurrent_streams` holds back the stream opened last, the next
-    /// call waits in the proxy (cancellably), as with hyper's client, so a hook call that times
-    /// out there never reaches the server.
-    pub fn hook_server(path: impl Into<PathBuf>, allowed_uids: Vec<u32>) -> Self {
-        Backend {
-            what: "hook server",
-            allowed_uids: Some(allowed_uids),
-            one_pending: Some(tokio::sync::Mutex::new(None)),
-            ..Backend::new(path)
         }
     }
 
@@ -127,43 +88,13 @@ impl Backend {
     /// A connection found closed before the head was sent is replaced once (the request never
     /// reached the backend, so this is safe for every method).
     ///
-    /// Errors: `UNAVAILABLE` naming the socket when it cannot be dialled or the connection fails,
-    /// or (a [`Backend::hook_server`]) when the process serving it runs as a uid not allowed.
+    /// Errors: `UNAVAILABLE` naming the socket when it cannot be dialled or the connection fails.
     pub async fn open_stream(&self, head: Request<()>, end_of_stream: bool) -> Result<(ResponseFuture, SendStream<Bytes>), Status> {
-        let Some(gate) = &self.one_pending else { return self.open_on(None, head, end_of_stream).await };
-        let mut last = gate.lock().await;
-        let opened = self.open_on(Some(&mut last), head, end_of_stream).await;
-        if opened.is_err() {
-            // Whatever failed, the next call starts from the live connection.
-            *last = None;
-        }
-        opened
-    }
-
-    /// Opens a stream on the live connection. With `last` (a hook server): through the sender
-    /// kept there, once the stream it opened last is no longer pending open. The sender stays
-    /// there while it waits, so a caller that gives up meanwhile leaves it for the next one.
-    async fn open_on(
-        &self,
-        last: Option<&mut Option<SendRequest<Bytes>>>,
-        head: Request<()>,
-        end_of_stream: bool,
-    ) -> Result<(ResponseFuture, SendStream<Bytes>), Status> {
-        let mut fresh;
-        let sender = match last {
-            Some(slot) => match slot {
-                Some(s) => s,
-                None => slot.insert(self.sender().await?),
-            },
-            None => {
-                fresh = self.sender().await?;
-                &mut fresh
-            }
-        };
+        let mut sender = self.sender().await?;
         if let Err(e) = poll_fn(|cx| sender.poll_ready(cx)).await {
-            tracing::debug!(backend = %self.path.display(), error = %e, "{} connection unusable; reconnecting", self.what);
+            tracing::debug!(backend = %self.path.display(), error = %e, "backend connection unusable; reconnecting");
             self.forget();
-            *sender = self.sender().await?;
+            sender = self.sender().await?;
             poll_fn(|cx| sender.poll_ready(cx)).await.map_err(|e| self.unavailable("connection failed", &e))?;
         }
         sender.send_request(head, end_of_stream).map_err(|e| {
@@ -200,14 +131,10 @@ impl Backend {
     fn connected(&self) {
         let first = *self.connections.borrow() == 0;
         if first || self.lost.swap(false, Ordering::Relaxed) {
-            if self.allowed_uids.is_some() {
-                tracing::debug!(hook_server = %self.path.display(), "connected to hook server");
-            } else {
-                tracing::info!(backend = %self.path.display(), "connected to backend");
-            }
+            tracing::info!(backend = %self.path.display(), "connected to backend");
             self.connections.send_modify(|n| *n += 1);
         } else {
-            tracing::debug!(path = %self.path.display(), "new {} connection", self.what);
+            tracing::debug!(path = %self.path.display(), "new backend connection");
         }
     }
 
@@ -234,7 +161,6 @@ impl Backend {
             return Ok(s);
         }
         let stream = UnixStream::connect(&self.path).await.map_err(|e| self.unavailable("cannot connect", &e))?;
-        self.check_peer(&stream)?;
         let stream = Socket::new(stream).map_err(|e| self.unavailable("cannot connect", &e))?;
         let (sender, conn) = h2::client::Builder::new()
             .max_header_list_size(MAX_HEADER_LIST_SIZE)
@@ -243,7 +169,7 @@ impl Backend {
             .handshake(stream)
             .await
             .map_err(|e| self.unavailable("HTTP/2 handshake failed", &e))?;
-        let (path, what, hook, lost) = (self.path.clone(), self.what, self.allowed_uids.is_some(), self.lost.clone());
+        let (path, lost) = (self.path.clone(), self.lost.clone());
         let mut dropped = self.dropped.subscribe();
         tokio::spawn(async move {
             tokio::pin!(conn);
@@ -253,39 +179,17 @@ impl Backend {
                 _ = dropped.changed() => tokio::time::timeout(CLOSE_GRACE, &mut conn).await.ok(),
             };
             match ended {
-                Some(Ok(())) if hook => tracing::debug!(hook_server = %path.display(), "{what} connection closed"),
-                Some(Ok(())) => tracing::info!(backend = %path.display(), "{what} connection closed"),
-                Some(Err(e)) if hook => tracing::debug!(hook_server = %path.display(), error = %e, "{what} connection broken"),
-                Some(Err(e)) => tracing::warn!(backend = %path.display(), error = %e, "{what} connection broken"),
-                None => tracing::debug!(path = %path.display(), "{what} connection not closed within {CLOSE_GRACE:?} of its last use; cut"),
+                Some(Ok(())) => tracing::info!(backend = %path.display(), "backend connection closed"),
+                Some(Err(e)) => tracing::warn!(backend = %path.display(), error = %e, "backend connection broken"),
+                None => {
+                    tracing::debug!(path = %path.display(), "backend connection not closed within {CLOSE_GRACE:?} of its last use; cut")
+                }
             }
             lost.store(true, Ordering::Relaxed);
         });
         self.connected();
         *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender.clone());
         Ok(sender)
-    }
-
-    /// Checks the process serving a new connection against `allowed_uids`, if set.
-    ///
-    /// Errors: `PERMISSION_DENIED` naming the socket, the peer's uid and pid and the allowed
-    /// uids (the server is there, but may not serve); `UNAVAILABLE` when the peer's credentials
-    /// could not be read.
-    fn check_peer(&self, stream: &UnixStream) -> Result<(), Status> {
-        let Some(allowed) = &self.allowed_uids else { return Ok(()) };
-        let cred = stream.peer_cred().map_err(|e| self.unavailable("cannot read the peer's credentials (SO_PEERCRED)", &e))?;
-        if allowed.contains(&cred.uid()) {
-            return Ok(());
-        }
-        let why = format!(
-            "{} unix://{} is run by uid {} (pid {}), not by an allowed uid {:?}",
-            self.what,
-            self.path.display(),
-            cred.uid(),
-            cred.pid().map_or_else(|| "?".to_owned(), |p| p.to_string()),
-            allowed
-        );
-        Err(Status::new(Code::PERMISSION_DENIED, why))
     }
 
     fn live(&self) -> Option<SendRequest<Bytes>> {
@@ -302,10 +206,10 @@ impl Backend {
     }
 }
 
-/// "backend unix://PATH" or "hook server unix://PATH", as messages name the socket.
+/// "backend unix://PATH", as messages name the socket.
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} unix://{}", self.what, self.path.display())
+        write!(f, "backend unix://{}", self.path.display())
     }
 }
 
@@ -324,47 +228,13 @@ mod tests {
         Request::post("http://localhost/x.Y/Z").body(()).unwrap()
     }
 
-    #[tokio::test]
-    async fn a_peer_run_by_a_uid_not_allowed_is_refused_naming_uid_and_pid() {
-        let (_dir, path, listener) = socket();
-        let _accept = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((s, _)) = listener.accept().await {
-                held.push(s);
-            }
-        });
-        // SAFETY: geteuid(2) has no preconditions and cannot fail.
-        let own = unsafe { libc::geteuid() };
-        let other = own.wrapping_add(1);
-        let refused = Backend::hook_server(&path, vec![other]).open_stream(head(), true).await.expect_err("refused");
-        assert_eq!(refused.code, Code::PERMISSION_DENIED, "the server is there but may not serve");
-        let want = format!(
-            "hook server unix://{} is run by uid {own} (pid {}), not by an allowed uid [{other}]",
-            path.display(),
-            std::process::id()
-        );
-        assert_eq!(refused.message, want);
-        let _allowed = Backend::hook_server(&path, vec![other, own]).open_stream(head(), true).await.expect("allowed");
-    }
-
-    #[tokio::test]
-    async fn messages_name_a_hook_server() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("none.sock");
-        let err = Backend::hook_server(&path, vec![0]).connect().await.unwrap_err();
-        assert!(err.message.starts_with(&format!("hook server unix://{}: cannot connect: ", path.display())), "{}", err.message);
-        let err = Backend::new(&path).connect().await.unwrap_err();
-        assert!(err.message.starts_with(&format!("backend unix://{}: cannot connect: ", path.display())), "{}", err.message);
-    }
-
     /// A peer that accepts and never reads: once the socket buffer is full the connection can
     /// never close by itself (its GOAWAY cannot be written). Dropping the `Backend` ends it
     /// within [`CLOSE_GRACE`]: the peer's socket then reports the other end closed.
     #[tokio::test]
     async fn dropping_the_backend_closes_a_connection_the_peer_never_reads() {
         let (_dir, path, listener) = socket();
-        // SAFETY: geteuid(2) has no preconditions and cannot fail.
-        let backend = Backend::hook_server(&path, vec![unsafe { libc::geteuid() }]);
+        let backend = Backend::new(&path);
         let mut streams = Vec::new();
         // Header blocks are not flow-controlled: 16 × 64 KiB fill any unix socket buffer.
         for _ in 0..16 {
@@ -389,57 +259,6 @@ mod tests {
         // SAFETY: one valid pollfd, no wait.
         assert!(unsafe { libc::poll(&mut p, 1, 0) } >= 0);
         p.revents & libc::POLLHUP != 0
-    }
-
-    /// A hook server whose stream limit is reached: calls that give up while they wait for a
-    /// slot never open their stream (the server sees none of them, so no burst of resets that
-    /// would make it close the connection), and the connection keeps serving.
-    #[tokio::test]
-    async fn hook_calls_beyond_the_servers_stream_limit_wait_in_the_proxy() {
-        let (_dir, path, listener) = socket();
-        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = seen.clone();
-        let _server = tokio::spawn(async move {
-            let (stream, _) = listener.accept().await.unwrap();
-            let mut conn = h2::server::Builder::new().max_concurrent_streams(1).handshake::<_, Bytes>(stream).await.unwrap();
-            let mut held = Vec::new();
-            while let Some(Ok((req, respond))) = conn.accept().await {
-                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                held.push((req, respond));
-            }
-        });
-        // SAFETY: geteuid(2) has no preconditions and cannot fail.
-        let backend = Backend::hook_server(&path, vec![unsafe { libc::geteuid() }]);
-        let first = backend.open_stream(head(), true).await.expect("first stream");
-        assert!(eventually(|| seen.load(std::sync::atomic::Ordering::SeqCst) == 1).await, "the server got the first");
-        for _ in 0..30 {
-            let waited = tokio::time::timeout(Duration::from_millis(20), async {
-                let (response, _send) = backend.open_stream(head(), true).await?;
-                response.await.map_err(|e| Status::new(Code::UNAVAILABLE, e.to_string()))
-            })
-            .await;
-            assert!(waited.is_err(), "no slot: the call waits until it gives up");
-        }
-        drop(first);
-        let (response, _send) = backend.open_stream(head(), true).await.expect("a slot again");
-        assert!(eventually(|| seen.load(std::sync::atomic::Ordering::SeqCst) >= 2).await, "the server got it");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        // At most the one stream that was already queued (pending open) when its caller gave up
-        // reached the server, opened and reset at once; not the 30.
-        let n = seen.load(std::sync::atomic::Ordering::SeqCst);
-        assert!(n <= 3, "{n} streams reached the server");
-        drop(response);
-    }
-
-    /// Whether `f` holds within 5 s.
-    async fn eventually(f: impl Fn() -> bool) -> bool {
-        for _ in 0..500 {
-            if f() {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        false
     }
 
     /// A peer that reads: the connection closes cleanly as soon as the last handle is dropped.

@@ -6,6 +6,7 @@
 //! Everything else about a call (body frames, metadata, trailers) passes through untouched.
 
 pub mod backend;
+pub mod hook_client;
 pub mod unary_call;
 
 use std::io::Read;

@@ -7,15 +7,12 @@
 //! under `Fail` ends the stage with a status naming the stage, the server's file and endpoint
 //! and the cause; under `Ignore` it is logged and the next server sees the request unchanged.
 //! A timeout never ejects a server: the next call tries it again, on a new connection (the
-//! timed-out one is let go once the calls still on it end, and closed at the latest
-//! [`CLOSE_GRACE`](crate::grpc::backend::CLOSE_GRACE) later), so that a connection the server stopped
-//! reading (a frozen process whose socket buffer is full) cannot keep accumulating what
-//! cancelled calls left queued on it.
+//! timed-out call's connection is closed with it, and the server's idle ones are let go).
 //!
-//! Hook calls are made with the proxy's own HTTP/2 client ([`Backend::hook_server`], the one
-//! that talks to containerd, plus the peer's uid check): the call's future writes its request
-//! and reads its answer itself, on the task of the CRI call, with no channel worker task
-//! between it and the connection.
+//! Hook calls are made with [`HookClient`]: the call's future writes its request and reads its
+//! answer itself, on the task of the CRI call, on a connection it holds alone for that time,
+//! with no connection task between it and the socket; each new connection's peer is checked
+//! against the server's allowed uids.
 //!
 //! Each call's outcome is also kept per server ([`HookHealth`]: last success, last error and
 //! when, failures in a row) for `/status`; a success costs two atomic stores.
@@ -26,14 +23,11 @@ use std::time::{Duration, Instant};
 
 use hook_api::merge;
 use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
-use http::header::{CONTENT_TYPE, TE, USER_AGENT};
-use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderValue, Method, Request, Uri};
 
 use crate::admin::metrics::{HookResult, Metrics};
 use crate::admin::status::HookHealth;
-use crate::grpc::backend::Backend;
-use crate::grpc::unary_call::{self, Answer};
+use crate::grpc::hook_client::HookClient;
+use crate::grpc::unary_call::Answer;
 use crate::grpc::{self, Code, Status};
 use crate::hooks::answer_check;
 use crate::hooks::chain::{ChainMessage, ConflictPolicy, Kept, NodeChain, Required};
@@ -100,7 +94,7 @@ struct Channel {
     endpoint: PathBuf,
     uids: Vec<u32>,
     serial: u64,
-    backend: Arc<Backend>,
+    client: Arc<HookClient>,
 }
 
 impl Channel {
@@ -354,9 +348,9 @@ impl Dispatcher {
         if budget.is_zero() {
             return Err(Status::new(Code::DEADLINE_EXCEEDED, "no time left of the CRI call's deadline"));
         }
-        let (serial, backend) = self.channel(server);
+        let (serial, client) = self.channel(server);
         let rpc = stage.rpc_path().rsplit('/').next().unwrap_or_default();
-        let call = unary_call::exchange(&backend, head(stage, budget), framed(req), rpc, self.limits.max_answer_bytes);
+        let call = client.call(stage.rpc_path(), budget, framed(req), rpc, self.limits.max_answer_bytes);
         let started = Instant::now();
         // On timeout the call's streams are dropped here (reset), before the channel is let go.
         let outcome = tokio::time::timeout(budget, call).await;
@@ -391,16 +385,16 @@ impl Dispatcher {
     /// The channel to `server`'s endpoint, whose connections are checked against its
     /// `allowed-uids` (default: root and the proxy's own uid).
     /// Returns the channel's serial number with it (for [`Dispatcher::forget`]).
-    fn channel(&self, server: &HookServer) -> (u64, Arc<Backend>) {
+    fn channel(&self, server: &HookServer) -> (u64, Arc<HookClient>) {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = channels.iter().find(|c| c.serves(server)) {
-            return (c.serial, c.backend.clone());
+            return (c.serial, c.client.clone());
         }
         let serial = self.serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let uids = allowed_uids(server).to_vec();
-        let backend = Arc::new(Backend::hook_server(&server.endpoint, uids.clone()));
-        channels.push(Channel { endpoint: server.endpoint.clone(), uids, serial, backend: backend.clone() });
-        (serial, backend)
+        let client = Arc::new(HookClient::new(&server.endpoint, uids.clone()));
+        channels.push(Channel { endpoint: server.endpoint.clone(), uids, serial, client: client.clone() });
+        (serial, client)
     }
 
     /// Drops the channel `serial` after a call on it timed out: the next call connects anew. A
@@ -431,25 +425,6 @@ fn allowed_uids(server: &HookServer) -> &[u32] {
     } else {
         &server.allowed_uids
     }
-}
-
-/// The request head of a hook call at `stage` that may take `budget`: what grpc-go and tonic
-/// send for a unary call, with `grpc-timeout` so the server can give up when the proxy does.
-fn head(stage: Stage, budget: Duration) -> Request<()> {
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(Scheme::HTTP);
-    // The authority is never dialled; "localhost" is what grpc-go sends for unix sockets.
-    uri.authority = Some(Authority::from_static("localhost"));
-    uri.path_and_query = Some(PathAndQuery::from_static(stage.rpc_path()));
-    let mut head = Request::new(());
-    *head.method_mut() = Method::POST;
-    *head.uri_mut() = Uri::from_parts(uri).expect("scheme, authority and an absolute path make a URI");
-    let headers = head.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert(TE, HeaderValue::from_static("trailers"));
-    headers.insert("grpc-timeout", grpc::timeout_value(budget));
-    headers.insert(USER_AGENT, HeaderValue::from_static(concat!("runtime-proxy/", env!("CARGO_PKG_VERSION"))));
-    head
 }
 
 /// `message` encoded as a unary gRPC body (uncompressed, see [`grpc::frame`]), in one buffer.
@@ -552,7 +527,7 @@ mod tests {
         let map = |kv: &[(&str, &str)]| {
             let mut h = HeaderMap::new();
             for (k, v) in kv {
-                h.insert(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+                h.insert(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), http::HeaderValue::from_str(v).unwrap());
             }
             h
         };
@@ -628,15 +603,5 @@ mod tests {
     fn a_framed_request_is_the_message_behind_its_prefix() {
         let answer = pod_answer();
         assert_eq!(framed(&answer), grpc::frame(&answer.encode_to_vec()));
-    }
-
-    #[test]
-    fn the_head_is_a_grpc_unary_call_with_the_budget() {
-        let h = head(Stage::PreCreateContainer, Duration::from_millis(1500));
-        assert_eq!(h.method(), Method::POST);
-        assert_eq!(h.uri(), "http://localhost/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook");
-        assert_eq!(h.headers()["content-type"], "application/grpc");
-        assert_eq!(h.headers()["te"], "trailers");
-        assert_eq!(h.headers()["grpc-timeout"], "1500m");
     }
 }
