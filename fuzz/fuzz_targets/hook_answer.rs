@@ -7,7 +7,7 @@
 //! changed resource fields set, cgroup parent replaced.
 #![no_main]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use hook_api::convert;
@@ -38,7 +38,11 @@ fn edited<M: Message + Default>(msg: &[u8], message_fields: &[u32], call: &Call,
 }
 
 /// `current` with the entries the hooks added or changed (`before` → `after`).
-fn merged(current: &HashMap<String, String>, before: &HashMap<String, String>, after: &HashMap<String, String>) -> HashMap<String, String> {
+fn merged(
+    current: &HashMap<String, String>,
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> HashMap<String, String> {
     let mut out = current.clone();
     for (k, v) in after {
         if before.get(k) != Some(v) {

@@ -13,7 +13,7 @@
 //! has the same wire form.
 #![no_main]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
 use bytes::Bytes;
@@ -118,7 +118,7 @@ fn as_map(pairs: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<Vec<u8>, Vec<u8>> {
 }
 
 /// The entries of the map that are text on both sides, as the hook request must carry them.
-fn text_entries(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> HashMap<String, String> {
+fn text_entries(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> BTreeMap<String, String> {
     map.iter().filter_map(|(k, v)| Some((String::from_utf8(k.clone()).ok()?, String::from_utf8(v.clone()).ok()?))).collect()
 }
 
@@ -127,7 +127,7 @@ fn bytes_map(map: &hooked_fields::Text) -> BTreeMap<Vec<u8>, Vec<u8>> {
 }
 
 /// `before` with `changes` set (the hook's entries win), for a map compared by bytes.
-fn expected(before: &BTreeMap<Vec<u8>, Vec<u8>>, changes: &HashMap<String, String>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn expected(before: &BTreeMap<Vec<u8>, Vec<u8>>, changes: &BTreeMap<String, String>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut out = before.clone();
     for (k, v) in changes {
         out.insert(k.clone().into_bytes(), v.clone().into_bytes());
@@ -173,7 +173,7 @@ fn create_container(input: &Input) {
         target.insert(k.clone(), v.clone());
     }
     // What differs from what the hook saw is a change.
-    let changed = |before: &HashMap<String, String>, after: &HashMap<String, String>| -> HashMap<String, String> {
+    let changed = |before: &BTreeMap<String, String>, after: &BTreeMap<String, String>| -> BTreeMap<String, String> {
         after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect()
     };
     let env_changes = changed(&seen.container_envs, &h.container_envs);
@@ -232,7 +232,7 @@ fn run_pod_sandbox(input: &Input) {
     for (_, k, v) in &input.hook {
         hook.annotations.insert(k.clone(), v.clone());
     }
-    let changes: HashMap<String, String> =
+    let changes: BTreeMap<String, String> =
         hook.annotations.iter().filter(|(k, v)| seen.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
     let edited = proto_edit::apply(&msg, &call.edits(&before)).expect("edits apply");
     let got = hooked_fields::RunPodSandboxRequest::decode(edited.as_slice()).expect("decodes").config.expect("config");

@@ -190,10 +190,9 @@ mod seeds {
     use super::*;
     use hook_api::v1alpha1 as hook;
     use prost::Message;
-    use std::collections::HashMap;
     use std::io::Write;
 
-    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    fn map<M: FromIterator<(String, String)>>(pairs: &[(&str, &str)]) -> M {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 

@@ -205,7 +205,7 @@ pub mod convert {
                 .iter()
                 .map(|h| v1alpha1::HugepageLimit { page_size: h.page_size.clone(), limit: h.limit })
                 .collect(),
-            unified: r.unified.clone(),
+            unified: r.unified.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
         }
     }
@@ -225,7 +225,7 @@ pub mod convert {
                 .iter()
                 .map(|h| cri::HugepageLimit { page_size: h.page_size.clone(), limit: h.limit })
                 .collect(),
-            unified: r.unified.clone(),
+            unified: r.unified.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
         }
     }

@@ -39,10 +39,10 @@
 use crate::v1alpha1::{
     ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest, PodSandboxHookResponse,
 };
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// Merges `from` into `into`: every key of `from` is set, `from` winning; nothing is removed.
-pub fn merge_map(into: &mut HashMap<String, String>, from: &HashMap<String, String>) {
+pub fn merge_map(into: &mut BTreeMap<String, String>, from: &BTreeMap<String, String>) {
     for (k, v) in from {
         if into.get(k) != Some(v) {
             into.insert(k.clone(), v.clone());
@@ -103,7 +103,7 @@ pub fn merge_resources(cur: &mut LinuxContainerResources, answer: &LinuxContaine
 
 /// Whether [`merge_map`] of `from` into `into` would change `into`: some key of `from` is
 /// missing from `into` or has another value there.
-pub fn map_changes(into: &HashMap<String, String>, from: &HashMap<String, String>) -> bool {
+pub fn map_changes(into: &BTreeMap<String, String>, from: &BTreeMap<String, String>) -> bool {
     from.iter().any(|(k, v)| into.get(k) != Some(v))
 }
 
@@ -199,7 +199,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
@@ -296,7 +296,7 @@ mod tests {
         (
             (-1i64..1_000_000, -1i64..1_000_000, 0i64..100_000, -1i64..(1 << 40)),
             (-1000i64..=1000, "[0-9,-]{0,6}", "[0-9]{0,2}", 0i64..(1 << 40)),
-            proptest::collection::hash_map("[a-z.]{1,8}", "[0-9]{1,4}", 0..3),
+            proptest::collection::btree_map("[a-z.]{1,8}", "[0-9]{1,4}", 0..3),
         )
             .prop_map(|((period, quota, shares, memory), (oom, cpus, mems, swap), unified)| LinuxContainerResources {
                 cpu_period: period,
@@ -315,7 +315,7 @@ mod tests {
     proptest! {
         /// koordlet echoes the request: merging the echo changes nothing.
         #[test]
-        fn echo_is_identity(r in arb_resources(), anns in proptest::collection::hash_map("[a-z]{1,4}", "[a-z]{0,4}", 0..4)) {
+        fn echo_is_identity(r in arb_resources(), anns in proptest::collection::btree_map("[a-z]{1,4}", "[a-z]{0,4}", 0..4)) {
             let req = ContainerResourceHookRequest { container_resources: Some(r), container_annotations: anns, ..Default::default() };
             let mut merged = req.clone();
             apply_container_response(&mut merged, &echo_container(&req));
@@ -331,10 +331,10 @@ mod tests {
         fn container_changes_is_exact(
             cur in proptest::option::of(arb_resources()),
             answer in proptest::option::of(arb_resources()),
-            anns in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
-            answer_anns in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
-            envs in proptest::collection::hash_map("[A-C]{0,1}", "[0-1]{1}", 0..3),
-            answer_envs in proptest::collection::hash_map("[A-C]{0,1}", "[0-1]{1}", 0..3),
+            anns in proptest::collection::btree_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            answer_anns in proptest::collection::btree_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            envs in proptest::collection::btree_map("[A-C]{0,1}", "[0-1]{1}", 0..3),
+            answer_envs in proptest::collection::btree_map("[A-C]{0,1}", "[0-1]{1}", 0..3),
             parents in ("(/a|/b)?", "(/a|/b)?"),
             echo in any::<bool>(),
             out_of_range_oom in proptest::option::of(prop_oneof![Just(-1001i64), Just(5000)]),
@@ -369,10 +369,10 @@ mod tests {
         /// `pod_response_changes` says exactly whether the rule changes the request.
         #[test]
         fn pod_changes_is_exact(
-            labels in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
-            answer_labels in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
-            anns in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
-            answer_anns in proptest::collection::hash_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            labels in proptest::collection::btree_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            answer_labels in proptest::collection::btree_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            anns in proptest::collection::btree_map("[a-c]{1}", "[0-1]{1}", 0..3),
+            answer_anns in proptest::collection::btree_map("[a-c]{1}", "[0-1]{1}", 0..3),
             parents in ("(/a|/b)?", "(/a|/b)?"),
             echo in any::<bool>(),
         ) {

@@ -21,6 +21,7 @@
 //!
 //! All functions are pure; the dispatcher applies the policy (warn or refuse).
 
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -69,8 +70,8 @@ fn scalar(out: &mut Vec<FieldChange>, name: &'static str, old: impl ToString, ne
 fn map_changes(
     out: &mut Vec<FieldChange>,
     name: &'static str,
-    into: &HashMap<String, String>,
-    from: &HashMap<String, String>,
+    into: &BTreeMap<String, String>,
+    from: &BTreeMap<String, String>,
     skip_empty_key: bool,
 ) {
     let mut changed: Vec<(&String, &String)> =
@@ -226,7 +227,7 @@ mod tests {
     use super::*;
     use crate::merge;
 
-    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 

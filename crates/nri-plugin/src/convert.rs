@@ -5,7 +5,7 @@
 //! value is not UTF-8 is left out (never replaced lossily: an answer that echoed a lossy copy
 //! would overwrite the container's real value).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use hook_api::v1alpha1::LinuxContainerResources;
 
@@ -13,7 +13,7 @@ use crate::proto::api as nri;
 
 /// NRI map entries (bytes) as a map, leaving out those that are not UTF-8 (a later duplicate key
 /// wins, as in protobuf).
-pub fn map_of(entries: &[nri::BytesEntry]) -> HashMap<String, String> {
+pub fn map_of(entries: &[nri::BytesEntry]) -> BTreeMap<String, String> {
     entries
         .iter()
         .filter_map(|e| Some((std::str::from_utf8(&e.key).ok()?.to_owned(), std::str::from_utf8(&e.value).ok()?.to_owned())))
@@ -26,7 +26,7 @@ pub fn utf8_strings(items: &[Vec<u8>]) -> Vec<String> {
 }
 
 /// `KEY=VALUE` strings as a map (a string without `=` is a key with an empty value).
-pub fn envs(env: &[String]) -> HashMap<String, String> {
+pub fn envs(env: &[String]) -> BTreeMap<String, String> {
     env.iter()
         .map(|kv| match kv.split_once('=') {
             Some((k, v)) => (k.to_owned(), v.to_owned()),
@@ -48,7 +48,7 @@ pub fn cri_resources(r: &nri::LinuxResources) -> LinuxContainerResources {
         memory_swap_limit_in_bytes: mem.swap.map(|v| v.value).unwrap_or(0),
         cpuset_cpus: cpu.cpus,
         cpuset_mems: cpu.mems,
-        unified: r.unified.clone(),
+        unified: r.unified.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         ..Default::default()
     }
 }

@@ -21,7 +21,7 @@
 //!   BestEffort, `burstable` → Burstable, anything else → Guaranteed (kubelet puts Guaranteed pods
 //!   directly under `kubepods`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use hook_api::v1alpha1::{ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest};
@@ -62,7 +62,7 @@ impl QosClass {
 
     /// The class of a pod with these labels: the label `koordinator.sh/qosClass` (koordinator's
     /// `GetQoSClassByAttrs`); no label is [`QosClass::None`]. Annotations are not an input.
-    pub fn of(labels: &HashMap<String, String>) -> QosClass {
+    pub fn of(labels: &BTreeMap<String, String>) -> QosClass {
         labels.get(QOS_CLASS_KEY).map(|v| QosClass::from_name(v)).unwrap_or(QosClass::None)
     }
 
@@ -120,10 +120,10 @@ pub struct PodContext {
     /// Pod UID.
     pub uid: String,
     /// Pod labels (kubelet passes the pod's labels).
-    pub labels: HashMap<String, String>,
+    pub labels: BTreeMap<String, String>,
     /// Pod annotations (kubelet passes the pod's annotations; Koordinator's scheduler and
     /// manager write their decisions here).
-    pub annotations: HashMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
     /// The pod cgroup parent as kubelet passes it in `cgroup_parent` or the runtime reports it:
     /// cgroupfs `/kubepods/besteffort/pod<uid>`; systemd
     /// `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid>.slice` or the bare
@@ -193,9 +193,9 @@ pub struct ContainerContext {
     /// Bare runtime container ID; empty at PreCreateContainer (not created yet).
     pub id: String,
     /// Container annotations.
-    pub annotations: HashMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
     /// Container environment (proxy mode only; the reconciler cannot see or change it).
-    pub envs: HashMap<String, String>,
+    pub envs: BTreeMap<String, String>,
     /// The container's resources as kubelet asked for them (proxy mode), or as the runtime
     /// reports them (standalone, when it does).
     pub resources: Option<LinuxContainerResources>,
@@ -226,7 +226,7 @@ mod tests {
     use super::*;
     use hook_api::v1alpha1::{ContainerMetadata, PodSandboxMetadata};
 
-    fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 

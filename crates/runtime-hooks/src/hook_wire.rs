@@ -394,7 +394,7 @@ mod tests {
         out
     }
 
-    fn map(kv: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+    fn map(kv: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
@@ -464,8 +464,8 @@ mod tests {
         /// UTF-8 put into one env value leave out that entry only.
         #[test]
         fn views_agree_with_prost_and_leave_out_only_bytes(
-            labels in proptest::collection::hash_map("\\PC{0,12}", "\\PC{0,12}", 0..5),
-            envs in proptest::collection::hash_map("[A-Z]{1,8}", "\\PC{0,12}", 0..5),
+            labels in proptest::collection::btree_map("\\PC{0,12}", "\\PC{0,12}", 0..5),
+            envs in proptest::collection::btree_map("[A-Z]{1,8}", "\\PC{0,12}", 0..5),
         ) {
             let mut req = api::ContainerResourceHookRequest { pod_labels: labels, container_envs: envs.clone(), ..Default::default() };
             let got = decode_request::<ContainerRequest, api::ContainerResourceHookRequest>(&req.encode_to_vec()).unwrap();

@@ -29,7 +29,7 @@
 //! carry only the plugins' changes. A lossy copy (U+FFFD) echoed back would instead overwrite the
 //! container's real value.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use prost::bytes::Buf;
 use prost::Message;
@@ -50,7 +50,7 @@ pub struct BytesEntry {
 
 /// The entries whose key and value are both UTF-8, as a map (a later duplicate key wins, as in
 /// protobuf); the others are left out.
-pub fn utf8_map<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> HashMap<String, String> {
+pub fn utf8_map<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> BTreeMap<String, String> {
     entries
         .into_iter()
         .filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?.to_owned(), std::str::from_utf8(v).ok()?.to_owned())))
@@ -58,7 +58,7 @@ pub fn utf8_map<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> 
 }
 
 /// [`utf8_map`] of [`BytesEntry`]s.
-pub fn entries_map(entries: &[BytesEntry]) -> HashMap<String, String> {
+pub fn entries_map(entries: &[BytesEntry]) -> BTreeMap<String, String> {
     utf8_map(entries.iter().map(|e| (e.key.as_slice(), e.value.as_slice())))
 }
 

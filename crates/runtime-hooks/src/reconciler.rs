@@ -67,6 +67,7 @@
 //! is not the host's, or the version or driver is wrong — is a WARN, once, naming the root and
 //! one missing directory (else every pass would quietly report `corrected=0`).
 
+use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -138,8 +139,8 @@ struct ListedPod {
     name: String,
     namespace: String,
     uid: String,
-    labels: HashMap<String, String>,
-    annotations: HashMap<String, String>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
     /// The API server's pod, when the cluster source has it: its spec gives the pods' and
     /// containers' resources ([`crate::pod_spec`]).
     api: Option<Arc<k8s_openapi::api::core::v1::Pod>>,
@@ -150,7 +151,7 @@ struct ListedContainer {
     id: String,
     pod_sandbox_id: String,
     name: String,
-    annotations: HashMap<String, String>,
+    annotations: BTreeMap<String, String>,
 }
 
 const LIST_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/ListPodSandbox";
@@ -168,10 +169,10 @@ pub struct Reconciler {
     selector: Vec<(String, String)>,
     kubepods: Option<String>,
     cluster_pods: Option<Arc<crate::cluster::PodIndex>>,
-    parents: HashMap<String, String>,
+    parents: BTreeMap<String, String>,
     /// The pod sandbox (pause) container's `cgroupsPath`, per sandbox ID, when reported.
     sandbox_paths: HashMap<String, Option<String>>,
-    dirs: HashMap<String, String>,
+    dirs: BTreeMap<String, String>,
     reported: HashSet<String>,
     last_pass: Arc<std::sync::Mutex<LastPass>>,
     /// Whether the last pass found none of its pods' cgroup directories (warned once).
@@ -211,9 +212,9 @@ impl Reconciler {
             selector: Vec::new(),
             kubepods: None,
             cluster_pods: None,
-            parents: HashMap::new(),
+            parents: Default::default(),
             sandbox_paths: HashMap::new(),
-            dirs: HashMap::new(),
+            dirs: Default::default(),
             reported: HashSet::new(),
             last_pass: Arc::default(),
             no_dirs_warned: false,
@@ -415,7 +416,7 @@ impl Reconciler {
                     name: c.name.clone(),
                     id: c.id.clone(),
                     annotations: c.annotations.clone(),
-                    envs: HashMap::new(),
+                    envs: Default::default(),
                     resources: sandbox.api.as_deref().and_then(|p| pod_spec::container_of(p, &c.name)),
                 };
                 report.containers += 1;

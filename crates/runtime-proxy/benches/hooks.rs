@@ -324,11 +324,11 @@ fn hook_request(req: &cri::CreateContainerRequest) -> ContainerResourceHookReque
     ContainerResourceHookRequest {
         pod_meta: Some(hook::PodSandboxMetadata { name: pod.name, uid: pod.uid, namespace: pod.namespace, attempt: pod.attempt }),
         container_meta: Some(hook::ContainerMetadata { name: meta.name, attempt: meta.attempt, id: String::new() }),
-        container_annotations: config.annotations,
+        container_annotations: config.annotations.into_iter().collect(),
         container_resources: Some(hook_api::convert::to_hook(&resources)),
         pod_resources: linux.resources.as_ref().map(hook_api::convert::to_hook),
-        pod_annotations: sandbox.annotations,
-        pod_labels: sandbox.labels,
+        pod_annotations: sandbox.annotations.into_iter().collect(),
+        pod_labels: sandbox.labels.into_iter().collect(),
         pod_cgroup_parent: linux.cgroup_parent,
         container_envs: config.envs.into_iter().map(|kv| (kv.key, kv.value)).collect(),
     }

@@ -16,6 +16,7 @@
 //! container IDs, cgroup parent, the container's pid and start time); the others read it.
 //! `RP_CONTAINERD_ENV` names the env file of `scripts/containerd.sh up`. Prints one line per step.
 
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,7 +55,7 @@ fn opts() -> Result<Opts> {
 }
 
 /// The pod as `run` recorded it.
-struct State(HashMap<String, String>);
+struct State(BTreeMap<String, String>);
 
 impl State {
     fn read(path: &PathBuf) -> Result<State> {

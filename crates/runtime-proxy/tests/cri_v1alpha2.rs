@@ -7,7 +7,6 @@
 //! ([`test_support::containerd::serves_v1alpha2`]), checks that its own `UNIMPLEMENTED` comes
 //! through the proxy unchanged, and ends there — there is no v1alpha2 pod to make.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +33,7 @@ const ALL_STAGES: [&str; 7] = [
     "PostStopPodSandbox",
 ];
 
-fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 

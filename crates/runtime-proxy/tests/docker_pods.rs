@@ -11,7 +11,7 @@
 //! wrapper (`scripts/dockerd.sh`: no CAP_SYS_RESOURCE here); dockerd still reports -998.
 //! Needs `RP_DOCKERD_ENV` (set by `make test`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -37,7 +37,7 @@ const ALL_STAGES: [&str; 7] = [
     "PostStopContainer",
 ];
 
-fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
@@ -88,8 +88,8 @@ struct Pod {
     uid: String,
     /// kubelet's pod cgroup parent: `<DOCKER_CGROUP_PARENT>/pod<uid>`.
     parent: String,
-    labels: HashMap<String, String>,
-    annotations: HashMap<String, String>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
     sandbox_id: String,
     container_id: String,
 }

@@ -42,7 +42,7 @@ use tonic::Code;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 
-fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 

@@ -109,9 +109,9 @@ async fn binary_pod(env: &Containerd, socket: &Path, name: &str) -> Result<(Stri
 /// variable, as bytes) and its cpu shares.
 #[derive(Debug)]
 struct Seen {
-    labels: HashMap<String, Vec<u8>>,
+    labels: std::collections::BTreeMap<String, Vec<u8>>,
     pod_bin: Option<Vec<u8>>,
-    container_annotations: HashMap<String, Vec<u8>>,
+    container_annotations: std::collections::BTreeMap<String, Vec<u8>>,
     env: Vec<u8>,
     secret: Vec<u8>,
     cpu_shares: String,

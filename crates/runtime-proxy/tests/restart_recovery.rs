@@ -3,7 +3,6 @@
 //! annotations (as the hooks changed them), container ID, envs and resources — because the new
 //! proxy rebuilds its store from containerd's verbose status (`src/cri/recover.rs`).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +22,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const STAGES: [&str; 5] =
     ["PreRunPodSandbox", "PreCreateContainer", "PreUpdateContainerResources", "PostStopContainer", "PostStopPodSandbox"];
 
-fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 

@@ -312,7 +312,7 @@ mod tests {
     use crate::context::QOS_CLASS_KEY;
 
     fn pod(class: &str, spec: Option<&str>) -> PodContext {
-        let mut annotations = std::collections::HashMap::new();
+        let mut annotations = std::collections::BTreeMap::new();
         if let Some(s) = spec {
             annotations.insert(EXTENDED_RESOURCE_SPEC.to_string(), s.to_string());
         }

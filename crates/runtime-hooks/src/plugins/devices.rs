@@ -29,7 +29,6 @@
 //! ([`crate::feature_gates::FeatureGates::plugins`]).
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -91,7 +90,7 @@ fn null_is_empty<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'de>
 ///
 /// Errors: the annotation is not the JSON above (the message names the annotation and serde's
 /// reason, with line and column), or one of this type's entries is `null`.
-pub fn device_allocations(annotations: &HashMap<String, String>, device_type: &str) -> anyhow::Result<Vec<DeviceAllocation>> {
+pub fn device_allocations(annotations: &BTreeMap<String, String>, device_type: &str) -> anyhow::Result<Vec<DeviceAllocation>> {
     let Some(text) = annotations.get(DEVICE_ALLOCATED) else {
         return Ok(Vec::new());
     };
@@ -133,7 +132,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn pod(text: &str) -> HashMap<String, String> {
+    fn pod(text: &str) -> BTreeMap<String, String> {
         [(DEVICE_ALLOCATED.to_string(), text.to_string())].into()
     }
 
@@ -152,7 +151,7 @@ mod tests {
         assert_eq!(rdma[0].id, "0000:09:00.0");
         assert_eq!(rdma[0].extension.as_ref().unwrap().vfs[0].bus_id, "0000:09:00.2");
         assert!(device_allocations(&pod(text), "npu").unwrap().is_empty());
-        assert!(device_allocations(&HashMap::new(), "gpu").unwrap().is_empty(), "no annotation: nothing");
+        assert!(device_allocations(&Default::default(), "gpu").unwrap().is_empty(), "no annotation: nothing");
         assert!(device_allocations(&pod("null"), "gpu").unwrap().is_empty());
         assert!(device_allocations(&pod(r#"{"gpu": null}"#), "gpu").unwrap().is_empty());
     }

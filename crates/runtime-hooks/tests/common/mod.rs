@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -94,7 +93,7 @@ impl Drop for Hooks {
     }
 }
 
-pub fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+pub fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 

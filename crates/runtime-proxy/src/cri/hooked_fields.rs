@@ -26,19 +26,19 @@
 //! interceptor's failure rule decides ([`crate::cri::intercept`]). The messages inside that
 //! hold only values kubelet computes (metadata, resources) come from `k8s-cri`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use k8s_cri::v1 as cri;
 use prost::Message;
 
 /// A label or annotation map with its values as bytes (`map<string, string>` on the wire).
-pub type Text = HashMap<String, Vec<u8>>;
+pub type Text = BTreeMap<String, Vec<u8>>;
 
 /// The entries of `map` whose value is UTF-8, as the hook protocol carries them; the others are
 /// left out (the hook protocol's `map<string, string>` cannot carry them, see the module docs).
-pub fn utf8_entries(map: &Text) -> HashMap<String, String> {
-    map.iter().filter_map(|(k, v)| Some((k.clone(), String::from_utf8(v.clone()).ok()?))).collect()
+pub fn utf8_entries<M: FromIterator<(String, String)>>(map: &Text) -> M {
+    map.iter().filter_map(|(k, v)| Some((k.clone(), std::str::from_utf8(v).ok()?.to_owned()))).collect()
 }
 
 /// The keys of `map` whose value is not UTF-8 (sorted), for log lines.
@@ -73,10 +73,10 @@ pub struct PodSandboxConfig {
     #[prost(message, optional, tag = "1")]
     pub metadata: Option<cri::PodSandboxMetadata>,
     /// `labels` (6).
-    #[prost(map = "string, bytes", tag = "6")]
+    #[prost(btree_map = "string, bytes", tag = "6")]
     pub labels: Text,
     /// `annotations` (7).
-    #[prost(map = "string, bytes", tag = "7")]
+    #[prost(btree_map = "string, bytes", tag = "7")]
     pub annotations: Text,
     /// `linux` (8), in part.
     #[prost(message, optional, tag = "8")]
@@ -122,7 +122,7 @@ pub struct UpdateContainerResourcesRequest {
     pub linux: Option<cri::LinuxContainerResources>,
     /// `annotations` (4): free-form options of the update (CRI); merged into the hook request's
     /// container annotations.
-    #[prost(map = "string, bytes", tag = "4")]
+    #[prost(btree_map = "string, bytes", tag = "4")]
     pub annotations: Text,
 }
 
@@ -152,7 +152,7 @@ pub struct ContainerConfig {
     #[prost(message, repeated, tag = "6")]
     pub envs: Vec<KeyValue>,
     /// `annotations` (10).
-    #[prost(map = "string, bytes", tag = "10")]
+    #[prost(btree_map = "string, bytes", tag = "10")]
     pub annotations: Text,
     /// `linux` (15), in part.
     #[prost(message, optional, tag = "15")]
@@ -191,7 +191,7 @@ pub struct PodSandboxStatusResponse {
     #[prost(message, optional, tag = "1")]
     pub status: Option<PodSandboxStatus>,
     /// `info` (2): extra information when the request was verbose (containerd: JSON).
-    #[prost(map = "string, bytes", tag = "2")]
+    #[prost(btree_map = "string, bytes", tag = "2")]
     pub info: Text,
 }
 
@@ -206,10 +206,10 @@ pub struct PodSandboxStatus {
     #[prost(message, optional, tag = "2")]
     pub metadata: Option<cri::PodSandboxMetadata>,
     /// `labels` (7).
-    #[prost(map = "string, bytes", tag = "7")]
+    #[prost(btree_map = "string, bytes", tag = "7")]
     pub labels: Text,
     /// `annotations` (8).
-    #[prost(map = "string, bytes", tag = "8")]
+    #[prost(btree_map = "string, bytes", tag = "8")]
     pub annotations: Text,
     /// `runtime_handler` (9): the RuntimeClass's handler the sandbox runs with.
     #[prost(string, tag = "9")]
@@ -223,7 +223,7 @@ pub struct ContainerStatusResponse {
     #[prost(message, optional, tag = "1")]
     pub status: Option<ContainerStatus>,
     /// `info` (2): extra information when the request was verbose (containerd: JSON).
-    #[prost(map = "string, bytes", tag = "2")]
+    #[prost(btree_map = "string, bytes", tag = "2")]
     pub info: Text,
 }
 
@@ -239,10 +239,10 @@ pub struct ContainerStatus {
     #[prost(message, optional, tag = "2")]
     pub metadata: Option<cri::ContainerMetadata>,
     /// `labels` (12).
-    #[prost(map = "string, bytes", tag = "12")]
+    #[prost(btree_map = "string, bytes", tag = "12")]
     pub labels: Text,
     /// `annotations` (13).
-    #[prost(map = "string, bytes", tag = "13")]
+    #[prost(btree_map = "string, bytes", tag = "13")]
     pub annotations: Text,
     /// `resources` (16): the container's current resources, when the runtime reports them.
     #[prost(message, optional, tag = "16")]
@@ -378,12 +378,12 @@ impl From<ContainerStatusResponse> for cri::ContainerStatusResponse {
     }
 }
 
-fn lossy(map: Text) -> HashMap<String, String> {
+fn lossy(map: Text) -> std::collections::HashMap<String, String> {
     map.into_iter().map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned())).collect()
 }
 
-fn text(map: &HashMap<String, String>) -> Text {
-    map.iter().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect()
+fn text<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Text {
+    map.into_iter().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect()
 }
 
 /// The view of a whole config (for tests, the fuzz targets and Docker mode, which start from
@@ -506,10 +506,10 @@ mod tests {
         let config = view.config.as_ref().unwrap();
         assert_eq!(config.envs[0].value, b"\xff\xfe\x00bin\x80!");
         assert_eq!(config.annotations["bin"], b"\xff\xfe\x00bin\x80!");
-        assert_eq!(utf8_entries(&config.annotations), HashMap::from([("text".to_string(), "t".to_string())]));
+        assert_eq!(utf8_entries::<BTreeMap<_, _>>(&config.annotations), BTreeMap::from([("text".to_string(), "t".to_string())]));
         assert_eq!(binary_keys(&config.annotations), ["bin"]);
         let pod = view.sandbox_config().unwrap().unwrap();
-        assert!(utf8_entries(&pod.annotations).is_empty());
+        assert!(utf8_entries::<BTreeMap<_, _>>(&pod.annotations).is_empty());
         // Re-encoding the view's envs gives the bytes kubelet sent.
         let envs = ContainerConfig { envs: config.envs.clone(), ..Default::default() }.encode_to_vec();
         assert!(bytes.windows(envs.len()).any(|w| w == envs.as_slice()));
@@ -526,7 +526,7 @@ mod tests {
             info: [("info".to_string(), vec![b'{', 0xff, b'}'])].into(),
         };
         let cri: cri::PodSandboxStatusResponse = status.into();
-        assert_eq!(cri.status.unwrap().annotations, HashMap::from([("t".to_string(), "1".to_string())]));
+        assert_eq!(cri.status.unwrap().annotations, std::collections::HashMap::from([("t".to_string(), "1".to_string())]));
         assert_eq!(cri.info["info"], "{\u{fffd}}");
     }
 

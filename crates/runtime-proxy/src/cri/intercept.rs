@@ -30,6 +30,7 @@
 //!
 //! See [`crate::hooks::flow`].
 
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -379,7 +380,7 @@ impl Call {
     }
 
     /// The pod's labels (where the skip label is looked up) and metadata (its namespace).
-    fn pod_of(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
+    fn pod_of(&self) -> Option<(&BTreeMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
         match self {
             Call::RunPodSandbox { hook, .. } => Some((&hook.labels, hook.pod_meta.as_ref())),
             Call::CreateContainer { hook, .. } => hook.as_ref().map(|h| (&h.pod_labels, h.pod_meta.as_ref())),
@@ -562,7 +563,7 @@ pub fn container_hook_request(
 
 /// The container's envs as the hook protocol carries them: by name, the last of a name winning
 /// (as in the container), left out when that value is not UTF-8.
-fn utf8_envs(envs: &[hooked_fields::KeyValue]) -> HashMap<String, String> {
+fn utf8_envs(envs: &[hooked_fields::KeyValue]) -> BTreeMap<String, String> {
     let last: HashMap<&str, &[u8]> = envs.iter().map(|kv| (kv.key.as_str(), kv.value.as_slice())).collect();
     last.into_iter().filter_map(|(k, v)| Some((k.to_owned(), std::str::from_utf8(v).ok()?.to_owned()))).collect()
 }
@@ -570,7 +571,7 @@ fn utf8_envs(envs: &[hooked_fields::KeyValue]) -> HashMap<String, String> {
 /// The container's envs after the hooks: existing entries keep their order (their value
 /// updated where a hook set it; every other value, text or not, byte for byte), new ones follow
 /// sorted by name — a stable order, unlike koord's map order.
-pub(crate) fn merged_envs(envs: &[hooked_fields::KeyValue], hooked: &HashMap<String, String>) -> Vec<hooked_fields::KeyValue> {
+pub(crate) fn merged_envs(envs: &[hooked_fields::KeyValue], hooked: &BTreeMap<String, String>) -> Vec<hooked_fields::KeyValue> {
     let mut out: Vec<hooked_fields::KeyValue> = envs
         .iter()
         .map(|kv| match hooked.get(&kv.key) {
@@ -618,7 +619,7 @@ fn resource_edits(
 }
 
 /// The entries of `after` that are new or different from `before` (what the hooks set).
-pub(crate) fn changed_entries(before: &HashMap<String, String>, after: &HashMap<String, String>) -> HashMap<String, String> {
+pub(crate) fn changed_entries(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
@@ -627,8 +628,8 @@ pub(crate) fn changed_entries(before: &HashMap<String, String>, after: &HashMap<
 /// removed); every other value, text or not, byte for byte. `None` when that changes nothing.
 fn changed_map(
     current: &hooked_fields::Text,
-    before: &HashMap<String, String>,
-    after: &HashMap<String, String>,
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
 ) -> Option<hooked_fields::Text> {
     let mut merged = current.clone();
     for (k, v) in changed_entries(before, after) {
@@ -776,7 +777,7 @@ impl flow::HookedCall for Call {
         }
     }
 
-    fn pod(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
+    fn pod(&self) -> Option<(&BTreeMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
         self.pod_of()
     }
 }

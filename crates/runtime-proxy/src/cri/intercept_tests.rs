@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn envs_keep_order_and_add_sorted() {
     let envs = vec![hooked_fields::KeyValue::text("B", "1"), hooked_fields::KeyValue::text("A", "2")];
-    let hooked: HashMap<String, String> =
+    let hooked: BTreeMap<String, String> =
         [("A", "9"), ("B", "1"), ("Z", "z"), ("C", "c")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let out: Vec<(String, String)> =
         merged_envs(&envs, &hooked).into_iter().map(|kv| (kv.key, String::from_utf8(kv.value).unwrap())).collect();
@@ -81,7 +81,7 @@ fn binary_values_survive_hook_edits() {
     let Call::CreateContainer { req: view, hook } = &mut call else { unreachable!() };
     *hook = container_hook_request(view, &Store::new()).unwrap();
     let h = hook.as_mut().unwrap();
-    assert_eq!(h.container_envs, HashMap::from([("A".to_string(), "1".to_string())]), "the binary env is left out");
+    assert_eq!(h.container_envs, BTreeMap::from([("A".to_string(), "1".to_string())]), "the binary env is left out");
     assert!(h.container_annotations.is_empty() && !h.pod_annotations.contains_key("pod-bin"));
     assert_eq!(h.pod_annotations["pod-text"], "x");
     let before = BeforeHooks::Container(h.clone());

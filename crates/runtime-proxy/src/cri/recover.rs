@@ -89,6 +89,7 @@
 //! A call for an object not recovered yet asks the runtime for it alone ([`fetch_container`],
 //! [`fetch_pod`]) before its hooks run.
 
+use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -549,8 +550,8 @@ pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSan
             attempt: meta.attempt,
         }),
         runtime_handler,
-        labels: status.labels.clone(),
-        annotations: status.annotations.clone(),
+        labels: status.labels.clone().into_iter().collect(),
+        annotations: status.annotations.clone().into_iter().collect(),
         cgroup_parent,
         overhead: linux.and_then(|l| obj(l, "overhead")).map(cri_resources),
         resources: linux.and_then(|l| obj(l, "resources")).map(cri_resources),
@@ -606,7 +607,7 @@ pub fn container_entry(
     let hook = hook::ContainerResourceHookRequest {
         pod_meta: pod.pod_meta.clone(),
         container_meta: Some(hook::ContainerMetadata { name: meta.name.clone(), attempt: meta.attempt, id: id.to_owned() }),
-        container_annotations: status.annotations.clone(),
+        container_annotations: status.annotations.clone().into_iter().collect(),
         container_resources: Some(resources),
         pod_resources: pod.resources.clone(),
         pod_annotations: pod.annotations.clone(),
@@ -639,7 +640,7 @@ fn normalise_swap(r: &mut hook::LinuxContainerResources, asked: i64) {
 
 /// The JSON object of a verbose `info` map: containerd's single `info` key, else the first
 /// value that is a JSON object (other runtimes). None when there is none.
-fn verbose_info(info: &HashMap<String, String>) -> Option<Map<String, Value>> {
+fn verbose_info(info: &std::collections::HashMap<String, String>) -> Option<Map<String, Value>> {
     let parse = |s: &String| match serde_json::from_str::<Value>(s) {
         Ok(Value::Object(m)) => Some(m),
         _ => None,
@@ -665,13 +666,13 @@ fn cgroup_parent_of(cgroups_path: &str, id: &str) -> Option<String> {
 }
 
 /// `config.envs` (`[{"key": …, "value": …}]`, empty value omitted) as a map, last one wins.
-fn config_envs(config: &Map<String, Value>) -> HashMap<String, String> {
+fn config_envs(config: &Map<String, Value>) -> BTreeMap<String, String> {
     let list = config.get("envs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     list.iter().filter_map(Value::as_object).filter_map(|kv| Some((string(kv, "key")?, string(kv, "value").unwrap_or_default()))).collect()
 }
 
 /// OCI `process.env` (`["K=V", …]`) as a map, split at the first `=`, last one wins.
-fn spec_envs(env: &[Value]) -> HashMap<String, String> {
+fn spec_envs(env: &[Value]) -> BTreeMap<String, String> {
     env.iter()
         .filter_map(Value::as_str)
         .map(|kv| match kv.split_once('=') {
@@ -734,7 +735,7 @@ fn hugepage_limits(list: &[Value], size_keys: &[&str]) -> Vec<hook::HugepageLimi
         .collect()
 }
 
-fn string_map(v: Option<&Value>) -> HashMap<String, String> {
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
     v.and_then(Value::as_object)
         .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
         .unwrap_or_default()

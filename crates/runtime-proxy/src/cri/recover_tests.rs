@@ -35,11 +35,11 @@ const FIXTURES: [Fixtures; 2] = [
     },
 ];
 
-fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn info(json: &str) -> HashMap<String, String> {
+fn info(json: &str) -> std::collections::HashMap<String, String> {
     map(&[("info", json)])
 }
 

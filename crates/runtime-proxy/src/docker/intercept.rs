@@ -28,7 +28,7 @@
 //! run after the answer is sent, still holding the pod's turn taken before the pre stage (as in CRI
 //! mode).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
@@ -459,7 +459,7 @@ impl flow::HookedCall for Loaded {
         })
     }
 
-    fn pod(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
+    fn pod(&self) -> Option<(&BTreeMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
         Some(match &self.object {
             DockerObject::Sandbox(_, p) => (&p.labels, p.pod_meta.as_ref()),
             DockerObject::Container(_, e) => (&e.hook.pod_labels, e.hook.pod_meta.as_ref()),

@@ -11,7 +11,7 @@
 //! * JSON edits change only the fields a hook changed, keeping every other field (unknown ones
 //!   included) as the client sent it.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use hook_api::v1alpha1 as hook;
 use serde_json::{Map, Value};
@@ -64,7 +64,7 @@ impl KubeName {
 }
 
 /// Whether a container is a pod sandbox: its type label, else the `POD` name part.
-pub fn is_sandbox(labels: &HashMap<String, String>, name: &KubeName) -> bool {
+pub fn is_sandbox(labels: &BTreeMap<String, String>, name: &KubeName) -> bool {
     match labels.get(TYPE_LABEL).map(String::as_str) {
         Some("podsandbox") => true,
         Some("container") => false,
@@ -74,7 +74,7 @@ pub fn is_sandbox(labels: &HashMap<String, String>, name: &KubeName) -> bool {
 
 /// The `Labels` of a container config (the create body itself, or inspect's `Config`) as a
 /// map; non-string values are skipped.
-pub fn labels_of(config: Option<&Value>) -> HashMap<String, String> {
+pub fn labels_of(config: Option<&Value>) -> BTreeMap<String, String> {
     config
         .and_then(|c| c.get("Labels"))
         .and_then(Value::as_object)
@@ -83,9 +83,9 @@ pub fn labels_of(config: Option<&Value>) -> HashMap<String, String> {
 }
 
 /// Splits Docker labels into (labels, annotations): `annotation.<key>` labels are annotations.
-pub fn split_labels(all: &HashMap<String, String>) -> (HashMap<String, String>, HashMap<String, String>) {
-    let mut labels = HashMap::new();
-    let mut annotations = HashMap::new();
+pub fn split_labels(all: &BTreeMap<String, String>) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let mut labels = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
     for (k, v) in all {
         match k.strip_prefix(ANNOTATION_PREFIX) {
             Some(a) => annotations.insert(a.to_owned(), v.clone()),
@@ -292,7 +292,7 @@ pub fn write_container_changes(
 }
 
 /// Sets `Labels[prefix + key]` for every entry the hooks added or changed.
-fn write_labels(body: &mut Map<String, Value>, prefix: &str, before: &HashMap<String, String>, after: &HashMap<String, String>) -> bool {
+fn write_labels(body: &mut Map<String, Value>, prefix: &str, before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> bool {
     let changed = crate::cri::intercept::changed_entries(before, after);
     if changed.is_empty() {
         return false;
@@ -340,9 +340,9 @@ mod tests {
         let c = container_request(&name, None, Some(&body), body.get("HostConfig"));
         assert_eq!(
             c.container_envs,
-            HashMap::from([("A".into(), "1".into()), ("EQ".into(), "a=b".into()), ("BARE".into(), String::new())])
+            BTreeMap::from([("A".into(), "1".into()), ("EQ".into(), "a=b".into()), ("BARE".into(), String::new())])
         );
-        assert_eq!(c.container_annotations, HashMap::from([("team".into(), "x".into())]));
+        assert_eq!(c.container_annotations, BTreeMap::from([("team".into(), "x".into())]));
         let r = c.container_resources.unwrap();
         assert_eq!(
             (r.cpu_shares, r.memory_limit_in_bytes, r.cpu_period, r.cpu_quota, r.oom_score_adj, r.cpuset_cpus.as_str()),

@@ -3,7 +3,7 @@
 //!
 //! koordlet answers every hook call with the whole request echoed (its maps included), and
 //! most answers change nothing. Decoding such an answer into the hook-api message (a
-//! `HashMap<String, String>` per map, each key and value an owned string hashed with SipHash)
+//! `BTreeMap<String, String>` per map, each key and value an owned string hashed with SipHash)
 //! was the largest part of a hook call's own cost; [`container_unchanged`] and [`pod_unchanged`]
 //! walk the answer's protobuf wire format instead and compare each field with the request as it
 //! lies in the buffer.
@@ -19,7 +19,7 @@
 
 use hook_api::v1alpha1::{ContainerResourceHookRequest, HugepageLimit, LinuxContainerResources, PodSandboxHookRequest};
 use prost::Message;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// One field of a message as it lies on the wire.
 enum Field<'a> {
@@ -101,7 +101,7 @@ fn entry(bytes: &[u8]) -> Option<(&str, &str)> {
 
 /// Whether the map entry `bytes` is valid and already in `map` with that value (merging it
 /// changes nothing).
-fn entry_in(map: &HashMap<String, String>, bytes: &[u8]) -> bool {
+fn entry_in(map: &BTreeMap<String, String>, bytes: &[u8]) -> bool {
     entry(bytes).is_some_and(|(k, v)| map.get(k).is_some_and(|have| have == v))
 }
 
@@ -211,7 +211,7 @@ mod tests {
     use hook_api::v1alpha1::{ContainerResourceHookResponse, PodSandboxHookResponse};
     use proptest::prelude::*;
 
-    fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
@@ -280,8 +280,8 @@ mod tests {
         assert!(!container_unchanged(&req, &[0x2b, 0x2c]));
     }
 
-    fn small_map() -> impl Strategy<Value = HashMap<String, String>> {
-        prop::collection::hash_map("[ab]{0,2}", "[xy]{0,2}", 0..3)
+    fn small_map() -> impl Strategy<Value = BTreeMap<String, String>> {
+        prop::collection::btree_map("[ab]{0,2}", "[xy]{0,2}", 0..3)
     }
 
     fn resources() -> impl Strategy<Value = Option<LinuxContainerResources>> {

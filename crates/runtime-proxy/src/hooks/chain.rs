@@ -33,7 +33,7 @@
 //! from changing these two keys in a PreRunPodSandbox answer, so that a server cannot
 //! un-require itself (containers' stages read the pod's annotations from the store).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use hook_api::owners::{self, FieldChange};
 use hook_api::v1alpha1::{ContainerResourceHookRequest, PodSandboxHookRequest, PodSandboxMetadata};
@@ -48,20 +48,20 @@ pub trait ChainMessage: HookMessage {
     /// What `answer` changes in the request, field by field ([`hook_api::owners`]).
     fn changes(&self, answer: &Self::Answer) -> Vec<FieldChange>;
     /// The pod's annotations (where [`REQUIRED_ANNOTATION`] is read) and metadata.
-    fn pod(&self) -> (&HashMap<String, String>, Option<&PodSandboxMetadata>);
+    fn pod(&self) -> (&BTreeMap<String, String>, Option<&PodSandboxMetadata>);
     /// The pod annotations an answer may change (pod-level requests), to put [`Kept`] values
     /// back into; `None` when answers cannot change them (container-level requests).
-    fn answer_annotations(&mut self) -> Option<&mut HashMap<String, String>>;
+    fn answer_annotations(&mut self) -> Option<&mut BTreeMap<String, String>>;
 }
 
 impl ChainMessage for PodSandboxHookRequest {
     fn changes(&self, answer: &Self::Answer) -> Vec<FieldChange> {
         owners::pod_changes(self, answer)
     }
-    fn pod(&self) -> (&HashMap<String, String>, Option<&PodSandboxMetadata>) {
+    fn pod(&self) -> (&BTreeMap<String, String>, Option<&PodSandboxMetadata>) {
         (&self.annotations, self.pod_meta.as_ref())
     }
-    fn answer_annotations(&mut self) -> Option<&mut HashMap<String, String>> {
+    fn answer_annotations(&mut self) -> Option<&mut BTreeMap<String, String>> {
         Some(&mut self.annotations)
     }
 }
@@ -70,10 +70,10 @@ impl ChainMessage for ContainerResourceHookRequest {
     fn changes(&self, answer: &Self::Answer) -> Vec<FieldChange> {
         owners::container_changes(self, answer)
     }
-    fn pod(&self) -> (&HashMap<String, String>, Option<&PodSandboxMetadata>) {
+    fn pod(&self) -> (&BTreeMap<String, String>, Option<&PodSandboxMetadata>) {
         (&self.pod_annotations, self.pod_meta.as_ref())
     }
-    fn answer_annotations(&mut self) -> Option<&mut HashMap<String, String>> {
+    fn answer_annotations(&mut self) -> Option<&mut BTreeMap<String, String>> {
         None
     }
 }
@@ -154,7 +154,7 @@ impl Required {
     /// and counted in `metrics`, when `report` (once per call: at its pre stage).
     pub fn of_pod(
         node: &[String],
-        annotations: &HashMap<String, String>,
+        annotations: &BTreeMap<String, String>,
         pod: Option<&PodSandboxMetadata>,
         namespaces: &[String],
         call: &str,
@@ -210,13 +210,13 @@ impl Kept {
     const KEYS: [&'static str; 2] = [REQUIRED_ANNOTATION, TOLERATE_ANNOTATION];
 
     /// The values of the two keys in `annotations`.
-    pub fn of(annotations: &HashMap<String, String>) -> Self {
+    pub fn of(annotations: &BTreeMap<String, String>) -> Self {
         Kept { values: Self::KEYS.map(|k| annotations.get(k).cloned()) }
     }
 
     /// Puts the kept values back into `annotations` (merge never removes a key, so only a changed
     /// or added value is undone). Returns the keys a hook answer had changed.
-    pub fn restore(&self, annotations: &mut HashMap<String, String>) -> Vec<&'static str> {
+    pub fn restore(&self, annotations: &mut BTreeMap<String, String>) -> Vec<&'static str> {
         let mut undone = Vec::new();
         for (key, value) in Self::KEYS.iter().zip(&self.values) {
             if annotations.get(*key) == value.as_ref() {
@@ -236,7 +236,7 @@ impl Kept {
 mod tests {
     use super::*;
 
-    fn annotations(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
@@ -262,7 +262,7 @@ mod tests {
         assert_eq!(r.source("gpu.json"), Some(Source::Pod));
         assert_eq!(r.source("other.json"), None);
         assert!(!r.tolerate_missing);
-        assert!(Required::of_pod(&[], &HashMap::new(), None, &[], "x", &m, true).servers.is_empty());
+        assert!(Required::of_pod(&[], &Default::default(), None, &[], "x", &m, true).servers.is_empty());
     }
 
     #[test]

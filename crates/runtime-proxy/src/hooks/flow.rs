@@ -33,7 +33,7 @@
 //! second Stop finds nothing); here post hooks run only after success and entries live until
 //! Remove.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,7 +75,7 @@ pub trait HookedCall: Send + 'static {
     /// nobody knows, a call that only keeps the store exact).
     fn hook_request(&mut self) -> Option<HookRequest<'_>>;
     /// The pod's labels (where the skip label is looked up) and metadata (its namespace).
-    fn pod(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)>;
+    fn pod(&self) -> Option<(&BTreeMap<String, String>, Option<&hook::PodSandboxMetadata>)>;
 }
 
 /// One call of a front end: what [`drive`] cannot know — the call's encoding and its backend.

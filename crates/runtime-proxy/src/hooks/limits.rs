@@ -3,7 +3,7 @@
 //! going over one is answered with a status naming the limit and its flag, never a crash or
 //! unbounded memory.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The limits in force.
@@ -56,7 +56,7 @@ impl HookLimits {
     /// the entries it adds, and the size of each entry it adds or changes.
     ///
     /// Errors: the first limit exceeded, naming the map, the count or entry and the flag.
-    pub fn check_map(&self, what: &str, request: &HashMap<String, String>, answer: &HashMap<String, String>) -> Result<(), String> {
+    pub fn check_map(&self, what: &str, request: &BTreeMap<String, String>, answer: &BTreeMap<String, String>) -> Result<(), String> {
         let added = answer.keys().filter(|k| !request.contains_key(*k)).count();
         if added > self.max_added_entries {
             return Err(format!("answer adds {added} {what} entries, more than {} (--max-hook-added-entries)", self.max_added_entries));
@@ -82,7 +82,7 @@ mod tests {
     #[test]
     fn maps_are_bounded() {
         let l = HookLimits { max_answer_bytes: 0, max_added_entries: 2, max_entry_bytes: 10 };
-        let req: HashMap<String, String> = [("A".to_string(), "1".repeat(20))].into();
+        let req: BTreeMap<String, String> = [("A".to_string(), "1".repeat(20))].into();
         let mut ans = req.clone();
         assert!(l.check_map("container_envs", &req, &ans).is_ok(), "an echoed oversized entry is the request's own");
         ans.insert("B".into(), "2".into());

@@ -38,7 +38,7 @@ pub mod skip_label;
 pub mod stages;
 pub mod store;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hook_api::v1alpha1 as hook;
@@ -75,7 +75,7 @@ pub struct Hooks {
 impl Hooks {
     /// Whether the pod (`labels`, `meta`) skips every hook (see [`SkipLabel::skips`]; `call`
     /// names the call in its log line).
-    pub fn skips(&self, labels: &HashMap<String, String>, meta: Option<&hook::PodSandboxMetadata>, call: &str) -> bool {
+    pub fn skips(&self, labels: &BTreeMap<String, String>, meta: Option<&hook::PodSandboxMetadata>, call: &str) -> bool {
         self.skip_label.skips(labels, meta, call, &self.metrics)
     }
 }

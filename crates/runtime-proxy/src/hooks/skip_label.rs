@@ -11,7 +11,7 @@
 //! `runtime_proxy_skip_label_ignored_total`. deploy/'s admission policy refuses such pods in the
 //! cluster before they reach a node.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use hook_api::v1alpha1::PodSandboxMetadata;
 
@@ -36,7 +36,7 @@ impl SkipLabel {
     /// its namespace may use it. A pod that carries the label in another namespace does not
     /// skip: that is logged (WARN, naming the pod, its namespace and `call`) and counted in
     /// `metrics`.
-    pub fn skips(&self, labels: &HashMap<String, String>, pod: Option<&PodSandboxMetadata>, call: &str, metrics: &Metrics) -> bool {
+    pub fn skips(&self, labels: &BTreeMap<String, String>, pod: Option<&PodSandboxMetadata>, call: &str, metrics: &Metrics) -> bool {
         if labels.get(&self.key) != Some(&self.value) {
             return false;
         }
@@ -68,12 +68,12 @@ mod tests {
     fn honoured_only_in_the_allowed_namespaces() {
         let skip = SkipLabel { key: "k".into(), value: "true".into(), namespaces: vec!["koordinator-system".into(), "kube-system".into()] };
         let metrics = Metrics::new();
-        let labelled: HashMap<String, String> = [("k".to_string(), "true".to_string())].into();
+        let labelled: BTreeMap<String, String> = [("k".to_string(), "true".to_string())].into();
         assert!(skip.skips(&labelled, Some(&meta("koordinator-system")), "RunPodSandbox", &metrics));
         assert!(skip.skips(&labelled, Some(&meta("kube-system")), "RunPodSandbox", &metrics));
         assert!(!skip.skips(&labelled, Some(&meta("default")), "RunPodSandbox", &metrics));
         assert!(!skip.skips(&labelled, None, "RunPodSandbox", &metrics), "no metadata: no namespace may use it");
-        let other: HashMap<String, String> = [("k".to_string(), "false".to_string())].into();
+        let other: BTreeMap<String, String> = [("k".to_string(), "false".to_string())].into();
         assert!(!skip.skips(&other, Some(&meta("kube-system")), "RunPodSandbox", &metrics));
         let none = SkipLabel { namespaces: Vec::new(), ..skip };
         assert!(!none.skips(&labelled, Some(&meta("kube-system")), "RunPodSandbox", &metrics));

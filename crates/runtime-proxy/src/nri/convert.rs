@@ -24,7 +24,7 @@
 //! "Not expressed": NRI has no field for it at that event; [`Changes::unexpressed`] names it
 //! for the caller's one log line.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use hook_api::v1alpha1 as hook;
 use nri_plugin::convert::{cri_resources, envs, map_of, utf8_strings};
@@ -79,7 +79,7 @@ pub struct Changes {
     /// Added or changed env vars.
     pub env: Vec<nri::KeyValue>,
     /// Added or changed annotations.
-    pub annotations: HashMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
     /// What NRI cannot express at this event (field names), for one log line.
     pub unexpressed: Vec<&'static str>,
 }
@@ -88,7 +88,7 @@ impl Changes {
     /// The CreateContainer adjustment of these changes (`None` when nothing changed).
     pub fn adjustment(&self) -> Option<nri::ContainerAdjustment> {
         let adjust = nri::ContainerAdjustment {
-            annotations: self.annotations.clone(),
+            annotations: self.annotations.clone().into_iter().collect(),
             env: self.env.clone(),
             linux: self
                 .resources
@@ -135,7 +135,7 @@ pub fn container_changes(
     if after.pod_cgroup_parent != before.pod_cgroup_parent {
         changes.unexpressed.push("pod_cgroup_parent");
     }
-    let added = |after: &HashMap<String, String>, before: &HashMap<String, String>| -> Vec<(String, String)> {
+    let added = |after: &BTreeMap<String, String>, before: &BTreeMap<String, String>| -> Vec<(String, String)> {
         let mut v: Vec<_> = after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
         v.sort();
         v
@@ -176,7 +176,7 @@ pub fn resources_diff(before: &hook::LinuxContainerResources, after: &hook::Linu
         swap: swap.map(|value| nri::OptionalInt64 { value }),
         ..Default::default()
     };
-    let unified: HashMap<String, String> =
+    let unified: std::collections::HashMap<String, String> =
         after.unified.iter().filter(|(k, v)| before.unified.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
     let cpu = (cpu != nri::LinuxCpu::default()).then_some(cpu);
     let memory = (memory != nri::LinuxMemory::default()).then_some(memory);

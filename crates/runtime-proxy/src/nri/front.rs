@@ -4,7 +4,7 @@
 //! "backend" of an NRI call is the runtime waiting for our answer, so [`flow::Front::send`]
 //! only hands the answer back.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use hook_api::v1alpha1 as hook;
 use nri_plugin::proto::api as nri;
@@ -207,7 +207,7 @@ impl flow::HookedCall for Loaded {
         })
     }
 
-    fn pod(&self) -> Option<(&HashMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
+    fn pod(&self) -> Option<(&BTreeMap<String, String>, Option<&hook::PodSandboxMetadata>)> {
         Some(match self {
             Loaded::Pod(_, _, p) => (&p.labels, p.pod_meta.as_ref()),
             Loaded::Container(_, e) => (&e.hook.pod_labels, e.hook.pod_meta.as_ref()),

@@ -35,7 +35,7 @@ pub struct CookieCache {
     /// Group id → its cookie and processes.
     pub groups: BTreeMap<String, GroupEntry>,
     /// Container key (`<pod uid>/<container id>`) → its group.
-    pub containers: HashMap<String, String>,
+    pub containers: BTreeMap<String, String>,
     /// Existing cookies have been read once (koordlet's `initCache`).
     pub loaded: bool,
 }
