@@ -409,7 +409,10 @@ impl Conn {
                     }
                     if end {
                         let head = head.ok_or_else(|| Failure::Broken("DATA before the response headers".into()))?;
-                        return Ok(Answer { head, data: if joined.is_empty() { data } else { joined.freeze() }, trailers: None });
+                        return self.answered(
+                            sent == body.len(),
+                            Answer { head, data: if joined.is_empty() { data } else { joined.freeze() }, trailers: None },
+                        );
                     }
                     if self.stream_unacked >= STREAM_WINDOW / 2 {
                         frame::window_update(&mut self.out, stream, self.stream_unacked);
@@ -423,13 +426,13 @@ impl Conn {
                             continue;
                         }
                         if end {
-                            return Ok(Answer { head: response, data: Bytes::new(), trailers: None });
+                            return self.answered(sent == body.len(), Answer { head: response, data: Bytes::new(), trailers: None });
                         }
                         head = Some(response);
                     }
                     Some(head) if end => {
                         let data = if joined.is_empty() { data } else { joined.freeze() };
-                        return Ok(Answer { head, data, trailers: Some(header_map(&self.fields)) });
+                        return self.answered(sent == body.len(), Answer { head, data, trailers: Some(header_map(&self.fields)) });
                     }
                     Some(_) => return Err(Failure::Broken("trailers without END_STREAM".into())),
                 },
@@ -462,6 +465,14 @@ impl Conn {
             }
             self.fill().await.map_err(Failure::Broken)?;
         }
+    }
+
+    /// The answer of the open stream; `sent_all`: the whole request went out. A server that
+    /// answered before it did left the stream not cleanly closed: the connection is not used
+    /// again.
+    fn answered(&mut self, sent_all: bool, answer: Answer) -> Result<Answer, Failure> {
+        self.broken |= !sent_all;
+        Ok(answer)
     }
 
     /// Reads once more into `read`.
