@@ -175,6 +175,7 @@ pub fn status_line(status: &tonic::Status) -> String {
     line
 }
 
+pub mod encode;
 pub mod merge;
 pub mod owners;
 pub mod stage;

@@ -52,6 +52,8 @@ pub trait HookMessage: prost::Message + Clone + Default + Send + Sync + 'static 
     ///
     /// Errors: the first limit exceeded (see [`HookLimits::check_map`]).
     fn check(&self, answer: &Self::Answer, limits: &HookLimits) -> Result<(), String>;
+    /// Appends the request's protobuf encoding to `out` ([`hook_api::encode`]: prost's bytes).
+    fn encode_into(&self, out: &mut Vec<u8>);
 }
 
 impl HookMessage for PodSandboxHookRequest {
@@ -69,6 +71,9 @@ impl HookMessage for PodSandboxHookRequest {
         limits.check_map("labels", &self.labels, &answer.labels)?;
         limits.check_map("annotations", &self.annotations, &answer.annotations)
     }
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        hook_api::encode::pod_request(self, out);
+    }
 }
 
 impl HookMessage for ContainerResourceHookRequest {
@@ -85,6 +90,9 @@ impl HookMessage for ContainerResourceHookRequest {
     fn check(&self, answer: &ContainerResourceHookResponse, limits: &HookLimits) -> Result<(), String> {
         limits.check_map("container_envs", &self.container_envs, &answer.container_envs)?;
         limits.check_map("container_annotations", &self.container_annotations, &answer.container_annotations)
+    }
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        hook_api::encode::container_request(self, out);
     }
 }
 
@@ -428,14 +436,12 @@ fn allowed_uids(server: &HookServer) -> &[u32] {
 }
 
 /// `message` encoded as a unary gRPC body (uncompressed, see [`grpc::frame`]), in one buffer.
-fn framed(message: &impl prost::Message) -> bytes::Bytes {
-    use bytes::BufMut;
-    let len = message.encoded_len();
-    let mut body = bytes::BytesMut::with_capacity(5 + len);
-    body.put_u8(0);
-    body.put_u32(len as u32);
-    message.encode(&mut body).expect("the buffer has room for the encoded message");
-    body.freeze()
+fn framed(message: &impl HookMessage) -> bytes::Bytes {
+    let mut body = vec![0; 5];
+    message.encode_into(&mut body);
+    let len = (body.len() - 5) as u32;
+    body[1..5].copy_from_slice(&len.to_be_bytes());
+    body.into()
 }
 
 /// The message of a hook server's answer, decoded as `A`.
@@ -601,7 +607,7 @@ mod tests {
 
     #[test]
     fn a_framed_request_is_the_message_behind_its_prefix() {
-        let answer = pod_answer();
-        assert_eq!(framed(&answer), grpc::frame(&answer.encode_to_vec()));
+        let req = PodSandboxHookRequest { runtime_handler: "runc".into(), ..Default::default() };
+        assert_eq!(framed(&req), grpc::frame(&req.encode_to_vec()));
     }
 }
