@@ -104,7 +104,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 /// Bytes of `v` as a varint.
 fn varint_len(v: u64) -> usize {
     // 1 byte per 7 bits, at least 1.
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Bytes of a field key (tags under 16 take one).
