@@ -238,10 +238,11 @@ impl Framework {
         self.policy
     }
 
+    /// `target` names the pod or container in a failure (built only when one fails).
     fn run(
         &self,
         stage: Stage,
-        target: &str,
+        target: impl Fn() -> String,
         call: impl Fn(&dyn Plugin, &Rules) -> anyhow::Result<Change>,
     ) -> Result<Outcome, PluginFailure> {
         let rules = self.rules.current();
@@ -250,7 +251,7 @@ impl Framework {
             match call(plugin.as_ref(), &rules) {
                 Ok(change) => outcome.add(plugin.name(), change),
                 Err(error) => {
-                    let failure = PluginFailure { plugin: plugin.name(), stage, target: target.to_owned(), error };
+                    let failure = PluginFailure { plugin: plugin.name(), stage, target: target(), error };
                     self.fail_or_keep(failure, &mut outcome.failures)?;
                 }
             }
@@ -274,7 +275,7 @@ impl Framework {
     ///
     /// Errors: the first plugin failure under [`FailurePolicy::Fail`].
     pub fn run_pod(&self, stage: Stage, pod: &PodContext) -> Result<Outcome, PluginFailure> {
-        self.run(stage, &pod.key(), |p, rules| p.pod(stage, pod, rules))
+        self.run(stage, || pod.key(), |p, rules| p.pod(stage, pod, rules))
     }
 
     /// Runs the plugins that want `stage` (a container-level stage) for `container`. Computes
@@ -282,7 +283,7 @@ impl Framework {
     ///
     /// Errors: the first plugin failure under [`FailurePolicy::Fail`].
     pub fn run_container(&self, stage: Stage, container: &ContainerContext) -> Result<Outcome, PluginFailure> {
-        self.run(stage, &container.key(), |p, rules| p.container(stage, container, rules))
+        self.run(stage, || container.key(), |p, rules| p.container(stage, container, rules))
     }
 
     /// Writes an outcome's pod-level values to the pod's cgroup (proxy mode), its parent resolved
@@ -388,8 +389,9 @@ impl Framework {
             resp.labels.clear();
             resp.annotations = change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         }
-        log_call(stage, &pod.key(), change);
-        log_inexpressible(stage, &pod.key(), change);
+        let key = pod.key();
+        log_call(stage, &key, change);
+        log_inexpressible(stage, &key, change);
         Ok(resp)
     }
 
@@ -419,8 +421,9 @@ impl Framework {
                 resp.container_envs.clear();
             }
         }
-        log_call(stage, &container.key(), change);
-        log_inexpressible(stage, &container.key(), change);
+        let key = container.key();
+        log_call(stage, &key, change);
+        log_inexpressible(stage, &key, change);
         Ok(resp)
     }
 }
@@ -460,7 +463,7 @@ pub(crate) fn log_call(stage: Stage, target: &str, change: &Change) {
     if change.is_empty() {
         tracing::debug!(%stage, on = target, "no change");
     } else {
-        tracing::info!(%stage, on = target, "{}", change.describe());
+        tracing::info!(%stage, on = target, "{change}");
     }
 }
 
