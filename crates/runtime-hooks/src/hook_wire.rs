@@ -112,7 +112,7 @@ impl tonic::server::UnaryService<api::PodSandboxHookRequest> for Method {
     type Response = api::PodSandboxHookResponse;
     type Future = std::future::Ready<Result<Response<Self::Response>, Status>>;
     fn call(&mut self, request: Request<api::PodSandboxHookRequest>) -> Self::Future {
-        std::future::ready(self.framework.pod_hook(self.stage, &request.into_inner()).map(Response::new).map_err(Into::into))
+        std::future::ready(self.framework.pod_hook_owned(self.stage, request.into_inner()).map(Response::new).map_err(Into::into))
     }
 }
 
@@ -120,7 +120,7 @@ impl tonic::server::UnaryService<api::ContainerResourceHookRequest> for Method {
     type Response = api::ContainerResourceHookResponse;
     type Future = std::future::Ready<Result<Response<Self::Response>, Status>>;
     fn call(&mut self, request: Request<api::ContainerResourceHookRequest>) -> Self::Future {
-        std::future::ready(self.framework.container_hook(self.stage, &request.into_inner()).map(Response::new).map_err(Into::into))
+        std::future::ready(self.framework.container_hook_owned(self.stage, request.into_inner()).map(Response::new).map_err(Into::into))
     }
 }
 
