@@ -82,4 +82,3 @@ pub fn init(default_filter: &str) -> (Logging, bool) {
     };
     (Logging { _guard: guard }, from_env)
 }
-

@@ -385,7 +385,8 @@ impl Framework {
         let outcome = self.pod_stage(stage, &pod).map_err(|f| failure_status(&f))?;
         let key = pod.key();
         // The echo (hook_api::merge::echo_pod of the request), of the moved parts.
-        let mut resp = PodSandboxHookResponse { labels: pod.labels, annotations: pod.annotations, cgroup_parent: pod.cgroup_parent, resources };
+        let mut resp =
+            PodSandboxHookResponse { labels: pod.labels, annotations: pod.annotations, cgroup_parent: pod.cgroup_parent, resources };
         let change = &outcome.change;
         if let Some(parent) = &change.cgroup_parent {
             resp.cgroup_parent.clone_from(parent);
@@ -626,7 +627,12 @@ mod tests {
     fn moved_requests_answer_the_whole_echo() {
         let t = tempfile::tempdir().unwrap();
         let f = framework(vec![], FailurePolicy::Fail, t.path());
-        let res = LinuxContainerResources { cpu_shares: 2, cpuset_cpus: "0-1".into(), unified: [("a".into(), "b".into())].into(), ..Default::default() };
+        let res = LinuxContainerResources {
+            cpu_shares: 2,
+            cpuset_cpus: "0-1".into(),
+            unified: [("a".into(), "b".into())].into(),
+            ..Default::default()
+        };
         let meta = PodSandboxMetadata { name: "p".into(), namespace: "ns".into(), uid: "u".into(), attempt: 1 };
         let map = |k: &str| -> std::collections::HashMap<String, String> { [(k.to_string(), "v".to_string())].into() };
         let req = ContainerResourceHookRequest {

@@ -39,12 +39,7 @@ fn merge_lossy(wire_type: WireType, value: &mut String, buf: &mut impl Buf, ctx:
 
 /// Reads one entry of a `map<string, string>` field: inserted when its key and value are both
 /// UTF-8, left out otherwise.
-fn merge_entry(
-    wire_type: WireType,
-    map: &mut HashMap<String, String>,
-    buf: &mut impl Buf,
-    ctx: DecodeContext,
-) -> Result<(), DecodeError> {
+fn merge_entry(wire_type: WireType, map: &mut HashMap<String, String>, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
     let mut entry = BytesEntry::default();
     message::merge(wire_type, &mut entry, buf, ctx)?;
     if let (Ok(key), Ok(value)) = (String::from_utf8(entry.key), String::from_utf8(entry.value)) {
@@ -195,8 +190,8 @@ mod tests {
     #[test]
     fn entries_not_utf8_are_left_out() {
         for tag in [3, 6, 7, 9] {
-            let wire = [entry(tag, b"bad-value", NOT_UTF8, b""), entry(tag, NOT_UTF8, b"bad key", b""), entry(tag, b"ok", b"yes", b"")]
-                .concat();
+            let wire =
+                [entry(tag, b"bad-value", NOT_UTF8, b""), entry(tag, NOT_UTF8, b"bad key", b""), entry(tag, b"ok", b"yes", b"")].concat();
             let got = container(&wire).unwrap();
             let maps = [&got.container_annotations, &got.pod_annotations, &got.pod_labels, &got.container_envs];
             let expected = map(&[("ok", "yes")]);
@@ -218,7 +213,8 @@ mod tests {
     /// does not hide an earlier one.
     #[test]
     fn duplicated_keys_last_utf8_entry_wins() {
-        let wire = [entry(9, b"A", b"1", b""), entry(9, b"A", b"2", b""), entry(9, b"B", b"1", b""), entry(9, b"B", NOT_UTF8, b"")].concat();
+        let wire =
+            [entry(9, b"A", b"1", b""), entry(9, b"A", b"2", b""), entry(9, b"B", b"1", b""), entry(9, b"B", NOT_UTF8, b"")].concat();
         assert_eq!(container(&wire).unwrap().container_envs, map(&[("A", "2"), ("B", "1")]));
     }
 

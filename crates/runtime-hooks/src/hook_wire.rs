@@ -44,9 +44,7 @@ pub fn decode_request<T: Default>(bytes: impl Buf) -> Result<T, Status>
 where
     Lenient<T>: Message,
 {
-    Lenient::<T>::decode(bytes)
-        .map(|l| l.0)
-        .map_err(|e| Status::invalid_argument(format!("runtime-hooks: undecodable hook request: {e}")))
+    Lenient::<T>::decode(bytes).map(|l| l.0).map_err(|e| Status::invalid_argument(format!("runtime-hooks: undecodable hook request: {e}")))
 }
 
 /// A codec sending the answer `E` and reading the request `T` leniently.
