@@ -30,6 +30,7 @@
 //! like envs.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use hook_api::v1alpha1::LinuxContainerResources;
 
@@ -257,9 +258,35 @@ impl Change {
         self.resources.to_cgroup_values()
     }
 
-    /// A short description of what is set, for logs: `cpu_shares=512 cpu_quota=100000 …`.
+    /// A short description of what is set, for logs: `cpu_shares=512 cpu_quota=100000 …`
+    /// (the [`fmt::Display`] text, as a `String`).
     pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
+        self.to_string()
+    }
+}
+
+/// Writes items separated by single spaces, straight into a formatter (no `String` per item).
+struct Spaced<'a, 'b> {
+    f: &'a mut fmt::Formatter<'b>,
+    first: bool,
+}
+
+impl Spaced<'_, '_> {
+    fn item(&mut self, item: impl fmt::Display) -> fmt::Result {
+        if !std::mem::take(&mut self.first) {
+            self.f.write_str(" ")?;
+        }
+        write!(self.f, "{item}")
+    }
+}
+
+/// What is set, for logs: `cpu_shares=512 cpu_quota=100000 cpuset_cpus="" env K=V annotation
+/// K=V pod bvt-warp-ns=-1 device … mount … rdt_class=C`, in this order, unset fields left
+/// out (empty for an empty change). Written straight into the formatter: the per-call log line
+/// builds no strings.
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = Spaced { f, first: true };
         let r = &self.resources;
         for (name, v) in [
             ("cpu_shares", r.cpu_shares),
@@ -268,48 +295,72 @@ impl Change {
             ("memory_limit_in_bytes", r.memory_limit_in_bytes),
         ] {
             if let Some(v) = v {
-                parts.push(format!("{name}={v}"));
+                out.item(format_args!("{name}={v}"))?;
             }
         }
         if let Some(c) = &r.cpuset_cpus {
-            parts.push(format!("cpuset_cpus={c:?}"));
+            out.item(format_args!("cpuset_cpus={c:?}"))?;
         }
         if let Some(p) = &self.cgroup_parent {
-            parts.push(format!("cgroup_parent={p}"));
+            out.item(format_args!("cgroup_parent={p}"))?;
         }
-        parts.extend(self.envs.iter().map(|(k, v)| format!("env {k}={v}")));
-        parts.extend(self.annotations.iter().map(|(k, v)| format!("annotation {k}={v}")));
-        parts.extend(self.pod_cgroup.iter().map(|v| format!("pod {v}")));
-        parts.extend(self.devices.iter().map(Device::describe));
-        parts.extend(self.mounts.iter().map(Mount::describe));
+        for (k, v) in &self.envs {
+            out.item(format_args!("env {k}={v}"))?;
+        }
+        for (k, v) in &self.annotations {
+            out.item(format_args!("annotation {k}={v}"))?;
+        }
+        for v in &self.pod_cgroup {
+            out.item(format_args!("pod {v}"))?;
+        }
+        for d in &self.devices {
+            out.item(d)?;
+        }
+        for m in &self.mounts {
+            out.item(m)?;
+        }
         if let Some(c) = &self.rdt_class {
-            parts.push(format!("rdt_class={c}"));
+            out.item(format_args!("rdt_class={c}"))?;
         }
-        parts.join(" ")
+        Ok(())
     }
 }
 
 impl Device {
-    /// `device /dev/infiniband/uverbs0 c 231:192 mode 0666`, for logs.
+    /// `device /dev/infiniband/uverbs0 c 231:192 mode 0666`, for logs (the [`fmt::Display`]
+    /// text).
     pub fn describe(&self) -> String {
-        let mut s = format!("device {} {} {}:{}", self.path, self.kind.as_str(), self.major, self.minor);
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device {} {} {}:{}", self.path, self.kind.as_str(), self.major, self.minor)?;
         if let Some(m) = self.file_mode {
-            s.push_str(&format!(" mode {m:04o}"));
+            write!(f, " mode {m:04o}")?;
         }
         if let Some(u) = self.uid {
-            s.push_str(&format!(" uid {u}"));
+            write!(f, " uid {u}")?;
         }
         if let Some(g) = self.gid {
-            s.push_str(&format!(" gid {g}"));
+            write!(f, " gid {g}")?;
         }
-        s
+        Ok(())
     }
 }
 
 impl Mount {
-    /// `mount /tmp/vgpulock:/tmp/vgpulock bind rbind`, for logs (source:destination).
+    /// `mount /tmp/vgpulock:/tmp/vgpulock bind rbind`, for logs (source:destination; the
+    /// [`fmt::Display`] text).
     pub fn describe(&self) -> String {
-        format!("mount {}:{} {} {}", self.source, self.destination, self.kind, self.options.join(","))
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Mount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "mount {}:{} {} {}", self.source, self.destination, self.kind, self.options.join(","))
     }
 }
 
@@ -350,6 +401,37 @@ mod tests {
 
     fn bind(dst: &str, src: &str) -> Mount {
         Mount { destination: dst.into(), kind: "bind".into(), source: src.into(), options: vec!["rbind".into()] }
+    }
+
+    /// Every kind of field in the log text, in its order, one space apart; nothing for an empty
+    /// change.
+    #[test]
+    fn the_log_text_names_every_field_set() {
+        let change = Change {
+            cgroup_parent: Some("/kubepods/x".into()),
+            resources: Resources {
+                cpu_shares: Some(512),
+                cpu_quota: Some(-1),
+                cpu_period: Some(100_000),
+                memory_limit_in_bytes: Some(1 << 20),
+                cpuset_cpus: Some(String::new()),
+            },
+            envs: [("A".to_string(), "1".to_string())].into(),
+            annotations: [("k".to_string(), "v".to_string())].into(),
+            pod_cgroup: vec![CgroupValue::BvtWarpNs(-1)],
+            rdt_class: Some("BE".into()),
+            devices: vec![dev("/dev/a", 1)],
+            mounts: vec![bind("/x", "/h")],
+        };
+        assert_eq!(
+            change.describe(),
+            "cpu_shares=512 cpu_period=100000 cpu_quota=-1 memory_limit_in_bytes=1048576 cpuset_cpus=\"\" \
+             cgroup_parent=/kubepods/x env A=1 annotation k=v pod bvt-warp-ns=-1 device /dev/a c 231:1 mode 0666 \
+             mount /h:/x bind rbind rdt_class=BE"
+        );
+        assert_eq!(Change::default().describe(), "");
+        let one = Change { pod_cgroup: vec![CgroupValue::CpuShares(2)], ..Default::default() };
+        assert_eq!(one.to_string(), "pod cpu-shares=2");
     }
 
     /// Two plugins adding the same device path or mount destination: the later wins, in place

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use hook_api::v1alpha1::{ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest};
+use hook_api::v1alpha1::{ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest, PodSandboxMetadata};
 
 /// Pod label holding the Koordinator QoS class (never read from an annotation).
 pub const QOS_CLASS_KEY: &str = "koordinator.sh/qosClass";
@@ -138,32 +138,25 @@ pub struct PodContext {
 }
 
 impl PodContext {
-    /// From a PreRunPodSandbox / PostStopPodSandbox request.
+    /// From a PreRunPodSandbox / PostStopPodSandbox request (copied; [`PodContext::from`] moves).
     pub fn from_pod_request(req: &PodSandboxHookRequest) -> PodContext {
-        let meta = req.pod_meta.clone().unwrap_or_default();
-        PodContext {
-            name: meta.name,
-            namespace: meta.namespace,
-            uid: meta.uid,
-            labels: req.labels.clone(),
-            annotations: req.annotations.clone(),
-            cgroup_parent: req.cgroup_parent.clone(),
-            resources: None,
-        }
+        PodContext::from(req.clone())
     }
 
-    /// The pod part of a container request.
+    /// The pod part of a container request (copied).
     pub fn from_container_request(req: &ContainerResourceHookRequest) -> PodContext {
         let meta = req.pod_meta.clone().unwrap_or_default();
-        PodContext {
-            name: meta.name,
-            namespace: meta.namespace,
-            uid: meta.uid,
-            labels: req.pod_labels.clone(),
-            annotations: req.pod_annotations.clone(),
-            cgroup_parent: req.pod_cgroup_parent.clone(),
-            resources: None,
-        }
+        PodContext::of_parts(meta, req.pod_labels.clone(), req.pod_annotations.clone(), req.pod_cgroup_parent.clone())
+    }
+
+    /// A pod of a request's parts (`resources`: `None`, as proxy and NRI modes have none).
+    fn of_parts(
+        meta: PodSandboxMetadata,
+        labels: HashMap<String, String>,
+        annotations: HashMap<String, String>,
+        cgroup_parent: String,
+    ) -> PodContext {
+        PodContext { name: meta.name, namespace: meta.namespace, uid: meta.uid, labels, annotations, cgroup_parent, resources: None }
     }
 
     /// Koordinator's QoS class of the pod, from its label only ([`QosClass::of`]).
@@ -202,17 +195,9 @@ pub struct ContainerContext {
 }
 
 impl ContainerContext {
-    /// From a container-level hook request.
+    /// From a container-level hook request (copied; [`ContainerContext::from`] moves).
     pub fn from_request(req: &ContainerResourceHookRequest) -> ContainerContext {
-        let meta = req.container_meta.clone().unwrap_or_default();
-        ContainerContext {
-            pod: PodContext::from_container_request(req),
-            name: meta.name,
-            id: meta.id,
-            annotations: req.container_annotations.clone(),
-            envs: req.container_envs.clone(),
-            resources: req.container_resources.clone(),
-        }
+        ContainerContext::from(req.clone())
     }
 
     /// `namespace/pod/container`, for logs.
@@ -221,10 +206,34 @@ impl ContainerContext {
     }
 }
 
+/// A pod request's pod, its maps and strings moved, not copied (the request's `resources`
+/// dropped: see [`PodContext::resources`]).
+impl From<PodSandboxHookRequest> for PodContext {
+    fn from(req: PodSandboxHookRequest) -> PodContext {
+        PodContext::of_parts(req.pod_meta.unwrap_or_default(), req.labels, req.annotations, req.cgroup_parent)
+    }
+}
+
+/// A container request's container and pod, its maps and strings moved, not copied (the
+/// request's `pod_resources` dropped: see [`PodContext::resources`]).
+impl From<ContainerResourceHookRequest> for ContainerContext {
+    fn from(req: ContainerResourceHookRequest) -> ContainerContext {
+        let meta = req.container_meta.unwrap_or_default();
+        ContainerContext {
+            pod: PodContext::of_parts(req.pod_meta.unwrap_or_default(), req.pod_labels, req.pod_annotations, req.pod_cgroup_parent),
+            name: meta.name,
+            id: meta.id,
+            annotations: req.container_annotations,
+            envs: req.container_envs,
+            resources: req.container_resources,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hook_api::v1alpha1::{ContainerMetadata, PodSandboxMetadata};
+    use hook_api::v1alpha1::ContainerMetadata;
 
     fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

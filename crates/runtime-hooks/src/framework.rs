@@ -39,7 +39,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use hook_api::merge::{echo_container, echo_pod};
 use hook_api::status::{Code, Status};
 use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
 
@@ -238,10 +237,11 @@ impl Framework {
         self.policy
     }
 
+    /// `target` names the pod or container in a failure (built only when one fails).
     fn run(
         &self,
         stage: Stage,
-        target: &str,
+        target: impl Fn() -> String,
         call: impl Fn(&dyn Plugin, &Rules) -> anyhow::Result<Change>,
     ) -> Result<Outcome, PluginFailure> {
         let rules = self.rules.current();
@@ -250,7 +250,7 @@ impl Framework {
             match call(plugin.as_ref(), &rules) {
                 Ok(change) => outcome.add(plugin.name(), change),
                 Err(error) => {
-                    let failure = PluginFailure { plugin: plugin.name(), stage, target: target.to_owned(), error };
+                    let failure = PluginFailure { plugin: plugin.name(), stage, target: target(), error };
                     self.fail_or_keep(failure, &mut outcome.failures)?;
                 }
             }
@@ -274,7 +274,7 @@ impl Framework {
     ///
     /// Errors: the first plugin failure under [`FailurePolicy::Fail`].
     pub fn run_pod(&self, stage: Stage, pod: &PodContext) -> Result<Outcome, PluginFailure> {
-        self.run(stage, &pod.key(), |p, rules| p.pod(stage, pod, rules))
+        self.run(stage, || pod.key(), |p, rules| p.pod(stage, pod, rules))
     }
 
     /// Runs the plugins that want `stage` (a container-level stage) for `container`. Computes
@@ -282,7 +282,7 @@ impl Framework {
     ///
     /// Errors: the first plugin failure under [`FailurePolicy::Fail`].
     pub fn run_container(&self, stage: Stage, container: &ContainerContext) -> Result<Outcome, PluginFailure> {
-        self.run(stage, &container.key(), |p, rules| p.container(stage, container, rules))
+        self.run(stage, || container.key(), |p, rules| p.container(stage, container, rules))
     }
 
     /// Writes an outcome's pod-level values to the pod's cgroup (proxy mode), its parent resolved
@@ -372,9 +372,21 @@ impl Framework {
     ///
     /// Errors: a plugin failure under [`FailurePolicy::Fail`], as `INTERNAL`.
     pub fn pod_hook(&self, stage: Stage, req: &PodSandboxHookRequest) -> Result<PodSandboxHookResponse, Status> {
-        let pod = PodContext::from_pod_request(req);
+        self.pod_hook_owned(stage, req.clone())
+    }
+
+    /// [`Framework::pod_hook`] taking the request: its maps move into the plugins' context and
+    /// from there into the echo, never copied (the servers' path).
+    ///
+    /// Errors: as [`Framework::pod_hook`].
+    pub fn pod_hook_owned(&self, stage: Stage, mut req: PodSandboxHookRequest) -> Result<PodSandboxHookResponse, Status> {
+        let resources = req.resources.take();
+        let pod = PodContext::from(req);
         let outcome = self.pod_stage(stage, &pod).map_err(|f| failure_status(&f))?;
-        let mut resp = echo_pod(req);
+        let key = pod.key();
+        // The echo (hook_api::merge::echo_pod of the request), of the moved parts.
+        let mut resp =
+            PodSandboxHookResponse { labels: pod.labels, annotations: pod.annotations, cgroup_parent: pod.cgroup_parent, resources };
         let change = &outcome.change;
         if let Some(parent) = &change.cgroup_parent {
             resp.cgroup_parent.clone_from(parent);
@@ -388,8 +400,8 @@ impl Framework {
             resp.labels.clear();
             resp.annotations = change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         }
-        log_call(stage, &pod.key(), change);
-        log_inexpressible(stage, &pod.key(), change);
+        log_call(stage, &key, change);
+        log_inexpressible(stage, &key, change);
         Ok(resp)
     }
 
@@ -398,9 +410,24 @@ impl Framework {
     ///
     /// Errors: a plugin failure under [`FailurePolicy::Fail`], as `INTERNAL`.
     pub fn container_hook(&self, stage: Stage, req: &ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> {
-        let container = ContainerContext::from_request(req);
+        self.container_hook_owned(stage, req.clone())
+    }
+
+    /// [`Framework::container_hook`] taking the request: its maps move into the plugins'
+    /// context and from there into the echo, never copied (the servers' path).
+    ///
+    /// Errors: as [`Framework::container_hook`].
+    pub fn container_hook_owned(&self, stage: Stage, req: ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> {
+        let container = ContainerContext::from(req);
         let outcome = self.container_stage(stage, &container).map_err(|f| failure_status(&f))?;
-        let mut resp = echo_container(req);
+        let key = container.key();
+        // The echo (hook_api::merge::echo_container of the request), of the moved parts.
+        let mut resp = ContainerResourceHookResponse {
+            container_annotations: container.annotations,
+            container_resources: container.resources,
+            pod_cgroup_parent: container.pod.cgroup_parent,
+            container_envs: container.envs,
+        };
         let change = &outcome.change;
         if let Some(parent) = &change.cgroup_parent {
             resp.pod_cgroup_parent.clone_from(parent);
@@ -419,8 +446,8 @@ impl Framework {
                 resp.container_envs.clear();
             }
         }
-        log_call(stage, &container.key(), change);
-        log_inexpressible(stage, &container.key(), change);
+        log_call(stage, &key, change);
+        log_inexpressible(stage, &key, change);
         Ok(resp)
     }
 }
@@ -460,7 +487,7 @@ pub(crate) fn log_call(stage: Stage, target: &str, change: &Change) {
     if change.is_empty() {
         tracing::debug!(%stage, on = target, "no change");
     } else {
-        tracing::info!(%stage, on = target, "{}", change.describe());
+        tracing::info!(%stage, on = target, "{change}");
     }
 }
 
@@ -470,6 +497,7 @@ mod tests {
     use crate::cgroup::CgroupVersion;
     use crate::cgroup_path::CgroupDriver;
     use crate::change::Resources;
+    use hook_api::merge::{echo_container, echo_pod};
     use hook_api::v1alpha1::{ContainerMetadata, LinuxContainerResources, PodSandboxMetadata};
 
     struct Fixed {
@@ -591,6 +619,44 @@ mod tests {
         assert_eq!(resp.pod_cgroup_parent, req.pod_cgroup_parent);
         // A stage no plugin wants: the pure echo.
         assert_eq!(f.container_hook(Stage::PostStopContainer, &req).unwrap(), echo_container(&req));
+    }
+
+    /// The answers built of the moved request are the echo of every field the answer has: a
+    /// full request of each kind, at a stage no plugin wants.
+    #[test]
+    fn moved_requests_answer_the_whole_echo() {
+        let t = tempfile::tempdir().unwrap();
+        let f = framework(vec![], FailurePolicy::Fail, t.path());
+        let res = LinuxContainerResources {
+            cpu_shares: 2,
+            cpuset_cpus: "0-1".into(),
+            unified: [("a".into(), "b".into())].into(),
+            ..Default::default()
+        };
+        let meta = PodSandboxMetadata { name: "p".into(), namespace: "ns".into(), uid: "u".into(), attempt: 1 };
+        let map = |k: &str| -> std::collections::HashMap<String, String> { [(k.to_string(), "v".to_string())].into() };
+        let req = ContainerResourceHookRequest {
+            pod_meta: Some(meta.clone()),
+            container_meta: Some(ContainerMetadata { name: "c".into(), attempt: 2, id: "id".into() }),
+            container_annotations: map("ca"),
+            container_resources: Some(res.clone()),
+            pod_resources: Some(res.clone()),
+            pod_annotations: map("pa"),
+            pod_labels: map("pl"),
+            pod_cgroup_parent: "/kubepods/pod1".into(),
+            container_envs: map("E"),
+        };
+        assert_eq!(f.container_hook_owned(Stage::PreCreateContainer, req.clone()).unwrap(), echo_container(&req));
+        let req = PodSandboxHookRequest {
+            pod_meta: Some(meta),
+            runtime_handler: "runc".into(),
+            labels: map("l"),
+            annotations: map("a"),
+            cgroup_parent: "/kubepods/pod1".into(),
+            overhead: Some(res.clone()),
+            resources: Some(res),
+        };
+        assert_eq!(f.pod_hook_owned(Stage::PreRunPodSandbox, req.clone()).unwrap(), echo_pod(&req));
     }
 
     /// An answer that would pass the proxies' 4 MiB limit leaves out unchanged annotations

@@ -5,13 +5,12 @@
 //! what kubelet sent may put bytes that are not UTF-8 into a `string` field — a pod annotation,
 //! a container env value from a Secret with binary data — and prost refuses the whole request
 //! then, so the container would run without its values under the proxy's `Ignore`. Here the
-//! request is first decoded as a view whose strings are `bytes` ([`PodRequest`],
-//! [`ContainerRequest`]), then turned into hook-api's types as [`crate::lenient`] describes:
-//! map entries (labels, annotations, envs, `unified`) whose key or value is not UTF-8 are left
-//! out, so the plugins never see them and the answer never echoes them (both proxies merge
-//! these maps per key: what is left out stays as kubelet sent it); the other strings (names,
-//! IDs, cgroup parent, cpusets, hugepage sizes — kubelet's own or validated by the API server)
-//! are read lossily should one ever not be UTF-8.
+//! request is decoded in one pass straight into hook-api's types ([`crate::hook_decode`]), as
+//! [`crate::lenient`] describes: map entries (labels, annotations, envs, `unified`) whose key
+//! or value is not UTF-8 are left out, so the plugins never see them and the answer never
+//! echoes them (both proxies merge these maps per key: what is left out stays as kubelet sent
+//! it); the other strings (names, IDs, cgroup parent, cpusets, hugepage sizes — kubelet's own or
+//! validated by the API server) are read lossily should one ever not be UTF-8.
 //!
 //! Messages of up to [`MAX_MESSAGE_BYTES`] are taken and sent; gRPC compression is not
 //! accepted (runtime-proxy and koord-runtime-proxy send none). Any other path is answered
@@ -31,237 +30,42 @@ use tonic::codegen::http;
 use tonic::{Request, Response, Status};
 
 use crate::framework::Framework;
-use crate::lenient::{entries_map, lossy, BytesEntry};
+use crate::hook_decode::Lenient;
 use crate::plugin::Stage;
 use crate::server::MAX_MESSAGE_BYTES;
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "runtime.v1alpha1.RuntimeHookService";
 
-/// `PodSandboxMetadata` with bytes for strings.
-#[derive(Clone, PartialEq, Message)]
-pub struct PodMeta {
-    /// Pod name.
-    #[prost(bytes = "vec", tag = "1")]
-    pub name: Vec<u8>,
-    /// Pod UID.
-    #[prost(bytes = "vec", tag = "2")]
-    pub uid: Vec<u8>,
-    /// Pod namespace.
-    #[prost(bytes = "vec", tag = "3")]
-    pub namespace: Vec<u8>,
-    /// Attempt.
-    #[prost(uint32, tag = "4")]
-    pub attempt: u32,
-}
-
-/// `ContainerMetadata` with bytes for strings.
-#[derive(Clone, PartialEq, Message)]
-pub struct ContainerMeta {
-    /// Kubernetes container name.
-    #[prost(bytes = "vec", tag = "1")]
-    pub name: Vec<u8>,
-    /// Attempt.
-    #[prost(uint32, tag = "2")]
-    pub attempt: u32,
-    /// Container ID.
-    #[prost(bytes = "vec", tag = "3")]
-    pub id: Vec<u8>,
-}
-
-/// `HugepageLimit` with bytes for strings.
-#[derive(Clone, PartialEq, Message)]
-pub struct Hugepage {
-    /// Page size (`2MB`).
-    #[prost(bytes = "vec", tag = "1")]
-    pub page_size: Vec<u8>,
-    /// Limit, bytes.
-    #[prost(uint64, tag = "2")]
-    pub limit: u64,
-}
-
-/// `LinuxContainerResources` with bytes for strings.
-#[derive(Clone, PartialEq, Message)]
-pub struct Resources {
-    /// CFS period, µs.
-    #[prost(int64, tag = "1")]
-    pub cpu_period: i64,
-    /// CFS quota, µs.
-    #[prost(int64, tag = "2")]
-    pub cpu_quota: i64,
-    /// CPU shares.
-    #[prost(int64, tag = "3")]
-    pub cpu_shares: i64,
-    /// Memory limit, bytes.
-    #[prost(int64, tag = "4")]
-    pub memory_limit_in_bytes: i64,
-    /// OOM score adjustment.
-    #[prost(int64, tag = "5")]
-    pub oom_score_adj: i64,
-    /// cpuset CPUs.
-    #[prost(bytes = "vec", tag = "6")]
-    pub cpuset_cpus: Vec<u8>,
-    /// cpuset memory nodes.
-    #[prost(bytes = "vec", tag = "7")]
-    pub cpuset_mems: Vec<u8>,
-    /// Hugepage limits.
-    #[prost(message, repeated, tag = "8")]
-    pub hugepage_limits: Vec<Hugepage>,
-    /// cgroup v2 unified values.
-    #[prost(message, repeated, tag = "9")]
-    pub unified: Vec<BytesEntry>,
-    /// Memory + swap limit, bytes.
-    #[prost(int64, tag = "10")]
-    pub memory_swap_limit_in_bytes: i64,
-}
-
-/// `PodSandboxHookRequest` with bytes for strings.
-#[derive(Clone, PartialEq, Message)]
-pub struct PodRequest {
-    /// Pod metadata.
-    #[prost(message, optional, tag = "1")]
-    pub pod_meta: Option<PodMeta>,
-    /// Runtime handler.
-    #[prost(bytes = "vec", tag = "2")]
-    pub runtime_handler: Vec<u8>,
-    /// Pod labels.
-    #[prost(message, repeated, tag = "3")]
-    pub labels: Vec<BytesEntry>,
-    /// Pod annotations.
-    #[prost(message, repeated, tag = "4")]
-    pub annotations: Vec<BytesEntry>,
-    /// Pod cgroup parent.
-    #[prost(bytes = "vec", tag = "5")]
-    pub cgroup_parent: Vec<u8>,
-    /// Pod overhead.
-    #[prost(message, optional, tag = "6")]
-    pub overhead: Option<Resources>,
-    /// Pod resources.
-    #[prost(message, optional, tag = "7")]
-    pub resources: Option<Resources>,
-}
-
-/// `ContainerResourceHookRequest` with bytes for strings.
-#[derive(Clone, PartialEq, Message)]
-pub struct ContainerRequest {
-    /// Pod metadata.
-    #[prost(message, optional, tag = "1")]
-    pub pod_meta: Option<PodMeta>,
-    /// Container metadata.
-    #[prost(message, optional, tag = "2")]
-    pub container_meta: Option<ContainerMeta>,
-    /// Container annotations.
-    #[prost(message, repeated, tag = "3")]
-    pub container_annotations: Vec<BytesEntry>,
-    /// Container resources.
-    #[prost(message, optional, tag = "4")]
-    pub container_resources: Option<Resources>,
-    /// Pod resources.
-    #[prost(message, optional, tag = "5")]
-    pub pod_resources: Option<Resources>,
-    /// Pod annotations.
-    #[prost(message, repeated, tag = "6")]
-    pub pod_annotations: Vec<BytesEntry>,
-    /// Pod labels.
-    #[prost(message, repeated, tag = "7")]
-    pub pod_labels: Vec<BytesEntry>,
-    /// Pod cgroup parent.
-    #[prost(bytes = "vec", tag = "8")]
-    pub pod_cgroup_parent: Vec<u8>,
-    /// Container envs.
-    #[prost(message, repeated, tag = "9")]
-    pub container_envs: Vec<BytesEntry>,
-}
-
-impl From<PodMeta> for api::PodSandboxMetadata {
-    fn from(m: PodMeta) -> Self {
-        api::PodSandboxMetadata { name: lossy(&m.name), uid: lossy(&m.uid), namespace: lossy(&m.namespace), attempt: m.attempt }
-    }
-}
-
-impl From<ContainerMeta> for api::ContainerMetadata {
-    fn from(m: ContainerMeta) -> Self {
-        api::ContainerMetadata { name: lossy(&m.name), attempt: m.attempt, id: lossy(&m.id) }
-    }
-}
-
-impl From<Resources> for api::LinuxContainerResources {
-    fn from(r: Resources) -> Self {
-        api::LinuxContainerResources {
-            cpu_period: r.cpu_period,
-            cpu_quota: r.cpu_quota,
-            cpu_shares: r.cpu_shares,
-            memory_limit_in_bytes: r.memory_limit_in_bytes,
-            oom_score_adj: r.oom_score_adj,
-            cpuset_cpus: lossy(&r.cpuset_cpus),
-            cpuset_mems: lossy(&r.cpuset_mems),
-            hugepage_limits: r
-                .hugepage_limits
-                .into_iter()
-                .map(|h| api::HugepageLimit { page_size: lossy(&h.page_size), limit: h.limit })
-                .collect(),
-            unified: entries_map(&r.unified),
-            memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
-        }
-    }
-}
-
-impl From<PodRequest> for api::PodSandboxHookRequest {
-    fn from(r: PodRequest) -> Self {
-        api::PodSandboxHookRequest {
-            pod_meta: r.pod_meta.map(Into::into),
-            runtime_handler: lossy(&r.runtime_handler),
-            labels: entries_map(&r.labels),
-            annotations: entries_map(&r.annotations),
-            cgroup_parent: lossy(&r.cgroup_parent),
-            overhead: r.overhead.map(Into::into),
-            resources: r.resources.map(Into::into),
-        }
-    }
-}
-
-impl From<ContainerRequest> for api::ContainerResourceHookRequest {
-    fn from(r: ContainerRequest) -> Self {
-        api::ContainerResourceHookRequest {
-            pod_meta: r.pod_meta.map(Into::into),
-            container_meta: r.container_meta.map(Into::into),
-            container_annotations: entries_map(&r.container_annotations),
-            container_resources: r.container_resources.map(Into::into),
-            pod_resources: r.pod_resources.map(Into::into),
-            pod_annotations: entries_map(&r.pod_annotations),
-            pod_labels: entries_map(&r.pod_labels),
-            pod_cgroup_parent: lossy(&r.pod_cgroup_parent),
-            container_envs: entries_map(&r.container_envs),
-        }
-    }
-}
-
-/// Decodes a request leniently: as the view `V`, then into `T`.
+/// Decodes a request `T` leniently, in one pass ([`Lenient`]).
 ///
-/// Errors: the bytes are not protobuf at all (`INVALID_ARGUMENT`).
-pub fn decode_request<V: Message + Default + Into<T>, T>(bytes: &[u8]) -> Result<T, Status> {
-    V::decode(bytes).map(Into::into).map_err(|e| Status::invalid_argument(format!("runtime-hooks: undecodable hook request: {e}")))
+/// Errors: the bytes are not protobuf at all (`INVALID_ARGUMENT`, naming the field).
+pub fn decode_request<T: Default>(bytes: impl Buf) -> Result<T, Status>
+where
+    Lenient<T>: Message,
+{
+    Lenient::<T>::decode(bytes).map(|l| l.0).map_err(|e| Status::invalid_argument(format!("runtime-hooks: undecodable hook request: {e}")))
 }
 
-/// A codec sending the answer `E` and reading the request through the view `V` into `T`.
-struct HookCodec<E, V, T>(PhantomData<fn(E, V) -> T>);
+/// A codec sending the answer `E` and reading the request `T` leniently.
+struct HookCodec<E, T>(PhantomData<fn(E) -> T>);
 
-impl<E, V, T> Default for HookCodec<E, V, T> {
+impl<E, T> Default for HookCodec<E, T> {
     fn default() -> Self {
         HookCodec(PhantomData)
     }
 }
 
-impl<E, V, T> Codec for HookCodec<E, V, T>
+impl<E, T> Codec for HookCodec<E, T>
 where
     E: Message + Send + 'static,
-    V: Message + Default + Into<T> + Send + 'static,
-    T: Send + 'static,
+    T: Default + Send + 'static,
+    Lenient<T>: Message,
 {
     type Encode = E;
     type Decode = T;
     type Encoder = HookEncoder<E>;
-    type Decoder = HookDecoder<V, T>;
+    type Decoder = HookDecoder<T>;
     fn encoder(&mut self) -> Self::Encoder {
         HookEncoder(PhantomData)
     }
@@ -281,15 +85,17 @@ impl<E: Message> Encoder for HookEncoder<E> {
     }
 }
 
-/// Decodes requests with [`decode_request`].
-struct HookDecoder<V, T>(PhantomData<fn(V) -> T>);
+/// Decodes requests with [`decode_request`], straight from tonic's buffer.
+struct HookDecoder<T>(PhantomData<fn() -> T>);
 
-impl<V: Message + Default + Into<T>, T> Decoder for HookDecoder<V, T> {
+impl<T: Default> Decoder for HookDecoder<T>
+where
+    Lenient<T>: Message,
+{
     type Item = T;
     type Error = Status;
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<T>, Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        decode_request::<V, T>(&bytes).map(Some)
+        decode_request::<T>(src).map(Some)
     }
 }
 
@@ -304,7 +110,7 @@ impl tonic::server::UnaryService<api::PodSandboxHookRequest> for Method {
     type Response = api::PodSandboxHookResponse;
     type Future = std::future::Ready<Result<Response<Self::Response>, Status>>;
     fn call(&mut self, request: Request<api::PodSandboxHookRequest>) -> Self::Future {
-        std::future::ready(self.framework.pod_hook(self.stage, &request.into_inner()).map(Response::new).map_err(Into::into))
+        std::future::ready(self.framework.pod_hook_owned(self.stage, request.into_inner()).map(Response::new).map_err(Into::into))
     }
 }
 
@@ -312,7 +118,7 @@ impl tonic::server::UnaryService<api::ContainerResourceHookRequest> for Method {
     type Response = api::ContainerResourceHookResponse;
     type Future = std::future::Ready<Result<Response<Self::Response>, Status>>;
     fn call(&mut self, request: Request<api::ContainerResourceHookRequest>) -> Self::Future {
-        std::future::ready(self.framework.container_hook(self.stage, &request.into_inner()).map(Response::new).map_err(Into::into))
+        std::future::ready(self.framework.container_hook_owned(self.stage, request.into_inner()).map(Response::new).map_err(Into::into))
     }
 }
 
@@ -371,10 +177,10 @@ where
         let limits = (Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));
         Box::pin(async move {
             Ok(if pod {
-                let codec = HookCodec::<api::PodSandboxHookResponse, PodRequest, api::PodSandboxHookRequest>::default();
+                let codec = HookCodec::<api::PodSandboxHookResponse, api::PodSandboxHookRequest>::default();
                 tonic::server::Grpc::new(codec).apply_max_message_size_config(limits.0, limits.1).unary(method, req).await
             } else {
-                let codec = HookCodec::<api::ContainerResourceHookResponse, ContainerRequest, api::ContainerResourceHookRequest>::default();
+                let codec = HookCodec::<api::ContainerResourceHookResponse, api::ContainerResourceHookRequest>::default();
                 tonic::server::Grpc::new(codec).apply_max_message_size_config(limits.0, limits.1).unary(method, req).await
             })
         })
@@ -424,7 +230,7 @@ mod tests {
             overhead: Some(res.clone()),
             resources: Some(res.clone()),
         };
-        assert_eq!(decode_request::<PodRequest, api::PodSandboxHookRequest>(&pod.encode_to_vec()).unwrap(), pod);
+        assert_eq!(decode_request::<api::PodSandboxHookRequest>(pod.encode_to_vec().as_slice()).unwrap(), pod);
         let container = api::ContainerResourceHookRequest {
             pod_meta: Some(meta),
             container_meta: Some(api::ContainerMetadata { name: "c".into(), attempt: 1, id: "id".into() }),
@@ -436,7 +242,7 @@ mod tests {
             pod_cgroup_parent: "/kubepods/pod".into(),
             container_envs: map(&[("E", "4")]),
         };
-        assert_eq!(decode_request::<ContainerRequest, api::ContainerResourceHookRequest>(&container.encode_to_vec()).unwrap(), container);
+        assert_eq!(decode_request::<api::ContainerResourceHookRequest>(container.encode_to_vec().as_slice()).unwrap(), container);
     }
 
     /// Bytes that are not UTF-8 in an env and an annotation: prost refuses the request, the
@@ -451,11 +257,11 @@ mod tests {
         };
         let wire = swap(swap(req.encode_to_vec(), "PLACEHL1", NOT_UTF8), "PLACEHL2", NOT_UTF8);
         assert!(api::ContainerResourceHookRequest::decode(wire.as_slice()).is_err(), "the strict decoder refuses it");
-        let got = decode_request::<ContainerRequest, api::ContainerResourceHookRequest>(&wire).unwrap();
+        let got = decode_request::<api::ContainerResourceHookRequest>(wire.as_slice()).unwrap();
         assert_eq!(got.pod_annotations, map(&[("keep", "yes")]));
         assert_eq!(got.container_envs, map(&[("PATH", "/bin")]));
         assert_eq!(got.pod_labels, req.pod_labels);
-        let e = decode_request::<ContainerRequest, api::ContainerResourceHookRequest>(b"\x0a\x7f").unwrap_err();
+        let e = decode_request::<api::ContainerResourceHookRequest>(&b"\x0a\x7f"[..]).unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
     }
 
@@ -468,11 +274,11 @@ mod tests {
             envs in proptest::collection::btree_map("[A-Z]{1,8}", "\\PC{0,12}", 0..5),
         ) {
             let mut req = api::ContainerResourceHookRequest { pod_labels: labels, container_envs: envs.clone(), ..Default::default() };
-            let got = decode_request::<ContainerRequest, api::ContainerResourceHookRequest>(&req.encode_to_vec()).unwrap();
+            let got = decode_request::<api::ContainerResourceHookRequest>(req.encode_to_vec().as_slice()).unwrap();
             proptest::prop_assert_eq!(&got, &req);
             req.container_envs.insert("ZZZZZZZZZ".into(), "PLACEHLX".into());
             let wire = swap(req.encode_to_vec(), "PLACEHLX", b"\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8");
-            let got = decode_request::<ContainerRequest, api::ContainerResourceHookRequest>(&wire).unwrap();
+            let got = decode_request::<api::ContainerResourceHookRequest>(wire.as_slice()).unwrap();
             proptest::prop_assert_eq!(got.container_envs, envs);
             proptest::prop_assert_eq!(got.pod_labels, req.pod_labels);
         }

@@ -31,7 +31,8 @@
 //! * [`cgroup_path`] — cgroup drivers (systemd, cgroupfs), slice expansion: a cgroup parent as
 //!   kubelet or the runtime gives it → its directory.
 //! * [`server`] — proxy mode: the hook handlers and the registration file; [`hook_wire`] its
-//!   gRPC service, decoding requests without trusting their strings to be UTF-8.
+//!   gRPC service, [`hook_decode`] its decoder of hook requests (one pass, without trusting
+//!   their strings to be UTF-8).
 //! * [`nri`] — NRI mode: the plugin (its protocol and connection loop are the `nri-plugin` crate's) and the
 //!   mapping between NRI's objects and the plugins' contexts and changes.
 //! * [`lenient`] — the runtime's answers decoded without trusting author-controlled strings to
@@ -50,6 +51,7 @@ pub mod cluster;
 pub mod context;
 pub mod feature_gates;
 pub mod framework;
+pub mod hook_decode;
 pub mod hook_wire;
 pub mod host;
 pub mod lenient;

@@ -64,7 +64,7 @@ impl HookService {
     }
 
     fn pod(&self, stage: Stage, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
-        self.framework.pod_hook(stage, &req.into_inner()).map(Response::new).map_err(Into::into)
+        self.framework.pod_hook_owned(stage, req.into_inner()).map(Response::new).map_err(Into::into)
     }
 
     fn container(
@@ -72,7 +72,7 @@ impl HookService {
         stage: Stage,
         req: Request<ContainerResourceHookRequest>,
     ) -> Result<Response<ContainerResourceHookResponse>, Status> {
-        self.framework.container_hook(stage, &req.into_inner()).map(Response::new).map_err(Into::into)
+        self.framework.container_hook_owned(stage, req.into_inner()).map(Response::new).map_err(Into::into)
     }
 }
 

@@ -1,0 +1,272 @@
+//! The two hook requests decoded in one pass, without trusting their strings to be UTF-8.
+//!
+//! [`Lenient<T>`] is hook-api's message `T` with a decoder of our own, wire-compatible with
+//! prost's: the protobuf is read once, straight into `T` (no intermediate view), with the
+//! lenient rules of [`crate::lenient`]:
+//!
+//! * a map entry (labels, annotations, envs, `unified`) whose key or value is not UTF-8 is left
+//!   out; the others are inserted in wire order, so of a duplicated key the last UTF-8 entry
+//!   wins (protobuf's rule), and an entry left out never hides an earlier one;
+//! * the other strings (names, IDs, cgroup parent, cpusets, hugepage sizes — kubelet's own or
+//!   validated by the API server) are read lossily (U+FFFD) should one ever not be UTF-8;
+//! * fields this version does not know are skipped, as prost skips them; a repeated scalar or
+//!   string field keeps its last value, a repeated message field is merged (protobuf's rules);
+//! * bytes that are not protobuf (a truncated field, a wrong wire type) are a [`DecodeError`]
+//!   naming the message and field, as prost's.
+//!
+//! Encoding a [`Lenient<T>`] is `T`'s own encoding.
+
+use std::collections::HashMap;
+
+use hook_api::v1alpha1 as api;
+use prost::bytes::{Buf, BufMut};
+use prost::encoding::{bytes, int64, message, skip_field, uint32, uint64, DecodeContext, WireType};
+use prost::{DecodeError, Message};
+
+use crate::lenient::BytesEntry;
+
+/// Message `T` decoded leniently (see the module docs); `.0` is the message.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Lenient<T>(pub T);
+
+/// Reads a `string` field lossily: bytes that are not UTF-8 become U+FFFD.
+fn merge_lossy(wire_type: WireType, value: &mut String, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
+    let mut raw = std::mem::take(value).into_bytes();
+    bytes::merge(wire_type, &mut raw, buf, ctx)?;
+    *value = String::from_utf8(raw).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    Ok(())
+}
+
+/// Reads one entry of a `map<string, string>` field: inserted when its key and value are both
+/// UTF-8, left out otherwise.
+fn merge_entry(wire_type: WireType, map: &mut HashMap<String, String>, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
+    let mut entry = BytesEntry::default();
+    message::merge(wire_type, &mut entry, buf, ctx)?;
+    if let (Ok(key), Ok(value)) = (String::from_utf8(entry.key), String::from_utf8(entry.value)) {
+        map.insert(key, value);
+    }
+    Ok(())
+}
+
+/// Reads a message field into `slot` (merged into what is there, protobuf's rule), leniently.
+fn merge_nested<T: Default>(wire_type: WireType, slot: &mut T, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError>
+where
+    Lenient<T>: Message,
+{
+    let mut lenient = Lenient(std::mem::take(slot));
+    let result = message::merge(wire_type, &mut lenient, buf, ctx);
+    *slot = lenient.0;
+    result
+}
+
+/// [`merge_nested`] for an optional field: present afterwards.
+fn merge_optional<T: Default>(wire_type: WireType, slot: &mut Option<T>, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError>
+where
+    Lenient<T>: Message,
+{
+    merge_nested(wire_type, slot.get_or_insert_with(T::default), buf, ctx)
+}
+
+/// Names the field of a failed decode in the error, as prost's derived decoders do.
+fn in_field(result: Result<(), DecodeError>, message: &'static str, field: &'static str) -> Result<(), DecodeError> {
+    result.map_err(|mut e| {
+        e.push(message, field);
+        e
+    })
+}
+
+/// `Message` for `Lenient<$t>`: `merge_field` by the given match (the tag, wire type, buffer
+/// and context bound to the names given), everything else `$t`'s own.
+macro_rules! lenient_message {
+    ($t:ty, $name:literal, |$m:ident, $tag:ident, $wt:ident, $buf:ident, $ctx:ident| { $($field:literal => ($num:pat, $merge:expr)),* $(,)? }) => {
+        impl Message for Lenient<$t> {
+            fn encode_raw(&self, buf: &mut impl BufMut) {
+                self.0.encode_raw(buf)
+            }
+            fn merge_field(&mut self, $tag: u32, $wt: WireType, $buf: &mut impl Buf, $ctx: DecodeContext) -> Result<(), DecodeError> {
+                let $m = &mut self.0;
+                match $tag {
+                    $($num => in_field($merge, $name, $field),)*
+                    _ => skip_field($wt, $tag, $buf, $ctx),
+                }
+            }
+            fn encoded_len(&self) -> usize {
+                self.0.encoded_len()
+            }
+            fn clear(&mut self) {
+                self.0.clear()
+            }
+        }
+    };
+}
+
+lenient_message!(api::PodSandboxMetadata, "PodSandboxMetadata", |m, tag, wt, buf, ctx| {
+    "name" => (1, merge_lossy(wt, &mut m.name, buf, ctx)),
+    "uid" => (2, merge_lossy(wt, &mut m.uid, buf, ctx)),
+    "namespace" => (3, merge_lossy(wt, &mut m.namespace, buf, ctx)),
+    "attempt" => (4, uint32::merge(wt, &mut m.attempt, buf, ctx)),
+});
+
+lenient_message!(api::ContainerMetadata, "ContainerMetadata", |m, tag, wt, buf, ctx| {
+    "name" => (1, merge_lossy(wt, &mut m.name, buf, ctx)),
+    "attempt" => (2, uint32::merge(wt, &mut m.attempt, buf, ctx)),
+    "id" => (3, merge_lossy(wt, &mut m.id, buf, ctx)),
+});
+
+lenient_message!(api::HugepageLimit, "HugepageLimit", |m, tag, wt, buf, ctx| {
+    "page_size" => (1, merge_lossy(wt, &mut m.page_size, buf, ctx)),
+    "limit" => (2, uint64::merge(wt, &mut m.limit, buf, ctx)),
+});
+
+lenient_message!(api::LinuxContainerResources, "LinuxContainerResources", |m, tag, wt, buf, ctx| {
+    "cpu_period" => (1, int64::merge(wt, &mut m.cpu_period, buf, ctx)),
+    "cpu_quota" => (2, int64::merge(wt, &mut m.cpu_quota, buf, ctx)),
+    "cpu_shares" => (3, int64::merge(wt, &mut m.cpu_shares, buf, ctx)),
+    "memory_limit_in_bytes" => (4, int64::merge(wt, &mut m.memory_limit_in_bytes, buf, ctx)),
+    "oom_score_adj" => (5, int64::merge(wt, &mut m.oom_score_adj, buf, ctx)),
+    "cpuset_cpus" => (6, merge_lossy(wt, &mut m.cpuset_cpus, buf, ctx)),
+    "cpuset_mems" => (7, merge_lossy(wt, &mut m.cpuset_mems, buf, ctx)),
+    "hugepage_limits" => (8, {
+        let mut limit = api::HugepageLimit::default();
+        merge_nested(wt, &mut limit, buf, ctx).map(|()| m.hugepage_limits.push(limit))
+    }),
+    "unified" => (9, merge_entry(wt, &mut m.unified, buf, ctx)),
+    "memory_swap_limit_in_bytes" => (10, int64::merge(wt, &mut m.memory_swap_limit_in_bytes, buf, ctx)),
+});
+
+lenient_message!(api::PodSandboxHookRequest, "PodSandboxHookRequest", |m, tag, wt, buf, ctx| {
+    "pod_meta" => (1, merge_optional(wt, &mut m.pod_meta, buf, ctx)),
+    "runtime_handler" => (2, merge_lossy(wt, &mut m.runtime_handler, buf, ctx)),
+    "labels" => (3, merge_entry(wt, &mut m.labels, buf, ctx)),
+    "annotations" => (4, merge_entry(wt, &mut m.annotations, buf, ctx)),
+    "cgroup_parent" => (5, merge_lossy(wt, &mut m.cgroup_parent, buf, ctx)),
+    "overhead" => (6, merge_optional(wt, &mut m.overhead, buf, ctx)),
+    "resources" => (7, merge_optional(wt, &mut m.resources, buf, ctx)),
+});
+
+lenient_message!(api::ContainerResourceHookRequest, "ContainerResourceHookRequest", |m, tag, wt, buf, ctx| {
+    "pod_meta" => (1, merge_optional(wt, &mut m.pod_meta, buf, ctx)),
+    "container_meta" => (2, merge_optional(wt, &mut m.container_meta, buf, ctx)),
+    "container_annotations" => (3, merge_entry(wt, &mut m.container_annotations, buf, ctx)),
+    "container_resources" => (4, merge_optional(wt, &mut m.container_resources, buf, ctx)),
+    "pod_resources" => (5, merge_optional(wt, &mut m.pod_resources, buf, ctx)),
+    "pod_annotations" => (6, merge_entry(wt, &mut m.pod_annotations, buf, ctx)),
+    "pod_labels" => (7, merge_entry(wt, &mut m.pod_labels, buf, ctx)),
+    "pod_cgroup_parent" => (8, merge_lossy(wt, &mut m.pod_cgroup_parent, buf, ctx)),
+    "container_envs" => (9, merge_entry(wt, &mut m.container_envs, buf, ctx)),
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::encoding::{encode_key, encode_varint};
+
+    const NOT_UTF8: &[u8] = b"\xff\xfebin\x00\x80!";
+
+    /// A length-delimited field `tag` holding `body`.
+    fn field(tag: u32, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_key(tag, WireType::LengthDelimited, &mut out);
+        encode_varint(body.len() as u64, &mut out);
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// A map entry field `tag`: key, value, and `extra` bytes (an unknown field) after them.
+    fn entry(tag: u32, key: &[u8], value: &[u8], extra: &[u8]) -> Vec<u8> {
+        field(tag, &[field(1, key), field(2, value), extra.to_vec()].concat())
+    }
+
+    fn container(wire: &[u8]) -> Result<api::ContainerResourceHookRequest, DecodeError> {
+        Lenient::<api::ContainerResourceHookRequest>::decode(wire).map(|l| l.0)
+    }
+
+    fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// Entries whose key or value is not UTF-8 are left out, in every map of both requests;
+    /// the others are kept.
+    #[test]
+    fn entries_not_utf8_are_left_out() {
+        for tag in [3, 6, 7, 9] {
+            let wire =
+                [entry(tag, b"bad-value", NOT_UTF8, b""), entry(tag, NOT_UTF8, b"bad key", b""), entry(tag, b"ok", b"yes", b"")].concat();
+            let got = container(&wire).unwrap();
+            let maps = [&got.container_annotations, &got.pod_annotations, &got.pod_labels, &got.container_envs];
+            let expected = map(&[("ok", "yes")]);
+            assert_eq!(maps.iter().filter(|m| **m == &expected).count(), 1, "tag {tag}: {got:?}");
+            assert!(maps.iter().all(|m| m.is_empty() || *m == &expected), "tag {tag}");
+        }
+        for tag in [3, 4] {
+            let wire = [entry(tag, b"k", NOT_UTF8, b""), entry(tag, b"a", b"1", b"")].concat();
+            let got = Lenient::<api::PodSandboxHookRequest>::decode(wire.as_slice()).unwrap().0;
+            let kept = if tag == 3 { &got.labels } else { &got.annotations };
+            assert_eq!(kept, &map(&[("a", "1")]), "tag {tag}");
+        }
+        let resources = entry(9, b"memory.high", NOT_UTF8, b"");
+        let got = container(&field(4, &[resources, entry(9, b"cpu.idle", b"1", b"")].concat())).unwrap();
+        assert_eq!(got.container_resources.unwrap().unified, map(&[("cpu.idle", "1")]));
+    }
+
+    /// A duplicated key: the last UTF-8 entry wins (protobuf's rule); a later entry left out
+    /// does not hide an earlier one.
+    #[test]
+    fn duplicated_keys_last_utf8_entry_wins() {
+        let wire =
+            [entry(9, b"A", b"1", b""), entry(9, b"A", b"2", b""), entry(9, b"B", b"1", b""), entry(9, b"B", NOT_UTF8, b"")].concat();
+        assert_eq!(container(&wire).unwrap().container_envs, map(&[("A", "2"), ("B", "1")]));
+    }
+
+    /// Unknown fields are skipped: at the top, inside a nested message and inside a map entry;
+    /// an entry with no value is the empty value.
+    #[test]
+    fn unknown_fields_are_skipped() {
+        let mut varint = Vec::new();
+        encode_key(15, WireType::Varint, &mut varint);
+        encode_varint(300, &mut varint);
+        let meta = field(1, &[field(1, b"p"), varint.clone(), field(3, b"ns"), field(99, b"later field")].concat());
+        let wire = [field(42, b"unknown"), meta, entry(7, b"l", b"v", &varint), field(7, &field(1, b"no value")), varint].concat();
+        let got = container(&wire).unwrap();
+        let meta = got.pod_meta.unwrap();
+        assert_eq!((meta.name.as_str(), meta.namespace.as_str()), ("p", "ns"));
+        assert_eq!(got.pod_labels, map(&[("l", "v"), ("no value", "")]));
+    }
+
+    /// The other strings are read lossily; a string field given twice keeps the last; a message
+    /// field given twice is merged; hugepage limits are a list.
+    #[test]
+    fn strings_are_lossy_and_protobufs_merge_rules_hold() {
+        let wire = [
+            field(8, b"/first"),
+            field(8, &[b"/kubepods/".as_slice(), NOT_UTF8].concat()),
+            field(2, &[field(1, b"c"), field(3, b"id-1")].concat()),
+            field(2, &field(3, b"id-2")),
+            field(4, &[field(8, &field(1, b"2MB")), field(8, &field(1, b"1GB")), field(6, b"0-1")].concat()),
+        ]
+        .concat();
+        let got = container(&wire).unwrap();
+        assert_eq!(got.pod_cgroup_parent, format!("/kubepods/{}", String::from_utf8_lossy(NOT_UTF8)));
+        let meta = got.container_meta.unwrap();
+        assert_eq!((meta.name.as_str(), meta.id.as_str()), ("c", "id-2"), "merged: name kept, last ID");
+        let r = got.container_resources.unwrap();
+        let sizes: Vec<&str> = r.hugepage_limits.iter().map(|h| h.page_size.as_str()).collect();
+        assert_eq!((sizes, r.cpuset_cpus.as_str()), (vec!["2MB", "1GB"], "0-1"));
+    }
+
+    /// Bytes that are not protobuf are an error naming the message and the field; encoding is
+    /// the real message's.
+    #[test]
+    fn broken_bytes_are_an_error_naming_the_field() {
+        let truncated = [field(1, &field(1, b"pod"))[..5].to_vec()].concat();
+        let e = container(&truncated).unwrap_err().to_string();
+        assert!(e.contains("ContainerResourceHookRequest.pod_meta"), "{e}");
+        let mut wrong_type = Vec::new();
+        encode_key(8, WireType::Varint, &mut wrong_type);
+        encode_varint(1, &mut wrong_type);
+        let e = container(&wrong_type).unwrap_err().to_string();
+        assert!(e.contains("pod_cgroup_parent") && e.contains("wire type"), "{e}");
+        let req = api::ContainerResourceHookRequest { pod_labels: map(&[("a", "b")]), ..Default::default() };
+        assert_eq!(Lenient(req.clone()).encode_to_vec(), req.encode_to_vec());
+    }
+}
