@@ -5,8 +5,6 @@
 //! * [`log`] — logging to stderr that never stops or slows the daemon: a log pipe that breaks
 //!   (the reader of `2>&1 | logger` gone, a log shipper restarted) or stalls costs log lines,
 //!   counted, never a panic, a SIGPIPE death or a blocked request.
-//! * [`log_writer`] — the writer thread behind [`log`]: lines queued, written in batches (one
-//!   wake and one write per burst, not per line).
 //! * [`klog`] — the klog flags koord-runtime-proxy's command line accepts (`--v=4`,
 //!   `--logtostderr`, `--log-dir`, …): accepted, mapped or ignored, with one deprecation notice,
 //!   so a unit written for koord starts these binaries unchanged.
@@ -27,7 +25,6 @@ pub mod daemon;
 pub mod duration;
 pub mod klog;
 pub mod log;
-pub mod log_writer;
 pub mod sd_notify;
 pub mod signals;
 pub mod socket;

@@ -2,48 +2,50 @@
 //!
 //! # Never waits, never dies
 //!
-//! Log lines go through [`tracing`] to a writer thread ([`crate::log_writer`]) that writes them
-//! to stderr in batches (the lines of up to [`crate::log_writer::LINGER`] in one write, so a
-//! line per call costs no thread wake per call), so:
+//! Log lines go through [`tracing`] to a writer thread (tracing-appender's non-blocking writer
+//! in lossy mode) that writes them to stderr, so:
 //!
 //! * **nothing waits for stderr**: a log pipe whose reader stalls (a FIFO nobody reads, a
 //!   frozen log shipper) fills a queue of at most [`QUEUE_LINES`] lines; past that, lines are
 //!   dropped, and the daemon's calls go on at full speed;
 //! * **nothing dies of stderr**: a write that fails (`EPIPE` once the reader of the pipe is gone,
-//!   `EBADF`, `ENOSPC`) drops that batch of lines. Rust's runtime ignores `SIGPIPE` (a failed
-//!   write returns `EPIPE` instead), and tracing-subscriber's own "unable to write" report,
-//!   which would panic on a broken stderr, is turned off.
+//!   `EBADF`, `ENOSPC`) drops that line. Rust's runtime ignores `SIGPIPE` (a failed write returns
+//!   `EPIPE` instead), and tracing-subscriber's own "unable to write" report, which would panic
+//!   on a broken stderr, is turned off.
 //!
 //! # Lost lines
 //!
 //! Every line lost either way is counted: [`dropped_lines`] (runtime-proxy exports it as
 //! `runtime_proxy_log_lines_dropped_total`).
 
-use std::io::{self, IsTerminal};
+use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
-
-use crate::log_writer::{BatchGuard, BatchWriter, LINGER};
 
 /// Most log lines queued for the writer thread (lines, not bytes); more are dropped and counted.
 /// At ~200 bytes a line, about 3 MiB.
 pub const QUEUE_LINES: usize = 16 * 1024;
 
-/// The installed writer (set by [`init`]), for its count of lost lines.
-static WRITER: OnceLock<BatchWriter> = OnceLock::new();
+/// Lines the writer thread could not write (the write failed).
+static WRITE_FAILURES: AtomicU64 = AtomicU64::new(0);
+/// Lines dropped because the queue was full (set by [`init`]).
+static QUEUE_DROPS: OnceLock<ErrorCounter> = OnceLock::new();
 
 /// Log lines lost since start: dropped because the writer thread's queue was full (stderr too
 /// slow), or because writing them to stderr failed (a closed pipe). 0 before [`init`].
 pub fn dropped_lines() -> u64 {
-    WRITER.get().map_or(0, BatchWriter::lost_lines)
+    let queued = QUEUE_DROPS.get().map_or(0, |c| c.dropped_lines() as u64);
+    queued + WRITE_FAILURES.load(Ordering::Relaxed)
 }
 
 /// The running logger; dropping it (or [`Logging::flush`]) writes out the lines still queued,
 /// waiting at most about a second for a stalled stderr.
 #[must_use = "dropping it stops the writer thread: keep it for the life of the process"]
 pub struct Logging {
-    _guard: Option<BatchGuard>,
+    _guard: WorkerGuard,
 }
 
 impl Logging {
@@ -59,26 +61,65 @@ impl Logging {
 ///
 /// Returns whether `RUST_LOG` decided the filter, and the logger to keep. Calling it twice keeps
 /// the first subscriber (the second only gets a writer thread of its own that nothing uses).
-/// Should the writer thread not start (no thread can be created), lines go to stderr directly
-/// from the logging thread, with the same counting of failed writes.
 pub fn init(default_filter: &str) -> (Logging, bool) {
     let (filter, from_env) = match EnvFilter::try_from_env("RUST_LOG") {
         Ok(f) => (f, true),
         Err(_) => (EnvFilter::new(default_filter), false),
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(io::stderr().is_terminal()).log_internal_errors(false);
-    let guard = match BatchWriter::spawn(io::stderr(), QUEUE_LINES, LINGER, "log-writer") {
-        Ok((writer, guard)) => {
-            let installed = builder.with_writer(writer.clone()).try_init().is_ok();
-            if installed {
-                let _ = WRITER.set(writer);
-            }
-            Some(guard)
-        }
-        Err(_) => {
-            let _ = builder.with_writer(io::stderr).try_init();
-            None
-        }
-    };
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(QUEUE_LINES)
+        .thread_name("log-writer")
+        .finish(ForgivingWriter(io::stderr()));
+    let _ = QUEUE_DROPS.set(writer.error_counter());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(io::stderr().is_terminal())
+        .log_internal_errors(false)
+        .try_init();
     (Logging { _guard: guard }, from_env)
+}
+
+/// A writer whose writes always succeed: a line that cannot be written is counted in
+/// [`WRITE_FAILURES`] and dropped. The writer thread gets each line in one `write_all`.
+struct ForgivingWriter<W>(W);
+
+impl<W: Write> Write for ForgivingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.0.write_all(buf).is_err() {
+            WRITE_FAILURES.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = self.0.flush();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    /// A pipe whose reader is closed: every write fails with EPIPE (SIGPIPE is ignored in Rust
+    /// programs, the test harness included); the writer reports success and counts the line.
+    #[test]
+    fn a_write_to_a_closed_pipe_is_counted_not_failed() {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) fills the two-element array it is given.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both descriptors were just created and are owned here, each closed once.
+        let (reader, writer) = unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
+        drop(reader);
+        let mut raw = &writer;
+        assert_eq!(raw.write(b"x\n").unwrap_err().raw_os_error(), Some(libc::EPIPE), "the pipe is broken");
+        let before = WRITE_FAILURES.load(Ordering::Relaxed);
+        let mut w = ForgivingWriter(&writer);
+        assert_eq!(w.write(b"a log line\n").unwrap(), 11);
+        w.flush().unwrap();
+        assert_eq!(WRITE_FAILURES.load(Ordering::Relaxed), before + 1);
+    }
 }
