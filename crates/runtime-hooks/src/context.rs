@@ -152,8 +152,8 @@ impl PodContext {
     /// A pod of a request's parts (`resources`: `None`, as proxy and NRI modes have none).
     fn of_parts(
         meta: PodSandboxMetadata,
-        labels: HashMap<String, String>,
-        annotations: HashMap<String, String>,
+        labels: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
         cgroup_parent: String,
     ) -> PodContext {
         PodContext { name: meta.name, namespace: meta.namespace, uid: meta.uid, labels, annotations, cgroup_parent, resources: None }

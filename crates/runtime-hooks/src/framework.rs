@@ -634,7 +634,7 @@ mod tests {
             ..Default::default()
         };
         let meta = PodSandboxMetadata { name: "p".into(), namespace: "ns".into(), uid: "u".into(), attempt: 1 };
-        let map = |k: &str| -> std::collections::HashMap<String, String> { [(k.to_string(), "v".to_string())].into() };
+        let map = |k: &str| -> std::collections::BTreeMap<String, String> { [(k.to_string(), "v".to_string())].into() };
         let req = ContainerResourceHookRequest {
             pod_meta: Some(meta.clone()),
             container_meta: Some(ContainerMetadata { name: "c".into(), attempt: 2, id: "id".into() }),

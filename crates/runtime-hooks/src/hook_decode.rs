@@ -16,7 +16,7 @@
 //!
 //! Encoding a [`Lenient<T>`] is `T`'s own encoding.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use hook_api::v1alpha1 as api;
 use prost::bytes::{Buf, BufMut};
@@ -39,7 +39,7 @@ fn merge_lossy(wire_type: WireType, value: &mut String, buf: &mut impl Buf, ctx:
 
 /// Reads one entry of a `map<string, string>` field: inserted when its key and value are both
 /// UTF-8, left out otherwise.
-fn merge_entry(wire_type: WireType, map: &mut HashMap<String, String>, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
+fn merge_entry(wire_type: WireType, map: &mut BTreeMap<String, String>, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
     let mut entry = BytesEntry::default();
     message::merge(wire_type, &mut entry, buf, ctx)?;
     if let (Ok(key), Ok(value)) = (String::from_utf8(entry.key), String::from_utf8(entry.value)) {
@@ -181,7 +181,7 @@ mod tests {
         Lenient::<api::ContainerResourceHookRequest>::decode(wire).map(|l| l.0)
     }
 
-    fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
