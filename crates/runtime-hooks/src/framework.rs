@@ -474,7 +474,6 @@ fn log_ignored(outcome: &Outcome) {
     }
 }
 
-/// Logs what a hook call changed (info), or that it changed nothing (debug).
 /// Proxy mode: the devices and mounts of a change, which the runtime.v1alpha1 answer has no
 /// field for, in one info line per call (never dropped silently). NRI mode applies them.
 fn log_inexpressible(stage: Stage, target: &str, change: &Change) {
@@ -483,11 +482,15 @@ fn log_inexpressible(stage: Stage, target: &str, change: &Change) {
     }
 }
 
+/// Logs what a hook call changed, or that it changed nothing, at debug: koordlet logs its hooks'
+/// results only at verbosity 4–5, and at info a node starting pods would pay a log line (and the
+/// log writer thread's wake-up) per hook call — about as much CPU as the rest of the call
+/// (docs/benchmarks.md).
 pub(crate) fn log_call(stage: Stage, target: &str, change: &Change) {
     if change.is_empty() {
         tracing::debug!(%stage, on = target, "no change");
     } else {
-        tracing::info!(%stage, on = target, "{change}");
+        tracing::debug!(%stage, on = target, "{change}");
     }
 }
 
