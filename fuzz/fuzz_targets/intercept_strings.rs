@@ -195,7 +195,7 @@ fn create_container(input: &Input) {
         added.sort();
         want.extend(added.into_iter().map(|(k, v)| (k.clone().into_bytes(), v.clone().into_bytes())));
     }
-    let got_envs: Vec<(Vec<u8>, Vec<u8>)> = config.envs.iter().map(|kv| (kv.key.clone().into_bytes(), kv.value.clone())).collect();
+    let got_envs: Vec<(Vec<u8>, Vec<u8>)> = config.envs.iter().map(|kv| (kv.key.clone().into_bytes(), kv.value.to_vec())).collect();
     if env_changes.is_empty() {
         assert_eq!(got_envs, input.envs, "no env change: the envs as sent");
     } else {

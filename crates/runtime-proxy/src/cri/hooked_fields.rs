@@ -54,15 +54,15 @@ pub struct KeyValue {
     /// `key` (1): the env var's name.
     #[prost(string, tag = "1")]
     pub key: String,
-    /// `value` (2): the env var's value, any bytes.
-    #[prost(bytes = "vec", tag = "2")]
-    pub value: Vec<u8>,
+    /// `value` (2): the env var's value, any bytes (a slice of the request's buffer, not a copy).
+    #[prost(bytes = "bytes", tag = "2")]
+    pub value: Bytes,
 }
 
 impl KeyValue {
     /// An env whose value is text.
     pub fn text(key: &str, value: &str) -> KeyValue {
-        KeyValue { key: key.to_owned(), value: value.as_bytes().to_vec() }
+        KeyValue { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()) }
     }
 }
 
@@ -504,7 +504,7 @@ mod tests {
         assert!(cri::CreateContainerRequest::decode(bytes.as_slice()).is_err(), "k8s-cri refuses it");
         let view = CreateContainerRequest::decode(bytes.as_slice()).expect("the view reads it");
         let config = view.config.as_ref().unwrap();
-        assert_eq!(config.envs[0].value, b"\xff\xfe\x00bin\x80!");
+        assert_eq!(&config.envs[0].value[..], b"\xff\xfe\x00bin\x80!");
         assert_eq!(config.annotations["bin"], b"\xff\xfe\x00bin\x80!");
         assert_eq!(utf8_entries::<BTreeMap<_, _>>(&config.annotations), BTreeMap::from([("text".to_string(), "t".to_string())]));
         assert_eq!(binary_keys(&config.annotations), ["bin"]);

@@ -31,7 +31,6 @@
 //! See [`crate::hooks::flow`].
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -564,8 +563,14 @@ pub fn container_hook_request(
 /// The container's envs as the hook protocol carries them: by name, the last of a name winning
 /// (as in the container), left out when that value is not UTF-8.
 fn utf8_envs(envs: &[hooked_fields::KeyValue]) -> BTreeMap<String, String> {
-    let last: HashMap<&str, &[u8]> = envs.iter().map(|kv| (kv.key.as_str(), kv.value.as_slice())).collect();
-    last.into_iter().filter_map(|(k, v)| Some((k.to_owned(), std::str::from_utf8(v).ok()?.to_owned()))).collect()
+    let mut out = BTreeMap::new();
+    for kv in envs {
+        match std::str::from_utf8(&kv.value) {
+            Ok(v) => out.insert(kv.key.clone(), v.to_owned()),
+            Err(_) => out.remove(&kv.key),
+        };
+    }
+    out
 }
 
 /// The container's envs after the hooks: existing entries keep their order (their value

@@ -8,7 +8,7 @@ fn envs_keep_order_and_add_sorted() {
     let hooked: BTreeMap<String, String> =
         [("A", "9"), ("B", "1"), ("Z", "z"), ("C", "c")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let out: Vec<(String, String)> =
-        merged_envs(&envs, &hooked).into_iter().map(|kv| (kv.key, String::from_utf8(kv.value).unwrap())).collect();
+        merged_envs(&envs, &hooked).into_iter().map(|kv| (kv.key, String::from_utf8(kv.value.to_vec()).unwrap())).collect();
     assert_eq!(out, [("B", "1"), ("A", "9"), ("C", "c"), ("Z", "z")].map(|(k, v)| (k.to_string(), v.to_string())));
 }
 
@@ -92,7 +92,7 @@ fn binary_values_survive_hook_edits() {
     let edited = proto_edit::apply(&bytes, &call.edits(&before)).unwrap();
     let got = hooked_fields::CreateContainerRequest::decode(edited.as_slice()).unwrap();
     let config = got.config.unwrap();
-    let envs: Vec<(&str, &[u8])> = config.envs.iter().map(|kv| (kv.key.as_str(), kv.value.as_slice())).collect();
+    let envs: Vec<(&str, &[u8])> = config.envs.iter().map(|kv| (kv.key.as_str(), &kv.value[..])).collect();
     assert_eq!(envs, [("SECRET", &BIN[..]), ("A", b"2"), ("HOOKED", b"1")]);
     assert_eq!(config.annotations["bin"], BIN, "kept byte for byte");
     assert_eq!(config.annotations["hooked"], b"yes");
@@ -168,7 +168,7 @@ fn v1alpha2_layout() {
         assert_eq!(v.encode_to_vec(), bytes, "{what}: v1alpha2 bytes re-encoded as v1");
         v
     }
-    let one = |k: &str, v: &str| HashMap::from([(k.to_string(), v.to_string())]);
+    let one = |k: &str, v: &str| std::collections::HashMap::from([(k.to_string(), v.to_string())]);
     let resources = a2::LinuxContainerResources {
         cpu_period: 100_000,
         cpu_quota: 50_000,
