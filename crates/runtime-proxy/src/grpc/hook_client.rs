@@ -28,9 +28,9 @@
 //! # The HTTP/2 it speaks (RFC 9113)
 //!
 //! * The client preface, SETTINGS (no server push; a stream window of
-//!   [`STREAM_WINDOW`](crate::grpc::backend::STREAM_WINDOW) bytes; header lists up to
-//!   [`MAX_HEADER_LIST_SIZE`](crate::grpc::backend::MAX_HEADER_LIST_SIZE) bytes) and a connection
-//!   window of [`CONNECTION_WINDOW`](crate::grpc::backend::CONNECTION_WINDOW) bytes go out with
+//!   [`STREAM_WINDOW`] bytes; header lists up to
+//!   [`MAX_HEADER_LIST_SIZE`] bytes) and a connection
+//!   window of [`CONNECTION_WINDOW`] bytes go out with
 //!   the first request, without waiting for the server's SETTINGS (§3.4).
 //! * The request's header block is literal fields without indexing, never Huffman-coded (RFC
 //!   7541 §6.2.2), so it needs no encoder state; the answer's blocks are decoded with the
