@@ -63,7 +63,7 @@ use crate::cri::frame::{self, flag, kind, reason, setting, Head, DEFAULT_MAX_FRA
 use crate::cri::hpack;
 use crate::cri::uds::Socket;
 use crate::grpc::backend::{CONNECTION_WINDOW, MAX_HEADER_LIST_SIZE, STREAM_WINDOW};
-use crate::grpc::unary_call::Answer;
+use crate::grpc::unary_call::{Answer, Body, TooLarge};
 use crate::grpc::{self, Code, Status};
 
 /// Most idle connections kept per hook server; a burst of concurrent calls opens more, closed
@@ -371,7 +371,7 @@ impl Conn {
         frame::put_headers(&mut self.out, stream, body.is_empty(), block, self.max_frame);
         let (mut sent, mut first_write) = (0, true);
         let mut head: Option<Response<()>> = None;
-        let (mut data, mut joined) = (Bytes::new(), BytesMut::new());
+        let mut data = Body::new(max_data);
         loop {
             if sent < body.len() {
                 let room = self.conn_window.min(self.stream_window).max(0) as usize;
@@ -395,24 +395,10 @@ impl Conn {
             let Some(event) = self.next_stream_event(stream, sent < body.len()).await? else { continue };
             match event {
                 Event::Data { stream: s, end, data: chunk } if s == stream => {
-                    let have = if joined.is_empty() { data.len() } else { joined.len() };
-                    if have + chunk.len() > max_data {
-                        return Err(Failure::TooLarge);
-                    }
-                    if have == 0 {
-                        data = chunk;
-                    } else {
-                        if joined.is_empty() {
-                            joined.extend_from_slice(&data);
-                        }
-                        joined.extend_from_slice(&chunk);
-                    }
+                    data.push(chunk).map_err(|TooLarge| Failure::TooLarge)?;
                     if end {
                         let head = head.ok_or_else(|| Failure::Broken("DATA before the response headers".into()))?;
-                        return self.answered(
-                            sent == body.len(),
-                            Answer { head, data: if joined.is_empty() { data } else { joined.freeze() }, trailers: None },
-                        );
+                        return self.answered(sent == body.len(), Answer { head, data: data.into_bytes(), trailers: None });
                     }
                     if self.stream_unacked >= STREAM_WINDOW / 2 {
                         frame::window_update(&mut self.out, stream, self.stream_unacked);
@@ -431,7 +417,7 @@ impl Conn {
                         head = Some(response);
                     }
                     Some(head) if end => {
-                        let data = if joined.is_empty() { data } else { joined.freeze() };
+                        let data = data.into_bytes();
                         return self.answered(sent == body.len(), Answer { head, data, trailers: Some(header_map(&self.fields)) });
                     }
                     Some(_) => return Err(Failure::Broken("trailers without END_STREAM".into())),

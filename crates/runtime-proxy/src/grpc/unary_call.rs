@@ -80,29 +80,65 @@ pub async fn exchange(backend: &Backend, head: Request<()>, body: Bytes, method:
     }
     let failed = |e: h2::Error| Status::new(Code::UNAVAILABLE, format!("{method}: {backend} failed the call: {e}"));
     let (head, mut recv) = response.await.map_err(failed)?.into_parts();
-    let max_data = max_message.saturating_add(5);
-    // The usual unary answer is one DATA frame: kept as it came, without a copy.
-    let (mut first, mut joined) = (Bytes::new(), bytes::BytesMut::new());
+    let mut body = Body::new(max_message.saturating_add(5));
     while let Some(chunk) = recv.data().await {
         let chunk = chunk.map_err(failed)?;
         let _ = recv.flow_control().release_capacity(chunk.len());
-        let have = if joined.is_empty() { first.len() } else { joined.len() };
-        if have + chunk.len() > max_data {
+        if body.push(chunk).is_err() {
             return Err(Status::new(
                 Code::RESOURCE_EXHAUSTED,
                 format!("{method}: answer from {backend} larger than one message of {max_message} bytes"),
             ));
         }
-        if have == 0 {
-            first = chunk;
-        } else {
-            if joined.is_empty() {
-                joined.extend_from_slice(&first);
-            }
-            joined.extend_from_slice(&chunk);
-        }
     }
-    let data = if joined.is_empty() { first } else { joined.freeze() };
+    let data = body.into_bytes();
     let trailers = recv.trailers().await.map_err(failed)?;
     Ok(Answer { head: Response::from_parts(head, ()), data, trailers })
+}
+
+/// An answer's body collected from its DATA frames, up to a limit. The usual unary answer is one
+/// DATA frame: kept as it came, without a copy.
+pub(crate) struct Body {
+    first: Bytes,
+    joined: bytes::BytesMut,
+    /// Most bytes accepted.
+    max: usize,
+}
+
+/// The body passed its limit.
+pub(crate) struct TooLarge;
+
+impl Body {
+    /// An empty body that accepts at most `max` bytes.
+    pub(crate) fn new(max: usize) -> Body {
+        Body { first: Bytes::new(), joined: bytes::BytesMut::new(), max }
+    }
+
+    /// Adds one frame's data.
+    ///
+    /// Errors: [`TooLarge`] when the body would pass its limit (the chunk is not added).
+    pub(crate) fn push(&mut self, chunk: Bytes) -> Result<(), TooLarge> {
+        let have = if self.joined.is_empty() { self.first.len() } else { self.joined.len() };
+        if have + chunk.len() > self.max {
+            return Err(TooLarge);
+        }
+        if have == 0 {
+            self.first = chunk;
+        } else {
+            if self.joined.is_empty() {
+                self.joined.extend_from_slice(&self.first);
+            }
+            self.joined.extend_from_slice(&chunk);
+        }
+        Ok(())
+    }
+
+    /// The whole body.
+    pub(crate) fn into_bytes(self) -> Bytes {
+        if self.joined.is_empty() {
+            self.first
+        } else {
+            self.joined.freeze()
+        }
+    }
 }
