@@ -120,7 +120,7 @@ impl HookClient {
         let block = request_block(rpc_path, timeout);
         let mut retried = false;
         loop {
-            let (mut conn, reused) = self.take().await?;
+            let (mut conn, reused) = if retried { (self.dial().await?, false) } else { self.take().await? };
             match conn.exchange(&block, &body, max_message.saturating_add(5), reused).await {
                 Ok(answer) => {
                     self.put_back(conn);
@@ -141,15 +141,6 @@ impl HookClient {
                 }
             }
         }
-    }
-
-    /// Dials now, so a caller can learn whether the server is up; the connection is kept.
-    ///
-    /// Errors: as [`HookClient::call`]'s for dialling.
-    pub async fn connect(&self) -> Result<(), Status> {
-        let conn = self.dial().await?;
-        self.put_back(conn);
-        Ok(())
     }
 
     /// An idle connection still usable (what arrived on it meanwhile read), or a new one; and
