@@ -663,14 +663,13 @@ fn nested(field: u32, inner: Vec<(u32, Edit)>) -> Vec<(u32, Edit)> {
 }
 
 /// A request body as the front end receives it: its chunks in order (the DATA frames' data),
-/// closed after the last; an `Err` ends it early (the stream broke). A `futures` channel: one
-/// is made per intercepted call, and tokio's allocates (and zeroes) a block of 32 slots for it.
-pub type RequestBody = futures::channel::mpsc::UnboundedReceiver<Result<Bytes, Status>>;
+/// closed after the last; an `Err` ends it early (the stream broke).
+pub type RequestBody = tokio::sync::mpsc::UnboundedReceiver<Result<Bytes, Status>>;
 
 impl Chunks for RequestBody {
     type Error = Status;
     async fn next_chunk(&mut self) -> Option<Result<Bytes, Status>> {
-        futures::StreamExt::next(self).await
+        self.recv().await
     }
 }
 

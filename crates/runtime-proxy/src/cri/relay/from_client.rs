@@ -160,7 +160,7 @@ impl Core {
         if let Some(body) = &task.body {
             if range.end > range.start {
                 let chunk = Bytes::copy_from_slice(&raw[HEAD_LEN + range.start..HEAD_LEN + range.end]);
-                if body.unbounded_send(Ok(chunk)).is_err() {
+                if body.send(Ok(chunk)).is_err() {
                     task.body = None;
                 }
             }

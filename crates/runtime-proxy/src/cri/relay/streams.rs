@@ -23,7 +23,7 @@ pub(super) enum StreamKind {
 /// The relay's side of a call's task: where its request body goes.
 pub(super) struct Task {
     /// Where the body goes; `None` once it ended (or the task stopped taking it).
-    pub(super) body: Option<futures::channel::mpsc::UnboundedSender<Result<Bytes, Status>>>,
+    pub(super) body: Option<mpsc::UnboundedSender<Result<Bytes, Status>>>,
     /// Sent to when the client reset the call or went away (dropped unsent otherwise).
     pub(super) cancel: Option<oneshot::Sender<()>>,
     /// The client sent END_STREAM.

@@ -46,7 +46,7 @@ impl Core {
     pub(super) fn take_over(&mut self, id: u32, path: Box<str>, route: Route, end_stream: bool, relayed: Option<Option<Instant>>) {
         let start = Instant::now();
         let parts = request_parts(&self.headers, &path, relayed.is_none());
-        let (body_tx, body) = futures::channel::mpsc::unbounded();
+        let (body_tx, body) = mpsc::unbounded_channel();
         let (cancel, cancelled) = oneshot::channel();
         let task = Task { body: (!end_stream).then_some(body_tx), cancel: Some(cancel), client_done: end_stream };
         let kind = if let Some(deadline) = relayed {
