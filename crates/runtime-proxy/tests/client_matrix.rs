@@ -370,3 +370,72 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
         assert!(remaining > 2.0 && remaining <= 7.0, "the deadline the server saw is not the registered 7 s: {call}");
     }
 }
+
+/// A hook server on Node's HTTP/2 (tests/clients/grpcjs_hook_server.js: @grpc/grpc-js, nghttp2),
+/// registered for PreRunPodSandbox and PreCreateContainer (`failure-policy` Fail), and four pods
+/// started at once through the proxy on the real containerd, so the hook calls overlap (one
+/// connection each, then taken again idle). Each container gets the server's env JS_HOOK=grpc-js
+/// (ExecSync `env`) and its cpu shares 444 in the real cgroup, not the 512 asked for; the server
+/// saw each pod at both stages.
+#[tokio::test]
+async fn grpcjs_hook_server_changes_pods_started_at_once() {
+    use std::collections::HashMap;
+
+    use k8s_cri::v1 as cri;
+    use test_support::containerd::{container_config, sandbox_config, Pod};
+    use test_support::hooks::{register, KillOnDrop};
+
+    let env = Containerd::from_env();
+    let dir = tempfile::Builder::new().prefix("rp-jshook").tempdir().unwrap();
+    let configs = dir.path().join("hookserver.d");
+    std::fs::create_dir(&configs).unwrap();
+    let (socket, log) = (dir.path().join("js-hook.sock"), dir.path().join("js-hook.log"));
+    let out = std::fs::File::create(&log).unwrap();
+    let mut server = Command::new("node");
+    server.arg(clients_dir().join("grpcjs_hook_server.js")).arg("--socket").arg(&socket);
+    server.env("NODE_PATH", setup_dir().join("node/node_modules")).stdin(Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out);
+    let _server = KillOnDrop(server.spawn().expect("starting tests/clients/grpcjs_hook_server.js"));
+    let server_output = || std::fs::read_to_string(&log).unwrap_or_default();
+    let started = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "grpcjs_hook_server.js did not listen:\n{}", server_output());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", configs.to_str().unwrap()]);
+    let seen = ["hook server added", "file=js-hook.json"];
+    let before = proxy.count_log(&seen);
+    register(&configs, "js-hook.json", &socket, "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({}));
+    assert!(proxy.wait_log(&seen, before), "the proxy did not take up js-hook.json:\n{}", log_tail(&proxy));
+    let context = || format!("proxy log:\n{}\ngrpcjs_hook_server.js:\n{}", log_tail(&proxy), server_output());
+
+    let names: Vec<String> = (0..4).map(|_| unique("js-hook")).collect();
+    let starts = names.iter().map(|name| {
+        let (env, socket) = (&env, proxy.socket());
+        async move {
+            let mut rt = test_support::runtime_client(socket);
+            let sandbox = sandbox_config(env, name, HashMap::new(), HashMap::new());
+            let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
+            let container = container_config(env, "main", &["sleep", "3600"], Some(resources), &[]);
+            let pod = Pod::start(&mut rt, sandbox, container).await;
+            let pod = match pod {
+                Ok(pod) => pod,
+                Err(e) => return Err(format!("{name}: {e:?}")),
+            };
+            let exec = rt
+                .exec_sync(cri::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["env".into()], timeout: 10 })
+                .await
+                .map(|r| String::from_utf8_lossy(&r.into_inner().stdout).into_owned());
+            let shares = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{}/{}/cpu.shares", pod.cgroup_parent(), pod.container_id));
+            pod.remove(&mut rt).await;
+            Ok((exec.map_err(|e| format!("{e:?}"))?, shares.map(|s| s.trim().to_owned()).map_err(|e| e.to_string())?))
+        }
+    });
+    for (name, result) in names.iter().zip(futures::future::join_all(starts).await) {
+        let (env_out, shares) = result.unwrap_or_else(|e| panic!("{e}\n{}", context()));
+        assert!(env_out.lines().any(|l| l == "JS_HOOK=grpc-js"), "{name}: the hook's env in the container:\n{env_out}\n{}", context());
+        assert_eq!(shares, "444", "{name}: the hook's cpu shares in the real cgroup\n{}", context());
+        for stage in ["PreRunPodSandboxHook", "PreCreateContainerHook"] {
+            assert!(server_output().contains(&format!("call {stage} {name}\n")), "{name}: {stage} not called\n{}", context());
+        }
+    }
+}
