@@ -48,15 +48,16 @@
 //!   decode end the connection and fail the call.
 
 use std::fmt;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::UnixStream;
 
 use crate::cri::frame::{self, flag, kind, reason, setting, Head, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD_LEN, PREFACE};
@@ -89,15 +90,34 @@ pub struct HookClient {
     path: PathBuf,
     /// Uids allowed to serve the socket (`SO_PEERCRED`), checked on every new connection.
     allowed_uids: Vec<u32>,
-    /// Connections between calls; the last put back is taken first.
-    idle: Mutex<Vec<Conn>>,
+    /// Connections between calls, tended meanwhile by the watcher task.
+    idle: Arc<Idle>,
+    /// The watcher task (see [`watch`]), stopped with the client.
+    watcher: tokio::task::AbortHandle,
+}
+
+impl Drop for HookClient {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+/// The idle connections of a client (the last put back is taken first), and a wake-up for the
+/// watcher when one is put back.
+#[derive(Default)]
+struct Idle {
+    conns: Mutex<Vec<Conn>>,
+    put_back: tokio::sync::Notify,
 }
 
 impl HookClient {
     /// A client for the hook server listening on the unix socket `path`, which must be run by
-    /// one of `allowed_uids`; nothing is dialled until the first call.
+    /// one of `allowed_uids`; nothing is dialled until the first call. Starts the task that
+    /// tends its idle connections, so it must be called within a tokio runtime.
     pub fn new(path: impl Into<PathBuf>, allowed_uids: Vec<u32>) -> Self {
-        HookClient { path: path.into(), allowed_uids, idle: Mutex::new(Vec::new()) }
+        let idle = Arc::new(Idle::default());
+        let watcher = tokio::spawn(watch(idle.clone())).abort_handle();
+        HookClient { path: path.into(), allowed_uids, idle, watcher }
     }
 
     /// The hook server's socket path.
@@ -147,7 +167,7 @@ impl HookClient {
     /// whether it was idle.
     async fn take(&self) -> Result<(Conn, bool), Status> {
         loop {
-            let conn = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let conn = self.idle.conns.lock().unwrap_or_else(|p| p.into_inner()).pop();
             match conn {
                 Some(mut c) => match c.catch_up() {
                     Ok(()) if c.usable() => return Ok((c, true)),
@@ -163,9 +183,11 @@ impl HookClient {
 
     fn put_back(&self, conn: Conn) {
         if conn.usable() {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut idle = self.idle.conns.lock().unwrap_or_else(|p| p.into_inner());
             if idle.len() < MAX_IDLE {
                 idle.push(conn);
+                drop(idle);
+                self.idle.put_back.notify_one();
             }
         }
     }
@@ -224,6 +246,28 @@ fn request_block(rpc_path: &str, timeout: Duration) -> BytesMut {
     frame::put_literal(&mut block, b"grpc-timeout", grpc::timeout_value(timeout).as_bytes());
     frame::put_literal(&mut block, b"user-agent", USER_AGENT.as_bytes());
     block
+}
+
+/// Tends the idle connections of a client for as long as it lives: what a server sends on a
+/// connection nobody is using — a PING (grpc-go's keepalive, h2's graceful shutdown, which waits
+/// for its acknowledgement before it closes), SETTINGS, a GOAWAY, the end — is read when it
+/// arrives and answered; a connection the server is closing is closed, so that a server shutting
+/// down gracefully is not kept waiting by the proxy's idle connections.
+async fn watch(idle: Arc<Idle>) {
+    loop {
+        let put_back = idle.put_back.notified();
+        tokio::pin!(put_back);
+        put_back.as_mut().enable();
+        std::future::poll_fn(|cx| {
+            if put_back.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            // Each connection's read (and write) readiness now wakes this task.
+            idle.conns.lock().unwrap_or_else(|p| p.into_inner()).retain_mut(|c| c.tend(cx));
+            Poll::Pending
+        })
+        .await;
+    }
 }
 
 /// Why an exchange failed.
@@ -318,12 +362,16 @@ impl Conn {
     ///
     /// Errors: the connection was closed or broke.
     fn catch_up(&mut self) -> Result<(), String> {
-        let mut cx = Context::from_waker(Waker::noop());
+        self.catch_up_with(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// [`Conn::catch_up`], `cx` woken when more arrives.
+    fn catch_up_with(&mut self, cx: &mut Context<'_>) -> Result<(), String> {
         loop {
             self.read.reserve(4096);
             let spare = self.read.spare_capacity_mut();
             let mut buf = ReadBuf::uninit(spare);
-            match Pin::new(&mut self.io).poll_read(&mut cx, &mut buf) {
+            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
                 Poll::Ready(Ok(())) if buf.filled().is_empty() => return Err("closed by the server".into()),
                 Poll::Ready(Ok(())) => {
                     let n = buf.filled().len();
@@ -336,6 +384,27 @@ impl Conn {
         }
         while self.next_event()?.is_some() {}
         Ok(())
+    }
+
+    /// Whether an idle connection is to be kept, after reading what arrived on it and writing
+    /// the acknowledgements that asks for (`cx` woken when more arrives): not when it ended, broke,
+    /// or the server is going away.
+    fn tend(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.catch_up_with(cx).is_err() || !self.usable() {
+            return false;
+        }
+        if self.urgent {
+            match Pin::new(&mut self.io).poll_write(cx, &self.out) {
+                Poll::Ready(Ok(n)) if n == self.out.len() => {
+                    self.out.clear();
+                    self.urgent = false;
+                }
+                // Small frames that did not go out whole: not worth keeping the connection.
+                Poll::Ready(_) => return false,
+                Poll::Pending => {}
+            }
+        }
+        true
     }
 
     /// One exchange on a new stream: the request (`block`, then `body`), the answer collected

@@ -127,7 +127,7 @@ async fn concurrent_calls_use_a_connection_each_and_the_idle_ones_are_reused() {
     let (a, b, d) = tokio::join!(call(&c, body(10)), call(&c, body(20)), call(&c, body(30)));
     assert_eq!((a.unwrap().data.len(), b.unwrap().data.len(), d.unwrap().data.len()), (10, 20, 30));
     assert_eq!(connections.load(Ordering::SeqCst), 3);
-    assert_eq!(c.idle.lock().unwrap().len(), 3, "all three kept idle");
+    assert_eq!(c.idle.conns.lock().unwrap().len(), 3, "all three kept idle");
     let (a, b, d) = tokio::join!(call(&c, body(1)), call(&c, body(2)), call(&c, body(3)));
     assert!(a.is_ok() && b.is_ok() && d.is_ok());
     assert_eq!(connections.load(Ordering::SeqCst), 3, "the idle connections were taken again");
@@ -249,7 +249,7 @@ async fn a_call_given_up_closes_its_connection() {
     assert!(gave_up.is_err(), "no answer");
     let seen = tokio::time::timeout(Duration::from_secs(2), server).await.expect("the server saw the end").unwrap();
     assert!(seen.starts_with(PREFACE), "it got the preface and the request first");
-    assert!(c.idle.lock().unwrap().is_empty());
+    assert!(c.idle.conns.lock().unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -338,4 +338,32 @@ fn the_request_head_is_a_grpc_unary_call_with_the_timeout() {
         ("user-agent", USER_AGENT),
     ];
     assert_eq!(fields, want.map(|(n, v)| (n.to_owned(), v.to_owned())));
+}
+
+/// h2's graceful shutdown sends GOAWAY and a PING, and closes once the PING is acknowledged: a
+/// connection idle in the proxy's pool answers it (the watcher) and is closed, so the server's
+/// shutdown ends at once (before the watcher, it waited for ever: a hook server's SIGTERM hung).
+#[tokio::test]
+async fn an_idle_connection_lets_the_server_shut_down_gracefully() {
+    let (_dir, path, listener) = socket();
+    let (closed_tx, closed) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut conn = h2::server::handshake(stream).await.unwrap();
+        if let Some(Ok((req, respond))) = conn.accept().await {
+            let body = read_all(req.into_body());
+            let (body, _) = tokio::join!(body, async {});
+            answer(respond, body);
+        }
+        // The answer goes out while the connection is driven towards its end.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        conn.graceful_shutdown();
+        let ended = tokio::time::timeout(Duration::from_secs(3), std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
+        let _ = closed_tx.send(ended.is_ok());
+    });
+    let c = client(&path);
+    assert!(call(&c, body(5)).await.is_ok());
+    assert!(closed.await.unwrap(), "the server's graceful shutdown ended within 3 s");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(c.idle.conns.lock().unwrap().is_empty(), "the connection the server closed is not kept");
 }
