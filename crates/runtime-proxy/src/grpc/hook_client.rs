@@ -22,6 +22,11 @@
 //! that gives up (its timeout, the CRI call's deadline: its future is dropped) drops its
 //! connection: the server sees it closed and cancels the call, and no other call shared it.
 //!
+//! While a connection is idle, one task per client (`watch`) reads what the server sends on
+//! it: PINGs and SETTINGS are acknowledged, and a connection the server ends or is going away on
+//! (GOAWAY) is closed — a server shutting down gracefully (h2, hyper, grpc-go) waits for its PING
+//! to be acknowledged and for its connections to close, and would otherwise wait for ever.
+//!
 //! Each new connection is checked with `SO_PEERCRED`: the process serving the socket must run
 //! as one of the allowed uids (the registration's `allowed-uids`).
 //!
