@@ -2,6 +2,7 @@
 //!
 //! # Modules
 //!
+//! * [`alloc`] — the allocator both daemons use (mimalloc), and why.
 //! * [`log`] — logging to stderr that never stops or slows the daemon: a log pipe that breaks
 //!   (the reader of `2>&1 | logger` gone, a log shipper restarted) or stalls costs log lines,
 //!   counted, never a panic, a SIGPIPE death or a blocked request.
@@ -21,6 +22,7 @@
 //!   endpoint, a table or JSON, exit codes 0 (healthy), 1 (unhealthy), 2 (no status).
 
 pub mod addr;
+pub mod alloc;
 pub mod daemon;
 pub mod duration;
 pub mod klog;

@@ -25,6 +25,12 @@ use hook_api::v1alpha1::{ContainerMetadata, ContainerResourceHookRequest, LinuxC
 use hook_api::RuntimeHookServiceClient;
 use test_support::hooks::TestHook;
 
+/// The daemons' allocator here too, so that the bench's own processes (the client and the no-op
+/// hook server) allocate as runtime-hooks does: the comparison is of the servers' work, not of
+/// two allocators.
+#[global_allocator]
+static ALLOCATOR: daemon_support::alloc::Allocator = daemon_support::alloc::Allocator;
+
 const WARM_UP: usize = 500;
 /// Set in the environment of the bench started again as the no-op hook server.
 const NOOP_CHILD: &str = "RP_BENCH_NOOP_CHILD";

@@ -10,6 +10,10 @@ use clap::Parser;
 
 use runtime_hooks::cli::{Args, Command};
 
+/// The allocator: mimalloc (why: [`daemon_support::alloc`]).
+#[global_allocator]
+static ALLOCATOR: daemon_support::alloc::Allocator = daemon_support::alloc::Allocator;
+
 /// The crates whose log level `--v` sets (koord's klog flag; see `daemon_support::klog`).
 const CRATES: &[&str] = &["runtime_hooks"];
 

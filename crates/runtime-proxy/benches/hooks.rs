@@ -62,6 +62,12 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+/// The daemons' allocator here too, so that the bench's own processes (the client, the no-op
+/// hook server, the fake backend) allocate as the proxy does: (4), the hook RPC alone, is then
+/// made with the allocator the proxy's hook client has, and the comparison is of their work.
+#[global_allocator]
+static ALLOCATOR: daemon_support::alloc::Allocator = daemon_support::alloc::Allocator;
+
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const WARM_UP: usize = 500;
 const PODS: usize = 50;
