@@ -83,9 +83,9 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// A `map<string, string>` entry: its key and value (empty when absent, the last occurrence
-/// when repeated, as prost reads them). `None` when malformed or not UTF-8.
-fn entry(bytes: &[u8]) -> Option<(&str, &str)> {
+/// A `map<string, string>` entry's key and value as they lie on the wire (empty when absent,
+/// the last occurrence when repeated, as prost reads them). `None` when malformed.
+fn raw_entry(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let (mut key, mut value): (&[u8], &[u8]) = (b"", b"");
     let mut fields = Fields { buf: bytes };
     while let Some((number, field)) = fields.next_field()? {
@@ -96,7 +96,49 @@ fn entry(bytes: &[u8]) -> Option<(&str, &str)> {
             _ => {}
         }
     }
+    Some((key, value))
+}
+
+/// A `map<string, string>` entry: its key and value (see [`raw_entry`]). `None` when malformed
+/// or not UTF-8.
+fn entry(bytes: &[u8]) -> Option<(&str, &str)> {
+    let (key, value) = raw_entry(bytes)?;
     Some((std::str::from_utf8(key).ok()?, std::str::from_utf8(value).ok()?))
+}
+
+/// A request's map, walked in key order beside the answer's entries of the same map.
+///
+/// An answer that echoes the map in key order (a hook server built on hook-api, whose maps are
+/// `BTreeMap`s, or any that sorts them) is checked one byte comparison per entry: an entry equal
+/// to the next one of the request is valid UTF-8 and unchanged, with no UTF-8 check and no
+/// lookup. An entry out of that order (a Go server's map order, a duplicate) is looked up.
+struct Echoed<'m> {
+    map: &'m BTreeMap<String, String>,
+    rest: std::collections::btree_map::Iter<'m, String, String>,
+    next: Option<(&'m String, &'m String)>,
+}
+
+impl<'m> Echoed<'m> {
+    fn new(map: &'m BTreeMap<String, String>) -> Self {
+        let mut rest = map.iter();
+        let next = rest.next();
+        Echoed { map, rest, next }
+    }
+
+    /// Whether the map entry `bytes` is valid and already in the map with that value (merging
+    /// it changes nothing); an entry with an empty key counts as unchanged when `empty_key_ignored`
+    /// (the env merge rule ignores it), provided it is valid.
+    fn unchanged(&mut self, bytes: &[u8], empty_key_ignored: bool) -> bool {
+        let Some((key, value)) = raw_entry(bytes) else { return false };
+        if let Some((k, v)) = self.next {
+            if k.as_bytes() == key && v.as_bytes() == value {
+                self.next = self.rest.next();
+                return true;
+            }
+        }
+        let (Ok(key), Ok(value)) = (std::str::from_utf8(key), std::str::from_utf8(value)) else { return false };
+        (empty_key_ignored && key.is_empty()) || self.map.get(key).is_some_and(|have| have == value)
+    }
 }
 
 /// Whether the map entry `bytes` is valid and already in `map` with that value (merging it
@@ -116,11 +158,12 @@ fn empty_or_same(bytes: &[u8], have: &str) -> bool {
 pub fn container_unchanged(req: &ContainerResourceHookRequest, answer: &[u8]) -> bool {
     let mut fields = Fields { buf: answer };
     let mut resources_seen = false;
+    let (mut annotations, mut envs) = (Echoed::new(&req.container_annotations), Echoed::new(&req.container_envs));
     loop {
         let Some(next) = fields.next_field() else { return false };
         let Some((number, field)) = next else { return true };
         let unchanged = match (number, field) {
-            (1, Field::Bytes(b)) => entry_in(&req.container_annotations, b),
+            (1, Field::Bytes(b)) => annotations.unchanged(b, false),
             (2, Field::Bytes(b)) => {
                 // A second occurrence merges into the first: left to the decode.
                 let first = !std::mem::replace(&mut resources_seen, true);
@@ -128,11 +171,7 @@ pub fn container_unchanged(req: &ContainerResourceHookRequest, answer: &[u8]) ->
             }
             (3, Field::Bytes(b)) => empty_or_same(b, &req.pod_cgroup_parent),
             // An env without a name is ignored by the merge rule, but must still decode.
-            (4, Field::Bytes(b)) => match entry(b) {
-                Some(("", _)) => true,
-                Some((k, v)) => req.container_envs.get(k).is_some_and(|have| have == v),
-                None => false,
-            },
+            (4, Field::Bytes(b)) => envs.unchanged(b, true),
             (1..=4, _) => false,
             _ => true,
         };
@@ -186,12 +225,13 @@ fn resources_unchanged(cur: &LinuxContainerResources, answer: &[u8]) -> bool {
 /// nothing in `req` (see the module documentation); `false` when unsure.
 pub fn pod_unchanged(req: &PodSandboxHookRequest, answer: &[u8]) -> bool {
     let mut fields = Fields { buf: answer };
+    let (mut labels, mut annotations) = (Echoed::new(&req.labels), Echoed::new(&req.annotations));
     loop {
         let Some(next) = fields.next_field() else { return false };
         let Some((number, field)) = next else { return true };
         let unchanged = match (number, field) {
-            (1, Field::Bytes(b)) => entry_in(&req.labels, b),
-            (2, Field::Bytes(b)) => entry_in(&req.annotations, b),
+            (1, Field::Bytes(b)) => labels.unchanged(b, false),
+            (2, Field::Bytes(b)) => annotations.unchanged(b, false),
             (3, Field::Bytes(b)) => empty_or_same(b, &req.cgroup_parent),
             // Pod-level resources are ignored in CRI mode, but must decode.
             (4, Field::Bytes(b)) => LinuxContainerResources::decode(b).is_ok(),
@@ -264,6 +304,43 @@ mod tests {
         let no_resources = ContainerResourceHookRequest { container_resources: None, ..request() };
         let answer = ContainerResourceHookResponse { container_resources: Some(Default::default()), ..Default::default() };
         assert!(!container_unchanged(&no_resources, &answer.encode_to_vec()), "default resources are put in");
+    }
+
+    /// One message per map entry, concatenated (a protobuf merge) in the order given.
+    fn entries_in_order(entries: &[(&str, &str)], envs: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let one = map(&[(k, v)]);
+            let message = if envs {
+                ContainerResourceHookResponse { container_envs: one, ..Default::default() }
+            } else {
+                ContainerResourceHookResponse { container_annotations: one, ..Default::default() }
+            };
+            out.extend(message.encode_to_vec());
+        }
+        out
+    }
+
+    #[test]
+    fn an_echo_in_any_order_changes_nothing_and_a_change_in_it_is_seen() {
+        let req = ContainerResourceHookRequest {
+            container_annotations: map(&[("a", "1"), ("b", "2"), ("c", "3")]),
+            container_envs: map(&[("HOME", "/root"), ("PATH", "/bin")]),
+            ..Default::default()
+        };
+        // A Go server's map order, a repeated entry, an env without a name.
+        let mut answer = entries_in_order(&[("c", "3"), ("a", "1"), ("b", "2"), ("a", "1")], false);
+        answer.extend(entries_in_order(&[("PATH", "/bin"), ("", "x"), ("HOME", "/root")], true));
+        assert!(container_unchanged(&req, &answer));
+        // In key order up to a change, out of order after it.
+        for changed in [
+            entries_in_order(&[("a", "1"), ("b", "9")], false),
+            entries_in_order(&[("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")], false),
+            entries_in_order(&[("c", "3"), ("a", "0")], false),
+            entries_in_order(&[("HOME", "/root"), ("PATH", "/usr/bin")], true),
+        ] {
+            assert!(!container_unchanged(&req, &changed));
+        }
     }
 
     #[test]
