@@ -18,6 +18,9 @@
 //!   [`sd_notify::notify_systemd`], which both binaries call.
 //! * [`socket`] — binding a listening unix socket: its directory made, a stale socket replaced,
 //!   a live one or a non-socket never touched.
+//! * [`uds`] — a unix stream socket registered with tokio's reactor for readability only, so
+//!   that a peer reading what we wrote does not wake us (the proxy's client, runtime and hook
+//!   connections; runtime-hooks' served connections).
 //! * [`status`] — `runtime-proxy status` / `runtime-hooks status`: `GET /status` from the admin
 //!   endpoint, a table or JSON, exit codes 0 (healthy), 1 (unhealthy), 2 (no status).
 
@@ -31,3 +34,4 @@ pub mod sd_notify;
 pub mod signals;
 pub mod socket;
 pub mod status;
+pub mod uds;

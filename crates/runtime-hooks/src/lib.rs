@@ -72,7 +72,6 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::ValueEnum as _;
 use daemon_support::signals::Reloads;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::cgroup::CgroupFs;
 use crate::cgroup_path::CgroupDriver;
@@ -376,7 +375,7 @@ async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Out
     };
     let served = tonic::transport::Server::builder()
         .add_service(HookService::new(framework).into_server())
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(server::Served::incoming(listener), shutdown)
         .await;
     // Also when serving failed; a file that no longer names us is left alone.
     registration.unregister();

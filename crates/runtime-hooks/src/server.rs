@@ -22,8 +22,10 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -423,6 +425,63 @@ fn endpoint_in(bytes: &[u8]) -> Result<String, String> {
 fn same_endpoint(theirs: &str, ours: &Path) -> bool {
     let path = theirs.strip_prefix("unix://").or_else(|| theirs.strip_prefix("unix:")).unwrap_or(theirs);
     Path::new(path) == ours
+}
+
+/// One connection the hook service serves: the accepted socket registered for readability only
+/// ([`daemon_support::uds::Socket`]). tokio's own `UnixStream` is also registered for
+/// writability, so the proxy reading each answer woke runtime-hooks once more per hook call
+/// (the kernel signals "writable" when the peer reads, `unix_write_space`), for nothing to do.
+pub struct Served(daemon_support::uds::Socket);
+
+impl Served {
+    /// The connections accepted on `listener`, each taken over as a readability-only socket.
+    /// An accept error, or a socket that cannot be registered again, is logged at warn and
+    /// passed on as the stream's error (tonic then skips it and goes on accepting).
+    pub fn incoming(listener: tokio::net::UnixListener) -> impl futures::Stream<Item = io::Result<Served>> {
+        use futures::StreamExt as _;
+        tokio_stream::wrappers::UnixListenerStream::new(listener).map(|accepted| {
+            let served = accepted.and_then(daemon_support::uds::Socket::new).map(Served);
+            if let Err(e) = &served {
+                tracing::warn!(error = %e, "accepting a hook connection failed");
+            }
+            served
+        })
+    }
+}
+
+impl tonic::transport::server::Connected for Served {
+    /// Nothing: no service reads the peer's address or credentials.
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl tokio::io::AsyncRead for Served {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Served {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]

@@ -31,8 +31,8 @@ use h2::SendStream;
 use http::Request;
 use tokio::net::UnixStream;
 
-use crate::cri::uds::Socket;
 use crate::grpc::{Code, Status};
+use daemon_support::uds::Socket;
 
 /// Largest header block accepted, from kubelet and from the backend: 16 MiB, grpc-go's default
 /// (so any metadata one side can send reaches the other).

@@ -67,10 +67,10 @@ use tokio::net::UnixStream;
 
 use crate::cri::frame::{self, flag, kind, reason, setting, Head, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD_LEN, PREFACE};
 use crate::cri::hpack;
-use crate::cri::uds::Socket;
 use crate::grpc::backend::{CONNECTION_WINDOW, MAX_HEADER_LIST_SIZE, STREAM_WINDOW};
 use crate::grpc::unary_call::{Answer, Body, TooLarge};
 use crate::grpc::{self, Code, Status};
+use daemon_support::uds::Socket;
 
 /// Most idle connections kept per hook server; a burst of concurrent calls opens more, closed
 /// as they finish beyond this number.

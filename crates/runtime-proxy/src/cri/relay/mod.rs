@@ -104,10 +104,10 @@ use crate::cri::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
 use crate::cri::hpack::{self, Fields};
 use crate::cri::intercept::{self, Onward, RequestBody};
 use crate::cri::router::{self, Route, Router};
-use crate::cri::uds::Socket;
 use crate::grpc::backend::{Backend, MAX_HEADER_LIST_SIZE};
 use crate::grpc::unary_call::Answer;
 use crate::grpc::{self, Code, Status, StatusHeaders};
+use daemon_support::uds::Socket;
 /// Bytes waiting to be written to one side above which the relay stops reading the other.
 const HIGH_WATER: usize = 1 << 20;
 

@@ -1,5 +1,6 @@
-//! A unix stream socket for the HTTP/2 connections (client side and backend side) that is
-//! registered with the reactor for **readability only**.
+//! A unix stream socket for HTTP/2 connections that is registered with the reactor for
+//! **readability only**: runtime-proxy's client, runtime and hook connections, and the
+//! connections runtime-hooks serves.
 //!
 //! Why: tokio registers its `UnixStream` for readable and writable events (edge-triggered).
 //! On a unix socket the kernel signals "writable" every time the peer *reads* what we wrote
