@@ -3,7 +3,8 @@
 # CPU time and context switches per call, load average and the targets (benches/latency.rs), then throughput
 # through the same three paths under concurrency (benches/concurrency.rs: 16 and 64 callers on 1 and on 16
 # connections; calls/s, p50/p99, CPU per call of each process), then what hooks
-# cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once through a 100 ms hook), runtime-hooks'
+# cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once through a 100 ms hook; benches/wake.rs:
+# the wake-up of an idle peer by how long it was idle, the floor under every hop), runtime-hooks'
 # round trip beside a no-op hook server's (runtime-hooks' benches/hook_rtt.rs), the per-stage overhead (runtime-hooks'
 # benches/stages.rs: each hooked call of a BE pod's life direct, through the proxy without hook, with a no-op hook at
 # every stage, with runtime-hooks),
@@ -35,6 +36,8 @@ echo
 cargo bench --locked -p runtime-proxy --bench concurrency -- "$@"
 echo
 cargo bench --locked -p runtime-proxy --bench hooks -- "$@"
+echo
+cargo bench --locked -p runtime-proxy --bench wake -- "$@"
 echo
 # runtime-hooks as the hook server beside a no-op one (no containerd needed)
 cargo bench --locked -p runtime-hooks --bench hook_rtt -- "$@"

@@ -189,7 +189,7 @@ impl Shared {
         let health = if nri { Health::new(Vec::new(), metrics.clone()) } else { Health::for_args(args, metrics.clone()) };
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
         let chain = crate::hooks::chain::NodeChain { conflict_policy: args.hook_conflict_policy, required: args.required_hook_servers() };
-        let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks).with_chain(chain);
+        let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks).with_chain(chain.clone());
         let debug = Arc::new(debug::DebugEndpoint::new(args.debug_addr));
         let status = status::StatusInfo {
             started: std::time::SystemTime::now(),
@@ -201,6 +201,7 @@ impl Shared {
             debug: debug.clone(),
             hook_health: dispatcher.health().clone(),
             nri_connected: nri.then(|| nri_connected.clone()),
+            chain,
         };
         let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), health, status });
         let metrics_addr = args.metrics_addr;

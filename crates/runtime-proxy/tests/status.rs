@@ -60,20 +60,28 @@ async fn switchable_hook(fail: Arc<AtomicBool>) -> TestHook {
 async fn status_shows_the_hook_server_its_policy_and_its_last_error() {
     let env = Containerd::from_env();
     let dir = tempfile::tempdir().unwrap();
-    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
+    let chain = ["--hook-conflict-policy", "Fail", "--required-hook-servers", "strict.json"];
+    let proxy = ProxyProcess::start(BIN, &env.socket, &[&["--hook-config-dir", dir.path().to_str().unwrap()][..], &chain].concat());
     let fail = Arc::new(AtomicBool::new(false));
     let hook = switchable_hook(fail.clone()).await;
     let before = proxy.count_log(&["hook server added", "strict.json"]);
-    register(dir.path(), "strict.json", hook.socket(), "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({"timeout-ms": 1500}));
+    let extra = json!({"timeout-ms": 1500, "conflict-policy": "Warn"});
+    register(dir.path(), "strict.json", hook.socket(), "Fail", &["PreRunPodSandbox", "PreCreateContainer"], extra);
     assert!(proxy.wait_log(&["hook server added", "strict.json"], before), "{}", proxy.log());
     let addr = proxy.admin_addr();
 
     // Registered, never called: healthy.
     let run = status(&addr, &[]);
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
-    for want in
-        ["strict.json", &hook.socket().display().to_string(), "PreRunPodSandbox,PreCreateContainer", "Fail", "1500ms", "not called yet"]
-    {
+    for want in [
+        "strict.json",
+        &hook.socket().display().to_string(),
+        "PreRunPodSandbox,PreCreateContainer",
+        "Fail",
+        "1500ms",
+        "not called yet",
+        "conflicts: Fail; required servers: strict.json",
+    ] {
         assert!(run.stdout.contains(want), "{want:?} missing:\n{}", run.stdout);
     }
     assert!(run.stdout.contains(&format!("Containerd unix://{}: up", env.socket.display())), "{}", run.stdout);
@@ -87,6 +95,9 @@ async fn status_shows_the_hook_server_its_policy_and_its_last_error() {
     let server = &doc["hook_servers"][0];
     assert_eq!((server["name"].as_str(), server["health"].as_str()), (Some("strict.json"), Some("ok")), "{doc:#}");
     assert_eq!(server["failure_policy"], "Fail");
+    // The registration's own conflict policy over the node's.
+    assert_eq!((server["conflict_policy"].as_str(), server["conflict_policy_explicit"].as_bool()), (Some("Warn"), Some(true)), "{doc:#}");
+    assert_eq!((doc["hook_conflict_policy"].as_str(), &doc["required_hook_servers"]), (Some("Fail"), &json!(["strict.json"])), "{doc:#}");
     assert_eq!(server["timeout_ms"], 1500);
     assert_eq!((server["calls"].as_u64(), server["failures"].as_u64()), (Some(2), Some(0)), "{doc:#}");
     assert!(doc["store"]["pod_sandboxes"].as_u64().unwrap() >= 1 && doc["store"]["containers"].as_u64().unwrap() >= 1, "{doc:#}");

@@ -1,8 +1,9 @@
 //! An operator's view of a running proxy: `GET /status` on the admin endpoint (a JSON
 //! document) and `runtime-proxy status`, which fetches it and prints a table.
 //!
-//! The document holds each registered hook server (file, endpoint, stages, failure policy,
-//! timeout, order) with its health — whether its last call succeeded, its last error and when,
+//! The document holds the node's hook chain settings (conflict policy, required servers), each
+//! registered hook server (file, endpoint, stages, failure policy, conflict policy — its own or
+//! the node's —, timeout, order) with its health — whether its last call succeeded, its last error and when,
 //! failures in a row — the backend (mode, endpoints, up or why not), the store's size, hook
 //! calls, failures and refused CRI calls per stage (from the metrics), files rejected, uptime
 //! and version, and `healthy` with the `problems` that make it false: the backend down, or a
@@ -170,6 +171,8 @@ pub struct StatusInfo {
     /// `--frontend nri`: whether the NRI plugin is connected and synchronized now (the
     /// "backend" is then the runtime's NRI socket, in `runtime_endpoint`).
     pub nri_connected: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// `--hook-conflict-policy` and `--required-hook-servers` ([`crate::hooks::chain`]).
+    pub chain: crate::hooks::chain::NodeChain,
 }
 
 /// The `GET /status` document (module docs), read now; the backend as its latest health checks
@@ -247,6 +250,8 @@ pub async fn document(admin: &Admin) -> Value {
             "endpoint": server.endpoint,
             "stages": server.stages.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             "failure_policy": server.failure_policy.as_str(),
+            "conflict_policy": server.conflict_policy.unwrap_or(info.chain.conflict_policy).as_str(),
+            "conflict_policy_explicit": server.conflict_policy.is_some(),
             "timeout_ms": server.timeout.as_millis() as u64,
             "order": server.order,
             "health": health,
@@ -310,6 +315,8 @@ pub async fn document(admin: &Admin) -> Value {
         },
         "store": { "pod_sandboxes": pods, "containers": containers },
         "hook_config_dir": info.hook_config_dir,
+        "hook_conflict_policy": info.chain.conflict_policy.as_str(),
+        "required_hook_servers": info.chain.required,
         "hook_servers": servers,
         "rejected_files": snapshot.rejected().iter().map(|r| json!({
             "name": r.name, "error": r.error.to_string(), "serving_last_good": r.serving_last_good,
@@ -338,6 +345,10 @@ pub fn render(doc: &Value) -> String {
     let s = &doc["store"];
     rows.push(vec!["store".to_owned(), format!("{} pod sandboxes, {} containers", s["pod_sandboxes"], s["containers"])]);
     rows.push(vec!["hook config".to_owned(), str_of(doc, "hook_config_dir").to_owned()]);
+    let required: Vec<&str> =
+        doc["required_hook_servers"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect()).unwrap_or_default();
+    let required = if required.is_empty() { "none (--required-hook-servers)".to_owned() } else { required.join(",") };
+    rows.push(vec!["hook chain".to_owned(), format!("conflicts: {}; required servers: {required}", str_of(doc, "hook_conflict_policy"))]);
     let debug = match doc["debug_endpoint"].as_str() {
         Some(a) => format!("/debug/store on {a}"),
         None => "off (--debug-addr)".to_owned(),
@@ -367,6 +378,7 @@ pub fn render(doc: &Value) -> String {
                     str_of(h, "endpoint").to_owned(),
                     stages.join(","),
                     str_of(h, "failure_policy").to_owned(),
+                    str_of(h, "conflict_policy").to_owned(),
                     format!("{}ms", h["timeout_ms"]),
                     format!("{}/{}", h["failures"], h["calls"]),
                     health,
@@ -375,7 +387,10 @@ pub fn render(doc: &Value) -> String {
             })
             .collect();
         out.push_str("hook servers\n");
-        out.push_str(&table(&["NAME", "ENDPOINT", "STAGES", "POLICY", "TIMEOUT", "FAILED/CALLS", "HEALTH", "LAST ERROR"], &rows));
+        out.push_str(&table(
+            &["NAME", "ENDPOINT", "STAGES", "POLICY", "CONFLICTS", "TIMEOUT", "FAILED/CALLS", "HEALTH", "LAST ERROR"],
+            &rows,
+        ));
     }
 
     let stage_rows: Vec<Vec<String>> = doc["stages"]
@@ -481,8 +496,9 @@ mod tests {
             "backend": {"mode": "Containerd", "endpoint": "/run/c.sock", "image_endpoint": "/run/c.sock", "up": false, "error": "no socket"},
             "store": {"pod_sandboxes": 1, "containers": 2},
             "hook_config_dir": "/etc/runtime/hookserver.d",
+            "hook_conflict_policy": "Warn", "required_hook_servers": ["strict.json", "gpu.json"],
             "hook_servers": [{"name": "strict.json", "endpoint": "/run/s.sock", "stages": ["PreCreateContainer"],
-                "failure_policy": "Fail", "timeout_ms": 300, "health": "failing", "failures_in_a_row": 1,
+                "failure_policy": "Fail", "conflict_policy": "Fail", "timeout_ms": 300, "health": "failing", "failures_in_a_row": 1,
                 "last_error": "PreCreateContainer: Unavailable: refused", "last_error_ms": 48_000u64, "calls": 3, "failures": 1}],
             "stages": [{"stage": "PreCreateContainer", "servers": 1, "calls": 3, "failures": 1, "timeouts": 0, "refused": 1},
                        {"stage": "PreStartContainer", "servers": 0, "calls": 0, "failures": 0, "timeouts": 0}],
@@ -496,7 +512,9 @@ mod tests {
             "1 pod sandboxes, 2 containers",
             "off (--debug-addr)",
             "strict.json",
-            "Fail",
+            "conflicts: Warn; required servers: strict.json,gpu.json",
+            "CONFLICTS",
+            "/run/s.sock  PreCreateContainer  Fail    Fail",
             "300ms",
             "FAILING (1 in a row)",
             "12s ago: PreCreateContainer: Unavailable: refused",
