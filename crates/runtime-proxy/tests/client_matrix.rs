@@ -256,6 +256,43 @@ async fn grpcio_pod_changed_by_the_example_hook() {
     assert_eq!(shares.unwrap_or_else(|e| panic!("reading {cpu_shares}: {e}")), "256", "the hook's cpu shares, not the 512 asked for");
 }
 
+/// A temp dir (`prefix`) holding `hookserver.d`, and the proxy on the real containerd watching it.
+fn proxy_with_hook_dir(env: &Containerd, prefix: &str) -> (tempfile::TempDir, std::path::PathBuf, ProxyProcess) {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let configs = dir.path().join("hookserver.d");
+    std::fs::create_dir(&configs).unwrap();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", configs.to_str().unwrap()]);
+    (dir, configs, proxy)
+}
+
+/// Registers the hook server at `socket` as `file` (failure policy Fail, PreRunPodSandbox and
+/// PreCreateContainer, `extra` keys) and waits until the proxy has taken the file up.
+fn register_and_wait(proxy: &ProxyProcess, configs: &Path, file: &str, socket: &Path, extra: Value) {
+    let seen = ["hook server added", &format!("file={file}")];
+    let before = proxy.count_log(&seen);
+    test_support::hooks::register(configs, file, socket, "Fail", &["PreRunPodSandbox", "PreCreateContainer"], extra);
+    assert!(proxy.wait_log(&seen, before), "the proxy did not take up {file}:\n{}", log_tail(proxy));
+}
+
+/// A running pod's container as it is: its env (ExecSync `env`) and its `cpu.shares` in the real
+/// cgroup. Errors: the call or the read that failed.
+async fn env_and_cpu_shares(
+    rt: &mut k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    pod: &test_support::containerd::Pod,
+) -> Result<(String, String), String> {
+    let exec = rt
+        .exec_sync(k8s_cri::v1::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["env".into()], timeout: 10 })
+        .await
+        .map_err(|e| format!("ExecSync env: {e:?}"))?
+        .into_inner();
+    if exec.exit_code != 0 {
+        return Err(format!("env exited {}: {}", exec.exit_code, String::from_utf8_lossy(&exec.stderr)));
+    }
+    let path = format!("/sys/fs/cgroup/cpu{}/{}/cpu.shares", pod.cgroup_parent(), pod.container_id);
+    let shares = std::fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
+    Ok((String::from_utf8_lossy(&exec.stdout).into_owned(), shares.trim().to_owned()))
+}
+
 /// A hook server whose gRPC side we did not write: tests/clients/hook_server.py, Python grpcio
 /// (C-core) serving `runtime.v1alpha1.RuntimeHookService` with stubs that grpc_tools.protoc
 /// generated from crates/hook-api/proto, registered by a JSON file (`failure-policy` Fail,
@@ -279,20 +316,13 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
 
     use k8s_cri::v1 as cri;
     use test_support::containerd::{container_config, sandbox_config, Pod};
-    use test_support::hooks::register;
 
     let env = Containerd::from_env();
-    let dir = tempfile::Builder::new().prefix("rp-pyhook").tempdir().unwrap();
-    let configs = dir.path().join("hookserver.d");
-    std::fs::create_dir(&configs).unwrap();
-    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", configs.to_str().unwrap()]);
+    let (dir, configs, proxy) = proxy_with_hook_dir(&env, "rp-pyhook");
     let server = test_support::clients::PyHookServer::start(dir.path());
     let (socket, record) = (&server.socket, &server.record);
     let server_output = || server.output();
-    let seen = ["hook server added", "file=py-hook.json"];
-    let before = proxy.count_log(&seen);
-    register(&configs, "py-hook.json", socket, "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({"timeout-ms": 7000}));
-    assert!(proxy.wait_log(&seen, before), "the proxy did not take up py-hook.json:\n{}", log_tail(&proxy));
+    register_and_wait(&proxy, &configs, "py-hook.json", socket, json!({"timeout-ms": 7000}));
     let context = || format!("proxy log:\n{}\nhook_server.py:\n{}", log_tail(&proxy), server_output());
 
     // A pod the server changes. Read what containerd and the container report, remove, then judge.
@@ -306,12 +336,7 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
         .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.sandbox_id.clone(), verbose: false })
         .await
         .map(|r| r.into_inner().status.unwrap_or_default().labels);
-    let exec = rt
-        .exec_sync(cri::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["env".into()], timeout: 10 })
-        .await
-        .map(|r| r.into_inner());
-    let cpu_shares = format!("/sys/fs/cgroup/cpu{}/{}/cpu.shares", pod.cgroup_parent(), pod.container_id);
-    let shares = std::fs::read_to_string(&cpu_shares).map(|s| s.trim().to_owned());
+    let seen_in_container = env_and_cpu_shares(&mut rt, &pod).await;
     pod.remove(&mut rt).await;
 
     let labels = status.unwrap_or_else(|e| panic!("PodSandboxStatus on containerd: {e:?}"));
@@ -321,14 +346,12 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
         "the hook's label as containerd reports it: {labels:?}\n{}",
         context()
     );
-    let exec = exec.unwrap_or_else(|e| panic!("ExecSync env: {e:?}"));
-    let stdout = String::from_utf8_lossy(&exec.stdout);
-    assert_eq!(exec.exit_code, 0, "env: {stdout}{}", String::from_utf8_lossy(&exec.stderr));
+    let (stdout, shares) = seen_in_container.unwrap_or_else(|e| panic!("{e}\n{}", context()));
     let envs: HashMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once('=')).collect();
     for (key, value) in [("PY_HOOK", "grpcio"), ("PY_HOOK_POD_LABEL", "yes"), ("KEEP", "me")] {
         assert_eq!(envs.get(key).copied(), Some(value), "{key} in the container's env:\n{stdout}\n{}", context());
     }
-    assert_eq!(shares.unwrap_or_else(|e| panic!("reading {cpu_shares}: {e}")), "333", "the hook's cpu shares, not the 512 asked for");
+    assert_eq!(shares, "333", "the hook's cpu shares, not the 512 asked for");
 
     // A pod the server refuses: RunPodSandbox fails, and containerd never sees the pod.
     let denied = unique("py-hook-denied");
@@ -383,12 +406,10 @@ async fn grpcjs_hook_server_changes_pods_started_at_once() {
 
     use k8s_cri::v1 as cri;
     use test_support::containerd::{container_config, sandbox_config, Pod};
-    use test_support::hooks::{register, KillOnDrop};
+    use test_support::hooks::KillOnDrop;
 
     let env = Containerd::from_env();
-    let dir = tempfile::Builder::new().prefix("rp-jshook").tempdir().unwrap();
-    let configs = dir.path().join("hookserver.d");
-    std::fs::create_dir(&configs).unwrap();
+    let (dir, configs, proxy) = proxy_with_hook_dir(&env, "rp-jshook");
     let (socket, log) = (dir.path().join("js-hook.sock"), dir.path().join("js-hook.log"));
     let out = std::fs::File::create(&log).unwrap();
     let mut server = Command::new("node");
@@ -401,11 +422,7 @@ async fn grpcjs_hook_server_changes_pods_started_at_once() {
         assert!(started.elapsed() < std::time::Duration::from_secs(20), "grpcjs_hook_server.js did not listen:\n{}", server_output());
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", configs.to_str().unwrap()]);
-    let seen = ["hook server added", "file=js-hook.json"];
-    let before = proxy.count_log(&seen);
-    register(&configs, "js-hook.json", &socket, "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({}));
-    assert!(proxy.wait_log(&seen, before), "the proxy did not take up js-hook.json:\n{}", log_tail(&proxy));
+    register_and_wait(&proxy, &configs, "js-hook.json", &socket, json!({}));
     let context = || format!("proxy log:\n{}\ngrpcjs_hook_server.js:\n{}", log_tail(&proxy), server_output());
 
     let names: Vec<String> = (0..4).map(|_| unique("js-hook")).collect();
@@ -417,17 +434,10 @@ async fn grpcjs_hook_server_changes_pods_started_at_once() {
             let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
             let container = container_config(env, "main", &["sleep", "3600"], Some(resources), &[]);
             let pod = Pod::start(&mut rt, sandbox, container).await;
-            let pod = match pod {
-                Ok(pod) => pod,
-                Err(e) => return Err(format!("{name}: {e:?}")),
-            };
-            let exec = rt
-                .exec_sync(cri::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["env".into()], timeout: 10 })
-                .await
-                .map(|r| String::from_utf8_lossy(&r.into_inner().stdout).into_owned());
-            let shares = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{}/{}/cpu.shares", pod.cgroup_parent(), pod.container_id));
+            let pod = pod.map_err(|e| format!("{name}: {e:?}"))?;
+            let seen = env_and_cpu_shares(&mut rt, &pod).await;
             pod.remove(&mut rt).await;
-            Ok((exec.map_err(|e| format!("{e:?}"))?, shares.map(|s| s.trim().to_owned()).map_err(|e| e.to_string())?))
+            seen.map_err(|e| format!("{name}: {e}"))
         }
     });
     for (name, result) in names.iter().zip(futures::future::join_all(starts).await) {
