@@ -2,12 +2,13 @@
 //! long it has been asleep.
 //!
 //! Two threads on two CPUs (pinned: on one CPU the kernel would run the echo in the caller's
-//! place, with no wake-up of an idle CPU at all), a socket pair: the echo thread blocks in
-//! `read(2)`, answers the byte it gets and blocks again; the caller waits `gap` µs after the echo's last answer (spinning, so that only
-//! the echo's CPU idles), writes one byte and times the round trip. The gaps take turns call by
-//! call, so the machine's state drifts alike for all. Every hop of a proxied call is such a
-//! wake-up: on a VM whose idle CPUs halt, a longer-idle peer answers later, and a hook call
-//! leaves the backend idle for its whole length (README, Benchmarks: "where (3) waits").
+//! place, with no wake-up of an idle CPU at all), a socket pair. The echo thread blocks in
+//! `read(2)`, answers the byte it gets and blocks again. The caller waits `gap` µs after the
+//! echo's last answer (spinning, so that only the echo's CPU idles), writes one byte and times
+//! the round trip. The gaps take turns call by call, so the machine's state drifts alike for all.
+//! Every hop of a proxied call is such a wake-up; on a VM whose idle CPUs halt, a longer-idle
+//! peer answers later, and a hook call leaves the backend (and the proxy) idle for its whole
+//! length (docs/benchmarks.md, "where (3) waits").
 //!
 //! Run: `cargo bench -p runtime-proxy --bench wake` (part of `make bench`; nothing else needed).
 //! `RP_BENCH_CALLS` sets the round trips per gap (default 3000), after 300 warm-up rounds.
