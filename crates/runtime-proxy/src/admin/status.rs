@@ -4,10 +4,11 @@
 //! The document holds the node's hook chain settings (conflict policy, required servers), each
 //! registered hook server (file, endpoint, stages, failure policy, conflict policy — its own or
 //! the node's —, timeout, order) with its health — whether its last call succeeded, its last
-//! error and when, failures in a row — the backend (mode, endpoints, up or why not), the store's size, hook
-//! calls, failures and refused CRI calls per stage (from the metrics), files rejected, uptime
-//! and version, and `healthy` with the `problems` that make it false: the backend down, or a
-//! server with failure policy `Fail` whose last call failed (pods are being refused). A failing
+//! error and when, failures in a row — the backend (mode, endpoints, up or why not), the store's
+//! size, hook calls, failures and refused CRI calls per stage (from the metrics), files
+//! rejected, uptime and version, and `healthy` with the `problems` that make it false: the
+//! backend down, or a server with failure policy `Fail` whose last call failed (pods are being
+//! refused). A failing
 //! `Ignore` server or a rejected file is a `warning`: pods start, without that server's changes.
 //!
 //! Health is recorded by the dispatcher ([`HookHealth::record_ok`], [`HookHealth::record_failure`]):

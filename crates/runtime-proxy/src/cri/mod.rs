@@ -6,8 +6,8 @@
 //! * [`server`] — serves each client connection with a relay.
 //! * [`relay`] — each client connection relayed frame by frame over a runtime connection of its
 //!   own; the calls hooks need (and those it cannot relay) taken over. [`frame`] — HTTP/2 frames
-//!   and literal header blocks as bytes; [`hpack`] — the relay's HPACK decoder. The client and runtime
-//!   sockets are [`daemon_support::uds::Socket`]s (registered for readability only).
+//!   and literal header blocks as bytes; [`hpack`] — the relay's HPACK decoder. The client and
+//!   runtime sockets are [`daemon_support::uds::Socket`]s (registered for readability only).
 //! * [`router`] — which calls are relayed, intercepted or sent on as unary calls; logs calls.
 //! * [`intercept`] — CRI's side of the hook flow: decode, load, wire edits, send, commit.
 //!   [`hooked_fields`] — the CRI messages with only the fields hooks read;

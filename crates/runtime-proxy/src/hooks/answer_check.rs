@@ -99,13 +99,6 @@ fn raw_entry(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((key, value))
 }
 
-/// A `map<string, string>` entry: its key and value (see [`raw_entry`]). `None` when malformed
-/// or not UTF-8.
-fn entry(bytes: &[u8]) -> Option<(&str, &str)> {
-    let (key, value) = raw_entry(bytes)?;
-    Some((std::str::from_utf8(key).ok()?, std::str::from_utf8(value).ok()?))
-}
-
 /// A request's map, walked in key order beside the answer's entries of the same map.
 ///
 /// An answer that echoes the map in key order (a hook server built on hook-api, whose maps are
@@ -139,12 +132,6 @@ impl<'m> Echoed<'m> {
         let (Ok(key), Ok(value)) = (std::str::from_utf8(key), std::str::from_utf8(value)) else { return false };
         (empty_key_ignored && key.is_empty()) || self.map.get(key).is_some_and(|have| have == value)
     }
-}
-
-/// Whether the map entry `bytes` is valid and already in `map` with that value (merging it
-/// changes nothing).
-fn entry_in(map: &BTreeMap<String, String>, bytes: &[u8]) -> bool {
-    entry(bytes).is_some_and(|(k, v)| map.get(k).is_some_and(|have| have == v))
 }
 
 /// A string field's occurrence: `true` when it is UTF-8 and either empty or `have` (a
@@ -187,6 +174,7 @@ fn resources_unchanged(cur: &LinuxContainerResources, answer: &[u8]) -> bool {
     let mut fields = Fields { buf: answer };
     // The cpusets are taken from the answer whatever they are: absent means "".
     let (mut cpus, mut mems): (&[u8], &[u8]) = (b"", b"");
+    let mut unified = Echoed::new(&cur.unified);
     loop {
         let Some(next) = fields.next_field() else { return false };
         let Some((number, field)) = next else { break };
@@ -210,7 +198,7 @@ fn resources_unchanged(cur: &LinuxContainerResources, answer: &[u8]) -> bool {
             }
             // Never merged, but must decode.
             (8, Field::Bytes(b)) => HugepageLimit::decode(b).is_ok(),
-            (9, Field::Bytes(b)) => entry_in(&cur.unified, b),
+            (9, Field::Bytes(b)) => unified.unchanged(b, false),
             (1..=10, _) => false,
             _ => true,
         };
