@@ -57,6 +57,7 @@ impl Core {
                         frame::settings_ack(&mut self.to_client);
                         return Ok(());
                     }
+                    self.client_settings_unacked += 1;
                 } else if !self.connected {
                     return Ok(());
                 }

@@ -76,6 +76,16 @@ impl Core {
                 self.flush_pending();
                 Ok(())
             }
+            kind::SETTINGS => {
+                // The ACK of the client's SETTINGS: once the client has it, the relay's own DATA
+                // may go to it under them.
+                self.to_client.extend_from_slice(raw);
+                self.client_settings_unacked = self.client_settings_unacked.saturating_sub(1);
+                if self.client_settings_unacked == 0 {
+                    self.flush_pending();
+                }
+                Ok(())
+            }
             kind::WINDOW_UPDATE => {
                 let increment = increment(&head, raw)?;
                 if head.stream == 0 {

@@ -40,6 +40,9 @@
 //! is credited back to the sender: a stream's credit at once, the connection's with the next
 //! bytes the client is written anyway (its answer), or at once when it reaches
 //! [`CREDIT_BATCH`], so a lone WINDOW_UPDATE does not wake the client up per call.
+//! DATA the relay writes the client of its own also waits until the runtime's ACK of every
+//! SETTINGS the client sent has gone to the client, as a server's ACK precedes the DATA it
+//! sends under new settings (a client may apply a new stream window only on the ACK).
 //!
 //! **Statuses of the proxy's own**: a relayed call still waiting for its response head when its
 //! `grpc-timeout` passes is answered `DEADLINE_EXCEEDED` and reset at the runtime; when the
@@ -246,6 +249,13 @@ pub struct Core {
     last_stream: u32,
     /// The runtime's SETTINGS reached the client.
     backend_settings: bool,
+    /// The client's SETTINGS frames sent on to the runtime whose ACK has not reached the client
+    /// yet. Meanwhile the relay writes the client no DATA of its own (taken-over answers): a
+    /// client applies a new SETTINGS_INITIAL_WINDOW_SIZE to what it receives only once it has
+    /// the ACK (h2 does, RFC 9113 §6.5.3 allows it), so DATA sized to the new window that comes
+    /// before the ACK is counted against the old one, and the client's WINDOW_UPDATE for it
+    /// may never come. A server's ACK always precedes the DATA it sends under new settings.
+    client_settings_unacked: u32,
     /// A task is dialling the runtime to learn whether it is back (no runtime connection).
     probing: bool,
     commands_tx: mpsc::UnboundedSender<Command>,
@@ -455,6 +465,7 @@ impl Core {
             streams: BTreeMap::new(),
             last_stream: 0,
             backend_settings: false,
+            client_settings_unacked: 0,
             probing: false,
             commands_tx,
             commands,

@@ -39,6 +39,11 @@ impl Core {
         if !self.backend_settings {
             frame::settings(&mut self.to_client, &[(setting::MAX_CONCURRENT_STREAMS, self.max_streams)]);
         }
+        // The client's SETTINGS the runtime did not acknowledge (to the client) are the relay's
+        // to acknowledge now.
+        for _ in 0..std::mem::take(&mut self.client_settings_unacked) {
+            frame::settings_ack(&mut self.to_client);
+        }
         if let Some((head, _)) = self.client.held.take() {
             self.backend.window.room += head.len as i64;
         }
@@ -54,6 +59,7 @@ impl Core {
             self.fail(id, status);
         }
         self.gone = Some(format!("{} failed: {why}", self.runtime));
+        self.flush_pending();
     }
 
     /// Graceful GOAWAY, first step (the second when the client acknowledges the PING).

@@ -225,7 +225,8 @@ impl Core {
         self.flush_reply(id);
     }
 
-    /// Writes as much of a taken-over call's answer as the client's windows take.
+    /// Writes as much of a taken-over call's answer as the client's windows take (none of its
+    /// DATA while the client's SETTINGS wait for their ACK: `Core::client_settings_unacked`).
     pub(super) fn flush_reply(&mut self, id: u32) {
         let Some(Stream { kind: StreamKind::TakenOver(t), .. }) = self.streams.get_mut(&id) else { return };
         let Some(reply) = &mut t.reply else { return };
@@ -234,7 +235,7 @@ impl Core {
             frame::put_headers(&mut self.to_client, id, end, &head, self.client.max_frame);
         }
         if !reply.data.is_empty() {
-            let room = self.client.window.room.min(t.window).max(0) as usize;
+            let room = if self.client_settings_unacked > 0 { 0 } else { self.client.window.room.min(t.window).max(0) as usize };
             let n = room.min(reply.data.len());
             if n > 0 {
                 let chunk = reply.data.split_to(n);

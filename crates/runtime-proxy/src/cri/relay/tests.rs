@@ -147,3 +147,45 @@ const PREFACE_AND_SETTINGS: [u8; 33] = {
     b[27] = kind::SETTINGS;
     b
 };
+
+/// A taken-over call's answer (ImageService on a socket of its own) on a connection whose client
+/// lowered SETTINGS_INITIAL_WINDOW_SIZE: its DATA waits until the runtime's ACK of those SETTINGS
+/// went to the client, and then fits the new window. (h2's client applies the new window only
+/// on the ACK; DATA before it is counted against the old window, and its WINDOW_UPDATE never
+/// came: the call hung.)
+#[tokio::test]
+async fn taken_over_data_waits_for_the_ack_of_the_clients_settings() {
+    let runtime = Arc::new(Backend::new("/nonexistent/runtime-proxy-test.sock"));
+    let image = Arc::new(Backend::new("/nonexistent/runtime-proxy-test-images.sock"));
+    let router = Arc::new(Router::new(runtime, image, None, Arc::new(Metrics::new())));
+    let answer = || Answer {
+        head: Response::new(()),
+        data: Bytes::from(vec![7; 200]),
+        trailers: Some(HeaderMap::from_iter([(http::HeaderName::from_static("grpc-status"), http::HeaderValue::from_static("0"))])),
+    };
+    for lost in [false, true] {
+        let mut core = Core::new(router.clone(), TaskTracker::new(), 100, true, None);
+        let mut client = BytesMut::from(&frame::PREFACE[..]);
+        frame::settings(&mut client, &[(setting::INITIAL_WINDOW_SIZE, 64)]);
+        let mut block = BytesMut::new();
+        frame::put_literal(&mut block, b":path", b"/runtime.v1.ImageService/ListImages");
+        frame::put_headers(&mut client, 1, false, &block, frame::DEFAULT_MAX_FRAME);
+        frame::put_data(&mut client, 1, &Bytes::from_static(&[0; 5]), true, frame::DEFAULT_MAX_FRAME);
+        core.client_input(&client);
+        core.on_reply(1, Ok(answer()));
+        assert_eq!(data_frames(&core.to_client, 1), Vec::<usize>::new(), "no DATA before the ACK");
+        core.to_client.clear();
+        if lost {
+            core.backend_lost("gone".into());
+        } else {
+            let mut ack = BytesMut::new();
+            frame::settings_ack(&mut ack);
+            core.backend_input(&ack);
+        }
+        let sent = heads(&core.to_client);
+        let ack_at = sent.iter().position(|h| h.kind == kind::SETTINGS && h.has(flag::ACK)).expect("the ACK went to the client");
+        let data_at = sent.iter().position(|h| h.kind == kind::DATA).expect("then the DATA");
+        assert!(ack_at < data_at, "the ACK before the DATA: {sent:?}");
+        assert_eq!(data_frames(&core.to_client, 1), vec![64], "as much as the new window takes (lost: {lost})");
+    }
+}
