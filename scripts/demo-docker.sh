@@ -18,7 +18,7 @@ LOG=$DIR/proxy.log
 HOOK_DIR=$DIR/hookserver.d
 HOOK_SOCK=$DIR/annotation-hook.sock
 HOOK_LOG=$DIR/annotation-hook.log
-BIN=${CARGO_TARGET_DIR:-target}/release
+BIN=$(demo_bin_dir)
 PROXY_PID= HOOK_PID=
 PROXY_LOG=info,runtime_proxy=debug
 
@@ -43,9 +43,9 @@ api() { curl -sS --fail-with-body --unix-socket "$SOCK" -X "$1" -H 'Content-Type
 json_id() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Id"])'; }
 
 need_pkgs "${RP_PKGS[@]}" curl
-echo "building (release)..."
-cargo build -q --release --locked -p runtime-proxy --bins
-cargo build -q --release --locked -p hook-api --examples
+echo "building ($RP_DEMO_PROFILE)..."
+cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p runtime-proxy --bins
+cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p hook-api --examples
 scripts/dockerd.sh up "$DOCKERD" >/dev/null 2>&1 || scripts/dockerd.sh up "$DOCKERD" >/dev/null  # it writes $DOCKERD/env
 DOCKER_SOCK=$(sed -n 's/^DOCKER_SOCK=//p' "$DOCKERD/env")
 PARENT=$(sed -n 's/^DOCKER_CGROUP_PARENT=//p' "$DOCKERD/env")

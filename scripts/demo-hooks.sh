@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 CTRD=/tmp/rp-demo-hooks-ctrd
 DIR=/tmp/rp-demo-hooks
-BIN=${CARGO_TARGET_DIR:-target}/release
+BIN=$(demo_bin_dir)
 PIDS=()
 export RP_CACHE=$CTRD/cache  # the images containerd.sh builds: removed with containerd's root
 
@@ -43,8 +43,8 @@ wait_for() {
 }
 
 need_pkgs "${RP_PKGS[@]}"
-echo "building (release)..."
-cargo build -q --release --locked -p runtime-proxy -p runtime-hooks --bins --examples
+echo "building ($RP_DEMO_PROFILE)..."
+cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p runtime-proxy -p runtime-hooks --bins --examples
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 SOCK=$CTRD/run/containerd.sock
 rm -rf "$DIR" && mkdir -p "$DIR/hookserver.d"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# demo.sh — `make demo`: a real containerd 1.6, the release runtime-proxy in front of it, the example
+# demo.sh — `make demo`: a real containerd 1.6, the release runtime-proxy (RP_DEMO_PROFILE: another cargo profile) in front of it, the example
 # hook server (hook-api's annotation_hook) registered with the proxy, and one pod run through the proxy
 # the way kubelet runs it (examples/demo_pod.rs): the pod's annotation asks the hook for 700 CPU shares
 # where kubelet asks 512, and the container gets 700. Then the logs of those calls. Everything it
 # starts is stopped on exit, also on failure or Ctrl-C, and everything it wrote is removed: its temp
 # dirs, containerd's root and the image cache, which it keeps in containerd's root rather than the
 # shared /var/cache/runtime-proxy (RP_DEMO_KEEP=1 keeps the dirs, logs included, for a look). What stays:
-# the release build in target/, and Debian packages it installed.
+# the build in target/, and Debian packages it installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -18,7 +18,7 @@ LOG=$DIR/proxy.log
 HOOK_DIR=$DIR/hookserver.d
 HOOK_SOCK=$DIR/annotation-hook.sock
 HOOK_LOG=$DIR/annotation-hook.log
-BIN=${CARGO_TARGET_DIR:-target}/release
+BIN=$(demo_bin_dir)
 PROXY_PID= HOOK_PID=
 # the two images containerd.sh builds (pause, busybox): in containerd's root, removed with it
 export RP_CACHE=$CTRD/cache
@@ -46,9 +46,9 @@ trap 'exit 130' INT TERM
 plain() { sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^[0-9T:.-]*Z *[A-Z]* *[a-z_:]*: //' "$@"; }
 
 need_pkgs "${RP_PKGS[@]}"
-echo "building (release)..."
-cargo build -q --release --locked -p runtime-proxy --examples --bins
-cargo build -q --release --locked -p hook-api --examples
+echo "building ($RP_DEMO_PROFILE)..."
+cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p runtime-proxy --examples --bins
+cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p hook-api --examples
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 
 mkdir -p "$DIR" && : >"$LOG" && : >"$HOOK_LOG"

@@ -2,6 +2,10 @@
 
 # Debian packages the build, the tests and the demo need (cargo, rustc, cargo-nextest are preinstalled).
 RP_PKGS=(protobuf-compiler containerd runc busybox-static gcc libc6-dev make)
+# The cargo profile the demos build and run (RP_DEMO_PROFILE: release unless set; the test run's demo phase uses dev,
+# the build its first phase made) and where its binaries are.
+RP_DEMO_PROFILE=${RP_DEMO_PROFILE:-release}
+demo_bin_dir() { if [ "$RP_DEMO_PROFILE" = dev ]; then echo "${CARGO_TARGET_DIR:-target}/debug"; else echo "${CARGO_TARGET_DIR:-target}/$RP_DEMO_PROFILE"; fi; }
 
 export DEBIAN_FRONTEND=noninteractive
 # rustup's cargo when it is not on PATH already (e.g. a CI shell without the login profile)

@@ -8,7 +8,8 @@
 #     images they build in their own containerd root;
 #   * no process of theirs still running, no cgroup of their pods (/sys/fs/cgroup/*/rp-test-rp-demo*, rp-docker-rp-demo*).
 #
-# The release build in target/ and Debian packages installed on the way stay (the demos say so in their headers).
+# The demos run the dev build (RP_DEMO_PROFILE=dev unless set: the test run built it already; `make demo` alone builds
+# release). That build in target/ and Debian packages installed on the way stay (the demos say so in their headers).
 # Prints `ok`/`FAIL` per check and a cargo-style `test result:` line that scripts/test.sh counts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ leftovers() {
 cache_state >"$OUT/cache.before"
 
 for demo in demo demo-hooks demo-docker; do
-  make --no-print-directory "$demo" >"$OUT/$demo.log" 2>&1
+  RP_DEMO_PROFILE=${RP_DEMO_PROFILE:-dev} make --no-print-directory "$demo" >"$OUT/$demo.log" 2>&1
   rc=$?
   check "make $demo exits 0" bash -c "[ $rc -eq 0 ] || { tail -n 30 '$OUT/$demo.log'; exit 1; }"
   check "make $demo: its last line says what it cleaned up" bash -c "tail -n 1 '$OUT/$demo.log' | grep -q '^cleaned up: every process it started stopped, .* removed' || tail -n 3 '$OUT/$demo.log'"

@@ -45,6 +45,17 @@ phase() {
   TIMES+=("$(printf '%-28s %4ss  %s' "$name" $((SECONDS - start)) "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)")")
 }
 
+# limited CMD...: CMD, stopped with everything it started once it has run RP_PHASE_LIMIT seconds (default 1200; a
+# phase of integration tests takes about 3 minutes), so that a test that hangs fails its phase, named in the log,
+# instead of using up the whole run's time.
+limited() {
+  local limit=${RP_PHASE_LIMIT:-1200} rc
+  timeout -k 30 "$limit" "$@"
+  rc=$?
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || echo "stopped after ${limit}s (RP_PHASE_LIMIT): $*" >&2
+  return $rc
+}
+
 # test_targets [-v] GLOB: `--test NAME` lines for the integration test targets crates/*/tests/NAME.rs (or
 # NAME/main.rs) whose NAME matches GLOB (-v: does not match it).
 test_targets() {
@@ -68,7 +79,7 @@ integration() {
   mapfile -t tests < <(test_targets -v '@(docker|nri)_*')
   [ ${#tests[@]} -gt 0 ] || { echo "no integration test targets"; return 0; }
   RP_NRI=$nri scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
-  RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
+  RP_CONTAINERD_ENV=$root/env limited cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
   local rc=$?
   scripts/containerd.sh down "$root"
   return $rc
@@ -80,7 +91,7 @@ nri_integration() {
   local root=$ROOT_PREFIX-nri-$1 tests
   mapfile -t tests < <(test_targets 'nri_*')
   RP_NRI=1 scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
-  RP_CONTAINERD_ENV=$root/env cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
+  RP_CONTAINERD_ENV=$root/env limited cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
   local rc=$?
   scripts/containerd.sh down "$root"
   return $rc
@@ -92,7 +103,7 @@ docker_integration() {
   local tests
   mapfile -t tests < <(test_targets 'docker_*')
   scripts/dockerd.sh up "$DOCKERD_ROOT" >/dev/null || return 1
-  RP_DOCKERD_ENV=$DOCKERD_ROOT/env cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
+  RP_DOCKERD_ENV=$DOCKERD_ROOT/env limited cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
   local rc=$?
   scripts/dockerd.sh down "$DOCKERD_ROOT"
   return $rc
@@ -114,7 +125,7 @@ for tool in cargo rustc; do command -v $tool >/dev/null || { echo "$tool not fou
 
 phase "build" cargo build "${LOCKED[@]}" --workspace --all-targets
 phase "fmt and clippy" lint
-phase "unit tests" cargo test "${LOCKED[@]}" --workspace --lib --bins --no-fail-fast
+phase "unit tests" limited cargo test "${LOCKED[@]}" --workspace --lib --bins --no-fail-fast
 # cargo fuzz targets (fuzz/): scripts/fuzz.sh, FUZZ_RUNS inputs each (default 300000) from seed FUZZ_SEED
 # (default 1), so that the verdict is the same on every run of the same tree; FUZZ_RUNS=0 skips the phase.
 # Exploring with new seeds is `make fuzz`, whose crashes join fuzz/corpus as regression inputs.
@@ -135,9 +146,9 @@ if compgen -G 'crates/*/tests/docker_*.rs' >/dev/null; then
   phase "integration (dockerd)" docker_integration
 fi
 
-phase "packages" scripts/test-packages.sh
-phase "operations" scripts/test-operations.sh
-phase "demo" scripts/test-demo.sh
+phase "packages" limited scripts/test-packages.sh
+phase "operations" limited scripts/test-operations.sh
+phase "demo" limited scripts/test-demo.sh
 
 printf '\n==> summary\n'
 printf '%s\n' "${TIMES[@]}"
