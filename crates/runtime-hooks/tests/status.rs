@@ -163,7 +163,7 @@ fn status_is_1_when_the_reconciler_fails_and_2_without_an_endpoint() {
     let run = status("off", &[]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.starts_with("runtime-hooks: status: --metrics-addr is off"), "{}", run.stderr);
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let free = test_support::free_loopback_addr();
     let run = status(&free, &[]);
     assert_eq!((run.code, run.stdout.as_str()), (2, ""));
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);

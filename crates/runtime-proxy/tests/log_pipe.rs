@@ -58,12 +58,6 @@ fn metric(addr: &str, name: &str) -> f64 {
     line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{line}"))
 }
 
-/// A free TCP port on 127.0.0.1 for the admin endpoint (its log line cannot be read here).
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 /// SIGTERM, then a clean exit within 10 s and the socket gone. Waits on a blocking thread: the
 /// test's clients must go on running to close their connections at the proxy's GOAWAY.
 async fn stop(proxy: ProxyProcess, socket: &Path) {
@@ -84,7 +78,7 @@ async fn stderr_closed_before_the_start() {
     let socket = dir.path().join("proxy.sock");
     let (reader, writer) = pipe();
     drop(reader);
-    let addr = free_addr();
+    let addr = test_support::free_loopback_addr();
     let out = writer.try_clone().unwrap();
     let mut proxy = ProxyProcess::spawn_with_output(
         BIN,
@@ -113,7 +107,7 @@ async fn stderr_fifo_whose_reader_goes_away() {
     // The reader first (non-blocking, so opening it does not wait for a writer).
     let mut reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
     let writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
-    let addr = free_addr();
+    let addr = test_support::free_loopback_addr();
     let mut proxy = ProxyProcess::spawn_with_output(
         BIN,
         &socket,

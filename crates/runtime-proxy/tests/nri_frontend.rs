@@ -46,13 +46,16 @@ fn setup() -> Option<Setup> {
     let dir = tempfile::Builder::new().prefix("rp-nri").tempdir().unwrap();
     let rt = runtime_client(&env.socket);
     let log = dir.path().join("proxy.log");
-    Some(Setup { env, nri_socket, log, debug: free_addr(), metrics: free_addr(), proxy: None, rt, dir })
-}
-
-/// A loopback address with a port free now.
-fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    format!("127.0.0.1:{port}")
+    Some(Setup {
+        env,
+        nri_socket,
+        log,
+        debug: test_support::free_loopback_addr(),
+        metrics: test_support::free_loopback_addr(),
+        proxy: None,
+        rt,
+        dir,
+    })
 }
 
 impl Setup {
@@ -321,7 +324,7 @@ fn waits_for_the_runtime_and_stops_on_sigterm() {
     let dir = tempfile::Builder::new().prefix("rp-nri").tempdir().unwrap();
     let log = dir.path().join("proxy.log");
     let file = std::fs::File::create(&log).unwrap();
-    let metrics = free_addr();
+    let metrics = test_support::free_loopback_addr();
     let mut child = Command::new(BIN)
         .args(["--frontend", "nri", "--nri-socket"])
         .arg(dir.path().join("absent.sock"))

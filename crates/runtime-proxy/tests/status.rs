@@ -156,7 +156,7 @@ fn status_is_1_when_the_backend_is_down() {
 /// no debug dump, nothing on stdout.
 #[test]
 fn status_is_2_when_there_is_no_endpoint() {
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let free = test_support::free_loopback_addr();
     let run = status(&free, &[]);
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.is_empty(), "{}", run.stdout);

@@ -47,7 +47,6 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -319,11 +318,13 @@ pub fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Free TCP ports on 127.0.0.1, distinct (all bound at once, then released: another process may
-/// still take one before the server binds it, as with envtest).
+/// Free TCP ports on 127.0.0.1, distinct, below the ephemeral range
+/// ([`crate::free_loopback_addr`]).
 fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0")).collect();
-    std::array::from_fn(|i| listeners[i].local_addr().expect("local addr").port())
+    std::array::from_fn(|_| {
+        let addr = crate::free_loopback_addr();
+        addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port")
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -879,7 +880,7 @@ mod tests {
     /// and content type go out as they should; status and body come back.
     #[test]
     fn http_sends_method_token_and_body_and_reads_the_answer() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/api/v1/namespaces/default/events", listener.local_addr().unwrap());
         let server = std::thread::spawn(move || {
             let (conn, _) = listener.accept().unwrap();
