@@ -44,8 +44,7 @@ json_id() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Id"])'; }
 
 need_pkgs "${RP_PKGS[@]}" curl
 echo "building ($RP_DEMO_PROFILE)..."
-cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p runtime-proxy --bins
-cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p hook-api --examples
+demo_build
 scripts/dockerd.sh up "$DOCKERD" >/dev/null 2>&1 || scripts/dockerd.sh up "$DOCKERD" >/dev/null  # it writes $DOCKERD/env
 DOCKER_SOCK=$(sed -n 's/^DOCKER_SOCK=//p' "$DOCKERD/env")
 PARENT=$(sed -n 's/^DOCKER_CGROUP_PARENT=//p' "$DOCKERD/env")

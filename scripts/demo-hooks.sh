@@ -44,7 +44,7 @@ wait_for() {
 
 need_pkgs "${RP_PKGS[@]}"
 echo "building ($RP_DEMO_PROFILE)..."
-cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p runtime-proxy -p runtime-hooks --bins --examples
+demo_build
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 SOCK=$CTRD/run/containerd.sock
 rm -rf "$DIR" && mkdir -p "$DIR/hookserver.d"

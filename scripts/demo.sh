@@ -47,8 +47,7 @@ plain() { sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^[0-9T:.-]*Z *[A-Z]* *[a-z_:]*: //'
 
 need_pkgs "${RP_PKGS[@]}"
 echo "building ($RP_DEMO_PROFILE)..."
-cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p runtime-proxy --examples --bins
-cargo build -q --profile "$RP_DEMO_PROFILE" --locked -p hook-api --examples
+demo_build
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 
 mkdir -p "$DIR" && : >"$LOG" && : >"$HOOK_LOG"
