@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# demo.sh — `make demo`: a real containerd 1.6, the release runtime-proxy (RP_DEMO_PROFILE: another cargo profile) in front of it, the example
-# hook server (hook-api's annotation_hook) registered with the proxy, and one pod run through the proxy
+# demo.sh — `make demo`: a real containerd 1.6, the release runtime-proxy (RP_DEMO_PROFILE: another cargo
+# profile) in front of it, the example hook server (hook-api's annotation_hook) registered with the
+# proxy, and one pod run through the proxy
 # the way kubelet runs it (examples/demo_pod.rs): the pod's annotation asks the hook for 700 CPU shares
 # where kubelet asks 512, and the container gets 700. Then the logs of those calls. Everything it
 # starts is stopped on exit, also on failure or Ctrl-C, and everything it wrote is removed: its temp

@@ -157,7 +157,7 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
 /// The port lies below the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`,
 /// 32768 by default), from which outgoing connections and `bind(…:0)` take theirs: a port from
 /// `bind(127.0.0.1:0)`, released, could go to any connection made before the server binds it (a
-/// proxy's admin endpoint once failed to bind so in CI). Ports handed out in one process differ.
+/// proxy's admin endpoint once failed to bind so in a `make test` run). Ports handed out in one process differ.
 ///
 /// Panics (test code) when no port from 10000 up to the range is free.
 pub fn free_loopback_addr() -> String {
