@@ -43,7 +43,7 @@ api() { curl -sS --fail-with-body --unix-socket "$SOCK" -X "$1" -H 'Content-Type
 json_id() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Id"])'; }
 
 need_pkgs "${RP_PKGS[@]}" curl
-echo "building ($RP_DEMO_PROFILE)..."
+echo "building ($(demo_profile))..."
 demo_build
 scripts/dockerd.sh up "$DOCKERD" >/dev/null 2>&1 || scripts/dockerd.sh up "$DOCKERD" >/dev/null  # it writes $DOCKERD/env
 DOCKER_SOCK=$(sed -n 's/^DOCKER_SOCK=//p' "$DOCKERD/env")

@@ -43,7 +43,7 @@ wait_for() {
 }
 
 need_pkgs "${RP_PKGS[@]}"
-echo "building ($RP_DEMO_PROFILE)..."
+echo "building ($(demo_profile))..."
 demo_build
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 SOCK=$CTRD/run/containerd.sock

@@ -47,7 +47,7 @@ trap 'exit 130' INT TERM
 plain() { sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^[0-9T:.-]*Z *[A-Z]* *[a-z_:]*: //' "$@"; }
 
 need_pkgs "${RP_PKGS[@]}"
-echo "building ($RP_DEMO_PROFILE)..."
+echo "building ($(demo_profile))..."
 demo_build
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 

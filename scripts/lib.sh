@@ -2,15 +2,15 @@
 
 # Debian packages the build, the tests and the demo need (cargo, rustc, cargo-nextest are preinstalled).
 RP_PKGS=(protobuf-compiler containerd runc busybox-static gcc libc6-dev make)
-# The cargo profile the demos build and run (RP_DEMO_PROFILE: release unless set; the test run's demo phase uses dev,
-# the build its first phase made) and where its binaries are.
-RP_DEMO_PROFILE=${RP_DEMO_PROFILE:-release}
-demo_bin_dir() { if [ "$RP_DEMO_PROFILE" = dev ]; then echo "${CARGO_TARGET_DIR:-target}/debug"; else echo "${CARGO_TARGET_DIR:-target}/$RP_DEMO_PROFILE"; fi; }
-# demo_build: the binaries and examples the demos run, built in RP_DEMO_PROFILE for the whole workspace at once. One
+# demo_profile: the cargo profile the demos build and run, RP_DEMO_PROFILE (release unless set; the test run's demo
+# phase sets dev, the build its first phase made). Read when used, not when this file is sourced, so that a script
+# that sources it can still set the variable for the demos it runs. demo_bin_dir: where that profile's binaries are.
+demo_profile() { echo "${RP_DEMO_PROFILE:-release}"; }
+demo_bin_dir() { local p; p=$(demo_profile); [ "$p" != dev ] || p=debug; echo "${CARGO_TARGET_DIR:-target}/$p"; }
+# demo_build: the binaries and examples the demos run, built in demo_profile for the whole workspace at once. One
 # selection for every demo: a package's own (`-p runtime-proxy`) resolves its dependencies' features differently
-# from the workspace's and builds them again (in a fresh clone, ~8 minutes of `make test`'s demo phase after its
-# build phase had built them all).
-demo_build() { cargo build -q --locked --profile "$RP_DEMO_PROFILE" --workspace --bins --examples; }
+# from the workspace's, and would build them again after `make test`'s build phase.
+demo_build() { cargo build -q --locked --profile "$(demo_profile)" --workspace --bins --examples; }
 
 export DEBIAN_FRONTEND=noninteractive
 # rustup's cargo when it is not on PATH already (e.g. a CI shell without the login profile)

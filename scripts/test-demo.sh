@@ -42,9 +42,11 @@ leftovers() {
 [ -z "$(leftovers)" ] || { echo "leftovers of an earlier demo run, not ours to remove:"; leftovers; echo "test result: FAILED. 0 passed; 1 failed;"; exit 1; }
 cache_state >"$OUT/cache.before"
 
+PROFILE=${RP_DEMO_PROFILE:-dev}
 for demo in demo demo-hooks demo-docker; do
-  RP_DEMO_PROFILE=${RP_DEMO_PROFILE:-dev} make --no-print-directory "$demo" >"$OUT/$demo.log" 2>&1
+  RP_DEMO_PROFILE=$PROFILE make --no-print-directory "$demo" >"$OUT/$demo.log" 2>&1
   rc=$?
+  check "make $demo runs the $PROFILE build" bash -c "head -n 1 '$OUT/$demo.log' | grep -qx 'building ($PROFILE)...' || head -n 1 '$OUT/$demo.log'"
   check "make $demo exits 0" bash -c "[ $rc -eq 0 ] || { tail -n 30 '$OUT/$demo.log'; exit 1; }"
   check "make $demo: its last line says what it cleaned up" bash -c "tail -n 1 '$OUT/$demo.log' | grep -q '^cleaned up: every process it started stopped, .* removed' || tail -n 3 '$OUT/$demo.log'"
 done
