@@ -319,12 +319,9 @@ pub fn random_token() -> String {
 }
 
 /// Free TCP ports on 127.0.0.1, distinct, below the ephemeral range
-/// ([`crate::free_loopback_addr`]).
+/// ([`crate::free_loopback_port`]).
 fn free_ports<const N: usize>() -> [u16; N] {
-    std::array::from_fn(|_| {
-        let addr = crate::free_loopback_addr();
-        addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port")
-    })
+    std::array::from_fn(|_| crate::free_loopback_port())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -152,29 +152,34 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
 }
 
 /// A loopback address, `127.0.0.1:PORT`, whose port is free now, for a server the test starts
-/// next with it (`--metrics-addr`, `--debug-addr`).
+/// next with it (`--metrics-addr`, `--debug-addr`): [`free_loopback_port`]'s port.
+pub fn free_loopback_addr() -> String {
+    format!("127.0.0.1:{}", free_loopback_port())
+}
+
+/// A TCP port free on 127.0.0.1 now, for a server the test starts next with it.
 ///
 /// The port lies below the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`,
 /// 32768 by default), from which outgoing connections and `bind(…:0)` take theirs: a port from
 /// `bind(127.0.0.1:0)`, released, could go to any connection made before the server binds it (a
-/// proxy's admin endpoint once failed to bind so in a `make test` run). Ports handed out in one process differ.
+/// proxy's admin endpoint once failed to bind so in a `make test` run). Ports handed out in one
+/// process differ.
 ///
 /// Panics (test code) when no port from 10000 up to the range is free.
-pub fn free_loopback_addr() -> String {
+pub fn free_loopback_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|r| r.split_whitespace().next()?.parse().ok())
-        .filter(|low| *low > 10_100)
+        .filter(|low| (10_100..=65_535).contains(low))
         .unwrap_or(32768);
     let span = low - 10_000;
     // Spread over the span by process, then one step per call, so that processes and calls
     // rarely try the same port.
     let start = std::process::id().wrapping_mul(7919) + NEXT.fetch_add(101, Ordering::Relaxed);
     (0..span)
-        .map(|i| 10_000 + (start + i) % span)
-        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port as u16)).is_ok())
-        .map(|port| format!("127.0.0.1:{port}"))
+        .map(|i| (10_000 + (start + i) % span) as u16)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
         .unwrap_or_else(|| panic!("no free port on 127.0.0.1 from 10000 to {low}"))
 }

@@ -8,8 +8,8 @@
 //! size, hook calls, failures and refused CRI calls per stage (from the metrics), files
 //! rejected, uptime and version, and `healthy` with the `problems` that make it false: the
 //! backend down, or a server with failure policy `Fail` whose last call failed (pods are being
-//! refused). A failing
-//! `Ignore` server or a rejected file is a `warning`: pods start, without that server's changes.
+//! refused). A failing `Ignore` server or a rejected file is a `warning`: pods start, without
+//! that server's changes.
 //!
 //! Health is recorded by the dispatcher ([`HookHealth::record_ok`], [`HookHealth::record_failure`]):
 //! one lock-free map load and two atomic stores per successful call; a mutex is taken only on
