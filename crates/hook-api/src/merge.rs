@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | pod `labels`, `annotations` | merged into the request's map, answer wins per key; keys are never removed | koord `MergeMap` |
 //! | pod `cgroup_parent` | replaces the request's when not empty | koord `UpdateRequest` |
-//! | pod `resources` | ignored (CRI mode applies no pod-level resources) | koord CRI mode |
+//! | pod `resources` | when present, field by field by [`merge_resources`] (as `container_resources`). Docker mode applies them to the pod sandbox's (pause) container; CRI and NRI mode apply them nowhere (no CRI or NRI field takes a sandbox's resources at creation) | koord `HandleCreateContainer` (Docker), `PodResourceExecutor.UpdateRequest` (CRI: ignored) |
 //! | `container_annotations` | merged, answer wins per key | koord `MergeMap` |
 //! | `container_envs` | merged, answer wins per key (koord replaces the whole map, which a sparse answer would empty; with koordlet's echo both agree); an empty name is ignored (no process can read it; containerd and dockerd would write `=V` into the environment) | ours |
 //! | `pod_cgroup_parent` | replaces when not empty | koord |
@@ -56,6 +56,9 @@ pub fn apply_pod_response(req: &mut PodSandboxHookRequest, resp: &PodSandboxHook
     merge_map(&mut req.annotations, &resp.annotations);
     if !resp.cgroup_parent.is_empty() {
         req.cgroup_parent.clone_from(&resp.cgroup_parent);
+    }
+    if let Some(answer) = &resp.resources {
+        merge_resources(req.resources.get_or_insert_with(Default::default), answer);
     }
 }
 
@@ -114,6 +117,12 @@ pub fn pod_response_changes(req: &PodSandboxHookRequest, resp: &PodSandboxHookRe
     map_changes(&req.labels, &resp.labels)
         || map_changes(&req.annotations, &resp.annotations)
         || (!resp.cgroup_parent.is_empty() && resp.cgroup_parent != req.cgroup_parent)
+        || match (&req.resources, &resp.resources) {
+            (_, None) => false,
+            // The rule puts default resources in first, then merges.
+            (None, Some(_)) => true,
+            (Some(cur), Some(answer)) => resources_change(cur, answer),
+        }
 }
 
 /// Whether [`apply_container_response`] of `resp` would change `req` at all (exact, as
@@ -285,6 +294,31 @@ mod tests {
         assert_eq!(req.cgroup_parent, "/b");
     }
 
+    /// koordlet's PreRunPodSandbox answer carries the pod's resources (its BatchResource sums):
+    /// merged by the container rule, so a hook's −1 memory is ignored and the rest taken.
+    #[test]
+    fn pod_answer_merges_resources() {
+        let mut req = PodSandboxHookRequest { resources: Some(resources()), ..Default::default() };
+        let answer = LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, memory_limit_in_bytes: -1, ..resources() };
+        let resp = PodSandboxHookResponse { resources: Some(answer), ..Default::default() };
+        assert!(pod_response_changes(&req, &resp));
+        apply_pod_response(&mut req, &resp);
+        assert_eq!(req.resources, Some(LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, ..resources() }));
+        let mut none = PodSandboxHookRequest::default();
+        apply_pod_response(
+            &mut none,
+            &PodSandboxHookResponse {
+                resources: Some(LinuxContainerResources { cpu_shares: 2, ..Default::default() }),
+                ..Default::default()
+            },
+        );
+        assert_eq!(none.resources.map(|r| r.cpu_shares), Some(2), "default resources put in first");
+        let mut echoed = PodSandboxHookRequest { resources: Some(resources()), ..Default::default() };
+        assert!(!pod_response_changes(&echoed, &echo_pod(&echoed)));
+        apply_pod_response(&mut echoed, &PodSandboxHookResponse::default());
+        assert_eq!(echoed.resources, Some(resources()), "absent resources: no change");
+    }
+
     #[test]
     fn update_merge_keeps_oom_and_cpuset_when_not_sent() {
         let mut cur = resources();
@@ -375,12 +409,14 @@ mod tests {
             answer_anns in proptest::collection::btree_map("[a-c]{1}", "[0-1]{1}", 0..3),
             parents in ("(/a|/b)?", "(/a|/b)?"),
             echo in any::<bool>(),
+            res in proptest::option::of(arb_resources()),
+            answer_res in proptest::option::of(arb_resources()),
         ) {
-            let req = PodSandboxHookRequest { labels, annotations: anns, cgroup_parent: parents.0, ..Default::default() };
+            let req = PodSandboxHookRequest { labels, annotations: anns, cgroup_parent: parents.0, resources: res, ..Default::default() };
             let resp = if echo {
                 echo_pod(&req)
             } else {
-                PodSandboxHookResponse { labels: answer_labels, annotations: answer_anns, cgroup_parent: parents.1, ..Default::default() }
+                PodSandboxHookResponse { labels: answer_labels, annotations: answer_anns, cgroup_parent: parents.1, resources: answer_res }
             };
             let mut merged = req.clone();
             apply_pod_response(&mut merged, &resp);

@@ -18,6 +18,7 @@
 //! | `pod_cgroup_parent` | — |
 //! | `container_resources.cpu_period`, `.cpu_quota`, `.cpu_shares`, `.memory_limit_in_bytes`, `.memory_swap_limit_in_bytes`, `.oom_score_adj`, `.cpuset_cpus`, `.cpuset_mems` | — |
 //! | `container_resources.unified` | the unified cgroup key (`memory.high`) |
+//! | `resources.cpu_period`, … (pod stages: the same fields of the pod's `resources`) | as `container_resources` |
 //!
 //! All functions are pure; the dispatcher applies the policy (warn or refuse).
 
@@ -130,7 +131,31 @@ pub fn pod_changes(req: &PodSandboxHookRequest, resp: &PodSandboxHookResponse) -
     if !resp.cgroup_parent.is_empty() && resp.cgroup_parent != req.cgroup_parent {
         scalar(&mut out, "cgroup_parent", &req.cgroup_parent, &resp.cgroup_parent);
     }
+    if let Some(answer) = &resp.resources {
+        let default = LinuxContainerResources::default();
+        out.extend(resources_changes(req.resources.as_ref().unwrap_or(&default), answer).into_iter().map(|mut c| {
+            c.field.name = pod_resource_field(c.field.name);
+            c
+        }));
+    }
     out
+}
+
+/// The pod-level name of a [`resources_changes`] field: `container_resources.cpu_shares` →
+/// `resources.cpu_shares`.
+fn pod_resource_field(name: &'static str) -> &'static str {
+    match name {
+        "container_resources.cpu_period" => "resources.cpu_period",
+        "container_resources.cpu_quota" => "resources.cpu_quota",
+        "container_resources.cpu_shares" => "resources.cpu_shares",
+        "container_resources.memory_limit_in_bytes" => "resources.memory_limit_in_bytes",
+        "container_resources.memory_swap_limit_in_bytes" => "resources.memory_swap_limit_in_bytes",
+        "container_resources.oom_score_adj" => "resources.oom_score_adj",
+        "container_resources.cpuset_cpus" => "resources.cpuset_cpus",
+        "container_resources.cpuset_mems" => "resources.cpuset_mems",
+        "container_resources.unified" => "resources.unified",
+        other => other,
+    }
 }
 
 /// What [`crate::merge::apply_container_response`] of `resp` would change in `req`, field by
@@ -421,5 +446,30 @@ mod tests {
         assert_eq!(conflicts, ["labels[l]", "cgroup_parent"]);
         let empty = PodSandboxHookResponse::default();
         assert!(pod_changes(&after, &empty).is_empty(), "an empty cgroup parent is no change");
+    }
+
+    /// The pod's `resources` are fields of their own (`resources.cpu_shares`), changed as the
+    /// merge rule changes them.
+    #[test]
+    fn pod_resources_are_fields() {
+        let req = PodSandboxHookRequest {
+            resources: Some(LinuxContainerResources { cpu_shares: 2, ..Default::default() }),
+            ..Default::default()
+        };
+        let answer = |shares, memory| PodSandboxHookResponse {
+            resources: Some(LinuxContainerResources { cpu_shares: shares, memory_limit_in_bytes: memory, ..Default::default() }),
+            ..Default::default()
+        };
+        let changes = pod_changes(&req, &answer(512, -1));
+        assert_eq!(changes.iter().map(|c| c.field.to_string()).collect::<Vec<_>>(), ["resources.cpu_shares"], "−1 memory is no change");
+        assert_eq!((changes[0].old.as_str(), changes[0].new.as_str()), ("2", "512"));
+        let mut owners = Owners::new();
+        owners.record("a", &changes);
+        let mut after = req.clone();
+        merge::apply_pod_response(&mut after, &answer(512, -1));
+        let conflicts: Vec<String> =
+            owners.conflicts("b", &pod_changes(&after, &answer(1024, 0))).iter().map(|c| c.field.to_string()).collect();
+        assert_eq!(conflicts, ["resources.cpu_shares"]);
+        assert!(pod_changes(&after, &merge::echo_pod(&after)).is_empty(), "the echo changes nothing");
     }
 }

@@ -18,7 +18,7 @@
 //! | | v1 (legacy or hybrid) | v2 (unified) |
 //! |---|---|---|
 //! | path | `<root>/<controller>/<dir>/<file>` | `<root>/<dir>/<file>` |
-//! | [`CgroupValue::CpuShares`] | `cpu/cpu.shares` (2..=262144) | `cpu.weight` = 1 + ((shares − 2) × 9999) / 262142 (runc's conversion) |
+//! | [`CgroupValue::CpuShares`] | `cpu/cpu.shares` (2..=262144) | `cpu.weight` by the node runtime's formula ([`crate::cpu_weight`]) |
 //! | [`CgroupValue::CfsQuota`] | `cpu/cpu.cfs_quota_us` (µs, −1 = unlimited) | first field of `cpu.max` (`max` = unlimited) |
 //! | [`CgroupValue::CfsPeriod`] | `cpu/cpu.cfs_period_us` (µs) | second field of `cpu.max` |
 //! | [`CgroupValue::MemoryLimit`] | `memory/memory.limit_in_bytes` (bytes, −1 = unlimited) | `memory.max` (`max` = unlimited) |
@@ -44,6 +44,18 @@
 //! * for the optional feature files ([`CgroupValue::is_optional_feature`], group identity),
 //!   also `EINVAL` and `ENODEV`: a kernel that has the file but not the feature switched on.
 //!
+//! # systemd units
+//!
+//! Under the systemd driver a pod slice or container scope is a systemd unit, and systemd writes
+//! the unit's own properties back into its cgroup when the slice's first child starts and at
+//! every `systemctl daemon-reload`. With a [`Systemd`] connection ([`CgroupFs::with_systemd`]),
+//! [`CgroupFs::apply`] therefore also sets each value it manages as the owning unit's runtime
+//! property ([`crate::systemd`]: `CPUWeight`, `CPUQuotaPerSecUSec` + `CPUQuotaPeriodUSec`,
+//! `MemoryMax`, `AllowedCPUs` on v2; `CPUShares`, the quota, `MemoryLimit` on v1), as kubelet
+//! and runc do for theirs, before writing the file; a property already sent by this process is
+//! not sent again unless the file had drifted. A failed D-Bus call is logged (once per unit and
+//! error) and never fails the write: the file is still written.
+//!
 //! A missing directory is an error ([`CgroupError::NoDir`]): the pod or container is not (or no
 //! longer) there. `EINVAL` on the other files is a real refusal (v1: a child's CFS quota above
 //! its parent's), which [`crate::framework::apply_all`] retries.
@@ -60,6 +72,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::cgroup_path::{self, CgroupDriver, PathError};
+use crate::cpu_weight::{WeightConversion, WeightFormula};
+use crate::systemd::{self, Systemd, UnitProperty};
 
 /// CPU shares bounds of the kernel (and kubelet): 2..=262144.
 pub const MIN_SHARES: i64 = 2;
@@ -214,14 +228,81 @@ pub struct CgroupFs {
     root: PathBuf,
     version: CgroupVersion,
     driver: Option<CgroupDriver>,
+    weight: WeightConversion,
+    systemd: Option<Systemd>,
     unsupported: Mutex<BTreeSet<String>>,
+    /// `unit: error` already logged, so a failing bus is one WARN per unit and error.
+    unit_errors: Mutex<BTreeSet<String>>,
 }
 
 impl CgroupFs {
     /// A cgroup file system at `root` of the given version (tests use a temp tree), its driver
     /// auto (each name's form decides, see [`crate::cgroup_path`]).
     pub fn new(root: impl Into<PathBuf>, version: CgroupVersion) -> CgroupFs {
-        CgroupFs { root: root.into(), version, driver: None, unsupported: Mutex::new(BTreeSet::new()) }
+        CgroupFs {
+            root: root.into(),
+            version,
+            driver: None,
+            weight: WeightConversion::default(),
+            systemd: None,
+            unsupported: Mutex::new(BTreeSet::new()),
+            unit_errors: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The same, setting the values of systemd-owned cgroups (slices, scopes) as their units'
+    /// properties through `systemd` too (module docs, "systemd units"); `None`: files only.
+    pub fn with_systemd(mut self, systemd: Option<Systemd>) -> CgroupFs {
+        self.systemd = systemd;
+        self
+    }
+
+    /// Whether values are also set as systemd unit properties.
+    pub fn sets_unit_properties(&self) -> bool {
+        self.systemd.is_some()
+    }
+
+    /// Forgets what was sent to systemd for the unit owning the cgroup `dir` (a pod removed),
+    /// so a unit of the same name later gets its properties again.
+    pub fn forget_unit(&self, dir: &str) {
+        let (Some(sd), Ok(path)) = (&self.systemd, self.cgroup_dir(dir)) else { return };
+        if let Some(unit) = systemd::unit_of(&path) {
+            sd.forget(&unit);
+        }
+    }
+
+    /// The same with the node's CPU shares → `cpu.weight` conversion: `Some` forces one
+    /// (`--cpu-weight-formula linear|runc`), `None` learns the runtime's ([`crate::cpu_weight`]).
+    pub fn with_weight_formula(mut self, forced: Option<WeightFormula>) -> CgroupFs {
+        self.weight = WeightConversion::new(forced);
+        self
+    }
+
+    /// The CPU shares → `cpu.weight` conversion every v2 write and comparison uses.
+    pub fn weight(&self) -> &WeightConversion {
+        &self.weight
+    }
+
+    /// Learns the runtime's `cpu.weight` formula from a container it created with `shares`
+    /// (cgroup v2, while the formula is being learned): reads the container directory `dir`'s
+    /// `cpu.weight` and logs the formula when this sample decides it. Unreadable files and
+    /// samples that decide nothing are ignored.
+    pub fn learn_weight_formula(&self, dir: &str, shares: i64) {
+        if self.version != CgroupVersion::V2 || !self.weight.learning() {
+            return;
+        }
+        let Ok(path) = self.file_path(dir, &CgroupValue::CpuShares(shares)) else { return };
+        let Some(weight) = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i64>().ok()) else { return };
+        if let Some(formula) = self.weight.learn(shares, weight) {
+            tracing::info!(
+                formula = formula.as_str(),
+                sample = %path.display(),
+                shares,
+                weight,
+                "cpu.weight formula learned from the runtime: {shares} CPU shares became weight {weight}; runtime-hooks writes and compares cpu.weight with the {} formula",
+                formula.as_str()
+            );
+        }
     }
 
     /// The same with the node's cgroup driver: `None` = auto (each name's form decides),
@@ -361,13 +442,68 @@ impl CgroupFs {
             Ok(s) => s.trim().to_owned(),
             Err(source) => return self.unsupported_or(value, &dir_path, CgroupError::Io { op: "reading".into(), path, source }),
         };
-        let Some(new) = self.desired_text(&dir_path, value, &current)? else {
+        let new = self.desired_text(&dir_path, value, &current)?;
+        self.set_unit_property(&dir_path, value, &current, new.is_some());
+        let Some(new) = new else {
             return Ok(Written::Unchanged);
         };
         if let Err(source) = std::fs::write(&path, &new) {
             return self.unsupported_or(value, &dir_path, CgroupError::Io { op: format!("writing {new:?} to"), path, source });
         }
         Ok(Written::Corrected(Drift { path, old: current, new }))
+    }
+
+    /// Sets `value` as the property of the systemd unit owning `dir_path`, if there is one and
+    /// a bus (module docs, "systemd units"); `current` is the file's content (its other half of
+    /// `cpu.max`), `drifted` that it differs from `value` (then the property is sent again even
+    /// if this process sent it before: kubelet or a resize may have changed it since).
+    fn set_unit_property(&self, dir_path: &Path, value: &CgroupValue, current: &str, drifted: bool) {
+        let Some(sd) = &self.systemd else { return };
+        let Some(unit) = systemd::unit_of(dir_path) else { return };
+        let Some(property) = self.unit_property(dir_path, value, current) else { return };
+        if drifted {
+            sd.forget(&unit);
+        }
+        match sd.set_properties(&unit, &[property]) {
+            Ok(_) => {}
+            Err(e) if e.is_no_such_unit() => tracing::debug!(unit = %unit, "systemd has no unit {unit}; {value} written to the file only"),
+            Err(e) => {
+                let key = format!("{unit}: {e}");
+                if self.unit_errors.lock().unwrap_or_else(|p| p.into_inner()).insert(key) {
+                    tracing::warn!(unit = %unit, value = %value, "setting the systemd unit's property failed ({e}); the cgroup file is written, and systemd may revert it at the next daemon-reload");
+                }
+            }
+        }
+    }
+
+    /// The unit property for `value` in this cgroup version (`None`: systemd has none, e.g.
+    /// group identity, `cpu.idle`, v1 `cpuset.cpus`, which systemd never writes on v1).
+    fn unit_property(&self, dir_path: &Path, value: &CgroupValue, current: &str) -> Option<UnitProperty> {
+        let limit = |v: i64| u64::try_from(v).ok().filter(|v| *v > 0);
+        let v1_file = |name: &str| std::fs::read_to_string(dir_path.join(name)).ok().and_then(|t| t.trim().parse::<i64>().ok());
+        let (cur_quota, cur_period) = match self.version {
+            CgroupVersion::V2 => {
+                let (q, p) = current.split_once(' ').unwrap_or((current, "100000"));
+                (q.parse::<i64>().ok(), p.parse::<i64>().ok())
+            }
+            CgroupVersion::V1 => (None, None),
+        };
+        match (self.version, value) {
+            (CgroupVersion::V2, CgroupValue::CpuShares(s)) => Some(UnitProperty::CpuWeight(self.weight.weight(*s) as u64)),
+            (CgroupVersion::V1, CgroupValue::CpuShares(s)) => Some(UnitProperty::CpuShares((*s).clamp(MIN_SHARES, MAX_SHARES) as u64)),
+            (version, CgroupValue::CfsQuota(q)) => {
+                let period = if version == CgroupVersion::V2 { cur_period } else { v1_file("cpu.cfs_period_us") };
+                Some(UnitProperty::CpuQuota { quota_us: limit(*q).map(|q| q.max(1000)), period_us: limit(period?)? })
+            }
+            (version, CgroupValue::CfsPeriod(p)) => {
+                let quota = if version == CgroupVersion::V2 { cur_quota } else { v1_file("cpu.cfs_quota_us") };
+                Some(UnitProperty::CpuQuota { quota_us: quota.and_then(limit), period_us: limit(*p)? })
+            }
+            (CgroupVersion::V2, CgroupValue::MemoryLimit(m)) => Some(UnitProperty::MemoryMax(limit(*m))),
+            (CgroupVersion::V1, CgroupValue::MemoryLimit(m)) => Some(UnitProperty::MemoryLimit(limit(*m))),
+            (CgroupVersion::V2, CgroupValue::CpusetCpus(cpus)) => parse_cpu_list(cpus).ok().map(UnitProperty::AllowedCpus),
+            _ => None,
+        }
     }
 
     /// An I/O error as the kernel meant it: a missing directory is [`CgroupError::NoDir`], an
@@ -398,7 +534,7 @@ impl CgroupFs {
                 differs(s.to_string(), current.parse::<i64>().ok() == Some(s))
             }
             (CgroupVersion::V2, CgroupValue::CpuShares(s)) => {
-                let w = shares_to_weight(*s);
+                let w = self.weight.weight(*s);
                 differs(w.to_string(), current.parse::<i64>().ok() == Some(w))
             }
             (CgroupVersion::V1, CgroupValue::CfsQuota(q)) => {
@@ -490,13 +626,6 @@ pub fn unsupported_errno(value: &CgroupValue, errno: i32) -> bool {
         || errno == libc::ENOTSUP
         || errno == libc::ENOENT
         || (value.is_optional_feature() && (errno == libc::EINVAL || errno == libc::ENODEV))
-}
-
-/// cgroup v1 CPU shares → v2 `cpu.weight`, runc's conversion (`ConvertCPUSharesToCgroupV2Value`):
-/// 2 → 1, 1024 → 39, 262144 → 10000.
-pub fn shares_to_weight(shares: i64) -> i64 {
-    let s = shares.clamp(MIN_SHARES, MAX_SHARES);
-    1 + ((s - 2) * 9999) / 262_142
 }
 
 /// Highest CPU number accepted in a CPU list, plus one (the kernel's `NR_CPUS` maximum).

@@ -202,8 +202,7 @@ fn v2_tree() -> (tempfile::TempDir, CgroupFs) {
 fn v2_files_and_units() {
     let (t, fs) = v2_tree();
     fs.apply("/pod/c", &CgroupValue::CpuShares(512)).unwrap();
-    assert_eq!(read(&t, "pod/c/cpu.weight"), shares_to_weight(512).to_string());
-    assert_eq!(read(&t, "pod/c/cpu.weight"), "20");
+    assert_eq!(read(&t, "pod/c/cpu.weight"), "59", "runc's formula until the node's is learned");
     fs.apply("/pod/c", &CgroupValue::CfsQuota(100_000)).unwrap();
     assert_eq!(read(&t, "pod/c/cpu.max"), "100000 100000");
     fs.apply("/pod/c", &CgroupValue::CfsPeriod(50_000)).unwrap();
@@ -223,11 +222,23 @@ fn v2_files_and_units() {
 }
 
 #[test]
-fn weight_conversion_matches_runc() {
-    assert_eq!(shares_to_weight(2), 1);
-    assert_eq!(shares_to_weight(1024), 39);
-    assert_eq!(shares_to_weight(262_144), 10_000);
-    assert_eq!(shares_to_weight(0), 1, "clamped");
+fn cpu_weight_is_written_and_compared_in_the_formula_learned_from_the_runtime() {
+    let (t, fs) = v2_tree();
+    // runc < 1.3.2 created the container with 512 shares and wrote weight 20 (linear).
+    std::fs::write(t.path().join("pod/c/cpu.weight"), "20\n").unwrap();
+    fs.learn_weight_formula("/pod/c", 512);
+    assert_eq!(fs.weight().learned(), Some(WeightFormula::Linear));
+    assert_eq!(fs.apply("/pod/c", &CgroupValue::CpuShares(512)).unwrap(), Written::Unchanged, "no drift against the runtime's own value");
+    fs.apply("/pod", &CgroupValue::CpuShares(1024)).unwrap();
+    assert_eq!(read(&t, "pod/cpu.weight"), "39");
+    // A forced formula is never relearned.
+    let forced = CgroupFs::new(t.path(), CgroupVersion::V2).with_weight_formula(Some(WeightFormula::Runc));
+    forced.learn_weight_formula("/pod/c", 512);
+    assert_eq!(forced.weight().learned(), None);
+    assert_eq!(
+        forced.apply("/pod/c", &CgroupValue::CpuShares(512)).unwrap(),
+        Written::Corrected(Drift { path: t.path().join("pod/c/cpu.weight"), old: "20".into(), new: "59".into() })
+    );
 }
 
 #[test]

@@ -13,8 +13,10 @@
 //! * in proxy mode, overrides the echoed request with them (`resources` → `container_resources`
 //!   or the pod's `resources`, `envs` → `container_envs`, `annotations` → container or pod
 //!   annotations, `cgroup_parent` → `pod_cgroup_parent` or `cgroup_parent`), and writes
-//!   `pod_cgroup` to the pod's cgroup directory itself, synchronously, as koordlet does
-//!   (runtime-proxy, like koord's CRI mode, applies no pod-level resources);
+//!   `pod_cgroup` to the pod's cgroup directory itself, synchronously, as koordlet does, and
+//!   answers its shares, quota, memory limit and cpuset in the pod's `resources` too (koordlet's
+//!   `PodResponse.ProxyDone`; runtime-proxy, like koord, applies them to the pause container in
+//!   Docker mode and nowhere in CRI mode);
 //! * in standalone mode, writes `resources` (container stages) and `pod_cgroup` to the cgroup
 //!   files of the running pod and container ([`Change::container_values`]); envs, annotations
 //!   and cgroup parents cannot change after creation and are ignored there.

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::cgroup::CgroupVersion;
 use crate::cgroup_path::CgroupDriver;
+use crate::cpu_weight::WeightFormula;
 use crate::plugin::FailurePolicy;
 
 /// How the policies reach the pods.
@@ -63,6 +64,29 @@ impl CgroupDriverArg {
             CgroupDriverArg::Auto => None,
             CgroupDriverArg::Systemd => Some(CgroupDriver::Systemd),
             CgroupDriverArg::Cgroupfs => Some(CgroupDriver::Cgroupfs),
+        }
+    }
+}
+
+/// `--cpu-weight-formula`: how CPU shares become cgroup v2 `cpu.weight` ([`crate::cpu_weight`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WeightFormulaArg {
+    /// The node runtime's: learned from the first running container whose shares and weight
+    /// tell the formulas apart; runc's until then.
+    Auto,
+    /// koordlet's and runc < 1.3.2's: `1 + (shares − 2) × 9999 / 262142` (1024 → 39).
+    Linear,
+    /// runc ≥ 1.3.2's and crun ≥ 1.23's quadratic-in-log formula (1024 → 100).
+    Runc,
+}
+
+impl WeightFormulaArg {
+    /// The forced formula, `None` for auto.
+    pub fn formula(&self) -> Option<WeightFormula> {
+        match self {
+            WeightFormulaArg::Auto => None,
+            WeightFormulaArg::Linear => Some(WeightFormula::Linear),
+            WeightFormulaArg::Runc => Some(WeightFormula::Runc),
         }
     }
 }
@@ -164,6 +188,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// koordlet's flag: LSE/LSR pods bound to CPUs keep their CFS quota (pod and containers)
+    /// instead of having it unset (−1). Applies over the rules from the file or the cluster.
+    /// Go's bool syntax: `--disable-unset-cpu-quota` or `--disable-unset-cpu-quota=true|false`.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub disable_unset_cpu_quota: bool,
+
     /// Admin endpoint (`/metrics`, `/healthz`, `/status`): `IP:PORT`, `[IPv6]:PORT`,
     /// `localhost:PORT`, `:PORT` (every interface) or `off`. `status` asks this address.
     #[arg(
@@ -232,6 +262,13 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     pub cgroup_driver: CgroupDriverArg,
 
+    /// How CPU shares become cgroup v2 `cpu.weight` where runtime-hooks writes it (pod level;
+    /// containers in standalone mode) and compares it: `auto` learns the runtime's own from a
+    /// running container (runc's formula until then), `linear` is koordlet's (runc < 1.3.2),
+    /// `runc` runc ≥ 1.3.2's. One formula per node, so runtime-hooks never fights the runtime.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub cpu_weight_formula: WeightFormulaArg,
+
     /// RDMADeviceInject: where the host's root file system is seen; the plugin reads
     /// `DIR/sys/bus/pci/devices/<pci>/infiniband_verbs/` and stats `DIR/dev/infiniband/…`
     /// (koordlet: fixed `/`). The device paths given to containers stay `/dev/infiniband/…`.
@@ -298,6 +335,13 @@ mod tests {
         assert_eq!(a.reconcile_interval, Duration::from_secs(10));
         assert_eq!(a.reconcile_endpoint(), None, "proxy mode reconciles only when asked");
         assert_eq!((a.failure_policy, a.plugin_failure_policy), (FailurePolicy::Ignore, FailurePolicy::Ignore));
+        assert!(!a.disable_unset_cpu_quota, "koordlet's default: the quota of CPU-bound pods is unset");
+        for (arg, want) in
+            [("--disable-unset-cpu-quota", true), ("--disable-unset-cpu-quota=true", true), ("--disable-unset-cpu-quota=false", false)]
+        {
+            assert_eq!(Args::parse_from(["runtime-hooks", arg]).disable_unset_cpu_quota, want, "{arg}");
+        }
+        assert!(Args::parse_from(["runtime-hooks", "--disable-unset-cpu-quota", "status"]).command.is_some(), "`status` is no value");
         let s = Args::parse_from(["runtime-hooks", "--mode", "standalone"]);
         assert_eq!(s.reconcile_endpoint(), Some(PathBuf::from("/var/run/containerd/containerd.sock")));
     }

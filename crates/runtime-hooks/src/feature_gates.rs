@@ -68,7 +68,7 @@ pub struct Gate {
 /// Every gate known, in the order the framework runs the plugins (koordlet's registration order
 /// for the three implemented).
 pub const GATES: &[Gate] = &[
-    Gate { name: "GroupIdentity", default: true, beta: true, plugin: Some(|_| Arc::new(GroupIdentity)) },
+    Gate { name: "GroupIdentity", default: true, beta: true, plugin: Some(|o| Arc::new(GroupIdentity::from_options(o))) },
     Gate { name: "BatchResource", default: true, beta: true, plugin: Some(|_| Arc::new(BatchResource)) },
     Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|o| Arc::new(CpuSet { be_cpu_manager: o.be_cpu_manager })) },
     Gate { name: "CPUNormalization", default: false, beta: false, plugin: Some(|_| Arc::new(CpuNormalization)) },

@@ -21,6 +21,14 @@
 //! Pod-level cgroup values ([`Change::pod_cgroup`]) are written to the pod's cgroup directory
 //! before answering, synchronously, as koordlet does.
 //!
+//! They also go into a pod-level answer's `resources`, as koordlet v1.8.0 fills them
+//! (`protocol/pod_context.go` `PodResponse.ProxyDone`): `cpu_shares`, `cpu_quota`,
+//! `memory_limit_in_bytes` and `cpuset_cpus` from the pod values of those kinds (BatchResource's
+//! pod sums, CPUSet's −1 quota of a CPU-bound pod), over the echoed request's `resources` (an
+//! empty message when the request had none); not the CFS period, which koordlet never answers.
+//! Nothing when no plugin set one of them. runtime-proxy applies them to the pod sandbox's
+//! (pause) container in Docker mode and nowhere in CRI mode, as koord-runtime-proxy does.
+//!
 //! # Failures
 //!
 //! Failures ([`PluginFailure`]) name the plugin, the stage and the pod or container. Under
@@ -202,6 +210,8 @@ impl Framework {
     ///
     /// Returns the failures (stage PostStopPodSandbox, the nearest [`Stage`]); the caller logs them.
     pub fn pod_removed(&self, pod: &PodState) -> Vec<PluginFailure> {
+        // The pod's slice goes with it: what was sent to systemd for it is forgotten.
+        self.cgroups.forget_unit(&pod.pod.cgroup_parent);
         let rules = self.rules.current();
         let mut failures = Vec::new();
         for plugin in &self.plugins {
@@ -395,6 +405,7 @@ impl Framework {
         if !change.resources.is_empty() {
             change.resources.apply_to(resp.resources.get_or_insert_with(Default::default));
         }
+        answer_pod_values(&outcome.pod_values, &mut resp.resources);
         if prost::Message::encoded_len(&resp) > ECHO_LIMIT_BYTES {
             // Labels and annotations are merged per key by both proxies: what is left out stays.
             resp.labels.clear();
@@ -449,6 +460,22 @@ impl Framework {
         log_call(stage, &key, change);
         log_inexpressible(stage, &key, change);
         Ok(resp)
+    }
+}
+
+/// Puts the pod-level values koordlet answers into a pod answer's `resources` (see the module
+/// documentation, "Pod-level cgroup values"; koordlet v1.8.0 `protocol/pod_context.go`
+/// `PodResponse.ProxyDone`: CPU shares, CFS quota, memory limit, cpuset; the message is made
+/// when one is set and the request had none).
+fn answer_pod_values(values: &[Owned], resources: &mut Option<hook_api::v1alpha1::LinuxContainerResources>) {
+    for o in values {
+        match &o.value {
+            CgroupValue::CpuShares(v) => resources.get_or_insert_with(Default::default).cpu_shares = *v,
+            CgroupValue::CfsQuota(v) => resources.get_or_insert_with(Default::default).cpu_quota = *v,
+            CgroupValue::MemoryLimit(v) => resources.get_or_insert_with(Default::default).memory_limit_in_bytes = *v,
+            CgroupValue::CpusetCpus(v) => resources.get_or_insert_with(Default::default).cpuset_cpus.clone_from(v),
+            _ => {}
+        }
     }
 }
 
@@ -750,12 +777,17 @@ mod tests {
             ..Default::default()
         };
         let resp = f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap();
-        assert_eq!(resp, echo_pod(&req), "pod answers echo (pod values go to the cgroup, not the answer)");
-        assert_eq!(std::fs::read_to_string(pod_dir.join("cpu.weight")).unwrap(), "39");
+        let shares = Some(LinuxContainerResources { cpu_shares: 1024, ..Default::default() });
+        assert_eq!(
+            resp,
+            PodSandboxHookResponse { resources: shares.clone(), ..echo_pod(&req) },
+            "the echo, and the pod's shares as koordlet answers them"
+        );
+        assert_eq!(std::fs::read_to_string(pod_dir.join("cpu.weight")).unwrap(), "100", "1024 shares, runc's formula");
         assert_eq!(f.cgroups().unsupported(), vec!["cpu.bvt_warp_ns".to_string()]);
         // The pod's directory does not exist yet: logged, not a failure (even under Fail).
         let early = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod2".into(), ..Default::default() };
-        assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &early).unwrap(), echo_pod(&early));
+        assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &early).unwrap(), PodSandboxHookResponse { resources: shares, ..echo_pod(&early) });
         // A file that cannot be read or written is the owning plugin's failure (here: cpu.max is
         // a directory, which even root cannot write).
         std::fs::create_dir(pod_dir.join("cpu.max")).unwrap();
@@ -788,6 +820,49 @@ mod tests {
         }
     }
 
+    /// The answer to [`be_pod`]: the echo with BatchResource's pod values in `resources`, as
+    /// koordlet fills them (shares, quota, memory limit; not the period).
+    fn be_answer(req: &PodSandboxHookRequest) -> PodSandboxHookResponse {
+        let resources =
+            LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, memory_limit_in_bytes: 128 << 20, ..Default::default() };
+        PodSandboxHookResponse { resources: Some(resources), ..echo_pod(req) }
+    }
+
+    /// koordlet's PreRunPodSandbox answer (`PodResponse.ProxyDone`) carries the pod-level values
+    /// its hooks computed: a BE pod's batch sums over the echoed request's resources (its CFS
+    /// period kept: koordlet never answers one), a CPU-bound LSR pod's −1 quota; a pod no
+    /// plugin sets a value for gets the plain echo, without a `resources` it did not send.
+    #[test]
+    fn pod_answers_carry_the_pod_values_as_koordlet_fills_them() {
+        let t = tempfile::tempdir().unwrap();
+        let f = builtin_on(t.path(), None, FailurePolicy::Fail);
+        let mut be = be_pod("/kubepods/besteffort/pod1234");
+        be.resources = Some(LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, oom_score_adj: -998, ..Default::default() });
+        let resp = f.pod_hook(Stage::PreRunPodSandbox, &be).unwrap();
+        let want = LinuxContainerResources {
+            cpu_shares: 512,
+            cpu_quota: 100_000,
+            memory_limit_in_bytes: 128 << 20,
+            ..be.resources.clone().unwrap()
+        };
+        assert_eq!(resp, PodSandboxHookResponse { resources: Some(want), ..echo_pod(&be) });
+        // One container without a memory limit: the pod's is −1 (unlimited), answered as is.
+        let open =
+            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
+        be.annotations.insert(crate::plugins::batch_resource::EXTENDED_RESOURCE_SPEC.into(), open.into());
+        assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &be).unwrap().resources.unwrap().memory_limit_in_bytes, -1);
+        let lsr = PodSandboxHookRequest {
+            labels: [(crate::context::QOS_CLASS_KEY.to_string(), "LSR".to_string())].into(),
+            annotations: [(crate::plugins::cpuset::RESOURCE_STATUS.to_string(), r#"{"cpuset": "2-3"}"#.to_string())].into(),
+            cgroup_parent: "/kubepods/pod5678".into(),
+            ..Default::default()
+        };
+        let want = LinuxContainerResources { cpu_quota: -1, ..Default::default() };
+        assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &lsr).unwrap(), PodSandboxHookResponse { resources: Some(want), ..echo_pod(&lsr) });
+        let ls = PodSandboxHookRequest { labels: [(crate::context::QOS_CLASS_KEY.to_string(), "LS".to_string())].into(), ..lsr };
+        assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &ls).unwrap(), echo_pod(&ls), "GroupIdentity's bvt is no answer field");
+    }
+
     /// Creates `<root>/{cpu,memory}/<dir>` with kernel-like defaults (no cpu.bvt_warp_ns: this
     /// kernel has no group identity).
     fn v1_dir(root: &std::path::Path, dir: &str) {
@@ -816,7 +891,7 @@ mod tests {
             std::fs::write(t.path().join("cpu").join(expanded).join("cpu.shares"), "2").unwrap();
             let f = builtin_on(t.path(), driver, FailurePolicy::Fail);
             let req = be_pod("kubepods-besteffort-pod1234.slice");
-            assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap(), echo_pod(&req), "{driver:?}");
+            assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap(), be_answer(&req), "{driver:?}");
             assert_eq!(read(&format!("cpu/{expanded}/cpu.shares")), "512", "{driver:?}");
             assert_eq!(read(&format!("cpu/{expanded}/cpu.cfs_quota_us")), "100000");
             assert_eq!(read(&format!("cpu/{expanded}/cpu.cfs_period_us")), "100000");
@@ -913,9 +988,8 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         for driver in [None, Some(CgroupDriver::Systemd), Some(CgroupDriver::Cgroupfs)] {
             let f = builtin_on(t.path(), driver, FailurePolicy::Fail);
-            for req in
-                [be_pod(""), PodSandboxHookRequest::default(), PodSandboxHookRequest { cgroup_parent: "/".into(), ..Default::default() }]
-            {
+            assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &be_pod("")).unwrap(), be_answer(&be_pod("")), "{driver:?}");
+            for req in [PodSandboxHookRequest::default(), PodSandboxHookRequest { cgroup_parent: "/".into(), ..Default::default() }] {
                 assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap(), echo_pod(&req), "{driver:?} {req:?}");
             }
         }

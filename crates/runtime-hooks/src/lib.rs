@@ -49,6 +49,7 @@ pub mod change;
 pub mod cli;
 pub mod cluster;
 pub mod context;
+pub mod cpu_weight;
 pub mod feature_gates;
 pub mod framework;
 pub mod hook_decode;
@@ -65,6 +66,7 @@ pub mod reconciler;
 pub mod rules;
 pub mod server;
 pub mod status;
+pub mod systemd;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -106,6 +108,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         },
         be_cpu_manager: false,
         partial_view: !args.selector.is_empty(),
+        proc_sys: "/proc/sys".into(),
     };
     let plugins = match &args.plugins {
         Some(names) => {
@@ -142,6 +145,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         }
         None => RulesStore::defaults(),
     };
+    rules.set_flags(crate::rules::RuleFlags { disable_unset_cpu_quota: args.disable_unset_cpu_quota });
     let cluster_config =
         cluster::ClusterConfig { kubeconfig: args.kubeconfig.clone(), node_name: args.node_name.clone().unwrap_or_default() };
     let cluster = match cluster::client(&cluster_config).await? {
@@ -167,7 +171,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     if let Some(kubepods) = &args.kubepods_cgroup {
         cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
     }
-    let cgroups = cgroups.with_driver(driver);
+    let cgroups = cgroups.with_driver(driver).with_weight_formula(args.cpu_weight_formula.formula()).with_systemd(systemd_bus(driver));
     let host = Arc::new(host::Host::detect(host::HostPaths {
         cgroup_root: args.cgroup_root.clone(),
         proc_sys: "/proc/sys".into(),
@@ -184,6 +188,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         cgroup = %match framework.cgroups().version() { cgroup::CgroupVersion::V1 => "v1", cgroup::CgroupVersion::V2 => "v2" },
         cgroup_root = %framework.cgroups().root().display(),
         cgroup_driver = %driver_source,
+        cpu_weight_formula = %match args.cpu_weight_formula.formula() {
+            Some(f) => f.as_str().to_owned(),
+            None => format!("auto (learned from the runtime; {} until then)", cpu_weight::DEFAULT_FORMULA.as_str()),
+        },
         host = %framework.host().describe(),
         rules = %args.rules.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "koordlet's defaults".into()),
         cluster = %match &cluster {
@@ -332,6 +340,30 @@ pub async fn probe(listen: &std::path::Path, timeout: std::time::Duration) -> an
 }
 
 pub use daemon_support::sd_notify::notify_systemd;
+
+/// The system bus, to set values on systemd units ([`cgroup`], "systemd units"), unless the
+/// driver is cgroupfs. Without it, under the systemd driver, values runtime-hooks writes to pod
+/// slices are reverted by systemd at the next `daemon-reload`: a WARN says so and names the
+/// socket to mount (a DaemonSet: the host's `/run/dbus/system_bus_socket`).
+fn systemd_bus(driver: Option<CgroupDriver>) -> Option<systemd::Systemd> {
+    if driver == Some(CgroupDriver::Cgroupfs) {
+        return None;
+    }
+    match systemd::Systemd::connect() {
+        Ok(bus) => {
+            tracing::info!(socket = %bus.socket().display(), "systemd's bus: values on slices and scopes are also set as their units' properties");
+            Some(bus)
+        }
+        Err(e) if driver == Some(CgroupDriver::Systemd) => {
+            tracing::warn!("systemd cgroup driver, but systemd's bus cannot be reached ({e}): values written to pod slices are reverted by systemd at its next daemon-reload; give runtime-hooks the host's /run/dbus/system_bus_socket");
+            None
+        }
+        Err(e) => {
+            tracing::debug!("no systemd bus ({e}); cgroup files only");
+            None
+        }
+    }
+}
 
 /// The node's cgroup driver and where it came from (for the start-up line): `--cgroup-driver`
 /// when given; under `auto`, the runtime's answer to CRI `RuntimeConfig` (asked once, 2 s at

@@ -4,7 +4,8 @@
 //! # What a plugin is
 //!
 //! A plugin is pure policy: it reads the context and the rules and says what it wants; it never
-//! touches files or sockets. The framework calls it in proxy mode (per hook call) and the
+//! touches files or sockets (GroupIdentity alone reads one kernel parameter, its switch, as
+//! koordlet does). The framework calls it in proxy mode (per hook call) and the
 //! reconciler calls the very same functions in standalone mode, asking "what would you answer
 //! for this pod at PreRunPodSandbox, for this container at PreCreateContainer".
 //!

@@ -604,7 +604,8 @@ impl Reconciler {
         let Ok(status) = self.call::<_, view::StatusResponse>(CONTAINER_STATUS, request).await else {
             return Ok(None);
         };
-        let dir = match entries_map(&status.info).get("info").and_then(|i| container_cgroup_dir(i)) {
+        let info = entries_map(&status.info).remove("info");
+        let dir = match info.as_deref().and_then(container_cgroup_dir) {
             Some(path) => cgroup_path::container_dir(&path, pod_dir, driver).map_err(|e| format!("refusing {path:?}: {e}"))?,
             None => match pod_dir {
                 Some(pod_dir) => cgroup_path::default_container_dir(pod_dir, id, driver),
@@ -614,6 +615,11 @@ impl Reconciler {
                 }
             },
         };
+        // First sight, before this process wrote anything to it: what runc made of the
+        // container's shares tells the node's cpu.weight formula (crate::cpu_weight).
+        if let Some(shares) = info.as_deref().and_then(container_cpu_shares) {
+            self.framework.cgroups().learn_weight_formula(&dir, shares);
+        }
         self.dirs.insert(id.to_owned(), dir.clone());
         Ok(Some(dir))
     }
@@ -712,6 +718,13 @@ pub fn container_cgroup_dir(info: &str) -> Option<String> {
     v["runtimeSpec"]["linux"]["cgroupsPath"].as_str().filter(|p| !p.is_empty()).map(str::to_owned)
 }
 
+/// The CPU shares the runtime gave runc for a container, from containerd's verbose container
+/// `info` JSON (`runtimeSpec.linux.resources.cpu.shares`); `None` when absent.
+pub fn container_cpu_shares(info: &str) -> Option<i64> {
+    let v: serde_json::Value = serde_json::from_str(info).ok()?;
+    v["runtimeSpec"]["linux"]["resources"]["cpu"]["shares"].as_i64()
+}
+
 /// Asks the CRI runtime at `endpoint` for its cgroup driver: CRI v1 `RuntimeConfig`
 /// (`linux.cgroup_driver`: SYSTEMD = 0, CGROUPFS = 1), waiting at most `timeout`. containerd
 /// implements it from 2.0, CRI-O from 1.28; containerd 1.6 and 1.7 answer UNIMPLEMENTED.
@@ -755,6 +768,9 @@ mod tests {
         assert_eq!(container_cgroup_dir(container).as_deref(), Some("/kubepods/pod2/def"));
         assert_eq!(container_cgroup_dir(systemd).as_deref(), Some("kubepods-pod.slice:cri-containerd:abc"));
         assert_eq!(container_cgroup_dir(r#"{"runtimeSpec": {"linux": {"cgroupsPath": ""}}}"#), None);
+        let with_shares = r#"{"runtimeSpec": {"linux": {"resources": {"cpu": {"shares": 512, "quota": 50000}}}}}"#;
+        assert_eq!(container_cpu_shares(with_shares), Some(512));
+        assert_eq!(container_cpu_shares(container), None);
     }
 
     /// What containerd 1.6 and 1.7 (cgroupfs runc) report, captured from the dev containerds.

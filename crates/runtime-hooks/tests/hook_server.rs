@@ -10,7 +10,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use hook_api::v1alpha1::{ContainerMetadata, ContainerResourceHookRequest, LinuxContainerResources, PodSandboxMetadata};
+use hook_api::v1alpha1::{
+    ContainerMetadata, ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest, PodSandboxMetadata,
+};
 use hook_api::RuntimeHookServiceClient;
 
 struct Server {
@@ -20,6 +22,11 @@ struct Server {
 }
 
 fn start() -> Server {
+    start_with(&[])
+}
+
+/// [`start`] with more flags.
+fn start_with(extra: &[&str]) -> Server {
     let dir = tempfile::Builder::new().prefix("rh-hook-server").tempdir().unwrap();
     let socket = dir.path().join("hooks.sock");
     let config = dir.path().join("hookserver.d");
@@ -39,6 +46,7 @@ fn start() -> Server {
         "--cgroup-driver",
         "cgroupfs",
     ];
+    let args: Vec<&str> = args.iter().chain(extra).copied().collect();
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
     assert!(eventually(Duration::from_secs(10), || config.join("runtime-hooks.json").exists()), "not registered:\n{}", hooks.log());
     Server { _dir: dir, socket, hooks }
@@ -54,6 +62,68 @@ fn be_container_request() -> ContainerResourceHookRequest {
         pod_cgroup_parent: "/kubepods/besteffort/poduid-big".into(),
         container_resources: Some(LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() }),
         ..Default::default()
+    }
+}
+
+/// koordlet's PreRunPodSandbox answer (`protocol/pod_context.go` `PodResponse.ProxyDone`)
+/// carries the pod-level values its hooks computed — for the BE pod BatchResource's sums — over
+/// the echoed request's resources (Docker mode's pause container HostConfig); the CFS period is
+/// not answered.
+#[tokio::test]
+async fn the_pod_answer_carries_the_pods_resources() {
+    let server = start();
+    let mut client = RuntimeHookServiceClient::new(hook_api::connect(&server.socket));
+    let req = PodSandboxHookRequest {
+        pod_meta: Some(PodSandboxMetadata { name: "be".into(), namespace: "default".into(), uid: "uid-be".into(), attempt: 0 }),
+        labels: map(&[(QOS, "BE")]),
+        annotations: map(&[(SPEC, BE_SPEC)]),
+        cgroup_parent: "/kubepods/besteffort/poduid-be".into(),
+        resources: Some(LinuxContainerResources { cpu_shares: 2, oom_score_adj: -998, ..Default::default() }),
+        ..Default::default()
+    };
+    let answer = client.pre_run_pod_sandbox_hook(req).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log())).into_inner();
+    let want = LinuxContainerResources {
+        cpu_shares: 512,
+        cpu_quota: 100_000,
+        memory_limit_in_bytes: 128 << 20,
+        oom_score_adj: -998,
+        ..Default::default()
+    };
+    assert_eq!(answer.resources, Some(want), "{}", server.hooks.log());
+}
+
+/// koordlet's `--disable-unset-cpu-quota`: a CPU-bound LSR pod keeps its CFS quota (the pod
+/// answer has none to set, the container's is echoed); without it, −1 at both levels.
+#[tokio::test]
+async fn disable_unset_cpu_quota_keeps_the_quota_of_cpu_bound_pods() {
+    let pod_req = PodSandboxHookRequest {
+        pod_meta: Some(PodSandboxMetadata { name: "lsr".into(), namespace: "default".into(), uid: "uid-lsr".into(), attempt: 0 }),
+        labels: map(&[(QOS, "LSR")]),
+        annotations: map(&[("scheduling.koordinator.sh/resource-status", r#"{"cpuset": "0-1"}"#)]),
+        cgroup_parent: "/kubepods/poduid-lsr".into(),
+        ..Default::default()
+    };
+    let container_req = ContainerResourceHookRequest {
+        pod_meta: pod_req.pod_meta.clone(),
+        container_meta: Some(ContainerMetadata { name: "main".into(), attempt: 0, id: String::new() }),
+        pod_labels: pod_req.labels.clone(),
+        pod_annotations: pod_req.annotations.clone(),
+        pod_cgroup_parent: pod_req.cgroup_parent.clone(),
+        container_resources: Some(LinuxContainerResources {
+            cpu_shares: 2048,
+            cpu_period: 100_000,
+            cpu_quota: 200_000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    for (flags, pod_quota, container_quota) in [(&[][..], Some(-1), -1), (&["--disable-unset-cpu-quota"][..], None, 200_000)] {
+        let server = start_with(flags);
+        let mut client = RuntimeHookServiceClient::new(hook_api::connect(&server.socket));
+        let pod = client.pre_run_pod_sandbox_hook(pod_req.clone()).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()));
+        assert_eq!(pod.into_inner().resources.map(|r| r.cpu_quota), pod_quota, "{flags:?}");
+        let c = client.pre_create_container_hook(container_req.clone()).await.unwrap().into_inner().container_resources.unwrap();
+        assert_eq!((c.cpuset_cpus.as_str(), c.cpu_quota), ("0-1", container_quota), "{flags:?}");
     }
 }
 

@@ -385,6 +385,15 @@ async fn runtime_hooks_give_a_be_pod_its_batch_resources() {
     assert_eq!(cgroup("cpu", &pod.parent, "cpu.shares"), "512", "{}", hooks_log());
     assert_eq!(cgroup("cpu", &pod.parent, "cpu.cfs_quota_us"), "100000");
     assert_eq!(cgroup("memory", &pod.parent, "memory.limit_in_bytes"), "134217728");
+    // ... and answered in PreRunPodSandbox's `resources` (koordlet's PodResponse.ProxyDone),
+    // which the proxy applies to the pause container, as koord-runtime-proxy does.
+    let pause = &pod.inspect(&pod.sandbox_id)["HostConfig"];
+    assert_eq!(
+        (&pause["CpuShares"], &pause["CpuQuota"], &pause["Memory"], &pause["OomScoreAdj"]),
+        (&json!(512), &json!(100_000), &json!(134_217_728), &json!(-998)),
+        "{}",
+        hooks_log()
+    );
 
     // kubelet re-sends the BestEffort values; the policy holds.
     pod.update(&pod.container_id, json!({"CpuShares": 2, "CpuPeriod": 100_000}));

@@ -8,7 +8,10 @@
 //! first, e.g. `system.IsCoreSchedSupported`, `system.IsSupportResctrl`).
 //!
 //! Plugins reach a [`Host`] only in [`crate::plugin::Plugin::node`] (node-level work: koordlet's
-//! rule callbacks and all-pods reconcilers), never in the hook path's pure functions.
+//! rule callbacks and all-pods reconcilers), never in the hook path's pure functions. One
+//! exception, outside the `Host`: GroupIdentity reads the kernel's group identity switch in the
+//! hook path through a [`sysctl::Sysctl`] of its own, as koordlet's `prepare` does
+//! ([`crate::plugins::group_identity`]).
 
 pub mod core_sched;
 pub mod resctrl;

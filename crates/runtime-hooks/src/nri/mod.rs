@@ -129,6 +129,7 @@ impl nri_plugin::Handler for NriPlugin {
         self.known = Known::default();
         self.known.pods.extend(pods.into_iter().map(|p| (p.id.clone(), p)));
         self.known.containers.extend(containers.into_iter().map(|c| (c.id.clone(), c)));
+        self.learn_weight_formula();
         self.apply_all("synchronize")
     }
 
@@ -317,6 +318,27 @@ impl NriPlugin {
         tracing::info!(reason, pods, containers, updates = updates.len(), "NRI: applied to known pods");
         self.node_pass(reason);
         updates
+    }
+
+    /// Learns the runtime's `cpu.weight` formula ([`crate::cpu_weight`]) from the running
+    /// containers the runtime reported, before anything is written to them: each one's CPU
+    /// shares against the weight runc made of them.
+    fn learn_weight_formula(&self) {
+        let cgroups = self.framework.cgroups();
+        for c in self.known.containers.values() {
+            if !cgroups.weight().learning() {
+                return;
+            }
+            let Some(linux) = c.linux.as_ref() else { continue };
+            let Some(shares) = linux.resources.as_ref().and_then(|r| r.cpu.as_ref()).and_then(|cpu| cpu.shares.as_ref()) else {
+                continue;
+            };
+            let pod_dir =
+                self.known.pods.get(&c.pod_sandbox_id).and_then(|p| cgroups.resolve(&convert::pod_context(p).cgroup_parent).ok().flatten());
+            if let Ok(dir) = crate::cgroup_path::container_dir(&linux.cgroups_path, pod_dir.as_deref(), cgroups.driver()) {
+                cgroups.learn_weight_formula(&dir, i64::try_from(shares.value).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     /// The known (selected) pods with their cgroup directories, for node-level work.

@@ -38,7 +38,10 @@
 //! Per container (by its Kubernetes name):
 //!
 //! * `cpu_shares` = batch-cpu request × 1024 / 1000, within 2..=262144 (kubelet's
-//!   `MilliCPUToShares`); no request: shares unchanged.
+//!   `MilliCPUToShares`); no request, or 0: 2, the minimum (koordlet v1.8.0
+//!   `hooks/batchresource/batch_resource.go` `SetContainerCPUShares`: a request missing or ≤ 0
+//!   counts 0, and `MilliCPUToShares(0)` is 2; a container with only a batch-cpu limit gets 2,
+//!   not kubelet's value).
 //! * `cpu_period` = `cpu.cfsPeriodUs` (100000 µs); `cpu_quota` = batch-cpu limit × period / 1000
 //!   (at least 1000 µs); no limit, or `cfsQuota: false`: −1 (unlimited). On a node with a CPU
 //!   normalization ratio above 1, a limited quota is divided by it, rounded up
@@ -49,7 +52,8 @@
 //! # Pod values
 //!
 //! The pod cgroup gets the sums over the annotation's containers: shares from the summed
-//! requests; quota from the summed limits if every container has a batch-cpu limit, else −1;
+//! requests (2 when no container has one: koordlet's `SetPodCPUShares` sums the requests above 0
+//! and always sets the result); quota from the summed limits if every container has a batch-cpu limit, else −1;
 //! memory the summed limits if every container has a batch-memory limit, else −1. The pod's
 //! quota is scaled by the normalization ratio like a container's.
 //!
@@ -236,7 +240,7 @@ impl Plugin for BatchResource {
             return Ok(Change::default());
         }
         let period = rules.cpu.cfs_period_us;
-        let (mut requests, mut any_request) = (0i64, false);
+        let mut requests = 0i64;
         let (mut cpu_limits, mut mem_limits) = (Some(0i64), Some(0i64));
         let mut counted = 0;
         for name in spec.containers.keys() {
@@ -252,7 +256,6 @@ impl Plugin for BatchResource {
             counted += 1;
             if let Some(r) = request {
                 requests = requests.saturating_add(r);
-                any_request = true;
             }
             cpu_limits = cpu_limits.zip(cpu).map(|(a, b)| a.saturating_add(b));
             mem_limits = mem_limits.zip(mem).map(|(a, b)| a.saturating_add(b));
@@ -260,10 +263,8 @@ impl Plugin for BatchResource {
         if counted == 0 {
             return Ok(Change::default());
         }
-        let mut values = Vec::new();
-        if any_request {
-            values.push(CgroupValue::CpuShares(milli_to_shares(requests)));
-        }
+        // koordlet's SetPodCPUShares: no request anywhere is 0 milli-CPUs, i.e. 2 shares.
+        let mut values = vec![CgroupValue::CpuShares(milli_to_shares(requests))];
         let quota = match cpu_limits {
             Some(milli) if rules.batch_resource.cfs_quota => {
                 scale_quota(milli_to_quota(milli, period), rules.batch_resource.cpu_normalization_ratio)
@@ -296,7 +297,8 @@ impl Plugin for BatchResource {
             _ => -1,
         };
         let resources = Resources {
-            cpu_shares: request.map(milli_to_shares),
+            // koordlet's SetContainerCPUShares: a missing request counts 0 (2 shares).
+            cpu_shares: Some(milli_to_shares(request.unwrap_or(0))),
             cpu_period: Some(period),
             cpu_quota: Some(quota),
             memory_limit_in_bytes: memory,
@@ -375,6 +377,23 @@ mod tests {
         assert_eq!((r.cpu_shares, r.cpu_quota), (Some(2), Some(1000)), "kernel minimums");
         let big = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1M"}}}}"#;
         assert_eq!(run(&container(pod("BE", Some(big)), "main"), &Rules::default()).cpu_shares, Some(262_144));
+    }
+
+    /// koordlet v1.8.0 `SetContainerCPUShares` / `SetPodCPUShares`: a container with a batch-cpu
+    /// limit and no batch-cpu request (or a request of 0) gets 2 shares, not kubelet's; a pod
+    /// none of whose containers has a request gets 2 too.
+    #[test]
+    fn a_limit_without_a_request_gets_two_shares() {
+        for spec in [
+            r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#,
+            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "0"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#,
+            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-memory": "64Mi"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#,
+        ] {
+            let r = run(&container(pod("BE", Some(spec)), "main"), &Rules::default());
+            assert_eq!((r.cpu_shares, r.cpu_quota), (Some(2), Some(100_000)), "{spec}");
+            let p = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(spec)), &Rules::default()).unwrap();
+            assert_eq!(p.pod_cgroup[0], CgroupValue::CpuShares(2), "{spec}");
+        }
     }
 
     #[test]

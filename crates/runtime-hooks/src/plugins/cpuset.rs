@@ -15,7 +15,7 @@
 //! | outputs, container | `container_resources.cpuset_cpus` (and `cpu_quota` −1 for bound pods) in the hook answer; NRI: the adjustment's or update's `cpu.cpus`; standalone: the container's `cpuset.cpus` (and CFS quota) |
 //! | outputs, pod | LSE/LSR pods with a cpuset: the pod cgroup's CFS quota −1, written by runtime-hooks |
 //! | stages | PreRunPodSandbox (pod quota), PreCreateContainer, PreUpdateContainerResources |
-//! | rules | `cpuset.enable`, `cpuset.unsetCfsQuota`, `cpuset.topology` |
+//! | rules | `cpuset.enable`, `cpuset.unsetCfsQuota` (off with `--disable-unset-cpu-quota`), `cpuset.topology` |
 //!
 //! # The annotation
 //!

@@ -8,7 +8,7 @@
 //!
 //! | | |
 //! |---|---|
-//! | inputs | pod label `koordinator.sh/qosClass` (never an annotation); the pod cgroup parent (kube QoS for pods without a class) |
+//! | inputs | pod label `koordinator.sh/qosClass` (never an annotation); the pod cgroup parent (kube QoS for pods without a class); with group identity off, the kernel's `kernel.sched_group_identity_enabled` (whether anything is written) |
 //! | output | pod cgroup file `cpu.bvt_warp_ns` (v1: `<root>/cpu/<pod>/cpu.bvt_warp_ns`), written by runtime-hooks itself; in standalone mode also the kubelet QoS directories |
 //! | stages | PreRunPodSandbox |
 //! | rules | `groupIdentity` |
@@ -23,9 +23,25 @@
 //! * QoS directories: `kubepods` → `none` (0), `kubepods/burstable` → `ls`, `kubepods/besteffort` →
 //!   `be`.
 //! * A class whose CPU QoS is off has 0; with none on (koordlet's default: no NodeSLO)
-//!   everything gets 0.
+//!   everything gets 0 — or nothing at all, see below.
 //! * Host applications (the NodeSLO's `hostApplications`, koordlet's `SetHostAppBvtValue`): their
 //!   directory gets their class's pod value, written by the reconciler.
+//!
+//! # No NodeSLO, or group identity off: when nothing is written
+//!
+//! Source: koordlet v1.8.0 `hooks/groupidentity/interceptor.go` `prepare`, used by
+//! `SetPodBvtValue`, `SetKubeQOSBvtValue` and `SetHostAppBvtValue` (and the same test in
+//! `rule.go` `ruleUpdateCb`); `bvt.go` `isSysctlEnabled`.
+//!
+//! koordlet's rule is never nil: `Object()` starts it as an empty rule (group identity off, every
+//! value 0 — `NoneCPUQOS`), which is what it keeps until a NodeSLO arrives and what a NodeSLO
+//! with every class's CPU QoS off gives. With such a rule koordlet writes no `cpu.bvt_warp_ns`
+//! **only when the kernel has the switch [`SYSCTL`] and it is not 1** (or cannot be read): "no
+//! need to update cgroups if both rule and sysctl disabled". Where the kernel has no switch
+//! (older Anolis, group identity always on) or the switch is 1 (e.g. left on after the NodeSLO
+//! turned group identity off), koordlet writes the 0s, resetting what an earlier rule set; so do
+//! we. The switch is read at each call, through the [`Sysctl`] the plugin was built with (the
+//! binary: `/proc/sys`; none: taken as absent).
 //!
 //! # Per-pod override
 //!
@@ -57,6 +73,8 @@
 //! Unlike koordlet, the annotation is not read at all on pods other than LS: koordlet fails the
 //! hook for a BE pod whose annotation does not parse, which under the `Ignore` policy would leave
 //! that pod without its −1 — a pod author must not be able to switch the BE policy off that way.
+
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use serde::Deserialize;
@@ -126,12 +144,54 @@ pub fn switch_kernel(sysctl: &dyn Sysctl, rules: &Rules) -> anyhow::Result<()> {
 }
 
 /// The GroupIdentity plugin.
-#[derive(Debug, Default)]
-pub struct GroupIdentity;
+#[derive(Default)]
+pub struct GroupIdentity {
+    /// The kernel's parameters, where [`SYSCTL`] is read in the hook path (see the module
+    /// documentation); `None`: not read, taken as absent.
+    sysctl: Option<Arc<dyn Sysctl>>,
+}
+
+impl std::fmt::Debug for GroupIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupIdentity").field("sysctl", &self.sysctl.is_some()).finish()
+    }
+}
 
 impl GroupIdentity {
     /// The plugin's name.
     pub const NAME: &'static str = "GroupIdentity";
+
+    /// The plugin reading the kernel's group identity switch through `sysctl`.
+    pub fn with_sysctl(sysctl: Arc<dyn Sysctl>) -> GroupIdentity {
+        GroupIdentity { sysctl: Some(sysctl) }
+    }
+
+    /// The plugin as the binary builds it: the switch read below `options.proc_sys`, unless
+    /// that is empty.
+    pub fn from_options(options: &super::PluginOptions) -> GroupIdentity {
+        if options.proc_sys.as_os_str().is_empty() {
+            return GroupIdentity::default();
+        }
+        GroupIdentity::with_sysctl(Arc::new(crate::host::sysctl::ProcSys::new(&options.proc_sys)))
+    }
+
+    /// koordlet's `prepare`: whether `cpu.bvt_warp_ns` values are written at all — always with
+    /// group identity on in the rules; with it off only when the kernel has no switch or it is
+    /// 1 (see the module documentation).
+    pub fn writes(&self, rules: &Rules) -> bool {
+        if rules.group_identity.enable {
+            return true;
+        }
+        let Some(sysctl) = &self.sysctl else { return true };
+        match sysctl.get(SYSCTL) {
+            Ok(None) => true,
+            Ok(Some(v)) => v == "1",
+            Err(e) => {
+                tracing::debug!(plugin = Self::NAME, "reading {SYSCTL}: {e}; no cpu.bvt_warp_ns written (koordlet's prepare)");
+                false
+            }
+        }
+    }
 
     /// `cpu.bvt_warp_ns` of a pod.
     pub fn pod_value(qos: QosClass, kube: KubeQos, rules: &Rules) -> i64 {
@@ -162,6 +222,9 @@ impl Plugin for GroupIdentity {
     }
 
     fn pod(&self, _stage: Stage, pod: &PodContext, rules: &Rules) -> anyhow::Result<Change> {
+        if !self.writes(rules) {
+            return Ok(Change::default());
+        }
         let mut value = Self::pod_value(pod.qos(), pod.kube_qos(), rules);
         if pod.qos() == QosClass::Ls {
             if let Some(cfg) = pod_cpu_qos(pod)? {
@@ -175,6 +238,9 @@ impl Plugin for GroupIdentity {
     }
 
     fn kube_qos(&self, qos: KubeQos, rules: &Rules) -> Vec<CgroupValue> {
+        if !self.writes(rules) {
+            return Vec::new();
+        }
         let g = &rules.group_identity;
         let v = match (g.enable, qos) {
             (false, _) => 0,
@@ -188,6 +254,9 @@ impl Plugin for GroupIdentity {
     /// koordlet's `SetHostAppBvtValue`: the class's pod value (LSE/LSR → `lsr`, LS → `ls`,
     /// BE → `be`), 0 for other classes or with group identity off.
     fn host_app(&self, app: &HostApplication, rules: &Rules) -> anyhow::Result<Vec<CgroupValue>> {
+        if !self.writes(rules) {
+            return Ok(Vec::new());
+        }
         let g = &rules.group_identity;
         let v = match app.qos {
             _ if !g.enable => 0,
@@ -221,7 +290,7 @@ mod tests {
     }
 
     fn bvt(p: &PodContext, rules: &Rules) -> Vec<CgroupValue> {
-        GroupIdentity.pod(Stage::PreRunPodSandbox, p, rules).unwrap().pod_cgroup
+        GroupIdentity::default().pod(Stage::PreRunPodSandbox, p, rules).unwrap().pod_cgroup
     }
 
     /// Every class's CPU QoS on, with koordlet's default values.
@@ -231,13 +300,44 @@ mod tests {
         Rules::compose(&Rules::default(), Some(&crate::rules::node_slo::parse(&spec).unwrap()), None, None)
     }
 
+    /// koordlet's `prepare` with its empty starting rule (no NodeSLO) or a NodeSLO with group
+    /// identity off: nothing written where the kernel's switch is 0; every value 0 where it is
+    /// 1 or the kernel has none (older Anolis) — and likewise with no switch read at all.
     #[test]
     fn without_a_node_slo_every_value_is_zero() {
-        let r = Rules::default();
-        for class in [Some("LSE"), Some("LS"), Some("BE"), None] {
-            assert_eq!(bvt(&pod(class, "/kubepods/besteffort/pod1"), &r), vec![CgroupValue::BvtWarpNs(0)], "{class:?}");
+        use crate::host::sysctl::ProcSys;
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("kernel")).unwrap();
+        let gi = GroupIdentity::with_sysctl(Arc::new(ProcSys::new(t.path())));
+        let app = HostApplication {
+            name: "a".into(),
+            qos: QosClass::Be,
+            base: crate::rules::host_app::HostAppBase::CgroupRoot,
+            path: "a".into(),
+        };
+        let off = serde_json::json!({"resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": false}}}});
+        let slo_off = Rules::compose(&Rules::default(), Some(&crate::rules::node_slo::parse(&off).unwrap()), None, None);
+        for (switch, written) in [(None, true), (Some("1"), true), (Some("0"), false)] {
+            if let Some(v) = switch {
+                std::fs::write(t.path().join("kernel/sched_group_identity_enabled"), v).unwrap();
+            }
+            let want = |v: CgroupValue| if written { vec![v] } else { vec![] };
+            for r in [Rules::default(), slo_off.clone()] {
+                for class in [Some("LSE"), Some("LS"), Some("BE"), None] {
+                    let p = pod(class, "/kubepods/besteffort/pod1");
+                    let got = gi.pod(Stage::PreRunPodSandbox, &p, &r).unwrap().pod_cgroup;
+                    assert_eq!(got, want(CgroupValue::BvtWarpNs(0)), "switch {switch:?}, {class:?}");
+                    assert_eq!(bvt(&p, &r), vec![CgroupValue::BvtWarpNs(0)], "no switch read: written");
+                }
+                assert_eq!(gi.kube_qos(KubeQos::BestEffort, &r), want(CgroupValue::BvtWarpNs(0)), "switch {switch:?}");
+                assert_eq!(gi.host_app(&app, &r).unwrap(), want(CgroupValue::BvtWarpNs(0)), "switch {switch:?}");
+            }
+            // With group identity on in the rules, the switch does not matter (koordlet turns it on).
+            assert_eq!(
+                gi.pod(Stage::PreRunPodSandbox, &pod(Some("BE"), ""), &all_on()).unwrap().pod_cgroup,
+                vec![CgroupValue::BvtWarpNs(-1)]
+            );
         }
-        assert_eq!(GroupIdentity.kube_qos(KubeQos::BestEffort, &r), vec![CgroupValue::BvtWarpNs(0)]);
     }
 
     #[test]
@@ -274,7 +374,7 @@ mod tests {
         assert_eq!(bvt(&pod(Some("LSR"), ""), &r), vec![CgroupValue::BvtWarpNs(1)]);
         r.group_identity.enable = false;
         assert_eq!(bvt(&pod(Some("LS"), ""), &r), vec![CgroupValue::BvtWarpNs(0)]);
-        assert_eq!(GroupIdentity.kube_qos(KubeQos::BestEffort, &r), vec![CgroupValue::BvtWarpNs(0)]);
+        assert_eq!(GroupIdentity::default().kube_qos(KubeQos::BestEffort, &r), vec![CgroupValue::BvtWarpNs(0)]);
     }
 
     #[test]
@@ -283,7 +383,7 @@ mod tests {
         let with = |class: &str, a: &str| {
             let mut p = pod(Some(class), "/kubepods/burstable/pod1");
             p.annotations.insert(POD_CPU_QOS.into(), a.into());
-            GroupIdentity.pod(Stage::PreRunPodSandbox, &p, &r).map(|c| c.pod_cgroup)
+            GroupIdentity::default().pod(Stage::PreRunPodSandbox, &p, &r).map(|c| c.pod_cgroup)
         };
         assert_eq!(with("LS", r#"{"enable": true, "groupIdentity": -1}"#).unwrap(), vec![CgroupValue::BvtWarpNs(-1)]);
         assert_eq!(with("LS", r#"{"enable": true}"#).unwrap(), vec![CgroupValue::BvtWarpNs(2)], "the class's value");
@@ -321,7 +421,7 @@ mod tests {
         // Through the plugin's node-level work, with a Host.
         std::fs::write(t.path().join("kernel/sched_group_identity_enabled"), "0").unwrap();
         let host = Host { sysctl: Some(std::sync::Arc::new(sysctl)), ..Default::default() };
-        GroupIdentity.node(&[], &all_on(), &host).unwrap();
+        GroupIdentity::default().node(&[], &all_on(), &host).unwrap();
         assert_eq!(file("sched_group_identity_enabled").as_deref(), Some("1"));
     }
 
@@ -331,17 +431,17 @@ mod tests {
         let app = |qos| HostApplication { name: "a".into(), qos, base: HostAppBase::CgroupRoot, path: "a".into() };
         let r = all_on();
         for (qos, want) in [(QosClass::Lsr, 2), (QosClass::Ls, 2), (QosClass::Be, -1), (QosClass::None, 0)] {
-            assert_eq!(GroupIdentity.host_app(&app(qos), &r).unwrap(), vec![CgroupValue::BvtWarpNs(want)], "{qos:?}");
+            assert_eq!(GroupIdentity::default().host_app(&app(qos), &r).unwrap(), vec![CgroupValue::BvtWarpNs(want)], "{qos:?}");
         }
-        assert_eq!(GroupIdentity.host_app(&app(QosClass::Be), &Rules::default()).unwrap(), vec![CgroupValue::BvtWarpNs(0)]);
+        assert_eq!(GroupIdentity::default().host_app(&app(QosClass::Be), &Rules::default()).unwrap(), vec![CgroupValue::BvtWarpNs(0)]);
     }
 
     #[test]
     fn kube_qos_directories() {
         let r = all_on();
-        assert_eq!(GroupIdentity.kube_qos(KubeQos::Guaranteed, &r), vec![CgroupValue::BvtWarpNs(0)]);
-        assert_eq!(GroupIdentity.kube_qos(KubeQos::Burstable, &r), vec![CgroupValue::BvtWarpNs(2)]);
-        assert_eq!(GroupIdentity.kube_qos(KubeQos::BestEffort, &r), vec![CgroupValue::BvtWarpNs(-1)]);
-        assert_eq!(GroupIdentity.stages(), &[Stage::PreRunPodSandbox]);
+        assert_eq!(GroupIdentity::default().kube_qos(KubeQos::Guaranteed, &r), vec![CgroupValue::BvtWarpNs(0)]);
+        assert_eq!(GroupIdentity::default().kube_qos(KubeQos::Burstable, &r), vec![CgroupValue::BvtWarpNs(2)]);
+        assert_eq!(GroupIdentity::default().kube_qos(KubeQos::BestEffort, &r), vec![CgroupValue::BvtWarpNs(-1)]);
+        assert_eq!(GroupIdentity::default().stages(), &[Stage::PreRunPodSandbox]);
     }
 }

@@ -60,11 +60,14 @@ pub struct PluginOptions {
     /// The node-level work sees only the pods `--selector` selects: plugins must not remove
     /// what may belong to the others (Resctrl's groups).
     pub partial_view: bool,
+    /// Where GroupIdentity reads the kernel's group identity switch in the hook path
+    /// (`/proc/sys`); empty: not read (taken as absent).
+    pub proc_sys: std::path::PathBuf,
 }
 
 /// Every built-in plugin, in the order the framework runs them.
 pub fn builtin() -> Vec<Arc<dyn Plugin>> {
-    vec![Arc::new(GroupIdentity), Arc::new(BatchResource), Arc::new(CpuSet::default())]
+    vec![Arc::new(GroupIdentity::default()), Arc::new(BatchResource), Arc::new(CpuSet::default())]
 }
 
 /// The built-in plugins named in `names` (case-insensitive), in the built-in order.

@@ -18,8 +18,10 @@
 //! See the README, "Rules: from the cluster, or from a file". The `groupIdentity` values are
 //! `resourceQOSStrategy.<class>.cpuQOS` (`enable: true` plus `groupIdentity`), and
 //! `batchResource.cfsQuota: false` is `resourceUsedThresholdWithBE: {enable: true,
-//! cpuSuppressPolicy: cfsQuota}`. `cpu`, `batchResource.enable` and the `cpuset` switches have
-//! no NodeSLO field; they keep their defaults in the new format.
+//! cpuSuppressPolicy: cfsQuota}`. `cpuset.unsetCfsQuota: false` is koordlet's flag
+//! `--disable-unset-cpu-quota` ([`super::RuleFlags`]), which works with either format. `cpu`,
+//! `batchResource.enable` and `cpuset.enable` have no NodeSLO field; they keep their defaults in
+//! the new format.
 //!
 //! # Difference in meaning
 //!

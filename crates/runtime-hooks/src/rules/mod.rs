@@ -8,6 +8,7 @@
 //! | the node's `NodeSLO` (`slo.koordinator.sh/v1alpha1`) `spec` | GroupIdentity, BatchResource, CoreSched, TCNetworkQoS, TerwayQoS | [`node_slo`], [`core_sched`], [`net_qos`], [`host_app`] |
 //! | the node's `NodeResourceTopology` (`topology.node.k8s.io/v1alpha1`) annotations | CPUSet | [`topology`] |
 //! | the `Node`'s annotations | BatchResource, CPUNormalization (CPU normalization ratio) | [`node`] |
+//! | koordlet's flags: `--disable-unset-cpu-quota` | CPUSet | [`RuleFlags`] |
 //!
 //! # Sources
 //!
@@ -132,7 +133,8 @@ pub struct CpusetRules {
     /// Off: no cpuset changes. Default on.
     pub enable: bool,
     /// LSE/LSR pods with a cpuset get CFS quota −1 (koordlet's `--disable-unset-cpu-quota=false`).
-    /// Default on.
+    /// Default on; off with `--disable-unset-cpu-quota` ([`RuleFlags`]) or the old format's
+    /// `cpuset.unsetCfsQuota: false`.
     pub unset_cfs_quota: bool,
     /// The node's CPU pools, from its NodeResourceTopology.
     pub topology: topology::Topology,
@@ -141,6 +143,28 @@ pub struct CpusetRules {
 impl Default for CpusetRules {
     fn default() -> Self {
         CpusetRules { enable: true, unset_cfs_quota: true, topology: topology::Topology::default() }
+    }
+}
+
+/// The command line's rule inputs: koordlet's flags that change what a plugin does, applied over
+/// the rules from every source (defaults, file, cluster), so they combine with NodeSLO-era rule
+/// objects. Fixed for the process's life ([`RulesStore::set_flags`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleFlags {
+    /// koordlet's `--disable-unset-cpu-quota` (v1.8.0 `runtimehooks/config.go`, a plain flag, not
+    /// a feature gate; read by `hooks/cpuset/cpuset.go` `UnsetPodCPUQuota` and
+    /// `UnsetContainerCPUQuota`, which then return without touching the quota): CPU-bound LSE/LSR
+    /// pods keep their CFS quota, at pod and container level, instead of −1.
+    pub disable_unset_cpu_quota: bool,
+}
+
+impl RuleFlags {
+    /// The flags applied to `rules`.
+    pub fn apply(&self, mut rules: Rules) -> Rules {
+        if self.disable_unset_cpu_quota {
+            rules.cpuset.unset_cfs_quota = false;
+        }
+        rules
     }
 }
 

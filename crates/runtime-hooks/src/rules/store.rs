@@ -31,7 +31,7 @@ use super::file::FileRules;
 use super::node::NodeRules;
 use super::node_slo::SloRules;
 use super::topology::Topology;
-use super::Rules;
+use super::{RuleFlags, Rules};
 
 /// Where an input came from, for logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +76,8 @@ struct Inputs {
     cluster_slo: Option<Option<SloRules>>,
     cluster_topology: Option<Option<Topology>>,
     cluster_node: Option<Option<NodeRules>>,
+    /// The command line's rule inputs, applied over the rest.
+    flags: RuleFlags,
 }
 
 /// The cluster's version of an input once it has answered, else the file's.
@@ -90,12 +92,12 @@ impl Inputs {
     fn rules(&self) -> Rules {
         let file = self.file.as_ref();
         let base = self.fixed.clone().or_else(|| file.and_then(|f| f.legacy.clone())).unwrap_or_default();
-        Rules::compose(
+        self.flags.apply(Rules::compose(
             &base,
             pick(&self.cluster_slo, file.and_then(|f| f.slo.as_ref())),
             pick(&self.cluster_topology, file.and_then(|f| f.topology.as_ref())),
             pick(&self.cluster_node, file.and_then(|f| f.node.as_ref())),
-        )
+        ))
     }
 }
 
@@ -141,6 +143,17 @@ impl RulesStore {
         };
         warn_if_legacy(path, file.as_ref());
         Ok(Self::with(Some(path.to_owned()), Inputs { file, ..Default::default() }))
+    }
+
+    /// Sets the command line's rule inputs (`--disable-unset-cpu-quota`), at start-up before the
+    /// rules are read by anyone: the rules in force are recomputed, not announced as a change.
+    pub fn set_flags(&self, flags: RuleFlags) {
+        let rules = {
+            let mut inputs = self.inputs.lock().unwrap_or_else(|e| e.into_inner());
+            inputs.flags = flags;
+            inputs.rules()
+        };
+        self.current.store(Arc::new(rules));
     }
 
     /// The rules in force (a snapshot; cheap).
@@ -289,6 +302,44 @@ fn warn_if_legacy(path: &Path, file: Option<&FileRules>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// koordlet's `--disable-unset-cpu-quota` with NodeSLO-era rules: CPU-bound LSR pods keep
+    /// their CFS quota (pod and container), whatever NodeSLO the cluster or a file brings;
+    /// without it their quota is −1.
+    #[test]
+    fn disable_unset_cpu_quota_holds_over_node_slo_rules() {
+        use crate::context::{ContainerContext, PodContext, QOS_CLASS_KEY};
+        use crate::plugin::{Plugin, Stage};
+        use crate::plugins::cpuset::{CpuSet, RESOURCE_STATUS};
+        let pod = PodContext {
+            labels: [(QOS_CLASS_KEY.to_string(), "LSR".to_string())].into(),
+            annotations: [(RESOURCE_STATUS.to_string(), r#"{"cpuset": "2-3"}"#.to_string())].into(),
+            cgroup_parent: "/kubepods/pod1".into(),
+            ..Default::default()
+        };
+        let c = ContainerContext { pod: pod.clone(), name: "main".into(), ..Default::default() };
+        let quotas = |store: &RulesStore| {
+            let rules = store.current();
+            let container = CpuSet::default().container(Stage::PreCreateContainer, &c, &rules).unwrap().resources;
+            assert_eq!(container.cpuset_cpus.as_deref(), Some("2-3"), "bound either way");
+            (CpuSet::default().pod(Stage::PreRunPodSandbox, &pod, &rules).unwrap().pod_cgroup, container.cpu_quota)
+        };
+        let slo =
+            super::super::node_slo::parse(&serde_json::json!({"resourceQOSStrategy": {"lsrClass": {"cpuQOS": {"enable": true}}}})).unwrap();
+        let without = RulesStore::defaults();
+        assert!(without.set_cluster_slo(Some(slo.clone())));
+        assert_eq!(quotas(&without), (vec![crate::cgroup::CgroupValue::CfsQuota(-1)], Some(-1)), "koordlet's default: unset");
+        let with = RulesStore::defaults();
+        let rx = with.subscribe();
+        with.set_flags(RuleFlags { disable_unset_cpu_quota: true });
+        assert!(!rx.has_changed().unwrap(), "set at start, not announced");
+        assert_eq!(quotas(&with), (vec![], None), "the quota kept");
+        assert!(with.set_cluster_slo(Some(slo)));
+        assert!(with.current().group_identity.enable, "the NodeSLO is in force");
+        assert_eq!(quotas(&with), (vec![], None), "still kept under the cluster's NodeSLO");
+        assert!(with.set_cluster_slo(None));
+        assert!(!with.current().cpuset.unset_cfs_quota);
+    }
 
     #[test]
     fn store_swaps_and_announces_only_real_changes() {

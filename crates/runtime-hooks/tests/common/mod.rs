@@ -33,7 +33,7 @@ impl Hooks {
     /// Starts the binary with `args`, logging to `log` at `rust_log` (the `RUST_LOG` filter).
     pub fn start_logging(args: &[&str], log: PathBuf, rust_log: &str) -> Hooks {
         let file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(HOOKS_BIN)
+        let child = Command::new(test_support::workspace_binary("runtime-hooks"))
             .args(args)
             .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())

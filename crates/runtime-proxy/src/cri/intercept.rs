@@ -462,8 +462,16 @@ impl Call {
     /// needs the call's hook request still (else it moves into the store).
     fn commit(&mut self, answer: &unary_call::Answer, store: &Store, post: bool) {
         match self {
-            Call::RunPodSandbox { hook, .. } => match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
-                Ok(Some(Ok(resp))) => store.put_pod(&resp.pod_sandbox_id, hook.clone()),
+            Call::RunPodSandbox { req, hook } => match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
+                Ok(Some(Ok(resp))) => {
+                    // A PreRunPodSandbox answer's `resources` reach nothing in CRI mode (no CRI
+                    // field takes a sandbox's resources; koord ignores them too): the store keeps
+                    // the resources the runtime got, as recovery reads them back.
+                    let mut pod = hook.clone();
+                    pod.resources =
+                        req.config.as_ref().and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref()).map(convert::to_hook);
+                    store.put_pod(&resp.pod_sandbox_id, pod)
+                }
                 _ => tracing::warn!("RunPodSandbox answer without a sandbox ID; pod not recorded"),
             },
             Call::CreateContainer { req, hook: Some(hook) } => {

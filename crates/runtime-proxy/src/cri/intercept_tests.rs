@@ -258,3 +258,41 @@ fn both_cri_versions_are_intercepted() {
     assert!(lookup("/runtime.v1.ImageService/RunPodSandbox").is_none());
     assert!(lookup("/runtime.v2.RuntimeService/RunPodSandbox").is_none());
 }
+
+/// A PreRunPodSandbox answer's `resources` (koordlet's pod values for a BE pod) reach nothing in
+/// CRI mode, as in koord-runtime-proxy (`PodResourceExecutor.UpdateRequest` ignores them): no
+/// edit of the RunPodSandbox request, and the store keeps the resources kubelet sent (what
+/// recovery reads back from containerd). The rest of the chain sees them.
+#[test]
+fn pod_resources_of_an_answer_reach_nothing_in_cri_mode() {
+    let kubelet = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
+    let req = cri::RunPodSandboxRequest {
+        config: Some(cri::PodSandboxConfig {
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: "/kubepods/besteffort/pod1".into(),
+                resources: Some(kubelet.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut call = Call::decode(Method::RunPodSandbox, Bytes::from(req.encode_to_vec())).expect("decodes");
+    let Call::RunPodSandbox { req: view, hook } = &mut call else { unreachable!() };
+    *hook = pod_hook_request(view.config.as_ref(), &view.runtime_handler);
+    let before = call.hook_state();
+    let Call::RunPodSandbox { hook, .. } = &mut call else { unreachable!() };
+    let answer =
+        hook::LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, memory_limit_in_bytes: 128 << 20, ..Default::default() };
+    hook_api::merge::apply_pod_response(hook, &hook::PodSandboxHookResponse { resources: Some(answer), ..Default::default() });
+    assert_eq!(hook.resources.as_ref().map(|r| (r.cpu_shares, r.cpu_period)), Some((512, 100_000)), "merged for the chain");
+    assert!(call.edits(&before).is_empty(), "no CRI field takes a sandbox's resources");
+    let msg = cri::RunPodSandboxResponse { pod_sandbox_id: "sb".into() }.encode_to_vec();
+    let mut data = vec![0u8];
+    data.extend((msg.len() as u32).to_be_bytes());
+    data.extend(msg);
+    let answer = unary_call::Answer { head: http::Response::new(()), data: data.into(), trailers: None };
+    let store = Store::new();
+    call.commit(&answer, &store, false);
+    assert_eq!(store.pod("sb").expect("recorded").resources, Some(convert::to_hook(&kubelet)));
+}

@@ -245,10 +245,21 @@ pub fn container_request(
 }
 
 /// Writes the changes PreRunPodSandbox hooks made (`before` → `after`) into a sandbox's create
-/// body (Docker's container config fields at the top level, plus `HostConfig`): cgroup parent,
-/// labels, annotations (as `annotation.` labels). Returns whether anything changed.
+/// body (Docker's container config fields at the top level, plus `HostConfig`): resources into
+/// the pause container's `HostConfig` (`CpuShares`, `CpuQuota`, `CpuPeriod`, `Memory`, …, as
+/// koord-runtime-proxy's `HandleCreateContainer` applies the answer's `resources` with
+/// `UpdateHostConfigByResource`; here only the fields the merge rules changed, the swap limit
+/// following the memory limit), cgroup parent, labels, annotations (as `annotation.` labels).
+/// Returns whether anything changed.
 pub fn write_pod_changes(body: &mut Map<String, Value>, before: &hook::PodSandboxHookRequest, after: &hook::PodSandboxHookRequest) -> bool {
     let mut changed = false;
+    let default = hook::LinuxContainerResources::default();
+    let (b, a) = (before.resources.as_ref().unwrap_or(&default), after.resources.as_ref().unwrap_or(&default));
+    if b != a {
+        let mut a = a.clone();
+        follow_swap(b, &mut a, false);
+        changed |= write_resources(object_at(body, "HostConfig"), b, &a, true);
+    }
     if before.cgroup_parent != after.cgroup_parent {
         object_at(body, "HostConfig").insert("CgroupParent".into(), Value::from(after.cgroup_parent.as_str()));
         changed = true;
@@ -424,6 +435,30 @@ mod tests {
         after.annotations.insert("a".into(), "2".into());
         assert!(write_pod_changes(body.as_object_mut().unwrap(), &before, &after));
         assert_eq!(body, json!({"HostConfig": {"CgroupParent": "/kubepods/besteffort/podu"}, "Labels": {"l": "1", "annotation.a": "2"}}));
+    }
+
+    /// koordlet's PreRunPodSandbox answer for a BE pod (its BatchResource sums) reaches the
+    /// pause container's HostConfig, as koord-runtime-proxy applies it; fields the hooks left
+    /// alone stay as cri-dockerd sent them.
+    #[test]
+    fn pod_resources_go_to_the_pause_container() {
+        let mut body = json!({"HostConfig": {"CgroupParent": "/kubepods/podu", "CpuShares": 2, "MemorySwap": 0, "OomScoreAdj": -998}});
+        let before = pod_request(&KubeName::parse("k8s_POD_web_default_u_0").unwrap(), Some(&body.clone()), body.get("HostConfig"));
+        let mut after = before.clone();
+        let answer = hook::LinuxContainerResources {
+            cpu_shares: 512,
+            cpu_quota: 100_000,
+            memory_limit_in_bytes: 128 << 20,
+            ..before.resources.clone().unwrap()
+        };
+        hook_api::merge::apply_pod_response(&mut after, &hook::PodSandboxHookResponse { resources: Some(answer), ..Default::default() });
+        assert!(write_pod_changes(body.as_object_mut().unwrap(), &before, &after));
+        assert_eq!(
+            body,
+            json!({"HostConfig": {"CgroupParent": "/kubepods/podu", "CpuShares": 512, "CpuQuota": 100_000, "Memory": 128 << 20, "MemorySwap": 0, "OomScoreAdj": -998}})
+        );
+        let unchanged = before.clone();
+        assert!(!write_pod_changes(body.as_object_mut().unwrap(), &before, &unchanged), "an echo writes nothing");
     }
 }
 

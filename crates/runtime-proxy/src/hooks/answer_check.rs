@@ -213,6 +213,7 @@ fn resources_unchanged(cur: &LinuxContainerResources, answer: &[u8]) -> bool {
 /// nothing in `req` (see the module documentation); `false` when unsure.
 pub fn pod_unchanged(req: &PodSandboxHookRequest, answer: &[u8]) -> bool {
     let mut fields = Fields { buf: answer };
+    let mut resources_seen = false;
     let (mut labels, mut annotations) = (Echoed::new(&req.labels), Echoed::new(&req.annotations));
     loop {
         let Some(next) = fields.next_field() else { return false };
@@ -221,8 +222,11 @@ pub fn pod_unchanged(req: &PodSandboxHookRequest, answer: &[u8]) -> bool {
             (1, Field::Bytes(b)) => labels.unchanged(b, false),
             (2, Field::Bytes(b)) => annotations.unchanged(b, false),
             (3, Field::Bytes(b)) => empty_or_same(b, &req.cgroup_parent),
-            // Pod-level resources are ignored in CRI mode, but must decode.
-            (4, Field::Bytes(b)) => LinuxContainerResources::decode(b).is_ok(),
+            (4, Field::Bytes(b)) => {
+                // A second occurrence merges into the first: left to the decode.
+                let first = !std::mem::replace(&mut resources_seen, true);
+                first && req.resources.as_ref().is_some_and(|cur| resources_unchanged(cur, b))
+            }
             (1..=4, _) => false,
             _ => true,
         };
@@ -269,6 +273,24 @@ mod tests {
         let pod = PodSandboxHookRequest { labels: map(&[("app", "web")]), cgroup_parent: "/kubepods".into(), ..Default::default() };
         assert!(pod_unchanged(&pod, &merge::echo_pod(&pod).encode_to_vec()));
         assert!(pod_unchanged(&pod, &[]));
+    }
+
+    /// A pod answer's resources (koordlet's PreRunPodSandbox answer for a BE pod) are a change
+    /// the merge applies (Docker mode: to the pause container), seen from the bytes too.
+    #[test]
+    fn pod_resources_in_an_answer_are_seen() {
+        let pod = PodSandboxHookRequest { resources: request().container_resources, ..Default::default() };
+        assert!(pod_unchanged(&pod, &merge::echo_pod(&pod).encode_to_vec()));
+        let mut answer = merge::echo_pod(&pod);
+        answer.resources.as_mut().unwrap().cpu_shares = 512;
+        assert!(merge::pod_response_changes(&pod, &answer));
+        assert!(!pod_unchanged(&pod, &answer.encode_to_vec()));
+        answer.resources.as_mut().unwrap().cpu_shares = pod.resources.as_ref().unwrap().cpu_shares;
+        answer.resources.as_mut().unwrap().memory_limit_in_bytes = -1;
+        assert!(pod_unchanged(&pod, &answer.encode_to_vec()), "−1 memory is ignored by the merge");
+        let without = PodSandboxHookRequest::default();
+        let answer = PodSandboxHookResponse { resources: Some(Default::default()), ..Default::default() };
+        assert!(!pod_unchanged(&without, &answer.encode_to_vec()), "default resources are put in");
     }
 
     #[test]
@@ -401,7 +423,7 @@ mod tests {
             }
             let pod = PodSandboxHookRequest {
                 labels: req.container_envs.clone(), annotations: req.container_annotations.clone(),
-                cgroup_parent: req.pod_cgroup_parent.clone(), ..Default::default()
+                cgroup_parent: req.pod_cgroup_parent.clone(), resources: req.container_resources.clone(), ..Default::default()
             };
             let pod_answer = PodSandboxHookResponse {
                 labels: answer.container_envs.clone(), annotations: answer.container_annotations.clone(),

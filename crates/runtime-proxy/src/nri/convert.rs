@@ -183,8 +183,11 @@ pub fn resources_diff(before: &hook::LinuxContainerResources, after: &hook::Linu
     (cpu.is_some() || memory.is_some() || !unified.is_empty()).then(|| nri::LinuxResources { cpu, memory, unified, ..Default::default() })
 }
 
-/// The pod-level fields the hooks changed (`labels`, `annotations`, `cgroup_parent`,
-/// `resources`): NRI cannot change a pod sandbox that exists, so each is unexpressed.
+/// The pod-level fields the hooks changed (`labels`, `annotations`, `cgroup_parent`): NRI
+/// cannot change a pod sandbox that exists, so each is unexpressed. A PreRunPodSandbox answer's
+/// `resources` are not among them: as in CRI mode (and koord-runtime-proxy's), they are applied
+/// nowhere without a word — koordlet answers them for every BE and CPU-bound pod and writes the
+/// pod cgroup itself, so they are no lost change.
 pub fn pod_changes(before: &hook::PodSandboxHookRequest, after: &hook::PodSandboxHookRequest) -> Vec<&'static str> {
     let mut v = Vec::new();
     if after.labels != before.labels {
@@ -195,9 +198,6 @@ pub fn pod_changes(before: &hook::PodSandboxHookRequest, after: &hook::PodSandbo
     }
     if after.cgroup_parent != before.cgroup_parent {
         v.push("cgroup_parent");
-    }
-    if after.resources != before.resources || after.overhead != before.overhead {
-        v.push("resources");
     }
     v
 }
