@@ -179,6 +179,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         resctrl_root: args.resctrl_root.clone(),
     }));
     let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)).with_host(host));
+    for name in v1_only_plugins(&framework) {
+        tracing::warn!(
+            plugin = name,
+            "{name} works on cgroup v1 only (koordlet runs it only there: net_cls has no cgroup v2 counterpart); on this cgroup v2 host it writes no net_cls classids and no pod fails for it"
+        );
+    }
     let stages = framework.stages();
     tracing::info!(
         mode = %args.mode.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default(),
@@ -341,6 +347,16 @@ pub async fn probe(listen: &std::path::Path, timeout: std::time::Duration) -> an
 
 pub use daemon_support::sd_notify::notify_systemd;
 
+/// The enabled plugins that do nothing on this node's cgroup version: TCNetworkQoS and TerwayQoS
+/// on cgroup v2 (both classify pods by `net_cls.classid`, a cgroup v1 controller).
+pub fn v1_only_plugins(framework: &Framework) -> Vec<&'static str> {
+    if framework.cgroups().version() != cgroup::CgroupVersion::V2 {
+        return Vec::new();
+    }
+    let v1_only = [plugins::tc::TcNetworkQos::NAME, plugins::terway_qos::TerwayQos::NAME];
+    framework.plugins().iter().map(|p| p.name()).filter(|n| v1_only.contains(n)).collect()
+}
+
 /// The system bus, to set values on systemd units ([`cgroup`], "systemd units"), unless the
 /// driver is cgroupfs. Without it, under the systemd driver, values runtime-hooks writes to pod
 /// slices are reverted by systemd at the next `daemon-reload`: a WARN says so and names the
@@ -420,5 +436,27 @@ struct RemoveOnDrop(std::path::PathBuf);
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::{FailurePolicy, Plugin};
+
+    #[test]
+    fn net_cls_plugins_are_named_on_cgroup_v2_only() {
+        let t = tempfile::tempdir().unwrap();
+        let plugins: Vec<Arc<dyn Plugin>> = vec![
+            Arc::new(plugins::tc::TcNetworkQos::default()),
+            Arc::new(plugins::terway_qos::TerwayQos::default()),
+            Arc::new(plugins::batch_resource::BatchResource),
+        ];
+        let on = |version| {
+            let cgroups = Arc::new(CgroupFs::new(t.path(), version));
+            Framework::new(plugins.clone(), FailurePolicy::Ignore, RulesStore::fixed(rules::Rules::default()), cgroups)
+        };
+        assert_eq!(v1_only_plugins(&on(cgroup::CgroupVersion::V2)), vec!["TCNetworkQoS", "TerwayQoS"]);
+        assert!(v1_only_plugins(&on(cgroup::CgroupVersion::V1)).is_empty());
     }
 }
