@@ -382,6 +382,8 @@ down() {
   log "down: $ROOT"
 }
 
+# Sourced (scripts/v2vm/lib.sh: apt_archive, build_images), it only defines the functions above.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 case "${1:-}" in
   up) [ $# -eq 3 ] || usage; up "$2" "$3" ;;
   down) [ $# -eq 2 ] || usage; down "$2" ;;

@@ -3,7 +3,9 @@
 # every integration test against a real containerd 1.6, again against 1.7 with NRI on and again against 2.1 with NRI
 # on (scripts/containerd.sh), then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their own
 # (they restart it and connect plugins that see every pod) and again against a 2.1 of their own, then the Docker-mode
-# tests (crates/*/tests/docker_*.rs) against a real dockerd (scripts/dockerd.sh), then the Debian packages installed
+# tests (crates/*/tests/docker_*.rs) against a real dockerd (scripts/dockerd.sh), then the cgroup v2 tests
+# (crates/*/tests/v2_*.rs) inside a qemu guest with systemd and containerd 2.1 + runc 1.3 on the systemd cgroup driver
+# (scripts/v2vm.sh: this machine's kernel is cgroup v1), then the Debian packages installed
 # on this machine (scripts/test-packages.sh, scripts/test-operations.sh), then `make demo`, which must leave nothing
 # behind (scripts/test-demo.sh).
 #
@@ -72,11 +74,12 @@ test_targets() {
 
 # integration VERSION: containerd VERSION up (its root must be in ROOTS for the trap; 1.7 and 2.1 with NRI on and no
 # plugin connected, as nodes that enable it run — 2.x has it on by default), every integration test target against
-# it but the Docker-mode ones (docker_*: they need dockerd) and the NRI-mode ones (nri_*: nri_integration), down.
+# it but the Docker-mode ones (docker_*: they need dockerd), the NRI-mode ones (nri_*: nri_integration) and the
+# cgroup v2 ones (v2_*: v2_guest), down.
 integration() {
   local root=$ROOT_PREFIX-$1 tests nri=0
   [ "$1" = 1.6 ] || nri=1
-  mapfile -t tests < <(test_targets -v '@(docker|nri)_*')
+  mapfile -t tests < <(test_targets -v '@(docker|nri|v2)_*')
   [ ${#tests[@]} -gt 0 ] || { echo "no integration test targets"; return 0; }
   RP_NRI=$nri scripts/containerd.sh up "$1" "$root" >/dev/null || return 1
   RP_CONTAINERD_ENV=$root/env limited cargo test "${LOCKED[@]}" --workspace "${tests[@]}" --no-fail-fast
@@ -107,6 +110,14 @@ docker_integration() {
   local rc=$?
   scripts/dockerd.sh down "$DOCKERD_ROOT"
   return $rc
+}
+
+# v2_guest: the v2_* test targets inside the cgroup v2 guest (scripts/v2vm.sh test: builds the guest once into the
+# cache, the targets on this machine, boots the guest under qemu and runs them there; prints their output).
+v2_guest() {
+  local tests
+  mapfile -t tests < <(test_targets 'v2_*' | awk 'NR % 2 == 0')  # the names, without the --test lines
+  limited scripts/v2vm.sh test "${tests[@]}"
 }
 
 # lint: rustfmt (rustfmt.toml), clippy with warnings as errors and rustdoc with warnings as errors (a doc link
@@ -144,6 +155,10 @@ fi
 if compgen -G 'crates/*/tests/docker_*.rs' >/dev/null; then
   DOCKERD_ROOTS+=("$DOCKERD_ROOT")  # for the trap, as above
   phase "integration (dockerd)" docker_integration
+fi
+
+if compgen -G 'crates/*/tests/v2_*' >/dev/null; then
+  phase "cgroup v2 guest" v2_guest
 fi
 
 phase "packages" limited scripts/test-packages.sh

@@ -462,6 +462,7 @@ impl CgroupFs {
         let Some(unit) = systemd::unit_of(dir_path) else { return };
         let Some(property) = self.unit_property(dir_path, value, current) else { return };
         if drifted {
+            tracing::debug!(unit = %unit, value = %value, "the file differs: the unit's properties are sent again");
             sd.forget(&unit);
         }
         match sd.set_properties(&unit, &[property]) {

@@ -333,6 +333,7 @@ impl Reconciler {
         for c in &containers {
             by_pod.entry(c.pod_sandbox_id.as_str()).or_default().push(c);
         }
+        self.learn_weight_formula(&sandboxes, &by_pod).await;
         let mut report = Report::default();
         let mut failures_now = HashSet::new();
         let mut seen = DirsSeen::default();
@@ -586,6 +587,23 @@ impl Reconciler {
             None => tracing::debug!(sandbox = id, "the runtime reports no cgroup parent; pod skipped"),
         }
         parent
+    }
+
+    /// While the node's `cpu.weight` formula is still to be learned ([`crate::cpu_weight`]), looks
+    /// up every listed container's directory first ([`Reconciler::container_dir`] learns from each
+    /// one it sees for the first time), so that no value of this pass is written in the wrong
+    /// formula. The lookups are cached: the pass makes no more runtime calls for it.
+    async fn learn_weight_formula(&mut self, sandboxes: &[ListedPod], by_pod: &HashMap<&str, Vec<&ListedContainer>>) {
+        for sandbox in sandboxes {
+            if !self.framework.cgroups().weight().learning() {
+                return;
+            }
+            let Some(parent) = self.pod_parent(&sandbox.id).await else { continue };
+            let pod_dir = self.framework.cgroups().resolve(&parent).ok().flatten();
+            for c in by_pod.get(sandbox.id.as_str()).into_iter().flatten() {
+                let _ = self.container_dir(&c.id, pod_dir.as_deref()).await;
+            }
+        }
     }
 
     /// The container's cgroup directory, from the cache or `ContainerStatus` (verbose): its

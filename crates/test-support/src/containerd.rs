@@ -19,12 +19,20 @@ pub struct Containerd {
     pub version: String,
     /// The local image every container runs (busybox).
     pub test_image: String,
-    /// Pod cgroup parents go below this path (cgroupfs driver).
+    /// Pod cgroup parents go below this path (cgroupfs driver); with the systemd driver
+    /// ([`Containerd::systemd_driver`]) the slice pods go below, `kubepods.slice`.
     pub cgroup_parent: String,
     /// Directory for pod log directories.
     pub log_root: PathBuf,
     /// The harness directory (`CONTAINERD_ROOT`; absent in env files of older harness versions).
     pub root: Option<PathBuf>,
+    /// containerd's NRI socket (`NRI_SOCKET`), when the harness turned NRI on.
+    pub nri_socket: Option<PathBuf>,
+    /// The cgroup driver containerd's runc runs with (`CGROUP_DRIVER`): `systemd` in the cgroup v2
+    /// guest of `scripts/v2vm.sh`; absent (cgroupfs) from `scripts/containerd.sh`.
+    pub cgroup_driver: Option<String>,
+    /// runc's version (`RUNC_VERSION`, e.g. `1.3.6+ds1`), where the harness wrote it (the guest).
+    pub runc_version: Option<String>,
 }
 
 impl Containerd {
@@ -44,6 +52,12 @@ impl Containerd {
     pub fn pid(&self) -> Option<u32> {
         let pid: u32 = std::fs::read_to_string(self.root.as_ref()?.join("containerd.pid")).ok()?.trim().parse().ok()?;
         std::path::Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
+    /// True when containerd's runc uses the systemd cgroup driver (`CGROUP_DRIVER=systemd`): pod
+    /// cgroup parents are then slice names ([`crate::systemd`]), not paths.
+    pub fn systemd_driver(&self) -> bool {
+        self.cgroup_driver.as_deref() == Some("systemd")
     }
 
     /// True for containerd 1.7 and later (GetContainerEvents implemented).
@@ -275,6 +289,9 @@ impl Containerd {
             cgroup_parent: get("CRI_CGROUP_PARENT"),
             log_root: get("CRI_LOG_ROOT").into(),
             root: vars.get("CONTAINERD_ROOT").map(PathBuf::from),
+            nri_socket: vars.get("NRI_SOCKET").map(PathBuf::from),
+            cgroup_driver: vars.get("CGROUP_DRIVER").map(|v| v.to_string()),
+            runc_version: vars.get("RUNC_VERSION").map(|v| v.to_string()),
         }
     }
 }

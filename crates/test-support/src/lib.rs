@@ -15,6 +15,8 @@
 //!   other HTTP/1.1) and close every connection when stopped, for the health-check tests.
 //! * [`kube_api`] — a loopback stand-in for kube-apiserver (list, watch, events) for kube-rs
 //!   clients.
+//! * [`systemd`] — kubelet's systemd-driver pod slices (transient units over D-Bus) and their
+//!   cgroup v2 directories, in the cgroup v2 guest of `scripts/v2vm.sh`.
 //! * [`envtest`] — a real etcd + kube-apiserver (envtest's `KUBEBUILDER_ASSETS` convention) with
 //!   runtime-hooks' CRDs and RBAC, for tests of its cluster rule source; skipped without one.
 //!
@@ -22,7 +24,9 @@
 //!
 //! Integration tests need a running containerd: `make test` starts one per version and points
 //! `RP_CONTAINERD_ENV` at its env file; the Docker-mode tests (`tests/docker_*.rs`) need a running
-//! dockerd, and `make test` points `RP_DOCKERD_ENV` at its env file.
+//! dockerd, and `make test` points `RP_DOCKERD_ENV` at its env file. The `v2_*` targets run only
+//! in the cgroup v2 guest (`scripts/v2vm.sh test v2_…`), which sets `RP_V2_GUEST=1` and points
+//! `RP_CONTAINERD_ENV` at its containerd (systemd cgroup driver).
 
 pub mod clients;
 pub mod containerd;
@@ -34,6 +38,7 @@ pub mod kube_api;
 pub mod proxy;
 pub mod raw;
 pub mod stand_in;
+pub mod systemd;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
