@@ -462,8 +462,7 @@ impl CgroupFs {
         let Some(unit) = systemd::unit_of(dir_path) else { return };
         let Some(property) = self.unit_property(dir_path, value, current) else { return };
         if drifted {
-            tracing::debug!(unit = %unit, value = %value, "the file differs: the unit's properties are sent again");
-            sd.forget(&unit);
+            sd.forget_properties(&unit, std::slice::from_ref(&property));
         }
         match sd.set_properties(&unit, &[property]) {
             Ok(_) => {}

@@ -591,6 +591,13 @@ impl Systemd {
         lock(&self.memo).forget(unit);
     }
 
+    /// Forgets what was set on `unit` for the D-Bus properties of `props` only (their file found
+    /// changed: the next [`Systemd::set_properties`] sends them again, and only them).
+    pub fn forget_properties(&self, unit: &str, props: &[UnitProperty]) {
+        let names: Vec<&'static str> = props.iter().filter_map(|p| p.dbus().ok()).flatten().map(|(name, _)| name).collect();
+        lock(&self.memo).forget_names(unit, &names);
+    }
+
     /// Forgets what was set on every unit.
     pub fn forget_all(&self) {
         lock(&self.memo).units.clear();
@@ -705,6 +712,12 @@ impl Memo {
 
     fn forget(&mut self, unit: &str) {
         self.units.remove(unit);
+    }
+
+    fn forget_names(&mut self, unit: &str, names: &[&'static str]) {
+        if let Some(known) = self.units.get_mut(unit) {
+            known.retain(|name, _| !names.contains(name));
+        }
     }
 }
 

@@ -236,6 +236,8 @@ fn memo_sends_only_what_changed() {
     assert_eq!(memo.pending("b.slice", vec![w(1)]), [w(1)], "per unit");
     memo.record("a.slice", vec![m(3)]);
     assert_eq!(memo.pending("a.slice", vec![w(1), m(3)]), []);
+    memo.forget_names("a.slice", &["MemoryMax"]);
+    assert_eq!(memo.pending("a.slice", vec![w(1), m(3)]), [m(3)], "only the forgotten name is sent again");
     memo.forget("a.slice");
     assert_eq!(memo.pending("a.slice", vec![w(1)]), [w(1)]);
 }

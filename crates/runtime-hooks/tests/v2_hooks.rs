@@ -236,13 +236,17 @@ async fn standalone_mode_corrects_once_and_then_leaves_pods_alone() {
     assert!(!drift_lines(&log, &be.container_id).is_empty(), "the BE container was corrected:\n{log}");
     assert!(drift_lines(&log, &ls.container_id).is_empty(), "no drift on a pod nobody changed:\n{log}");
 
-    // daemon-reload: systemd writes the units' properties back, which are runtime-hooks' values.
-    let drifts = log.matches("drift corrected").count();
+    // daemon-reload: systemd writes the units' properties back, which are runtime-hooks' values;
+    // nothing drifts, and no property is sent again (each was sent once).
+    wait_passes(&hooks, hooks.count(&["reconciled"]), 1);
+    let drifts = hooks.count(&["drift corrected"]);
+    let sends = hooks.count(&["unit properties set"]);
     daemon_reload();
     wait_passes(&hooks, hooks.count(&["reconciled"]), 2);
     assert_be_values(&slice, &be.container_id, "after daemon-reload", || hooks.log());
     let log = hooks.log();
-    assert_eq!(log.matches("drift corrected").count(), drifts, "no drift after daemon-reload:\n{log}");
+    assert_eq!(hooks.count(&["drift corrected"]), drifts, "no drift after daemon-reload:\n{log}");
+    assert_eq!(hooks.count(&["unit properties set"]), sends, "no property sent twice:\n{log}");
 
     drop(hooks);
     be.remove(&mut rt).await;
@@ -283,6 +287,100 @@ async fn nri_mode_be_pod_values_survive_systemd() {
     daemon_reload();
     assert_be_values(&slice, &pod.container_id, "after daemon-reload", || hooks.log());
     drop(hooks);
+    pod.remove(&mut rt).await;
+    stop_slice(&slice);
+}
+
+/// A NodeSLO with the `coreSched` CPU policy and `schedIdle` IDLE for the BE class:
+/// kubepods-besteffort.slice's `cpu.idle`.
+const SCHED_IDLE: &str = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec:\n  \
+    resourceQOSStrategy:\n    policies: {cpuPolicy: coreSched}\n    beClass: {cpuQOS: {enable: true, schedIdle: IDLE}}\n";
+
+#[tokio::test]
+async fn standalone_mode_follows_a_node_slo_change_on_kube_qos_slices() {
+    let env = guest();
+    test_support::systemd::ensure_kubepods();
+    let dir = tempfile::Builder::new().prefix("v2-nodeslo").tempdir().unwrap();
+    let rules = rules_file(dir.path(), &SCHED_IDLE.replace("IDLE", "1"));
+    let selector = format!("v2test={}", unique("v2c"));
+    let args = [
+        "--mode",
+        "standalone",
+        "--runtime-endpoint",
+        env.socket.to_str().unwrap(),
+        "--reconcile-interval",
+        "1s",
+        "--selector",
+        &selector,
+        "--rules",
+        rules.to_str().unwrap(),
+        "--feature-gates=CoreSched=true",
+        "--kubepods-cgroup",
+        "kubepods.slice",
+    ];
+    let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
+    let besteffort = slice_dir(Qos::BestEffort.parent_slice());
+    let burstable = slice_dir(Qos::Burstable.parent_slice());
+    let idle = |d: &std::path::Path| cgroup_file(d, "cpu.idle");
+    assert!(eventually(Duration::from_secs(30), || idle(&besteffort) == "1"), "BE slice cpu.idle {}\n{}", idle(&besteffort), hooks.log());
+    assert_eq!(idle(&burstable), "0");
+
+    // The NodeSLO changes: the BE class is no longer idle.
+    let tmp = rules.with_extension("tmp");
+    std::fs::write(&tmp, SCHED_IDLE.replace("IDLE", "0")).unwrap();
+    std::fs::rename(&tmp, &rules).unwrap();
+    assert!(eventually(Duration::from_secs(30), || idle(&besteffort) == "0"), "after the change: {}\n{}", idle(&besteffort), hooks.log());
+    let log = hooks.log();
+    assert!(!log.contains("reconcile: "), "no failure:\n{log}");
+}
+
+/// The unit the Debian package installs.
+const PACKAGED_UNIT: &str = include_str!("../../../packaging/systemd/runtime-hooks.service");
+
+/// `journalctl -u UNIT`: what the unit logged.
+fn journal(unit: &str) -> String {
+    let out = std::process::Command::new("journalctl").args(["-u", unit, "--no-pager", "-o", "cat"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn systemctl(args: &[&str]) {
+    let out = std::process::Command::new("systemctl").args(args).output().unwrap();
+    assert!(out.status.success(), "systemctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn the_packaged_unit_runs_standalone_with_its_sandboxing_and_reaches_systemd() {
+    let env = guest();
+    let binary = test_support::workspace_binary("runtime-hooks");
+    let label = unique("v2u");
+    let opts = format!("--mode standalone --runtime-endpoint {} --reconcile-interval 1s --selector v2test={label}", env.socket.display());
+    let text = PACKAGED_UNIT
+        .replace("ExecStart=/usr/bin/runtime-hooks ", &format!("ExecStart={} ", binary.display()))
+        .replace("EnvironmentFile=-/etc/default/runtime-hooks", &format!("Environment=\"RUNTIME_HOOKS_OPTS={opts}\""));
+    assert!(text.contains(&opts) && text.contains(binary.to_str().unwrap()), "the packaged unit changed its form:\n{PACKAGED_UNIT}");
+    // The package creates the registration directory the unit's ReadWritePaths= names.
+    std::fs::create_dir_all("/etc/runtime/hookserver.d").unwrap();
+    let unit = "runtime-hooks-v2test.service";
+    std::fs::write(format!("/run/systemd/system/{unit}"), text).unwrap();
+    systemctl(&["daemon-reload"]);
+    systemctl(&["start", unit]); // Type=notify: returns once it reported READY=1
+
+    let mut rt = runtime_client(&env.socket);
+    let (sandbox, slice) = be_sandbox(&env, ("v2test", &label));
+    let pod = Pod::start(&mut rt, sandbox, besteffort_container(&env)).await.expect("BE pod");
+    let scope = scope_dir(&slice, &pod.container_id);
+    assert!(eventually(Duration::from_secs(30), || files(&scope) == be_files()), "{:?}\n{}", files(&scope), journal(unit));
+    assert_be_values(&slice, &pod.container_id, "under the packaged unit", || journal(unit));
+    daemon_reload();
+    assert_be_values(&slice, &pod.container_id, "after daemon-reload", || journal(unit));
+    let log = journal(unit);
+    assert!(log.contains("systemd's bus: values on slices and scopes are also set"), "{log}");
+    let denied = |l: &&str| l.contains("WARN") && ["systemd", "bus", "denied", "Read-only", "reconcile: "].iter().any(|w| l.contains(w));
+    assert!(!log.lines().any(|l| denied(&l)), "nothing refused under the unit's sandboxing:\n{log}");
+
+    systemctl(&["stop", unit]);
+    std::fs::remove_file(format!("/run/systemd/system/{unit}")).unwrap();
+    systemctl(&["daemon-reload"]);
     pod.remove(&mut rt).await;
     stop_slice(&slice);
 }
