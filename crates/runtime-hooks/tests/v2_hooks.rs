@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use common::*;
 use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::Channel;
 use test_support::containerd::{container_config, unique, Containerd, Pod};
 use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;
@@ -73,6 +75,28 @@ fn be_sandbox(env: &Containerd, selector: (&str, &str)) -> (cri::PodSandboxConfi
 fn besteffort_container(env: &Containerd) -> cri::ContainerConfig {
     let resources = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
     container_config(env, "main", &["sleep", "3600"], Some(resources), &[])
+}
+
+/// An LSR pod bound to CPU 1 by its resource-status annotation, one container with a 1-CPU
+/// quota, below a Burstable pod slice; returns the pod and its container's scope.
+async fn lsr_pod(rt: &mut RuntimeServiceClient<Channel>, env: &Containerd, label: &str) -> (Pod, std::path::PathBuf) {
+    let labels: HashMap<String, String> = map(&[(QOS, "LSR"), ("v2test", label)]);
+    let sandbox = sandbox_config_systemd(env, &unique("v2-lsr"), labels, map(&[(STATUS, r#"{"cpuset": "1"}"#)]), Qos::Burstable);
+    let slice = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
+    let r = cri::LinuxContainerResources { cpu_shares: 1024, cpu_period: 100_000, cpu_quota: 100_000, ..Default::default() };
+    let container = container_config(env, "main", &["sleep", "3600"], Some(r), &[]);
+    let pod = Pod::start(rt, sandbox, container).await.expect("LSR pod");
+    let scope = scope_dir(&slice, &pod.container_id);
+    (pod, scope)
+}
+
+/// An LSR container's cpuset and unset quota, as CPUSet gives them.
+fn lsr_files(scope: &std::path::Path) -> (String, String) {
+    (cgroup_file(scope, "cpuset.cpus"), cgroup_file(scope, "cpu.max"))
+}
+
+fn lsr_expected() -> (String, String) {
+    ("1".into(), "max 100000".into())
 }
 
 /// Lines of `log` that report a corrected drift on `target` (a pod's name or a container ID).
@@ -151,17 +175,9 @@ async fn proxy_mode_be_pod_values_survive_systemd_and_restarts() {
     assert_be_values(&slice, &pod.container_id, "after systemctl daemon-reload", || log(&s.hooks));
 
     // An LSR pod bound to CPU 1 (resource-status): its container's cpuset, by runc from the answer.
-    let lsr_labels: HashMap<String, String> = map(&[(QOS, "LSR"), ("v2test", &label)]);
-    let lsr_sandbox = sandbox_config_systemd(&s.env, &unique("v2-lsr"), lsr_labels, map(&[(STATUS, r#"{"cpuset": "1"}"#)]), Qos::Burstable);
-    let lsr_slice = lsr_sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
-    let lsr_container = {
-        let r = cri::LinuxContainerResources { cpu_shares: 1024, cpu_period: 100_000, cpu_quota: 100_000, ..Default::default() };
-        container_config(&s.env, "main", &["sleep", "3600"], Some(r), &[])
-    };
-    let lsr = Pod::start(&mut rt, lsr_sandbox, lsr_container).await.expect("LSR pod");
-    let lsr_scope = scope_dir(&lsr_slice, &lsr.container_id);
-    assert_eq!(cgroup_file(&lsr_scope, "cpuset.cpus"), "1", "LSR container bound to CPU 1");
-    assert_eq!(cgroup_file(&lsr_scope, "cpu.max"), "max 100000", "CPU-bound: CFS quota unset");
+    let (lsr, lsr_scope) = lsr_pod(&mut rt, &s.env, &label).await;
+    let lsr_slice = lsr.cgroup_parent();
+    assert_eq!(lsr_files(&lsr_scope), lsr_expected(), "LSR container bound to CPU 1, CFS quota unset");
     daemon_reload();
     assert_eq!(cgroup_file(&lsr_scope, "cpuset.cpus"), "1", "after daemon-reload");
 
@@ -221,6 +237,10 @@ async fn standalone_mode_corrects_once_and_then_leaves_pods_alone() {
     let ls = Pod::start(&mut rt, ls_sandbox, ls_container).await.expect("LS pod");
     assert_eq!(cgroup_file(&scope_dir(&ls_slice, &ls.container_id), "cpu.weight"), "100");
 
+    // An LSR pod created without runtime-hooks: runc gave it all CPUs and its quota.
+    let (lsr, lsr_scope) = lsr_pod(&mut rt, &env, &label).await;
+    assert_eq!(cgroup_file(&lsr_scope, "cpu.max"), "100000 100000");
+
     let dir = tempfile::Builder::new().prefix("v2-standalone").tempdir().unwrap();
     let selector = format!("v2test={label}");
     let args =
@@ -228,6 +248,8 @@ async fn standalone_mode_corrects_once_and_then_leaves_pods_alone() {
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
     wait_passes(&hooks, 0, 2);
     assert_be_values(&slice, &be.container_id, "after the first passes", || hooks.log());
+    assert_eq!(lsr_files(&lsr_scope), lsr_expected(), "the LSR container corrected\n{}", hooks.log());
+    assert_eq!(show(&format!("cri-containerd-{}.scope", lsr.container_id), "AllowedCPUs"), "1", "as its scope's property");
     let log = hooks.log();
     assert!(
         log.contains("cpu.weight formula learned") && log.contains("formula=\"runc\""),
@@ -247,10 +269,14 @@ async fn standalone_mode_corrects_once_and_then_leaves_pods_alone() {
     let log = hooks.log();
     assert_eq!(hooks.count(&["drift corrected"]), drifts, "no drift after daemon-reload:\n{log}");
     assert_eq!(hooks.count(&["unit properties set"]), sends, "no property sent twice:\n{log}");
+    assert_eq!(lsr_files(&lsr_scope), lsr_expected(), "the LSR container after daemon-reload");
 
     drop(hooks);
     be.remove(&mut rt).await;
     ls.remove(&mut rt).await;
+    let lsr_slice = lsr.cgroup_parent();
+    lsr.remove(&mut rt).await;
+    stop_slice(&lsr_slice);
     stop_slice(&slice);
     stop_slice(&ls_slice);
 }
@@ -286,9 +312,16 @@ async fn nri_mode_be_pod_values_survive_systemd() {
     assert_be_values(&slice, &pod.container_id, "after the pod started", || hooks.log());
     daemon_reload();
     assert_be_values(&slice, &pod.container_id, "after daemon-reload", || hooks.log());
+    let (lsr, lsr_scope) = lsr_pod(&mut rt, &env, &label).await;
+    assert_eq!(lsr_files(&lsr_scope), lsr_expected(), "LSR container through NRI\n{}", hooks.log());
+    daemon_reload();
+    assert_eq!(lsr_files(&lsr_scope), lsr_expected(), "LSR container after daemon-reload");
     drop(hooks);
     pod.remove(&mut rt).await;
     stop_slice(&slice);
+    let lsr_slice = lsr.cgroup_parent();
+    lsr.remove(&mut rt).await;
+    stop_slice(&lsr_slice);
 }
 
 /// A NodeSLO with the `coreSched` CPU policy and `schedIdle` IDLE for the BE class:
