@@ -354,3 +354,41 @@ fn check_root_refuses_what_is_not_a_mounted_cgroup_fs() {
         }
     }
 }
+
+#[test]
+fn unit_properties_per_cgroup_version() {
+    use crate::systemd::UnitProperty as P;
+    // v1 (a systemd-driver node on cgroup v1): the v1 properties, the quota with the period file's
+    // value, no cpuset (systemd never writes v1 cpusets).
+    let (t, v1) = v1_tree();
+    let d1 = t.path().join("cpu/pod");
+    assert_eq!(v1.unit_property(&d1, &CgroupValue::CpuShares(512), "1024"), Some(P::CpuShares(512)));
+    assert_eq!(
+        v1.unit_property(&d1, &CgroupValue::CfsQuota(50_000), "-1"),
+        Some(P::CpuQuota { quota_us: Some(50_000), period_us: 100_000 })
+    );
+    assert_eq!(v1.unit_property(&d1, &CgroupValue::CfsQuota(-1), "50000"), Some(P::CpuQuota { quota_us: None, period_us: 100_000 }));
+    assert_eq!(v1.unit_property(&d1, &CgroupValue::MemoryLimit(128 << 20), "-1"), Some(P::MemoryLimit(Some(128 << 20))));
+    assert_eq!(v1.unit_property(&d1, &CgroupValue::CpusetCpus("1".into()), "0-3"), None);
+    // v2: the weight in the node's formula, the quota with cpu.max's other half.
+    let (t, v2) = v2_tree();
+    let d2 = t.path().join("pod");
+    assert_eq!(v2.unit_property(&d2, &CgroupValue::CpuShares(512), "100"), Some(P::CpuWeight(59)));
+    assert_eq!(
+        v2.unit_property(&d2, &CgroupValue::CfsQuota(100_000), "max 50000"),
+        Some(P::CpuQuota { quota_us: Some(100_000), period_us: 50_000 })
+    );
+    assert_eq!(
+        v2.unit_property(&d2, &CgroupValue::CfsPeriod(200_000), "30000 100000"),
+        Some(P::CpuQuota { quota_us: Some(30_000), period_us: 200_000 })
+    );
+    assert_eq!(v2.unit_property(&d2, &CgroupValue::MemoryLimit(-1), "1024"), Some(P::MemoryMax(None)));
+    assert_eq!(v2.unit_property(&d2, &CgroupValue::CpusetCpus("0-1,3".into()), ""), Some(P::AllowedCpus([0, 1, 3].into())));
+    assert_eq!(v2.unit_property(&d2, &CgroupValue::CpuIdle(1), "0"), None, "systemd has no cpu.idle property");
+    // Without a bus nothing is sent and the files are still written.
+    assert!(!v2.sets_unit_properties());
+    assert_eq!(
+        v2.apply("/pod", &CgroupValue::MemoryLimit(64 << 20)).unwrap(),
+        Written::Corrected(Drift { path: t.path().join("pod/memory.max"), old: "max".into(), new: (64 << 20).to_string() })
+    );
+}

@@ -22,11 +22,11 @@ use std::time::Duration;
 use common::*;
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use tonic::transport::Channel;
 use test_support::containerd::{container_config, unique, Containerd, Pod};
 use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;
 use test_support::systemd::{cgroup_file, daemon_reload, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos};
+use tonic::transport::Channel;
 
 /// What BE_SPEC (batch-cpu request 500, limit 1000; batch-memory limit 128Mi) gives a pod of one
 /// container, at both levels, on cgroup v2 with runc 1.3's weight formula: 512 shares → 59.
