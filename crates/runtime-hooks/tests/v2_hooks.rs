@@ -417,3 +417,47 @@ async fn the_packaged_unit_runs_standalone_with_its_sandboxing_and_reaches_syste
     pod.remove(&mut rt).await;
     stop_slice(&slice);
 }
+
+/// The DaemonSet and its rules ConfigMap as deploy/ ships them.
+const DAEMONSET: &str = include_str!("../../../deploy/runtime-hooks.yaml");
+const RULES_CONFIGMAP: &str = include_str!("../../../deploy/runtime-hooks-rules.yaml");
+
+#[tokio::test]
+async fn the_daemonsets_args_and_host_mounts_work_on_a_v2_host() {
+    let env = guest();
+    // The container's args, as deploy/runtime-hooks.yaml gives them.
+    let args: Vec<&str> =
+        DAEMONSET.lines().filter_map(|l| l.trim_start().strip_prefix("- --").map(|_| l.trim_start()[2..].trim())).collect();
+    assert!(args.contains(&"--cgroup-root=/host/sys/fs/cgroup") && args.contains(&"--mode=proxy"), "{args:?}");
+    // Its host mounts, made here as the kubelet would: the cgroup tree at /host/sys/fs/cgroup,
+    // /run/dbus and the containerd socket where they are on the host, the ConfigMap's rules.
+    std::fs::create_dir_all("/host/sys/fs/cgroup").unwrap();
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(" /host/sys/fs/cgroup ");
+    if !mounted {
+        let out = std::process::Command::new("mount").args(["--bind", "/sys/fs/cgroup", "/host/sys/fs/cgroup"]).output().unwrap();
+        assert!(out.status.success(), "mount: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let configmap: serde_json::Value = serde_norway::from_str(RULES_CONFIGMAP).unwrap();
+    let rules = configmap["data"]["rules.yaml"].as_str().expect("the ConfigMap's rules.yaml");
+    for dir in ["/etc/runtime-hooks", "/etc/runtime/hookserver.d", "/var/run/runtime-hooks"] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write("/etc/runtime-hooks/rules.yaml", rules).unwrap();
+    let dir = tempfile::Builder::new().prefix("v2-daemonset").tempdir().unwrap();
+    let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
+    let proxy = start_proxy(&env, Path::new("/etc/runtime/hookserver.d"));
+    let log = hooks.log();
+    assert!(log.contains("cgroup=v2 cgroup_root=/host/sys/fs/cgroup"), "{log}");
+    assert!(log.contains("systemd's bus: values on slices and scopes are also set"), "{log}");
+
+    let mut rt = runtime_client(proxy.socket());
+    let (sandbox, slice) = be_sandbox(&env, ("v2test", &unique("v2d")));
+    let pod = Pod::start(&mut rt, sandbox, besteffort_container(&env)).await.expect("BE pod through the proxy");
+    assert_be_values(&slice, &pod.container_id, "with the DaemonSet's args and mounts", || hooks.log());
+    daemon_reload();
+    assert_be_values(&slice, &pod.container_id, "after daemon-reload", || hooks.log());
+    pod.remove(&mut rt).await;
+    stop_slice(&slice);
+    drop(hooks);
+    let _ = std::fs::remove_file("/etc/runtime/hookserver.d/runtime-hooks.json");
+}
