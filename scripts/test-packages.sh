@@ -173,7 +173,7 @@ for f in deploy/*.yaml deploy/crds/*.yaml; do check "valid: $f (offline, --stric
 check "invalid manifest refused" bash -c "sed 's/^\(  *\)terminationGracePeriodSeconds:/\1terminationGracePeriodSecond:/' deploy/runtime-hooks.yaml >$TMP/bad.yaml && grep -q terminationGracePeriodSecond: $TMP/bad.yaml && ! unshare -n $VENV/bin/kubernetes-validate --strict $TMP/bad.yaml"
 # The policies' CEL, evaluated as the API server would for each sample request (allowed or refused).
 check "admission policies: CEL against sample requests (cel-python, offline)" unshare -n "$VENV/bin/python" scripts/test-admission.py
-check "DaemonSet: skip label, probe, mounts (the cgroup root read-write, the runtime socket)" "$VENV/bin/python" - <<'PY'
+check "DaemonSet: skip label, probe, mounts (the cgroup root read-write, the runtime socket, systemd's bus)" "$VENV/bin/python" - <<'PY'
 import yaml
 ds = yaml.safe_load(open("deploy/runtime-hooks.yaml"))
 t = ds["spec"]["template"]
@@ -182,7 +182,7 @@ c = t["spec"]["containers"][0]
 assert c["livenessProbe"]["exec"]["command"][:2] == ["/usr/bin/runtime-hooks", "--probe"]
 assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
 paths = {v["hostPath"]["path"] for v in t["spec"]["volumes"] if "hostPath" in v}
-assert paths == {"/sys/fs/cgroup", "/etc/runtime/hookserver.d", "/var/run/runtime-hooks", "/var/run/containerd"}, paths
+assert paths == {"/sys/fs/cgroup", "/etc/runtime/hookserver.d", "/var/run/runtime-hooks", "/var/run/containerd", "/run/dbus"}, paths
 mounts = {m["mountPath"] for m in c["volumeMounts"]}
 assert {"/etc/runtime/hookserver.d", "/var/run/runtime-hooks"} <= mounts, "the proxy dials the registered path: same paths as the host"
 assert "--cgroup-root=/host/sys/fs/cgroup" in c["args"] and "/host/sys/fs/cgroup" in mounts
@@ -190,6 +190,8 @@ assert "--cgroup-root=/host/sys/fs/cgroup" in c["args"] and "/host/sys/fs/cgroup
 assert "--runtime-endpoint=/var/run/containerd/containerd.sock" in c["args"] and "/var/run/containerd" in mounts
 cgroup = next(m for m in c["volumeMounts"] if m["mountPath"] == "/host/sys/fs/cgroup")
 assert not cgroup.get("readOnly"), "runtime-hooks writes the host's cgroup files: its start-up check refuses a read-only root"
+# the systemd driver: values are set as the pod slices' unit properties over the host's system bus
+assert "/run/dbus" in mounts, "systemd's bus socket, /run/dbus/system_bus_socket, at its host path"
 PY
 # rbac_ok FILE: FILE (runtime-hooks-rbac.yaml or a variant) grants exactly what runtime-hooks' cluster rule source
 # needs, to the ServiceAccount the DaemonSet runs as.
