@@ -314,6 +314,30 @@ async fn a_hook_server_cannot_change_the_required_annotation() {
     assert!(s.proxy.count_log(&["eraser.json", "may not change this pod annotation"]) >= 1, "{}", s.proxy.log());
 }
 
+/// A hook server cannot add the skip label: an `Ignore` server adding it at PreRunPodSandbox to a
+/// pod of a namespace where the label is honoured is undone, so the `Fail` server is still called
+/// at PreCreateContainer (and its failure refuses the container).
+#[tokio::test]
+async fn a_hook_server_cannot_add_the_skip_label() {
+    let mut s = setup(&["--runtime-hook-server-namespaces", "default"]);
+    let adder = TestHook::start(
+        Arc::new(|_, req| Ok(hook_api::merge::echo_container(req))),
+        Arc::new(|_, req| {
+            let mut answer = hook_api::merge::echo_pod(req);
+            answer.labels.insert("runtimeproxy.koordinator.sh/skip-hookserver".into(), "true".into());
+            Ok(answer)
+        }),
+    )
+    .await;
+    let gate = failing_hook().await;
+    s.register("adder.json", adder.socket(), "Ignore", &["PreRunPodSandbox"], json!({}));
+    s.register("gate.json", gate.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    let err = s.pod(&[]).await.expect_err("the Fail server is still called at PreCreateContainer");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert_names(err.message(), &["PreCreateContainer", "gate.json"]);
+    assert!(s.proxy.count_log(&["PreRunPodSandbox", "may not add, change or remove the skip label"]) >= 1, "{}", s.proxy.log());
+}
+
 /// At a post stage a required server's failure cannot fail the call (the runtime has done it):
 /// the pod runs, the failure is logged and counted.
 #[tokio::test]

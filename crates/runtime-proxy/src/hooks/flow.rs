@@ -240,7 +240,10 @@ pub async fn run_stage(
     Ok(match request {
         Some(HookRequest::Pod(p)) => {
             let required = required(hooks, stage, p);
-            dispatcher.run(snapshot, stage, p, deadline, &required).await?.map_or(BeforeHooks::Unchanged, BeforeHooks::Pod)
+            let skip = p.labels.get(&hooks.skip_label.key).cloned();
+            let before = dispatcher.run(snapshot, stage, p, deadline, &required).await?;
+            keep_skip_label(&hooks.skip_label.key, skip, &mut p.labels, stage);
+            before.map_or(BeforeHooks::Unchanged, BeforeHooks::Pod)
         }
         Some(HookRequest::Container(c)) => {
             let required = required(hooks, stage, c);
@@ -248,6 +251,26 @@ pub async fn run_stage(
         }
         None => BeforeHooks::Unchanged,
     })
+}
+
+/// Puts the pod's own value of the skip label `key` (`before`: absent or its value before the
+/// chain) back into `labels` after a pod-level chain: a hook answer may not add, change or remove
+/// it, or one `Ignore` server could switch every later stage's servers off for that pod (the
+/// label is stored with the pod), as it may not change the requirement annotations
+/// ([`crate::hooks::chain`]). Logged at WARN when undone.
+fn keep_skip_label(key: &str, before: Option<String>, labels: &mut BTreeMap<String, String>, stage: Stage) {
+    if labels.get(key) == before.as_ref() {
+        return;
+    }
+    tracing::warn!(
+        stage = stage.as_str(),
+        label = key,
+        "a hook answer may not add, change or remove the skip label; the pod's own value is kept"
+    );
+    match before {
+        Some(v) => labels.insert(key.to_owned(), v),
+        None => labels.remove(key),
+    };
 }
 
 /// The hook servers the pod of `request` requires at `stage` (see [`Required::of_pod`]); an
