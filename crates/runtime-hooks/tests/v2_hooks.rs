@@ -25,23 +25,12 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use test_support::containerd::{container_config, unique, Containerd, Pod};
 use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;
-use test_support::systemd::{cgroup_file, daemon_reload, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos};
+use test_support::systemd::{cgroup_file, daemon_reload, guest, run, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos};
 use tonic::transport::Channel;
 
 /// What BE_SPEC (batch-cpu request 500, limit 1000; batch-memory limit 128Mi) gives a pod of one
 /// container, at both levels, on cgroup v2 with runc 1.3's weight formula: 512 shares → 59.
 const BE_FILES: [(&str, &str); 3] = [("cpu.weight", "59"), ("cpu.max", "100000 100000"), ("memory.max", "134217728")];
-
-/// The guest's containerd; fails (saying where these tests run) anywhere else.
-fn guest() -> Containerd {
-    assert!(
-        std::env::var_os("RP_V2_GUEST").is_some(),
-        "RP_V2_GUEST is not set: the v2_* tests run inside the cgroup v2 guest: `scripts/v2vm.sh test v2_hooks`"
-    );
-    let env = Containerd::from_env();
-    assert!(env.systemd_driver(), "the guest's containerd is not on the systemd driver: {:?}", env.cgroup_driver);
-    env
-}
 
 /// The BE_FILES of `dir`, as read now.
 fn files(dir: &std::path::Path) -> Vec<(&'static str, String)> {
@@ -372,13 +361,7 @@ const PACKAGED_UNIT: &str = include_str!("../../../packaging/systemd/runtime-hoo
 
 /// `journalctl -u UNIT`: what the unit logged.
 fn journal(unit: &str) -> String {
-    let out = std::process::Command::new("journalctl").args(["-u", unit, "--no-pager", "-o", "cat"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn systemctl(args: &[&str]) {
-    let out = std::process::Command::new("systemctl").args(args).output().unwrap();
-    assert!(out.status.success(), "systemctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    run("journalctl", &["-u", unit, "--no-pager", "-o", "cat"])
 }
 
 #[tokio::test]
@@ -395,8 +378,8 @@ async fn the_packaged_unit_runs_standalone_with_its_sandboxing_and_reaches_syste
     std::fs::create_dir_all("/etc/runtime/hookserver.d").unwrap();
     let unit = "runtime-hooks-v2test.service";
     std::fs::write(format!("/run/systemd/system/{unit}"), text).unwrap();
-    systemctl(&["daemon-reload"]);
-    systemctl(&["start", unit]); // Type=notify: returns once it reported READY=1
+    daemon_reload();
+    run("systemctl", &["start", unit]); // Type=notify: returns once it reported READY=1
 
     let mut rt = runtime_client(&env.socket);
     let (sandbox, slice) = be_sandbox(&env, ("v2test", &label));
@@ -411,9 +394,9 @@ async fn the_packaged_unit_runs_standalone_with_its_sandboxing_and_reaches_syste
     let denied = |l: &&str| l.contains("WARN") && ["systemd", "bus", "denied", "Read-only", "reconcile: "].iter().any(|w| l.contains(w));
     assert!(!log.lines().any(|l| denied(&l)), "nothing refused under the unit's sandboxing:\n{log}");
 
-    systemctl(&["stop", unit]);
+    run("systemctl", &["stop", unit]);
     std::fs::remove_file(format!("/run/systemd/system/{unit}")).unwrap();
-    systemctl(&["daemon-reload"]);
+    daemon_reload();
     pod.remove(&mut rt).await;
     stop_slice(&slice);
 }

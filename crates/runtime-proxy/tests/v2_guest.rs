@@ -9,26 +9,15 @@
 use std::collections::HashMap;
 
 use k8s_cri::v1 as cri;
-use test_support::containerd::{container_config, unique, Containerd, Pod};
+use test_support::containerd::{container_config, unique, Pod};
 use test_support::proxy::ProxyProcess;
 use test_support::systemd::{
-    cgroup_file, daemon_reload, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos, CGROUP_ROOT, KUBEPODS,
+    cgroup_file, daemon_reload, guest, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos, CGROUP_ROOT, KUBEPODS,
 };
 use test_support::{runtime_client, workspace_binary};
 
 /// The controllers kubelet and koordlet-style hooks need in the pods' cgroups.
 const CONTROLLERS: [&str; 5] = ["cpuset", "cpu", "io", "memory", "pids"];
-
-/// The guest's containerd; fails the test (saying where it runs) outside the guest.
-fn guest() -> Containerd {
-    assert!(
-        std::env::var_os("RP_V2_GUEST").is_some(),
-        "RP_V2_GUEST is not set: the v2_* tests run inside the cgroup v2 guest, not on this machine: `scripts/v2vm.sh test v2_guest`"
-    );
-    let env = Containerd::from_env();
-    assert!(env.systemd_driver(), "the guest's env file says CGROUP_DRIVER={:?}, not systemd", env.cgroup_driver);
-    env
-}
 
 /// runc 1.3's CPU weight for `shares` (libcontainer's ConvertCPUSharesToCgroupV2Value since 1.3:
 /// a quadratic in log2(shares) through (2, 1), (1024, 100) and (262144, 10000)).

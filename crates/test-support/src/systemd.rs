@@ -77,9 +77,22 @@ pub fn cpu_weight(shares: u64) -> u64 {
     1 + (shares - 2) * 9999 / 262_142
 }
 
+/// The guest's containerd (`Containerd::from_env`), for the `v2_*` tests; panics (test code)
+/// outside the guest — `RP_V2_GUEST` unset — saying where they run, and when the guest's
+/// containerd is not on the systemd driver.
+pub fn guest() -> Containerd {
+    assert!(
+        std::env::var_os("RP_V2_GUEST").is_some(),
+        "RP_V2_GUEST is not set: the v2_* tests run inside the cgroup v2 guest, not on this machine: `scripts/v2vm.sh test <target>`"
+    );
+    let env = Containerd::from_env();
+    assert!(env.systemd_driver(), "the guest's env file says CGROUP_DRIVER={:?}, not systemd", env.cgroup_driver);
+    env
+}
+
 /// Runs `program args…`, returns its trimmed stdout; panics (test code) with its stderr when it
 /// fails.
-fn run(program: &str, args: &[&str]) -> String {
+pub fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("running {program}: {e}"));
     assert!(out.status.success(), "{program} {}: {}\n{}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
