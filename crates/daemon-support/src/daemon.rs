@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | a stop signal, after the daemon's own graceful shutdown | 0 | the daemon's own |
 //! | a second stop signal while stopping (the drain cut short) | 0 | the signal's WARN |
-//! | an error (a flag refused at start, a socket that cannot be bound, …) | 2 | `<name> stopped: <why>`, once |
+//! | an error (a flag refused at start, a socket or an admin address that cannot be bound, …) | 2 | `<name> stopped: <why>`, once |
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,7 +22,8 @@ use crate::signals::{self, Control, Reloads, Signals};
 pub type Stopping = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// Runs a daemon: sets up logging (the default filter from `klog`'s verbosity for `crates`,
-/// [`crate::log::init`]; the klog deprecation notice once), installs the signal handlers
+/// [`crate::log::init`]; the klog deprecation notice once), raises the open files limit to its
+/// hard limit ([`crate::rlimit`]), installs the signal handlers
 /// before anything is served (a `SIGTERM` right after `READY=1` drains too), tells systemd
 /// `STOPPING=1` at a stop signal, and runs `run(stopping, reloads)` until it returns or a
 /// second stop signal comes. `name` (`runtime-proxy`, `runtime-hooks`) starts the error line.
@@ -38,6 +39,8 @@ where
     if let Some(notice) = klog.notice(crates, rust_log_set) {
         tracing::warn!("{notice}");
     }
+    // Descriptors for every connection kubelet, the hook servers and the admin clients open.
+    crate::rlimit::raise_nofile_and_log();
     let mut control = match Signals::install() {
         Ok(s) => signals::spawn(s, || crate::sd_notify::notify_systemd(crate::sd_notify::STOPPING)),
         Err(e) => {

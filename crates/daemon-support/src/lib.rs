@@ -22,14 +22,22 @@
 //!   that a peer reading what we wrote does not wake us (the proxy's client, runtime and hook
 //!   connections; runtime-hooks' served connections).
 //! * [`status`] — `runtime-proxy status` / `runtime-hooks status`: `GET /status` from the admin
-//!   endpoint, a table or JSON, exit codes 0 (healthy), 1 (unhealthy), 2 (no status).
+//!   socket (or, when asked, the TCP admin endpoint), a table or JSON with control characters
+//!   escaped, exit codes 0 (healthy), 1 (unhealthy), 2 (no status).
+//! * [`admin_http`] — the admin endpoints' listeners and serve loop, with bounded connections,
+//!   head size and time; the root-only admin socket.
+//! * [`rlimit`] — the open files limit raised from soft to hard at start.
+//! * [`escape`] — control characters (ESC, CR, C1, …) made visible in `status` and the log.
 
 pub mod addr;
+pub mod admin_http;
 pub mod alloc;
 pub mod daemon;
 pub mod duration;
+pub mod escape;
 pub mod klog;
 pub mod log;
+pub mod rlimit;
 pub mod sd_notify;
 pub mod signals;
 pub mod socket;

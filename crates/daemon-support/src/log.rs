@@ -13,6 +13,15 @@
 //!   `EPIPE` instead), and tracing-subscriber's own "unable to write" report, which would panic
 //!   on a broken stderr, is turned off.
 //!
+//! # Control characters
+//!
+//! A field or message may carry text from elsewhere (a hook server's error, a pod's name).
+//! tracing-subscriber writes ESC, BEL, BS, FF, DEL and C1 controls in them as escapes (`\x1b`,
+//! `\u{9b}`); the writer here escapes the C0 controls it leaves raw, CR above all (`\r`: a CR
+//! returns a terminal, or `journalctl` shown in one, to the start of the line, where the rest
+//! overwrites what came before), as `\r` and `\xNN` ([`crate::escape`]). TAB and the line
+//! feeds are kept, and ESC too, which only the formatter's own colours (on a terminal) carry.
+//!
 //! # Lost lines
 //!
 //! Every line lost either way is counted: [`dropped_lines`] (runtime-proxy exports it as
@@ -82,12 +91,37 @@ pub fn init(default_filter: &str) -> (Logging, bool) {
 }
 
 /// A writer whose writes always succeed: a line that cannot be written is counted in
-/// [`WRITE_FAILURES`] and dropped. The writer thread gets each line in one `write_all`.
+/// [`WRITE_FAILURES`] and dropped. The writer thread gets each line in one `write_all`; its
+/// control characters are escaped first ([`escape_line`]).
 struct ForgivingWriter<W>(W);
+
+/// Whether the log writer escapes byte `b` (see the module docs): a C0 control but TAB, LF and
+/// ESC. Bytes of a multi-byte UTF-8 character are never below 0x80, so escaping bytes is
+/// escaping characters.
+fn escaped_in_log(b: u8) -> bool {
+    b < 0x20 && !matches!(b, b'\t' | b'\n' | 0x1b)
+}
+
+/// `line` with the bytes [`escaped_in_log`] written as `\r` or `\xNN`; borrowed when there are
+/// none (the usual case: one pass over the line).
+fn escape_line(line: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !line.iter().any(|&b| escaped_in_log(b)) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = Vec::with_capacity(line.len() + 8);
+    for &b in line {
+        match b {
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b if escaped_in_log(b) => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+            b => out.push(b),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
 
 impl<W: Write> Write for ForgivingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.0.write_all(buf).is_err() {
+        if self.0.write_all(&escape_line(buf)).is_err() {
             WRITE_FAILURES.fetch_add(1, Ordering::Relaxed);
         }
         Ok(buf.len())
@@ -121,5 +155,17 @@ mod tests {
         assert_eq!(w.write(b"a log line\n").unwrap(), 11);
         w.flush().unwrap();
         assert_eq!(WRITE_FAILURES.load(Ordering::Relaxed), before + 1);
+    }
+
+    /// A CR (and the other C0 controls tracing-subscriber leaves raw) reaches stderr escaped;
+    /// TAB, LF and ESC do not change.
+    #[test]
+    fn carriage_returns_are_escaped() {
+        let mut out = Vec::new();
+        let mut w = ForgivingWriter(&mut out);
+        let line = b"WARN hook failed error=\"quota\rINFO all good\x00\x0b\" \x1b[2mdim\x1b[0m\ttab\n";
+        assert_eq!(w.write(line).unwrap(), line.len(), "the whole line counts as written");
+        assert_eq!(String::from_utf8(out).unwrap(), "WARN hook failed error=\"quota\\rINFO all good\\x00\\x0b\" \x1b[2mdim\x1b[0m\ttab\n");
+        assert!(matches!(escape_line("ünïcode ok\n".as_bytes()), std::borrow::Cow::Borrowed(_)));
     }
 }

@@ -1,19 +1,34 @@
 //! `runtime-proxy status` and `runtime-hooks status`, the client side: `GET /status` from a
-//! running daemon's admin endpoint (`--metrics-addr`), printed as a table for people or as the
-//! JSON document itself, with an exit code scripts and probes can test.
+//! running daemon's admin socket (`--admin-socket`) or, when asked, its TCP admin endpoint
+//! (`--metrics-addr`), printed as a table for people or as the JSON document itself, with an
+//! exit code scripts and probes can test.
 //!
 //! | exit code | meaning |
 //! |---|---|
 //! | [`EXIT_HEALTHY`] (0) | the daemon answered and says it is healthy |
 //! | [`EXIT_UNHEALTHY`] (1) | the daemon answered, and something needs attention (its `problems`) |
-//! | [`EXIT_UNREACHABLE`] (2) | no status could be read: the endpoint is off, refuses the connection, does not answer in time, or answers something other than a status document |
+//! | [`EXIT_UNREACHABLE`] (2) | no status could be read: the endpoint is off, refuses the connection, does not answer in time, is served by another user, or answers something other than a status document |
 //!
-//! The document is the daemon's (each binary renders its own table); this module only fetches it
-//! over plain HTTP/1.1 (the admin endpoint is a loopback TCP socket, no client library needed),
-//! and formats times. Errors are one line naming the address and the cause, never a debug dump.
+//! # Who answers
+//!
+//! Any local user can bind the TCP port while the daemon is not holding it and answer
+//! "healthy". The admin socket is mode 0600 in a directory only root writes
+//! ([`crate::admin_http`]), and `status` checks that the process serving it runs as root or
+//! as the user running `status` (`SO_PEERCRED`). So `status` asks the admin socket, and the TCP
+//! endpoint only when `--metrics-addr` is on its command line ([`Endpoint::choose`]).
+//!
+//! # What is printed
+//!
+//! The document is the daemon's (each binary renders its own table); this module fetches it
+//! over plain HTTP/1.1 (no client library needed), escapes the control characters in every
+//! string of it before any renderer sees it (a hook server's error message, a pod's name:
+//! [`crate::escape`]), and formats times. Errors are one line naming the address and the cause,
+//! never a debug dump.
 
 use std::io::{Read as _, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::addr::MetricsAddr;
@@ -68,35 +83,74 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Runs a `status` subcommand: fetches `/status` from `addr` and prints it to `out` (`render`
-/// makes the table from the document), or one line to `err` (`program: status: why`) when no
-/// status can be read. Returns the exit code (module table).
+/// Where `status` reads the document from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The admin socket (`--admin-socket`, or its default beside the daemon's socket).
+    Socket(PathBuf),
+    /// The TCP admin endpoint (`--metrics-addr`; `None`: `off`).
+    Tcp(MetricsAddr),
+}
+
+impl Endpoint {
+    /// The endpoint `status` asks: the admin socket given on the command line; else the TCP
+    /// endpoint when `--metrics-addr` is on the command line (`tcp_given`); else the admin
+    /// socket's default (`socket`: its path, `None` when `--admin-socket off`, then the TCP
+    /// endpoint).
+    pub fn choose(socket: Option<PathBuf>, socket_given: bool, metrics_addr: MetricsAddr, tcp_given: bool) -> Endpoint {
+        match socket {
+            Some(path) if socket_given || !tcp_given => Endpoint::Socket(path),
+            _ => Endpoint::Tcp(metrics_addr),
+        }
+    }
+}
+
+/// Whether the argument `id` (clap's id: `metrics_addr`) was given on the command line, before
+/// or after the subcommand (a `global` flag).
+pub fn given_on_command_line(matches: &clap::ArgMatches, id: &str) -> bool {
+    let here = |m: &clap::ArgMatches| {
+        m.try_get_raw(id).ok().flatten().is_some() && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+    };
+    here(matches) || matches.subcommand().is_some_and(|(_, sub)| here(sub))
+}
+
+/// Runs a `status` subcommand: fetches `/status` from `endpoint` and prints it to `out`
+/// (`render` makes the table from the document, its strings' control characters escaped
+/// first), or one line to `err` (`program: status: why`) when no status can be read. Returns
+/// the exit code (module table).
 pub fn run(
     program: &str,
-    addr: MetricsAddr,
+    endpoint: Endpoint,
     args: &StatusArgs,
     render: fn(&serde_json::Value) -> String,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
-    let Some(addr) = addr else {
-        let _ = writeln!(err, "{program}: status: --metrics-addr is off: give the address {program} serves its admin endpoint on");
-        return EXIT_UNREACHABLE;
+    let (fetched, shown) = match &endpoint {
+        Endpoint::Tcp(None) => {
+            let _ = writeln!(err, "{program}: status: --metrics-addr is off: give the address {program} serves its admin endpoint on");
+            return EXIT_UNREACHABLE;
+        }
+        Endpoint::Tcp(Some(addr)) => (fetch(*addr, args.timeout), target(*addr).to_string()),
+        Endpoint::Socket(path) => (fetch_socket(program, path, args.timeout), format!("unix:{}", path.display())),
     };
-    let doc = match fetch(addr, args.timeout) {
+    let mut doc = match fetched {
         Ok(doc) => doc,
         Err(why) => {
-            let _ = writeln!(err, "{program}: status: {why}");
+            let _ = writeln!(err, "{program}: status: {}", crate::escape::escape_control(&why));
             return EXIT_UNREACHABLE;
         }
     };
     let Some(healthy) = doc.get("healthy").and_then(|h| h.as_bool()) else {
-        let _ = writeln!(err, "{program}: status: {}: /status is not a status document (no \"healthy\")", target(addr));
+        let _ = writeln!(err, "{program}: status: {shown}: /status is not a status document (no \"healthy\")");
         return EXIT_UNREACHABLE;
     };
     let text = match args.output {
-        Output::Json => serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
-        Output::Table => render(&doc),
+        Output::Json => crate::escape::escape_json_text(&serde_json::to_string_pretty(&doc).unwrap_or_default()).into_owned() + "\n",
+        Output::Table => {
+            crate::escape::escape_json_strings(&mut doc);
+            render(&doc)
+        }
     };
     // A closed stdout (`| head`) is no reason for another exit code: the status was read.
     let _ = out.write_all(text.as_bytes());
@@ -126,27 +180,81 @@ pub fn target(addr: SocketAddr) -> SocketAddr {
 /// a body that is not JSON.
 pub fn fetch(addr: SocketAddr, timeout: Duration) -> Result<serde_json::Value, String> {
     let to = target(addr);
-    let mut conn = TcpStream::connect_timeout(&to, timeout).map_err(|e| format!("cannot reach the admin endpoint at {to}: {e}"))?;
+    let conn = TcpStream::connect_timeout(&to, timeout).map_err(|e| format!("cannot reach the admin endpoint at {to}: {e}"))?;
+    let shown = to.to_string();
+    let set = conn.set_read_timeout(Some(timeout)).and_then(|()| conn.set_write_timeout(Some(timeout)));
+    set.map_err(|e| format!("reading GET /status from {shown}: {e}"))?;
+    exchange(conn, &shown, &shown, timeout)
+}
+
+/// `GET /status` from the admin socket at `path`, within `timeout` for the answer, after
+/// checking that the process serving it runs as root or as this process's user.
+///
+/// Errors, one line each naming the socket: no socket there (`program` is not running, or
+/// its admin socket is elsewhere or off), permission denied (not root), the connection is
+/// refused (a stale socket), the socket is served by another user, then as [`fetch`].
+pub fn fetch_socket(program: &str, path: &Path, timeout: Duration) -> Result<serde_json::Value, String> {
+    let shown = format!("unix:{}", path.display());
+    let conn = UnixStream::connect(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "no admin socket at {}: is {program} running? (it serves one there unless --admin-socket says otherwise; --metrics-addr ADDR asks its TCP endpoint instead)",
+            path.display()
+        ),
+        std::io::ErrorKind::PermissionDenied => format!(
+            "cannot reach the admin socket {}: {e} (it is root's: run status as root, or ask the TCP endpoint with --metrics-addr ADDR)",
+            path.display()
+        ),
+        _ => format!("cannot reach the admin endpoint at {shown}: {e}"),
+    })?;
+    let uid = peer_uid(&conn).map_err(|e| format!("{shown}: cannot tell who serves it: {e}"))?;
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if uid != 0 && uid != me {
+        return Err(format!("{shown} is served by uid {uid}, neither root nor you: not {program}'s, not asking it"));
+    }
+    let set = conn.set_read_timeout(Some(timeout)).and_then(|()| conn.set_write_timeout(Some(timeout)));
+    set.map_err(|e| format!("reading GET /status from {shown}: {e}"))?;
+    exchange(conn, &shown, "localhost", timeout)
+}
+
+/// The user ID of the process at the other end of `conn` (`SO_PEERCRED`: who bound the socket).
+fn peer_uid(conn: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt(2) writes at most `len` bytes into `cred`, which lives across the call.
+    let rc = unsafe {
+        libc::getsockopt(conn.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut cred).cast::<libc::c_void>(), &mut len)
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// One `GET /status` over `conn` (its timeouts set), `shown` naming the endpoint in errors and
+/// `host` the `Host` header.
+fn exchange(mut conn: impl std::io::Read + Write, shown: &str, host: &str, timeout: Duration) -> Result<serde_json::Value, String> {
     let io = |e: std::io::Error| {
         if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
-            format!("{to} did not answer GET /status within {}", show_duration(timeout))
+            format!("{shown} did not answer GET /status within {}", show_duration(timeout))
         } else {
-            format!("reading GET /status from {to}: {e}")
+            format!("reading GET /status from {shown}: {e}")
         }
     };
-    conn.set_read_timeout(Some(timeout)).map_err(io)?;
-    conn.set_write_timeout(Some(timeout)).map_err(io)?;
     // One write: a peer that answers after the first bytes and closes must not make it fail.
-    let request = format!("GET /status HTTP/1.1\r\nHost: {to}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
+    let request = format!("GET /status HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
     conn.write_all(request.as_bytes()).map_err(io)?;
     let mut raw = Vec::new();
     conn.take(MAX_BODY).read_to_end(&mut raw).map_err(io)?;
-    let (code, body) = parse_response(&raw).map_err(|why| format!("{to}: {why}"))?;
+    let (code, body) = parse_response(&raw).map_err(|why| format!("{shown}: {why}"))?;
     if code != 200 {
         let first = String::from_utf8_lossy(&body).lines().next().unwrap_or_default().trim().to_owned();
-        return Err(format!("{to} answered HTTP {code} to GET /status ({first}): an older version, or not this program's admin endpoint?"));
+        return Err(format!(
+            "{shown} answered HTTP {code} to GET /status ({first}): an older version, or not this program's admin endpoint?"
+        ));
     }
-    serde_json::from_slice(&body).map_err(|e| format!("{to}: /status is not JSON: {e}"))
+    serde_json::from_slice(&body).map_err(|e| format!("{shown}: /status is not JSON: {e}"))
 }
 
 /// The status code and body of an HTTP/1.1 response read to its end (`Connection: close`);
@@ -373,15 +481,64 @@ mod tests {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let args = StatusArgs { output: Output::Table, timeout: Duration::from_secs(2) };
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = run("prog", Some(free), &args, |_| String::new(), &mut out, &mut err);
+        let code = run("prog", Endpoint::Tcp(Some(free)), &args, |_| String::new(), &mut out, &mut err);
         let err = String::from_utf8(err).unwrap();
         assert_eq!(code, EXIT_UNREACHABLE);
         assert!(out.is_empty());
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.starts_with("prog: status: cannot reach the admin endpoint at ") && err.contains(&free.to_string()), "{err}");
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert_eq!(run("prog", None, &args, |_| String::new(), &mut out, &mut err), EXIT_UNREACHABLE);
+        assert_eq!(run("prog", Endpoint::Tcp(None), &args, |_| String::new(), &mut out, &mut err), EXIT_UNREACHABLE);
         assert!(String::from_utf8(err).unwrap().contains("--metrics-addr is off"));
+        let missing = std::env::temp_dir().join(format!("no-such-{}.sock", std::process::id()));
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(run("prog", Endpoint::Socket(missing.clone()), &args, |_| String::new(), &mut out, &mut err), EXIT_UNREACHABLE);
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.starts_with(&format!("prog: status: no admin socket at {}: is prog running?", missing.display())), "{err}");
+    }
+
+    /// The socket is asked unless `--metrics-addr` alone is on the command line.
+    #[test]
+    fn the_admin_socket_first_tcp_when_asked() {
+        let (sock, addr) = (Some(PathBuf::from("/run/a.sock")), Some("127.0.0.1:9318".parse().unwrap()));
+        assert_eq!(Endpoint::choose(sock.clone(), false, addr, false), Endpoint::Socket("/run/a.sock".into()), "defaults: the socket");
+        assert_eq!(Endpoint::choose(sock.clone(), false, addr, true), Endpoint::Tcp(addr), "--metrics-addr given");
+        assert_eq!(Endpoint::choose(sock.clone(), true, addr, true), Endpoint::Socket("/run/a.sock".into()), "both given");
+        assert_eq!(Endpoint::choose(None, true, addr, false), Endpoint::Tcp(addr), "--admin-socket off");
+    }
+
+    /// A status document served on a unix socket by this user: read, and its control
+    /// characters escaped in the table and in the JSON output.
+    #[test]
+    fn a_document_from_the_socket_is_printed_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let body = serde_json::json!({"healthy": true, "last_error": "bad\x1b[2K\rok\u{9b}1m\u{7f}"}).to_string();
+        let server = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                conn.write_all(head.as_bytes()).unwrap();
+                conn.write_all(body.as_bytes()).unwrap();
+            }
+        });
+        let render: fn(&serde_json::Value) -> String = |doc| format!("last error: {}\n", str_of(doc, "last_error"));
+        for (output, want) in [
+            (Output::Table, "last error: bad\\x1b[2K\\rok\\u{9b}1m\\x7f\n"),
+            (Output::Json, "{\n  \"healthy\": true,\n  \"last_error\": \"bad\\u001b[2K\\rok\\u009b1m\\u007f\"\n}\n"),
+        ] {
+            let args = StatusArgs { output, timeout: Duration::from_secs(5) };
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run("prog", Endpoint::Socket(path.clone()), &args, render, &mut out, &mut err);
+            let (out, err) = (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap());
+            assert_eq!((code, err.as_str()), (EXIT_HEALTHY, ""), "{out}");
+            assert_eq!(out, want);
+            assert!(!out.chars().any(|c| c != '\n' && crate::escape::is_escaped(c)), "{out:?}");
+        }
+        server.join().unwrap();
     }
 
     #[test]

@@ -99,7 +99,8 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT
 /// of these.
 #[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
 pub enum Command {
-    /// Print the running server's state, read from its admin endpoint (--metrics-addr): mode,
+    /// Print the running server's state, read from its admin socket (--admin-socket; the TCP
+    /// endpoint only when --metrics-addr is given): mode,
     /// plugins, stages, registration, the rule source and the rules in force, the reconciler's
     /// last pass. Exit 0: healthy; 1: something unhealthy (rules that do not parse, a failing
     /// watch or pass, a registration gone); 2: no status could be read.
@@ -195,7 +196,9 @@ pub struct Args {
     pub disable_unset_cpu_quota: bool,
 
     /// Admin endpoint (`/metrics`, `/healthz`, `/status`): `IP:PORT`, `[IPv6]:PORT`,
-    /// `localhost:PORT`, `:PORT` (every interface) or `off`. `status` asks this address.
+    /// `localhost:PORT`, `:PORT` (every interface) or `off`. If it cannot be bound runtime-hooks
+    /// does not start (exit 2). `status` asks this address only when it is given on status's
+    /// command line (any local user can bind a free port; see --admin-socket).
     #[arg(
         long = "metrics-addr",
         value_name = "ADDR",
@@ -204,6 +207,13 @@ pub struct Args {
         global = true
     )]
     pub metrics_addr: daemon_support::addr::MetricsAddr,
+
+    /// Unix socket serving the admin routes (`/metrics`, `/healthz`, `/status`) to root only:
+    /// mode 0600, in the directory of --listen, in every mode. `status` asks it first. Default:
+    /// beside --listen, named after it (/var/run/runtime-hooks/runtime-hooks-admin.sock); `off`
+    /// serves none. If it cannot be bound runtime-hooks does not start (exit 2).
+    #[arg(long = "admin-socket", value_name = "PATH", value_parser = daemon_support::addr::parse_admin_socket, global = true)]
+    pub admin_socket: Option<daemon_support::addr::AdminSocketFlag>,
 
     /// The node whose NodeSLO, NodeResourceTopology, Node and pods are watched.
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
@@ -293,6 +303,12 @@ pub struct Args {
 }
 
 impl Args {
+    /// The admin socket's path (`--admin-socket`, by default `NAME-admin.sock` beside
+    /// `--listen`, NAME its socket's); `None`: off.
+    pub fn admin_socket(&self) -> Option<PathBuf> {
+        daemon_support::addr::AdminSocketFlag::resolve(self.admin_socket.as_ref(), &self.listen)
+    }
+
     /// The runtime endpoint the reconciler uses, if it runs: always in standalone mode (default
     /// containerd's socket), in proxy mode only when given.
     pub fn reconcile_endpoint(&self) -> Option<PathBuf> {

@@ -163,9 +163,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         rules.clone(),
         cluster.as_ref().map(|c| (cluster_config.node_name.clone(), c.status.clone())),
     ));
-    if let Some(addr) = args.metrics_addr {
-        metrics::serve(addr, status.clone()).await?;
-    }
+    metrics::serve(args.metrics_addr, args.admin_socket().as_deref(), status.clone())?;
     let cgroups = CgroupFs::new(&args.cgroup_root, cgroup_version);
     let (driver, driver_source) = cgroup_driver(&args).await;
     if let Some(kubepods) = &args.kubepods_cgroup {

@@ -6,7 +6,8 @@
 
 use std::io::Write as _;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use daemon_support::status::Endpoint;
 
 use runtime_hooks::cli::{Args, Command};
 
@@ -19,12 +20,15 @@ const CRATES: &[&str] = &["runtime_hooks"];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(Command::Status(status)) = &args.command {
         // No log set-up: the table (or one line saying why there is none) is the whole output.
         let (out, err) = (&mut std::io::stdout(), &mut std::io::stderr());
         let render = runtime_hooks::status::render;
-        return daemon_support::status::run("runtime-hooks", args.metrics_addr, status, render, out, err).into();
+        let tcp_given = daemon_support::status::given_on_command_line(&matches, "metrics_addr");
+        let endpoint = Endpoint::choose(args.admin_socket(), args.admin_socket.is_some(), args.metrics_addr, tcp_given);
+        return daemon_support::status::run("runtime-hooks", endpoint, status, render, out, err).into();
     }
     if args.probe {
         // One plain line on failure (kubelet shows it in the liveness probe's event), nothing on

@@ -42,10 +42,10 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT
 /// start), or one of these.
 #[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
 pub enum Command {
-    /// Print the running proxy's state, read from its admin endpoint (--metrics-addr): hook
-    /// servers with their policy, timeout and health, the backend, the store, hook calls per
-    /// stage. Exit 0: healthy; 1: something unhealthy (backend down, a Fail server failing);
-    /// 2: no status could be read.
+    /// Print the running proxy's state, read from its admin socket (--admin-socket; the TCP
+    /// endpoint only when --metrics-addr is given): hook servers with their policy, timeout and
+    /// health, the backend, the store, hook calls per stage. Exit 0: healthy; 1: something
+    /// unhealthy (backend down, a Fail server failing); 2: no status could be read.
     Status(daemon_support::status::StatusArgs),
 }
 
@@ -192,7 +192,8 @@ pub struct Args {
     /// Address of the admin HTTP endpoint: `/metrics` (Prometheus), `/healthz` and `/status`.
     /// `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT` (127.0.0.1), `:PORT` (every interface, as Go
     /// reads it); `off` (or "") serves none. Port 0 picks a free port (logged). If it cannot be
-    /// bound the proxy logs an error and serves without it. `status` asks this address.
+    /// bound the proxy does not start (exit 2). `status` asks this address only when it is given
+    /// on status's command line (any local user can bind a free port; see --admin-socket).
     #[arg(
         long = "metrics-addr",
         value_name = "ADDR",
@@ -204,10 +205,17 @@ pub struct Args {
 
     /// Address of the debug endpoint, `/debug/store` (every sandbox and container ID the proxy
     /// knows): a listener of its own, so that a metrics scraper never sees pod IDs. The forms of
-    /// --metrics-addr; default `off`. If it cannot be bound the proxy logs an error and serves
-    /// without it.
+    /// --metrics-addr; default `off`. If it cannot be bound the proxy does not start (exit 2).
     #[arg(long = "debug-addr", value_name = "ADDR", default_value = "off", value_parser = parse_metrics_addr)]
     pub debug_addr: MetricsAddr,
+
+    /// Unix socket serving the admin routes (`/metrics`, `/healthz`, `/status`) to root only:
+    /// mode 0600, in the proxy's socket directory. `status` asks it first. Default:
+    /// beside --koord-runtimeproxy-endpoint, named after it
+    /// (/var/run/koord-runtimeproxy/runtimeproxy-admin.sock); `off` serves none. If it cannot be
+    /// bound the proxy does not start (exit 2).
+    #[arg(long = "admin-socket", value_name = "PATH", value_parser = daemon_support::addr::parse_admin_socket, global = true)]
+    pub admin_socket: Option<daemon_support::addr::AdminSocketFlag>,
 
     /// koord-runtime-proxy's klog flags (`--v`, `--logtostderr`, `--log-dir`, …): hidden,
     /// accepted with a deprecation notice; `--v` sets the log level, the others are ignored.
@@ -216,6 +224,12 @@ pub struct Args {
 }
 
 impl Args {
+    /// The admin socket's path (`--admin-socket`, by default `NAME-admin.sock` beside
+    /// `--koord-runtimeproxy-endpoint`, NAME its socket's); `None`: off.
+    pub fn admin_socket(&self) -> Option<std::path::PathBuf> {
+        daemon_support::addr::AdminSocketFlag::resolve(self.admin_socket.as_ref(), &self.listen)
+    }
+
     /// The skip label and the namespaces that may use it (empty names dropped, so `""` is none).
     pub fn skip_label(&self) -> crate::hooks::skip_label::SkipLabel {
         crate::hooks::skip_label::SkipLabel {

@@ -41,6 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use daemon_support::admin_http;
 use daemon_support::signals::Reloads;
 
 use crate::admin::health::Health;
@@ -158,16 +159,17 @@ struct Shared {
     /// `--frontend nri`: connected and synchronized now (for `/status`).
     nri_connected: Arc<std::sync::atomic::AtomicBool>,
     _health: AbortOnDrop,
-    _admin: AbortOnDrop,
+    _admin: Vec<AbortOnDrop>,
     _debug: AbortOnDrop,
 }
 
 impl Shared {
     /// Scans and watches `--hook-config-dir`, starts the backends' health checks (which run
-    /// with or without an admin endpoint: they log what is wrong) and serves the admin endpoint
-    /// and the debug endpoint.
+    /// with or without an admin endpoint: they log what is wrong) and serves the admin endpoint,
+    /// the admin socket and the debug endpoint.
     ///
-    /// Errors: the directory watcher cannot start (no tokio runtime).
+    /// Errors: the directory watcher cannot start (no tokio runtime); `--metrics-addr`,
+    /// `--admin-socket` or `--debug-addr` cannot be bound (each error names its flag).
     fn start(args: &Args, metrics: Arc<Metrics>) -> anyhow::Result<Shared> {
         // A hook server on the proxy's own socket or the runtime's would never be a hook server.
         let mut reserved = vec![
@@ -204,21 +206,20 @@ impl Shared {
             chain,
         };
         let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), health, status });
-        let metrics_addr = args.metrics_addr;
-        let admin = AbortOnDrop(tokio::spawn(async move {
-            let Some(addr) = metrics_addr else {
-                tracing::info!("admin endpoint off (--metrics-addr off): no /metrics, /healthz, /status");
-                return;
-            };
-            if let Err(e) = metrics::serve_admin(addr, admin).await {
-                tracing::error!(%addr, error = %e, "admin endpoint not served (metrics, healthz); the proxy goes on without it");
-            }
-        }));
+        // Bound here, before the proxy's socket: an address that cannot be bound stops the
+        // start (exit 2) instead of leaving the port to whoever took it.
+        let tcp = args.metrics_addr.map(|addr| admin_http::bind_tcp("--metrics-addr", addr)).transpose()?;
+        let socket = args.admin_socket().map(|path| admin_http::bind_socket("--admin-socket", &path)).transpose()?;
+        let debug_listener = debug::bind(&debug)?;
+        if tcp.is_none() {
+            tracing::info!("admin endpoint off (--metrics-addr off): no /metrics, /healthz, /status over TCP");
+        }
+        let listeners = tcp.map(admin_http::Listener::Tcp).into_iter().chain(socket.map(admin_http::Listener::Unix));
+        let admin: Vec<AbortOnDrop> = listeners.map(|l| AbortOnDrop(tokio::spawn(metrics::serve_admin(l, admin.clone())))).collect();
         let debug_store = store.clone();
         let debug = AbortOnDrop(tokio::spawn(async move {
-            let addr = debug.configured.map(|a| a.to_string()).unwrap_or_default();
-            if let Err(e) = debug::serve(debug, debug_store).await {
-                tracing::error!(%addr, error = %e, "debug endpoint not served (/debug/store); the proxy goes on without it");
+            if let Some(listener) = debug_listener {
+                debug::serve(listener, debug_store).await
             }
         }));
         let hooks = Arc::new(Hooks {

@@ -9,7 +9,8 @@
 //! unary call). A second thread writes the log to stderr, so that a slow or broken stderr never
 //! holds a call up ([`daemon_support::log`]).
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use daemon_support::status::Endpoint;
 use runtime_proxy::cli::{Args, Command};
 
 /// The allocator: mimalloc (why: [`daemon_support::alloc`]).
@@ -21,12 +22,15 @@ const CRATES: &[&str] = &["runtime_proxy"];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(Command::Status(status)) = &args.command {
         // No log set-up: the table (or one line saying why there is none) is the whole output.
         let (out, err) = (&mut std::io::stdout(), &mut std::io::stderr());
         let render = runtime_proxy::admin::status::render;
-        return daemon_support::status::run("runtime-proxy", args.metrics_addr, status, render, out, err).into();
+        let tcp_given = daemon_support::status::given_on_command_line(&matches, "metrics_addr");
+        let endpoint = Endpoint::choose(args.admin_socket(), args.admin_socket.is_some(), args.metrics_addr, tcp_given);
+        return daemon_support::status::run("runtime-proxy", endpoint, status, render, out, err).into();
     }
     // Logging, the signal table, the exit code: as for runtime-hooks (daemon_support::daemon).
     let klog = args.klog.clone();

@@ -219,3 +219,43 @@ async fn debug_store_has_a_listener_of_its_own() {
     assert_eq!(code, 404);
     assert!(body.contains("off") && body.contains("--debug-addr"), "{body}");
 }
+
+/// A hook server's error message with terminal controls in it (erase the line, return to its
+/// start, a C1 CSI, a bidi override): `status` prints them escaped, in the table and in the
+/// JSON, read from the admin socket (no --metrics-addr).
+#[tokio::test]
+async fn status_escapes_control_characters_from_a_hook_server() {
+    let env = Containerd::from_env();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
+    let hostile = "quota\x1b[2K\rhealthy \u{9b}32mok\x08\x7f\u{202e}";
+    let container: ContainerFn = Arc::new(move |_, _| Err(tonic::Status::permission_denied(hostile)));
+    let pod: PodFn = Arc::new(move |_, _| Err(tonic::Status::permission_denied(hostile)));
+    let hook = TestHook::start(container, pod).await;
+    register(dir.path(), "evil.json", hook.socket(), "Ignore", &["PreRunPodSandbox"], json!({}));
+    assert!(proxy.wait_log(&["hook server added", "evil.json"], 0), "{}", proxy.log());
+    let mut rt = runtime_client(proxy.socket());
+    let sandbox = sandbox_config(&env, &unique("escape"), HashMap::new(), HashMap::new());
+    let pod = Pod::start(&mut rt, sandbox, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap();
+    let by_socket = |extra: &[&str]| {
+        let out = Command::new(BIN).arg("--koord-runtimeproxy-endpoint").arg(proxy.socket()).arg("status").args(extra).output().unwrap();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let raw = |text: &str| text.chars().any(|c| c != '\n' && daemon_support::escape::is_escaped(c));
+    let (table, err) = by_socket(&[]);
+    assert!(table.contains("quota\\x1b[2K\\rhealthy \\u{9b}32mok\\x08\\x7f\\u{202e}"), "{table}{err}");
+    assert!(!raw(&table), "raw control characters in the table: {table:?}");
+    let (json, err) = by_socket(&["-o", "json"]);
+    assert!(!raw(&json), "raw control characters in the JSON: {json:?}");
+    let doc: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}{err}"));
+    assert_eq!(
+        doc["hook_servers"][0]["last_error"],
+        format!("PreRunPodSandbox: PermissionDenied: {hostile}"),
+        "the document itself unchanged"
+    );
+    // The log has the message too, its CR escaped (ESC and the rest by tracing-subscriber).
+    let log = proxy.log();
+    let line = log.lines().find(|l| l.contains("quota")).unwrap_or_else(|| panic!("no hook error logged:\n{log}"));
+    assert!(line.contains("quota\\x1b[2K\\rhealthy"), "{line:?}");
+    pod.remove(&mut rt).await;
+}

@@ -31,10 +31,15 @@ impl Hooks {
     }
 
     /// Starts the binary with `args`, logging to `log` at `rust_log` (the `RUST_LOG` filter).
+    /// Without `--listen` (standalone and NRI modes) nor `--admin-socket`, the admin socket is
+    /// put beside `log` ([`Hooks::admin_socket`]), not in /var/run/runtime-hooks where every
+    /// such test would want it.
     pub fn start_logging(args: &[&str], log: PathBuf, rust_log: &str) -> Hooks {
         let file = std::fs::File::create(&log).expect("log file");
+        let own_socket = !args.iter().any(|a| *a == "--listen" || *a == "--admin-socket");
         let child = Command::new(test_support::workspace_binary("runtime-hooks"))
             .args(args)
+            .args(if own_socket { vec!["--admin-socket".into(), Hooks::admin_socket_beside(&log)] } else { vec![] })
             .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
@@ -42,6 +47,12 @@ impl Hooks {
             .spawn()
             .expect("start runtime-hooks");
         Hooks { child: Some(child), log }
+    }
+
+    /// The admin socket [`Hooks::start_logging`] gives a runtime-hooks started without
+    /// `--listen` nor `--admin-socket`.
+    pub fn admin_socket_beside(log: &Path) -> std::ffi::OsString {
+        log.with_extension("admin.sock").into_os_string()
     }
 
     pub fn log(&self) -> String {

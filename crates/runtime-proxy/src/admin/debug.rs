@@ -8,12 +8,9 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use daemon_support::admin_http;
+use hyper::Request;
 
 use crate::hooks::store::Store;
 
@@ -60,42 +57,31 @@ pub fn store_ids(store: &Store) -> serde_json::Value {
     serde_json::json!({ "pod_sandboxes": pods, "containers": containers })
 }
 
-/// Binds `endpoint`'s address and serves `GET /debug/store` until the task is dropped; logs
-/// the bound address (`debug endpoint (/debug/store) listening on …`, useful with port 0). Off:
-/// returns at once.
+/// Binds `endpoint`'s address (`--debug-addr`) and records where it listens; `None` when off.
+/// Must be called within a tokio runtime.
 ///
-/// Errors: the address cannot be bound.
-pub async fn serve(endpoint: Arc<DebugEndpoint>, store: Arc<Store>) -> std::io::Result<()> {
-    let Some(addr) = endpoint.configured else { return Ok(()) };
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let _ = endpoint.bound.set(bound);
-    tracing::info!("debug endpoint (/debug/store) listening on {bound}");
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "debug endpoint accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let store = store.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let answer = match req.uri().path() {
-                    "/debug/store" => (200, "application/json", format!("{}\n", store_ids(&store))),
-                    _ => (404, "text/plain", "not found: try /debug/store\n".to_owned()),
-                };
-                let (status, content_type, body) = answer;
-                let resp = Response::builder()
-                    .status(status)
-                    .header("content-type", content_type)
-                    .body(Full::new(Bytes::from(body)))
-                    .unwrap_or_default();
-                async move { Ok::<_, std::convert::Infallible>(resp) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
+/// Errors: the address cannot be bound, naming `--debug-addr` and the address
+/// ([`admin_http::bind_tcp`]).
+pub fn bind(endpoint: &DebugEndpoint) -> anyhow::Result<Option<admin_http::Listener>> {
+    let Some(addr) = endpoint.configured else { return Ok(None) };
+    let listener = admin_http::bind_tcp("--debug-addr", addr)?;
+    if let Ok(bound) = listener.local_addr() {
+        let _ = endpoint.bound.set(bound);
     }
+    Ok(Some(admin_http::Listener::Tcp(listener)))
+}
+
+/// Serves `GET /debug/store` on `listener` (from [`bind`]) until the task is dropped, with the
+/// bounds of [`admin_http`]; logs the bound address (`debug endpoint (/debug/store) listening
+/// on …`, useful with port 0).
+pub async fn serve(listener: admin_http::Listener, store: Arc<Store>) {
+    tracing::info!("debug endpoint (/debug/store) listening on {}", listener.describe());
+    admin_http::serve(listener, "debug endpoint", move |req: Request<hyper::body::Incoming>| {
+        let answer = match req.uri().path() {
+            "/debug/store" => admin_http::reply(200, "application/json", format!("{}\n", store_ids(&store))),
+            _ => admin_http::reply(404, "text/plain", "not found: try /debug/store\n"),
+        };
+        async move { answer }
+    })
+    .await
 }

@@ -11,6 +11,7 @@
 //! | `runtime_proxy_hook_required_failures_total` | counter | `stage`, `server` | calls a required hook server failed (refused at pre stages, only counted at post stages) |
 //! | `runtime_proxy_required_hook_servers_missing_total` | counter | `stage` | calls whose pod required a hook server with no registration (refused at pre stages unless tolerated) |
 //! | `runtime_proxy_tolerate_missing_ignored_total` | counter | | calls of pods with the tolerate-missing annotation outside --runtime-hook-server-namespaces (not honoured) |
+//! | `runtime_proxy_restore_unhooked_total` | counter | | RestorePod calls forwarded although hook servers (all `Ignore`, none required) are registered for PreRunPodSandbox or PreCreateContainer, which a restored pod skips ([`crate::cri::restore`]) |
 //! | `runtime_proxy_hook_servers` | gauge | | hook servers registered |
 //! | `runtime_proxy_hook_config_rejected` | gauge | | registration files currently rejected |
 //! | `runtime_proxy_hook_config_warnings` | gauge | | registered files with warnings (unknown keys, a failure policy that cannot be read and is taken as Fail, unknown stages) |
@@ -23,20 +24,18 @@
 //! for anything else, so clients cannot blow up the label set. `server` is the registration
 //! file's name. Gauges are read when scraped.
 //!
-//! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`): `GET /metrics` (OpenMetrics text),
+//! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`, and the root-only `--admin-socket`;
+//! both bounded as [`daemon_support::admin_http`] says): `GET /metrics` (OpenMetrics text),
 //! `GET /healthz` (200 `ok`, or 503 naming each backend endpoint that is down and why, from the
 //! background checks of [`crate::admin::health`]), `GET /status` (JSON: an operator's view,
 //! [`crate::admin::status`]). `/debug/store` is served on a listener of its own (`--debug-addr`,
 //! [`crate::admin::debug`]), so that a metrics scraper never sees pod IDs; here it answers 404 saying so.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use daemon_support::admin_http;
+use hyper::Request;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -133,6 +132,7 @@ pub struct Metrics {
     required_failures: Family<HookLabels, Counter>,
     required_missing: Family<StageLabels, Counter>,
     tolerate_missing_ignored: Counter,
+    restore_unhooked: Counter,
 }
 
 impl Default for Metrics {
@@ -220,7 +220,14 @@ impl Metrics {
             "Calls of pods with the tolerate-missing-hook-servers annotation outside --runtime-hook-server-namespaces (not honoured)",
             tolerate_missing_ignored.clone(),
         );
+        let restore_unhooked = Counter::default();
+        registry.register(
+            "restore_unhooked",
+            "RestorePod calls forwarded although Ignore hook servers are registered for PreRunPodSandbox or PreCreateContainer, which a restored pod skips",
+            restore_unhooked.clone(),
+        );
         Metrics {
+            restore_unhooked,
             hook_conflicts,
             required_failures,
             required_missing,
@@ -277,6 +284,12 @@ impl Metrics {
     /// not use it: `runtime_proxy_tolerate_missing_ignored_total`.
     pub fn tolerate_missing_ignored(&self) {
         self.tolerate_missing_ignored.inc();
+    }
+
+    /// Counts a RestorePod forwarded without the pre-create hooks of the `Ignore` hook servers
+    /// registered for them: `runtime_proxy_restore_unhooked_total`.
+    pub fn restore_unhooked(&self) {
+        self.restore_unhooked.inc();
     }
 
     /// Records the latest health check of a backend endpoint (`runtime`, `image`):
@@ -415,38 +428,26 @@ pub struct Admin {
     pub status: crate::admin::status::StatusInfo,
 }
 
-/// Binds `addr` and serves `/metrics`, `/healthz` and `/status` until the task is dropped; logs
-/// the bound address (`admin endpoint listening on …`, useful with port 0).
-///
-/// Errors: the address cannot be bound.
-pub async fn serve_admin(addr: SocketAddr, admin: Arc<Admin>) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!("admin endpoint listening on {}", listener.local_addr()?);
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "admin accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+/// Serves `/metrics`, `/healthz` and `/status` on `listener` (`--metrics-addr` or
+/// `--admin-socket`, bound by [`daemon_support::admin_http`]) until the task is dropped, with
+/// that module's bounds on connections, head size and time; logs where
+/// (`admin endpoint listening on …`, useful with port 0; `admin socket listening on …`).
+pub async fn serve_admin(listener: admin_http::Listener, admin: Arc<Admin>) {
+    let what = match listener {
+        admin_http::Listener::Tcp(_) => "admin endpoint",
+        admin_http::Listener::Unix(_) => "admin socket",
+    };
+    tracing::info!("{what} listening on {}", listener.describe());
+    admin_http::serve(listener, what, move |req| {
         let admin = admin.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let admin = admin.clone();
-                async move { Ok::<_, std::convert::Infallible>(admin.answer(req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
+        async move { admin.answer(req).await }
+    })
+    .await
 }
 
 impl Admin {
-    async fn answer(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-        let reply = |status: u16, content_type: &str, body: String| {
-            Response::builder().status(status).header("content-type", content_type).body(Full::new(Bytes::from(body))).unwrap_or_default()
-        };
+    async fn answer(&self, req: Request<hyper::body::Incoming>) -> admin_http::Reply {
+        let reply = |status: u16, content_type: &str, body: String| admin_http::reply(status, content_type, body);
         match req.uri().path() {
             "/metrics" => {
                 let up = self.health.all_up();
