@@ -118,6 +118,8 @@ flags_ok() {  # BIN VAR FILE
 }
 check "/etc/default/runtime-proxy flags parse" flags_ok /usr/bin/runtime-proxy RUNTIME_PROXY_OPTS /etc/default/runtime-proxy
 check "/etc/default/runtime-hooks flags parse" flags_ok /usr/bin/runtime-hooks RUNTIME_HOOKS_OPTS /etc/default/runtime-hooks
+# A reconcile pass at start corrects the pods created while runtime-hooks was down: it needs the runtime's socket.
+check "/etc/default/runtime-hooks: proxy mode with --runtime-endpoint" bash -c '. /etc/default/runtime-hooks && case " $RUNTIME_HOOKS_OPTS " in *" --mode proxy "*" --runtime-endpoint /var/run/containerd/containerd.sock "*) ;; *) echo "$RUNTIME_HOOKS_OPTS"; exit 1;; esac'
 
 echo "==> systemd units"
 verify() { local out; out=$(systemd-analyze verify "$@" 2>&1) || { echo "$out"; return 1; }; [ -z "$out" ] || { echo "$out"; return 1; }; }
@@ -133,6 +135,7 @@ for u in runtime-proxy runtime-hooks; do
 done
 check "Type=notify, EnvironmentFile, Before=kubelet" bash -c 'for u in runtime-proxy runtime-hooks; do f=/lib/systemd/system/$u.service; grep -qx Type=notify $f && grep -qx "EnvironmentFile=-/etc/default/$u" $f && grep -q "^Before=kubelet.service" $f || { echo $u; exit 1; }; done
   grep -q "^After=.*containerd.service" /lib/systemd/system/runtime-proxy.service'
+check "LimitNOFILE=1048576 (not systemd's soft 1024)" bash -c 'for u in runtime-proxy runtime-hooks; do grep -qx LimitNOFILE=1048576 /lib/systemd/system/$u.service || { echo $u; exit 1; }; done'
 check "TimeoutStopSec above the default --drain-timeout" bash -c 't=$(sed -n "s/^TimeoutStopSec=\([0-9]*\)s$/\1/p" /lib/systemd/system/runtime-proxy.service); d=$(grep -o -- "--drain-timeout [0-9]*s" /etc/default/runtime-proxy | grep -o "[0-9]*"); [ "$t" -gt "$d" ]'
 
 echo "==> configuration"

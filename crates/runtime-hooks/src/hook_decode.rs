@@ -4,7 +4,13 @@
 //! prost's: the protobuf is read once, straight into `T` (no intermediate view), with the
 //! lenient rules of [`crate::lenient`]:
 //!
-//! * a map entry (labels, annotations, envs, `unified`) whose key or value is not UTF-8 is left
+//! * only what a plugin reads is materialised: of the pod's labels and annotations the keys of
+//!   [`POD_LABELS_READ`] and [`POD_ANNOTATIONS_READ`]; the container's annotations and envs, which
+//!   no plugin reads, not at all (skipped over in the buffer, nothing allocated). A pod author's
+//!   15 MiB of envs (`envFrom` large ConfigMaps) or annotations thus cost the buffer tonic already
+//!   holds, not a map of 1.3 M entries ([`crate::hook_wire`] echoes the envs from that buffer
+//!   when a plugin changes one);
+//! * a map entry kept (those keys, and `unified` in full) whose key or value is not UTF-8 is left
 //!   out; the others are inserted in wire order, so of a duplicated key the last UTF-8 entry
 //!   wins (protobuf's rule), and an entry left out never hides an earlier one;
 //! * the other strings (names, IDs, cgroup parent, cpusets, hugepage sizes — kubelet's own or
@@ -20,10 +26,13 @@ use std::collections::BTreeMap;
 
 use hook_api::v1alpha1 as api;
 use prost::bytes::{Buf, BufMut};
-use prost::encoding::{bytes, int64, message, skip_field, uint32, uint64, DecodeContext, WireType};
+use prost::encoding::{
+    bytes, check_wire_type, decode_key, decode_varint, int64, message, skip_field, uint32, uint64, DecodeContext, WireType,
+};
 use prost::{DecodeError, Message};
 
 use crate::lenient::BytesEntry;
+use crate::plugins::{POD_ANNOTATIONS_READ, POD_LABELS_READ};
 
 /// Message `T` decoded leniently (see the module docs); `.0` is the message.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -37,15 +46,99 @@ fn merge_lossy(wire_type: WireType, value: &mut String, buf: &mut impl Buf, ctx:
     Ok(())
 }
 
-/// Reads one entry of a `map<string, string>` field: inserted when its key and value are both
-/// UTF-8, left out otherwise.
-fn merge_entry(wire_type: WireType, map: &mut BTreeMap<String, String>, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
-    let mut entry = BytesEntry::default();
-    message::merge(wire_type, &mut entry, buf, ctx)?;
-    if let (Ok(key), Ok(value)) = (String::from_utf8(entry.key), String::from_utf8(entry.value)) {
-        map.insert(key, value);
+/// Which entries of a `map<string, string>` field are kept.
+#[derive(Clone, Copy)]
+enum Keep {
+    /// Every entry (`unified`: kubelet's own, echoed in the resources).
+    All,
+    /// The entries of these keys only (the pod's labels and annotations plugins read).
+    Keys(&'static [&'static str]),
+}
+
+impl Keep {
+    fn wants(self, key: &[u8]) -> bool {
+        match self {
+            Keep::All => true,
+            Keep::Keys(keys) => keys.iter().any(|k| k.as_bytes() == key),
+        }
     }
+}
+
+/// Takes one length-delimited field's payload off the front of `rest` (after its key).
+///
+/// Errors: the length runs past the end, as prost reports it.
+pub(crate) fn take_delimited<'a>(rest: &mut &'a [u8], tag: u32, ctx: DecodeContext) -> Result<&'a [u8], DecodeError> {
+    let mut before: &'a [u8] = rest;
+    skip_field(WireType::LengthDelimited, tag, rest, ctx)?;
+    let len = decode_varint(&mut before)? as usize;
+    Ok(&before[..len])
+}
+
+/// The key and value of a map entry's encoded body, as slices of it (unknown fields skipped;
+/// an absent key or value is empty).
+///
+/// Errors: the body is not protobuf, or a key or value is not length-delimited.
+pub(crate) fn entry_parts(body: &[u8], ctx: DecodeContext) -> Result<(&[u8], &[u8]), DecodeError> {
+    let (mut rest, mut key, mut value) = (body, &body[..0], &body[..0]);
+    while !rest.is_empty() {
+        let (tag, wire_type) = decode_key(&mut rest)?;
+        match tag {
+            1 | 2 => {
+                check_wire_type(WireType::LengthDelimited, wire_type)?;
+                let field = take_delimited(&mut rest, tag, ctx.clone())?;
+                if tag == 1 {
+                    key = field;
+                } else {
+                    value = field;
+                }
+            }
+            _ => skip_field(wire_type, tag, &mut rest, ctx.clone())?,
+        }
+    }
+    Ok((key, value))
+}
+
+/// Reads one entry of a `map<string, string>` field: inserted when `keep` wants its key and its
+/// key and value are both UTF-8, left out otherwise. The entry is read in place (nothing is
+/// allocated for an entry left out) when the buffer is contiguous, as tonic's is.
+fn merge_entry(
+    wire_type: WireType,
+    map: &mut BTreeMap<String, String>,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+    keep: Keep,
+) -> Result<(), DecodeError> {
+    check_wire_type(WireType::LengthDelimited, wire_type)?;
+    if buf.chunk().len() < buf.remaining() {
+        let mut entry = BytesEntry::default();
+        message::merge(wire_type, &mut entry, buf, ctx)?;
+        if keep.wants(&entry.key) {
+            if let (Ok(key), Ok(value)) = (String::from_utf8(entry.key), String::from_utf8(entry.value)) {
+                map.insert(key, value);
+            }
+        }
+        return Ok(());
+    }
+    let chunk = buf.chunk();
+    let mut rest = chunk;
+    let body = take_delimited(&mut rest, 1, ctx.clone())?;
+    let (key, value) = entry_parts(body, ctx)?;
+    if keep.wants(key) {
+        if let (Ok(key), Ok(value)) = (std::str::from_utf8(key), std::str::from_utf8(value)) {
+            map.insert(key.to_owned(), value.to_owned());
+        }
+    }
+    let used = chunk.len() - rest.len();
+    buf.advance(used);
     Ok(())
+}
+
+/// Skips a `map<string, string>` field no plugin reads, without looking into it.
+///
+/// Errors: it is not length-delimited, or runs past the end.
+fn skip_map_field(wire_type: WireType, tag: u32, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
+    check_wire_type(WireType::LengthDelimited, wire_type)?;
+    skip_field(wire_type, tag, buf, ctx)
 }
 
 /// Reads a message field into `slot` (merged into what is there, protobuf's rule), leniently.
@@ -130,15 +223,15 @@ lenient_message!(api::LinuxContainerResources, "LinuxContainerResources", |m, ta
         let mut limit = api::HugepageLimit::default();
         merge_nested(wt, &mut limit, buf, ctx).map(|()| m.hugepage_limits.push(limit))
     }),
-    "unified" => (9, merge_entry(wt, &mut m.unified, buf, ctx)),
+    "unified" => (9, merge_entry(wt, &mut m.unified, buf, ctx, Keep::All)),
     "memory_swap_limit_in_bytes" => (10, int64::merge(wt, &mut m.memory_swap_limit_in_bytes, buf, ctx)),
 });
 
 lenient_message!(api::PodSandboxHookRequest, "PodSandboxHookRequest", |m, tag, wt, buf, ctx| {
     "pod_meta" => (1, merge_optional(wt, &mut m.pod_meta, buf, ctx)),
     "runtime_handler" => (2, merge_lossy(wt, &mut m.runtime_handler, buf, ctx)),
-    "labels" => (3, merge_entry(wt, &mut m.labels, buf, ctx)),
-    "annotations" => (4, merge_entry(wt, &mut m.annotations, buf, ctx)),
+    "labels" => (3, merge_entry(wt, &mut m.labels, buf, ctx, Keep::Keys(POD_LABELS_READ))),
+    "annotations" => (4, merge_entry(wt, &mut m.annotations, buf, ctx, Keep::Keys(POD_ANNOTATIONS_READ))),
     "cgroup_parent" => (5, merge_lossy(wt, &mut m.cgroup_parent, buf, ctx)),
     "overhead" => (6, merge_optional(wt, &mut m.overhead, buf, ctx)),
     "resources" => (7, merge_optional(wt, &mut m.resources, buf, ctx)),
@@ -147,13 +240,13 @@ lenient_message!(api::PodSandboxHookRequest, "PodSandboxHookRequest", |m, tag, w
 lenient_message!(api::ContainerResourceHookRequest, "ContainerResourceHookRequest", |m, tag, wt, buf, ctx| {
     "pod_meta" => (1, merge_optional(wt, &mut m.pod_meta, buf, ctx)),
     "container_meta" => (2, merge_optional(wt, &mut m.container_meta, buf, ctx)),
-    "container_annotations" => (3, merge_entry(wt, &mut m.container_annotations, buf, ctx)),
+    "container_annotations" => (3, skip_map_field(wt, tag, buf, ctx)),
     "container_resources" => (4, merge_optional(wt, &mut m.container_resources, buf, ctx)),
     "pod_resources" => (5, merge_optional(wt, &mut m.pod_resources, buf, ctx)),
-    "pod_annotations" => (6, merge_entry(wt, &mut m.pod_annotations, buf, ctx)),
-    "pod_labels" => (7, merge_entry(wt, &mut m.pod_labels, buf, ctx)),
+    "pod_annotations" => (6, merge_entry(wt, &mut m.pod_annotations, buf, ctx, Keep::Keys(POD_ANNOTATIONS_READ))),
+    "pod_labels" => (7, merge_entry(wt, &mut m.pod_labels, buf, ctx, Keep::Keys(POD_LABELS_READ))),
     "pod_cgroup_parent" => (8, merge_lossy(wt, &mut m.pod_cgroup_parent, buf, ctx)),
-    "container_envs" => (9, merge_entry(wt, &mut m.container_envs, buf, ctx)),
+    "container_envs" => (9, skip_map_field(wt, tag, buf, ctx)),
 });
 
 #[cfg(test)]
@@ -185,37 +278,85 @@ mod tests {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    /// Entries whose key or value is not UTF-8 are left out, in every map of both requests;
-    /// the others are kept.
+    const CLASS: &str = crate::context::QOS_CLASS_KEY;
+    const POLICY: &str = crate::plugins::core_sched::LABEL_POLICY;
+    const DEVICES: &str = crate::plugins::devices::DEVICE_ALLOCATED;
+
+    /// Entries whose key or value is not UTF-8 are left out, in every map kept of both
+    /// requests; the others are kept.
     #[test]
     fn entries_not_utf8_are_left_out() {
-        for tag in [3, 6, 7, 9] {
-            let wire =
-                [entry(tag, b"bad-value", NOT_UTF8, b""), entry(tag, NOT_UTF8, b"bad key", b""), entry(tag, b"ok", b"yes", b"")].concat();
+        for (tag, key) in [(6, DEVICES), (7, CLASS)] {
+            let wire = [
+                entry(tag, key.as_bytes(), NOT_UTF8, b""),
+                entry(tag, NOT_UTF8, b"bad key", b""),
+                entry(tag, POLICY.as_bytes(), b"x", b""),
+            ]
+            .concat();
             let got = container(&wire).unwrap();
-            let maps = [&got.container_annotations, &got.pod_annotations, &got.pod_labels, &got.container_envs];
-            let expected = map(&[("ok", "yes")]);
-            assert_eq!(maps.iter().filter(|m| **m == &expected).count(), 1, "tag {tag}: {got:?}");
-            assert!(maps.iter().all(|m| m.is_empty() || *m == &expected), "tag {tag}");
+            let kept = if tag == 6 { &got.pod_annotations } else { &got.pod_labels };
+            assert!(kept.is_empty() || (tag == 7 && kept == &map(&[(POLICY, "x")])), "tag {tag}: {got:?}");
+            let wire = [entry(tag, key.as_bytes(), NOT_UTF8, b""), entry(tag, key.as_bytes(), b"yes", b"")].concat();
+            let got = container(&wire).unwrap();
+            let kept = if tag == 6 { &got.pod_annotations } else { &got.pod_labels };
+            assert_eq!(kept, &map(&[(key, "yes")]), "tag {tag}");
         }
-        for tag in [3, 4] {
-            let wire = [entry(tag, b"k", NOT_UTF8, b""), entry(tag, b"a", b"1", b"")].concat();
+        for (tag, key) in [(3, CLASS), (4, DEVICES)] {
+            let wire =
+                [entry(tag, key.as_bytes(), NOT_UTF8, b""), entry(tag, b"a", b"1", b""), entry(tag, key.as_bytes(), b"1", b"")].concat();
             let got = Lenient::<api::PodSandboxHookRequest>::decode(wire.as_slice()).unwrap().0;
             let kept = if tag == 3 { &got.labels } else { &got.annotations };
-            assert_eq!(kept, &map(&[("a", "1")]), "tag {tag}");
+            assert_eq!(kept, &map(&[(key, "1")]), "tag {tag}");
         }
         let resources = entry(9, b"memory.high", NOT_UTF8, b"");
         let got = container(&field(4, &[resources, entry(9, b"cpu.idle", b"1", b"")].concat())).unwrap();
         assert_eq!(got.container_resources.unwrap().unified, map(&[("cpu.idle", "1")]));
     }
 
+    /// Only what a plugin reads is kept: of the pod's labels and annotations the keys plugins
+    /// read, of the container's annotations and envs nothing; `unified` in full. A map field
+    /// that is not length-delimited is still an error.
+    #[test]
+    fn only_what_plugins_read_is_kept() {
+        let wire = [
+            entry(3, b"io.kubernetes.container.hash", b"1", b""),
+            entry(9, b"PATH", b"/bin", b""),
+            entry(9, b"HUGE", &[b'x'; 4096], b""),
+            entry(6, DEVICES.as_bytes(), b"{}", b""),
+            entry(6, b"note", b"kept by nobody", b""),
+            entry(7, CLASS.as_bytes(), b"BE", b""),
+            entry(7, b"app", b"web", b""),
+        ]
+        .concat();
+        let got = container(&wire).unwrap();
+        assert!(got.container_annotations.is_empty() && got.container_envs.is_empty(), "{got:?}");
+        assert_eq!(got.pod_annotations, map(&[(DEVICES, "{}")]));
+        assert_eq!(got.pod_labels, map(&[(CLASS, "BE")]));
+        for key in crate::plugins::POD_LABELS_READ {
+            let got = container(&entry(7, key.as_bytes(), b"v", b"")).unwrap();
+            assert_eq!(got.pod_labels, map(&[(key, "v")]), "{key}");
+        }
+        for key in crate::plugins::POD_ANNOTATIONS_READ {
+            let got = container(&entry(6, key.as_bytes(), b"v", b"")).unwrap();
+            assert_eq!(got.pod_annotations, map(&[(key, "v")]), "{key}");
+        }
+        for tag in [3, 9] {
+            let mut varint = Vec::new();
+            encode_key(tag, WireType::Varint, &mut varint);
+            encode_varint(1, &mut varint);
+            assert!(container(&varint).unwrap_err().to_string().contains("wire type"), "tag {tag}");
+            let truncated = entry(tag, b"K", b"V", b"");
+            assert!(container(&truncated[..truncated.len() - 1]).is_err(), "tag {tag}");
+        }
+    }
+
     /// A duplicated key: the last UTF-8 entry wins (protobuf's rule); a later entry left out
     /// does not hide an earlier one.
     #[test]
     fn duplicated_keys_last_utf8_entry_wins() {
-        let wire =
-            [entry(9, b"A", b"1", b""), entry(9, b"A", b"2", b""), entry(9, b"B", b"1", b""), entry(9, b"B", NOT_UTF8, b"")].concat();
-        assert_eq!(container(&wire).unwrap().container_envs, map(&[("A", "2"), ("B", "1")]));
+        let (c, p) = (CLASS.as_bytes(), POLICY.as_bytes());
+        let wire = [entry(7, c, b"1", b""), entry(7, c, b"2", b""), entry(7, p, b"1", b""), entry(7, p, NOT_UTF8, b"")].concat();
+        assert_eq!(container(&wire).unwrap().pod_labels, map(&[(CLASS, "2"), (POLICY, "1")]));
     }
 
     /// Unknown fields are skipped: at the top, inside a nested message and inside a map entry;
@@ -226,11 +367,12 @@ mod tests {
         encode_key(15, WireType::Varint, &mut varint);
         encode_varint(300, &mut varint);
         let meta = field(1, &[field(1, b"p"), varint.clone(), field(3, b"ns"), field(99, b"later field")].concat());
-        let wire = [field(42, b"unknown"), meta, entry(7, b"l", b"v", &varint), field(7, &field(1, b"no value")), varint].concat();
+        let wire = [field(42, b"unknown"), meta, entry(7, CLASS.as_bytes(), b"v", &varint), field(7, &field(1, POLICY.as_bytes())), varint]
+            .concat();
         let got = container(&wire).unwrap();
         let meta = got.pod_meta.unwrap();
         assert_eq!((meta.name.as_str(), meta.namespace.as_str()), ("p", "ns"));
-        assert_eq!(got.pod_labels, map(&[("l", "v"), ("no value", "")]));
+        assert_eq!(got.pod_labels, map(&[(CLASS, "v"), (POLICY, "")]));
     }
 
     /// The other strings are read lossily; a string field given twice keeps the last; a message

@@ -151,16 +151,18 @@ async fn requests_over_four_mib_are_answered() {
     assert_eq!((r.cpu_shares, r.cpu_period, r.cpu_quota, r.memory_limit_in_bytes), (512, 100_000, 100_000, 134_217_728));
     assert!(answer.container_annotations.is_empty(), "{:?}", answer.container_annotations.keys());
     assert!(prost::Message::encoded_len(&answer) < 4 << 20);
-    // A small request is echoed whole, as koordlet answers.
+    // A small request's container annotations are not echoed either: no plugin reads them.
     let mut small = be_container_request();
     small.container_annotations = map(&[("io.kubernetes.container.preStopHandler", &pre_stop_annotation(10))]);
     let answer = client.pre_create_container_hook(small.clone()).await.unwrap().into_inner();
-    assert_eq!(answer.container_annotations, small.container_annotations);
+    assert!(answer.container_annotations.is_empty(), "{:?}", answer.container_annotations);
 }
 
 /// A lenient peer's request with bytes that are not UTF-8 (a pod annotation, a container env
 /// value): prost would refuse it; the server answers with the BE pod's values, and the answer
 /// leaves those entries out (both proxies merge per key: they stay as kubelet sent them).
+/// (With a plugin setting an env, the echo leaves it out too: `memory` below and hook_wire's
+/// unit tests.)
 #[tokio::test]
 async fn requests_with_bytes_that_are_not_utf8_are_answered() {
     use prost::Message;
@@ -178,7 +180,7 @@ async fn requests_with_bytes_that_are_not_utf8_are_answered() {
     let answer = hook_api::v1alpha1::ContainerResourceHookResponse::decode(answer.into_inner()).expect("a valid answer");
     let r = answer.container_resources.clone().expect("resources");
     assert_eq!((r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes), (512, 100_000, 134_217_728));
-    assert_eq!(answer.container_envs, map(&[("PATH", "/bin")]), "the env with bytes is not echoed");
+    assert!(answer.container_envs.is_empty(), "no plugin sets an env: none echoed, the one with bytes neither");
     // Unknown methods are UNIMPLEMENTED, as tonic's generated server answers them.
     let e = raw::unary(channel, "/runtime.v1alpha1.RuntimeHookService/Nope", tonic::Request::new(Default::default())).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unimplemented);
@@ -251,4 +253,85 @@ fn feature_gates_choose_the_plugins_and_refuse_what_they_do_not_know() {
     let registration: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(registration["runtime-hooks"], serde_json::json!(["PreRunPodSandbox"]), "GroupIdentity's stage only");
     assert!(hooks.log().contains("feature_gates=GroupIdentity=true,BatchResource=false,CPUSetAllocator=false"), "{}", hooks.log());
+}
+
+/// The server's peak resident memory (`VmHWM`), bytes.
+fn peak_rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM").trim().trim_end_matches(" kB").trim();
+    kb.parse::<u64>().unwrap() * 1024
+}
+
+/// `n` envs of 5-byte names and 1-byte values: 12 bytes each on the wire, as the pod of
+/// 1.3 M entries (`envFrom` large ConfigMaps) whose 14.9 MiB CreateContainer took runtime-hooks
+/// from 18 to 180 MB.
+fn many_envs(n: usize) -> std::collections::BTreeMap<String, String> {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    (0..n)
+        .map(|i| {
+            let name: String = (0..4).rev().map(|d| DIGITS[(i / 36usize.pow(d)) % 36] as char).collect();
+            (format!("K{name}"), "1".to_string())
+        })
+        .collect()
+}
+
+/// runtime-hooks' memory is bounded by what its plugins read: a 14.9 MiB PreCreateContainer
+/// request of 1.3 M envs, four at once, is answered with the BE values and no echo, and the
+/// server's peak RSS stays far below the 180 MB one such request took when every env was
+/// decoded into a map. With GPUEnvInject setting an env, the answer carries every env of the
+/// request (koord-runtime-proxy replaces the whole env with the answer's), echoed from the
+/// request's bytes. A request over the 20 MiB limit is refused with RESOURCE_EXHAUSTED, and the
+/// server goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_bounded_by_what_plugins_read() {
+    let server = start_with(&["--feature-gates", "GPUEnvInject=true"]);
+    let client = RuntimeHookServiceClient::new(hook_api::connect(&server.socket))
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    let mut req = be_container_request();
+    req.container_envs = many_envs(1_300_000);
+    let size = prost::Message::encoded_len(&req);
+    assert!(size > 14 << 20 && size < 16 << 20, "{size}");
+    let base = peak_rss(server.hooks.pid());
+    let calls = (0..4).map(|_| {
+        let (mut client, req) = (client.clone(), req.clone());
+        tokio::spawn(async move { client.pre_create_container_hook(req).await })
+    });
+    for call in futures::future::join_all(calls).await {
+        let answer = call.unwrap().unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log())).into_inner();
+        let r = answer.container_resources.clone().expect("resources");
+        assert_eq!((r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes), (512, 100_000, 134_217_728));
+        assert!(answer.container_envs.is_empty() && answer.container_annotations.is_empty());
+    }
+    let peak = peak_rss(server.hooks.pid());
+    eprintln!("runtime-hooks VmHWM: {} MB at start, {} MB after four 14.9 MiB requests at once", base >> 20, peak >> 20);
+    assert!(peak < 100 << 20, "peak RSS {} MB (base {} MB)", peak >> 20, base >> 20);
+
+    // A plugin sets an env: every env of the request is echoed, the plugin's value over it.
+    req.pod_annotations.insert("scheduling.koordinator.sh/device-allocated".into(), r#"{"gpu": [{"minor": 1}]}"#.into());
+    req.container_envs.insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
+    req.container_envs.insert("TOKEN".into(), "PLACEHLD".into());
+    let wire = test_support::raw::with_bytes(&prost::Message::encode_to_vec(&req), "PLACEHLD", test_support::raw::NOT_UTF8);
+    let path = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
+    let answer = test_support::raw::unary(hook_api::connect(&server.socket), path, tonic::Request::new(wire))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()));
+    let answer: hook_api::v1alpha1::ContainerResourceHookResponse =
+        prost::Message::decode(answer.into_inner()).expect("valid UTF-8 protobuf");
+    assert_eq!(answer.container_envs.len(), 1_300_001, "every env but the one with bytes");
+    assert_eq!(answer.container_envs["NVIDIA_VISIBLE_DEVICES"], "1");
+    assert_eq!(answer.container_envs["K0000"], "1");
+    assert!(!answer.container_envs.contains_key("TOKEN"));
+    let peak = peak_rss(server.hooks.pid());
+    eprintln!("runtime-hooks VmHWM: {} MB after the answer echoing 1.3 M envs", peak >> 20);
+    assert!(peak < 100 << 20, "peak RSS {} MB", peak >> 20);
+
+    // Over the limit: refused before it is read, and the server goes on.
+    let mut huge = be_container_request();
+    huge.container_envs = map(&[("BIG", &"x".repeat(21 << 20))]);
+    let e = client.clone().pre_create_container_hook(huge).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("20971520"), "{e:?}");
+    let answer = client.clone().pre_create_container_hook(be_container_request()).await.unwrap().into_inner();
+    assert_eq!(answer.container_resources.map(|r| r.cpu_shares), Some(512));
 }

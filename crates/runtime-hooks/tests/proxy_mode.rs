@@ -479,3 +479,68 @@ async fn gpu_allocation_becomes_nvidia_visible_devices_and_rdma_is_logged_not_ap
     pod.remove(&mut rt).await;
     bad.remove(&mut rt).await;
 }
+
+/// runtime-hooks killed (an OOM kill leaves its registration behind; the registration is
+/// `Ignore`): a BE pod created through the proxy meanwhile runs with kubelet's BestEffort values,
+/// no batch limits. runtime-hooks started again in proxy mode with `--runtime-endpoint` (as the
+/// packages and the DaemonSet run it): its reconcile pass at start gives the pod and its
+/// container their BE values, with no interval and no rule change to trigger it.
+#[tokio::test]
+async fn pods_created_while_hooks_were_down_are_corrected_at_start() {
+    let env = Containerd::from_env();
+    let selector = format!("test={}", test_support::containerd::unique("down"));
+    let mut s = setup(&["--selector", &selector]);
+    // SAFETY: kill(2) on our own child, as the OOM killer would.
+    unsafe { libc::kill(s.hooks.pid(), libc::SIGKILL) };
+    assert!(eventually(Duration::from_secs(5), || !Path::new(&format!("/proc/{}/stat", s.hooks.pid())).exists()
+        || std::fs::read_to_string(format!("/proc/{}/stat", s.hooks.pid())).is_ok_and(|st| st.contains(") Z "))));
+    assert!(s.dir.path().join("hookserver.d/runtime-hooks.json").exists(), "a killed server leaves its registration");
+
+    let mut rt = runtime_client(s.proxy.socket());
+    let (k, v) = selector.split_once('=').unwrap();
+    let (sandbox, container) = pod_configs(&s.env, &[(QOS, "BE"), (k, v)], &[(SPEC, BE_SPEC)]);
+    let parent = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
+    precreate_pod_cgroup(&parent);
+    let pod = Pod::start(&mut rt, sandbox, container).await.expect("the pod runs: the registration is Ignore");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2", "kubelet's BestEffort shares, no hook answered");
+    assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "-1");
+    assert_ne!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
+    assert_ne!(cgroup("memory", &parent, "memory.limit_in_bytes"), "134217728");
+
+    let conf = s.dir.path().join("hookserver.d");
+    let socket = s.dir.path().join("runtime-hooks.sock");
+    let args = [
+        "--listen",
+        socket.to_str().unwrap(),
+        "--hook-config-dir",
+        conf.to_str().unwrap(),
+        "--runtime-endpoint",
+        env.socket.to_str().unwrap(),
+        "--reconcile-interval",
+        "0s",
+        "--selector",
+        &selector,
+    ];
+    s.hooks = Hooks::start(&args, s.dir.path().join("hooks-again.log"));
+    let corrected = || {
+        pod.cgroup_file("cpu", "cpu.shares") == "512"
+            && pod.cgroup_file("cpu", "cpu.cfs_quota_us") == "100000"
+            && pod.cgroup_file("memory", "memory.limit_in_bytes") == "134217728"
+            && cgroup("cpu", &parent, "cpu.shares") == "512"
+            && cgroup("memory", &parent, "memory.limit_in_bytes") == "134217728"
+    };
+    assert!(
+        eventually(Duration::from_secs(10), corrected),
+        "container: shares {} quota {} memory {}; pod: shares {} memory {}\n{}",
+        pod.cgroup_file("cpu", "cpu.shares"),
+        pod.cgroup_file("cpu", "cpu.cfs_quota_us"),
+        pod.cgroup_file("memory", "memory.limit_in_bytes"),
+        cgroup("cpu", &parent, "cpu.shares"),
+        cgroup("memory", &parent, "memory.limit_in_bytes"),
+        s.hooks.log()
+    );
+    let log = s.hooks.log();
+    assert!(log.lines().any(|l| l.contains("reconciled") && l.contains("reason=\"start\"") || l.contains("reason=start")), "{log}");
+    assert!(log.lines().any(|l| l.contains("drift corrected") && l.contains("memory.limit_in_bytes")), "{log}");
+    pod.remove(&mut rt).await;
+}
