@@ -240,8 +240,16 @@ impl Args {
     }
 
     /// `--required-hook-servers`, trimmed, empty names dropped, each once.
-    pub fn required_hook_servers(&self) -> Vec<String> {
-        crate::hooks::chain::parse_names(&self.required_hook_servers.join(","))
+    ///
+    /// Errors: the flag names more than [`crate::hooks::chain::MAX_REQUIRED_SERVERS`] servers.
+    pub fn required_hook_servers(&self) -> anyhow::Result<Vec<String>> {
+        crate::hooks::chain::parse_names(&self.required_hook_servers.join(",")).map_err(|e| {
+            anyhow::anyhow!(
+                "--required-hook-servers names at least {} hook servers, more than {}",
+                e.at_least,
+                crate::hooks::chain::MAX_REQUIRED_SERVERS
+            )
+        })
     }
 
     /// The resource limits the flags set.

@@ -190,7 +190,7 @@ impl Shared {
         // An NRI plugin has no backend to check: the runtime calls it.
         let health = if nri { Health::new(Vec::new(), metrics.clone()) } else { Health::for_args(args, metrics.clone()) };
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
-        let chain = crate::hooks::chain::NodeChain { conflict_policy: args.hook_conflict_policy, required: args.required_hook_servers() };
+        let chain = crate::hooks::chain::NodeChain { conflict_policy: args.hook_conflict_policy, required: args.required_hook_servers()? };
         let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks).with_chain(chain.clone());
         let debug = Arc::new(debug::DebugEndpoint::new(args.debug_addr));
         let status = status::StatusInfo {
@@ -230,6 +230,7 @@ impl Shared {
             limits: args.limits(),
             skip_label: args.skip_label(),
             pod_locks: Default::default(),
+            offload: Default::default(),
         });
         Ok(Shared { hooks, watcher: Arc::new(watcher), nri_connected, _health: checks, _admin: admin, _debug: debug })
     }

@@ -171,3 +171,60 @@ async fn a_required_server_not_registered_refuses_the_sandbox_create() {
     }
     assert!(pod.on_dockerd().is_empty(), "{:?}", pod.on_dockerd());
 }
+
+/// A container create of a million `Env` entries (a ≈ 13 MB body, as cri-dockerd sends for
+/// `envFrom` on large ConfigMaps) with a hook server registered for PreCreateContainer, so that
+/// the proxy parses it, builds the hook request and sends it: meanwhile another client's
+/// `GET /_ping`, every 20 ms on its own connection, answers within ~100 ms of its quiet time
+/// (the call runs off the proxy's thread: `hooks/offload.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_env_heavy_container_create_holds_nobody_up() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let s = setup(&[]);
+    let hook = TestHook::start_with_limit(
+        std::sync::Arc::new(|_, _| Err(tonic::Status::permission_denied("no env-heavy containers here"))),
+        std::sync::Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
+        64 << 20,
+    )
+    .await;
+    register(s.dir.path(), "strict.json", hook.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    assert!(s.proxy.wait_log(&["hook server", "file=strict.json"], 0), "{}", s.proxy.log());
+    let pod = Pod::new(&s.env, &[]);
+    let (path, body) = pod.sandbox();
+    let (status, created) = s.api("POST", &path, Some(&body));
+    assert_eq!(status, 201, "{created}");
+    let sandbox_id = created["Id"].as_str().expect("Id").to_owned();
+    let (path, mut body) = pod.container(&sandbox_id);
+    body["Env"] = Value::Array((0..1_000_000).map(|i| Value::String(format!("K{i}=v"))).collect());
+    let probe = |stop: std::sync::Arc<AtomicBool>, socket: std::path::PathBuf| {
+        std::thread::spawn(move || {
+            let mut slowest = Duration::ZERO;
+            let mut calls = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let start = Instant::now();
+                let (status, _) = test_support::dockerd::api_raw(&socket, "GET", "/_ping", None);
+                assert_eq!(status, 200);
+                slowest = slowest.max(start.elapsed());
+                calls += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (slowest, calls)
+        })
+    };
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let quiet = probe(stop.clone(), s.proxy.socket().to_owned());
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let (quiet, _) = quiet.join().unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let attacked = probe(stop.clone(), s.proxy.socket().to_owned());
+    let (status, answer) = s.api("POST", &path, Some(&body));
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let (attacked, calls) = attacked.join().unwrap();
+    assert!(status >= 400, "the Fail hook server refuses it: {status} {answer}");
+    assert!(calls >= 5, "the probe ran {calls} times");
+    eprintln!("slowest _ping {attacked:?} (quiet: {quiet:?})");
+    assert!(attacked <= quiet + Duration::from_millis(100), "another client's _ping took {attacked:?} (quiet: {quiet:?})");
+}

@@ -440,3 +440,50 @@ async fn the_skip_label_exempts_a_pod() {
     let mut rt = s.rt.clone();
     pod.remove(&mut rt).await;
 }
+
+/// A pod author's worst requirement annotation (65,000 names, ≈ 300 KB) under `--frontend nri`:
+/// the pod is refused at once with a short message, within containerd's 2 s plugin timeout, so
+/// the plugin is not dropped, and the pods created next (four at once) are all hooked by the
+/// `Fail` server. (On a proxy that spent seconds on the annotation containerd dropped the plugin
+/// and the next pods started without their `Fail` server.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_requirement_annotation_is_refused_and_the_next_pods_are_hooked() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(mut s) = setup() else { return };
+    let hook = TestHook::echoing(|stage, resp| {
+        if stage == "PreCreateContainer" {
+            resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 300;
+        }
+    })
+    .await;
+    s.register("strict.json", hook.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    s.start_proxy();
+    let synchronized = s.count(&["NRI Synchronize: store rebuilt"]);
+    let names = (0..65_000).map(|i| format!("{i:x}")).collect::<Vec<_>>().join(",");
+    let start = Instant::now();
+    let err = s
+        .pod(&[], &[("runtimeproxy.koordinator.sh/required-hook-servers", &names)])
+        .await
+        .expect_err("a pod requiring 65,000 hook servers is refused");
+    let took = start.elapsed();
+    assert!(err.message().contains("more than 64"), "{err:?}");
+    assert!(err.message().len() < 2048, "a refusal counts, it does not list: {} bytes", err.message().len());
+    assert!(took < Duration::from_secs(2), "refused in {took:?}");
+    let pods = futures::future::join_all((0..4).map(|_| {
+        let (env, mut rt) = (s.env.clone(), s.rt.clone());
+        async move {
+            let sandbox = sandbox_config(&env, &unique("nri-after"), HashMap::new(), HashMap::new());
+            let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
+            let container = container_config(&env, "main", &["sleep", "3600"], Some(resources), &[]);
+            Pod::start(&mut rt, sandbox, container).await
+        }
+    }))
+    .await;
+    for pod in pods {
+        let pod = pod.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
+        assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "300", "hooked by the Fail server");
+        let mut rt = s.rt.clone();
+        pod.remove(&mut rt).await;
+    }
+    assert_eq!(s.count(&["NRI Synchronize: store rebuilt"]), synchronized, "the plugin was never dropped:\n{}", s.log());
+}

@@ -83,8 +83,16 @@ pub async fn serve(
         let service = hyper::service::service_fn(move |req| {
             let (front, upstream) = (front.clone(), upstream.clone());
             async move {
-                let mut upstream = upstream.lock().await;
-                Ok::<_, std::convert::Infallible>(front.handle(&mut upstream, req).await)
+                // An intercepted call with a large body (as its Content-Length says) runs off the
+                // proxy's thread (`crate::hooks::offload`); a chunked body counts as small.
+                let intercepted = intercept::route(req.method(), req.uri().path()).is_some();
+                let size = if intercepted { hyper::body::Body::size_hint(req.body()).lower() } else { 0 };
+                let hooks = front.hooks.clone();
+                let work = async move {
+                    let mut upstream = upstream.lock().await;
+                    front.handle(&mut upstream, req).await
+                };
+                Ok::<_, std::convert::Infallible>(hooks.offload.run(usize::try_from(size).unwrap_or(usize::MAX), work).await)
             }
         });
         let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();

@@ -95,16 +95,62 @@ pub const REQUIRED_ANNOTATION: &str = "runtimeproxy.koordinator.sh/required-hook
 /// the pod go on when a required server is not registered.
 pub const TOLERATE_ANNOTATION: &str = "runtimeproxy.koordinator.sh/tolerate-missing-hook-servers";
 
+/// Most hook servers one pod may require ([`REQUIRED_ANNOTATION`]) or the node may
+/// (`--required-hook-servers`): a list naming more is refused whole (the pod's pre stages fail
+/// with `FAILED_PRECONDITION`), never cut short, so that no name in it is silently dropped. A node
+/// runs a handful of hook servers; the bound keeps what a pod author writes (up to Kubernetes'
+/// 256 KiB of annotations) from costing more than one pass over it.
+pub const MAX_REQUIRED_SERVERS: usize = 64;
+
+/// How many names a refusal message lists before it counts the rest (`… and 61 more`), and how
+/// many characters of each it shows: a refusal stays under ~1 KiB, far below gRPC's 8 KiB of
+/// metadata and NRI's 4 MiB message.
+pub const NAMES_SHOWN: usize = 3;
+const NAME_CHARS_SHOWN: usize = 64;
+
+/// A list naming more than [`MAX_REQUIRED_SERVERS`] distinct hook servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooManyNames {
+    /// The distinct names counted before giving up (one more than the bound).
+    pub at_least: usize,
+}
+
 /// The registration names of a comma-separated list: trimmed, empty entries dropped, each once,
-/// in the order first written.
-pub fn parse_names(list: &str) -> Vec<String> {
+/// in the order first written. One pass over `list` (a set remembers the names seen).
+///
+/// Errors: [`TooManyNames`] when it names more than [`MAX_REQUIRED_SERVERS`] distinct servers.
+pub fn parse_names(list: &str) -> Result<Vec<String>, TooManyNames> {
+    let mut seen = std::collections::HashSet::new();
     let mut names: Vec<String> = Vec::new();
     for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        if !names.iter().any(|n| n == name) {
+        if seen.insert(name) {
+            if names.len() == MAX_REQUIRED_SERVERS {
+                return Err(TooManyNames { at_least: MAX_REQUIRED_SERVERS + 1 });
+            }
             names.push(name.to_owned());
         }
     }
-    names
+    Ok(names)
+}
+
+/// `name` as a message shows it: at most [`NAME_CHARS_SHOWN`] characters, control characters
+/// escaped (a name comes from a pod author).
+pub fn shown(name: &str) -> String {
+    let mut out: String = name.chars().take(NAME_CHARS_SHOWN).flat_map(char::escape_debug).collect();
+    if name.chars().nth(NAME_CHARS_SHOWN).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// `items` joined with `, `, at most [`NAMES_SHOWN`] of them, the rest counted (`a, b, c and 61
+/// more`).
+pub fn list_shown(items: &[String]) -> String {
+    let mut out = items.iter().take(NAMES_SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > NAMES_SHOWN {
+        out.push_str(&format!(" and {} more", items.len() - NAMES_SHOWN));
+    }
+    out
 }
 
 /// Whether [`TOLERATE_ANNOTATION`]'s value means yes: `true`, any case, spaces around ignored.
@@ -140,6 +186,9 @@ pub struct Required {
     pub servers: Vec<(String, Source)>,
     /// The pod's [`TOLERATE_ANNOTATION`] is `"true"` and honoured.
     pub tolerate_missing: bool,
+    /// The pod's [`REQUIRED_ANNOTATION`] names more than [`MAX_REQUIRED_SERVERS`] servers: its
+    /// pre stages are refused (see [`Required::refusal`]); `servers` holds the node's only.
+    pub too_many: Option<TooManyNames>,
 }
 
 impl Required {
@@ -162,12 +211,17 @@ impl Required {
         report: bool,
     ) -> Self {
         let mut servers: Vec<(String, Source)> = node.iter().map(|n| (n.clone(), Source::Node)).collect();
-        if let Some(list) = annotations.get(REQUIRED_ANNOTATION) {
-            for name in parse_names(list) {
-                if !servers.iter().any(|(n, _)| *n == name) {
-                    servers.push((name, Source::Pod));
+        let mut too_many = None;
+        match annotations.get(REQUIRED_ANNOTATION).map(|list| parse_names(list)) {
+            None => {}
+            Some(Ok(names)) => {
+                for name in names {
+                    if !node.contains(&name) {
+                        servers.push((name, Source::Pod));
+                    }
                 }
             }
+            Some(Err(e)) => too_many = Some(e),
         }
         let mut tolerate_missing = false;
         if annotations.get(TOLERATE_ANNOTATION).is_some_and(|v| parse_tolerate(v)) {
@@ -185,7 +239,19 @@ impl Required {
                 );
             }
         }
-        Required { servers, tolerate_missing }
+        Required { servers, tolerate_missing, too_many }
+    }
+
+    /// Whether the call must go through the requirement checks (some server is required, or the
+    /// pod's list is refused).
+    pub fn any(&self) -> bool {
+        !self.servers.is_empty() || self.too_many.is_some()
+    }
+
+    /// Why the pod's requirement cannot be honoured whatever is registered: its list names more
+    /// than [`MAX_REQUIRED_SERVERS`] servers. The message counts, it does not list.
+    pub fn refusal(&self) -> Option<String> {
+        self.too_many.map(|e| format!("{REQUIRED_ANNOTATION} names at least {} hook servers, more than {MAX_REQUIRED_SERVERS}", e.at_least))
     }
 
     /// Whether `server` (a registration name) is required, and by what.
@@ -246,10 +312,39 @@ mod tests {
 
     #[test]
     fn names_are_trimmed_deduplicated_and_empty_ones_dropped() {
-        assert_eq!(parse_names(" a.json, b.json,,a.json ,"), ["a.json", "b.json"]);
-        assert!(parse_names("").is_empty());
-        assert!(parse_names(" , ").is_empty());
+        assert_eq!(parse_names(" a.json, b.json,,a.json ,").unwrap(), ["a.json", "b.json"]);
+        assert!(parse_names("").unwrap().is_empty());
+        assert!(parse_names(" , ").unwrap().is_empty());
         assert!(parse_tolerate("true") && parse_tolerate(" True ") && !parse_tolerate("yes") && !parse_tolerate(""));
+    }
+
+    #[test]
+    fn a_list_is_bounded_and_read_in_one_pass() {
+        let exactly: Vec<String> = (0..MAX_REQUIRED_SERVERS).map(|i| format!("s{i}")).collect();
+        assert_eq!(parse_names(&exactly.join(",")).unwrap(), exactly);
+        // Repeats do not count against the bound.
+        let repeated = format!("{},{}", exactly.join(","), exactly.join(","));
+        assert_eq!(parse_names(&repeated).unwrap().len(), MAX_REQUIRED_SERVERS);
+        let over = format!("{},one-more", exactly.join(","));
+        assert_eq!(parse_names(&over), Err(TooManyNames { at_least: MAX_REQUIRED_SERVERS + 1 }));
+        // 65,000 names (260 KB, under Kubernetes' 256 KiB budget for a pod's annotations): one
+        // pass that stops at the bound, not 65,000 × 65,000 comparisons.
+        let huge: String = (0..65_000).map(|i| format!("{i:x}")).collect::<Vec<_>>().join(",");
+        assert!(parse_names(&huge).is_err());
+        let m = Metrics::new();
+        let r = Required::of_pod(&["node.json".into()], &annotations(&[(REQUIRED_ANNOTATION, &huge)]), None, &[], "x", &m, true);
+        assert_eq!(r.servers, [("node.json".to_owned(), Source::Node)], "the node's requirement stays");
+        let refusal = r.refusal().unwrap();
+        assert!(refusal.contains("names at least 65 hook servers, more than 64") && refusal.len() < 200, "{refusal}");
+    }
+
+    #[test]
+    fn messages_show_a_few_names_escaped_and_count_the_rest() {
+        assert_eq!(shown("a\u{1b}[2J\rb"), "a\\u{1b}[2J\\rb");
+        assert_eq!(shown(&"x".repeat(100)), format!("{}…", "x".repeat(64)));
+        let items: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+        assert_eq!(list_shown(&items), "0, 1, 2 and 7 more");
+        assert_eq!(list_shown(&items[..2]), "0, 1");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use crate::grpc::hook_client::HookClient;
 use crate::grpc::unary_call::Answer;
 use crate::grpc::{self, Code, Status};
 use crate::hooks::answer_check;
-use crate::hooks::chain::{ChainMessage, ConflictPolicy, Kept, NodeChain, Required};
+use crate::hooks::chain::{self, ChainMessage, ConflictPolicy, Kept, NodeChain, Required};
 use crate::hooks::limits::HookLimits;
 use crate::hooks::registry::{FailurePolicy, HookServer, Snapshot, Stage};
 use hook_api::owners::Owners;
@@ -176,7 +176,7 @@ impl Dispatcher {
         deadline: Option<Instant>,
         required: &Required,
     ) -> Result<Option<R>, Status> {
-        if !required.servers.is_empty() {
+        if required.any() {
             self.check_missing(snapshot, stage, required)?;
         }
         let mut before = None;
@@ -219,21 +219,38 @@ impl Dispatcher {
     }
 
     /// Fails a pre stage when a server `required` names has no registration in `snapshot`, unless
-    /// the pod tolerates that; at a post stage only logs and counts.
+    /// the pod tolerates that, or when the pod's list names too many servers (never tolerated);
+    /// at a post stage only logs and counts. The message names at most
+    /// [`crate::hooks::chain::NAMES_SHOWN`] servers and counts the rest.
     ///
     /// Errors: `FAILED_PRECONDITION` naming the servers and what requires them.
     fn check_missing(&self, snapshot: &Snapshot, stage: Stage, required: &Required) -> Result<(), Status> {
+        if let Some(refusal) = required.refusal() {
+            return self.refuse_requirement(stage, format!("{}: {refusal}", stage.as_str()));
+        }
         let missing = required.missing(snapshot);
         if missing.is_empty() {
             return Ok(());
         }
-        let names: Vec<String> = missing.iter().map(|(n, source)| format!("{n} (required by {})", source.describe())).collect();
-        let message =
-            format!("{}: required hook server {} not registered (no registration file of that name)", stage.as_str(), names.join(", "));
+        let names: Vec<String> =
+            missing.iter().map(|(n, source)| format!("{} (required by {})", chain::shown(n), source.describe())).collect();
+        let message = format!(
+            "{}: required hook server {} not registered (no registration file of that name)",
+            stage.as_str(),
+            chain::list_shown(&names)
+        );
         if required.tolerate_missing {
             tracing::info!(stage = stage.as_str(), "{message}; the pod tolerates missing hook servers: going on");
             return Ok(());
         }
+        self.refuse_requirement(stage, message)
+    }
+
+    /// A requirement that cannot be met (`message`): counted; a pre stage is refused, a post
+    /// stage only logged.
+    ///
+    /// Errors: `FAILED_PRECONDITION` with `message`, at a pre stage.
+    fn refuse_requirement(&self, stage: Stage, message: String) -> Result<(), Status> {
         self.metrics.required_missing(stage.as_str());
         if !stage.is_pre() {
             tracing::warn!(stage = stage.as_str(), "{message}; a post stage cannot fail the call (the runtime has done it)");

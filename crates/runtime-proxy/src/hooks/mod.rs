@@ -20,6 +20,8 @@
 //! * [`store`] — what the proxy knows of each pod sandbox and container, the per-pod locks, and
 //!   the sweep both front ends' recovery uses.
 //! * [`skip_label`] — the label that exempts a pod (the hook servers' own) from every hook.
+//! * [`offload`] — where a call's work runs: a call with a large request runs off the proxy's
+//!   one thread, so that it holds no other pod's call up.
 //!
 //! # Adding a front end
 //!
@@ -33,6 +35,7 @@ pub mod chain;
 pub mod dispatch;
 pub mod flow;
 pub mod limits;
+pub mod offload;
 pub mod registry;
 pub mod skip_label;
 pub mod stages;
@@ -70,6 +73,8 @@ pub struct Hooks {
     pub pod_locks: Arc<PodLocks>,
     /// Request size and idle bounds (and the hook answer bounds the dispatcher applies).
     pub limits: Limits,
+    /// Runs calls with large requests off the proxy's thread ([`offload`]).
+    pub offload: offload::Offload,
 }
 
 impl Hooks {

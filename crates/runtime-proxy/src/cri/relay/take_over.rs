@@ -16,28 +16,98 @@ pub(super) fn on_stream<'a>(stream: u32, commands: mpsc::UnboundedSender<Command
     })
 }
 
-/// The call of an intercepted or taken-over stream: the interceptor's, or one unary call.
+/// The call of an intercepted or taken-over stream, its body read: the interceptor's, or one
+/// unary call.
 pub(super) async fn call<'a>(
     router: &'a Router,
     route: Route,
     method: &'a str,
     onward: Onward<'a>,
-    parts: Option<http::request::Parts>,
-    body: RequestBody,
+    parts: http::request::Parts,
+    body: Bytes,
 ) -> Result<(Answer, Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>), Status> {
-    let parts = parts.ok_or_else(|| Status::new(Code::INTERNAL, format!("{method}: not a valid request head")))?;
     match (route, router.interceptor()) {
         (Route::Intercept(spec), Some(interceptor)) => {
             let (answer, post) = interceptor.intercept(spec, method, onward, parts, body).await?;
             Ok((answer, post.map(|p| Box::pin(p) as Pin<Box<dyn Future<Output = ()> + Send + 'a>>)))
         }
         _ => {
-            let limits = router.interceptor().map(|i| i.hooks.limits.clone()).unwrap_or_default();
             let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
-            let body = intercept::read_body(body, method, &limits).await?;
             Ok((onward(parts, body, deadline).await?, None))
         }
     }
+}
+
+/// Reads the body of an intercepted or taken-over call whole, under the interceptor's limits
+/// (the defaults without one).
+///
+/// Errors: a request head that is not valid, and [`intercept::read_body`]'s.
+async fn read_request(
+    router: &Router,
+    method: &str,
+    parts: Option<http::request::Parts>,
+    body: RequestBody,
+) -> Result<(http::request::Parts, Bytes), Status> {
+    let parts = parts.ok_or_else(|| Status::new(Code::INTERNAL, format!("{method}: not a valid request head")))?;
+    let limits = router.interceptor().map(|i| i.hooks.limits.clone()).unwrap_or_default();
+    let body = intercept::read_body(body, method, &limits).await?;
+    Ok((parts, body))
+}
+
+/// The rest of an intercepted or taken-over call once its body is `read`: the call (unless the
+/// client resets it first: `cancelled`), its answer or failure sent as a command to the
+/// connection (`relayed`: the answer goes on on the client's stream `id`), its post stage, its
+/// metrics. Owns all it needs, so that it can run on another thread
+/// ([`crate::hooks::offload`]).
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    router: Arc<Router>,
+    route: Route,
+    path: Box<str>,
+    id: u32,
+    commands: mpsc::UnboundedSender<Command>,
+    relayed: bool,
+    read: Result<(http::request::Parts, Bytes), Status>,
+    cancelled: Pin<Box<dyn Future<Output = ()> + Send>>,
+    start: Instant,
+) {
+    let method: &str = &path;
+    let onward: Onward<'_> =
+        if relayed { on_stream(id, commands.clone()) } else { intercept::over_shared(router.backend_for(method), method) };
+    let outcome = tokio::select! {
+        // A client's reset wins over what it caused (the answer channel dropped).
+        biased;
+        () = cancelled => {
+            router.record(method, &Status::new(Code::CANCELLED, "client reset the call"), start.elapsed());
+            return;
+        }
+        outcome = async {
+            let (parts, body) = read?;
+            call(&router, route, method, onward, parts, body).await
+        } => outcome,
+    };
+    let (status, post) = match outcome {
+        Ok((answer, post)) => {
+            let status = answer.status();
+            if !relayed {
+                let _ = commands.send(Command::Reply { stream: id, answer: Ok(answer) });
+            }
+            (status, post)
+        }
+        Err(status) => {
+            let command = if relayed {
+                Command::Fail { stream: id, status: status.clone() }
+            } else {
+                Command::Reply { stream: id, answer: Err(status.clone()) }
+            };
+            let _ = commands.send(command);
+            (status, None)
+        }
+    };
+    if let Some(post) = post {
+        post.await;
+    }
+    router.record(method, &status, start.elapsed());
 }
 
 impl Core {
@@ -72,48 +142,31 @@ impl Core {
         let relayed = relayed.is_some();
         self.aux_due = true;
         self.tasks.spawn(Box::pin(async move {
-            let method: &str = &path;
-            let onward: Onward<'_> =
-                if relayed { on_stream(id, commands.clone()) } else { intercept::over_shared(router.backend_for(method), method) };
             let cancelled = async {
                 if cancelled.await.is_err() {
                     std::future::pending::<()>().await;
                 }
             };
-            let outcome = tokio::select! {
-                // A client's reset wins over what it caused (the answer channel dropped).
+            let mut cancelled = Box::pin(cancelled);
+            // The body first: its size says where the rest of the call runs
+            // (`crate::hooks::offload`).
+            let read = tokio::select! {
                 biased;
-                () = cancelled => {
-                    router.record(method, &Status::new(Code::CANCELLED, "client reset the call"), start.elapsed());
+                () = &mut cancelled => {
+                    router.record(&path, &Status::new(Code::CANCELLED, "client reset the call"), start.elapsed());
                     return;
                 }
-                outcome = call(&router, route, method, onward, parts, body) => outcome,
+                read = read_request(&router, &path, parts, body) => read,
             };
-            let (status, post) = match outcome {
-                Ok((answer, post)) => {
-                    let status = answer.status();
-                    if !relayed {
-                        let _ = commands.send(Command::Reply { stream: id, answer: Ok(answer) });
-                    }
-                    (status, post)
-                }
-                Err(status) => {
-                    let command = if relayed {
-                        Command::Fail { stream: id, status: status.clone() }
-                    } else {
-                        Command::Reply { stream: id, answer: Err(status.clone()) }
-                    };
-                    let _ = commands.send(command);
-                    (status, None)
-                }
-            };
-            if let Some(post) = post {
-                post.await;
+            let size = read.as_ref().map_or(0, |(_, body)| body.len());
+            let offload = router.interceptor().map(|i| i.hooks.clone());
+            let rest = finish(router, route, path, id, commands, relayed, read, cancelled, start);
+            match offload {
+                Some(hooks) => hooks.offload.run(size, rest).await,
+                None => rest.await,
             }
-            router.record(method, &status, start.elapsed());
         }));
     }
-
     // ===== runtime → client =====
 
     pub(super) fn on_command(&mut self, command: Command) {
