@@ -43,6 +43,18 @@ pub enum Behaviour {
     /// As [`Cri`](Behaviour::Cri), but calls on these paths are refused: `FAILED_PRECONDITION`,
     /// `fake backend: refused`.
     CriRefusing(Vec<String>),
+    /// As [`Cri`](Behaviour::Cri), plus one pod restored from a checkpoint (CRI v1
+    /// `RestorePod`, which no runtime implements yet; made by [`Behaviour::restoring`]):
+    /// RestorePod answers its sandbox ID and its containers' names and IDs; from then on
+    /// ListPodSandbox, PodSandboxStatus, ListContainers and ContainerStatus describe it as containerd does
+    /// (verbose `info` JSON holding the `config`), for its IDs only (`NOT_FOUND`, an empty list,
+    /// for others and before the restore).
+    Restoring {
+        /// The pod RestorePod creates.
+        pod: RestoredPod,
+        /// Whether RestorePod was called.
+        restored: Arc<std::sync::atomic::AtomicBool>,
+    },
     /// Answer the response head and `body`, then fail the body: hyper resets the stream
     /// (`RST_STREAM`) instead of sending trailers, as a backend that aborts a call does.
     ResetAfter {
@@ -62,6 +74,23 @@ pub enum Behaviour {
         /// The receiving end of each path's feed; taken (`None`) by the first call on the path.
         feeds: Arc<Mutex<HashMap<String, Option<mpsc::UnboundedReceiver<StreamPart>>>>>,
     },
+}
+
+/// The pod a [`Behaviour::Restoring`] fake restores.
+#[derive(Clone, Debug)]
+pub struct RestoredPod {
+    /// The restored pod sandbox's ID.
+    pub sandbox_id: String,
+    /// Its metadata (name, uid, namespace, attempt).
+    pub metadata: k8s_cri::v1::PodSandboxMetadata,
+    /// Its labels, as its status reports them.
+    pub labels: HashMap<String, String>,
+    /// Its annotations, as its status reports them.
+    pub annotations: HashMap<String, String>,
+    /// Its cgroup parent (`info.config.linux.cgroup_parent`).
+    pub cgroup_parent: String,
+    /// Its containers: (metadata name, ID), each with 256 CPU shares and env `RESTORED=1`.
+    pub containers: Vec<(String, String)>,
 }
 
 /// One part of a server stream the test feeds to [`Behaviour::Stream`].
@@ -150,6 +179,11 @@ impl Behaviour {
         }
         let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         (Behaviour::Stream { headers, feeds: Arc::new(Mutex::new(feeds)) }, senders)
+    }
+
+    /// A [`Behaviour::Restoring`] fake of `pod`, not restored yet.
+    pub fn restoring(pod: RestoredPod) -> Behaviour {
+        Behaviour::Restoring { pod, restored: Default::default() }
     }
 
     /// A successful unary answer carrying `message` (already encoded), no delay.
@@ -313,11 +347,14 @@ async fn answer(
             drop(guard);
             unreachable!()
         }
-        Behaviour::Cri | Behaviour::CriRefusing(_) | Behaviour::Stream { .. } => {
+        Behaviour::Cri | Behaviour::CriRefusing(_) | Behaviour::Restoring { .. } | Behaviour::Stream { .. } => {
             let (data, trailers) = match &behaviour {
                 Behaviour::CriRefusing(paths) if paths.contains(&record.path) => {
                     let trailers = vec![("grpc-status".into(), "9".into()), ("grpc-message".into(), "fake backend: refused".into())];
                     (None, header_map(trailers))
+                }
+                Behaviour::Restoring { pod, restored } => {
+                    restoring_answer(&record.path, &record.body, pod, restored).unwrap_or_else(|| cri_answer(&record.path))
                 }
                 _ => cri_answer(&record.path),
             };
@@ -379,4 +416,108 @@ fn cri_answer(path: &str) -> (Option<Bytes>, HeaderMap) {
     };
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
     (Some(grpc_frame(&message)), trailers)
+}
+
+/// [`Behaviour::Restoring`]'s answer to the calls about its pod (`body`: the gRPC-framed
+/// request; `restored`: set by RestorePod); `None` for the calls answered as [`Behaviour::Cri`]
+/// answers them.
+fn restoring_answer(
+    path: &str,
+    body: &[u8],
+    pod: &RestoredPod,
+    restored: &std::sync::atomic::AtomicBool,
+) -> Option<(Option<Bytes>, HeaderMap)> {
+    use k8s_cri::v1 as cri;
+    use prost::Message;
+    let request = body.get(5..).unwrap_or_default();
+    let method = path.rsplit('/').next().unwrap_or_default();
+    if method == "RestorePod" {
+        restored.store(true, Ordering::SeqCst);
+    } else if !restored.load(Ordering::SeqCst) {
+        return None;
+    }
+    let resources = cri::LinuxContainerResources { cpu_shares: 256, ..Default::default() };
+    let container = |id: &str| pod.containers.iter().find(|(_, c)| c == id).map(|(name, _)| name.clone());
+    let message = match method {
+        "RestorePod" => {
+            // RestorePodResponse: pod_sandbox_id (1), restored_containers (2: name 1, container_id 2).
+            let mut out = Vec::new();
+            prost::encoding::string::encode(1, &pod.sandbox_id, &mut out);
+            for (name, id) in &pod.containers {
+                let mut inner = Vec::new();
+                prost::encoding::string::encode(1, name, &mut inner);
+                prost::encoding::string::encode(2, id, &mut inner);
+                prost::encoding::bytes::encode(2, &inner, &mut out);
+            }
+            out
+        }
+        "PodSandboxStatus" => {
+            if cri::PodSandboxStatusRequest::decode(request).ok()?.pod_sandbox_id != pod.sandbox_id {
+                return None;
+            }
+            let config = serde_json::json!({ "metadata": { "name": pod.metadata.name }, "linux": { "cgroup_parent": pod.cgroup_parent } });
+            cri::PodSandboxStatusResponse {
+                status: Some(cri::PodSandboxStatus {
+                    id: pod.sandbox_id.clone(),
+                    metadata: Some(pod.metadata.clone()),
+                    state: cri::PodSandboxState::SandboxReady as i32,
+                    labels: pod.labels.clone(),
+                    annotations: pod.annotations.clone(),
+                    ..Default::default()
+                }),
+                info: [("info".to_string(), serde_json::json!({ "config": config }).to_string())].into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        }
+        "ListPodSandbox" => {
+            let item = cri::PodSandbox {
+                id: pod.sandbox_id.clone(),
+                metadata: Some(pod.metadata.clone()),
+                state: cri::PodSandboxState::SandboxReady as i32,
+                ..Default::default()
+            };
+            cri::ListPodSandboxResponse { items: vec![item] }.encode_to_vec()
+        }
+        "ListContainers" => {
+            let filter = cri::ListContainersRequest::decode(request).ok()?.filter.unwrap_or_default();
+            let containers = pod
+                .containers
+                .iter()
+                .filter(|(_, id)| filter.id.is_empty() || *id == filter.id)
+                .map(|(name, id)| cri::Container {
+                    id: id.clone(),
+                    pod_sandbox_id: pod.sandbox_id.clone(),
+                    metadata: Some(cri::ContainerMetadata { name: name.clone(), attempt: 0 }),
+                    state: cri::ContainerState::ContainerCreated as i32,
+                    ..Default::default()
+                })
+                .collect();
+            cri::ListContainersResponse { containers }.encode_to_vec()
+        }
+        "ContainerStatus" => {
+            let id = cri::ContainerStatusRequest::decode(request).ok()?.container_id;
+            let name = container(&id)?;
+            let config = serde_json::json!({
+                "metadata": { "name": name },
+                "envs": [{ "key": "RESTORED", "value": "1" }],
+                "linux": { "resources": { "cpu_shares": 256 } },
+            });
+            cri::ContainerStatusResponse {
+                status: Some(cri::ContainerStatus {
+                    id: id.clone(),
+                    metadata: Some(cri::ContainerMetadata { name, attempt: 0 }),
+                    state: cri::ContainerState::ContainerCreated as i32,
+                    resources: Some(cri::ContainerResources { linux: Some(resources), ..Default::default() }),
+                    ..Default::default()
+                }),
+                info: [("info".to_string(), serde_json::json!({ "sandboxID": pod.sandbox_id, "config": config }).to_string())].into(),
+            }
+            .encode_to_vec()
+        }
+        _ => return None,
+    };
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    Some((Some(grpc_frame(&message)), trailers))
 }

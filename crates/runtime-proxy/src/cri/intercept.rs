@@ -139,19 +139,24 @@ pub enum Call {
         /// The request, decoded (CRI v1 field numbers).
         req: crate::cri::newer_cri::UpdatePodSandboxResourcesRequest,
     },
+    /// RestorePod (CRI v1 only, kubelet 1.37+): never driven through the flow; see
+    /// [`crate::cri::restore`].
+    RestorePod {
+        /// The request's fields the proxy reads (CRI v1 field numbers).
+        req: crate::cri::newer_cri::RestorePodRequest,
+    },
 }
 
 impl Interceptor {
     /// Runs one intercepted call (`method`: its gRPC path; `parts`: its request head; `body`:
-    /// its body as the front end receives it) up to the backend's answer, which `onward` sends
+    /// its body, read whole by [`read_body`]) up to the backend's answer, which `onward` sends
     /// it for. Returns the answer (for the front end to give the client, unless `onward` did)
     /// and the post stage, to run once the client has it.
     ///
     /// The caller's `grpc-timeout` bounds the pre stage and the backend call (the head `onward`
     /// gets carries what is left of it).
     ///
-    /// Errors: the status to answer the client with, naming the method: the body's limits (see
-    /// [`read_body`]), a hook failure under `Fail`, `onward`'s (`UNAVAILABLE`,
+    /// Errors: the status to answer the client with, naming the method: a hook failure under `Fail`, `onward`'s (`UNAVAILABLE`,
     /// `DEADLINE_EXCEEDED`, see [`unary_call::unary`]), `INTERNAL` when hook changes cannot be
     /// applied to the request.
     pub async fn intercept<'a>(
@@ -160,10 +165,13 @@ impl Interceptor {
         method: &'a str,
         onward: Onward<'a>,
         parts: http::request::Parts,
-        body: RequestBody,
+        body: Bytes,
     ) -> Result<(unary_call::Answer, Option<impl std::future::Future<Output = ()> + Send + 'static>), Status> {
         let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
-        let body = read_body(body, method, &self.hooks.limits).await?;
+        if spec.method == Method::RestorePod {
+            // No hook stage: guarded and learned from on its own (`crate::cri::restore`).
+            return crate::cri::restore::restore_pod(self, method, onward, parts, body).await.map(|a| (a, None));
+        }
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
         let encoding = parts.headers.get("grpc-encoding");
         let message = match grpc::unary_message(&body, encoding, self.hooks.limits.max_request_bytes).map_err(in_method)? {
@@ -246,7 +254,11 @@ impl Interceptor {
     /// field) is in the store already: no runtime round trip.
     fn loads_from_store(&self, method: Method, id: &str) -> bool {
         match method {
-            Method::RunPodSandbox | Method::RemoveContainer | Method::RemovePodSandbox | Method::UpdatePodSandboxResources => true,
+            Method::RunPodSandbox
+            | Method::RemoveContainer
+            | Method::RemovePodSandbox
+            | Method::UpdatePodSandboxResources
+            | Method::RestorePod => true,
             Method::CreateContainer | Method::StopPodSandbox => self.hooks.store.has_pod(id),
             Method::StartContainer | Method::StopContainer | Method::UpdateContainerResources => self.hooks.store.sandbox_of(id).is_some(),
         }
@@ -258,7 +270,7 @@ impl Interceptor {
 /// when the store does not know it). `None` for RunPodSandbox, whose sandbox does not exist yet.
 fn pod_key(method: Method, id: &str, store: &Store) -> Option<String> {
     match method {
-        Method::RunPodSandbox => None,
+        Method::RunPodSandbox | Method::RestorePod => None,
         Method::CreateContainer | Method::StopPodSandbox | Method::RemovePodSandbox | Method::UpdatePodSandboxResources => {
             Some(id.to_owned())
         }
@@ -312,6 +324,7 @@ impl Call {
             Method::UpdatePodSandboxResources => {
                 Call::UpdatePodSandboxResources { req: crate::cri::newer_cri::UpdatePodSandboxResourcesRequest::decode(msg)? }
             }
+            Method::RestorePod => Call::RestorePod { req: crate::cri::newer_cri::RestorePodRequest::decode(msg)? },
         })
     }
 
@@ -373,7 +386,8 @@ impl Call {
             Call::RunPodSandbox { .. }
             | Call::RemoveContainer { .. }
             | Call::RemovePodSandbox { .. }
-            | Call::UpdatePodSandboxResources { .. } => {}
+            | Call::UpdatePodSandboxResources { .. }
+            | Call::RestorePod { .. } => {}
         }
         Ok(())
     }
@@ -387,7 +401,10 @@ impl Call {
                 entry.as_ref().map(|e| (&e.hook.pod_labels, e.hook.pod_meta.as_ref()))
             }
             Call::Pod { pod, .. } => pod.as_ref().map(|p| (&p.labels, p.pod_meta.as_ref())),
-            Call::RemoveContainer { .. } | Call::RemovePodSandbox { .. } | Call::UpdatePodSandboxResources { .. } => None,
+            Call::RemoveContainer { .. }
+            | Call::RemovePodSandbox { .. }
+            | Call::UpdatePodSandboxResources { .. }
+            | Call::RestorePod { .. } => None,
         }
     }
 

@@ -12,7 +12,8 @@
 //! * [`intercept`] — CRI's side of the hook flow: decode, load, wire edits, send, commit.
 //!   [`hooked_fields`] — the CRI messages with only the fields hooks read;
 //!   [`proto_edit`] — edits to encoded protobuf messages that keep unknown fields;
-//!   [`newer_cri`] — CRI methods newer than the compiled proto.
+//!   [`newer_cri`] — CRI methods newer than the compiled proto;
+//!   [`restore`] — RestorePod, which creates a pod without the pre-create hooks: guarded.
 //! * [`recover`] — the store rebuilt from the runtime (start-up, reconnects, sweeps, misses).
 
 pub mod frame;
@@ -23,5 +24,6 @@ pub mod newer_cri;
 pub mod proto_edit;
 pub mod recover;
 pub mod relay;
+pub mod restore;
 pub mod router;
 pub mod server;

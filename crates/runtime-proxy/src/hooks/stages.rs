@@ -31,6 +31,10 @@ pub enum Method {
     UpdateContainerResources,
     /// `UpdatePodSandboxResources` (CRI v1 only, kubelet 1.33+): no stage.
     UpdatePodSandboxResources,
+    /// `RestorePod` (CRI v1 only, kubelet 1.37+ alpha): no stage; it creates a pod without
+    /// RunPodSandbox or CreateContainer, so CRI mode refuses it where their hooks may not be
+    /// skipped ([`crate::cri::restore`]).
+    RestorePod,
 }
 
 /// One row of the interception table: a CRI RuntimeService method, its name (the last part of
@@ -48,8 +52,10 @@ pub struct MethodSpec {
 }
 
 /// Every intercepted method. Remove* and UpdatePodSandboxResources have no stage (koord has none
-/// for them); they are intercepted to keep the store exact.
-pub const METHODS: [MethodSpec; 9] = [
+/// for them); they are intercepted to keep the store exact. RestorePod has none either: it is
+/// intercepted to guard the pre-create stages it would get around, and to teach the store the
+/// pod it restored ([`crate::cri::restore`]).
+pub const METHODS: [MethodSpec; 10] = [
     MethodSpec { method: Method::RunPodSandbox, name: "RunPodSandbox", pre: Some(Stage::PreRunPodSandbox), post: None },
     MethodSpec { method: Method::StopPodSandbox, name: "StopPodSandbox", pre: None, post: Some(Stage::PostStopPodSandbox) },
     MethodSpec { method: Method::RemovePodSandbox, name: "RemovePodSandbox", pre: None, post: None },
@@ -69,6 +75,7 @@ pub const METHODS: [MethodSpec; 9] = [
         post: None,
     },
     MethodSpec { method: Method::UpdatePodSandboxResources, name: "UpdatePodSandboxResources", pre: None, post: None },
+    MethodSpec { method: Method::RestorePod, name: "RestorePod", pre: None, post: None },
 ];
 
 /// The row of `method` (every method has one).
