@@ -353,7 +353,7 @@ async fn id_only_stages_get_pod_and_container_info_from_the_store() {
                 assert_eq!(req.pod_cgroup_parent, parent, "{stage}");
                 assert_eq!(req.pod_labels.get("app").map(String::as_str), Some("db"), "{stage}");
                 assert_eq!(req.pod_annotations.get("team").map(String::as_str), Some("storage"), "{stage}");
-                assert_eq!(req.container_envs.get("KEEP").map(String::as_str), Some("me"), "{stage}");
+                assert!(req.container_envs.is_empty(), "{stage}: envs only at PreCreateContainer: {:?}", req.container_envs);
                 let shares = req.container_resources.as_ref().unwrap().cpu_shares;
                 let want = if stage == "PreUpdateContainerResources" || stage == "PostStopContainer" { 256 } else { 512 };
                 assert_eq!(shares, want, "{stage}: resources as last set");
@@ -397,7 +397,139 @@ async fn a_store_miss_asks_the_runtime_before_calling_hooks() {
     assert_eq!(req.container_meta.as_ref().unwrap().id, cid);
     assert_eq!(req.pod_cgroup_parent, parent);
     assert_eq!(req.pod_labels.get("app").map(String::as_str), Some("direct"));
-    assert_eq!(req.container_envs.get("KEEP").map(String::as_str), Some("me"));
+    assert!(req.container_envs.is_empty(), "envs are not recovered: {:?}", req.container_envs);
     assert_eq!(req.container_resources.as_ref().unwrap().cpu_shares, 256, "kubelet's update merged in");
     assert!(s.proxy.log().contains("store miss: container recovered from the runtime"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A hook server that floods the proxy's pooled connections.
+
+/// A hostile hook server on threads of its own, at `path`: on every connection it answers the
+/// first call (an empty message: no changes), then sends 400 PINGs 50 µs apart — the proxy
+/// acknowledges each alone until its socket is full — and then PINGs as fast as it can,
+/// never reading, until the proxy closes the connection (or 60 s pass). Returns how many calls
+/// it answered.
+fn flooding_hook(path: &Path) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use runtime_proxy::cri::frame::{self, flag, kind, Head, DEFAULT_MAX_FRAME, HEAD_LEN};
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+
+    fn read_request(s: &mut std::os::unix::net::UnixStream) -> std::io::Result<()> {
+        s.read_exact(&mut [0; 24])?;
+        loop {
+            let mut h = [0; HEAD_LEN];
+            s.read_exact(&mut h)?;
+            let head = Head::parse(&h);
+            s.read_exact(&mut vec![0; head.len])?;
+            if head.stream == 1 && head.has(flag::END_STREAM) {
+                return Ok(());
+            }
+        }
+    }
+    fn ping(out: &mut bytes::BytesMut) {
+        frame::ping(out, false, &[7; 8]);
+    }
+
+    let mut answer = bytes::BytesMut::new();
+    frame::settings(&mut answer, &[]);
+    let mut block = bytes::BytesMut::new();
+    frame::put_status(&mut block, 200);
+    frame::put_literal(&mut block, b"content-type", b"application/grpc");
+    frame::put_headers(&mut answer, 1, false, &block, DEFAULT_MAX_FRAME);
+    frame::put_data(&mut answer, 1, &bytes::Bytes::from_static(&[0; 5]), false, DEFAULT_MAX_FRAME);
+    let mut trailers = bytes::BytesMut::new();
+    frame::put_literal(&mut trailers, b"grpc-status", b"0");
+    frame::put_headers(&mut answer, 1, true, &trailers, DEFAULT_MAX_FRAME);
+    let (mut one, mut flood) = (bytes::BytesMut::new(), bytes::BytesMut::new());
+    ping(&mut one);
+    (0..64).for_each(|_| ping(&mut flood));
+    assert_eq!(Head::parse(&one).kind, kind::PING);
+
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = answered.clone();
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let (answer, one, flood, counted) = (answer.clone(), one.clone(), flood.clone(), counted.clone());
+            std::thread::spawn(move || {
+                if read_request(&mut s).is_err() || s.write_all(&answer).is_err() {
+                    return;
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                for _ in 0..400 {
+                    if s.write_all(&one).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(60) && s.write_all(&flood).is_ok() {}
+            });
+        }
+    });
+    answered
+}
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).unwrap().parse().unwrap()
+}
+
+/// A hook server (failure policy `Fail`, at PreRunPodSandbox) that floods each connection with
+/// PINGs once it has answered and never reads: while four pods start through it, Version and
+/// ListPodSandbox keep answering within a second, the proxy's RSS stays under 200 MB, each
+/// flooded connection is dropped with a WARN (within milliseconds, long before the next pod), and
+/// every pod's hook call — each on a new connection — succeeds. Before the hook client bounded what a server can make it hold, the proxy's memory
+/// grew by gigabytes within a minute and CRI calls stalled for seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_server_flooding_its_idle_connections_is_cut_off() {
+    let mut s = setup();
+    let socket = s.dir.path().join("flood.sock");
+    let answered = flooding_hook(&socket);
+    s.register("flood.json", &socket, "Fail", &["PreRunPodSandbox"], json!({"timeout-ms": 5000}));
+
+    let pid = s.proxy.pid();
+    let rss_before = vm_rss_kib(pid);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probing = done.clone();
+    let mut probe_rt = runtime_client(s.proxy.socket());
+    let probe = tokio::spawn(async move {
+        let (mut slowest, mut max_rss, mut calls) = (Duration::ZERO, 0, 0);
+        while !probing.load(std::sync::atomic::Ordering::SeqCst) {
+            let started = Instant::now();
+            probe_rt.version(cri::VersionRequest::default()).await.expect("Version");
+            probe_rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("ListPodSandbox");
+            slowest = slowest.max(started.elapsed());
+            max_rss = max_rss.max(vm_rss_kib(pid));
+            calls += 1;
+            assert!(max_rss < 200 << 10, "the proxy's RSS reached {max_rss} KiB");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (slowest, max_rss, calls)
+    });
+
+    let mut pods = Vec::new();
+    for n in 1..=4 {
+        pods.push(s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("pod {n}: {e:?}\n{}", s.proxy.log())));
+    }
+    // The last connection's flood, as the pods' did.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (slowest, max_rss, calls) = probe.await.expect("the probe's assertions held");
+    for pod in pods {
+        pod.remove(&mut s.rt).await;
+    }
+    let log = s.proxy.log();
+    let drops: Vec<&str> = log.lines().filter(|l| l.contains("idle hook server connection dropped") && l.contains("flood.sock")).collect();
+    let dropped = drops.len();
+    eprintln!("{}", drops.join("\n"));
+    eprintln!(
+        "{calls} probes, slowest {slowest:?}; RSS {rss_before} KiB before, at most {max_rss} KiB; {} hook calls answered, \
+         {dropped} connections dropped",
+        answered.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    assert!(slowest < Duration::from_secs(1), "a Version + ListPodSandbox probe took {slowest:?}");
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 4, "a hook call a pod, each on a new connection");
+    assert!(dropped >= 4, "flooded connections dropped with a WARN:\n{}", s.proxy.log());
 }

@@ -4,7 +4,8 @@
 //! The store lives in memory only. koord-runtime-proxy rebuilds its store at start-up from
 //! `ListPodSandbox` / `ListContainers` alone and so loses the pod cgroup parent, the container
 //! resources and the envs (koord-runtime-proxy's `pkg/runtimeproxy/store/manager.go` keeps them in memory only): after a restart koordlet sees every pod as
-//! Guaranteed and cannot merge resources on updates. [`rebuild`] also asks
+//! Guaranteed and cannot merge resources on updates. (Envs are kept by neither store here: see
+//! [`crate::hooks::store`].) [`rebuild`] also asks
 //! `PodSandboxStatus` and `ContainerStatus` with `verbose = true` and reads containerd's verbose
 //! `info` (JSON) to recover every field exactly.
 //!
@@ -27,8 +28,8 @@
 //!
 //! The key fact: `config` is not what kubelet sent but what containerd **received — from the
 //! proxy**, which had already applied the PreRunPodSandbox / PreCreateContainer hooks' changes to
-//! the request. So `config` holds exactly the hook-merged labels, annotations, cgroup parent and
-//! envs that the store held, and the spec and status hold what was applied since.
+//! the request. So `config` holds exactly the hook-merged labels, annotations and cgroup parent
+//! that the store held, and the spec and status hold what was applied since.
 //!
 //! # Where each field comes from
 //!
@@ -56,7 +57,7 @@
 //! | `container_meta.id` | the container ID | |
 //! | `container_annotations` | `ContainerStatus.annotations` | the CreateContainer annotations containerd received (kubelet's + PreCreateContainer hooks') |
 //! | `container_resources` | `ContainerStatus.resources.linux`, swap normalised (below); fallback: `info.runtimeSpec` `linux.resources` + `process.oomScoreAdj` (the mapping containerd itself uses); last resort `info.config.linux.resources` (as created, without later updates) | applied resources, including every UpdateContainerResources — what the store had merged in |
-//! | `container_envs` | `info.config.envs` (list → map, last wins); fallback: `info.runtimeSpec.process.env`, `K=V` split at the first `=` | the config holds kubelet's envs plus the hooks' additions, i.e. the store's map; the spec's env is also applied but adds the image's `ENV` (PATH…), `HOSTNAME` and NRI/CDI additions no hook ever saw, so it is only the fallback |
+//! | `container_envs` | none | the store keeps no envs ([`crate::hooks::store`]): the later stages send none |
 //!
 //! Values that legitimately differ from the pre-restart store:
 //!
@@ -76,8 +77,9 @@
 //!   container stays where it was created: the recovered value is the one in effect).
 //!
 //! An object whose fields cannot all be determined (no status, no metadata, no verbose info and
-//! no fallback) is skipped — logged and listed in the report — rather than recorded with empty
-//! values: a missing entry makes the proxy skip that object's hooks, an entry with an empty
+//! no fallback; a container without verbose info, whose cgroup parent cannot be told) is
+//! skipped — logged and listed in the report — rather than recorded with empty values: a
+//! missing entry makes the proxy skip that object's hooks, an entry with an empty
 //! cgroup parent would make koordlet take wrong decisions. Fallbacks used are listed too.
 //!
 //! # Concurrency with live traffic
@@ -210,7 +212,7 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
         match pod_answers.remove(&s.id) {
             Some(Ok(answer)) => {
                 live_pods.insert(s.id.clone());
-                if store.pod(&s.id).is_some() {
+                if store.has_pod(&s.id) {
                     report.already_known += 1;
                     continue;
                 }
@@ -244,7 +246,7 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
         match container_answers.remove(&c.id) {
             Some(Ok(answer)) => {
                 live_containers.insert(c.id.clone());
-                if store.container(&c.id).is_some() {
+                if store.has_container(&c.id) {
                     report.already_known += 1;
                     continue;
                 }
@@ -562,8 +564,8 @@ pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSan
 /// The container hook request for a verbose `ContainerStatus` answer of container `id` in
 /// `pod`, and the fallbacks used.
 ///
-/// Errors: why the entry cannot be built (no status or metadata, no source for resources or
-/// envs).
+/// Errors: why the entry cannot be built (no status or metadata, no source for resources, no
+/// verbose info to tell the container's cgroup parent by).
 pub fn container_entry(
     answer: &cri::ContainerStatusResponse,
     id: &str,
@@ -595,14 +597,10 @@ pub fn container_entry(
         normalise_swap(&mut resources, requested.as_ref().map_or(0, |r| r.memory_swap_limit_in_bytes));
     }
 
-    let container_envs = match (config, spec.and_then(|s| path(s, &["process", "env"])).and_then(Value::as_array)) {
-        (Some(c), _) => config_envs(c),
-        (None, Some(env)) => {
-            notes.push("envs from the runtime spec (they include the image's and the runtime's own)".into());
-            spec_envs(env)
-        }
-        (None, None) => return Err("no verbose info: cannot tell the container envs".into()),
-    };
+    if info.is_none() {
+        // A PreCreateContainer hook may have moved the container: only the spec tells.
+        return Err("no verbose info: cannot tell the container's cgroup parent".into());
+    }
 
     let hook = hook::ContainerResourceHookRequest {
         pod_meta: pod.pod_meta.clone(),
@@ -613,7 +611,8 @@ pub fn container_entry(
         pod_annotations: pod.annotations.clone(),
         pod_labels: pod.labels.clone(),
         pod_cgroup_parent: container_cgroup_parent(spec, id, &pod.cgroup_parent),
-        container_envs,
+        // Not kept (see `crate::hooks::store`).
+        container_envs: BTreeMap::new(),
     };
     Ok((hook, notes))
 }
@@ -663,23 +662,6 @@ fn cgroup_parent_of(cgroups_path: &str, id: &str) -> Option<String> {
     }
     let (parent, last) = cgroups_path.rsplit_once('/')?;
     (!id.is_empty() && last.contains(id)).then(|| parent.to_owned())
-}
-
-/// `config.envs` (`[{"key": …, "value": …}]`, empty value omitted) as a map, last one wins.
-fn config_envs(config: &Map<String, Value>) -> BTreeMap<String, String> {
-    let list = config.get("envs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-    list.iter().filter_map(Value::as_object).filter_map(|kv| Some((string(kv, "key")?, string(kv, "value").unwrap_or_default()))).collect()
-}
-
-/// OCI `process.env` (`["K=V", …]`) as a map, split at the first `=`, last one wins.
-fn spec_envs(env: &[Value]) -> BTreeMap<String, String> {
-    env.iter()
-        .filter_map(Value::as_str)
-        .map(|kv| match kv.split_once('=') {
-            Some((k, v)) => (k.to_owned(), v.to_owned()),
-            None => (kv.to_owned(), String::new()),
-        })
-        .collect()
 }
 
 /// CRI `LinuxContainerResources` as Go's `encoding/json` writes it (snake_case, as containerd's

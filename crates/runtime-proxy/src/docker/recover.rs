@@ -6,8 +6,9 @@
 //!
 //! An inspect answer yields the same entry as the create call did ([`model`]): a sandbox's pod
 //! metadata (from its name), labels, annotations, cgroup parent and resources; a container's pod
-//! fields (from its sandbox), name, attempt, ID, annotations, envs and resources — the hooks'
-//! changes included, since they were written into the container's configuration.
+//! fields (from its sandbox), name, attempt, ID, annotations and resources — the hooks' changes
+//! included, since they were written into the container's configuration. Envs are not read: the
+//! store keeps none ([`crate::hooks::store`]).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -97,6 +98,8 @@ pub async fn record(socket: &Path, store: &Store, inspect: &Value) -> Option<Doc
     }
     let mut hook = model::container_request(&kube, pod.as_ref(), config, host_config);
     hook.container_meta.get_or_insert_with(Default::default).id = id.clone();
+    // Not kept (see `crate::hooks::store`): the entry returned is the one stored.
+    hook.container_envs.clear();
     if let Some(r) = hook.container_resources.as_mut() {
         // dockerd reports a create's `MemorySwap: 0` (its default) as twice the memory limit;
         // the entry made at create holds the 0 (a client asking for exactly twice looks the same).

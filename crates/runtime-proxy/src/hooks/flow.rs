@@ -31,7 +31,8 @@
 //!
 //! It calls post hooks even when the backend failed and deletes store entries at Stop (so a
 //! second Stop finds nothing); here post hooks run only after success and entries live until
-//! Remove.
+//! Remove. It re-sends a container's envs at every later container stage; here only
+//! PreCreateContainer carries them (the store keeps none: [`crate::hooks::store`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
