@@ -62,6 +62,12 @@ impl Probe {
     }
 }
 
+/// A `Vm*` line's value of `/proc/PID/status` (`"123456 kB"`).
+fn vm(pid: u32, key: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim_start_matches(':').trim().to_owned()).unwrap_or_default()
+}
+
 /// The probe's slowest call over 1 s of a quiet proxy: what "its usual time" is here.
 async fn quiet_slowest(proxy: &ProxyProcess) -> Duration {
     let probe = Probe::start(proxy);
@@ -151,7 +157,11 @@ async fn an_env_heavy_container_holds_nobody_up() {
     // Refused by the server, or timed out in it (a debug build of the test's own tonic server
     // decodes 14 MiB slowly): either way, by `strict.json`.
     assert!(status.message().contains("strict.json"), "{status:?}");
-    eprintln!("refused in {took:?}");
+    let peak = vm(proxy.pid(), "VmHWM");
+    eprintln!("refused in {took:?}; the proxy's peak RSS: {peak}");
+    // README "Limits and budgets": a heavy call holds about 20 x its request at its peak.
+    let peak_kb: u64 = peak.trim_end_matches(" kB").parse().unwrap_or(u64::MAX);
+    assert!(peak_kb < 400 << 10, "the proxy's peak RSS {peak} for one 14 MiB call");
     assert_not_held_up("an env-heavy container", quiet, attacked, &proxy.log());
     test_support::containerd::remove_sandbox(&mut rt, &pod).await;
 }

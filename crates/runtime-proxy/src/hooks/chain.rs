@@ -102,11 +102,12 @@ pub const TOLERATE_ANNOTATION: &str = "runtimeproxy.koordinator.sh/tolerate-miss
 /// 256 KiB of annotations) from costing more than one pass over it.
 pub const MAX_REQUIRED_SERVERS: usize = 64;
 
-/// How many names a refusal message lists before it counts the rest (`… and 61 more`), and how
-/// many characters of each it shows: a refusal stays under ~1 KiB, far below gRPC's 8 KiB of
-/// metadata and NRI's 4 MiB message.
+/// How many names a refusal message lists before it counts the rest (`… and 61 more`): with
+/// [`NAME_CHARS_SHOWN`] characters of each, a refusal stays under ~1 KiB, far below gRPC's 8 KiB
+/// of metadata and NRI's 4 MiB message.
 pub const NAMES_SHOWN: usize = 3;
-const NAME_CHARS_SHOWN: usize = 64;
+/// How many characters of a name a message shows ([`shown`]).
+pub const NAME_CHARS_SHOWN: usize = 64;
 
 /// A list naming more than [`MAX_REQUIRED_SERVERS`] distinct hook servers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
