@@ -230,7 +230,7 @@ struct Reporter {
 
 impl Reporter {
     /// A Warning Event on the Node, reason `RuleParseFailed`, as koordlet records a bad rule
-    /// (shape of a core/v1 Event; `../shared/k8s-wire/20-create-event.txt`). A failure to post
+    /// (shape of a core/v1 Event; `test-support/fixtures/k8s-wire/20-create-event.txt`). A failure to post
     /// is logged, nothing more.
     async fn rule_parse_failed(&self, message: String) {
         let event = KubeEvent {

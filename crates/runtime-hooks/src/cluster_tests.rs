@@ -1,5 +1,5 @@
 //! The rule source against kube-rs's test seam: `kube::Client` over a `tower-test` mock service
-//! answering with what a real kube-apiserver v1.31 answered (`../shared/k8s-wire/`).
+//! answering with what a real kube-apiserver v1.31 answered (`crates/test-support/fixtures/k8s-wire/`).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use super::*;
 use crate::rules::Rules;
 
-/// The recorded response body (and status) of a file in `../shared/k8s-wire/`.
+/// The recorded response body (and status) of a file in `crates/test-support/fixtures/k8s-wire/`.
 fn recorded(name: &str) -> (u16, String) {
-    let path = format!("{}/../../../shared/k8s-wire/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../test-support/fixtures/k8s-wire/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")).replace("\r\n", "\n");
     let response = text.split("### response").nth(1).expect("a response section");
     let status_line = response.lines().find(|l| l.starts_with("HTTP/")).expect("a status line");
@@ -298,7 +298,7 @@ async fn a_node_slo_that_does_not_parse_keeps_the_last_good_one_and_posts_an_eve
     assert!(slo.synced, "{slo:?}");
     assert!(slo.parse_error.is_some_and(|(_, e)| e.contains("cpuSuppressPolicy")), "the parse error, for status");
     let ev = h.script.lock().unwrap().events[0].clone();
-    // The shape of ../shared/k8s-wire/20-create-event.txt.
+    // The shape of test-support/fixtures/k8s-wire/20-create-event.txt.
     assert_eq!(ev["involvedObject"]["kind"], "Node");
     assert_eq!(ev["involvedObject"]["name"], "node-a");
     assert_eq!((ev["reason"].as_str(), ev["type"].as_str()), (Some("RuleParseFailed"), Some("Warning")));

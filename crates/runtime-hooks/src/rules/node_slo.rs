@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn the_recorded_node_slo() {
-        // ../shared/k8s-wire/03-create-nodeslo.txt
+        // test-support/fixtures/k8s-wire/03-create-nodeslo.txt
         let spec = json!({"resourceUsedThresholdWithBE":{"enable":true,"cpuSuppressThresholdPercent":65,"cpuSuppressPolicy":"cfsQuota"},
             "resourceQOSStrategy":{"beClass":{"cpuQOS":{"enable":true,"groupIdentity":-1}},"lsClass":{"cpuQOS":{"enable":true,"groupIdentity":2}}}});
         let r = parse(&spec).unwrap();

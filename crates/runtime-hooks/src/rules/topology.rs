@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn the_recorded_nrt() {
-        // ../shared/k8s-wire/14-create-nrt.txt
+        // test-support/fixtures/k8s-wire/14-create-nrt.txt
         let t =
             parse(&ann(&[(CPU_SHARED_POOLS, r#"[{"socket":0,"node":0,"cpuset":"0-1"}]"#), (CPU_MANAGER_POLICY, r#"{"policy":"none"}"#)]))
                 .unwrap();

@@ -3,7 +3,7 @@
 //!
 //! # Source
 //!
-//! It answers as the real server answered in the exchanges recorded in `shared/k8s-wire/`
+//! It answers as the real server answered in the exchanges recorded in `fixtures/k8s-wire/`
 //! (files 01–20 there; each item below names the file it follows): the same status codes,
 //! `content-type`, and body shapes, over plain HTTP (HTTP/1.1 and h2c) on `127.0.0.1`.
 //!

@@ -1,6 +1,6 @@
 //! The stand-in API server (`test_support::kube_api`) driven by kube-rs's own client and watcher,
 //! as runtime-hooks' rule source will drive it; `wire.rs` replays the recorded exchanges of
-//! `shared/k8s-wire/` against it. No test waits for anything without a deadline.
+//! `fixtures/k8s-wire/` against it. No test waits for anything without a deadline.
 
 mod wire;
 

@@ -1,4 +1,4 @@
-//! Replays the exchanges recorded from kube-apiserver v1.31.14 (`shared/k8s-wire/01..20`) against
+//! Replays the exchanges recorded from kube-apiserver v1.31.14 (`fixtures/k8s-wire/01..20`) against
 //! the stand-in, in order, and compares what comes back: status code, the header names
 //! (`content-type` and `cache-control` values too), and the body. The requests go out as the
 //! recording's did (same method, path with query, body, and a curl user agent, so JSON comes back
@@ -21,7 +21,7 @@ use test_support::kube_api::KubeApi;
 
 use super::{within, STEP};
 
-const WIRE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/k8s-wire");
+const WIRE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/k8s-wire");
 
 /// One recorded exchange.
 struct Exchange {
