@@ -1,7 +1,7 @@
 //! Field ownership within one hook chain: which hook server changed which field first, and the
 //! conflicts when a later server changes it again to another value.
 //!
-//! The rule (issue 24; NRI 0.10+ keeps an owner per adjusted field the same way): within one
+//! The rule (NRI 0.10+ keeps an owner per adjusted field the same way): within one
 //! call's chain of hook servers, the first server whose answer changes a field owns it; a later
 //! server whose answer changes it again — to a value other than the current one — conflicts with
 //! the owner. "Changes" is exactly what the merge rules ([`crate::merge`]) would change, so an

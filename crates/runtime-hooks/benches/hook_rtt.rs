@@ -3,7 +3,7 @@
 //! default, with a NodeSLO that turns group identity on) beside the same call to a no-op hook
 //! server (it echoes the request, as koordlet does with nothing to change), each in a process
 //! of its own, called with the same client (tonic, one connection each, 2 s deadline), call by
-//! call interleaved. Target (issue 24): p50(runtime-hooks) ≤ 1.2 × p50(no-op).
+//! call interleaved. Target: p50(runtime-hooks) ≤ 1.2 × p50(no-op).
 //!
 //! runtime-hooks runs with a temp cgroup root (`--cgroup-version v1 --unchecked-cgroup-root`),
 //! so its pod-level writes touch nothing of the machine, and logs at `info` (no line per call).

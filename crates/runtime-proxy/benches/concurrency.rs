@@ -17,7 +17,7 @@
 //!
 //! Printed: for each shape, calls/s of each path (calls completed / wall time, summed over the
 //! rounds), the relay/direct and proxy/direct throughput ratios, p50/p99 of the calls' latencies,
-//! and whether the target of issue 11 holds (proxy throughput ≥ 90% of direct); then the CPU
+//! and whether the throughput target holds (proxy throughput ≥ 90% of direct); then the CPU
 //! time per call of each process on the path (the bench client, socat or runtime-proxy,
 //! containerd: `/proc/PID/task/*/schedstat` of all threads, as `benches/latency.rs`) and the
 //! relay's or proxy's context switches per call, which show where the CPU time goes; how many
@@ -46,7 +46,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const SHAPES: [(usize, usize); 4] = [(16, 1), (64, 1), (16, 16), (64, 16)];
 const PATHS: [&str; 3] = ["direct", "relay", "proxy"];
 const WARM_UP: Duration = Duration::from_millis(200);
-/// Target of issue 11: proxy throughput ≥ this share of direct.
+/// The target: proxy throughput ≥ this share of direct.
 const TARGET: f64 = 0.9;
 
 /// What one shape and path measured over all rounds.
@@ -236,7 +236,7 @@ async fn main() {
         );
     }
     println!();
-    println!("Target (issue 11) proxy throughput ≥ 90% of direct: met in {held} of {} shapes.", SHAPES.len());
+    println!("Target: proxy throughput ≥ 90% of direct: met in {held} of {} shapes.", SHAPES.len());
     println!();
     println!(
         "CPU time per call of each process on the path, during that path's turns (µs; sum × calls/s = CPUs busy with the calls; \

@@ -9,7 +9,7 @@
 //!    path it does not intercept (the pass-through). The hook server runs in a process of its
 //!    own (this bench, started again), so (4) crosses the same process boundaries as the
 //!    proxy's call to it; the fake backend runs in the bench's own thread, so (1) crosses
-//!    none. The targets of issue 11: intercepted without a hook, p50(2) − p50(5) ≤ 20 µs; with
+//!    none. The targets: intercepted without a hook, p50(2) − p50(5) ≤ 20 µs; with
 //!    the no-op hook, p50(3) ≤ p50(5) + p50(4) + 40 µs.
 //!
 //!    The CRI calls are made the way kubelet's grpc-go makes them: HEADERS, then one DATA frame

@@ -9,7 +9,7 @@
 //!
 //! Printed: p50/p99 of each path, what relay and proxy add over direct, their ratio, the CPU time
 //! and context switches per call of the relay and the proxy processes, the load average before
-//! and after, and whether the targets of issue 11 hold (added p50 ≤ 1.2× the relay's, added p99
+//! and after, and whether the latency targets hold (added p50 ≤ 1.2× the relay's, added p99
 //! ≤ 1.5× the relay's, proxy CPU ≤ 40 µs per call).
 //!
 //! Run: `make bench` (starts containerd; or `RP_CONTAINERD_ENV=… cargo bench -p runtime-proxy
@@ -112,7 +112,7 @@ async fn main() {
     println!("| runtime-proxy | {proxy_cpu:.1} µs | {proxy_cs:.2} |");
     println!();
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
-    println!("Targets (issue 11), worst method:");
+    println!("Targets, worst method:");
     println!("* proxy added p50 ≤ 1.2 × relay added p50: {:.2}× — {}", worst.0, verdict(worst.0 <= 1.2));
     println!("* proxy added p99 ≤ 1.5 × relay added p99: {:.2}× — {}", worst.1, verdict(worst.1 <= 1.5));
     println!("* proxy CPU per forwarded call ≤ 40 µs: {proxy_cpu:.1} µs — {}", verdict(proxy_cpu <= 40.0));

@@ -1,4 +1,4 @@
-//! Health that tells the truth (issue 29) with a real dockerd: the Docker-mode proxy's
+//! Health that tells the truth with a real dockerd: the Docker-mode proxy's
 //! `/healthz` follows a dockerd of the test's own going away and coming back within 2 s with no
 //! call made through the proxy, and a CRI-mode proxy in front of dockerd names the Docker Engine
 //! API. Needs `RP_DOCKERD_ENV` (set by `make test`); the own dockerd is started by

@@ -1,4 +1,4 @@
-//! The hook chain's rules in Docker mode (issue 24), on the real dockerd: a field conflict under
+//! The hook chain's rules in Docker mode, on the real dockerd: a field conflict under
 //! `Fail` refuses the container's create in Docker's error shape, and a pod requiring a hook
 //! server that is not registered cannot create its sandbox. Pods are laid out the dockershim /
 //! cri-dockerd way (see `docker_pods.rs`; annotations as `annotation.<key>` labels).

@@ -1,4 +1,4 @@
-//! Health that tells the truth (issue 29), with the real proxy process: `/healthz` and
+//! Health that tells the truth, with the real proxy process: `/healthz` and
 //! `runtime_proxy_backend_up` follow each backend endpoint within 2 s of it going away or coming
 //! back, with no CRI call made through the proxy; a backend of the wrong kind, a path that is no
 //! socket and a socket the proxy may not open are named (503 with the reason, one ERROR line).

@@ -1,4 +1,4 @@
-//! The hook chain's rules on real pods (issue 24): field ownership between two hook servers
+//! The hook chain's rules on real pods: field ownership between two hook servers
 //! (`--hook-conflict-policy`, a registration's `conflict-policy`) and required hook servers
 //! (`--required-hook-servers`, the pod annotations). The proxy and containerd are real
 //! processes; the hook servers are in-process fakes with scripted answers.

@@ -1,5 +1,5 @@
 //! The hook chain's rules beyond the merge: field ownership (conflicts between hook servers) and
-//! required hook servers (issue 24). The dispatcher ([`super::dispatch::Dispatcher::run`])
+//! required hook servers. The dispatcher ([`super::dispatch::Dispatcher::run`])
 //! applies them; the rules themselves are here and in [`hook_api::owners`].
 //!
 //! # Field ownership
