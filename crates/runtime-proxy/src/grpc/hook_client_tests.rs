@@ -7,9 +7,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
+use http::{HeaderMap, HeaderValue};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
 use super::*;
+use crate::cri::frame::PREFACE;
 
 const RPC: &str = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
 
