@@ -159,7 +159,8 @@ impl Core {
                 read = read_request(&router, &path, parts, body) => read,
             };
             let size = read.as_ref().map_or(0, |(_, body)| body.len());
-            let offload = router.interceptor().map(|i| i.hooks.clone());
+            // Only intercepted calls have a hook flow to move; a taken-over call is a relay.
+            let offload = matches!(route, Route::Intercept(_)).then(|| router.interceptor().map(|i| i.hooks.clone())).flatten();
             let rest = finish(router, route, path, id, commands, relayed, read, cancelled, start);
             match offload {
                 Some(hooks) => hooks.offload.run(size, rest).await,
@@ -167,6 +168,7 @@ impl Core {
             }
         }));
     }
+
     // ===== runtime → client =====
 
     pub(super) fn on_command(&mut self, command: Command) {
