@@ -14,10 +14,12 @@ demo-docker:
 demo-hooks:
 	@scripts/demo-hooks.sh
 
-# the fast tier for one's own loop (a few minutes, no runtime needed): fmt, clippy, rustdoc, unit tests, and every fuzz
-# target on 2000 inputs from a fixed seed; `make test` is the full run (every runtime, every phase)
+# the fast tier for one's own loop (a few minutes, no runtime needed): fmt, the Markdown files' relative links
+# (scripts/check-links.py), clippy, rustdoc, unit tests, and every fuzz target on 2000 inputs from a fixed seed;
+# `make test` is the full run (every runtime, every phase)
 check:
 	cargo fmt --all -- --check
+	python3 scripts/check-links.py
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
 	cargo test --locked --workspace --lib --bins
