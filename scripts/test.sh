@@ -80,7 +80,7 @@ integration() {
   local root=$ROOT_PREFIX-$1 tests nri=0
   [ "$1" = 1.6 ] || nri=1
   if [ "$1" = 1.6 ]; then
-    # Out of support longest (end of life 2025-08): a smoke run (README, "Which runtimes get the full run").
+    # Out of support longest (end of life 2025-08): a smoke run (docs/tests.md, "Which runtimes get the full run").
     tests=(--test passthrough_containerd --test hooks_containerd)
   else
     mapfile -t tests < <(test_targets -v '@(docker|nri|v2)_*')

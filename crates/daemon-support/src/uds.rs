@@ -6,7 +6,7 @@
 //! On a unix socket the kernel signals "writable" every time the peer *reads* what we wrote
 //! (`unix_write_space`), so each call woke the proxy up twice more than needed: once when the
 //! backend had read the request and once when the client had read the answer — an `epoll_wait`
-//! and usually a context switch each, for nothing to do (measured: README, Benchmarks) — and it
+//! and usually a context switch each, for nothing to do (measured: docs/benchmarks.md) — and it
 //! woke runtime-hooks once per hook call, when the proxy read its answer. Writes
 //! almost never find the socket buffer full, so this type writes directly and only when a write
 //! would block registers a duplicate of the descriptor for writability (`dup(2)`: epoll keys on

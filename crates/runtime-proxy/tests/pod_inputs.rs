@@ -159,7 +159,7 @@ async fn an_env_heavy_container_holds_nobody_up() {
     assert!(status.message().contains("strict.json"), "{status:?}");
     let peak = vm(proxy.pid(), "VmHWM");
     eprintln!("refused in {took:?}; the proxy's peak RSS: {peak}");
-    // README "Limits and budgets": a heavy call holds about 20 x its request at its peak.
+    // docs/security-and-limits.md, "Limits and budgets": a heavy call holds about 20 x its request at its peak.
     let peak_kb: u64 = peak.trim_end_matches(" kB").parse().unwrap_or(u64::MAX);
     assert!(peak_kb < 400 << 10, "the proxy's peak RSS {peak} for one 14 MiB call");
     assert_not_held_up("an env-heavy container", quiet, attacked, &proxy.log());

@@ -15,7 +15,7 @@
 //!
 //! # In the NodeSLO form
 //!
-//! See the README, "Rules: from the cluster, or from a file". The `groupIdentity` values are
+//! See docs/guide/rules.md, "Rules: from the cluster, or from a file". The `groupIdentity` values are
 //! `resourceQOSStrategy.<class>.cpuQOS` (`enable: true` plus `groupIdentity`), and
 //! `batchResource.cfsQuota: false` is `resourceUsedThresholdWithBE: {enable: true,
 //! cpuSuppressPolicy: cfsQuota}`. `cpuset.unsetCfsQuota: false` is koordlet's flag

@@ -294,7 +294,7 @@ fn warn_if_legacy(path: &Path, file: Option<&FileRules>) {
     if file.is_some_and(|f| f.legacy.is_some()) {
         tracing::warn!(
             file = %path.display(),
-            "rules file is in the old format, which is deprecated and read for one more release: convert it to a NodeSLO (README, \"Rules: from the cluster, or from a file\")"
+            "rules file is in the old format, which is deprecated and read for one more release: convert it to a NodeSLO (docs/guide/rules.md, \"Rules: from the cluster, or from a file\")"
         );
     }
 }

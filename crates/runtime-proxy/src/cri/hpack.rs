@@ -6,8 +6,8 @@
 //! per block ([`Fields`]); nothing is validated as an HTTP header name or value, as the relay
 //! passes the block on unchanged and the receiving peer judges it. h2's own decoder builds a
 //! validated `HeaderName` and `HeaderValue` for every field, which cost the relay about 500
-//! instructions a field, a third of what it spent per call (measured with callgrind; README,
-//! Benchmarks); this one costs a copy. Huffman-coded strings are decoded by h2's decoder
+//! instructions a field, a third of what it spent per call (measured with callgrind;
+//! docs/benchmarks.md); this one costs a copy. Huffman-coded strings are decoded by h2's decoder
 //! (`h2::hpack::huffman`).
 
 use std::collections::VecDeque;

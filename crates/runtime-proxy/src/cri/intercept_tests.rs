@@ -158,7 +158,8 @@ fn timeouts_are_rewritten() {
 /// edits set, decodes as the v1 message with nothing left over (re-encoding gives the same
 /// bytes; an unknown or differently typed field would be dropped or fail), and the proxy's
 /// v1 edits land in the v1alpha2 fields. Checked against the protos too: v1alpha2 has no
-/// field whose number or type differs from v1; v1 only adds fields (README, CRI versions).
+/// field whose number or type differs from v1; v1 only adds fields
+/// (docs/guide/hook-servers.md, "CRI v1 and v1alpha2, field by field").
 #[test]
 fn v1alpha2_layout() {
     use k8s_cri::v1alpha2 as a2;
