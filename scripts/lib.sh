@@ -1,8 +1,8 @@
 # lib.sh — shell helpers shared by the scripts in this directory (source it, don't run it).
 
 # Debian packages the build, the tests and the demo need (cargo, rustc, cargo-nextest are preinstalled; dbus-daemon:
-# runtime-hooks' systemd tests start a private bus).
-RP_PKGS=(protobuf-compiler containerd runc busybox-static gcc libc6-dev make dbus-daemon)
+# runtime-hooks' systemd tests start a private bus; python3: the link check and the CRI client tests).
+RP_PKGS=(protobuf-compiler containerd runc busybox-static gcc libc6-dev make dbus-daemon python3)
 # demo_profile: the cargo profile the demos build and run, RP_DEMO_PROFILE (release unless set; the test run's demo
 # phase sets dev, the build its first phase made). Read when used, not when this file is sourced, so that a script
 # that sources it can still set the variable for the demos it runs. demo_bin_dir: where that profile's binaries are.
