@@ -5,6 +5,8 @@
 //!   `pkg/api/api.proto`, field numbers exact, author-controlled strings as bytes) and ttrpc's
 //!   envelope.
 //! * [`wire`] — ttrpc over NRI's multiplexed socket, by hand.
+//! * [`trim`] — what a handler reads of pods and containers ([`Reads`]); the rest is dropped
+//!   from the encoded messages before they are decoded.
 //! * [`plugin`] — the connection loop: dial the runtime's socket, `RegisterPlugin`, answer
 //!   `Configure` with the handler's event mask, take `Synchronize` whole (NRI 0.7+ sends a big
 //!   state in parts), pass each event to a [`plugin::Handler`], send `UpdateContainers` when the
@@ -15,9 +17,11 @@
 
 pub mod convert;
 pub mod plugin;
+pub mod trim;
 pub mod wire;
 
 pub use plugin::{run, Handler, Options, Refusal};
+pub use trim::{Keys, Reads};
 
 /// Generated protobuf types: NRI's API (subset) and ttrpc's envelope (`proto/nri/`).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

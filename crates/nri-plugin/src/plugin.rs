@@ -5,9 +5,9 @@
 //! | dial | `Options::socket` (a unix socket); not there: retry after 100 ms, doubling up to 5 s |
 //! | register | `Runtime.RegisterPlugin` with `Options::name` and `Options::index`; a refusal ends the connection |
 //! | `Configure` | answered with [`Handler::configure`]'s event mask |
-//! | `Synchronize` | the pods and containers that exist, decoded one by one (one that does not decode is skipped with a WARN); NRI 0.7+ sends a state over one ttrpc message in parts (`more`): each part but the last is answered with `more` and no update, the last with [`Handler::synchronize`]'s updates over every part |
+//! | `Synchronize` | the pods and containers that exist, each trimmed to what the handler reads ([`Handler::reads`]) and decoded one by one (one that does not decode is skipped with a WARN); NRI 0.7+ sends a state over one ttrpc message in parts (`more`): each part but the last is answered with `more` and no update, the last with [`Handler::synchronize`]'s updates over every part |
 //! | no `Synchronize` within [`SYNC_TIMEOUT`] of Configure, or a close between them | the runtime dropped the plugin (containerd cannot synchronize a pod whose strings are not UTF-8): register again |
-//! | events | `CreateContainer`, `UpdateContainer`, `StopContainer`, `StateChange` to the handler, one at a time (the runtime serializes them too); a [`Refusal`] becomes the ttrpc error status, which fails the runtime's call |
+//! | events | `CreateContainer`, `UpdateContainer`, `StopContainer`, `StateChange`, trimmed to what the handler reads, to the handler, one at a time (the runtime serializes them too); a [`Refusal`] becomes the ttrpc error status, which fails the runtime's call |
 //! | `Shutdown` | acknowledged; the runtime closes the socket next |
 //! | wake | when the handler's wake channel changes (after Synchronize): [`Handler::refresh`]'s updates sent with `Runtime.UpdateContainers` |
 //! | close | [`Handler::disconnected`]; dial again (back-off reset once registered) |
@@ -29,6 +29,7 @@ use tokio::sync::watch;
 
 use crate::proto::api as nri;
 use crate::proto::ttrpc;
+use crate::trim::Reads;
 use crate::wire::{Receiver, Sender, FLAG_REMOTE_CLOSED, PLUGIN_CONN, REQUEST, RESPONSE, RUNTIME_CONN};
 use crate::{decode_items, PLUGIN_SERVICE, RUNTIME_SERVICE};
 
@@ -125,6 +126,15 @@ pub trait Handler: Send {
             let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
             tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers{sep}{what}");
         }
+    }
+
+    /// What the handler reads of the pods and containers of the runtime's calls (Synchronize,
+    /// CreateContainer, UpdateContainer, StopContainer, StateChange): the rest is dropped from
+    /// the encoded request before it is decoded ([`crate::trim`]), so a pod author's envs or
+    /// annotations the handler never reads are never allocated. Asked once per call. Default:
+    /// everything ([`Reads::ALL`]).
+    fn reads(&self) -> Reads {
+        Reads::ALL
     }
 
     /// The connection is gone (the runtime closed it or it failed): what the runtime said is no
@@ -358,11 +368,20 @@ impl<'a, H: Handler> Session<'a, H> {
                 tracing::info!("NRI: the runtime is shutting down");
                 Ok(nri::Empty {}.encode_to_vec())
             }
-            "CreateContainer" => Ok(self.handler.create_container(decoded(program, method, payload)?).await?.encode_to_vec()),
-            "UpdateContainer" => Ok(self.handler.update_container(decoded(program, method, payload)?).await?.encode_to_vec()),
-            "StopContainer" => Ok(self.handler.stop_container(decoded(program, method, payload)?).await?.encode_to_vec()),
+            "CreateContainer" => {
+                let req = trimmed(program, method, payload, &self.handler.reads(), (1, 2))?;
+                Ok(self.handler.create_container(req).await?.encode_to_vec())
+            }
+            "UpdateContainer" => {
+                let req = trimmed(program, method, payload, &self.handler.reads(), (1, 2))?;
+                Ok(self.handler.update_container(req).await?.encode_to_vec())
+            }
+            "StopContainer" => {
+                let req = trimmed(program, method, payload, &self.handler.reads(), (1, 2))?;
+                Ok(self.handler.stop_container(req).await?.encode_to_vec())
+            }
             "StateChange" => {
-                self.handler.state_change(decoded(program, method, payload)?).await?;
+                self.handler.state_change(trimmed(program, method, payload, &self.handler.reads(), (2, 3))?).await?;
                 Ok(nri::Empty {}.encode_to_vec())
             }
             other => Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: {PLUGIN_SERVICE}/{other} is not implemented"))),
@@ -372,7 +391,21 @@ impl<'a, H: Handler> Session<'a, H> {
     /// One Synchronize request: each pod and container decoded on its own (one that does not
     /// decode is skipped, not the whole runtime state); a part with `more` is kept and answered
     /// with `more`, the last part goes to the handler with every earlier part.
-    async fn synchronize(&mut self, req: SynchronizeItems) -> Answer {
+    async fn synchronize(&mut self, mut req: SynchronizeItems) -> Answer {
+        let reads = self.handler.reads();
+        if !reads.is_all() {
+            // An item that does not trim does not decode either: kept as it is, to be named below.
+            for pod in &mut req.pods {
+                if let Ok(t) = reads.pod(pod) {
+                    *pod = t;
+                }
+            }
+            for container in &mut req.containers {
+                if let Ok(t) = reads.container(container) {
+                    *container = t;
+                }
+            }
+        }
         let (pods, bad) = decode_items::<nri::PodSandbox>(&req.pods);
         for (index, id, why) in bad {
             tracing::warn!(index, sandbox = %id, "NRI Synchronize: a pod that does not decode is skipped: {why}");
@@ -403,6 +436,20 @@ impl<'a, H: Handler> Session<'a, H> {
 /// Errors: `INVALID_ARGUMENT` naming the method.
 fn decoded<M: Message + Default>(program: &str, method: &str, payload: &[u8]) -> Result<M, Refusal> {
     M::decode(payload).map_err(|e| Status::new(Code::INVALID_ARGUMENT, format!("{program}: undecodable {method} request: {e}")))
+}
+
+/// Decodes a request of `method` whose pod and container are the fields `tags` (pod, container),
+/// without what the handler does not read ([`Reads::request`]; as it is for [`Reads::ALL`]).
+///
+/// Errors: `INVALID_ARGUMENT` naming the method.
+fn trimmed<M: Message + Default>(program: &str, method: &str, payload: &[u8], reads: &Reads, tags: (u32, u32)) -> Result<M, Refusal> {
+    if reads.is_all() {
+        return decoded(program, method, payload);
+    }
+    let bytes = reads
+        .request(payload, tags.0, tags.1)
+        .map_err(|e| Status::new(Code::INVALID_ARGUMENT, format!("{program}: undecodable {method} request: {e}")))?;
+    decoded(program, method, &bytes)
 }
 
 /// Sends a request of the `Runtime` service; its response is matched by stream ID in `calls`.

@@ -46,6 +46,11 @@
 //! runc's driver. A container without a reported path is `<pod dir>/<id>` (cgroupfs) or
 //! `<pod dir>/cri-containerd-<id>.scope` (systemd).
 //!
+//! The verbose `info` is parsed once per object into just these fields ([`VerboseInfo`]): a
+//! container's envs, which it holds twice, are skipped, not built. A `ContainerStatus` that
+//! fails (an answer above 16 MiB: some 300 k envs) is logged once per container, and the
+//! container gets the default directory above, so it and its pod's values are still corrected.
+//!
 //! A pod with an empty cgroup parent (the runtime's default cgroup) gets no pod-level values (a
 //! debug line), its containers theirs; a pod whose runtime reports nothing about its cgroups (no
 //! verbose `config`, no `cgroupsPath`) is skipped.
@@ -84,9 +89,13 @@ use crate::cgroup_path::{self, CgroupDriver};
 use crate::context::{ContainerContext, PodContext};
 use crate::framework::{apply_all, Framework, Owned};
 use crate::lenient::{cri as view, decode_items, entries_map, lossy, ViewCodec};
+
+#[path = "reconciler_info.rs"]
+mod info;
 use crate::plugin::{ContainerState, PodState, Stage};
 use crate::pod_spec;
 use crate::rules::host_app::HostAppBase;
+pub use info::{StatusInfo, VerboseInfo};
 
 /// One corrected file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,19 +155,21 @@ struct ListedPod {
     api: Option<Arc<k8s_openapi::api::core::v1::Pod>>,
 }
 
-/// A RUNNING container as listed.
+/// A RUNNING container as listed: no annotations, which no plugin reads of a container
+/// ([`crate::plugins::POD_ANNOTATIONS_READ`]); a pod author's 13 MiB of them are not copied.
 struct ListedContainer {
     id: String,
     pod_sandbox_id: String,
     name: String,
-    annotations: BTreeMap<String, String>,
 }
 
 const LIST_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/ListPodSandbox";
 const LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
 const POD_SANDBOX_STATUS: &str = "/runtime.v1.RuntimeService/PodSandboxStatus";
 const CONTAINER_STATUS: &str = "/runtime.v1.RuntimeService/ContainerStatus";
-/// Largest answer read from the runtime: containerd's default send limit, 16 MiB.
+/// Largest answer read from the runtime: containerd's default send limit, 16 MiB (a larger
+/// one would not help: containerd fails its side first). A container's verbose status above it
+/// (some 300 k envs) is handled without it ([`Reconciler::container_dir`]).
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// The standalone reconciler.
@@ -173,6 +184,8 @@ pub struct Reconciler {
     /// The pod sandbox (pause) container's `cgroupsPath`, per sandbox ID, when reported.
     sandbox_paths: HashMap<String, Option<String>>,
     dirs: BTreeMap<String, String>,
+    /// Containers whose last `ContainerStatus` failed (logged once each).
+    status_failed: HashSet<String>,
     reported: HashSet<String>,
     last_pass: Arc<std::sync::Mutex<LastPass>>,
     /// Whether the last pass found none of its pods' cgroup directories (warned once).
@@ -215,6 +228,7 @@ impl Reconciler {
             parents: Default::default(),
             sandbox_paths: HashMap::new(),
             dirs: Default::default(),
+            status_failed: HashSet::new(),
             reported: HashSet::new(),
             last_pass: Arc::default(),
             no_dirs_warned: false,
@@ -311,7 +325,6 @@ impl Reconciler {
                 id: lossy(&c.id),
                 pod_sandbox_id: lossy(&c.pod_sandbox_id),
                 name: c.metadata.map(|m| lossy(&m.name)).unwrap_or_default(),
-                annotations: entries_map(&c.annotations),
             })
             .collect())
     }
@@ -328,6 +341,7 @@ impl Reconciler {
         self.sandbox_paths.retain(|id, _| live_pods.contains(id.as_str()));
         let live_containers: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
         self.dirs.retain(|id, _| live_containers.contains(id.as_str()));
+        self.status_failed.retain(|id| live_containers.contains(id.as_str()));
 
         let mut by_pod: HashMap<&str, Vec<&ListedContainer>> = HashMap::new();
         for c in &containers {
@@ -416,7 +430,7 @@ impl Reconciler {
                     pod: pod.clone(),
                     name: c.name.clone(),
                     id: c.id.clone(),
-                    annotations: c.annotations.clone(),
+                    annotations: Default::default(),
                     envs: Default::default(),
                     resources: sandbox.api.as_deref().and_then(|p| pod_spec::container_of(p, &c.name)),
                 };
@@ -576,13 +590,13 @@ impl Reconciler {
             return Some(p.clone());
         }
         let request = cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: true };
-        let status: view::StatusResponse = self.call(POD_SANDBOX_STATUS, request).await.ok()?;
-        let info = entries_map(&status.info).get("info").cloned();
-        let parent = info.as_deref().and_then(sandbox_cgroup_parent);
+        let status: StatusInfo = self.call(POD_SANDBOX_STATUS, request).await.ok()?;
+        let info = status.verbose();
+        let parent = info.as_ref().and_then(VerboseInfo::sandbox_cgroup_parent);
         match &parent {
             Some(p) => {
                 self.parents.insert(id.to_owned(), p.clone());
-                self.sandbox_paths.insert(id.to_owned(), info.as_deref().and_then(container_cgroup_dir));
+                self.sandbox_paths.insert(id.to_owned(), info.as_ref().and_then(VerboseInfo::container_cgroup_dir));
             }
             None => tracing::debug!(sandbox = id, "the runtime reports no cgroup parent; pod skipped"),
         }
@@ -608,9 +622,15 @@ impl Reconciler {
 
     /// The container's cgroup directory, from the cache or `ContainerStatus` (verbose): its
     /// `cgroupsPath` resolved with the pod's directory `pod_dir` and the driver
-    /// ([`cgroup_path::container_dir`]); when the runtime reports none,
-    /// [`cgroup_path::default_container_dir`] below `pod_dir`. `Ok(None)`: nothing to go by (the
-    /// status call failed, or no path and no pod directory), skipped this pass.
+    /// ([`cgroup_path::container_dir`]); when the runtime reports none, or the status call fails,
+    /// [`cgroup_path::default_container_dir`] below `pod_dir`. `Ok(None)`: nothing to go by (no
+    /// path and no pod directory), skipped this pass.
+    ///
+    /// A failed status call is logged once per container (WARN, until a call succeeds again).
+    /// An answer above [`MAX_ANSWER_BYTES`] (`RESOURCE_EXHAUSTED`, ours or containerd's own
+    /// 16 MiB send limit: a container of some 300 k envs, which the verbose info holds twice)
+    /// will never fit: the default directory is then kept, not asked for again; other failures
+    /// are asked again next pass.
     ///
     /// Errors: the reported path cannot be resolved (see [`cgroup_path::resolve`]).
     async fn container_dir(&mut self, id: &str, pod_dir: Option<&str>) -> Result<Option<String>, String> {
@@ -619,11 +639,25 @@ impl Reconciler {
         }
         let driver = self.framework.cgroups().driver();
         let request = cri::ContainerStatusRequest { container_id: id.into(), verbose: true };
-        let Ok(status) = self.call::<_, view::StatusResponse>(CONTAINER_STATUS, request).await else {
-            return Ok(None);
+        let (info, lasting) = match self.call::<_, StatusInfo>(CONTAINER_STATUS, request).await {
+            Ok(status) => {
+                self.status_failed.remove(id);
+                (status.verbose(), true)
+            }
+            Err(s) => {
+                if self.status_failed.insert(id.to_owned()) {
+                    tracing::warn!(
+                        container = id,
+                        code = ?s.code(),
+                        "ContainerStatus failed: {}; the container's cgroup is taken as the runtime's default below its pod's \
+                         (logged once per container)",
+                        s.message()
+                    );
+                }
+                (None, s.code() == tonic::Code::ResourceExhausted)
+            }
         };
-        let info = entries_map(&status.info).remove("info");
-        let dir = match info.as_deref().and_then(container_cgroup_dir) {
+        let dir = match info.as_ref().and_then(VerboseInfo::container_cgroup_dir) {
             Some(path) => cgroup_path::container_dir(&path, pod_dir, driver).map_err(|e| format!("refusing {path:?}: {e}"))?,
             None => match pod_dir {
                 Some(pod_dir) => cgroup_path::default_container_dir(pod_dir, id, driver),
@@ -635,10 +669,12 @@ impl Reconciler {
         };
         // First sight, before this process wrote anything to it: what runc made of the
         // container's shares tells the node's cpu.weight formula (crate::cpu_weight).
-        if let Some(shares) = info.as_deref().and_then(container_cpu_shares) {
+        if let Some(shares) = info.as_ref().and_then(VerboseInfo::container_cpu_shares) {
             self.framework.cgroups().learn_weight_formula(&dir, shares);
         }
-        self.dirs.insert(id.to_owned(), dir.clone());
+        if lasting {
+            self.dirs.insert(id.to_owned(), dir.clone());
+        }
         Ok(Some(dir))
     }
 
@@ -708,41 +744,6 @@ impl Reconciler {
     }
 }
 
-/// The pod cgroup parent in containerd's verbose sandbox `info` JSON, as kubelet gave it (any
-/// form; resolve it with [`crate::cgroup::CgroupFs::resolve`]); `Some("")` for the runtime's
-/// default (an empty parent), `None` when the info says nothing.
-///
-/// With a `config` object (containerd): `config.linux.cgroup_parent`, absent or null meaning
-/// empty. Without one: from the sandbox container's `runtimeSpec.linux.cgroupsPath`, the parent
-/// directory of an absolute path or the slice of a systemd `<slice>:<prefix>:<name>`.
-pub fn sandbox_cgroup_parent(info: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(info).ok()?;
-    if v["config"].is_object() {
-        return Some(v["config"]["linux"]["cgroup_parent"].as_str().unwrap_or_default().to_owned());
-    }
-    let path = v["runtimeSpec"]["linux"]["cgroupsPath"].as_str()?;
-    if cgroup_path::is_systemd_path(path) {
-        return cgroup_path::split_systemd_path(path).ok().map(|(slice, _)| slice.to_owned());
-    }
-    let path = Some(path).filter(|p| p.starts_with('/'))?;
-    Path::new(path).parent().map(|p| p.display().to_string()).filter(|p| p != "/")
-}
-
-/// A container's cgroup in containerd's verbose container `info` JSON:
-/// `runtimeSpec.linux.cgroupsPath` as the runtime gave it to runc (cgroupfs: an absolute path;
-/// systemd: `<slice>:<prefix>:<name>`); `None` when absent or empty.
-pub fn container_cgroup_dir(info: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(info).ok()?;
-    v["runtimeSpec"]["linux"]["cgroupsPath"].as_str().filter(|p| !p.is_empty()).map(str::to_owned)
-}
-
-/// The CPU shares the runtime gave runc for a container, from containerd's verbose container
-/// `info` JSON (`runtimeSpec.linux.resources.cpu.shares`); `None` when absent.
-pub fn container_cpu_shares(info: &str) -> Option<i64> {
-    let v: serde_json::Value = serde_json::from_str(info).ok()?;
-    v["runtimeSpec"]["linux"]["resources"]["cpu"]["shares"].as_i64()
-}
-
 /// Asks the CRI runtime at `endpoint` for its cgroup driver: CRI v1 `RuntimeConfig`
 /// (`linux.cgroup_driver`: SYSTEMD = 0, CGROUPFS = 1), waiting at most `timeout`. containerd
 /// implements it from 2.0, CRI-O from 1.28; containerd 1.6 and 1.7 answer UNIMPLEMENTED.
@@ -771,44 +772,6 @@ pub fn driver_of(resp: &cri::RuntimeConfigResponse) -> Option<CgroupDriver> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cgroup_paths_from_verbose_info() {
-        let sandbox = r#"{"pid": 1, "config": {"linux": {"cgroup_parent": "/kubepods/besteffort/pod1"}}, "runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/besteffort/pod1/abc"}}}"#;
-        assert_eq!(sandbox_cgroup_parent(sandbox).as_deref(), Some("/kubepods/besteffort/pod1"));
-        let spec_only = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/pod2/abc"}}}"#;
-        assert_eq!(sandbox_cgroup_parent(spec_only).as_deref(), Some("/kubepods/pod2"));
-        let systemd = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "kubepods-pod.slice:cri-containerd:abc"}}}"#;
-        assert_eq!(sandbox_cgroup_parent(systemd).as_deref(), Some("kubepods-pod.slice"));
-        assert_eq!(sandbox_cgroup_parent("not json"), None);
-        assert_eq!(sandbox_cgroup_parent("{}"), None, "nothing said: unknown");
-        let container = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/pod2/def"}}}"#;
-        assert_eq!(container_cgroup_dir(container).as_deref(), Some("/kubepods/pod2/def"));
-        assert_eq!(container_cgroup_dir(systemd).as_deref(), Some("kubepods-pod.slice:cri-containerd:abc"));
-        assert_eq!(container_cgroup_dir(r#"{"runtimeSpec": {"linux": {"cgroupsPath": ""}}}"#), None);
-        let with_shares = r#"{"runtimeSpec": {"linux": {"resources": {"cpu": {"shares": 512, "quota": 50000}}}}}"#;
-        assert_eq!(container_cpu_shares(with_shares), Some(512));
-        assert_eq!(container_cpu_shares(container), None);
-    }
-
-    /// What containerd 1.6 and 1.7 (cgroupfs runc) report, captured from the dev containerds.
-    #[test]
-    fn cgroup_paths_as_containerd_reports_them() {
-        // kubelet's systemd parent: containerd makes the systemd form from its last component.
-        let parent = "/rp-test/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid_1.slice";
-        let sandbox = format!(
-            r#"{{"config": {{"linux": {{"cgroup_parent": "{parent}"}}}}, "runtimeSpec": {{"linux": {{"cgroupsPath": "kubepods-besteffort-poduid_1.slice:cri-containerd:s1"}}}}}}"#
-        );
-        assert_eq!(sandbox_cgroup_parent(&sandbox).as_deref(), Some(parent));
-        // A bare slice name is kept as given: resolved later, with the driver.
-        let bare = r#"{"config": {"linux": {"cgroup_parent": "kubepods-besteffort-poduid_3.slice"}}, "runtimeSpec": {"linux": {"cgroupsPath": "kubepods-besteffort-poduid_3.slice:cri-containerd:s3"}}}"#;
-        assert_eq!(sandbox_cgroup_parent(bare).as_deref(), Some("kubepods-besteffort-poduid_3.slice"));
-        // An empty parent: containerd omits it and puts the pod in its own namespace cgroup.
-        let empty = r#"{"config": {"linux": {"security_context": {}}}, "runtimeSpec": {"linux": {"cgroupsPath": "/k8s.io/s2"}}}"#;
-        assert_eq!(sandbox_cgroup_parent(empty).as_deref(), Some(""), "the runtime's default, not /k8s.io");
-        let container = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/k8s.io/c2"}}}"#;
-        assert_eq!(container_cgroup_dir(container).as_deref(), Some("/k8s.io/c2"));
-    }
 
     #[test]
     fn driver_from_runtime_config() {

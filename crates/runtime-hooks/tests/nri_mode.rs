@@ -570,3 +570,55 @@ async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
     pod.remove(&mut rt).await;
     other.remove(&mut rt).await;
 }
+
+/// The plugin's peak resident memory (`VmHWM`), bytes.
+fn peak_rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM").trim().trim_end_matches(" kB").trim();
+    kb.parse::<u64>().unwrap() * 1024
+}
+
+/// A BE container of 200 k envs (3.3 MiB of NRI CreateContainer, under ttrpc's 4 MiB) and a
+/// 1 MiB unread pod annotation: containerd stores the BE values runtime-hooks adjusted, a rule
+/// change re-applies to it, and runtime-hooks' peak memory grows by less than what a map of the
+/// envs costs (it decodes no env: [`runtime_hooks::nri::reads`]).
+#[tokio::test]
+async fn a_container_of_200k_envs_gets_its_be_values_without_its_envs_in_memory() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(env) = env() else { return };
+    let plugin = start_plugin(&env, true);
+    let mut rt = runtime_client(&env.ctrd.socket);
+    let note = "n".repeat(1 << 20);
+    let (sandbox, mut container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC), ("note", &note)]);
+    container.envs.extend((0..200_000).map(|i| cri::KeyValue { key: format!("K{i:06}"), value: "1".into() }));
+    let sandbox = besteffort(sandbox);
+    let base = peak_rss(plugin.hooks.pid());
+    let (sandbox_id, container_id) = create(&mut rt, &sandbox, container).await.expect("BE pod of 200 k envs on containerd");
+    // The verbose status holds the envs twice (spec and CRI config): read with a larger limit.
+    let mut big = runtime_client(&env.ctrd.socket).max_decoding_message_size(64 << 20);
+    let status = big.container_status(cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: true }).await;
+    let info: serde_json::Value = status.map(|s| serde_json::from_str(&s.into_inner().info["info"]).unwrap()).unwrap_or_default();
+    let spec = info["runtimeSpec"]["linux"]["resources"].clone();
+    let envs = info["runtimeSpec"]["process"]["env"].as_array().map(Vec::len).unwrap_or(0);
+    drop(info);
+    // A rule change re-applies to the known containers, this one included.
+    plugin.set_rules("cpu: {cfsPeriodUs: 50000}\n");
+    let reapplied = plugin.hooks.wait_log(&["NRI: applied to known pods", "rules changed"], 0, Duration::from_secs(10));
+    let peak = peak_rss(plugin.hooks.pid());
+    // Removed before asserting: a 3.3 MiB container left behind would keep every later plugin
+    // from being synchronized (containerd 1.7 sends its whole state in one 4 MiB message).
+    remove_sandbox(&mut rt, &sandbox_id).await;
+    eprintln!("runtime-hooks VmHWM: {} MB before, {} MB after a CreateContainer of 200 k envs", base >> 20, peak >> 20);
+    assert_eq!(
+        (spec["cpu"]["shares"].clone(), spec["cpu"]["quota"].clone()),
+        (512.into(), 100000.into()),
+        "{spec}\n{}",
+        plugin.hooks.log()
+    );
+    assert_eq!(spec["memory"]["limit"], 134217728);
+    assert!(envs >= 200_000, "the envs reached containerd whole: {envs}");
+    assert!(reapplied, "{}", plugin.hooks.log());
+    // Measured: +71 MB when every env is decoded (prost's Vec<u8> each, as strings, as a map,
+    // kept for rule changes), +16 MB when none is (the message's own buffers, 4 MiB each).
+    assert!(peak < base + (32 << 20), "VmHWM {} MB from {} MB", peak >> 20, base >> 20);
+}

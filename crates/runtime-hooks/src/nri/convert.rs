@@ -8,6 +8,9 @@
 //! | `Container.name` (the CRI metadata name), `id`, `annotations` | the same [`ContainerContext`] fields |
 //! | `Container.env` (`KEY=VALUE` strings) | `envs` |
 //!
+//! NRI mode decodes only what is read ([`super::reads`]): a container's annotations and env
+//! arrive empty there, and so are they in the context.
+//!
 //! Labels, annotations and env arrive as bytes (`proto/nri/api.proto`): an entry whose key or
 //! value is not UTF-8 is left out of the context ([`crate::lenient`]), and the container is
 //! handled like any other; adjustments carry only the plugins' changes, so what was left out

@@ -32,6 +32,10 @@
 //! runs the call without it.
 //!
 //! `--selector` applies here too: pods whose labels do not hold every pair get no change.
+//!
+//! Only what the plugins and the selector read is decoded ([`reads`]): a pod's other labels and
+//! annotations, and a container's labels, annotations, args and env, are dropped from NRI's
+//! messages before they are decoded.
 
 pub mod convert;
 
@@ -88,6 +92,30 @@ pub fn event_mask(stages: &[Stage]) -> i32 {
     ]))
 }
 
+/// What runtime-hooks reads of NRI's pods and containers, all else dropped before decoding
+/// ([`nri_plugin::trim`]): of a pod's labels the keys of [`POD_LABELS_READ`] and of `selector`,
+/// of its annotations those of [`POD_ANNOTATIONS_READ`]; of a container nothing of its labels,
+/// annotations, args or env. No plugin reads those (GPUEnvInject only sets envs, and NRI's
+/// adjustment adds envs by key: nothing needs echoing), so a pod author's 200 k envs (as many as
+/// a 4 MiB ttrpc message holds) cost the message's buffers only, not a map of them, neither per
+/// call nor in the containers kept for re-applying rules.
+///
+/// [`POD_LABELS_READ`]: crate::plugins::POD_LABELS_READ
+/// [`POD_ANNOTATIONS_READ`]: crate::plugins::POD_ANNOTATIONS_READ
+pub fn reads(selector: &[(String, String)]) -> nri_plugin::Reads {
+    use crate::plugins::{POD_ANNOTATIONS_READ, POD_LABELS_READ};
+    use nri_plugin::Keys;
+    let labels = POD_LABELS_READ.iter().map(|k| k.to_string()).chain(selector.iter().map(|(k, _)| k.clone()));
+    nri_plugin::Reads {
+        pod_labels: Keys::Only(labels.collect()),
+        pod_annotations: Keys::Only(POD_ANNOTATIONS_READ.iter().map(|k| k.to_string()).collect()),
+        container_labels: Keys::Only(Vec::new()),
+        container_annotations: Keys::Only(Vec::new()),
+        container_args: false,
+        container_env: false,
+    }
+}
+
 /// Pods and containers the runtime told us about (Synchronize and events), for re-applying
 /// rule changes.
 #[derive(Debug, Default)]
@@ -115,6 +143,8 @@ pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Fut
 struct NriPlugin {
     framework: Arc<Framework>,
     options: Options,
+    /// What the plugins (and `--selector`) read of NRI's pods and containers ([`reads`]).
+    reads: nri_plugin::Reads,
     known: Known,
     /// Node-level failures of the last pass, each logged once when it first appears.
     node_failures: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -173,6 +203,10 @@ impl nri_plugin::Handler for NriPlugin {
 
     const REFRESHED: &'static str = "for the new rules";
 
+    fn reads(&self) -> nri_plugin::Reads {
+        self.reads.clone()
+    }
+
     fn disconnected(&mut self) {
         self.known = Known::default();
     }
@@ -181,7 +215,8 @@ impl nri_plugin::Handler for NriPlugin {
 impl NriPlugin {
     /// A plugin not connected yet.
     fn new(framework: Arc<Framework>, options: Options) -> NriPlugin {
-        NriPlugin { framework, options, known: Known::default(), node_failures: Default::default() }
+        let reads = reads(&options.selector);
+        NriPlugin { framework, options, reads, known: Known::default(), node_failures: Default::default() }
     }
 
     /// CreateContainer: PreCreateContainer's change as the container's adjustment.
@@ -438,5 +473,84 @@ mod tests {
         let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value), (512, 100_000));
         assert!(adjust.env.is_empty() && adjust.annotations.is_empty(), "nothing of the bytes is sent back");
+    }
+
+    /// A CreateContainer of 200 k envs (a full 4 MiB ttrpc message) and unread labels and
+    /// annotations, through the connection loop's decoding: answered with the BE values, and
+    /// what is kept of it holds only the read keys and the selector's, no env.
+    #[tokio::test]
+    async fn create_container_keeps_only_what_is_read() {
+        use prost::Message;
+        let root = tempfile::tempdir().unwrap();
+        let mut plugin = test_plugin(root.path(), crate::plugin::FailurePolicy::Fail, root.path().join("nri.sock"));
+        plugin.options.selector = vec![("test".into(), "me".into())];
+        plugin.reads = reads(&plugin.options.selector);
+        let entry = |k: &str, v: &str| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.as_bytes().to_vec() };
+        let spec =
+            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
+        let pod = nri::PodSandbox {
+            id: "s1".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            labels: vec![entry("koordinator.sh/qosClass", "BE"), entry("test", "me"), entry("app", "x")],
+            annotations: vec![entry("note", &"n".repeat(1000)), entry("node.koordinator.sh/extended-resource-spec", spec)],
+            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let container = nri::Container {
+            id: "c1".into(),
+            pod_sandbox_id: "s1".into(),
+            name: "main".into(),
+            env: (0..200_000).map(|i| format!("K{i:06}=1").into_bytes()).collect(),
+            annotations: vec![entry("a", "1")],
+            labels: vec![entry("l", "1")],
+            args: vec![b"sleep".to_vec()],
+            ..Default::default()
+        };
+        let payload = nri::CreateContainerRequest { pod: Some(pod), container: Some(container) }.encode_to_vec();
+        assert!(payload.len() < nri_plugin::wire::MAX_MESSAGE, "{} bytes", payload.len());
+        let options = nri_plugin::Options { socket: "/nonexistent".into(), name: "t".into(), index: "10".into(), program: "runtime-hooks" };
+        let answer = nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("CreateContainer", &payload).await.expect("answered");
+        let adjust = nri::CreateContainerResponse::decode(answer.as_slice()).unwrap().adjust.expect("an adjustment");
+        let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
+        assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value), (512, 100_000));
+        let kept = &plugin.known.containers["c1"];
+        assert!(
+            kept.env.is_empty() && kept.args.is_empty() && kept.annotations.is_empty() && kept.labels.is_empty(),
+            "{:?}",
+            kept.env.len()
+        );
+        let pod = &plugin.known.pods["s1"];
+        let keys = |e: &[nri::BytesEntry]| e.iter().map(|e| String::from_utf8_lossy(&e.key).into_owned()).collect::<Vec<_>>();
+        assert_eq!(keys(&pod.labels), ["koordinator.sh/qosClass", "test"]);
+        assert_eq!(keys(&pod.annotations), ["node.koordinator.sh/extended-resource-spec"]);
+    }
+
+    /// Synchronize's pods and containers are trimmed as the events' are.
+    #[tokio::test]
+    async fn synchronize_keeps_only_what_is_read() {
+        use prost::Message;
+        let root = tempfile::tempdir().unwrap();
+        let mut plugin = test_plugin(root.path(), crate::plugin::FailurePolicy::Ignore, root.path().join("nri.sock"));
+        let entry = |k: &str, v: &str| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.as_bytes().to_vec() };
+        let pod = nri::PodSandbox {
+            id: "s1".into(),
+            labels: vec![entry("koordinator.sh/qosClass", "LS"), entry("app", "x")],
+            annotations: vec![entry("note", "n")],
+            ..Default::default()
+        };
+        let container = nri::Container {
+            id: "c1".into(),
+            pod_sandbox_id: "s1".into(),
+            state: nri::ContainerState::ContainerRunning as i32,
+            env: (0..1000).map(|i| format!("K{i}=1").into_bytes()).collect(),
+            ..Default::default()
+        };
+        let payload = nri::SynchronizeRequest { pods: vec![pod], containers: vec![container], more: false }.encode_to_vec();
+        let options = nri_plugin::Options { socket: "/nonexistent".into(), name: "t".into(), index: "10".into(), program: "runtime-hooks" };
+        nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("Synchronize", &payload).await.expect("answered");
+        assert!(plugin.known.containers["c1"].env.is_empty());
+        let pod = &plugin.known.pods["s1"];
+        assert_eq!((pod.labels.len(), pod.annotations.len()), (1, 0), "{pod:?}");
     }
 }
