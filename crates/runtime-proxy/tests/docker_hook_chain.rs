@@ -175,7 +175,7 @@ async fn a_required_server_not_registered_refuses_the_sandbox_create() {
 /// A container create of a million `Env` entries (a ≈ 13 MB body, as cri-dockerd sends for
 /// `envFrom` on large ConfigMaps) with a hook server registered for PreCreateContainer, so that
 /// the proxy parses it, builds the hook request and sends it: meanwhile another client's
-/// `GET /_ping`, every 20 ms on its own connection, answers within ~100 ms of its quiet time
+/// `GET /_ping`, every 20 ms on its own connection, answers within ~100 ms of its quiet time (150 ms asserted)
 /// (the call runs off the proxy's thread: `hooks/offload.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_env_heavy_container_create_holds_nobody_up() {
@@ -226,5 +226,6 @@ async fn an_env_heavy_container_create_holds_nobody_up() {
     assert!(status >= 400, "the Fail hook server refuses it: {status} {answer}");
     assert!(calls >= 5, "the probe ran {calls} times");
     eprintln!("slowest _ping {attacked:?} (quiet: {quiet:?})");
-    assert!(attacked <= quiet + Duration::from_millis(100), "another client's _ping took {attacked:?} (quiet: {quiet:?})");
+    // ~100 ms is the target (measured: 41 ms); 150 ms leaves room for a loaded CI machine.
+    assert!(attacked <= quiet + Duration::from_millis(150), "another client's _ping took {attacked:?} (quiet: {quiet:?})");
 }

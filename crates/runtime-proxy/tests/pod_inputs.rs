@@ -75,14 +75,16 @@ async fn quiet_slowest(proxy: &ProxyProcess) -> Duration {
     probe.slowest().await
 }
 
-/// Asserts that the slowest probe call during the attack was at most ~100 ms over the quiet
+/// How much slower than the quiet proxy's slowest call the slowest probe call during an attack
+/// may be: the target is ~100 ms (measured here: 30–50 ms); 150 ms leaves room for a loaded CI
+/// machine, far below the seconds a call on the proxy's thread costs (7.3 s).
+const HELD_UP: Duration = Duration::from_millis(150);
+
+/// Asserts that the slowest probe call during the attack was at most [`HELD_UP`] over the quiet
 /// proxy's slowest.
 fn assert_not_held_up(what: &str, quiet: Duration, attacked: Duration, log: &str) {
     eprintln!("{what}: slowest ListPodSandbox {attacked:?} (quiet: {quiet:?})");
-    assert!(
-        attacked <= quiet + Duration::from_millis(100),
-        "{what}: another pod's ListPodSandbox took {attacked:?} (quiet: {quiet:?}):\n{log}"
-    );
+    assert!(attacked <= quiet + HELD_UP, "{what}: another pod's ListPodSandbox took {attacked:?} (quiet: {quiet:?}):\n{log}");
 }
 
 /// 65,000 names in the required-hook-servers annotation (≈ 300 KB; main took 17.7 s of the
