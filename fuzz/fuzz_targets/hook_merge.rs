@@ -1,7 +1,8 @@
 //! The merge rules (`hook_api::merge`) on arbitrary hook requests and answers, decoded with prost
 //! from the two parts of a `split2` frame (selector bit 0: container, 1: pod). Never panics, and
 //! the documented properties hold: an echoed answer changes nothing, applying an answer twice
-//! equals once, answered values the rules accept win, keys are never removed, hugepages are kept.
+//! equals once, answered values the rules accept win (pod resources as container resources), keys are never
+//! removed, hugepages are kept.
 #![no_main]
 
 use hook_api::merge::{apply_container_response, apply_pod_response, echo_container, echo_pod, merge_resources, merge_update};
@@ -86,7 +87,12 @@ fn check_pod(req: PodSandboxHookRequest, resp: &PodSandboxHookResponse) {
         assert_eq!(once.labels.get(k), Some(v));
     }
     assert!(req.annotations.keys().all(|k| once.annotations.contains_key(k)));
-    assert_eq!(once.resources, req.resources, "pod resources in an answer are ignored");
+    match &resp.resources {
+        // Pod resources merge as container resources do (Docker mode applies them to the pause
+        // container); an absent answer keeps the request's.
+        Some(answer) => check_resources(&req.resources.clone().unwrap_or_default(), answer),
+        None => assert_eq!(once.resources, req.resources, "absent pod resources change nothing"),
+    }
     if !resp.cgroup_parent.is_empty() {
         assert_eq!(once.cgroup_parent, resp.cgroup_parent);
     }
