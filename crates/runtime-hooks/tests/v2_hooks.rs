@@ -166,7 +166,13 @@ async fn proxy_mode_be_pod_values_survive_systemd_and_restarts() {
     // An LSR pod bound to CPU 1 (resource-status): its container's cpuset, by runc from the answer.
     let (lsr, lsr_scope) = lsr_pod(&mut rt, &s.env, &label).await;
     let lsr_slice = lsr.cgroup_parent();
-    assert_eq!(lsr_files(&lsr_scope), lsr_expected(), "LSR container bound to CPU 1, CFS quota unset");
+    assert_eq!(
+        lsr_files(&lsr_scope),
+        lsr_expected(),
+        "LSR container bound to CPU 1, CFS quota unset\nproxy log:\n{}\nruntime-hooks log:\n{}",
+        s.proxy.log(),
+        s.hooks.log()
+    );
     daemon_reload();
     assert_eq!(cgroup_file(&lsr_scope, "cpuset.cpus"), "1", "after daemon-reload");
 
