@@ -15,7 +15,7 @@ demo-hooks:
 	@scripts/demo-hooks.sh
 
 # the fast tier for one's own loop (a few minutes, no runtime needed): fmt, the Markdown files' relative links
-# (scripts/check-links.py), clippy, rustdoc, unit tests, and every fuzz target on 2000 inputs from a fixed seed;
+# (scripts/check-links.py), clippy, rustdoc, unit tests, docs/flags.md against --help (tests/flags_doc.rs), and every fuzz target on 2000 inputs from a fixed seed;
 # `make test` is the full run (every runtime, every phase)
 check:
 	cargo fmt --all -- --check
@@ -23,6 +23,7 @@ check:
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
 	cargo test --locked --workspace --lib --bins
+	cargo test --locked --workspace --test flags_doc --test git_revision
 	FUZZ_RUNS=2000 FUZZ_SEED=1 scripts/fuzz.sh
 
 test:

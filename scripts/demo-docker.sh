@@ -28,13 +28,14 @@ cleanup() {
   stop "$PROXY_PID"
   if [ "${RP_DEMO_KEEP:-}" = 1 ]; then
     scripts/dockerd.sh down "$DOCKERD" >/dev/null 2>&1 || true
-    echo "cleaned up: every process it started stopped; kept $DIR and $DOCKERD (RP_DEMO_KEEP=1)"
+    echo "cleaned up: every process it started stopped; kept $DIR and $DOCKERD (RP_DEMO_KEEP=1); $(demo_stays)"
   else
     scripts/dockerd.sh purge "$DOCKERD" >/dev/null 2>&1 || true
     rm -rf "$DIR"
-    echo "cleaned up: every process it started stopped, $DIR and $DOCKERD (dockerd's root) removed"
+    echo "cleaned up: every process it started stopped, $DIR and $DOCKERD (dockerd's root) removed; $(demo_stays)"
   fi
 }
+demo_record_installs
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 plain() { sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^[0-9T:.-]*Z *[A-Z]* *[a-z_:]*: //' "$@"; }
@@ -42,8 +43,7 @@ plain() { sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^[0-9T:.-]*Z *[A-Z]* *[a-z_:]*: //'
 api() { curl -sS --fail-with-body --unix-socket "$SOCK" -X "$1" -H 'Content-Type: application/json' "http://docker/v1.41$2" ${3:+-d "$3"}; }
 json_id() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Id"])'; }
 
-need_pkgs "${RP_PKGS[@]}" curl
-echo "building ($(demo_profile))..."
+need_pkgs "${RP_PKGS[@]}" curl docker.io  # docker.io: dockerd.sh would install it, its stderr unseen
 demo_build
 scripts/dockerd.sh up "$DOCKERD" >/dev/null 2>&1 || scripts/dockerd.sh up "$DOCKERD" >/dev/null  # it writes $DOCKERD/env
 DOCKER_SOCK=$(sed -n 's/^DOCKER_SOCK=//p' "$DOCKERD/env")

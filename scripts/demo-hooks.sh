@@ -23,13 +23,14 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   if [ "${RP_DEMO_KEEP:-}" = 1 ]; then
     scripts/containerd.sh down "$CTRD" >/dev/null 2>&1 || true
-    echo "cleaned up: every process it started stopped; kept $DIR and $CTRD (RP_DEMO_KEEP=1)"
+    echo "cleaned up: every process it started stopped; kept $DIR and $CTRD (RP_DEMO_KEEP=1); $(demo_stays)"
   else
     scripts/containerd.sh purge "$CTRD" >/dev/null 2>&1 || true
     rm -rf "$DIR"
-    echo "cleaned up: every process it started stopped, $DIR and $CTRD (containerd's root, the image cache) removed"
+    echo "cleaned up: every process it started stopped, $DIR and $CTRD (containerd's root, the image cache) removed; $(demo_stays)"
   fi
 }
+demo_record_installs
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -43,7 +44,6 @@ wait_for() {
 }
 
 need_pkgs "${RP_PKGS[@]}"
-echo "building ($(demo_profile))..."
 demo_build
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 SOCK=$CTRD/run/containerd.sock

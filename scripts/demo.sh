@@ -6,8 +6,10 @@
 # where kubelet asks 512, and the container gets 700. Then the logs of those calls. Everything it
 # starts is stopped on exit, also on failure or Ctrl-C, and everything it wrote is removed: its temp
 # dirs, containerd's root and the image cache, which it keeps in containerd's root rather than the
-# shared /var/cache/runtime-proxy (RP_DEMO_KEEP=1 keeps the dirs, logs included, for a look). What stays:
-# the build in target/, and Debian packages it installed.
+# shared /var/cache/runtime-proxy (RP_DEMO_KEEP=1 keeps the dirs, logs included, for a look). It says
+# what it builds and how long a cold build takes, and which Debian packages it installs (a service their
+# install enabled or started is disabled and stopped again: lib.sh's need_pkgs). What stays, as its last
+# line says: the build in $CARGO_TARGET_DIR (default target/), and the Debian packages it installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -33,13 +35,14 @@ cleanup() {
   stop "$PROXY_PID"
   if [ "${RP_DEMO_KEEP:-}" = 1 ]; then
     scripts/containerd.sh down "$CTRD" >/dev/null 2>&1 || true
-    echo "cleaned up: every process it started stopped; kept $DIR and $CTRD (RP_DEMO_KEEP=1)"
+    echo "cleaned up: every process it started stopped; kept $DIR and $CTRD (RP_DEMO_KEEP=1); $(demo_stays)"
   else
     scripts/containerd.sh purge "$CTRD" >/dev/null 2>&1 || true
     rm -rf "$DIR"
-    echo "cleaned up: every process it started stopped, $DIR and $CTRD (containerd's root, the image cache) removed"
+    echo "cleaned up: every process it started stopped, $DIR and $CTRD (containerd's root, the image cache) removed; $(demo_stays)"
   fi
 }
+demo_record_installs
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -47,7 +50,6 @@ trap 'exit 130' INT TERM
 plain() { sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^[0-9T:.-]*Z *[A-Z]* *[a-z_:]*: //' "$@"; }
 
 need_pkgs "${RP_PKGS[@]}"
-echo "building ($(demo_profile))..."
 demo_build
 scripts/containerd.sh up 1.6 "$CTRD" >/dev/null
 

@@ -62,6 +62,18 @@ need_pkgs dpkg-dev systemd python3 python3-venv util-linux procps binutils
 bash scripts/package.sh deb || { log "building the packages failed"; echo "test result: FAILED. 0 passed; 1 failed;"; exit 1; }
 VERSION=$(awk -F'"' '/^\[workspace.package\]/ {p = 1} p && /^version *=/ {print $2; exit}' Cargo.toml)
 REVISION=${GIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# revision BIN: what BIN's --version names: REVISION, `-dirty` after it when BIN's sources have uncommitted changes
+# (the build step's rule, crates/git_revision.rs: its crate's and its path dependencies' src, build.rs and
+# Cargo.toml, the workspace's Cargo.toml, Cargo.lock and vendor/; no GIT_REVISION given)
+revision() {
+  local paths=(Cargo.toml Cargo.lock vendor) c
+  for c in "$1" hook-api daemon-support nri-plugin; do paths+=("crates/$c/src" "crates/$c/build.rs" "crates/$c/Cargo.toml"); done
+  if [ -z "${GIT_REVISION:-}" ] && [ -n "$(git --no-optional-locks status --porcelain --untracked-files=no -- "${paths[@]}" 2>/dev/null)" ]; then
+    echo "$REVISION-dirty"
+  else
+    echo "$REVISION"
+  fi
+}
 ARCH=$(dpkg --print-architecture)
 DEBS=("$OUT/runtime-proxy_${VERSION}_$ARCH.deb" "$OUT/runtime-hooks_${VERSION}_$ARCH.deb")
 
@@ -107,8 +119,8 @@ check "binaries stripped" bash -c 'for f in /usr/bin/runtime-proxy /usr/bin/runt
 check "no unit enabled or started" bash -c '! ls /etc/systemd/system/*.wants/runtime-* 2>/dev/null && ! pgrep -f "^/usr/bin/runtime-(proxy|hooks)"'
 
 echo "==> binaries"
-check "runtime-proxy --version" bash -c "[ \"\$(/usr/bin/runtime-proxy --version)\" = 'runtime-proxy $VERSION (git $REVISION)' ] || /usr/bin/runtime-proxy --version"
-check "runtime-hooks --version" bash -c "[ \"\$(/usr/bin/runtime-hooks --version)\" = 'runtime-hooks $VERSION (git $REVISION)' ] || /usr/bin/runtime-hooks --version"
+check "runtime-proxy --version" bash -c "[ \"\$(/usr/bin/runtime-proxy --version)\" = 'runtime-proxy $VERSION (git $(revision runtime-proxy))' ] || /usr/bin/runtime-proxy --version"
+check "runtime-hooks --version" bash -c "[ \"\$(/usr/bin/runtime-hooks --version)\" = 'runtime-hooks $VERSION (git $(revision runtime-hooks))' ] || /usr/bin/runtime-hooks --version"
 check "runtime-proxy --help" bash -c '/usr/bin/runtime-proxy --help | grep -q -- --koord-runtimeproxy-endpoint'
 check "runtime-hooks --help" bash -c '/usr/bin/runtime-hooks --help | grep -q -- --probe'
 # The flags in /etc/default/* are accepted: ExecStart as systemd expands it, plus --help (clap parses first).

@@ -1,6 +1,6 @@
-//! Sets `GIT_REVISION` for `--version` (`runtime-hooks 0.1.0 (git 27cbb9f)`), as runtime-proxy
-//! does (the shared step in `crates/git_revision.rs`). NRI's protocol is the `nri-plugin`
-//! crate's.
+//! Sets `GIT_REVISION` for `--version` (`runtime-hooks 0.1.0 (git 27cbb9f)`, `27cbb9f-dirty` when
+//! built from uncommitted sources), as runtime-proxy does (the shared step in
+//! `crates/git_revision.rs`). NRI's protocol is the `nri-plugin` crate's.
 
 include!("../git_revision.rs");
 

@@ -1,5 +1,6 @@
-//! Sets `GIT_REVISION` for `--version` (`runtime-proxy 0.1.0 (git 27cbb9f)`), as runtime-hooks
-//! does: the shared step in `crates/git_revision.rs`.
+//! Sets `GIT_REVISION` for `--version` (`runtime-proxy 0.1.0 (git 27cbb9f)`, `27cbb9f-dirty` when
+//! built from uncommitted sources), as runtime-hooks does: the shared step in
+//! `crates/git_revision.rs`.
 
 include!("../git_revision.rs");
 

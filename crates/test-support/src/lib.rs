@@ -7,6 +7,7 @@
 //! * [`containerd`] — the real containerd + runc that `scripts/containerd.sh` started, and pods on
 //!   it.
 //! * [`dockerd`] — the real dockerd that `scripts/dockerd.sh` started, and its Debian CLI.
+//! * [`flags_doc`] — docs/flags.md checked against the binaries' `--help`.
 //! * [`proxy`] — the real `runtime-proxy` binary as a child process on a temp socket.
 //! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
 //!   recorded metadata, huge answers); also a hook server that hangs or answers garbage.
@@ -33,6 +34,7 @@ pub mod containerd;
 pub mod dockerd;
 pub mod envtest;
 pub mod fake_backend;
+pub mod flags_doc;
 pub mod hooks;
 pub mod kube_api;
 pub mod proxy;
