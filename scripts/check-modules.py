@@ -42,6 +42,8 @@ def modules(src):
 def strip_tests(text):
     """The text without `#[cfg(test)]` items (a `mod x { ... }` block or a `mod x;` line), comments and strings."""
     text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r'\br(#*)"(?:.|\n)*?"\1', '""', text)  # raw strings
+    text = re.sub(r"'(?:\\.|[^\\'\n])'", "' '", text)  # char literals (not lifetimes)
     text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
     out, i = [], 0
     while True:
@@ -109,9 +111,17 @@ def edges(mods):
                 continue
             for m in PATH.finditer(line):
                 head, rest = m.group(1), m.group(2)
-                if rest == "::{":
-                    continue  # a use group: below
+                if rest == "::{" or line.startswith("::{", m.end()):
+                    continue  # a use group (`crate::a::{b, c}`): below, item by item
                 add(found, mod, resolve_at(mods, mod, is_dir, head, rest), no, line.strip())
+        if is_dir:  # a folder module's own code naming a child by its bare name: `child::f()`
+            children = [c[-1] for c in mods if len(c) == len(mod) + 1 and c[: len(mod)] == mod]
+            for no, line in enumerate(lines, 1):
+                if re.match(r"\s*(pub(\([a-z]+\))?\s+)?(mod|use)\b", line):
+                    continue  # declarations and (re-)exports
+                for c in children:
+                    if re.search(r"(?<![:\w])" + c + r"::", line):
+                        add(found, mod, mod + (c,), no, line.strip())
         for m in USE_GROUP.finditer(text):
             head, prefix, group = m.group(1), m.group(2), m.group(3)
             no = text[: m.start()].count("\n") + 1
