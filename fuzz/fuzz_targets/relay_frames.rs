@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use arbitrary::Arbitrary;
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use runtime_proxy::admin::metrics::Metrics;
+use runtime_proxy::metrics::Metrics;
 use runtime_proxy::cri::frame::{self, Head, HEAD_LEN, PREFACE};
 use runtime_proxy::cri::relay::Core;
 use runtime_proxy::cri::router::Router;

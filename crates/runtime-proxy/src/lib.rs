@@ -17,7 +17,9 @@
 //!   the dispatcher, the store and its per-pod locks, the skip label, the limits.
 //! * [`grpc`] — gRPC plumbing both the relay and the hook calls use: status codes, deadlines,
 //!   messages, one unary call over a shared backend connection.
-//! * [`admin`] — metrics, health checks, `/status` and `runtime-proxy status`, `/debug/store`.
+//! * [`metrics`] — the metric families every part writes.
+//! * [`admin`] — the admin endpoint (`/metrics`, `/healthz`, `/status`), the backends' health
+//!   checks, `runtime-proxy status`, `/debug/store`.
 //! * [`cli`], [`listener`] — flags; the listening socket and the accept loop with its drain.
 //!
 //! # One call's path
@@ -34,6 +36,7 @@ pub mod docker;
 pub mod grpc;
 pub mod hooks;
 pub mod listener;
+pub mod metrics;
 pub mod nri;
 
 use std::future::Future;
@@ -44,9 +47,9 @@ use anyhow::{bail, Context};
 use daemon_support::admin_http;
 use daemon_support::signals::Reloads;
 
+use crate::admin::endpoint::{self, Admin};
 use crate::admin::health::Health;
-use crate::admin::metrics::{Admin, Metrics};
-use crate::admin::{debug, metrics, status};
+use crate::admin::{debug, status};
 use crate::cli::{Args, BackendRuntimeMode, Frontend};
 use crate::cri::intercept::Interceptor;
 use crate::cri::router::Router;
@@ -57,6 +60,7 @@ use crate::hooks::registry;
 use crate::hooks::registry::Registry;
 use crate::hooks::store::Store;
 use crate::hooks::Hooks;
+use crate::metrics::Metrics;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains. Each item of
 /// `reloads` (SIGHUP) rescans the hook config directory and sets its watch up anew
@@ -215,7 +219,7 @@ impl Shared {
             tracing::info!("admin endpoint off (--metrics-addr off): no /metrics, /healthz, /status over TCP");
         }
         let listeners = tcp.map(admin_http::Listener::Tcp).into_iter().chain(socket.map(admin_http::Listener::Unix));
-        let admin: Vec<AbortOnDrop> = listeners.map(|l| AbortOnDrop(tokio::spawn(metrics::serve_admin(l, admin.clone())))).collect();
+        let admin: Vec<AbortOnDrop> = listeners.map(|l| AbortOnDrop(tokio::spawn(endpoint::serve_admin(l, admin.clone())))).collect();
         let debug_store = store.clone();
         let debug = AbortOnDrop(tokio::spawn(async move {
             if let Some(listener) = debug_listener {

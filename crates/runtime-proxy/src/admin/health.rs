@@ -48,8 +48,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use crate::admin::metrics::Metrics;
 use crate::cli::{Args, BackendRuntimeMode};
+use crate::metrics::Metrics;
 
 /// Time from the start of one check of an endpoint to the start of the next: 500 ms.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);

@@ -51,7 +51,6 @@ use bytes::Bytes;
 use hook_api::v1alpha1 as hook;
 use prost::Message;
 
-use crate::admin::metrics::Metrics;
 use crate::cri::intercept::{pod_hook_request, Interceptor, Onward};
 use crate::cri::newer_cri::{RestorePodRequest, RestorePodResponse};
 use crate::cri::recover;
@@ -59,6 +58,7 @@ use crate::grpc::{self, unary_call, Code, Status};
 use crate::hooks::chain::{list_shown, shown, Required};
 use crate::hooks::registry::{FailurePolicy, Snapshot, Stage};
 use crate::hooks::skip_label::SkipLabel;
+use crate::metrics::Metrics;
 
 /// The pre-create stages a restore gets around.
 pub const BYPASSED_STAGES: [Stage; 2] = [Stage::PreRunPodSandbox, Stage::PreCreateContainer];

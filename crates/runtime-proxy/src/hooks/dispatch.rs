@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use hook_api::merge;
 use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
 
-use crate::admin::metrics::{HookResult, Metrics};
 use crate::admin::status::HookHealth;
 use crate::grpc::hook_client::HookClient;
 use crate::grpc::unary_call::Answer;
@@ -33,6 +32,7 @@ use crate::hooks::answer_check;
 use crate::hooks::chain::{self, ChainMessage, ConflictPolicy, Kept, NodeChain, Required};
 use crate::hooks::limits::HookLimits;
 use crate::hooks::registry::{FailurePolicy, HookServer, Snapshot, Stage};
+use crate::metrics::{HookResult, Metrics};
 use hook_api::owners::Owners;
 
 /// A hook request type (pod-level or container-level) with its answer type and merge rule.

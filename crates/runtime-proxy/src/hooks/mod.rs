@@ -46,12 +46,12 @@ use std::sync::Arc;
 
 use hook_api::v1alpha1 as hook;
 
-use crate::admin::metrics::Metrics;
 use crate::hooks::dispatch::Dispatcher;
 use crate::hooks::limits::Limits;
 use crate::hooks::registry::Registry;
 use crate::hooks::skip_label::SkipLabel;
 use crate::hooks::store::{PodLocks, Store};
+use crate::metrics::Metrics;
 
 /// The hook state both front ends (CRI and Docker) share: built once at start
 /// (`crate::run`), never copied.
