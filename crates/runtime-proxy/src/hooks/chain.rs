@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use hook_api::owners::{self, FieldChange};
 use hook_api::v1alpha1::{ContainerResourceHookRequest, PodSandboxHookRequest, PodSandboxMetadata};
 
-use crate::hooks::dispatch::HookMessage;
+use crate::hooks::message::HookMessage;
 pub use crate::hooks::registry::ConflictPolicy;
 use crate::hooks::registry::Snapshot;
 use crate::metrics::Metrics;

@@ -15,6 +15,10 @@
 //!   immutable snapshots.
 //! * [`dispatch`] — a stage's hook calls: ordered, chained, deadline-bound, under each server's
 //!   failure policy.
+//! * [`hook_health`] — each hook server's recent health (last success, last error), as the
+//!   dispatcher records it and `/status` reports it.
+//! * [`message`] — the pod-level and container-level hook requests: answer type, merge rule,
+//!   answer check, limits, encoding.
 //! * [`chain`] — the chain's rules beyond the merge: field ownership (conflicts between hook
 //!   servers, `--hook-conflict-policy`) and required hook servers.
 //! * [`store`] — what the proxy knows of each pod sandbox and container, the per-pod locks, and
@@ -34,7 +38,9 @@ pub mod body;
 pub mod chain;
 pub mod dispatch;
 pub mod flow;
+pub mod hook_health;
 pub mod limits;
+pub mod message;
 pub mod offload;
 pub mod registry;
 pub mod skip_label;
