@@ -40,7 +40,6 @@ pub mod metrics;
 pub mod nri;
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -67,7 +66,7 @@ use crate::metrics::Metrics;
 /// (`Shared::follow_reloads`).
 ///
 /// Errors: the listening socket is a
-/// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
+/// backend socket (see [`listener::same_socket`]); the socket cannot be bound (see [`listener::bind`]).
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
     if args.frontend == Frontend::Nri {
         return run_nri(args, shutdown, reloads).await;
@@ -75,7 +74,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     for (flag, backend) in
         [("--remote-runtime-service-endpoint", &args.runtime_endpoint), ("--remote-image-service-endpoint", args.image_endpoint())]
     {
-        if same_socket(&args.listen, backend) {
+        if listener::same_socket(&args.listen, backend) {
             bail!(
                 "--koord-runtimeproxy-endpoint {} and {flag} {} are the same socket: the proxy would forward every call to itself",
                 args.listen.display(),
@@ -192,7 +191,11 @@ impl Shared {
         let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
         let store = Arc::new(Store::new());
         // An NRI plugin has no backend to check: the runtime calls it.
-        let health = if nri { Health::new(Vec::new(), metrics.clone()) } else { Health::for_args(args, metrics.clone()) };
+        let health = if nri {
+            Health::new(Vec::new(), metrics.clone())
+        } else {
+            Health::for_backends(args.backend_runtime_mode, &args.runtime_endpoint, args.image_endpoint(), metrics.clone())
+        };
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
         let chain = crate::hooks::chain::NodeChain { conflict_policy: args.hook_conflict_policy, required: args.required_hook_servers()? };
         let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks).with_chain(chain.clone());
@@ -267,21 +270,6 @@ impl Shared {
     }
 }
 
-/// Whether two socket paths name the same socket: equal once symlinks, `.`, `..` and repeated
-/// slashes are resolved (the socket itself need not exist yet: then its directory is resolved).
-pub fn same_socket(a: &Path, b: &Path) -> bool {
-    fn resolved(p: &Path) -> PathBuf {
-        if let Ok(real) = std::fs::canonicalize(p) {
-            return real;
-        }
-        match (p.parent(), p.file_name()) {
-            (Some(dir), Some(name)) => std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or_else(|_| p.components().collect()),
-            _ => p.components().collect(),
-        }
-    }
-    resolved(a) == resolved(b)
-}
-
 pub use daemon_support::sd_notify::notify_systemd;
 
 /// Aborts a background task when dropped (the admin endpoint and recovery end with [`run`]).
@@ -290,26 +278,5 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn same_socket_sees_through_spelling_and_symlinks() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir(d.join("run")).unwrap();
-        let sock = d.join("run/c.sock");
-        assert!(same_socket(&sock, &d.join("run/./c.sock")), "not there yet, other spelling");
-        assert!(same_socket(&sock, &d.join("run/../run//c.sock")));
-        assert!(!same_socket(&sock, &d.join("run/p.sock")));
-        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        std::os::unix::fs::symlink(&sock, d.join("link.sock")).unwrap();
-        assert!(same_socket(&d.join("link.sock"), &sock), "a symlink to the socket");
-        std::os::unix::fs::symlink(d.join("run"), d.join("rundir")).unwrap();
-        assert!(same_socket(&d.join("rundir/new.sock"), &d.join("run/new.sock")), "a symlinked directory");
     }
 }
