@@ -12,7 +12,7 @@ use arbitrary::Arbitrary;
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use runtime_proxy::metrics::Metrics;
-use runtime_proxy::cri::frame::{self, Head, HEAD_LEN, PREFACE};
+use runtime_proxy::http2::frame::{self, Head, HEAD_LEN, PREFACE};
 use runtime_proxy::cri::relay::Core;
 use runtime_proxy::cri::router::Router;
 use runtime_proxy::grpc::backend::Backend;

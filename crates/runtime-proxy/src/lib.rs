@@ -15,6 +15,8 @@
 //!   hook servers at the runtime's events (the `nri-plugin` crate's connection loop).
 //! * [`hooks`] — what every front end shares: the one hook flow, the stage table, the registry,
 //!   the dispatcher, the store and its per-pod locks, the skip label, the limits.
+//! * [`http2`] — the HTTP/2 codec (frames as bytes, HPACK decoding) of the relay and the hook
+//!   client.
 //! * [`grpc`] — gRPC plumbing both the relay and the hook calls use: status codes, deadlines,
 //!   messages, one unary call over a shared backend connection.
 //! * [`metrics`] — the metric families every part writes.
@@ -35,6 +37,7 @@ pub mod cri;
 pub mod docker;
 pub mod grpc;
 pub mod hooks;
+pub mod http2;
 pub mod listener;
 pub mod metrics;
 pub mod nri;
