@@ -10,11 +10,13 @@
 //! * [`router`] — which calls are relayed, intercepted or sent on as unary calls; logs calls.
 //! * [`intercept`] — CRI's side of the hook flow: decode, load, wire edits, send, commit.
 //!   [`hooked_fields`] — the CRI messages with only the fields hooks read;
+//!   [`hook_request`] — the hook requests built from them (and the store);
 //!   [`proto_edit`] — edits to encoded protobuf messages that keep unknown fields;
 //!   [`newer_cri`] — CRI methods newer than the compiled proto;
 //!   [`restore`] — RestorePod, which creates a pod without the pre-create hooks: guarded.
 //! * [`recover`] — the store rebuilt from the runtime (start-up, reconnects, sweeps, misses).
 
+pub mod hook_request;
 pub mod hooked_fields;
 pub mod intercept;
 pub mod newer_cri;

@@ -10,6 +10,8 @@
 //!   store, skip label, pre stage, edits, send, commit, post stage.
 //! * [`answer_check`] — whether a hook server's answer changes the hook request, read from its
 //!   bytes (an echo, koordlet's usual answer, is never decoded).
+//! * [`changes`] — what the hooks changed in a request's maps and envs, merged as koord merges
+//!   them, for every front end to write back.
 //! * [`body`] — reading a request body whole, under the size and idle limits ([`limits`]).
 //! * [`registry`] — the hook servers' registration files: parsed, validated, watched, served as
 //!   immutable snapshots.
@@ -36,6 +38,7 @@
 pub mod answer_check;
 pub mod body;
 pub mod chain;
+pub mod changes;
 pub mod dispatch;
 pub mod flow;
 pub mod hook_health;

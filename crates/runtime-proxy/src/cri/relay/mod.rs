@@ -103,10 +103,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Sleep;
 use tokio_util::task::TaskTracker;
 
-use crate::cri::intercept::{self, Onward, RequestBody};
+use crate::cri::intercept::{self, RequestBody};
 use crate::cri::router::{self, Route, Router};
 use crate::grpc::backend::{Backend, MAX_HEADER_LIST_SIZE};
-use crate::grpc::unary_call::Answer;
+use crate::grpc::unary_call::{self, Answer, Onward};
 use crate::grpc::{self, Code, Status, StatusHeaders};
 use crate::http2::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
 use crate::http2::hpack::{self, Fields};
