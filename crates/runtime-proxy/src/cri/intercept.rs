@@ -32,22 +32,20 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hook_api::convert;
 use hook_api::v1alpha1 as hook;
-use http::Request;
 use k8s_cri::v1 as cri;
 use prost::Message;
 
 use crate::cri::hook_request::{container_hook_request, pod_hook_request};
 use crate::cri::hooked_fields;
 use crate::cri::proto_edit::{self, Edit};
-use crate::cri::{recover, restore};
-use crate::grpc::backend::Backend;
+use crate::cri::recover;
+use crate::cri::restore;
 use crate::grpc::unary_call::{self, Onward};
 use crate::grpc::{self, Code, Status};
 use crate::hooks::body::{self, BodyError, Chunks};

@@ -479,7 +479,7 @@ fn describe(code: Code, message: &str) -> String {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use hook_api::v1alpha1::PodSandboxHookResponse;
+    use hook_api::v1alpha1::{PodSandboxHookRequest, PodSandboxHookResponse};
     use http::{HeaderMap, Response};
     use prost::Message;
 
