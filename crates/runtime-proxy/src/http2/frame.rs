@@ -4,7 +4,7 @@
 //!
 //! The relay ([`crate::cri::relay`]) forwards most frames as they came; this module is only what it
 //! needs to read a frame's header, take a payload apart, and write the few frames it makes. The
-//! hook client ([`crate::grpc::hook_conn`]) writes and reads its calls' frames with it too.
+//! hook client ([`crate::grpc::hook_client`]) writes and reads its calls' frames with it too.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
