@@ -1,4 +1,4 @@
-//! The relay's HPACK decoder (`runtime_proxy::cri::hpack`) against h2's, block after block on one
+//! The relay's HPACK decoder (`runtime_proxy::http2::hpack`) against h2's, block after block on one
 //! connection's table: neither may panic, and every block h2 decodes must decode to the same
 //! fields (names and values as bytes, in order). h2 is stricter (it validates header names and
 //! values), so the comparison ends at the first block h2 refuses: from there on the two tables
@@ -10,7 +10,7 @@ use std::ops::ControlFlow;
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use runtime_proxy::cri::hpack::{Decoder, Fields};
+use runtime_proxy::http2::hpack::{Decoder, Fields};
 
 fuzz_target!(|blocks: Vec<Vec<u8>>| {
     let (mut ours, mut theirs) = (Decoder::default(), h2::hpack::Decoder::new(4096));

@@ -11,11 +11,11 @@ use std::sync::{Arc, OnceLock};
 use arbitrary::Arbitrary;
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use runtime_proxy::admin::metrics::Metrics;
-use runtime_proxy::cri::frame::{self, Head, HEAD_LEN, PREFACE};
 use runtime_proxy::cri::relay::Core;
 use runtime_proxy::cri::router::Router;
 use runtime_proxy::grpc::backend::Backend;
+use runtime_proxy::http2::frame::{self, Head, HEAD_LEN, PREFACE};
+use runtime_proxy::metrics::Metrics;
 
 #[derive(Arbitrary, Debug)]
 enum Op {

@@ -15,9 +15,13 @@
 //!   hook servers at the runtime's events (the `nri-plugin` crate's connection loop).
 //! * [`hooks`] — what every front end shares: the one hook flow, the stage table, the registry,
 //!   the dispatcher, the store and its per-pod locks, the skip label, the limits.
+//! * [`http2`] — the HTTP/2 codec (frames as bytes, HPACK decoding) of the relay and the hook
+//!   client.
 //! * [`grpc`] — gRPC plumbing both the relay and the hook calls use: status codes, deadlines,
 //!   messages, one unary call over a shared backend connection.
-//! * [`admin`] — metrics, health checks, `/status` and `runtime-proxy status`, `/debug/store`.
+//! * [`metrics`] — the metric families every part writes.
+//! * [`admin`] — the admin endpoint (`/metrics`, `/healthz`, `/status`), the backends' health
+//!   checks, `runtime-proxy status`, `/debug/store`.
 //! * [`cli`], [`listener`] — flags; the listening socket and the accept loop with its drain.
 //!
 //! # One call's path
@@ -33,20 +37,21 @@ pub mod cri;
 pub mod docker;
 pub mod grpc;
 pub mod hooks;
+pub mod http2;
 pub mod listener;
+pub mod metrics;
 pub mod nri;
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use daemon_support::admin_http;
 use daemon_support::signals::Reloads;
 
+use crate::admin::endpoint::{self, Admin};
 use crate::admin::health::Health;
-use crate::admin::metrics::{Admin, Metrics};
-use crate::admin::{debug, metrics, status};
+use crate::admin::{debug, status};
 use crate::cli::{Args, BackendRuntimeMode, Frontend};
 use crate::cri::intercept::Interceptor;
 use crate::cri::router::Router;
@@ -57,13 +62,14 @@ use crate::hooks::registry;
 use crate::hooks::registry::Registry;
 use crate::hooks::store::Store;
 use crate::hooks::Hooks;
+use crate::metrics::Metrics;
 
 /// Runs the proxy until `shutdown` resolves: binds the socket, serves, drains. Each item of
 /// `reloads` (SIGHUP) rescans the hook config directory and sets its watch up anew
 /// (`Shared::follow_reloads`).
 ///
 /// Errors: the listening socket is a
-/// backend socket (see [`same_socket`]); the socket cannot be bound (see [`listener::bind`]).
+/// backend socket (see [`listener::same_socket`]); the socket cannot be bound (see [`listener::bind`]).
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
     if args.frontend == Frontend::Nri {
         return run_nri(args, shutdown, reloads).await;
@@ -71,7 +77,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     for (flag, backend) in
         [("--remote-runtime-service-endpoint", &args.runtime_endpoint), ("--remote-image-service-endpoint", args.image_endpoint())]
     {
-        if same_socket(&args.listen, backend) {
+        if listener::same_socket(&args.listen, backend) {
             bail!(
                 "--koord-runtimeproxy-endpoint {} and {flag} {} are the same socket: the proxy would forward every call to itself",
                 args.listen.display(),
@@ -188,7 +194,11 @@ impl Shared {
         let watcher = registry.spawn_watcher().context("watching the hook config directory")?;
         let store = Arc::new(Store::new());
         // An NRI plugin has no backend to check: the runtime calls it.
-        let health = if nri { Health::new(Vec::new(), metrics.clone()) } else { Health::for_args(args, metrics.clone()) };
+        let health = if nri {
+            Health::new(Vec::new(), metrics.clone())
+        } else {
+            Health::for_backends(args.backend_runtime_mode, &args.runtime_endpoint, args.image_endpoint(), metrics.clone())
+        };
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
         let chain = crate::hooks::chain::NodeChain { conflict_policy: args.hook_conflict_policy, required: args.required_hook_servers()? };
         let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks).with_chain(chain.clone());
@@ -215,7 +225,7 @@ impl Shared {
             tracing::info!("admin endpoint off (--metrics-addr off): no /metrics, /healthz, /status over TCP");
         }
         let listeners = tcp.map(admin_http::Listener::Tcp).into_iter().chain(socket.map(admin_http::Listener::Unix));
-        let admin: Vec<AbortOnDrop> = listeners.map(|l| AbortOnDrop(tokio::spawn(metrics::serve_admin(l, admin.clone())))).collect();
+        let admin: Vec<AbortOnDrop> = listeners.map(|l| AbortOnDrop(tokio::spawn(endpoint::serve_admin(l, admin.clone())))).collect();
         let debug_store = store.clone();
         let debug = AbortOnDrop(tokio::spawn(async move {
             if let Some(listener) = debug_listener {
@@ -263,21 +273,6 @@ impl Shared {
     }
 }
 
-/// Whether two socket paths name the same socket: equal once symlinks, `.`, `..` and repeated
-/// slashes are resolved (the socket itself need not exist yet: then its directory is resolved).
-pub fn same_socket(a: &Path, b: &Path) -> bool {
-    fn resolved(p: &Path) -> PathBuf {
-        if let Ok(real) = std::fs::canonicalize(p) {
-            return real;
-        }
-        match (p.parent(), p.file_name()) {
-            (Some(dir), Some(name)) => std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or_else(|_| p.components().collect()),
-            _ => p.components().collect(),
-        }
-    }
-    resolved(a) == resolved(b)
-}
-
 pub use daemon_support::sd_notify::notify_systemd;
 
 /// Aborts a background task when dropped (the admin endpoint and recovery end with [`run`]).
@@ -286,26 +281,5 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn same_socket_sees_through_spelling_and_symlinks() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir(d.join("run")).unwrap();
-        let sock = d.join("run/c.sock");
-        assert!(same_socket(&sock, &d.join("run/./c.sock")), "not there yet, other spelling");
-        assert!(same_socket(&sock, &d.join("run/../run//c.sock")));
-        assert!(!same_socket(&sock, &d.join("run/p.sock")));
-        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        std::os::unix::fs::symlink(&sock, d.join("link.sock")).unwrap();
-        assert!(same_socket(&d.join("link.sock"), &sock), "a symlink to the socket");
-        std::os::unix::fs::symlink(d.join("run"), d.join("rundir")).unwrap();
-        assert!(same_socket(&d.join("rundir/new.sock"), &d.join("run/new.sock")), "a symlinked directory");
     }
 }

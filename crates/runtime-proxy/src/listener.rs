@@ -1,5 +1,7 @@
 //! The proxy's listening socket, whatever the front end: made ready the way kubelet expects a
-//! runtime socket to be ([`bind`]), and the accept loop with its drain ([`accept_and_drain`]).
+//! runtime socket to be ([`bind`]), the accept loop with its drain ([`accept_and_drain`]), and
+//! whether two socket paths are one socket ([`same_socket`]: the listening socket must not be a
+//! backend's, a hook server's must be neither).
 //!
 //! * the parent directory is created, a stale socket replaced, a live one or a path that is not
 //!   a socket never touched ([`daemon_support::socket`], as runtime-hooks binds its socket);
@@ -8,7 +10,7 @@
 
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use std::future::Future;
 use std::time::Duration;
@@ -93,6 +95,21 @@ pub async fn accept_and_drain<F, Fut>(
     }
 }
 
+/// Whether two socket paths name the same socket: equal once symlinks, `.`, `..` and repeated
+/// slashes are resolved (the socket itself need not exist yet: then its directory is resolved).
+pub fn same_socket(a: &Path, b: &Path) -> bool {
+    fn resolved(p: &Path) -> PathBuf {
+        if let Ok(real) = std::fs::canonicalize(p) {
+            return real;
+        }
+        match (p.parent(), p.file_name()) {
+            (Some(dir), Some(name)) => std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or_else(|_| p.components().collect()),
+            _ => p.components().collect(),
+        }
+    }
+    resolved(a) == resolved(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +146,21 @@ mod tests {
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         let _l = bind(&other, &file).unwrap();
         assert_ne!(std::fs::metadata(&other).unwrap().mode() & 0o7777, 0o600, "not mirrored from a regular file");
+    }
+
+    #[test]
+    fn same_socket_sees_through_spelling_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("run")).unwrap();
+        let sock = d.join("run/c.sock");
+        assert!(same_socket(&sock, &d.join("run/./c.sock")), "not there yet, other spelling");
+        assert!(same_socket(&sock, &d.join("run/../run//c.sock")));
+        assert!(!same_socket(&sock, &d.join("run/p.sock")));
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        std::os::unix::fs::symlink(&sock, d.join("link.sock")).unwrap();
+        assert!(same_socket(&d.join("link.sock"), &sock), "a symlink to the socket");
+        std::os::unix::fs::symlink(d.join("run"), d.join("rundir")).unwrap();
+        assert!(same_socket(&d.join("rundir/new.sock"), &d.join("run/new.sock")), "a symlinked directory");
     }
 }

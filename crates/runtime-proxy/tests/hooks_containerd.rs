@@ -411,7 +411,7 @@ async fn a_store_miss_asks_the_runtime_before_calling_hooks() {
 /// never reading, until the proxy closes the connection (or 60 s pass). Returns how many calls
 /// it answered.
 fn flooding_hook(path: &Path) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
-    use runtime_proxy::cri::frame::{self, flag, kind, Head, DEFAULT_MAX_FRAME, HEAD_LEN};
+    use runtime_proxy::http2::frame::{self, flag, kind, Head, DEFAULT_MAX_FRAME, HEAD_LEN};
     use std::io::{Read, Write};
     use std::sync::atomic::Ordering;
 

@@ -48,8 +48,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use crate::admin::metrics::Metrics;
-use crate::cli::{Args, BackendRuntimeMode};
+use crate::cli::BackendRuntimeMode;
+use crate::metrics::Metrics;
 
 /// Time from the start of one check of an endpoint to the start of the next: 500 ms.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
@@ -172,17 +172,18 @@ struct Endpoint {
 }
 
 impl Health {
-    /// The endpoints `args` names: the runtime, in the mode's protocol, and in CRI mode the image
-    /// service when it is another socket (not merely another spelling of the runtime's).
-    pub fn for_args(args: &Args, metrics: Arc<Metrics>) -> Arc<Health> {
-        let protocol = match args.backend_runtime_mode {
+    /// The backend endpoints of `mode`: the `runtime` socket (`--remote-runtime-service-endpoint`),
+    /// in the mode's protocol, and in CRI mode the `image` socket
+    /// (`--remote-image-service-endpoint`, the runtime's when not given) when it is another socket
+    /// (not merely another spelling of the runtime's, [`crate::listener::same_socket`]).
+    pub fn for_backends(mode: BackendRuntimeMode, runtime: &Path, image: &Path, metrics: Arc<Metrics>) -> Arc<Health> {
+        let protocol = match mode {
             BackendRuntimeMode::Docker => Protocol::Docker,
             BackendRuntimeMode::Containerd => Protocol::Grpc,
         };
-        let mut targets = vec![Target { role: Role::Runtime, path: args.runtime_endpoint.clone(), protocol }];
-        let image = args.image_endpoint();
-        if protocol == Protocol::Grpc && !crate::same_socket(image, &args.runtime_endpoint) {
-            targets.push(Target { role: Role::Image, path: image.clone(), protocol });
+        let mut targets = vec![Target { role: Role::Runtime, path: runtime.to_path_buf(), protocol }];
+        if protocol == Protocol::Grpc && !crate::listener::same_socket(image, runtime) {
+            targets.push(Target { role: Role::Image, path: image.to_path_buf(), protocol });
         }
         Health::new(targets, metrics)
     }

@@ -1,9 +1,11 @@
-//! What the operator sees: [`metrics`] (Prometheus families and the admin endpoint: `/metrics`,
+//! What the operator sees, the roof of the proxy: it reads the metric families
+//! ([`crate::metrics`]) and the hook flow's state (registry, store, hook servers' health) and
+//! writes nothing the request path reads. [`endpoint`] (the admin endpoint: `/metrics`,
 //! `/healthz`, `/status`), [`health`] (the backends checked in the background), [`status`] (the
-//! view behind `/status` and `runtime-proxy status`, the hook servers' health) and [`debug`]
-//! (`/debug/store` on a listener of its own).
+//! view behind `/status` and `runtime-proxy status`) and [`debug`] (`/debug/store` on a listener
+//! of its own).
 
 pub mod debug;
+pub mod endpoint;
 pub mod health;
-pub mod metrics;
 pub mod status;

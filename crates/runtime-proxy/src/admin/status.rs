@@ -11,144 +11,23 @@
 //! refused). A failing `Ignore` server or a rejected file is a `warning`: pods start, without
 //! that server's changes.
 //!
-//! Health is recorded by the dispatcher ([`HookHealth::record_ok`], [`HookHealth::record_failure`]):
-//! one lock-free map load and two atomic stores per successful call; a mutex is taken only on
-//! failure, to keep the error's text.
+//! The hook servers' health is recorded by the dispatcher ([`crate::hooks::hook_health`]).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use arc_swap::ArcSwap;
 use daemon_support::status::{ago, problem_lists, rfc3339, show_duration, str_of, table, unix_ms};
 use serde_json::{json, Value};
 
-use crate::admin::health::Verdict;
-use crate::admin::metrics::Admin;
+use crate::admin::debug::DebugEndpoint;
+use crate::admin::health::{Health, Verdict};
 use crate::cli::BackendRuntimeMode;
-use crate::hooks::registry::{FailurePolicy, HookServer, Stage};
-
-/// What one hook server's calls have looked like lately.
-#[derive(Debug)]
-struct ServerHealth {
-    /// The endpoint the entry is about: a file that now names another endpoint starts afresh.
-    endpoint: PathBuf,
-    /// Unix ms of the last successful call; 0: none yet.
-    last_ok_ms: AtomicU64,
-    /// Unix ms of the last failed call; 0: none yet.
-    last_failure_ms: AtomicU64,
-    /// Calls failed since the last success.
-    failures_in_a_row: AtomicU64,
-    /// The last failure: stage and cause (as logged).
-    last_error: Mutex<String>,
-}
-
-/// Each hook server's recent health, by registration file name; shared by the dispatcher (which
-/// records) and the admin endpoint (which reports).
-#[derive(Debug, Default)]
-pub struct HookHealth {
-    servers: ArcSwap<HashMap<String, Arc<ServerHealth>>>,
-}
-
-/// One hook server's health as reported.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServerReport {
-    /// Unix ms of the last successful call, if any.
-    pub last_ok_ms: Option<u64>,
-    /// Unix ms of the last failed call, if any.
-    pub last_failure_ms: Option<u64>,
-    /// Calls failed since the last success (0: the last call succeeded, or none was made).
-    pub failures_in_a_row: u64,
-    /// The last failure's stage and cause, if any.
-    pub last_error: Option<String>,
-}
-
-impl HookHealth {
-    /// Runs `f` on the entry of `server`: one lock-free load of the map; the entry is made on
-    /// the server's first call (or when its file names a new endpoint).
-    fn with_entry(&self, server: &HookServer, f: impl FnOnce(&ServerHealth)) {
-        let serves = |h: &ServerHealth| h.endpoint.as_os_str() == server.endpoint.as_os_str();
-        {
-            let map = self.servers.load();
-            if let Some(h) = map.get(&server.name).filter(|h| serves(h)) {
-                return f(h);
-            }
-        }
-        let fresh = Arc::new(ServerHealth {
-            endpoint: server.endpoint.clone(),
-            last_ok_ms: AtomicU64::new(0),
-            last_failure_ms: AtomicU64::new(0),
-            failures_in_a_row: AtomicU64::new(0),
-            last_error: Mutex::new(String::new()),
-        });
-        let mut entry = fresh.clone();
-        self.servers.rcu(|map| {
-            let mut map = HashMap::clone(map);
-            match map.get(&server.name) {
-                // Another call made it meanwhile.
-                Some(h) if serves(h) => entry = h.clone(),
-                _ => {
-                    entry = fresh.clone();
-                    map.insert(server.name.clone(), fresh.clone());
-                }
-            }
-            map
-        });
-        f(&entry)
-    }
-
-    /// A call to `server` succeeded.
-    pub fn record_ok(&self, server: &HookServer) {
-        self.with_entry(server, |h| {
-            h.last_ok_ms.store(unix_ms(SystemTime::now()), Ordering::Relaxed);
-            h.failures_in_a_row.store(0, Ordering::Relaxed);
-        });
-    }
-
-    /// A call to `server` failed at `stage` with `cause` (as the dispatcher logs it).
-    pub fn record_failure(&self, server: &HookServer, stage: Stage, cause: &str) {
-        self.with_entry(server, |h| {
-            {
-                let mut last = h.last_error.lock().unwrap_or_else(|p| p.into_inner());
-                last.clear();
-                let _ = write!(last, "{}: {cause}", stage.as_str());
-            }
-            h.last_failure_ms.store(unix_ms(SystemTime::now()), Ordering::Relaxed);
-            h.failures_in_a_row.fetch_add(1, Ordering::Relaxed);
-        });
-    }
-
-    /// What is known of `server` (nothing before its first call).
-    pub fn report(&self, server: &HookServer) -> ServerReport {
-        let map = self.servers.load();
-        let Some(h) = map.get(&server.name).filter(|h| h.endpoint.as_os_str() == server.endpoint.as_os_str()) else {
-            return ServerReport::default();
-        };
-        let at = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|ms| *ms > 0);
-        let last_error = h.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        ServerReport {
-            last_ok_ms: at(&h.last_ok_ms),
-            last_failure_ms: at(&h.last_failure_ms),
-            failures_in_a_row: h.failures_in_a_row.load(Ordering::Relaxed),
-            last_error: Some(last_error).filter(|e| !e.is_empty()),
-        }
-    }
-
-    /// Forgets servers whose file is no longer registered (`keep`: the names registered now).
-    pub fn retain(&self, keep: &[&str]) {
-        if self.servers.load().keys().all(|k| keep.contains(&k.as_str())) {
-            return;
-        }
-        self.servers.rcu(|map| {
-            let mut map = HashMap::clone(map);
-            map.retain(|k, _| keep.contains(&k.as_str()));
-            map
-        });
-    }
-}
+use crate::hooks::hook_health::HookHealth;
+use crate::hooks::registry::{FailurePolicy, Registry, Stage};
+use crate::hooks::store::Store;
+use crate::metrics::Metrics;
 
 /// What the status document says about the process itself (the rest is read when asked).
 #[derive(Debug)]
@@ -166,7 +45,7 @@ pub struct StatusInfo {
     /// `--hook-config-dir`.
     pub hook_config_dir: PathBuf,
     /// `--debug-addr`, where `/debug/store` is served.
-    pub debug: Arc<crate::admin::debug::DebugEndpoint>,
+    pub debug: Arc<DebugEndpoint>,
     /// The hook servers' health, as the dispatcher records it.
     pub hook_health: Arc<HookHealth>,
     /// `--frontend nri`: whether the NRI plugin is connected and synchronized now (the
@@ -176,14 +55,14 @@ pub struct StatusInfo {
     pub chain: crate::hooks::chain::NodeChain,
 }
 
-/// The `GET /status` document (module docs), read now; the backend as its latest health checks
-/// left it ([`crate::admin::health`]), waiting for the first ones as `/healthz` does.
-pub async fn document(admin: &Admin) -> Value {
-    let info = &admin.status;
-    let (_, healthz) = admin.health.healthz().await;
+/// The `GET /status` document (module docs), read now from `info`, the hook calls' counts in
+/// `metrics`, the registry's snapshot of `hooks` and the size of `store`; the backend as its
+/// latest health checks left it (`health`, [`crate::admin::health`]), waiting for the first ones
+/// as `/healthz` does.
+pub async fn document(info: &StatusInfo, metrics: &Metrics, hooks: &Registry, store: &Store, health: &Health) -> Value {
+    let (_, healthz) = health.healthz().await;
     let now = unix_ms(SystemTime::now());
-    let endpoints: Vec<Value> = admin
-        .health
+    let endpoints: Vec<Value> = health
         .verdicts()
         .into_iter()
         .map(|(target, verdict)| {
@@ -204,10 +83,10 @@ pub async fn document(admin: &Admin) -> Value {
     let backend: Result<(), String> = match nri_up {
         Some(true) => Ok(()),
         Some(false) => Err("not connected to the runtime's NRI socket (or not synchronized yet)".to_owned()),
-        None if admin.health.all_up() => Ok(()),
+        None if health.all_up() => Ok(()),
         None => Err(healthz.trim_end().replace('\n', "; ")),
     };
-    let snapshot = admin.hooks.snapshot();
+    let snapshot = hooks.snapshot();
     let names: Vec<&str> = snapshot.servers().iter().map(|s| s.name.as_str()).collect();
     info.hook_health.retain(&names);
     let (mut problems, mut warnings) = (Vec::new(), Vec::new());
@@ -241,7 +120,7 @@ pub async fn document(admin: &Admin) -> Value {
         }
         let (mut calls, mut failures) = (0u64, 0u64);
         for stage in &server.stages {
-            let [ok, error, timeout] = admin.metrics.hook_counts(stage.as_str(), &server.name);
+            let [ok, error, timeout] = metrics.hook_counts(stage.as_str(), &server.name);
             calls += ok + error + timeout;
             failures += error + timeout;
         }
@@ -276,10 +155,10 @@ pub async fn document(admin: &Admin) -> Value {
             let (mut counts, mut refused, mut registered) = ([0u64; 3], 0, 0);
             for server in snapshot.for_stage(stage) {
                 registered += 1;
-                for (sum, n) in counts.iter_mut().zip(admin.metrics.hook_counts(stage.as_str(), &server.name)) {
+                for (sum, n) in counts.iter_mut().zip(metrics.hook_counts(stage.as_str(), &server.name)) {
                     *sum += n;
                 }
-                refused += admin.metrics.hook_refusals(stage.as_str(), &server.name);
+                refused += metrics.hook_refusals(stage.as_str(), &server.name);
             }
             json!({
                 "stage": stage.as_str(),
@@ -291,7 +170,7 @@ pub async fn document(admin: &Admin) -> Value {
             })
         })
         .collect();
-    let (pods, containers) = admin.store.len();
+    let (pods, containers) = store.len();
     json!({
         "program": "runtime-proxy",
         "version": crate::cli::VERSION,
@@ -423,70 +302,6 @@ pub fn render(doc: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
-    use std::time::Duration;
-
-    fn server(name: &str, endpoint: &str, policy: FailurePolicy) -> HookServer {
-        HookServer {
-            name: name.into(),
-            file: PathBuf::from(format!("/etc/runtime/hookserver.d/{name}")),
-            endpoint: endpoint.into(),
-            failure_policy: policy,
-            policy_explicit: true,
-            stages: BTreeSet::from([Stage::PreCreateContainer]),
-            timeout: Duration::from_secs(2),
-            order: 0,
-            allowed_uids: vec![],
-            conflict_policy: None,
-            warnings: vec![],
-        }
-    }
-
-    #[test]
-    fn health_follows_the_last_calls() {
-        let health = HookHealth::default();
-        let a = server("a.json", "/run/a.sock", FailurePolicy::Fail);
-        assert_eq!(health.report(&a), ServerReport::default(), "never called");
-        health.record_failure(&a, Stage::PreCreateContainer, "Unavailable: connection refused");
-        health.record_failure(&a, Stage::PreCreateContainer, "DeadlineExceeded: timed out after 2s");
-        let r = health.report(&a);
-        assert_eq!(r.failures_in_a_row, 2);
-        assert_eq!(r.last_error.as_deref(), Some("PreCreateContainer: DeadlineExceeded: timed out after 2s"));
-        assert!(r.last_failure_ms.is_some() && r.last_ok_ms.is_none());
-        health.record_ok(&a);
-        let r = health.report(&a);
-        assert_eq!(r.failures_in_a_row, 0);
-        assert!(r.last_ok_ms.is_some());
-        assert!(r.last_error.is_some(), "the last error stays, with its time");
-        let moved = server("a.json", "/run/elsewhere.sock", FailurePolicy::Fail);
-        assert_eq!(health.report(&moved), ServerReport::default(), "the file now names another server");
-        health.record_ok(&moved);
-        assert_eq!(health.report(&a), ServerReport::default());
-        health.retain(&[]);
-        assert_eq!(health.report(&moved), ServerReport::default(), "forgotten once unregistered");
-    }
-
-    /// `deploy/grafana-dashboard.json` is JSON and queries only metrics the proxy exports (as
-    /// the metrics text names them): a renamed metric fails here, not on an operator's screen.
-    #[test]
-    fn the_dashboard_queries_only_metrics_the_proxy_exports() {
-        let dashboard = include_str!("../../../../deploy/grafana-dashboard.json");
-        let used = daemon_support::status::dashboard_names(dashboard, "runtime_proxy_").unwrap();
-        // A family shows in the metrics text once it has a series: record one of each.
-        let m = crate::admin::metrics::Metrics::new();
-        m.cri_call("/runtime.v1.RuntimeService/Version", crate::grpc::Code::OK, Duration::from_millis(1));
-        m.hook_call("PreCreateContainer", "a.json", crate::admin::metrics::HookResult::Error, Duration::from_millis(1));
-        m.hook_refusal("PreCreateContainer", "a.json");
-        m.undecodable_request("CreateContainer");
-        m.skip_label_ignored();
-        m.backend_endpoint_up("runtime", true);
-        let dir = tempfile::tempdir().unwrap();
-        let text = m.render(&crate::hooks::registry::Registry::new(dir.path()), &crate::hooks::store::Store::new(), true);
-        let exported = daemon_support::status::exposed_names(&text);
-        assert!(used.len() >= 10, "{used:?}");
-        let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
-        assert!(unknown.is_empty(), "the dashboard uses metrics runtime-proxy does not export: {unknown:?}; it exports {exported:?}");
-    }
 
     #[test]
     fn the_table_names_servers_policies_and_errors() {

@@ -59,6 +59,15 @@ pub struct KeyValue {
     pub value: Bytes,
 }
 
+impl crate::hooks::changes::EnvEntry for KeyValue {
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn with_text(key: &str, value: &str) -> Self {
+        KeyValue::text(key, value)
+    }
+}
+
 impl KeyValue {
     /// An env whose value is text.
     pub fn text(key: &str, value: &str) -> KeyValue {

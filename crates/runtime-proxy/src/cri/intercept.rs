@@ -32,24 +32,24 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hook_api::convert;
 use hook_api::v1alpha1 as hook;
-use http::Request;
 use k8s_cri::v1 as cri;
 use prost::Message;
 
+use crate::cri::hook_request::{container_hook_request, pod_hook_request};
 use crate::cri::hooked_fields;
 use crate::cri::proto_edit::{self, Edit};
 use crate::cri::recover;
-use crate::grpc::backend::Backend;
-use crate::grpc::unary_call;
+use crate::cri::restore;
+use crate::grpc::unary_call::{self, Onward};
 use crate::grpc::{self, Code, Status};
 use crate::hooks::body::{self, BodyError, Chunks};
+use crate::hooks::changes::{changed_entries, merged_envs};
 use crate::hooks::flow::{self, BeforeHooks, HookRequest};
 use crate::hooks::registry::{FailurePolicy, Snapshot};
 use crate::hooks::stages::{Method, MethodSpec, METHODS};
@@ -170,7 +170,7 @@ impl Interceptor {
         let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
         if spec.method == Method::RestorePod {
             // No hook stage: guarded and learned from on its own (`crate::cri::restore`).
-            return crate::cri::restore::restore_pod(self, method, onward, parts, body).await.map(|a| (a, None));
+            return restore::restore_pod(&self.hooks, &self.runtime, method, onward, parts, body).await.map(|a| (a, None));
         }
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
         let encoding = parts.headers.get("grpc-encoding");
@@ -278,28 +278,6 @@ fn pod_key(method: Method, id: &str, store: &Store) -> Option<String> {
             Some(store.sandbox_of(id).unwrap_or_else(|| id.to_owned()))
         }
     }
-}
-
-/// How an intercepted call goes on once the pre stage is done: called once with the request
-/// head, the (edited) body and the caller's deadline, it yields the backend's whole answer.
-pub type Onward<'a> = Box<
-    dyn FnOnce(
-            http::request::Parts,
-            Bytes,
-            Option<Instant>,
-        ) -> Pin<Box<dyn Future<Output = Result<unary_call::Answer, Status>> + Send + 'a>>
-        + Send
-        + 'a,
->;
-
-/// Onward as one unary call over the shared connection to `backend` (`method`: for messages).
-pub fn over_shared<'a>(backend: &'a Backend, method: &'a str) -> Onward<'a> {
-    Box::new(move |parts, body, deadline| {
-        Box::pin(async move {
-            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            unary_call::unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
-        })
-    })
 }
 
 impl Call {
@@ -517,104 +495,6 @@ impl Call {
     }
 }
 
-/// The PreRunPodSandbox request (`pkg/runtimeproxy/resexecutor/cri/pod.go`), plus the pod's attempt, overhead and
-/// resources, which koord leaves empty. Label and annotation values that are not UTF-8 are left
-/// out: the hook protocol cannot carry them ([`hooked_fields`]); they go on to the runtime unchanged.
-pub fn pod_hook_request(config: Option<&hooked_fields::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
-    let Some(config) = config else {
-        return hook::PodSandboxHookRequest {
-            runtime_handler: runtime_handler.to_owned(),
-            pod_meta: Some(Default::default()),
-            ..Default::default()
-        };
-    };
-    let meta = config.metadata.as_ref();
-    let linux = config.linux.as_ref();
-    hook::PodSandboxHookRequest {
-        pod_meta: Some(hook::PodSandboxMetadata {
-            name: meta.map(|m| m.name.clone()).unwrap_or_default(),
-            uid: meta.map(|m| m.uid.clone()).unwrap_or_default(),
-            namespace: meta.map(|m| m.namespace.clone()).unwrap_or_default(),
-            attempt: meta.map(|m| m.attempt).unwrap_or_default(),
-        }),
-        runtime_handler: runtime_handler.to_owned(),
-        labels: hooked_fields::utf8_entries(&config.labels),
-        annotations: hooked_fields::utf8_entries(&config.annotations),
-        cgroup_parent: linux.map(|l| l.cgroup_parent.clone()).unwrap_or_default(),
-        overhead: linux.and_then(|l| l.overhead.as_ref()).map(convert::to_hook),
-        resources: linux.and_then(|l| l.resources.as_ref()).map(convert::to_hook),
-    }
-}
-
-/// The PreCreateContainer request (`pkg/runtimeproxy/resexecutor/cri/container.go`). Pod fields come from the store (they
-/// include the PreRunPodSandbox hooks' changes); for a pod the store does not know, from the
-/// request's `sandbox_config`. `None` when there is neither: the sandbox is unknown to everyone,
-/// so the call goes on without hooks and the runtime answers it (NOT_FOUND), as for the ID-only
-/// methods — a hook must not replace that answer with its own error. Env and annotation values
-/// that are not UTF-8 are left out (see [`pod_hook_request`]).
-///
-/// Errors: the request's `sandbox_config`, needed and not decodable.
-pub fn container_hook_request(
-    req: &hooked_fields::CreateContainerRequest,
-    store: &Store,
-) -> Result<Option<hook::ContainerResourceHookRequest>, prost::DecodeError> {
-    let pod = match store.pod(&req.pod_sandbox_id) {
-        Some(pod) => pod,
-        None => match req.sandbox_config()? {
-            Some(c) => pod_hook_request(Some(&c), ""),
-            None => return Ok(None),
-        },
-    };
-    let config = req.config.as_ref();
-    let meta = config.and_then(|c| c.metadata.as_ref());
-    let resources = config.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref());
-    Ok(Some(hook::ContainerResourceHookRequest {
-        pod_meta: pod.pod_meta,
-        container_meta: Some(hook::ContainerMetadata {
-            name: meta.map(|m| m.name.clone()).unwrap_or_default(),
-            attempt: meta.map(|m| m.attempt).unwrap_or_default(),
-            id: String::new(),
-        }),
-        container_annotations: config.map(|c| hooked_fields::utf8_entries(&c.annotations)).unwrap_or_default(),
-        container_resources: Some(resources.map(convert::to_hook).unwrap_or_default()),
-        pod_resources: pod.resources,
-        pod_annotations: pod.annotations,
-        pod_labels: pod.labels,
-        pod_cgroup_parent: pod.cgroup_parent,
-        container_envs: config.map(|c| utf8_envs(&c.envs)).unwrap_or_default(),
-    }))
-}
-
-/// The container's envs as the hook protocol carries them: by name, the last of a name winning
-/// (as in the container), left out when that value is not UTF-8.
-fn utf8_envs(envs: &[hooked_fields::KeyValue]) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for kv in envs {
-        match std::str::from_utf8(&kv.value) {
-            Ok(v) => out.insert(kv.key.clone(), v.to_owned()),
-            Err(_) => out.remove(&kv.key),
-        };
-    }
-    out
-}
-
-/// The container's envs after the hooks: existing entries keep their order (their value
-/// updated where a hook set it; every other value, text or not, byte for byte), new ones follow
-/// sorted by name — a stable order, unlike koord's map order.
-pub(crate) fn merged_envs(envs: &[hooked_fields::KeyValue], hooked: &BTreeMap<String, String>) -> Vec<hooked_fields::KeyValue> {
-    let mut out: Vec<hooked_fields::KeyValue> = envs
-        .iter()
-        .map(|kv| match hooked.get(&kv.key) {
-            Some(v) => hooked_fields::KeyValue::text(&kv.key, v),
-            None => kv.clone(),
-        })
-        .collect();
-    let mut added: Vec<_> = hooked.iter().filter(|(k, _)| !envs.iter().any(|kv| &kv.key == *k)).collect();
-    added.sort();
-    out.extend(added.into_iter().map(|(k, v)| hooked_fields::KeyValue::text(k, v)));
-    out
-}
-
 /// Field-level edits of the CRI request's resources `current`: every field the hooks changed
 /// (`after` differs from `before`) is set to the hooks' value, unless it already has it.
 fn resource_edits(
@@ -646,11 +526,6 @@ fn resource_edits(
     field!(9, unified);
     field!(10, memory_swap_limit_in_bytes);
     edits
-}
-
-/// The entries of `after` that are new or different from `before` (what the hooks set).
-pub(crate) fn changed_entries(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 /// `current` (the request's map, values as bytes) with the hooks' changes to it (`before` →

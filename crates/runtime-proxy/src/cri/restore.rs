@@ -51,14 +51,16 @@ use bytes::Bytes;
 use hook_api::v1alpha1 as hook;
 use prost::Message;
 
-use crate::admin::metrics::Metrics;
-use crate::cri::intercept::{pod_hook_request, Interceptor, Onward};
+use crate::cri::hook_request::pod_hook_request;
 use crate::cri::newer_cri::{RestorePodRequest, RestorePodResponse};
 use crate::cri::recover;
-use crate::grpc::{self, unary_call, Code, Status};
+use crate::grpc::unary_call::{self, Onward};
+use crate::grpc::{self, Code, Status};
 use crate::hooks::chain::{list_shown, shown, Required};
 use crate::hooks::registry::{FailurePolicy, Snapshot, Stage};
 use crate::hooks::skip_label::SkipLabel;
+use crate::hooks::Hooks;
+use crate::metrics::Metrics;
 
 /// The pre-create stages a restore gets around.
 pub const BYPASSED_STAGES: [Stage; 2] = [Stage::PreRunPodSandbox, Stage::PreCreateContainer];
@@ -169,13 +171,13 @@ pub fn verdict(
 /// `--max-request-bytes`, `UNIMPLEMENTED` for a compression the proxy cannot read), `onward`'s
 /// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`); each names the method.
 pub async fn restore_pod(
-    interceptor: &Interceptor,
+    hooks: &Hooks,
+    runtime: &tonic::transport::Channel,
     method: &str,
     onward: Onward<'_>,
     mut parts: http::request::Parts,
     body: Bytes,
 ) -> Result<unary_call::Answer, Status> {
-    let hooks = &interceptor.hooks;
     let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
     let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
     let message = grpc::unary_message(&body, parts.headers.get("grpc-encoding"), hooks.limits.max_request_bytes).map_err(in_method)?;
@@ -214,7 +216,7 @@ pub async fn restore_pod(
     let answer = onward(parts, body, deadline).await?;
     if answer.status().code == Code::OK {
         let left = deadline.map_or(LEARN_BUDGET, |d| d.saturating_duration_since(Instant::now()) / 2);
-        learn(interceptor, &answer, LEARN_BUDGET.min(left)).await;
+        learn(hooks, runtime, &answer, LEARN_BUDGET.min(left)).await;
     }
     Ok(answer)
 }
@@ -227,8 +229,7 @@ pub async fn restore_pod(
 /// answer without a sandbox ID, a status that is unusable, the budget spent) is logged (WARN)
 /// and left to the store misses of later calls, which ask the runtime as for any object the
 /// store does not know.
-pub async fn learn(interceptor: &Interceptor, answer: &unary_call::Answer, budget: Duration) -> usize {
-    let hooks = &interceptor.hooks;
+pub async fn learn(hooks: &Hooks, runtime: &tonic::transport::Channel, answer: &unary_call::Answer, budget: Duration) -> usize {
     let resp = match answer.message(ANSWER_BYTES).map(|m| m.map(RestorePodResponse::decode)) {
         Ok(Some(Ok(resp))) if !resp.pod_sandbox_id.is_empty() => resp,
         _ => {
@@ -258,7 +259,7 @@ pub async fn learn(interceptor: &Interceptor, answer: &unary_call::Answer, budge
         for id in &container_ids {
             turns.push(hooks.pod_locks.lock(id).await);
         }
-        match recover::fetch_pod(&interceptor.runtime, &hooks.store, sandbox_id).await {
+        match recover::fetch_pod(runtime, &hooks.store, sandbox_id).await {
             Ok(Some(_)) => {}
             Ok(None) => return 0,
             Err(why) => {
@@ -270,7 +271,7 @@ pub async fn learn(interceptor: &Interceptor, answer: &unary_call::Answer, budge
         // aborted with the set if the budget runs out.
         let mut containers = tokio::task::JoinSet::new();
         for id in &container_ids {
-            let (runtime, store, container_id) = (interceptor.runtime.clone(), hooks.store.clone(), id.to_string());
+            let (runtime, store, container_id) = (runtime.clone(), hooks.store.clone(), id.to_string());
             let sandbox_id = sandbox_id.to_owned();
             containers.spawn(async move {
                 match recover::fetch_container(&runtime, &store, &container_id).await {

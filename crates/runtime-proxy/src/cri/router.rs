@@ -19,10 +19,10 @@ use std::time::Duration;
 use http::uri::{Authority, Scheme};
 use http::Uri;
 
-use crate::admin::metrics::Metrics;
 use crate::cri::intercept::{self, Interceptor};
 use crate::grpc::backend::Backend;
 use crate::grpc::{Code, Status};
+use crate::metrics::Metrics;
 
 /// Routes calls to the runtime and image backends (which may be one and the same) and to the
 /// interceptor.

@@ -26,8 +26,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixListener;
 
-use crate::admin::metrics::Metrics;
 use crate::hooks::Hooks;
+use crate::metrics::Metrics;
 use relay::{Body, Upstream};
 
 /// The Docker front end's shared state.

@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use hook_api::v1alpha1 as hook;
 use serde_json::{Map, Value};
 
+use crate::hooks::changes;
+
 /// Label holding the Docker object kind (`podsandbox` or `container`).
 pub const TYPE_LABEL: &str = "io.kubernetes.docker.type";
 /// Label of a container naming its sandbox's Docker ID.
@@ -95,9 +97,9 @@ pub fn split_labels(all: &BTreeMap<String, String>) -> (BTreeMap<String, String>
     (labels, annotations)
 }
 
-/// A container config's `Env` (`["K=V", …]`) as CRI key-values, in order; an entry without `=` is a key with
-/// an empty value (koord #957: values may contain `=`).
-pub fn envs_of(config: Option<&Value>) -> Vec<crate::cri::hooked_fields::KeyValue> {
+/// A container config's `Env` (`["K=V", …]`) as key-value pairs, in order; an entry without `=` is a key with
+/// an empty value (values may contain `=`).
+pub fn envs_of(config: Option<&Value>) -> Vec<(String, String)> {
     config
         .and_then(|c| c.get("Env"))
         .and_then(Value::as_array)
@@ -106,7 +108,7 @@ pub fn envs_of(config: Option<&Value>) -> Vec<crate::cri::hooked_fields::KeyValu
                 .filter_map(Value::as_str)
                 .map(|kv| {
                     let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    crate::cri::hooked_fields::KeyValue::text(k, v)
+                    (k.to_owned(), v.to_owned())
                 })
                 .collect()
         })
@@ -240,7 +242,7 @@ pub fn container_request(
             .and_then(Value::as_str)
             .filter(|p| !p.is_empty())
             .map_or(pod.cgroup_parent, str::to_owned),
-        container_envs: envs_of(config).into_iter().map(|kv| (kv.key, String::from_utf8_lossy(&kv.value).into_owned())).collect(),
+        container_envs: envs_of(config).into_iter().collect(),
     }
 }
 
@@ -290,11 +292,10 @@ pub fn write_container_changes(
         object_at(body, "HostConfig").insert("CgroupParent".into(), Value::from(after.pod_cgroup_parent.as_str()));
         changed = true;
     }
-    let added = crate::cri::intercept::changed_entries(&before.container_envs, &after.container_envs);
+    let added = changes::changed_entries(&before.container_envs, &after.container_envs);
     if !added.is_empty() {
-        let envs = crate::cri::intercept::merged_envs(&envs_of(Some(&Value::Object(body.clone()))), &added);
-        let list: Vec<Value> =
-            envs.into_iter().map(|kv| Value::from(format!("{}={}", kv.key, String::from_utf8_lossy(&kv.value)))).collect();
+        let envs = changes::merged_envs(&envs_of(Some(&Value::Object(body.clone()))), &added);
+        let list: Vec<Value> = envs.into_iter().map(|(k, v)| Value::from(format!("{k}={v}"))).collect();
         body.insert("Env".into(), Value::Array(list));
         changed = true;
     }
@@ -304,7 +305,7 @@ pub fn write_container_changes(
 
 /// Sets `Labels[prefix + key]` for every entry the hooks added or changed.
 fn write_labels(body: &mut Map<String, Value>, prefix: &str, before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> bool {
-    let changed = crate::cri::intercept::changed_entries(before, after);
+    let changed = changes::changed_entries(before, after);
     if changed.is_empty() {
         return false;
     }

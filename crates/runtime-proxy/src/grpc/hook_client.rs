@@ -8,8 +8,8 @@
 //! instructions the proxy spent per hooked CreateContainer (callgrind, docs/benchmarks.md). A
 //! hook call is one exchange — a request written whole, an answer read whole — so here the
 //! task that makes it writes the request and reads the answer on a connection it holds alone
-//! for that time, with the frame and HPACK code of the relay ([`crate::cri::frame`],
-//! [`crate::cri::hpack`]).
+//! for that time, with the frame and HPACK code of the relay ([`crate::http2::frame`],
+//! [`crate::http2::hpack`]).
 //!
 //! # Connections
 //!
@@ -88,9 +88,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::net::UnixStream;
 
-use crate::cri::frame;
 use crate::grpc::unary_call::Answer;
 use crate::grpc::{self, Code, Status};
+use crate::http2::frame;
 use daemon_support::uds::Socket;
 
 use conn::Conn;

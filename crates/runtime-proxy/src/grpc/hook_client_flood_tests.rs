@@ -14,7 +14,7 @@ use std::time::Instant;
 use bytes::BufMut;
 
 use super::*;
-use crate::cri::frame::{flag, kind, Head};
+use crate::http2::frame::{flag, kind, Head};
 
 const RPC: &str = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
 
@@ -65,7 +65,7 @@ fn read_frame(s: &mut StdStream) -> std::io::Result<(Head, Vec<u8>)> {
     Ok((head, payload))
 }
 
-use crate::cri::frame::{DEFAULT_MAX_FRAME, HEAD_LEN};
+use crate::http2::frame::{DEFAULT_MAX_FRAME, HEAD_LEN};
 
 /// A gRPC answer on `stream` (the server's SETTINGS first on stream 1): head, one message,
 /// trailers with `grpc-status: 0`.

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
 use super::*;
-use crate::cri::frame::PREFACE;
+use crate::http2::frame::PREFACE;
 
 const RPC: &str = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
 

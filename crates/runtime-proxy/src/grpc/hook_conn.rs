@@ -14,10 +14,10 @@ use super::{
     Failure, Unfit, BYTES_PER_WAKE, CALL_CONTROL_FRAMES, FRAMES_PER_WAKE, IDLE_FRAMES_WINDOW, MAX_IDLE_FRAMES, MAX_IDLE_PARTIAL,
     MAX_PENDING_ACKS, WRITE_STALL,
 };
-use crate::cri::frame::{self, flag, kind, reason, setting, Head, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD_LEN, PREFACE};
-use crate::cri::hpack;
 use crate::grpc::backend::{CONNECTION_WINDOW, MAX_HEADER_LIST_SIZE, STREAM_WINDOW};
 use crate::grpc::unary_call::{Answer, Body, TooLarge};
+use crate::http2::frame::{self, flag, kind, reason, setting, Head, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD_LEN, PREFACE};
+use crate::http2::hpack;
 use daemon_support::uds::Socket;
 
 /// Most fields in one header block of an answer.

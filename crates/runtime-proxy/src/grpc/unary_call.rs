@@ -3,7 +3,9 @@
 //! calls hook servers this way, and the relay sends calls it takes over this way
 //! ([`crate::cri::relay`]).
 
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
@@ -141,4 +143,24 @@ impl Body {
             self.joined.freeze()
         }
     }
+}
+
+/// How an intercepted call goes on once its pre stage is done (the CRI interceptor's calls):
+/// called once with the request head, the (edited) body and the caller's deadline, it yields the
+/// backend's whole answer — as a unary call ([`over_shared`]) or on the client's own relayed
+/// stream ([`crate::cri::relay`]).
+pub type Onward<'a> = Box<
+    dyn FnOnce(http::request::Parts, Bytes, Option<Instant>) -> Pin<Box<dyn Future<Output = Result<Answer, Status>> + Send + 'a>>
+        + Send
+        + 'a,
+>;
+
+/// Onward as one unary call over the shared connection to `backend` (`method`: for messages).
+pub fn over_shared<'a>(backend: &'a Backend, method: &'a str) -> Onward<'a> {
+    Box::new(move |parts, body, deadline| {
+        Box::pin(async move {
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
+        })
+    })
 }

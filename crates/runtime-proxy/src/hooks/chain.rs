@@ -38,10 +38,10 @@ use std::collections::BTreeMap;
 use hook_api::owners::{self, FieldChange};
 use hook_api::v1alpha1::{ContainerResourceHookRequest, PodSandboxHookRequest, PodSandboxMetadata};
 
-use crate::admin::metrics::Metrics;
-use crate::hooks::dispatch::HookMessage;
+use crate::hooks::message::HookMessage;
 pub use crate::hooks::registry::ConflictPolicy;
 use crate::hooks::registry::Snapshot;
+use crate::metrics::Metrics;
 
 /// What the chain's rules read of a hook request, beyond [`HookMessage`].
 pub trait ChainMessage: HookMessage {

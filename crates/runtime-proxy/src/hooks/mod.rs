@@ -10,11 +10,17 @@
 //!   store, skip label, pre stage, edits, send, commit, post stage.
 //! * [`answer_check`] — whether a hook server's answer changes the hook request, read from its
 //!   bytes (an echo, koordlet's usual answer, is never decoded).
+//! * [`changes`] — what the hooks changed in a request's maps and envs, merged as koord merges
+//!   them, for every front end to write back.
 //! * [`body`] — reading a request body whole, under the size and idle limits ([`limits`]).
 //! * [`registry`] — the hook servers' registration files: parsed, validated, watched, served as
 //!   immutable snapshots.
 //! * [`dispatch`] — a stage's hook calls: ordered, chained, deadline-bound, under each server's
 //!   failure policy.
+//! * [`hook_health`] — each hook server's recent health (last success, last error), as the
+//!   dispatcher records it and `/status` reports it.
+//! * [`message`] — the pod-level and container-level hook requests: answer type, merge rule,
+//!   answer check, limits, encoding.
 //! * [`chain`] — the chain's rules beyond the merge: field ownership (conflicts between hook
 //!   servers, `--hook-conflict-policy`) and required hook servers.
 //! * [`store`] — what the proxy knows of each pod sandbox and container, the per-pod locks, and
@@ -32,9 +38,12 @@
 pub mod answer_check;
 pub mod body;
 pub mod chain;
+pub mod changes;
 pub mod dispatch;
 pub mod flow;
+pub mod hook_health;
 pub mod limits;
+pub mod message;
 pub mod offload;
 pub mod registry;
 pub mod skip_label;
@@ -46,12 +55,12 @@ use std::sync::Arc;
 
 use hook_api::v1alpha1 as hook;
 
-use crate::admin::metrics::Metrics;
 use crate::hooks::dispatch::Dispatcher;
 use crate::hooks::limits::Limits;
 use crate::hooks::registry::Registry;
 use crate::hooks::skip_label::SkipLabel;
 use crate::hooks::store::{PodLocks, Store};
+use crate::metrics::Metrics;
 
 /// The hook state both front ends (CRI and Docker) share: built once at start
 /// (`crate::run`), never copied.

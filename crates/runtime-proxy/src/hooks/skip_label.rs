@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use hook_api::v1alpha1::PodSandboxMetadata;
 
-use crate::admin::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// The namespaces whose pods may skip the hooks by default (`--runtime-hook-server-namespaces`).
 pub const DEFAULT_NAMESPACES: &str = "koordinator-system,kube-system,runtime-hooks";

@@ -103,13 +103,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Sleep;
 use tokio_util::task::TaskTracker;
 
-use crate::cri::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
-use crate::cri::hpack::{self, Fields};
-use crate::cri::intercept::{self, Onward, RequestBody};
+use crate::cri::intercept::{self, RequestBody};
 use crate::cri::router::{self, Route, Router};
 use crate::grpc::backend::{Backend, MAX_HEADER_LIST_SIZE};
-use crate::grpc::unary_call::Answer;
+use crate::grpc::unary_call::{self, Answer, Onward};
 use crate::grpc::{self, Code, Status, StatusHeaders};
+use crate::http2::frame::{self, flag, kind, reason, setting, Head, HEAD_LEN};
+use crate::http2::hpack::{self, Fields};
 use daemon_support::uds::Socket;
 /// Bytes waiting to be written to one side above which the relay stops reading the other.
 const HIGH_WATER: usize = 1 << 20;

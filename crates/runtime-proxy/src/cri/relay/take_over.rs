@@ -73,7 +73,7 @@ async fn finish(
 ) {
     let method: &str = &path;
     let onward: Onward<'_> =
-        if relayed { on_stream(id, commands.clone()) } else { intercept::over_shared(router.backend_for(method), method) };
+        if relayed { on_stream(id, commands.clone()) } else { unary_call::over_shared(router.backend_for(method), method) };
     let outcome = tokio::select! {
         // A client's reset wins over what it caused (the answer channel dropped).
         biased;

@@ -1,7 +1,7 @@
 //! The relay's unit tests: frames held both ways, WINDOW_UPDATEs inside open blocks, credit for taken bodies.
 
 use super::*;
-use crate::admin::metrics::Metrics;
+use crate::metrics::Metrics;
 
 fn core() -> Core {
     let runtime = Arc::new(Backend::new("/nonexistent/runtime-proxy-test.sock"));

@@ -156,7 +156,7 @@ impl Registry {
     }
 
     /// [`Registry::open`], rejecting every file whose `remote-endpoint` is one of the `reserved`
-    /// sockets (compared with [`crate::same_socket`]: symlinks and `..` resolved), each given
+    /// sockets (compared with [`crate::listener::same_socket`]: symlinks and `..` resolved), each given
     /// with whose it is, e.g. `the proxy's own socket (--koord-runtimeproxy-endpoint)`: the
     /// reason names it ([`ConfigError::ReservedEndpoint`]).
     pub fn open_reserving(dir: impl Into<PathBuf>, strict: bool, reserved: Vec<(PathBuf, String)>) -> Arc<Registry> {
@@ -483,8 +483,12 @@ fn load(path: &Path, strict: bool, reserved: &[(PathBuf, String)]) -> Loaded {
         return Loaded::Bad(ConfigError::Read(e.to_string()));
     }
     match parse(path, &bytes) {
-        Ok((server, _)) if reserved.iter().any(|(p, _)| crate::same_socket(&server.endpoint, p)) => {
-            let what = reserved.iter().find(|(p, _)| crate::same_socket(&server.endpoint, p)).map(|(_, w)| w.clone()).unwrap_or_default();
+        Ok((server, _)) if reserved.iter().any(|(p, _)| crate::listener::same_socket(&server.endpoint, p)) => {
+            let what = reserved
+                .iter()
+                .find(|(p, _)| crate::listener::same_socket(&server.endpoint, p))
+                .map(|(_, w)| w.clone())
+                .unwrap_or_default();
             Loaded::Bad(ConfigError::ReservedEndpoint { endpoint: server.endpoint.display().to_string(), what })
         }
         Ok((server, warnings)) => Loaded::Good(server, warnings),

@@ -1,4 +1,6 @@
-//! Prometheus metrics, and the admin HTTP endpoint that serves them with a health check.
+//! The metric families every part of the proxy writes (the front ends, the hook flow, the
+//! dispatcher, the health checks); the admin endpoint ([`crate::admin`]) reads the gauges' sources
+//! and renders them.
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
@@ -23,19 +25,9 @@
 //! `method` is the gRPC path for CRI services (`/runtime.v1.RuntimeService/Version`) and `other`
 //! for anything else, so clients cannot blow up the label set. `server` is the registration
 //! file's name. Gauges are read when scraped.
-//!
-//! Endpoint (`--metrics-addr`, default `127.0.0.1:9318`, and the root-only `--admin-socket`;
-//! both bounded as [`daemon_support::admin_http`] says): `GET /metrics` (OpenMetrics text),
-//! `GET /healthz` (200 `ok`, or 503 naming each backend endpoint that is down and why, from the
-//! background checks of [`crate::admin::health`]), `GET /status` (JSON: an operator's view,
-//! [`crate::admin::status`]). `/debug/store` is served on a listener of its own (`--debug-addr`,
-//! [`crate::admin::debug`]), so that a metrics scraper never sees pod IDs; here it answers 404 saying so.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use daemon_support::admin_http;
-use hyper::Request;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -43,10 +35,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::admin::health::Health;
 use crate::grpc::Code;
-use crate::hooks::registry::Registry as HookRegistry;
-use crate::hooks::store::Store;
 
 // The CRI labels are `&'static str` (method paths interned once, see [`method_label`]), so
 // recording a call allocates nothing.
@@ -109,6 +98,24 @@ pub enum HookResult {
 fn latency_histogram() -> Histogram {
     // 50 µs … ~26 s, factor 2.
     Histogram::new(exponential_buckets(0.00005, 2.0, 20))
+}
+
+/// The gauges' values, read from their sources when the metrics are scraped: the hook registry's
+/// snapshot, the store's size, the backends' latest health checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Hook servers registered: `runtime_proxy_hook_servers`.
+    pub hook_servers: usize,
+    /// Registration files currently rejected: `runtime_proxy_hook_config_rejected`.
+    pub hook_config_rejected: usize,
+    /// Registered files with warnings: `runtime_proxy_hook_config_warnings`.
+    pub hook_config_warnings: usize,
+    /// Pod sandboxes in the store: `runtime_proxy_store_objects{kind="pod_sandbox"}`.
+    pub pod_sandboxes: usize,
+    /// Containers in the store: `runtime_proxy_store_objects{kind="container"}`.
+    pub containers: usize,
+    /// Every backend endpoint passed its latest health check: `runtime_proxy_backend_up`.
+    pub backend_up: bool,
 }
 
 /// Every metric the proxy records.
@@ -346,16 +353,17 @@ impl Metrics {
         [count("ok"), count("error"), count("timeout")]
     }
 
-    /// The OpenMetrics text of every metric, after reading the gauges from their sources.
-    pub fn render(&self, hooks: &HookRegistry, store: &Store, backend_up: bool) -> String {
-        let snapshot = hooks.snapshot();
-        self.hook_servers.set(snapshot.servers().len() as i64);
-        self.hook_rejected.set(snapshot.rejected().len() as i64);
-        self.hook_warnings.set(snapshot.servers().iter().filter(|s| !s.warnings.is_empty()).count() as i64);
-        let (pods, containers) = store.len();
-        self.store_objects.get_or_create(&KindLabels { kind: "pod_sandbox".into() }).set(pods as i64);
-        self.store_objects.get_or_create(&KindLabels { kind: "container".into() }).set(containers as i64);
-        self.backend_up.set(i64::from(backend_up));
+    /// The OpenMetrics text of every metric, the gauges set to `gauges` (read from their
+    /// sources by the caller: the admin endpoint, when scraped) and the dropped log lines read
+    /// from [`daemon_support::log`].
+    pub fn render(&self, gauges: Gauges) -> String {
+        let as_gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.hook_servers.set(as_gauge(gauges.hook_servers));
+        self.hook_rejected.set(as_gauge(gauges.hook_config_rejected));
+        self.hook_warnings.set(as_gauge(gauges.hook_config_warnings));
+        self.store_objects.get_or_create(&KindLabels { kind: "pod_sandbox".into() }).set(as_gauge(gauges.pod_sandboxes));
+        self.store_objects.get_or_create(&KindLabels { kind: "container".into() }).set(as_gauge(gauges.containers));
+        self.backend_up.set(i64::from(gauges.backend_up));
         let dropped = daemon_support::log::dropped_lines();
         self.log_lines_dropped.inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
         let mut out = String::new();
@@ -414,56 +422,6 @@ fn intern(s: &str) -> &'static str {
     name
 }
 
-/// What the admin endpoint reads.
-pub struct Admin {
-    /// Every metric, rendered at `/metrics`.
-    pub metrics: Arc<Metrics>,
-    /// The hook registry (servers registered, files rejected).
-    pub hooks: Arc<HookRegistry>,
-    /// The store (its size; its IDs at `/debug/store`).
-    pub store: Arc<Store>,
-    /// The backends' health, checked in the background ([`Health::run`]).
-    pub health: Arc<Health>,
-    /// What `/status` reports beyond the above.
-    pub status: crate::admin::status::StatusInfo,
-}
-
-/// Serves `/metrics`, `/healthz` and `/status` on `listener` (`--metrics-addr` or
-/// `--admin-socket`, bound by [`daemon_support::admin_http`]) until the task is dropped, with
-/// that module's bounds on connections, head size and time; logs where
-/// (`admin endpoint listening on …`, useful with port 0; `admin socket listening on …`).
-pub async fn serve_admin(listener: admin_http::Listener, admin: Arc<Admin>) {
-    let what = match listener {
-        admin_http::Listener::Tcp(_) => "admin endpoint",
-        admin_http::Listener::Unix(_) => "admin socket",
-    };
-    tracing::info!("{what} listening on {}", listener.describe());
-    admin_http::serve(listener, what, move |req| {
-        let admin = admin.clone();
-        async move { admin.answer(req).await }
-    })
-    .await
-}
-
-impl Admin {
-    async fn answer(&self, req: Request<hyper::body::Incoming>) -> admin_http::Reply {
-        let reply = |status: u16, content_type: &str, body: String| admin_http::reply(status, content_type, body);
-        match req.uri().path() {
-            "/metrics" => {
-                let up = self.health.all_up();
-                reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(&self.hooks, &self.store, up))
-            }
-            "/status" => reply(200, "application/json", format!("{}\n", crate::admin::status::document(self).await)),
-            "/debug/store" => reply(404, "text/plain", self.status.debug.moved()),
-            "/healthz" => {
-                let (status, body) = self.health.healthz().await;
-                reply(status, "text/plain", body)
-            }
-            _ => reply(404, "text/plain", "not found: try /metrics, /healthz or /status\n".into()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,8 +441,7 @@ mod tests {
         m.cri_call("/runtime.v1.RuntimeService/Version", Code::OK, Duration::from_micros(120));
         m.cri_call("/runtime.v1.RuntimeService/ContainerStatus", Code::NOT_FOUND, Duration::from_micros(80));
         m.hook_call("PreCreateContainer", "a.json", HookResult::Timeout, Duration::from_millis(2));
-        let dir = tempfile::tempdir().unwrap();
-        let text = m.render(&HookRegistry::new(dir.path()), &Store::new(), true);
+        let text = m.render(Gauges { backend_up: true, ..Gauges::default() });
         for want in [
             "runtime_proxy_cri_request_duration_seconds_count{method=\"/runtime.v1.RuntimeService/Version\"} 1",
             "runtime_proxy_cri_requests_total{method=\"/runtime.v1.RuntimeService/ContainerStatus\",code=\"NOT_FOUND\"} 1",
@@ -495,5 +452,26 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing:\n{text}");
         }
+    }
+
+    /// `deploy/grafana-dashboard.json` is JSON and queries only metrics the proxy exports (as
+    /// the metrics text names them): a renamed metric fails here, not on an operator's screen.
+    #[test]
+    fn the_dashboard_queries_only_metrics_the_proxy_exports() {
+        let dashboard = include_str!("../../../deploy/grafana-dashboard.json");
+        let used = daemon_support::status::dashboard_names(dashboard, "runtime_proxy_").unwrap();
+        // A family shows in the metrics text once it has a series: record one of each.
+        let m = Metrics::new();
+        m.cri_call("/runtime.v1.RuntimeService/Version", Code::OK, Duration::from_millis(1));
+        m.hook_call("PreCreateContainer", "a.json", HookResult::Error, Duration::from_millis(1));
+        m.hook_refusal("PreCreateContainer", "a.json");
+        m.undecodable_request("CreateContainer");
+        m.skip_label_ignored();
+        m.backend_endpoint_up("runtime", true);
+        let text = m.render(Gauges { backend_up: true, ..Gauges::default() });
+        let exported = daemon_support::status::exposed_names(&text);
+        assert!(used.len() >= 10, "{used:?}");
+        let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
+        assert!(unknown.is_empty(), "the dashboard uses metrics runtime-proxy does not export: {unknown:?}; it exports {exported:?}");
     }
 }

@@ -3,7 +3,8 @@
 //! block encoder that never touches the HPACK dynamic table.
 //!
 //! The relay ([`crate::cri::relay`]) forwards most frames as they came; this module is only what it
-//! needs to read a frame's header, take a payload apart, and write the few frames it makes.
+//! needs to read a frame's header, take a payload apart, and write the few frames it makes. The
+//! hook client ([`crate::grpc::hook_client`]) writes and reads its calls' frames with it too.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
