@@ -58,7 +58,18 @@ use tonic::{Request, Response, Status};
 use crate::framework::Framework;
 use crate::hook_decode::{entry_parts, take_delimited, Lenient};
 use crate::plugin::Stage;
-use crate::server::MAX_MESSAGE_BYTES;
+
+/// Largest hook request taken and answer sent, bytes: 20 MiB, kubelet's CRI message limit (16
+/// MiB, `maxMsgSize` of its remote runtime client; runtime-proxy's `--max-request-bytes` default)
+/// and 4 MiB for what the proxy adds: the stored pod's labels and annotations (the API server
+/// takes at most 256 KiB of annotations, and a whole object of at most 1.5 MiB by etcd's
+/// default). kubelet copies a container's preStop handler into the annotation
+/// `io.kubernetes.container.preStopHandler`, JSON-escaping each `<` to six bytes, but that is
+/// within the CRI request's 16 MiB. A larger request is refused before its body is buffered,
+/// `RESOURCE_EXHAUSTED` ([`HookServer`]), and the proxy applies the registration's failure
+/// policy. An answer is at most about the request's size (the echoed envs). The bound of the
+/// hook server's memory is a multiple of it (this module's documentation, "Memory bound").
+pub const MAX_MESSAGE_BYTES: usize = 20 << 20;
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "runtime.v1alpha1.RuntimeHookService";
