@@ -39,8 +39,8 @@
 //!   be UTF-8 (views with `bytes` fields, item by item).
 //! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
 //! * [`cluster`] — the rules' inputs from the Kubernetes API (kube-rs watches of the node's
-//!   objects); [`metrics`] — `/metrics`, `/healthz` and `/status`; [`status`] — the operator's
-//!   view behind `/status` and `runtime-hooks status`.
+//!   objects); [`metrics`] — the process's metrics; [`status`] — the admin endpoint (`/metrics`,
+//!   `/healthz`, `/status`: the operator's view, also behind `runtime-hooks status`).
 //! * [`cli`] — flags; [`run`] wires everything for the binary.
 
 pub mod cgroup;
@@ -163,7 +163,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         rules.clone(),
         cluster.as_ref().map(|c| (cluster_config.node_name.clone(), c.status.clone())),
     ));
-    metrics::serve(args.metrics_addr, args.admin_socket().as_deref(), status.clone())?;
+    status::serve(args.metrics_addr, args.admin_socket().as_deref(), status.clone())?;
     let cgroups = CgroupFs::new(&args.cgroup_root, cgroup_version);
     let (driver, driver_source) = cgroup_driver(&args).await;
     if let Some(kubepods) = &args.kubepods_cgroup {
