@@ -759,7 +759,7 @@ read-write) and its version (--cgroup-version auto detects it)";
 /// A container's own `/sys/fs/cgroup` (its cgroup namespace) is a mount of the right type but
 /// read-only unless the container is privileged: refused as read-only. A privileged
 /// container's own view passes; the reconciler's warning for a pass that finds none of the
-/// pods' directories ([`crate::reconciler`]) catches it.
+/// pods' directories ([`crate::standalone::reconciler`]) catches it.
 ///
 /// Errors: one message naming `root`, what was found there and the fix.
 pub fn check_root(root: &Path, want: Option<CgroupVersion>) -> Result<(CgroupVersion, Vec<String>), String> {

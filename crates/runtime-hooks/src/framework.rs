@@ -14,9 +14,9 @@
 //! overrides the fields it sets, so runtime-proxy's merge rules ("the answer wins") leave
 //! everything else as kubelet sent it. The request is what the caller decoded: the gRPC server
 //! decodes only the labels and annotations plugins read and no container annotations or envs
-//! ([`crate::hook_decode`]), so its answers echo only those (both proxies merge these maps per
+//! ([`crate::proxy::hook_decode`]), so its answers echo only those (both proxies merge these maps per
 //! key: what is not echoed stays), and it adds the request's envs itself when a plugin sets one
-//! ([`crate::hook_wire::ContainerAnswer`]). A change's devices and mounts ([`Change::devices`],
+//! ([`crate::proxy::hook_wire::ContainerAnswer`]). A change's devices and mounts ([`Change::devices`],
 //! [`Change::mounts`]) have no field in the answer: they are logged once per call as "not
 //! expressible in proxy mode" and not applied (the envs of the same change are).
 //!

@@ -16,7 +16,8 @@
 //!
 //! # Module map
 //!
-//! From the inputs to the outputs:
+//! The three modes are folders over the shared framework; each mode imports the shared modules,
+//! never another mode. From the inputs to the outputs:
 //!
 //! * [`context`] — typed pod and container contexts (QoS class, kube QoS), from hook requests or
 //!   the CRI runtime.
@@ -27,21 +28,22 @@
 //! * [`plugins`] — koordlet v1.8.0's ten runtime hooks (the `GATES` table of [`feature_gates`]).
 //! * [`change`] — what a plugin asks for.
 //! * [`framework`] — runs a stage's plugins in order, merges, builds koordlet-style answers.
-//! * [`cgroup`] — cgroup v1/v2 files, units, idempotent writes, drift.
+//! * [`cgroup`] — cgroup v1/v2 files, units, idempotent writes, drift; [`cpu_weight`] — CPU
+//!   shares → `cpu.weight`; [`systemd`] — values on systemd units.
 //! * [`cgroup_path`] — cgroup drivers (systemd, cgroupfs), slice expansion: a cgroup parent as
 //!   kubelet or the runtime gives it → its directory.
-//! * [`server`] — proxy mode: the hook handlers and the registration file; [`hook_wire`] its
-//!   gRPC service, [`hook_decode`] its decoder of hook requests (one pass, without trusting
-//!   their strings to be UTF-8).
-//! * [`nri`] — NRI mode: the plugin (its protocol and connection loop are the `nri-plugin` crate's) and the
-//!   mapping between NRI's objects and the plugins' contexts and changes.
+//! * [`host`] — the kernel facilities beyond cgroup files (sysctl, tc, core scheduling, resctrl).
 //! * [`lenient`] — the runtime's answers decoded without trusting author-controlled strings to
 //!   be UTF-8 (views with `bytes` fields, item by item).
-//! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
 //! * [`cluster`] — the rules' inputs from the Kubernetes API (kube-rs watches of the node's
-//!   objects); [`metrics`] — the process's metrics; [`status`] — the admin endpoint (`/metrics`,
-//!   `/healthz`, `/status`: the operator's view, also behind `runtime-hooks status`).
-//! * [`cli`] — flags; [`run`] wires everything for the binary.
+//!   objects); [`metrics`] — the process's metrics.
+//! * The modes: [`proxy`] (the hook server: handlers and registration, its gRPC service, its
+//!   request decoder), [`standalone`] (the reconciler; also re-applies rule changes in proxy
+//!   mode), [`nri`] (the plugin — its protocol and connection loop are the `nri-plugin`
+//!   crate's — and the mapping between NRI's objects and the plugins' contexts and changes).
+//! * Above the modes: [`status`] — the admin endpoint (`/metrics`, `/healthz`, `/status`: the
+//!   operator's view, also behind `runtime-hooks status`); [`cli`] — flags; [`run`] wires
+//!   everything for the binary.
 
 pub mod cgroup;
 pub mod cgroup_path;
@@ -52,19 +54,16 @@ pub mod context;
 pub mod cpu_weight;
 pub mod feature_gates;
 pub mod framework;
-pub mod hook_decode;
-pub mod hook_wire;
 pub mod host;
 pub mod lenient;
 pub mod metrics;
 pub mod nri;
 pub mod plugin;
 pub mod plugins;
-pub mod pod_spec;
+pub mod proxy;
 pub mod quantity;
-pub mod reconciler;
 pub mod rules;
-pub mod server;
+pub mod standalone;
 pub mod status;
 pub mod systemd;
 
@@ -79,14 +78,14 @@ use crate::cgroup::CgroupFs;
 use crate::cgroup_path::CgroupDriver;
 use crate::cli::{Args, Mode};
 use crate::framework::Framework;
-use crate::reconciler::Reconciler;
+use crate::proxy::server::HookService;
 use crate::rules::RulesStore;
-use crate::server::HookService;
+use crate::standalone::reconciler::Reconciler;
 
 /// Runs the binary until `shutdown` resolves.
 ///
 /// Proxy mode: binds `--listen`, registers in `--hook-config-dir`, serves, and keeps the
-/// registration in place ([`server::Registration`]); at shutdown removes the registration first
+/// registration in place ([`proxy::server::Registration`]); at shutdown removes the registration first
 /// (if it still names this server), then stops serving and removes the socket. Standalone mode (or proxy
 /// mode with `--runtime-endpoint`): runs the reconciler.
 ///
@@ -269,7 +268,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
 fn running_status(
     args: &Args,
     framework: &Framework,
-    reconciler: Option<(std::path::PathBuf, Option<std::time::Duration>, Arc<std::sync::Mutex<reconciler::LastPass>>)>,
+    reconciler: Option<(std::path::PathBuf, Option<std::time::Duration>, Arc<std::sync::Mutex<standalone::reconciler::LastPass>>)>,
     driver: String,
 ) -> status::Running {
     let stages = framework.stages();
@@ -277,7 +276,7 @@ fn running_status(
     let registration = match args.mode {
         Mode::Proxy => std::path::absolute(&args.listen)
             .ok()
-            .and_then(|l| server::Registration::new(&args.hook_config_dir, &args.hook_name, &l, args.failure_policy, &stages).ok()),
+            .and_then(|l| proxy::server::Registration::new(&args.hook_config_dir, &args.hook_name, &l, args.failure_policy, &stages).ok()),
         Mode::Standalone | Mode::Nri => None,
     };
     let version = match framework.cgroups().version() {
@@ -392,7 +391,7 @@ pub async fn cgroup_driver(args: &Args) -> (Option<CgroupDriver>, String) {
     let Some(endpoint) = args.reconcile_endpoint() else {
         return (None, format!("{FORM} (no --runtime-endpoint to ask)"));
     };
-    match reconciler::runtime_cgroup_driver(&endpoint, std::time::Duration::from_secs(2)).await {
+    match standalone::reconciler::runtime_cgroup_driver(&endpoint, std::time::Duration::from_secs(2)).await {
         Ok(d) => (Some(d), format!("{d} (the runtime's RuntimeConfig)")),
         Err(e) => (None, format!("{FORM} (RuntimeConfig: {e})")),
     }
@@ -405,7 +404,7 @@ async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Out
     // Removed however serving ends: also when a second stop signal drops this future mid-drain.
     let _socket = RemoveOnDrop(listen.clone());
     let stages = framework.stages();
-    let registration = server::Registration::new(&args.hook_config_dir, &args.hook_name, &listen, args.failure_policy, &stages)?;
+    let registration = proxy::server::Registration::new(&args.hook_config_dir, &args.hook_name, &listen, args.failure_policy, &stages)?;
     registration.register()?;
     tracing::info!(socket = %listen.display(), registration = %registration.file().display(), "serving runtime hooks");
     // The listener is bound and tonic serves it from the first poll below.
@@ -414,14 +413,14 @@ async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Out
         // Keep the registration in place (restored when removed or taken) until shutdown.
         tokio::select! {
             () = shutdown => {}
-            () = registration.keep(server::REGISTRATION_CHECK_INTERVAL) => {}
+            () = registration.keep(proxy::server::REGISTRATION_CHECK_INTERVAL) => {}
         }
         // Unregister first, so the proxy stops calling us while calls in flight finish.
         registration.unregister();
     };
     let served = tonic::transport::Server::builder()
         .add_service(HookService::new(framework).into_server())
-        .serve_with_incoming_shutdown(server::Served::incoming(listener), shutdown)
+        .serve_with_incoming_shutdown(proxy::server::Served::incoming(listener), shutdown)
         .await;
     // Also when serving failed; a file that no longer names us is left alone.
     registration.unregister();

@@ -40,9 +40,9 @@ use crate::cli::Mode;
 use crate::cluster::ClusterStatus;
 use crate::metrics;
 use crate::plugin::{FailurePolicy, Stage};
-use crate::reconciler::LastPass;
+use crate::proxy::server::{Holder, Registration};
 use crate::rules::RulesStore;
-use crate::server::{Holder, Registration};
+use crate::standalone::reconciler::LastPass;
 
 /// What `/status` reads, from start-up on.
 pub struct StatusSource {

@@ -48,13 +48,13 @@ impl HookService {
         HookService { framework }
     }
 
-    /// The gRPC service for it ([`crate::hook_wire::HookServer`]): requests decoded without
-    /// trusting their strings to be UTF-8, taken and answered up to [`MAX_MESSAGE_BYTES`](crate::hook_wire::MAX_MESSAGE_BYTES)
+    /// The gRPC service for it ([`crate::proxy::hook_wire::HookServer`]): requests decoded without
+    /// trusting their strings to be UTF-8, taken and answered up to [`MAX_MESSAGE_BYTES`](crate::proxy::hook_wire::MAX_MESSAGE_BYTES)
     /// (tonic's default, 4 MiB, would refuse a container whose kubelet request is larger: the
     /// proxy then applies its failure policy, and under `Ignore` the container runs without its
     /// values).
-    pub fn into_server(self) -> crate::hook_wire::HookServer {
-        crate::hook_wire::HookServer::new(self.framework)
+    pub fn into_server(self) -> crate::proxy::hook_wire::HookServer {
+        crate::proxy::hook_wire::HookServer::new(self.framework)
     }
 
     fn pod(&self, stage: Stage, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
