@@ -1,4 +1,4 @@
-//! runtime-hooks' lenient hook-request decoder (`runtime_hooks::hook_decode::Lenient`): any bytes
+//! runtime-hooks' lenient hook-request decoder (`runtime_hooks::proxy::hook_decode::Lenient`): any bytes
 //! give a request or an error, never a panic; a request keeps only what plugins read (no envs, no
 //! container annotations, only the pod labels and annotations of the plugins' lists), and where
 //! prost decodes the same bytes the fields plugins read are the same.
@@ -7,7 +7,7 @@
 use hook_api::v1alpha1::ContainerResourceHookRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use runtime_hooks::hook_decode::Lenient;
+use runtime_hooks::proxy::hook_decode::Lenient;
 use runtime_hooks::plugins::{POD_ANNOTATIONS_READ, POD_LABELS_READ};
 
 fuzz_target!(|data: &[u8]| {

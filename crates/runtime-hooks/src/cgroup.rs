@@ -72,13 +72,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::cgroup_path::{self, CgroupDriver, PathError};
-use crate::cpu_weight::{WeightConversion, WeightFormula};
+use crate::cpu_weight::{WeightConversion, WeightFormula, MAX_SHARES, MIN_SHARES};
 use crate::systemd::{self, Systemd, UnitProperty};
 
-/// CPU shares bounds of the kernel (and kubelet): 2..=262144.
-pub const MIN_SHARES: i64 = 2;
-/// Upper bound of `cpu.shares`.
-pub const MAX_SHARES: i64 = 262_144;
 /// v1 reads this (`PAGE_COUNTER_MAX` pages, page-aligned `i64::MAX`) or more for "unlimited".
 const V1_UNLIMITED_FROM: i64 = 1 << 62;
 
@@ -763,7 +759,7 @@ read-write) and its version (--cgroup-version auto detects it)";
 /// A container's own `/sys/fs/cgroup` (its cgroup namespace) is a mount of the right type but
 /// read-only unless the container is privileged: refused as read-only. A privileged
 /// container's own view passes; the reconciler's warning for a pass that finds none of the
-/// pods' directories ([`crate::reconciler`]) catches it.
+/// pods' directories ([`crate::standalone::reconciler`]) catches it.
 ///
 /// Errors: one message naming `root`, what was found there and the fix.
 pub fn check_root(root: &Path, want: Option<CgroupVersion>) -> Result<(CgroupVersion, Vec<String>), String> {

@@ -154,7 +154,7 @@ pub struct Args {
 
     /// Registration file name, without `.json`: a plain file name (not empty, no `/` or NUL,
     /// not `.` or `..`, not starting with `.`, at most 200 bytes).
-    #[arg(long, value_name = "NAME", default_value = "runtime-hooks", value_parser = crate::server::parse_hook_name)]
+    #[arg(long, value_name = "NAME", default_value = "runtime-hooks", value_parser = crate::proxy::server::parse_hook_name)]
     pub hook_name: String,
 
     /// `failure-policy` written into the registration: what runtime-proxy does when this server

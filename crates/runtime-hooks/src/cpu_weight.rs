@@ -23,7 +23,10 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::cgroup::{MAX_SHARES, MIN_SHARES};
+/// CPU shares bounds of the kernel (and kubelet): 2..=262144.
+pub const MIN_SHARES: i64 = 2;
+/// Upper bound of `cpu.shares`.
+pub const MAX_SHARES: i64 = 262_144;
 
 /// A shares → `cpu.weight` conversion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]

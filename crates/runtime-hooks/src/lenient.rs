@@ -129,9 +129,9 @@ impl<D: Message + Default> Decoder for ViewDecoder<D> {
 /// Views of CRI v1 answers (`runtime.v1`), field numbers as in `api.proto`; fields not listed
 /// are skipped unread (prost skips unknown fields without looking into them).
 pub mod cri {
-    use super::BytesEntry;
+    use crate::lenient::BytesEntry;
 
-    /// `ListPodSandboxResponse`: the items still encoded, for [`super::decode_items`].
+    /// `ListPodSandboxResponse`: the items still encoded, for [`crate::lenient::decode_items`].
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ListPodSandboxResponse {
         /// `repeated PodSandbox items = 1`.

@@ -16,7 +16,8 @@
 //!
 //! # Module map
 //!
-//! From the inputs to the outputs:
+//! The three modes are folders over the shared framework; each mode imports the shared modules,
+//! never another mode. From the inputs to the outputs:
 //!
 //! * [`context`] — typed pod and container contexts (QoS class, kube QoS), from hook requests or
 //!   the CRI runtime.
@@ -27,21 +28,22 @@
 //! * [`plugins`] — koordlet v1.8.0's ten runtime hooks (the `GATES` table of [`feature_gates`]).
 //! * [`change`] — what a plugin asks for.
 //! * [`framework`] — runs a stage's plugins in order, merges, builds koordlet-style answers.
-//! * [`cgroup`] — cgroup v1/v2 files, units, idempotent writes, drift.
+//! * [`cgroup`] — cgroup v1/v2 files, units, idempotent writes, drift; [`cpu_weight`] — CPU
+//!   shares → `cpu.weight`; [`systemd`] — values on systemd units.
 //! * [`cgroup_path`] — cgroup drivers (systemd, cgroupfs), slice expansion: a cgroup parent as
 //!   kubelet or the runtime gives it → its directory.
-//! * [`server`] — proxy mode: the hook handlers and the registration file; [`hook_wire`] its
-//!   gRPC service, [`hook_decode`] its decoder of hook requests (one pass, without trusting
-//!   their strings to be UTF-8).
-//! * [`nri`] — NRI mode: the plugin (its protocol and connection loop are the `nri-plugin` crate's) and the
-//!   mapping between NRI's objects and the plugins' contexts and changes.
+//! * [`host`] — the kernel facilities beyond cgroup files (sysctl, tc, core scheduling, resctrl).
 //! * [`lenient`] — the runtime's answers decoded without trusting author-controlled strings to
 //!   be UTF-8 (views with `bytes` fields, item by item).
-//! * [`reconciler`] — standalone mode (and rule changes in proxy mode).
 //! * [`cluster`] — the rules' inputs from the Kubernetes API (kube-rs watches of the node's
-//!   objects); [`metrics`] — `/metrics`, `/healthz` and `/status`; [`status`] — the operator's
-//!   view behind `/status` and `runtime-hooks status`.
-//! * [`cli`] — flags; [`run`] wires everything for the binary.
+//!   objects); [`metrics`] — the process's metrics.
+//! * The modes: [`proxy`] (the hook server: handlers and registration, its gRPC service, its
+//!   request decoder), [`standalone`] (the reconciler; also re-applies rule changes in proxy
+//!   mode), [`nri`] (the plugin — its protocol and connection loop are the `nri-plugin`
+//!   crate's — and the mapping between NRI's objects and the plugins' contexts and changes).
+//! * Above the modes: [`status`] — the admin endpoint (`/metrics`, `/healthz`, `/status`: the
+//!   operator's view, also behind `runtime-hooks status`); [`cli`] — flags; [`run`] wires
+//!   everything for the binary.
 
 pub mod cgroup;
 pub mod cgroup_path;
@@ -52,26 +54,24 @@ pub mod context;
 pub mod cpu_weight;
 pub mod feature_gates;
 pub mod framework;
-pub mod hook_decode;
-pub mod hook_wire;
 pub mod host;
 pub mod lenient;
 pub mod metrics;
 pub mod nri;
 pub mod plugin;
 pub mod plugins;
-pub mod pod_spec;
+pub mod proxy;
 pub mod quantity;
-pub mod reconciler;
 pub mod rules;
-pub mod server;
+pub mod standalone;
 pub mod status;
 pub mod systemd;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::ValueEnum as _;
 use daemon_support::signals::Reloads;
 
@@ -79,14 +79,13 @@ use crate::cgroup::CgroupFs;
 use crate::cgroup_path::CgroupDriver;
 use crate::cli::{Args, Mode};
 use crate::framework::Framework;
-use crate::reconciler::Reconciler;
 use crate::rules::RulesStore;
-use crate::server::HookService;
+use crate::standalone::reconciler::Reconciler;
 
 /// Runs the binary until `shutdown` resolves.
 ///
 /// Proxy mode: binds `--listen`, registers in `--hook-config-dir`, serves, and keeps the
-/// registration in place ([`server::Registration`]); at shutdown removes the registration first
+/// registration in place ([`proxy::server::Registration`]); at shutdown removes the registration first
 /// (if it still names this server), then stops serving and removes the socket. Standalone mode (or proxy
 /// mode with `--runtime-endpoint`): runs the reconciler.
 ///
@@ -101,154 +100,33 @@ use crate::server::HookService;
 /// `--unchecked-cgroup-root`, a version not given), a socket that cannot be bound, a
 /// registration that cannot be written.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option<Reloads>) -> anyhow::Result<()> {
-    let plugin_options = plugins::PluginOptions {
-        devices: plugins::devices::DeviceOptions {
-            host_root: args.device_host_root.clone(),
-            hami_core_library: args.hami_core_library_directory_path.clone(),
-        },
-        be_cpu_manager: false,
-        partial_view: !args.selector.is_empty(),
-        proc_sys: "/proc/sys".into(),
-    };
-    let plugins = match &args.plugins {
-        Some(names) => {
-            tracing::warn!(
-                "--plugins is deprecated: use --feature-gates (GroupIdentity, BatchResource, CPUSetAllocator; koordlet's names)"
-            );
-            plugins::select(names).map_err(anyhow::Error::msg)?
-        }
-        None => args.feature_gates.plugins(&plugin_options),
-    };
-    let cgroup_version = if args.unchecked_cgroup_root {
-        let Some(v) = args.cgroup_version.version() else {
-            anyhow::bail!("--unchecked-cgroup-root needs --cgroup-version v1 or v2: there is no mount to detect the version from")
-        };
-        tracing::warn!(
-            cgroup_root = %args.cgroup_root.display(),
-            "--unchecked-cgroup-root: the cgroup root is not checked to be a mounted cgroup file system (for tests)"
-        );
-        v
-    } else {
-        let (v, warnings) = cgroup::check_root(&args.cgroup_root, args.cgroup_version.version()).map_err(anyhow::Error::msg)?;
-        for w in warnings {
-            tracing::warn!("{w}");
-        }
-        v
-    };
-    let rules = match &args.rules {
-        Some(path) => {
-            let store = RulesStore::open(path)?;
-            if let Err(e) = store.watch() {
-                tracing::warn!(file = %path.display(), "not watching the rules file (re-read every 10 s instead): {e:#}");
-            }
-            store
-        }
-        None => RulesStore::defaults(),
-    };
-    rules.set_flags(crate::rules::RuleFlags { disable_unset_cpu_quota: args.disable_unset_cpu_quota });
-    let cluster_config =
-        cluster::ClusterConfig { kubeconfig: args.kubeconfig.clone(), node_name: args.node_name.clone().unwrap_or_default() };
-    let cluster = match cluster::client(&cluster_config).await? {
-        Some(client) if cluster_config.node_name.is_empty() => {
-            drop(client);
-            anyhow::bail!(
-                "rules from the cluster need the node's name: --node-name, or $NODE_NAME (the DaemonSet sets it from spec.nodeName)"
-            )
-        }
-        Some(client) => Some(cluster::spawn(client, cluster_config.node_name.clone(), rules.clone())),
-        None => None,
-    };
-    let status = Arc::new(status::StatusSource::new(
-        args.mode,
-        rules.clone(),
-        cluster.as_ref().map(|c| (cluster_config.node_name.clone(), c.status.clone())),
-    ));
-    metrics::serve(args.metrics_addr, args.admin_socket().as_deref(), status.clone())?;
-    let cgroups = CgroupFs::new(&args.cgroup_root, cgroup_version);
-    let (driver, driver_source) = cgroup_driver(&args).await;
-    if let Some(kubepods) = &args.kubepods_cgroup {
-        cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
-    }
-    let cgroups = cgroups.with_driver(driver).with_weight_formula(args.cpu_weight_formula.formula()).with_systemd(systemd_bus(driver));
-    let host = Arc::new(host::Host::detect(host::HostPaths {
-        cgroup_root: args.cgroup_root.clone(),
-        proc_sys: "/proc/sys".into(),
-        terway_qos_dir: args.terway_qos_dir.clone(),
-        resctrl_root: args.resctrl_root.clone(),
-    }));
-    let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules.clone(), Arc::new(cgroups)).with_host(host));
-    for name in v1_only_plugins(&framework) {
-        tracing::warn!(
-            plugin = name,
-            "{name} works on cgroup v1 only (koordlet runs it only there: net_cls has no cgroup v2 counterpart); on this cgroup v2 host it writes no net_cls classids and no pod fails for it"
-        );
-    }
-    let stages = framework.stages();
-    tracing::info!(
-        mode = %args.mode.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default(),
-        plugins = %framework.plugins().iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
-        feature_gates = %args.feature_gates.describe(),
-        stages = %stages.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","),
-        cgroup = %match framework.cgroups().version() { cgroup::CgroupVersion::V1 => "v1", cgroup::CgroupVersion::V2 => "v2" },
-        cgroup_root = %framework.cgroups().root().display(),
-        cgroup_driver = %driver_source,
-        cpu_weight_formula = %match args.cpu_weight_formula.formula() {
-            Some(f) => f.as_str().to_owned(),
-            None => format!("auto (learned from the runtime; {} until then)", cpu_weight::DEFAULT_FORMULA.as_str()),
-        },
-        host = %framework.host().describe(),
-        rules = %args.rules.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "koordlet's defaults".into()),
-        cluster = %match &cluster {
-            Some(_) => format!("node {} (NodeSLO, NodeResourceTopology, Node, pods)", cluster_config.node_name),
-            None => "none (no --kubeconfig, not in a pod)".into(),
-        },
-        "runtime-hooks starting"
-    );
+    let plugins = select_plugins(&args)?;
+    let cgroup_version = cgroup_version(&args)?;
+    let rules = rules_store(&args)?;
+    let node_name = args.node_name.clone().unwrap_or_default();
+    let cluster = follow_cluster(&args, &node_name, &rules).await?;
+    let status =
+        Arc::new(status::StatusSource::new(args.mode, rules.clone(), cluster.as_ref().map(|c| (node_name.clone(), c.status.clone()))));
+    status::serve(args.metrics_addr, args.admin_socket().as_deref(), status.clone())?;
+    let (framework, driver_source) = build_framework(&args, plugins, cgroup_version, rules.clone()).await?;
+    log_start(&args, &framework, &driver_source, cluster.as_ref().map(|_| node_name.as_str()));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
+    let (reconciler, last_pass) = match start_reconciler(&args, &framework, &rules, cluster.as_ref(), stop_rx) {
+        Some((task, last_pass)) => (Some(task), Some(last_pass)),
+        None => (None, None),
     };
-    let mut last_pass = None;
-    let reconciler = args.reconcile_endpoint().map(|endpoint| {
-        let r = Reconciler::new(framework.clone(), &endpoint)
-            .with_selector(args.selector.clone())
-            .with_kubepods(args.kubepods_cgroup.clone())
-            .with_cluster_pods(cluster.as_ref().map(|c| c.pods.clone()));
-        let interval = match args.interval() {
-            Some(d) => format!("{} ms", d.as_millis()),
-            None => "none (at start and on rule changes only)".to_owned(),
-        };
-        tracing::info!(endpoint = %endpoint.display(), %interval, "reconciler running");
-        last_pass = Some((endpoint, args.interval(), r.last_pass()));
-        tokio::spawn(r.run(args.interval(), rules.subscribe(), stopped()))
-    });
     status.set_running(running_status(&args, &framework, last_pass, driver_source));
     let reload_task = reloads.map(|reloads| tokio::spawn(follow_reloads(reloads, rules.clone(), args.rules.clone())));
 
     let result = match args.mode {
-        Mode::Proxy => serve(&args, framework, shutdown).await,
+        Mode::Proxy => proxy::serve(&proxy_options(&args), framework, shutdown).await,
         Mode::Standalone => {
             notify_systemd(daemon_support::sd_notify::READY);
             shutdown.await;
             Ok(())
         }
-        Mode::Nri => {
-            let options = nri::Options {
-                socket: args.nri_socket.clone(),
-                name: args.nri_plugin_name.clone(),
-                index: args.nri_plugin_index.clone(),
-                selector: args.selector.clone(),
-            };
-            tracing::info!(socket = %options.socket.display(), "NRI plugin starting");
-            // Ready once the plugin runs: it connects (and reconnects) in the background, so a
-            // runtime that is not there yet must not hold `systemctl start` until its timeout.
-            notify_systemd(daemon_support::sd_notify::READY);
-            nri::run(framework, options, shutdown).await
-        }
+        Mode::Nri => run_nri(&args, framework, shutdown).await,
     };
     let _ = stop_tx.send(true);
     if let Some(task) = reload_task {
@@ -264,20 +142,220 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     result
 }
 
+/// The reconciler's socket, interval and last pass, as `/status` shows them.
+type ReconcilerStatus = (PathBuf, Option<Duration>, Arc<std::sync::Mutex<standalone::reconciler::LastPass>>);
+
+/// The plugins to run: `--feature-gates` (koordlet's gates), or the deprecated `--plugins` list
+/// (logged as deprecated).
+///
+/// Errors: a `--plugins` name that is not a plugin.
+fn select_plugins(args: &Args) -> anyhow::Result<Vec<Arc<dyn plugin::Plugin>>> {
+    let plugin_options = plugins::PluginOptions {
+        devices: plugins::devices::DeviceOptions {
+            host_root: args.device_host_root.clone(),
+            hami_core_library: args.hami_core_library_directory_path.clone(),
+        },
+        be_cpu_manager: false,
+        partial_view: !args.selector.is_empty(),
+        proc_sys: "/proc/sys".into(),
+    };
+    match &args.plugins {
+        Some(names) => {
+            tracing::warn!(
+                "--plugins is deprecated: use --feature-gates (GroupIdentity, BatchResource, CPUSetAllocator; koordlet's names)"
+            );
+            plugins::select(names).map_err(anyhow::Error::msg)
+        }
+        None => Ok(args.feature_gates.plugins(&plugin_options)),
+    }
+}
+
+/// The cgroup version of `--cgroup-root`: checked to be a mounted, writable cgroup file system
+/// ([`cgroup::check_root`], its warnings logged), or `--cgroup-version` as given under
+/// `--unchecked-cgroup-root` (logged at warn).
+///
+/// Errors: the root fails the check; `--unchecked-cgroup-root` without a version.
+fn cgroup_version(args: &Args) -> anyhow::Result<cgroup::CgroupVersion> {
+    if args.unchecked_cgroup_root {
+        let Some(v) = args.cgroup_version.version() else {
+            anyhow::bail!("--unchecked-cgroup-root needs --cgroup-version v1 or v2: there is no mount to detect the version from")
+        };
+        tracing::warn!(
+            cgroup_root = %args.cgroup_root.display(),
+            "--unchecked-cgroup-root: the cgroup root is not checked to be a mounted cgroup file system (for tests)"
+        );
+        return Ok(v);
+    }
+    let (v, warnings) = cgroup::check_root(&args.cgroup_root, args.cgroup_version.version()).map_err(anyhow::Error::msg)?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(v)
+}
+
+/// The rules: from `--rules` (watched; when the watch cannot be set up, re-read every 10 s,
+/// logged) or koordlet's defaults, with the command line's rule flags applied.
+///
+/// Errors: the rules file cannot be read or is invalid.
+fn rules_store(args: &Args) -> anyhow::Result<Arc<RulesStore>> {
+    let rules = match &args.rules {
+        Some(path) => {
+            let store = RulesStore::open(path)?;
+            if let Err(e) = store.watch() {
+                tracing::warn!(file = %path.display(), "not watching the rules file (re-read every 10 s instead): {e:#}");
+            }
+            store
+        }
+        None => RulesStore::defaults(),
+    };
+    rules.set_flags(rules::RuleFlags { disable_unset_cpu_quota: args.disable_unset_cpu_quota });
+    Ok(rules)
+}
+
+/// The cluster as a rule source, when there is a kubeconfig (`--kubeconfig`, or in a pod): the
+/// watches of node `node_name`'s objects, feeding `rules`. `None` without one.
+///
+/// Errors: a kubeconfig that cannot be loaded ([`cluster::client`]); a cluster without a node
+/// name (`--node-name`, `$NODE_NAME`).
+async fn follow_cluster(args: &Args, node_name: &str, rules: &Arc<RulesStore>) -> anyhow::Result<Option<cluster::ClusterSource>> {
+    let config = cluster::ClusterConfig { kubeconfig: args.kubeconfig.clone(), node_name: node_name.to_owned() };
+    match cluster::client(&config).await? {
+        Some(client) if node_name.is_empty() => {
+            drop(client);
+            anyhow::bail!(
+                "rules from the cluster need the node's name: --node-name, or $NODE_NAME (the DaemonSet sets it from spec.nodeName)"
+            )
+        }
+        Some(client) => Ok(Some(cluster::spawn(client, node_name.to_owned(), rules.clone()))),
+        None => Ok(None),
+    }
+}
+
+/// The framework every mode runs: the plugins over the cgroup files (version `version`, the
+/// node's cgroup driver, the `cpu.weight` formula, systemd's bus) and the host's kernel
+/// facilities, with the rules in force; and where the driver came from ([`cgroup_driver`]).
+/// Logs the enabled plugins that do nothing on cgroup v2 ([`v1_only_plugins`]).
+///
+/// Errors: a `--kubepods-cgroup` that the driver cannot place.
+async fn build_framework(
+    args: &Args,
+    plugins: Vec<Arc<dyn plugin::Plugin>>,
+    version: cgroup::CgroupVersion,
+    rules: Arc<RulesStore>,
+) -> anyhow::Result<(Arc<Framework>, String)> {
+    let cgroups = CgroupFs::new(&args.cgroup_root, version);
+    let (driver, driver_source) = cgroup_driver(args).await;
+    if let Some(kubepods) = &args.kubepods_cgroup {
+        cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
+    }
+    let cgroups = cgroups.with_driver(driver).with_weight_formula(args.cpu_weight_formula.formula()).with_systemd(systemd_bus(driver));
+    let host = Arc::new(host::Host::detect(host::HostPaths {
+        cgroup_root: args.cgroup_root.clone(),
+        proc_sys: "/proc/sys".into(),
+        terway_qos_dir: args.terway_qos_dir.clone(),
+        resctrl_root: args.resctrl_root.clone(),
+    }));
+    let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules, Arc::new(cgroups)).with_host(host));
+    for name in v1_only_plugins(&framework) {
+        tracing::warn!(
+            plugin = name,
+            "{name} works on cgroup v1 only (koordlet runs it only there: net_cls has no cgroup v2 counterpart); on this cgroup v2 host it writes no net_cls classids and no pod fails for it"
+        );
+    }
+    Ok((framework, driver_source))
+}
+
+/// The start-up line: mode, plugins, gates, stages, cgroups, the `cpu.weight` formula, the
+/// host's facilities, the rule sources (`cluster_node`: the node followed, when the cluster is one).
+fn log_start(args: &Args, framework: &Framework, driver_source: &str, cluster_node: Option<&str>) {
+    let stages = framework.stages();
+    tracing::info!(
+        mode = %args.mode.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default(),
+        plugins = %framework.plugins().iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
+        feature_gates = %args.feature_gates.describe(),
+        stages = %stages.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","),
+        cgroup = %match framework.cgroups().version() { cgroup::CgroupVersion::V1 => "v1", cgroup::CgroupVersion::V2 => "v2" },
+        cgroup_root = %framework.cgroups().root().display(),
+        cgroup_driver = %driver_source,
+        cpu_weight_formula = %match args.cpu_weight_formula.formula() {
+            Some(f) => f.as_str().to_owned(),
+            None => format!("auto (learned from the runtime; {} until then)", cpu_weight::DEFAULT_FORMULA.as_str()),
+        },
+        host = %framework.host().describe(),
+        rules = %args.rules.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "koordlet's defaults".into()),
+        cluster = %match cluster_node {
+            Some(node) => format!("node {node} (NodeSLO, NodeResourceTopology, Node, pods)"),
+            None => "none (no --kubeconfig, not in a pod)".into(),
+        },
+        "runtime-hooks starting"
+    );
+}
+
+/// Spawns the reconciler when there is a runtime to reconcile ([`Args::reconcile_endpoint`]:
+/// standalone mode, or `--runtime-endpoint`): passes at start, every `--reconcile-interval`
+/// and on rule changes, until `stop` turns true. Returns its task and what `/status` shows of it.
+fn start_reconciler(
+    args: &Args,
+    framework: &Arc<Framework>,
+    rules: &RulesStore,
+    cluster: Option<&cluster::ClusterSource>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Option<(tokio::task::JoinHandle<()>, ReconcilerStatus)> {
+    let endpoint = args.reconcile_endpoint()?;
+    let r = Reconciler::new(framework.clone(), &endpoint)
+        .with_selector(args.selector.clone())
+        .with_kubepods(args.kubepods_cgroup.clone())
+        .with_cluster_pods(cluster.map(|c| c.pods.clone()));
+    let interval = match args.interval() {
+        Some(d) => format!("{} ms", d.as_millis()),
+        None => "none (at start and on rule changes only)".to_owned(),
+    };
+    tracing::info!(endpoint = %endpoint.display(), %interval, "reconciler running");
+    let last_pass = (endpoint, args.interval(), r.last_pass());
+    let mut stop = stop;
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    Some((tokio::spawn(r.run(args.interval(), rules.subscribe(), stopped)), last_pass))
+}
+
+/// Proxy mode's flags.
+fn proxy_options(args: &Args) -> proxy::Options {
+    proxy::Options {
+        listen: args.listen.clone(),
+        hook_config_dir: args.hook_config_dir.clone(),
+        hook_name: args.hook_name.clone(),
+        failure_policy: args.failure_policy,
+    }
+}
+
+/// NRI mode: runs the NRI plugin ([`nri::run`]) until `shutdown` resolves, ready for systemd at
+/// once (it connects, and reconnects, in the background).
+///
+/// Errors: those of [`nri::run`].
+async fn run_nri(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let options = nri::Options {
+        socket: args.nri_socket.clone(),
+        name: args.nri_plugin_name.clone(),
+        index: args.nri_plugin_index.clone(),
+        selector: args.selector.clone(),
+    };
+    tracing::info!(socket = %options.socket.display(), "NRI plugin starting");
+    // Ready once the plugin runs: it connects (and reconnects) in the background, so a
+    // runtime that is not there yet must not hold `systemctl start` until its timeout.
+    notify_systemd(daemon_support::sd_notify::READY);
+    nri::run(framework, options, shutdown).await
+}
+
 /// What `/status` reports once the plugins are set up: the plugins and their stages, the
 /// registration (proxy mode; its file read back when asked) or the NRI plugin, the reconciler.
-fn running_status(
-    args: &Args,
-    framework: &Framework,
-    reconciler: Option<(std::path::PathBuf, Option<std::time::Duration>, Arc<std::sync::Mutex<reconciler::LastPass>>)>,
-    driver: String,
-) -> status::Running {
+fn running_status(args: &Args, framework: &Framework, reconciler: Option<ReconcilerStatus>, driver: String) -> status::Running {
     let stages = framework.stages();
-    // The registration serve() writes: the same directory, name, absolute endpoint and stages.
+    // The registration proxy::serve writes: the same directory, name, absolute endpoint and stages.
     let registration = match args.mode {
         Mode::Proxy => std::path::absolute(&args.listen)
             .ok()
-            .and_then(|l| server::Registration::new(&args.hook_config_dir, &args.hook_name, &l, args.failure_policy, &stages).ok()),
+            .and_then(|l| proxy::server::Registration::new(&args.hook_config_dir, &args.hook_name, &l, args.failure_policy, &stages).ok()),
         Mode::Standalone | Mode::Nri => None,
     };
     let version = match framework.cgroups().version() {
@@ -392,48 +470,9 @@ pub async fn cgroup_driver(args: &Args) -> (Option<CgroupDriver>, String) {
     let Some(endpoint) = args.reconcile_endpoint() else {
         return (None, format!("{FORM} (no --runtime-endpoint to ask)"));
     };
-    match reconciler::runtime_cgroup_driver(&endpoint, std::time::Duration::from_secs(2)).await {
+    match standalone::reconciler::runtime_cgroup_driver(&endpoint, std::time::Duration::from_secs(2)).await {
         Ok(d) => (Some(d), format!("{d} (the runtime's RuntimeConfig)")),
         Err(e) => (None, format!("{FORM} (RuntimeConfig: {e})")),
-    }
-}
-
-async fn serve(args: &Args, framework: Arc<Framework>, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    // Absolute: the proxy dials the registered path from its own working directory.
-    let listen = std::path::absolute(&args.listen).with_context(|| format!("resolving {}", args.listen.display()))?;
-    let listener = daemon_support::socket::bind_unix(&listen)?;
-    // Removed however serving ends: also when a second stop signal drops this future mid-drain.
-    let _socket = RemoveOnDrop(listen.clone());
-    let stages = framework.stages();
-    let registration = server::Registration::new(&args.hook_config_dir, &args.hook_name, &listen, args.failure_policy, &stages)?;
-    registration.register()?;
-    tracing::info!(socket = %listen.display(), registration = %registration.file().display(), "serving runtime hooks");
-    // The listener is bound and tonic serves it from the first poll below.
-    notify_systemd(daemon_support::sd_notify::READY);
-    let shutdown = async {
-        // Keep the registration in place (restored when removed or taken) until shutdown.
-        tokio::select! {
-            () = shutdown => {}
-            () = registration.keep(server::REGISTRATION_CHECK_INTERVAL) => {}
-        }
-        // Unregister first, so the proxy stops calling us while calls in flight finish.
-        registration.unregister();
-    };
-    let served = tonic::transport::Server::builder()
-        .add_service(HookService::new(framework).into_server())
-        .serve_with_incoming_shutdown(server::Served::incoming(listener), shutdown)
-        .await;
-    // Also when serving failed; a file that no longer names us is left alone.
-    registration.unregister();
-    served.context("serving runtime hooks")
-}
-
-/// Removes a socket file when dropped.
-struct RemoveOnDrop(std::path::PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 

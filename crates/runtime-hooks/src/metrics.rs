@@ -1,7 +1,5 @@
-//! runtime-hooks' admin endpoint (`--metrics-addr`, and the root-only `--admin-socket`; both
-//! bounded as [`daemon_support::admin_http`] says): `GET /metrics` (Prometheus text format),
-//! `GET /healthz` (200 `ok` while the process serves) and `GET /status` (JSON: an operator's
-//! view, [`crate::status`]).
+//! runtime-hooks' metrics: the process-wide families the rule sources count into, and their
+//! Prometheus text format ([`encode`], served as `GET /metrics` by [`crate::status::serve`]).
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
@@ -11,11 +9,7 @@
 //! | `runtime_hooks_cluster_synced` | gauge | `object` | 1 once the first list of that object is complete |
 //! | `runtime_hooks_cluster_events_posted_total` | counter | | `RuleParseFailed` Events posted on the Node |
 
-use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
-
-use daemon_support::admin_http;
+use std::sync::OnceLock;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -76,37 +70,6 @@ pub fn encode() -> String {
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
     out
-}
-
-/// Binds `addr` (`--metrics-addr`, when given) and `socket` (`--admin-socket`, when on) and
-/// serves `/metrics`, `/healthz` and `/status` (from `status`) on both until the process ends,
-/// with the bounds of [`daemon_support::admin_http`]; logs each (`admin endpoint: …
-/// addr=IP:PORT`, `admin socket: … socket=PATH`).
-///
-/// Errors, naming the flag: an address or the socket cannot be bound (in use, not local, the
-/// directory not writable).
-pub fn serve(addr: Option<SocketAddr>, socket: Option<&Path>, status: Arc<crate::status::StatusSource>) -> anyhow::Result<()> {
-    let tcp = addr.map(|addr| admin_http::bind_tcp("--metrics-addr", addr)).transpose()?;
-    let unix = socket.map(|path| admin_http::bind_socket("--admin-socket", path)).transpose()?;
-    let handler = move |req: admin_http::AdminRequest| {
-        let answer = match req.uri().path() {
-            "/metrics" => admin_http::reply(200, "text/plain; version=0.0.4; charset=utf-8", encode()),
-            "/healthz" => admin_http::reply(200, "text/plain", "ok\n"),
-            "/status" => admin_http::reply(200, "application/json", status.document().to_string()),
-            _ => admin_http::reply(404, "text/plain", "not found: try /metrics, /healthz or /status\n"),
-        };
-        async move { answer }
-    };
-    if let Some(l) = tcp {
-        tracing::info!(addr = %l.local_addr()?, "admin endpoint: /metrics, /healthz, /status");
-        tokio::spawn(admin_http::serve(admin_http::Listener::Tcp(l), "admin endpoint", handler.clone()));
-    }
-    if let Some(s) = unix {
-        let listener = admin_http::Listener::Unix(s);
-        tracing::info!(socket = %listener.describe(), "admin socket: /metrics, /healthz, /status");
-        tokio::spawn(admin_http::serve(listener, "admin socket", handler));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! An operator's view of a running runtime-hooks: `GET /status` on the admin endpoint
-//! (`--metrics-addr`, a JSON document) and `runtime-hooks status`, which fetches it and prints
-//! a table.
+//! runtime-hooks' admin endpoint (`--metrics-addr`, and the root-only `--admin-socket`; both
+//! bounded as [`daemon_support::admin_http`] says, [`serve`]): `GET /metrics` (Prometheus text
+//! format, [`crate::metrics`]), `GET /healthz` (200 `ok` while the process serves) and
+//! `GET /status`, an operator's view of a running runtime-hooks (a JSON document), which
+//! `runtime-hooks status` fetches and prints as a table.
 //!
 //! # Contents
 //!
@@ -25,19 +27,22 @@
 //! complete yet are `warnings`.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use daemon_support::admin_http;
 use daemon_support::status::{ago, problem_lists, rfc3339, show_duration, str_of, table, unix_ms};
 use serde_json::{json, Value};
 
 use crate::cli::Mode;
 use crate::cluster::ClusterStatus;
+use crate::metrics;
 use crate::plugin::{FailurePolicy, Stage};
-use crate::reconciler::LastPass;
+use crate::proxy::server::{Holder, Registration};
 use crate::rules::RulesStore;
-use crate::server::{Holder, Registration};
+use crate::standalone::reconciler::LastPass;
 
 /// What `/status` reads, from start-up on.
 pub struct StatusSource {
@@ -200,6 +205,37 @@ impl StatusSource {
             });
         }
     }
+}
+
+/// Binds `addr` (`--metrics-addr`, when given) and `socket` (`--admin-socket`, when on) and
+/// serves `/metrics`, `/healthz` and `/status` (from `status`) on both until the process ends,
+/// with the bounds of [`daemon_support::admin_http`]; logs each (`admin endpoint: …
+/// addr=IP:PORT`, `admin socket: … socket=PATH`).
+///
+/// Errors, naming the flag: an address or the socket cannot be bound (in use, not local, the
+/// directory not writable).
+pub fn serve(addr: Option<SocketAddr>, socket: Option<&Path>, status: Arc<StatusSource>) -> anyhow::Result<()> {
+    let tcp = addr.map(|addr| admin_http::bind_tcp("--metrics-addr", addr)).transpose()?;
+    let unix = socket.map(|path| admin_http::bind_socket("--admin-socket", path)).transpose()?;
+    let handler = move |req: admin_http::AdminRequest| {
+        let answer = match req.uri().path() {
+            "/metrics" => admin_http::reply(200, "text/plain; version=0.0.4; charset=utf-8", metrics::encode()),
+            "/healthz" => admin_http::reply(200, "text/plain", "ok\n"),
+            "/status" => admin_http::reply(200, "application/json", status.document().to_string()),
+            _ => admin_http::reply(404, "text/plain", "not found: try /metrics, /healthz or /status\n"),
+        };
+        async move { answer }
+    };
+    if let Some(l) = tcp {
+        tracing::info!(addr = %l.local_addr()?, "admin endpoint: /metrics, /healthz, /status");
+        tokio::spawn(admin_http::serve(admin_http::Listener::Tcp(l), "admin endpoint", handler.clone()));
+    }
+    if let Some(s) = unix {
+        let listener = admin_http::Listener::Unix(s);
+        tracing::info!(socket = %listener.describe(), "admin socket: /metrics, /healthz, /status");
+        tokio::spawn(admin_http::serve(listener, "admin socket", handler));
+    }
+    Ok(())
 }
 
 /// `proxy`, `standalone` or `nri`.

@@ -468,7 +468,7 @@ fn peak_rss(pid: i32) -> u64 {
 /// of env and argv under an 8 MiB stack limit), whose verbose status is 5 MiB of JSON holding
 /// them twice: corrected like any other, and runtime-hooks' peak memory grows by less than a
 /// JSON value of that status costs (it reads only the cgroup fields:
-/// `runtime_hooks::reconciler::VerboseInfo`).
+/// `runtime_hooks::standalone::reconciler::VerboseInfo`).
 #[tokio::test]
 async fn a_container_of_100k_envs_is_corrected_without_its_envs_in_memory() {
     let _one = BIG_ONES.lock().await;

@@ -29,10 +29,10 @@
 //! | `mounts` | `mounts` (`Mount`: destination, type, source, options) | – |
 //! | `pod_cgroup` | written by runtime-hooks itself | the same |
 
-use super::proto::api as nri;
 use crate::change::{Change, Device, Mount, Resources};
 use crate::context::{ContainerContext, PodContext};
 use crate::lenient::utf8_strings;
+use nri_plugin::proto::api as nri;
 
 pub use nri_plugin::convert::{cri_resources, envs, map_of};
 

@@ -91,9 +91,10 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
 
-use crate::cgroup::{CgroupValue, MAX_SHARES, MIN_SHARES};
+use crate::cgroup::CgroupValue;
 use crate::change::{Change, Resources};
 use crate::context::{ContainerContext, PodContext, QosClass};
+use crate::cpu_weight::{MAX_SHARES, MIN_SHARES};
 use crate::plugin::{Plugin, Stage};
 use crate::quantity::Quantity;
 use crate::rules::Rules;

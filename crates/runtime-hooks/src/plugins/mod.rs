@@ -50,13 +50,13 @@ pub use terway_qos::TerwayQos;
 use crate::plugin::Plugin;
 
 /// The pod label keys any built-in plugin reads; hook requests keep only these of a pod's
-/// labels ([`crate::hook_decode`]), so a pod's other labels cost runtime-hooks nothing.
+/// labels ([`crate::proxy::hook_decode`]), so a pod's other labels cost runtime-hooks nothing.
 /// Koordinator's class, CoreSched's group and policy, GPUEnvInject's isolation provider.
 pub const POD_LABELS_READ: &[&str] =
     &[crate::context::QOS_CLASS_KEY, core_sched::LABEL_GROUP_ID, core_sched::LABEL_POLICY, gpu_env::GPU_ISOLATION_PROVIDER];
 
 /// The pod annotation keys any built-in plugin reads (Koordinator's scheduler and manager write
-/// them); hook requests keep only these ([`crate::hook_decode`]). No plugin reads a container's
+/// them); hook requests keep only these ([`crate::proxy::hook_decode`]). No plugin reads a container's
 /// own annotations or its environment (GPUEnvInject only sets envs), so hook requests keep
 /// none of those.
 pub const POD_ANNOTATIONS_READ: &[&str] = &[

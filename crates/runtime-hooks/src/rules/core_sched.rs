@@ -16,8 +16,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::node_slo::{bool_field, int_field, lookup, string_field};
-use super::FieldError;
+use super::field::{bool_field, int_field, lookup, string_field, FieldError};
 use crate::context::{KubeQos, QosClass};
 
 /// What one class gets (koordlet's `Param`).

@@ -140,11 +140,11 @@ impl FileRules {
 /// `metadata.annotations` of an object as strings (absent: empty).
 ///
 /// Errors: annotations that are not a map of strings.
-pub fn annotations(obj: &Value) -> Result<BTreeMap<String, String>, super::FieldError> {
+pub fn annotations(obj: &Value) -> Result<BTreeMap<String, String>, super::field::FieldError> {
     match obj.get("metadata").and_then(|m| m.get("annotations")) {
         None | Some(Value::Null) => Ok(BTreeMap::new()),
         Some(v) => serde_json::from_value(v.clone())
-            .map_err(|e| super::FieldError::new("metadata.annotations", format!("not a map of strings: {e}"))),
+            .map_err(|e| super::field::FieldError::new("metadata.annotations", format!("not a map of strings: {e}"))),
     }
 }
 

@@ -16,7 +16,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::FieldError;
+use super::field::FieldError;
 use crate::context::QosClass;
 
 /// Where a host application's directory starts.

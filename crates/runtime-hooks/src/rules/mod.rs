@@ -26,6 +26,7 @@
 //! set from their batch-cpu limit.
 
 pub mod core_sched;
+pub mod field;
 pub mod file;
 pub mod host_app;
 pub mod legacy;
@@ -37,6 +38,7 @@ pub mod topology;
 
 use serde::Serialize;
 
+pub use field::FieldError;
 pub use store::{RuleSource, RulesStore};
 
 /// The policy in force: what the plugins read. Built by [`Rules::compose`]; `Default` is
@@ -165,24 +167,6 @@ impl RuleFlags {
             rules.cpuset.unset_cfs_quota = false;
         }
         rules
-    }
-}
-
-/// A field of an object that does not parse: which field (its JSON path, e.g.
-/// `spec.resourceUsedThresholdWithBE.cpuSuppressPolicy`) and why. The caller names the object.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct FieldError {
-    /// JSON path of the field within the object.
-    pub field: String,
-    /// What is wrong with its value, quoting the value.
-    pub reason: String,
-}
-
-impl FieldError {
-    /// A field error.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> FieldError {
-        FieldError { field: field.into(), reason: reason.into() }
     }
 }
 

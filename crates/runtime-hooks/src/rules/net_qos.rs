@@ -27,7 +27,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::FieldError;
+use super::field::FieldError;
 use crate::quantity::Quantity;
 
 /// `resourceQOSStrategy.policies.netQOSPolicy`.

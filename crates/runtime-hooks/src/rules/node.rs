@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::FieldError;
+use super::field::FieldError;
 
 /// Node annotation: the node's CPU normalization ratio (a float > 0, e.g. `"1.20"`).
 pub const CPU_NORMALIZATION_RATIO: &str = "node.koordinator.sh/cpu-normalization-ratio";

@@ -32,7 +32,8 @@
 
 use serde_json::Value;
 
-use super::{FieldError, GroupIdentityRules};
+use super::field::{bool_field, int_field, lookup, string_field, FieldError};
+use super::GroupIdentityRules;
 
 /// What the NodeSLO sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,46 +125,6 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
     let net_qos = super::net_qos::parse(spec)?;
     let core_sched = super::core_sched::parse(spec)?;
     Ok(SloRules { group_identity, batch_cfs_quota: !cfs_quota_policy, host_applications, net_qos, core_sched })
-}
-
-/// The value at `path` under `v` (`Null` when any step is missing or `null`).
-pub(super) fn lookup(v: &Value, path: &[&str]) -> Value {
-    let mut cur = v;
-    for key in path {
-        match cur.get(key) {
-            Some(next) => cur = next,
-            None => return Value::Null,
-        }
-    }
-    cur.clone()
-}
-
-fn type_error(field: &str, want: &str, v: &Value) -> FieldError {
-    FieldError::new(field, format!("{v} is not {want}"))
-}
-
-pub(super) fn bool_field(v: &Value, field: &str) -> Result<Option<bool>, FieldError> {
-    match v {
-        Value::Null => Ok(None),
-        Value::Bool(b) => Ok(Some(*b)),
-        other => Err(type_error(field, "a boolean", other)),
-    }
-}
-
-pub(super) fn int_field(v: &Value, field: &str) -> Result<Option<i64>, FieldError> {
-    match v {
-        Value::Null => Ok(None),
-        Value::Number(n) => n.as_i64().map(Some).ok_or_else(|| type_error(field, "an integer", v)),
-        other => Err(type_error(field, "an integer", other)),
-    }
-}
-
-pub(super) fn string_field(v: &Value, field: &str) -> Result<Option<String>, FieldError> {
-    match v {
-        Value::Null => Ok(None),
-        Value::String(s) => Ok(Some(s.clone())),
-        other => Err(type_error(field, "a string", other)),
-    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::FieldError;
+use super::field::FieldError;
 use crate::cgroup::{format_cpu_list, parse_cpu_list};
 
 /// NRT annotation: the CPU share pools of LS (and Burstable) pods, per NUMA node.

@@ -93,8 +93,8 @@ use crate::lenient::{cri as view, decode_items, entries_map, lossy, ViewCodec};
 #[path = "reconciler_info.rs"]
 mod info;
 use crate::plugin::{ContainerState, PodState, Stage};
-use crate::pod_spec;
 use crate::rules::host_app::HostAppBase;
+use crate::standalone::pod_spec;
 pub use info::{StatusInfo, VerboseInfo};
 
 /// One corrected file.
@@ -151,7 +151,7 @@ struct ListedPod {
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
     /// The API server's pod, when the cluster source has it: its spec gives the pods' and
-    /// containers' resources ([`crate::pod_spec`]).
+    /// containers' resources ([`crate::standalone::pod_spec`]).
     api: Option<Arc<k8s_openapi::api::core::v1::Pod>>,
 }
 

@@ -36,18 +36,6 @@ use tonic::{Request, Response, Status};
 use crate::framework::Framework;
 use crate::plugin::{FailurePolicy, Stage};
 
-/// Largest hook request taken and answer sent, bytes: 20 MiB, kubelet's CRI message limit (16
-/// MiB, `maxMsgSize` of its remote runtime client; runtime-proxy's `--max-request-bytes` default)
-/// and 4 MiB for what the proxy adds: the stored pod's labels and annotations (the API server
-/// takes at most 256 KiB of annotations, and a whole object of at most 1.5 MiB by etcd's
-/// default). kubelet copies a container's preStop handler into the annotation
-/// `io.kubernetes.container.preStopHandler`, JSON-escaping each `<` to six bytes, but that is
-/// within the CRI request's 16 MiB. A larger request is refused before its body is buffered,
-/// `RESOURCE_EXHAUSTED` ([`crate::hook_wire`]), and the proxy applies the registration's failure
-/// policy. An answer is at most about the request's size (the echoed envs). The bound of the
-/// hook server's memory is a multiple of it ([`crate::hook_wire`], "Memory bound").
-pub const MAX_MESSAGE_BYTES: usize = 20 << 20;
-
 /// The hook service: every RPC is the framework at that RPC's stage.
 #[derive(Clone, Debug)]
 pub struct HookService {
@@ -60,13 +48,13 @@ impl HookService {
         HookService { framework }
     }
 
-    /// The gRPC service for it ([`crate::hook_wire::HookServer`]): requests decoded without
-    /// trusting their strings to be UTF-8, taken and answered up to [`MAX_MESSAGE_BYTES`]
+    /// The gRPC service for it ([`crate::proxy::hook_wire::HookServer`]): requests decoded without
+    /// trusting their strings to be UTF-8, taken and answered up to [`MAX_MESSAGE_BYTES`](crate::proxy::hook_wire::MAX_MESSAGE_BYTES)
     /// (tonic's default, 4 MiB, would refuse a container whose kubelet request is larger: the
     /// proxy then applies its failure policy, and under `Ignore` the container runs without its
     /// values).
-    pub fn into_server(self) -> crate::hook_wire::HookServer {
-        crate::hook_wire::HookServer::new(self.framework)
+    pub fn into_server(self) -> crate::proxy::hook_wire::HookServer {
+        crate::proxy::hook_wire::HookServer::new(self.framework)
     }
 
     fn pod(&self, stage: Stage, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {

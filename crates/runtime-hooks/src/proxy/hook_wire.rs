@@ -5,7 +5,7 @@
 //! what kubelet sent may put bytes that are not UTF-8 into a `string` field — a pod annotation,
 //! a container env value from a Secret with binary data — and prost refuses the whole request
 //! then, so the container would run without its values under the proxy's `Ignore`. Here the
-//! request is decoded in one pass straight into hook-api's types ([`crate::hook_decode`]), as
+//! request is decoded in one pass straight into hook-api's types ([`crate::proxy::hook_decode`]), as
 //! [`crate::lenient`] describes: map entries (labels, annotations, envs, `unified`) whose key
 //! or value is not UTF-8 are left out, so the plugins never see them and the answer never
 //! echoes them (both proxies merge these maps per key: what is left out stays as kubelet sent
@@ -14,7 +14,7 @@
 //!
 //! # What is read and what is answered
 //!
-//! Only what a plugin reads is decoded ([`crate::hook_decode`]): of the pod's labels and
+//! Only what a plugin reads is decoded ([`crate::proxy::hook_decode`]): of the pod's labels and
 //! annotations the keys plugins read, of the container's annotations and envs nothing. The
 //! request's bytes (tonic's buffer, not copied) are kept until the answer is sent. The answer
 //! echoes what was decoded, overridden by the plugins' change; both proxies merge labels,
@@ -56,9 +56,20 @@ use tonic::codegen::http;
 use tonic::{Request, Response, Status};
 
 use crate::framework::Framework;
-use crate::hook_decode::{entry_parts, take_delimited, Lenient};
 use crate::plugin::Stage;
-use crate::server::MAX_MESSAGE_BYTES;
+use crate::proxy::hook_decode::{entry_parts, take_delimited, Lenient};
+
+/// Largest hook request taken and answer sent, bytes: 20 MiB, kubelet's CRI message limit (16
+/// MiB, `maxMsgSize` of its remote runtime client; runtime-proxy's `--max-request-bytes` default)
+/// and 4 MiB for what the proxy adds: the stored pod's labels and annotations (the API server
+/// takes at most 256 KiB of annotations, and a whole object of at most 1.5 MiB by etcd's
+/// default). kubelet copies a container's preStop handler into the annotation
+/// `io.kubernetes.container.preStopHandler`, JSON-escaping each `<` to six bytes, but that is
+/// within the CRI request's 16 MiB. A larger request is refused before its body is buffered,
+/// `RESOURCE_EXHAUSTED` ([`HookServer`]), and the proxy applies the registration's failure
+/// policy. An answer is at most about the request's size (the echoed envs). The bound of the
+/// hook server's memory is a multiple of it (this module's documentation, "Memory bound").
+pub const MAX_MESSAGE_BYTES: usize = 20 << 20;
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "runtime.v1alpha1.RuntimeHookService";
@@ -68,7 +79,7 @@ pub const SERVICE_NAME: &str = "runtime.v1alpha1.RuntimeHookService";
 /// may hold up to twice [`MAX_MESSAGE_BYTES`] (see the module documentation, "Memory bound").
 pub const MAX_CONCURRENT_CALLS: usize = 2;
 
-/// A request as decoded ([`crate::hook_decode`]) and its wire bytes (tonic's buffer, shared,
+/// A request as decoded ([`crate::proxy::hook_decode`]) and its wire bytes (tonic's buffer, shared,
 /// not copied), from which [`ContainerAnswer`] echoes the envs when a plugin sets one.
 #[derive(Clone, Debug, Default)]
 pub struct Decoded<T> {

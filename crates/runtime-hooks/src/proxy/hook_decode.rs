@@ -8,7 +8,7 @@
 //!   [`POD_LABELS_READ`] and [`POD_ANNOTATIONS_READ`]; the container's annotations and envs, which
 //!   no plugin reads, not at all (skipped over in the buffer, nothing allocated). A pod author's
 //!   15 MiB of envs (`envFrom` large ConfigMaps) or annotations thus cost the buffer tonic already
-//!   holds, not a map of 1.3 M entries ([`crate::hook_wire`] echoes the envs from that buffer
+//!   holds, not a map of 1.3 M entries ([`crate::proxy::hook_wire`] echoes the envs from that buffer
 //!   when a plugin changes one);
 //! * a map entry kept (those keys, and `unified` in full) whose key or value is not UTF-8 is left
 //!   out; the others are inserted in wire order, so of a duplicated key the last UTF-8 entry
