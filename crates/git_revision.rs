@@ -88,7 +88,7 @@ fn sources_dirty(paths: &[PathBuf]) -> Option<bool> {
     let mut cmd = std::process::Command::new("git");
     cmd.args(["--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--"]).args(paths);
     let out = cmd.output().ok()?;
-    out.status.success().then(|| !out.stdout.is_empty())
+    out.status.success().then_some(!out.stdout.is_empty())
 }
 
 /// The revision of the package in `package_dir` as the build step computes it (no `GIT_REVISION`

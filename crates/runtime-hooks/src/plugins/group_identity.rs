@@ -168,7 +168,7 @@ impl GroupIdentity {
 
     /// The plugin as the binary builds it: the switch read below `options.proc_sys`, unless
     /// that is empty.
-    pub fn from_options(options: &super::PluginOptions) -> GroupIdentity {
+    pub fn from_options(options: &super::options::PluginOptions) -> GroupIdentity {
         if options.proc_sys.as_os_str().is_empty() {
             return GroupIdentity::default();
         }

@@ -29,6 +29,7 @@ pub mod cpuset;
 pub mod devices;
 pub mod gpu_env;
 pub mod group_identity;
+mod options;
 pub mod rdma_device;
 pub mod resctrl;
 pub mod tc;
@@ -42,6 +43,7 @@ pub use cpu_normalization::CpuNormalization;
 pub use cpuset::CpuSet;
 pub use gpu_env::GpuEnvInject;
 pub use group_identity::GroupIdentity;
+pub use options::PluginOptions;
 pub use rdma_device::RdmaDeviceInject;
 pub use resctrl::Resctrl;
 pub use tc::TcNetworkQos;
@@ -67,22 +69,6 @@ pub const POD_ANNOTATIONS_READ: &[&str] = &[
     resctrl::schemata::ANNOTATION,
     tc::NETWORK_QOS,
 ];
-
-/// The node's options the plugins are built with (the command line's and the gates').
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PluginOptions {
-    /// Where the device plugins read the host (`--device-host-root`) and the HAMi-core library.
-    pub devices: devices::DeviceOptions,
-    /// koordlet's `BECPUManager` gate: CPUSet gives NUMA-aware BE pods the NodeResourceTopology's
-    /// BE share pools (off: BE pods are left to the CPU suppress policy, their cpuset cleared).
-    pub be_cpu_manager: bool,
-    /// The node-level work sees only the pods `--selector` selects: plugins must not remove
-    /// what may belong to the others (Resctrl's groups).
-    pub partial_view: bool,
-    /// Where GroupIdentity reads the kernel's group identity switch in the hook path
-    /// (`/proc/sys`); empty: not read (taken as absent).
-    pub proc_sys: std::path::PathBuf,
-}
 
 /// Every built-in plugin, in the order the framework runs them.
 pub fn builtin() -> Vec<Arc<dyn Plugin>> {
