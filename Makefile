@@ -15,11 +15,12 @@ demo-hooks:
 	@scripts/demo-hooks.sh
 
 # the fast tier for one's own loop (a few minutes, no runtime needed): fmt, the Markdown files' relative links
-# (scripts/check-links.py), clippy, rustdoc, unit tests, docs/flags.md against --help (tests/flags_doc.rs), and every fuzz target on 2000 inputs from a fixed seed;
+# (scripts/check-links.py), no import cycle in either program (scripts/check-modules.py), clippy, rustdoc, unit tests, docs/flags.md against --help (tests/flags_doc.rs), and every fuzz target on 2000 inputs from a fixed seed;
 # `make test` is the full run (every runtime, every phase)
 check:
 	cargo fmt --all -- --check
 	python3 scripts/check-links.py
+	python3 scripts/check-modules.py
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
 	cargo test --locked --workspace --lib --bins

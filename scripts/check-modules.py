@@ -168,7 +168,30 @@ def name(mod):
     return "crate" if not mod else "::".join(mod)
 
 
+def self_test():
+    """The checker finds the cycles it is for (so that a pass means something): a two-file cycle, a
+    parent whose own code names a child that names the parent, and none where a parent only re-exports."""
+    import tempfile
+    cases = {
+        "lib.rs": "mod a;\nmod b;\nmod p;\nmod q;\n",
+        "a.rs": "use crate::b::B;\npub struct A;\n",
+        "b.rs": "pub struct B(crate::a::A);\n",
+        "p/mod.rs": "mod c;\npub struct P;\nfn f() { c::g(); }\n",
+        "p/c.rs": "use super::P;\npub fn g() {}\n",
+        "q/mod.rs": "mod d;\npub use d::D;\npub struct Q;\n",
+        "q/d.rs": "pub struct D(super::Q);\n",
+    }
+    with tempfile.TemporaryDirectory() as src:
+        for path, text in cases.items():
+            os.makedirs(os.path.dirname(os.path.join(src, path)), exist_ok=True)
+            with open(os.path.join(src, path), "w") as f:
+                f.write(text)
+        found = sorted(sorted(map(name, c)) for c in sccs(edges(modules(src))) if len(c) > 1)
+    assert found == [["a", "b"], ["p", "p::c"]], f"check-modules.py self-test: found {found}"
+
+
 def main():
+    self_test()
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     crates = sys.argv[1:] or [os.path.join(root, "crates", c, "src") for c in ("runtime-proxy", "runtime-hooks")]
     bad = 0

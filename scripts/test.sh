@@ -125,12 +125,14 @@ v2_guest() {
   limited scripts/v2vm.sh test "${tests[@]}"
 }
 
-# lint: rustfmt (rustfmt.toml), every relative link of the Markdown files (scripts/check-links.py), clippy with
+# lint: rustfmt (rustfmt.toml), every relative link of the Markdown files (scripts/check-links.py), no import cycle
+# in runtime-proxy or runtime-hooks (scripts/check-modules.py), clippy with
 # warnings as errors and rustdoc with warnings as errors (a doc link that does not resolve, or points at a private
 # item), over the whole workspace and the fuzz targets (fuzz/, a workspace of its own).
 lint() {
   cargo fmt --all -- --check || return 1
   python3 scripts/check-links.py || return 1
+  python3 scripts/check-modules.py || return 1
   cargo clippy "${LOCKED[@]}" --workspace --all-targets -- -D warnings || return 1
   RUSTDOCFLAGS="-D warnings" cargo doc "${LOCKED[@]}" --workspace --no-deps || return 1
   # In the root's target directory: the dependencies both workspaces share are checked once.
