@@ -512,9 +512,13 @@ async fn a_container_whose_status_is_too_big_is_still_corrected_and_logged_once(
     let pod_level = (cgroup("cpu", &parent, "cpu.shares"), cgroup("memory", &parent, "memory.limit_in_bytes"));
     std::thread::sleep(Duration::from_millis(2500));
     let log = s.hooks.log();
+    let container_id = pod.container_id.clone();
     pod.remove(&mut rt).await;
     assert_eq!(status.map(|_| ()).map_err(|e| e.code()), Err(tonic::Code::ResourceExhausted), "the status is too big for containerd");
     assert!(corrected, "not corrected: {got:?}\n{log}");
     assert_eq!(pod_level, ("512".into(), "134217728".into()), "pod level\n{log}");
-    assert_eq!(log.matches("ContainerStatus failed").count(), 1, "logged once, over several passes:\n{log}");
+    // Counted for this container: on a loaded machine a pass may also meet the container while
+    // containerd is still creating it ("not found"), which is another container's line.
+    let failed = log.lines().filter(|l| l.contains("ContainerStatus failed") && l.contains(&container_id)).count();
+    assert_eq!(failed, 1, "logged once, over several passes:\n{log}");
 }
