@@ -202,7 +202,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
             Some(_) => format!("node {} (NodeSLO, NodeResourceTopology, Node, pods)", cluster_config.node_name),
             None => "none (no --kubeconfig, not in a pod)".into(),
         },
-        "runtime-hooks starting"
+        "runtime-hooks running"
     );
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -257,10 +257,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     if let Some(task) = reconciler {
         let _ = task.await;
     }
-    // On an error the binary logs it, as the last line: "stopped" must not come before the why.
-    if result.is_ok() {
-        tracing::info!("runtime-hooks stopped");
-    }
+    // The last line, "runtime-hooks stopped" (or why), is the binary's (daemon_support::daemon).
     result
 }
 
