@@ -43,7 +43,7 @@ pub fn missing_required(chain: &NodeChain, snapshot: &Snapshot) -> Vec<String> {
 /// Whether a failed call to `server` refuses the CRI call: failure policy `Fail`, or the node
 /// requires it (`--required-hook-servers`; at its pre stages).
 pub fn refuses(server: &HookServer, chain: &NodeChain) -> bool {
-    server.failure_policy == FailurePolicy::Fail || chain.required.iter().any(|n| *n == server.name)
+    server.failure_policy == FailurePolicy::Fail || chain.required.contains(&server.name)
 }
 
 /// Why no connection to the hook server socket at `endpoint` can be made now, or `Ok` when one
