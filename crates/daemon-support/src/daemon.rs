@@ -4,10 +4,12 @@
 //!
 //! # Exit codes
 //!
+//! The first log line is `<name> <version> starting` (INFO, with the process ID), the last:
+//!
 //! | how the daemon ended | exit code | last log line |
 //! |---|---|---|
-//! | a stop signal, after the daemon's own graceful shutdown | 0 | the daemon's own |
-//! | a second stop signal while stopping (the drain cut short) | 0 | the signal's WARN |
+//! | a stop signal, after the daemon's own graceful shutdown | 0 | `<name> stopped` (INFO) |
+//! | a second stop signal while stopping (the drain cut short) | 0 | `<name> stopped` (INFO), after the signal's WARN |
 //! | an error (a flag refused at start, a socket or an admin address that cannot be bound, …) | 2 | `<name> stopped: <why>`, once |
 
 use std::future::Future;
@@ -26,16 +28,18 @@ pub type Stopping = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// hard limit ([`crate::rlimit`]), installs the signal handlers
 /// before anything is served (a `SIGTERM` right after `READY=1` drains too), tells systemd
 /// `STOPPING=1` at a stop signal, and runs `run(stopping, reloads)` until it returns or a
-/// second stop signal comes. `name` (`runtime-proxy`, `runtime-hooks`) starts the error line.
+/// second stop signal comes. `name` (`runtime-proxy`, `runtime-hooks`) and `version` (its
+/// `--version`) start the first line; `name` starts the last.
 ///
 /// Returns the exit code of the table above; the log lines still queued are written first.
-pub async fn run<F, Fut>(name: &str, klog: &KlogFlags, crates: &[&str], run: F) -> ExitCode
+pub async fn run<F, Fut>(name: &str, version: &str, klog: &KlogFlags, crates: &[&str], run: F) -> ExitCode
 where
     F: FnOnce(Stopping, Option<Reloads>) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
     // Never panics nor blocks on a broken or stalled stderr (crate::log).
     let (logging, rust_log_set) = crate::log::init(&klog.default_filter(crates));
+    tracing::info!(pid = std::process::id(), "{name} {version} starting");
     if let Some(notice) = klog.notice(crates, rust_log_set) {
         tracing::warn!("{notice}");
     }
@@ -51,7 +55,10 @@ where
     let reloads = control.take_reloads();
     let code = tokio::select! {
         result = run(Box::pin(control.stopping()), reloads) => match result {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => {
+                tracing::info!("{name} stopped");
+                ExitCode::SUCCESS
+            }
             Err(e) => {
                 // Once, as the last line.
                 tracing::error!("{name} stopped: {e:#}");
@@ -59,7 +66,10 @@ where
             }
         },
         // A second stop signal: the graceful stop is cut short.
-        () = control.stop_now() => ExitCode::SUCCESS,
+        () = control.stop_now() => {
+            tracing::info!("{name} stopped");
+            ExitCode::SUCCESS
+        }
     };
     logging.flush();
     code

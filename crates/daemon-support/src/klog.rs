@@ -6,8 +6,10 @@
 //! ([`KlogFlags::notice`]). Only `--v` has an effect: it sets the log level when `RUST_LOG` is not
 //! set ([`filter_for_verbosity`]). The rest are ignored: logs always go to stderr (the journal
 //! under systemd, the container log in a pod), never to files. Names are accepted with dashes
-//! or with klog's underscores (`--log-dir`, `--log_dir`); bool flags as `--flag` or
-//! `--flag=true|false`; values as `--flag=VALUE` or `--flag VALUE`. Hidden from `--help`.
+//! or with klog's underscores (`--log-dir`, `--log_dir`); bool flags as `--flag`,
+//! `--flag=true|false` or, once the binary's arguments go through [`koord_args`], `--flag
+//! false`; values as `--flag=VALUE` or `--flag VALUE`; `--v` also as `-v=4`, `-v 4` (pflag's
+//! short form of a one-letter Go flag, as koord-runtime-proxy reads it). Hidden from `--help`.
 
 use std::fmt::Write as _;
 
@@ -18,7 +20,7 @@ use clap::builder::BoolishValueParser;
 #[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
 pub struct KlogFlags {
     /// klog's verbosity: sets the log level (see [`filter_for_verbosity`]).
-    #[arg(long = "v", value_name = "LEVEL", hide = true)]
+    #[arg(long = "v", short = 'v', value_name = "LEVEL", hide = true)]
     pub v: Option<u32>,
     /// Per-file verbosity (`pattern=N,...`): ignored.
     #[arg(long, value_name = "PATTERN=N,...", hide = true)]
@@ -59,6 +61,48 @@ pub struct KlogFlags {
     /// How often klog flushes its buffers: ignored (lines are written as they come).
     #[arg(long = "log-flush-frequency", alias = "log_flush_frequency", value_name = "DURATION", hide = true)]
     pub log_flush_frequency: Option<String>,
+}
+
+/// klog's bool flags, in both spellings: the ones [`koord_args`] joins with a separate value.
+const BOOL_FLAGS: [&str; 10] = [
+    "--logtostderr",
+    "--alsologtostderr",
+    "--skip-headers",
+    "--skip_headers",
+    "--skip-log-headers",
+    "--skip_log_headers",
+    "--add-dir-header",
+    "--add_dir_header",
+    "--one-output",
+    "--one_output",
+];
+
+/// The command line `args` (program name first) with koord's spelling of a klog bool flag and
+/// its value as two arguments (`--logtostderr false`) joined into one (`--logtostderr=false`),
+/// so that clap reads it as koord-runtime-proxy's flag parser accepts it (pflag reads the word
+/// apart and ignores it; the flag has no effect here either way). Only a word Go's
+/// `strconv.ParseBool` reads (`true`, `false`, `1`, `0`, `t`, `f`, in its cases) is joined: any
+/// other next argument (a subcommand such as `status`, another flag) stays as it is, and so does
+/// everything after `--`. `-v=4` and `-v 4` need nothing here: `--v` has the short form `-v`.
+pub fn koord_args<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> Vec<std::ffi::OsString> {
+    const GO_BOOLS: [&str; 12] = ["1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"];
+    let mut out: Vec<std::ffi::OsString> = Vec::new();
+    let mut rest_positional = false;
+    for arg in args {
+        if !rest_positional {
+            let joins = out.last().and_then(|prev| prev.to_str()).is_some_and(|prev| BOOL_FLAGS.contains(&prev))
+                && arg.to_str().is_some_and(|a| GO_BOOLS.contains(&a));
+            if joins {
+                if let (Some(prev), Some(value)) = (out.last_mut(), arg.to_str()) {
+                    prev.push(format!("={value}"));
+                    continue;
+                }
+            }
+            rest_positional = arg == "--";
+        }
+        out.push(arg);
+    }
+    out
 }
 
 /// The log filter for klog verbosity `v`, with `crates` (e.g. `["runtime_proxy"]`) the
@@ -187,8 +231,26 @@ mod tests {
     fn bad_values_are_refused_like_klog() {
         assert!(parse(&["--v=loud"]).is_err());
         assert!(parse(&["--logtostderr=maybe"]).is_err());
-        // A bool flag takes no separate value (Go's flag package): the word is a stray argument.
-        assert!(parse(&["--logtostderr", "false"]).is_err());
+        assert!(parse(&["--v", "loud"]).is_err() && parse(&["-v=-1"]).is_err());
+    }
+
+    /// koord's spellings pflag reads: `-v=4`, `-v 4`, `-v4`, and a bool flag with its value as
+    /// the next argument.
+    #[test]
+    fn koords_short_v_and_separate_bool_values() {
+        assert_eq!(parse(&["-v=4"]).unwrap().v, Some(4));
+        assert_eq!(parse(&["-v", "4"]).unwrap().v, Some(4));
+        assert_eq!(parse(&["-v4"]).unwrap().v, Some(4));
+        let args = |a: &[&str]| koord_args(std::iter::once("x").chain(a.iter().copied()).map(std::ffi::OsString::from));
+        let joined =
+            args(&["--logtostderr", "false", "--one_output", "T", "--skip-headers", "--other", "status", "--", "--logtostderr", "true"]);
+        let want = ["x", "--logtostderr=false", "--one_output=T", "--skip-headers", "--other", "status", "--", "--logtostderr", "true"];
+        assert_eq!(joined, want.map(std::ffi::OsString::from));
+        let k = Cli::try_parse_from(args(&["--logtostderr", "false", "--alsologtostderr", "1"])).unwrap().klog;
+        assert_eq!((k.logtostderr, k.alsologtostderr), (Some(false), Some(true)));
+        // Not a bool word: left alone (a subcommand, another flag's value).
+        assert_eq!(args(&["--logtostderr", "status"]), ["x", "--logtostderr", "status"].map(std::ffi::OsString::from));
+        assert_eq!(args(&["--other", "false"]), ["x", "--other", "false"].map(std::ffi::OsString::from));
     }
 
     #[test]

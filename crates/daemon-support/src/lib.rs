@@ -9,6 +9,9 @@
 //! * [`klog`] — the klog flags koord-runtime-proxy's command line accepts (`--v=4`,
 //!   `--logtostderr`, `--log-dir`, …): accepted, mapped or ignored, with one deprecation notice,
 //!   so a unit written for koord starts these binaries unchanged.
+//! * [`cli_args`] — the command line read: koord's klog spellings, then clap, a mistyped flag's
+//!   suggestion the flag sharing its words (`--backend-runtime-endpoint`: did you mean
+//!   `--remote-runtime-service-endpoint`?).
 //! * [`signals`] — what every signal a service manager or an operator may send does: graceful
 //!   stop, stop at once, reload, ignored.
 //! * [`daemon`] — the part of `main` both daemons share: logging, signals, run, exit code.
@@ -32,6 +35,7 @@
 pub mod addr;
 pub mod admin_http;
 pub mod alloc;
+pub mod cli_args;
 pub mod daemon;
 pub mod duration;
 pub mod escape;

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | [`EXIT_HEALTHY`] (0) | the daemon answered and says it is healthy |
 //! | [`EXIT_UNHEALTHY`] (1) | the daemon answered, and something needs attention (its `problems`) |
-//! | [`EXIT_UNREACHABLE`] (2) | no status could be read: the endpoint is off, refuses the connection, does not answer in time, is served by another user, or answers something other than a status document |
+//! | [`EXIT_UNREACHABLE`] (2) | no status could be read: the endpoint is off, refuses the connection, does not answer in time, is served by another user, or answers something other than this program's status document (the other daemon's endpoint: its `program` field names it) |
 //!
 //! # Who answers
 //!
@@ -60,25 +60,20 @@ pub struct StatusArgs {
     #[arg(long, short = 'o', value_enum, default_value = "table")]
     pub output: Output,
 
-    /// How long to wait for the connection and the answer (`500ms`, `5s`).
+    /// How long to wait for the connection and the answer (`500ms`, `5s`, `1m`; more than 0).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_timeout)]
     pub timeout: Duration,
 }
 
-/// `--timeout`: a number and `ms` or `s`, more than zero.
+/// `--timeout`: a duration as every duration flag reads it ([`crate::duration::parse_duration`]:
+/// `500ms`, `5s`, `1m`, `1h`), more than zero.
 ///
-/// Errors: another form, or zero.
+/// Errors: as [`crate::duration::parse_duration`], and zero (status would give up before
+/// connecting).
 pub fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms or 5s"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        _ => return Err(format!("invalid duration {s:?}: unit must be ms or s")),
-    };
+    let d = crate::duration::parse_duration(s)?;
     if d.is_zero() {
-        return Err("a timeout of 0 would never wait for the answer".to_owned());
+        return Err("a timeout of 0 would give up before the daemon could answer; give e.g. 500ms or 5s".to_owned());
     }
     Ok(d)
 }
@@ -145,6 +140,10 @@ pub fn run(
         let _ = writeln!(err, "{program}: status: {shown}: /status is not a status document (no \"healthy\")");
         return EXIT_UNREACHABLE;
     };
+    if let Err(why) = check_program(program, &doc) {
+        let _ = writeln!(err, "{program}: status: {shown}: {}", crate::escape::escape_control(&why));
+        return EXIT_UNREACHABLE;
+    }
     let text = match args.output {
         Output::Json => crate::escape::escape_json_text(&serde_json::to_string_pretty(&doc).unwrap_or_default()).into_owned() + "\n",
         Output::Table => {
@@ -159,6 +158,18 @@ pub fn run(
         EXIT_HEALTHY
     } else {
         EXIT_UNHEALTHY
+    }
+}
+
+/// Whether `doc` is `program`'s status document: its `program` field names it.
+///
+/// Errors: another program's document (`runtime-hooks` asked by `runtime-proxy status`: it
+/// says which, and which command reads it), or a document without `program`.
+pub fn check_program(program: &str, doc: &serde_json::Value) -> Result<(), String> {
+    match doc.get("program").and_then(|p| p.as_str()) {
+        Some(p) if p == program => Ok(()),
+        Some(other) => Err(format!("this is {other}'s admin endpoint, not {program}'s (`{other} status` reads it)")),
+        None => Err(format!("/status is not {program}'s status document (no \"program\")")),
     }
 }
 
@@ -471,8 +482,12 @@ mod tests {
     fn timeouts() {
         assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_timeout("5s"), Ok(Duration::from_secs(5)));
-        assert!(parse_timeout("0s").is_err());
-        assert!(parse_timeout("5").is_err());
+        assert_eq!(parse_timeout("1m"), Ok(Duration::from_secs(60)), "the form of every duration flag");
+        assert_eq!(parse_timeout("1h"), Ok(Duration::from_secs(3600)));
+        for zero in ["0", "0s", "0ms"] {
+            assert!(parse_timeout(zero).unwrap_err().contains("a timeout of 0 would give up"), "{zero}");
+        }
+        assert!(parse_timeout("5").unwrap_err().contains("no unit"));
     }
 
     /// Nothing listening: exit 2, one line naming the address, nothing on stdout.
@@ -514,7 +529,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("admin.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let body = serde_json::json!({"healthy": true, "last_error": "bad\x1b[2K\rok\u{9b}1m\u{7f}"}).to_string();
+        let body = serde_json::json!({"healthy": true, "last_error": "bad\x1b[2K\rok\u{9b}1m\u{7f}", "program": "prog"}).to_string();
         let server = std::thread::spawn(move || {
             for _ in 0..2 {
                 let (mut conn, _) = listener.accept().unwrap();
@@ -528,7 +543,10 @@ mod tests {
         let render: fn(&serde_json::Value) -> String = |doc| format!("last error: {}\n", str_of(doc, "last_error"));
         for (output, want) in [
             (Output::Table, "last error: bad\\x1b[2K\\rok\\u{9b}1m\\x7f\n"),
-            (Output::Json, "{\n  \"healthy\": true,\n  \"last_error\": \"bad\\u001b[2K\\rok\\u009b1m\\u007f\"\n}\n"),
+            (
+                Output::Json,
+                "{\n  \"healthy\": true,\n  \"last_error\": \"bad\\u001b[2K\\rok\\u009b1m\\u007f\",\n  \"program\": \"prog\"\n}\n",
+            ),
         ] {
             let args = StatusArgs { output, timeout: Duration::from_secs(5) };
             let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -537,6 +555,40 @@ mod tests {
             assert_eq!((code, err.as_str()), (EXIT_HEALTHY, ""), "{out}");
             assert_eq!(out, want);
             assert!(!out.chars().any(|c| c != '\n' && crate::escape::is_escaped(c)), "{out:?}");
+        }
+        server.join().unwrap();
+    }
+
+    /// The other daemon's endpoint (a healthy document naming another program), or a document
+    /// naming none: exit 2, one line saying whose it is, nothing on stdout.
+    #[test]
+    fn another_programs_document_is_exit_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let bodies = [r#"{"healthy": true, "program": "other"}"#, r#"{"healthy": true}"#, r#"{"healthy": true, "program": "prog"}"#];
+        let server = std::thread::spawn(move || {
+            for body in bodies {
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                conn.write_all(head.as_bytes()).unwrap();
+                conn.write_all(body.as_bytes()).unwrap();
+            }
+        });
+        let args = StatusArgs { output: Output::Table, timeout: Duration::from_secs(5) };
+        let shown = format!("prog: status: unix:{}: ", path.display());
+        for (want_code, want_err) in [
+            (EXIT_UNREACHABLE, format!("{shown}this is other's admin endpoint, not prog's (`other status` reads it)\n")),
+            (EXIT_UNREACHABLE, format!("{shown}/status is not prog's status document (no \"program\")\n")),
+            (EXIT_HEALTHY, String::new()),
+        ] {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run("prog", Endpoint::Socket(path.clone()), &args, |_| "table\n".to_owned(), &mut out, &mut err);
+            let (out, err) = (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap());
+            assert_eq!((code, err), (want_code, want_err));
+            assert_eq!(out, if want_code == EXIT_HEALTHY { "table\n" } else { "" });
         }
         server.join().unwrap();
     }

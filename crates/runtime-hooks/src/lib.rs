@@ -135,10 +135,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     if let Some(task) = reconciler {
         let _ = task.await;
     }
-    // On an error the binary logs it, as the last line: "stopped" must not come before the why.
-    if result.is_ok() {
-        tracing::info!("runtime-hooks stopped");
-    }
+    // The last line, "runtime-hooks stopped" (or why), is the binary's (daemon_support::daemon).
     result
 }
 
@@ -249,12 +246,17 @@ async fn build_framework(
         cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
     }
     let cgroups = cgroups.with_driver(driver).with_weight_formula(args.cpu_weight_formula.formula()).with_systemd(systemd_bus(driver));
-    let host = Arc::new(host::Host::detect(host::HostPaths {
-        cgroup_root: args.cgroup_root.clone(),
-        proc_sys: "/proc/sys".into(),
-        terway_qos_dir: args.terway_qos_dir.clone(),
-        resctrl_root: args.resctrl_root.clone(),
-    }));
+    let on = |name: &str| plugins.iter().any(|p| p.name() == name);
+    let uses = host::Uses { core_sched: on(plugins::CoreSched::NAME), resctrl: on(plugins::Resctrl::NAME) };
+    let host = Arc::new(host::Host::detect_for(
+        host::HostPaths {
+            cgroup_root: args.cgroup_root.clone(),
+            proc_sys: "/proc/sys".into(),
+            terway_qos_dir: args.terway_qos_dir.clone(),
+            resctrl_root: args.resctrl_root.clone(),
+        },
+        uses,
+    ));
     let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules, Arc::new(cgroups)).with_host(host));
     for name in v1_only_plugins(&framework) {
         tracing::warn!(
@@ -287,7 +289,7 @@ fn log_start(args: &Args, framework: &Framework, driver_source: &str, cluster_no
             Some(node) => format!("node {node} (NodeSLO, NodeResourceTopology, Node, pods)"),
             None => "none (no --kubeconfig, not in a pod)".into(),
         },
-        "runtime-hooks starting"
+        "runtime-hooks running"
     );
 }
 

@@ -20,7 +20,9 @@ const CRATES: &[&str] = &["runtime_hooks"];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    let matches = Args::command().get_matches();
+    // koord's spellings of klog's flags (`-v 4`, `--logtostderr false`) as koord reads them;
+    // a mistyped flag's suggestion the flag sharing its words (daemon_support::cli_args).
+    let matches = daemon_support::cli_args::get_matches(Args::command());
     let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(Command::Status(status)) = &args.command {
         // No log set-up: the table (or one line saying why there is none) is the whole output.
@@ -44,5 +46,8 @@ async fn main() -> std::process::ExitCode {
     }
     // Logging, the signal table, the exit code: as for runtime-proxy (daemon_support::daemon).
     let klog = args.klog.clone();
-    daemon_support::daemon::run("runtime-hooks", &klog, CRATES, |stopping, reloads| runtime_hooks::run(args, stopping, reloads)).await
+    daemon_support::daemon::run("runtime-hooks", runtime_hooks::cli::VERSION, &klog, CRATES, |stopping, reloads| {
+        runtime_hooks::run(args, stopping, reloads)
+    })
+    .await
 }

@@ -78,6 +78,13 @@ fn sighup_rereads_the_rules_other_signals_do_not_kill_sigquit_stops() {
     assert!(hooks.wait_log(&["reloaded: the rules in force stay"], 1, Duration::from_secs(5)), "invalid:\n{}", hooks.log());
     assert_eq!(hooks.count(&["rules changed"]), 1, "{}", hooks.log());
     assert!(alive(&hooks), "SIGHUP never stops it");
+    // Fixed (the rules it had): said at INFO, once.
+    std::fs::write(&real, GROUP_IDENTITY_ON).unwrap();
+    signal(&hooks, libc::SIGHUP);
+    assert!(hooks.wait_log(&["INFO", "rules file valid again: its rules are in force"], 0, Duration::from_secs(5)), "{}", hooks.log());
+    signal(&hooks, libc::SIGHUP);
+    assert!(hooks.wait_log(&["reloaded: the rules in force stay"], 3, Duration::from_secs(5)), "{}", hooks.log());
+    assert_eq!(hooks.count(&["rules file valid again"]), 1, "once:\n{}", hooks.log());
 
     signal(&hooks, libc::SIGQUIT);
     assert!(eventually(Duration::from_secs(10), || !alive(&hooks)), "SIGQUIT stops it\n{}", hooks.log());
@@ -86,6 +93,24 @@ fn sighup_rereads_the_rules_other_signals_do_not_kill_sigquit_stops() {
     assert!(!dir.path().join("hooks/runtime-hooks.json").exists(), "unregistered");
     assert!(!dir.path().join("run/h.sock").exists(), "socket removed");
     assert!(hooks.log().contains("shutting down gracefully") && hooks.log().contains("signal=\"SIGQUIT\""), "{}", hooks.log());
+}
+
+/// A default start on a host without resctrl (and, maybe, core scheduling) says so at INFO:
+/// CoreSched and Resctrl are off, so their facilities are not missed (it was two WARNs).
+#[test]
+fn facilities_of_plugins_that_are_off_are_no_warn() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_resctrl = dir.path().join("resctrl");
+    std::fs::create_dir_all(&no_resctrl).unwrap();
+    let hooks = start(dir.path(), &["--resctrl-root", no_resctrl.to_str().unwrap()]);
+    assert!(hooks.wait_log(&["INFO", "no resctrl", "(the plugin is off)"], 0, Duration::from_secs(5)), "{}", hooks.log());
+    let log = hooks.log();
+    let warns: Vec<&str> = log.lines().filter(|l| l.contains("WARN") && (l.contains("resctrl") || l.contains("core scheduling"))).collect();
+    assert!(warns.is_empty(), "{warns:#?}");
+    // On, the lack is a WARN.
+    let on = tempfile::tempdir().unwrap();
+    let hooks = start(on.path(), &["--resctrl-root", no_resctrl.to_str().unwrap(), "--feature-gates", "Resctrl=true"]);
+    assert!(hooks.wait_log(&["WARN", "no resctrl"], 0, Duration::from_secs(5)), "{}", hooks.log());
 }
 
 /// Without a rules file SIGHUP says there is nothing to re-read. A hook call whose request

@@ -416,7 +416,7 @@ async fn tc_network_qos_without_net_cls_skips_and_fails_nothing() {
         "{}",
         s.hooks.log()
     );
-    assert!(s.hooks.wait_log(&["runtime-hooks starting", "tc=no"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
+    assert!(s.hooks.wait_log(&["runtime-hooks running", "tc=no"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
     let pod = s.be_pod().await;
     assert!(eventually(Duration::from_secs(10), || values(&pod) == want(100_000, 100_000)), "{:?}\n{}", values(&pod), s.hooks.log());
     assert!(s.hooks.wait_log(&["net_cls.classid", "skipped"], 0, Duration::from_secs(5)), "{}", s.hooks.log());

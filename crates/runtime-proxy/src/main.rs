@@ -22,7 +22,9 @@ const CRATES: &[&str] = &["runtime_proxy"];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    let matches = Args::command().get_matches();
+    // koord's spellings of klog's flags (`-v 4`, `--logtostderr false`) as koord reads them;
+    // a mistyped flag's suggestion the flag sharing its words (daemon_support::cli_args).
+    let matches = daemon_support::cli_args::get_matches(Args::command());
     let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(Command::Status(status)) = &args.command {
         // No log set-up: the table (or one line saying why there is none) is the whole output.
@@ -34,5 +36,8 @@ async fn main() -> std::process::ExitCode {
     }
     // Logging, the signal table, the exit code: as for runtime-hooks (daemon_support::daemon).
     let klog = args.klog.clone();
-    daemon_support::daemon::run("runtime-proxy", &klog, CRATES, |stopping, reloads| runtime_proxy::run(args, stopping, reloads)).await
+    daemon_support::daemon::run("runtime-proxy", runtime_proxy::cli::VERSION, &klog, CRATES, |stopping, reloads| {
+        runtime_proxy::run(args, stopping, reloads)
+    })
+    .await
 }

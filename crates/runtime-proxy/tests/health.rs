@@ -304,3 +304,23 @@ fn a_socket_the_proxy_may_not_open_is_named() {
     mode(&hidden, 0o755);
     wait_health(&proxy, 200, PROMPT);
 }
+
+/// A backend socket that never appears is said at INFO at once (a runtime starting after the
+/// proxy is normal), then at WARN after 10 s, naming the socket: a wrong endpoint does not hide
+/// at INFO while every call fails.
+#[test]
+fn a_socket_that_never_appears_is_a_warn_after_10s() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("never.sock");
+    let proxy = ProxyProcess::start(BIN, &missing, &["--hook-config-dir", dir.path().join("hooks").to_str().unwrap()]);
+    let socket = missing.display().to_string();
+    assert!(proxy.wait_log(&["INFO", "backend socket not there yet", &socket], 0), "{}", proxy.log());
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(log_lines(&proxy, &["WARN", "still not there"]).is_empty(), "not before 10 s:\n{}", proxy.log());
+    let until = Instant::now() + Duration::from_secs(6);
+    while log_lines(&proxy, &["WARN", "backend socket still not there after 10s", &socket]).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let warns = log_lines(&proxy, &["WARN", "backend socket still not there after", &socket]);
+    assert_eq!(warns.len(), 1, "one WARN after 10 s, the next a minute later:\n{}", proxy.log());
+}

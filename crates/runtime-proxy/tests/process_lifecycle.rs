@@ -157,11 +157,9 @@ fn help_explains_every_flag() {
     }
 }
 
-/// koord-runtime-proxy's klog flags, as its units pass them, are accepted (they were refused
-/// with exit 2, so a migrated unit restart-looped), named in one deprecation notice; `--v=4`
-/// (without `RUST_LOG`) logs each CRI call at debug level.
-#[tokio::test]
-async fn koords_klog_flags_are_accepted_with_one_notice() {
+/// Starts the proxy on a fake runtime with `klog` (koord's klog flags) and no `RUST_LOG`, makes
+/// one CRI call, stops it with SIGTERM (exit 0 asserted); its log.
+async fn serve_once_with(klog: &[&str]) -> String {
     let fake = FakeBackend::start(Behaviour::Cri).await;
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("p.sock");
@@ -173,24 +171,53 @@ async fn koords_klog_flags_are_accepted_with_one_notice() {
         .arg(fake.socket())
         .args(["--metrics-addr", "127.0.0.1:0", "--hook-config-dir"])
         .arg(dir.path().join("hooks"))
-        .args(["--v=4", "--logtostderr", "--alsologtostderr", "--log-dir=/var/log/koord", "--log_file", "/x.log", "--skip_headers"])
+        .args(klog)
         .env_remove("RUST_LOG")
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     assert!(
         test_support::wait_until(Duration::from_secs(10), || async { std::os::unix::net::UnixStream::connect(&socket).is_ok() }).await,
-        "not serving:\n{}",
+        "{klog:?}: not serving:\n{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     runtime_client(&socket).version(cri::VersionRequest::default()).await.expect("Version");
     // SAFETY: kill(2) on our own child's PID.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
-    assert_eq!(status.code(), Some(0));
     let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{klog:?}:\n{text}");
+    // The version first, a line saying it stopped last.
+    let (first, last) = (text.lines().next().unwrap_or_default(), text.lines().last().unwrap_or_default());
+    let starting = format!("runtime-proxy {} (git ", env!("CARGO_PKG_VERSION"));
+    assert!(first.contains("INFO") && first.contains(&starting) && first.contains(") starting"), "first line:\n{text}");
+    assert!(last.contains("INFO") && last.ends_with("runtime-proxy stopped"), "last line:\n{text}");
+    text
+}
+
+/// The one deprecation notice of `text` (a proxy's log).
+fn klog_notice(text: &str) -> &str {
     let notices: Vec<&str> = text.lines().filter(|l| l.contains("deprecated klog flags")).collect();
     assert_eq!(notices.len(), 1, "one notice:\n{text}");
+    notices[0]
+}
+
+/// koord-runtime-proxy's klog flags, as its units pass them, are accepted (they were refused
+/// with exit 2, so a migrated unit restart-looped), named in one deprecation notice; `--v=4`
+/// (without `RUST_LOG`) logs each CRI call at debug level.
+#[tokio::test]
+async fn koords_klog_flags_are_accepted_with_one_notice() {
+    let text = serve_once_with(&[
+        "--v=4",
+        "--logtostderr",
+        "--alsologtostderr",
+        "--log-dir=/var/log/koord",
+        "--log_file",
+        "/x.log",
+        "--skip_headers",
+    ])
+    .await;
+    let notice = klog_notice(&text);
     for part in [
         "--v=4 sets the log level info,runtime_proxy=debug",
         "--logtostderr is ignored",
@@ -199,9 +226,43 @@ async fn koords_klog_flags_are_accepted_with_one_notice() {
         "--log-file=/x.log is ignored",
         "--skip-headers is ignored",
     ] {
-        assert!(notices[0].contains(part), "{part:?} missing from {}", notices[0]);
+        assert!(notice.contains(part), "{part:?} missing from {notice}");
     }
     assert!(text.lines().any(|l| l.contains("DEBUG") && l.contains("CRI call")), "--v=4: a debug line per call:\n{text}");
+}
+
+/// koord's other spellings, as pflag reads them: `-v=4` and `-v 4` (the short form of a
+/// one-letter flag), a bool flag's value as the next argument (`--logtostderr false`). They
+/// stopped the proxy at start ("unexpected argument '-v'").
+#[tokio::test]
+async fn koords_short_v_and_separate_bool_values_are_accepted() {
+    for (klog, bool_part) in [
+        (&["-v=4", "--logtostderr", "false"][..], "--logtostderr=false is ignored"),
+        (&["-v", "4", "--alsologtostderr", "true"][..], "--alsologtostderr is ignored"),
+    ] {
+        let text = serve_once_with(klog).await;
+        let notice = klog_notice(&text);
+        assert!(notice.contains("--v=4 sets the log level info,runtime_proxy=debug") && notice.contains(bool_part), "{klog:?}: {notice}");
+        assert!(text.lines().any(|l| l.contains("DEBUG") && l.contains("CRI call")), "{klog:?}: a debug line per call:\n{text}");
+    }
+}
+
+/// A mistyped flag gets the flag meant: `--backend-runtime-endpoint` is the runtime's endpoint
+/// (clap suggested `--backend-runtime-mode`, spelled most alike).
+#[test]
+fn a_mistyped_flag_suggests_the_flag_sharing_its_words() {
+    for (typed, meant) in [
+        ("--backend-runtime-endpoint", "--remote-runtime-service-endpoint"),
+        ("--image-service-endpoint", "--remote-image-service-endpoint"),
+        ("--hook-config-dri", "--hook-config-dir"),
+    ] {
+        let out = Command::new(BIN).args([typed, "/run/x.sock"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{typed}: {stderr}");
+        assert!(stderr.contains(&format!("unexpected argument '{typed}'")), "{typed}: {stderr}");
+        assert!(stderr.contains(&format!("similar argument exists: '{meant}'")), "{typed}: {stderr}");
+        assert!(!stderr.contains("--backend-runtime-mode"), "{typed}: {stderr}");
+    }
 }
 
 /// Limits of 0 started fine and then refused every pod: refused at start, exit 2, naming the

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
+use test_support::fake_backend::{Behaviour, FakeBackend};
 use test_support::hooks::{register, ContainerFn, PodFn, TestHook};
 use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;
@@ -150,6 +151,60 @@ fn status_is_1_when_the_backend_is_down() {
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("DOWN") && run.stdout.contains(&missing.display().to_string()), "{}", run.stdout);
     assert!(run.stdout.contains("- backend down: ") && run.stdout.contains("hook servers: none registered"), "{}", run.stdout);
+}
+
+/// What the next pod meets is a problem before any pod fails: a `--required-hook-servers`
+/// entry not registered (every pod's pre stages are refused), a `Fail` server whose socket is
+/// gone (its next call fails); an unreachable `Ignore` server is a warning.
+// Multi-threaded: the fake runtime answers the health checks while `status` runs blocking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_foresees_refusals_before_a_pod_fails() {
+    let fake = FakeBackend::start(Behaviour::Cri).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = dir.path().join("hooks");
+    std::fs::create_dir(&hooks).unwrap();
+    let gone = dir.path().join("gone.sock");
+    register(&hooks, "strict.json", &gone, "Fail", &["PreCreateContainer"], json!({}));
+    register(&hooks, "lenient.json", &dir.path().join("lenient.sock"), "Ignore", &["PreRunPodSandbox"], json!({}));
+    let flags = ["--hook-config-dir", hooks.to_str().unwrap(), "--required-hook-servers", "absent.json"];
+    let proxy = ProxyProcess::start(BIN, fake.socket(), &flags);
+    let addr = proxy.admin_addr();
+    let doc = status_json(&addr);
+    assert_eq!(doc["backend"]["up"], true, "{doc:#}");
+    let problems: Vec<&str> = doc["problems"].as_array().unwrap().iter().filter_map(|p| p.as_str()).collect();
+    assert_eq!(problems.len(), 2, "{doc:#}");
+    assert!(
+        problems[0].contains("required hook server absent.json (--required-hook-servers) is not registered")
+            && problems[0]
+                .contains("RunPodSandbox (PreRunPodSandbox), CreateContainer (PreCreateContainer), StartContainer (PreStartContainer)")
+            && problems[0].contains("FAILED_PRECONDITION"),
+        "{doc:#}"
+    );
+    assert!(
+        problems[1].contains("hook server strict.json (failure-policy Fail) is unreachable at")
+            && problems[1].contains("no socket there")
+            && problems[1].contains("calls at PreCreateContainer will be refused"),
+        "{doc:#}"
+    );
+    let warnings = doc["warnings"].to_string();
+    assert!(
+        warnings.contains("hook server lenient.json (failure-policy Ignore) is unreachable") && warnings.contains("pods go on without it"),
+        "{doc:#}"
+    );
+    let strict = doc["hook_servers"].as_array().unwrap().iter().find(|s| s["name"] == "strict.json").unwrap().clone();
+    assert_eq!(strict["health"], "unreachable", "{doc:#}");
+    let run = status(&addr, &[]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("UNHEALTHY") && run.stdout.contains("UNREACHABLE"), "{}", run.stdout);
+
+    // The server comes up and the required one is registered: healthy again, no call made.
+    let _listener = tokio::net::UnixListener::bind(&gone).unwrap();
+    let before = proxy.count_log(&["hook server added", "absent.json"]);
+    register(&hooks, "absent.json", &gone, "Fail", &["PreCreateContainer"], json!({}));
+    assert!(proxy.wait_log(&["hook server added", "absent.json"], before), "{}", proxy.log());
+    let doc = status_json(&addr);
+    assert_eq!(doc["problems"], json!([]), "{doc:#}");
+    assert_eq!(status(&addr, &[]).code, 0);
 }
 
 /// Nothing listening, or the endpoint off: exit 2, one line naming the address and the error,

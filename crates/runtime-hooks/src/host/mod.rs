@@ -66,15 +66,43 @@ impl std::fmt::Debug for Host {
     }
 }
 
+/// Which plugins that are on use a facility [`Host::detect_for`] probes: its absence is a WARN
+/// for them, an INFO otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Uses {
+    /// CoreSched is on.
+    pub core_sched: bool,
+    /// Resctrl is on.
+    pub resctrl: bool,
+}
+
+/// Logs a facility this kernel lacks: `text` at WARN when a plugin that is on needs it
+/// (`needed`), at INFO when none does.
+fn lacking(needed: bool, text: &str) {
+    if needed {
+        tracing::warn!("{text}");
+    } else {
+        tracing::info!("{text} (the plugin is off)");
+    }
+}
+
 impl Host {
-    /// Probes every facility once (logging, once, each one this kernel lacks).
+    /// Probes every facility once (logging, once, each one this kernel lacks), as if every
+    /// plugin that uses one were on ([`Host::detect_for`]).
     pub fn detect(paths: HostPaths) -> Host {
+        Host::detect_for(paths, Uses { core_sched: true, resctrl: true })
+    }
+
+    /// Probes every facility once and logs, once, each one this kernel lacks: at WARN when a
+    /// plugin that is on (`uses`) needs it, at INFO when none does (a plugin that is off).
+    pub fn detect_for(paths: HostPaths, uses: Uses) -> Host {
         let core_sched: Option<Arc<dyn CoreSchedOps>> = match PrctlCoreSched::probe() {
             Ok(()) => Some(Arc::new(PrctlCoreSched::default())),
             Err(e) => {
-                tracing::warn!(
+                let text = format!(
                     "this kernel has no core scheduling (prctl(PR_SCHED_CORE, GET): {e}): CoreSched sets no cookies, only cpu.idle"
                 );
+                lacking(uses.core_sched, &text);
                 None
             }
         };
@@ -83,7 +111,7 @@ impl Host {
         let resctrl: Option<Arc<dyn ResctrlFs>> = match DirResctrl::open(&resctrl_root, Vendor::of_cpuinfo("/proc/cpuinfo".as_ref())) {
             Ok(fs) => Some(Arc::new(fs)),
             Err(e) => {
-                tracing::warn!("no resctrl with L3 cache allocation ({e}): Resctrl creates no groups");
+                lacking(uses.resctrl, &format!("no resctrl with L3 cache allocation ({e}): Resctrl creates no groups"));
                 None
             }
         };

@@ -230,7 +230,10 @@ impl RulesStore {
                 }
             },
         };
-        self.history.lock().unwrap_or_else(|e| e.into_inner()).file_error = None;
+        let was_invalid = self.history.lock().unwrap_or_else(|e| e.into_inner()).file_error.take().is_some();
+        if was_invalid {
+            valid_again(path, file.is_some());
+        }
         let same = self.inputs.lock().unwrap_or_else(|e| e.into_inner()).file == file;
         if !same {
             warn_if_legacy(path, file.as_ref());
@@ -296,6 +299,16 @@ fn warn_if_legacy(path: &Path, file: Option<&FileRules>) {
             file = %path.display(),
             "rules file is in the old format, which is deprecated and read for one more release: convert it to a NodeSLO (docs/guide/rules.md, \"Rules: from the cluster, or from a file\")"
         );
+    }
+}
+
+/// Logs (INFO) that the rules file at `path`, invalid at its last read, reads again: its
+/// rules are in force (`exists`), or it is gone and the defaults are.
+fn valid_again(path: &Path, exists: bool) {
+    if exists {
+        tracing::info!(file = %path.display(), "rules file valid again: its rules are in force");
+    } else {
+        tracing::info!(file = %path.display(), "rules file, invalid before, is gone: using the defaults until it appears");
     }
 }
 

@@ -33,7 +33,8 @@
 //!
 //! Each change of an endpoint's verdict is logged once: ERROR for a wrong kind, permission denied
 //! or not a socket; WARN for a backend gone or not answering; INFO for a socket not there yet
-//! (never up so far) and for a backend up.
+//! (never up so far), repeated at WARN while it lasts ([`super::missing_socket`]), and for a
+//! backend up.
 
 use std::fmt;
 use std::io;
@@ -213,11 +214,13 @@ impl Health {
         let mut ticks = tokio::time::interval(CHECK_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ever_up = false;
+        let mut still_missing = crate::admin::missing_socket::StillMissing::default();
         loop {
             ticks.tick().await;
             let verdict = checker.check().await;
             let previous = endpoint.verdict.borrow().clone();
             log_change(target, previous.as_ref(), &verdict, ever_up);
+            still_missing.observe(target, &verdict, ever_up, std::time::Instant::now());
             ever_up |= verdict.is_up();
             self.metrics.backend_endpoint_up(target.role.label(), verdict.is_up());
             endpoint.verdict.send_replace(Some(verdict));

@@ -7,8 +7,10 @@
 //! error and when, failures in a row — the backend (mode, endpoints, up or why not), the store's
 //! size, hook calls, failures and refused CRI calls per stage (from the metrics), files
 //! rejected, uptime and version, and `healthy` with the `problems` that make it false: the
-//! backend down, or a server with failure policy `Fail` whose last call failed (pods are being
-//! refused). A failing `Ignore` server or a rejected file is a `warning`: pods start, without
+//! backend down, a server with failure policy `Fail` (or required by the node) whose last call
+//! failed (pods are being refused), and what the next pod would meet ([`super::next_pod`]): a
+//! `--required-hook-servers` entry not registered, or such a server's socket unreachable now. A
+//! failing or unreachable `Ignore` server or a rejected file is a `warning`: pods start, without
 //! that server's changes.
 //!
 //! The hook servers' health is recorded by the dispatcher ([`crate::hooks::hook_health`]).
@@ -23,6 +25,7 @@ use serde_json::{json, Value};
 
 use crate::admin::debug::DebugEndpoint;
 use crate::admin::health::{Health, Verdict};
+use crate::admin::next_pod;
 use crate::cli::BackendRuntimeMode;
 use crate::hooks::hook_health::HookHealth;
 use crate::hooks::registry::{FailurePolicy, Registry, Stage};
@@ -93,15 +96,24 @@ pub async fn document(info: &StatusInfo, metrics: &Metrics, hooks: &Registry, st
     if let Err(why) = &backend {
         problems.push(format!("backend down: {why}"));
     }
+    problems.extend(next_pod::missing_required(&info.chain, &snapshot));
+    let unreachable_servers = next_pod::unreachable(&snapshot, next_pod::PROBE_TIMEOUT).await;
     let mut servers = Vec::new();
     for server in snapshot.servers() {
         let h = info.hook_health.report(server);
         let failing = h.failures_in_a_row > 0;
-        let health = match (failing, h.last_ok_ms) {
-            (true, _) => "failing",
-            (false, Some(_)) => "ok",
-            (false, None) => "not called yet",
+        let unreachable = unreachable_servers.get(&server.name);
+        let health = match (failing, unreachable, h.last_ok_ms) {
+            (true, _, _) => "failing",
+            (false, Some(_), _) => "unreachable",
+            (false, None, Some(_)) => "ok",
+            (false, None, None) => "not called yet",
         };
+        if let (false, Some(why)) = (failing, unreachable) {
+            let (problem, line) = next_pod::unreachable_line(server, &info.chain, why);
+            let list = if problem { &mut problems } else { &mut warnings };
+            list.push(line);
+        }
         if failing {
             let what = format!(
                 "hook server {} (failure-policy {}) failed its last {} call(s): {}",
@@ -110,9 +122,10 @@ pub async fn document(info: &StatusInfo, metrics: &Metrics, hooks: &Registry, st
                 h.failures_in_a_row,
                 h.last_error.as_deref().unwrap_or_default()
             );
-            match server.failure_policy {
-                FailurePolicy::Fail => problems.push(format!("{what}; its stages' CRI calls are refused")),
-                FailurePolicy::Ignore => warnings.push(format!("{what}; pods go on without it")),
+            match (server.failure_policy, next_pod::refuses(server, &info.chain)) {
+                (FailurePolicy::Fail, _) => problems.push(format!("{what}; its stages' CRI calls are refused")),
+                (_, true) => problems.push(format!("{what}; required by --required-hook-servers: its pre stages' CRI calls are refused")),
+                (_, false) => warnings.push(format!("{what}; pods go on without it")),
             }
         }
         for w in &server.warnings {
@@ -135,6 +148,7 @@ pub async fn document(info: &StatusInfo, metrics: &Metrics, hooks: &Registry, st
             "timeout_ms": server.timeout.as_millis() as u64,
             "order": server.order,
             "health": health,
+            "unreachable": unreachable,
             "failures_in_a_row": h.failures_in_a_row,
             "last_ok": h.last_ok_ms.map(rfc3339),
             "last_error": h.last_error,
@@ -247,6 +261,7 @@ pub fn render(doc: &Value) -> String {
                 let stages: Vec<&str> = h["stages"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect()).unwrap_or_default();
                 let health = match str_of(h, "health") {
                     "failing" => format!("FAILING ({} in a row)", h["failures_in_a_row"]),
+                    "unreachable" => "UNREACHABLE".to_owned(),
                     other => other.to_owned(),
                 };
                 let last_error = match (h["last_error"].as_str(), h["last_error_ms"].as_u64()) {
