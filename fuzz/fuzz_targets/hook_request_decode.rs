@@ -7,8 +7,8 @@
 use hook_api::v1alpha1::ContainerResourceHookRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use runtime_hooks::proxy::hook_decode::Lenient;
 use runtime_hooks::plugins::{POD_ANNOTATIONS_READ, POD_LABELS_READ};
+use runtime_hooks::proxy::hook_decode::Lenient;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Lenient(req)) = Lenient::<ContainerResourceHookRequest>::decode(data) else { return };
