@@ -522,6 +522,21 @@ mod tests {
         assert_eq!(Endpoint::choose(None, true, addr, false), Endpoint::Tcp(addr), "--admin-socket off");
     }
 
+    /// An admin endpoint on `listener` answering one connection per body in `bodies`, in order,
+    /// each with `200 OK` and that body.
+    fn serve_documents(listener: std::os::unix::net::UnixListener, bodies: Vec<String>) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            for body in bodies {
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                conn.write_all(head.as_bytes()).unwrap();
+                conn.write_all(body.as_bytes()).unwrap();
+            }
+        })
+    }
+
     /// A status document served on a unix socket by this user: read, and its control
     /// characters escaped in the table and in the JSON output.
     #[test]
@@ -530,16 +545,7 @@ mod tests {
         let path = dir.path().join("admin.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
         let body = serde_json::json!({"healthy": true, "last_error": "bad\x1b[2K\rok\u{9b}1m\u{7f}", "program": "prog"}).to_string();
-        let server = std::thread::spawn(move || {
-            for _ in 0..2 {
-                let (mut conn, _) = listener.accept().unwrap();
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf);
-                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
-                conn.write_all(head.as_bytes()).unwrap();
-                conn.write_all(body.as_bytes()).unwrap();
-            }
-        });
+        let server = serve_documents(listener, vec![body.clone(), body]);
         let render: fn(&serde_json::Value) -> String = |doc| format!("last error: {}\n", str_of(doc, "last_error"));
         for (output, want) in [
             (Output::Table, "last error: bad\\x1b[2K\\rok\\u{9b}1m\\x7f\n"),
@@ -567,16 +573,7 @@ mod tests {
         let path = dir.path().join("admin.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
         let bodies = [r#"{"healthy": true, "program": "other"}"#, r#"{"healthy": true}"#, r#"{"healthy": true, "program": "prog"}"#];
-        let server = std::thread::spawn(move || {
-            for body in bodies {
-                let (mut conn, _) = listener.accept().unwrap();
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf);
-                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
-                conn.write_all(head.as_bytes()).unwrap();
-                conn.write_all(body.as_bytes()).unwrap();
-            }
-        });
+        let server = serve_documents(listener, bodies.map(String::from).to_vec());
         let args = StatusArgs { output: Output::Table, timeout: Duration::from_secs(5) };
         let shown = format!("prog: status: unix:{}: ", path.display());
         for (want_code, want_err) in [
