@@ -134,12 +134,21 @@ pub fn parse_names(list: &str) -> Result<Vec<String>, TooManyNames> {
     Ok(names)
 }
 
-/// `name` as a message shows it: at most [`NAME_CHARS_SHOWN`] characters, control characters
-/// escaped (a name comes from a pod author).
+/// `name` as a message shows it: control characters escaped (a name comes from a pod author), and
+/// at most [`NAME_CHARS_SHOWN`] characters of the escaped text (an escape such as `\u{1d}` counts
+/// whole and is never cut), then `…` if anything was left out.
 pub fn shown(name: &str) -> String {
-    let mut out: String = name.chars().take(NAME_CHARS_SHOWN).flat_map(char::escape_debug).collect();
-    if name.chars().nth(NAME_CHARS_SHOWN).is_some() {
-        out.push('…');
+    let mut out = String::new();
+    let mut count = 0;
+    for c in name.chars() {
+        let escaped = c.escape_debug();
+        let len = escaped.len();
+        if count + len > NAME_CHARS_SHOWN {
+            out.push('…');
+            break;
+        }
+        out.extend(escaped);
+        count += len;
     }
     out
 }
@@ -343,6 +352,9 @@ mod tests {
     fn messages_show_a_few_names_escaped_and_count_the_rest() {
         assert_eq!(shown("a\u{1b}[2J\rb"), "a\\u{1b}[2J\\rb");
         assert_eq!(shown(&"x".repeat(100)), format!("{}…", "x".repeat(64)));
+        assert_eq!(shown(&"x".repeat(64)), "x".repeat(64));
+        // Escapes count whole: a name of control characters shows no more than 64 characters.
+        assert_eq!(shown(&"\u{1d}".repeat(20)), format!("{}…", "\\u{1d}".repeat(10)));
         let items: Vec<String> = (0..10).map(|i| i.to_string()).collect();
         assert_eq!(list_shown(&items), "0, 1, 2 and 7 more");
         assert_eq!(list_shown(&items[..2]), "0, 1");
