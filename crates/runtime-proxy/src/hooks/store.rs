@@ -145,12 +145,64 @@ fn same_pod(part: &PodPart, hook: &ContainerResourceHookRequest) -> bool {
     part.meta == hook.pod_meta && part.labels == hook.pod_labels && part.annotations == hook.pod_annotations
 }
 
+/// The containers by container ID, and their IDs by sandbox ID: removing or resizing a pod
+/// sandbox touches its own containers only, whatever the number of containers on the node.
+#[derive(Debug, Default)]
+struct Containers {
+    by_id: HashMap<String, StoredContainer>,
+    /// The container IDs of each sandbox ID that has containers in `by_id` (no empty sets).
+    by_pod: HashMap<String, HashSet<String>>,
+}
+
+impl Containers {
+    fn insert(&mut self, container_id: &str, stored: StoredContainer) {
+        self.by_pod.entry(stored.sandbox_id.clone()).or_default().insert(container_id.to_owned());
+        if let Some(old) = self.by_id.insert(container_id.to_owned(), stored) {
+            if old.sandbox_id != self.by_id[container_id].sandbox_id {
+                self.unlink(&old.sandbox_id, container_id);
+            }
+        }
+    }
+
+    fn remove(&mut self, container_id: &str) {
+        if let Some(old) = self.by_id.remove(container_id) {
+            self.unlink(&old.sandbox_id, container_id);
+        }
+    }
+
+    /// Drops `container_id` from the IDs of `sandbox_id`, and the set once it is empty.
+    fn unlink(&mut self, sandbox_id: &str, container_id: &str) {
+        if let Some(ids) = self.by_pod.get_mut(sandbox_id) {
+            ids.remove(container_id);
+            if ids.is_empty() {
+                self.by_pod.remove(sandbox_id);
+            }
+        }
+    }
+
+    fn remove_pod(&mut self, sandbox_id: &str) {
+        for id in self.by_pod.remove(sandbox_id).unwrap_or_default() {
+            self.by_id.remove(&id);
+        }
+    }
+
+    /// Calls `f` on each container of `sandbox_id`.
+    fn for_each_of_pod(&mut self, sandbox_id: &str, mut f: impl FnMut(&mut StoredContainer)) {
+        for id in self.by_pod.get(sandbox_id).into_iter().flatten() {
+            if let Some(c) = self.by_id.get_mut(id) {
+                f(c);
+            }
+        }
+    }
+}
+
 /// The pod sandbox and container maps. Each operation takes one map's lock for one lookup or
-/// insert (never both at once, never across an await).
+/// insert (never both at once, never across an await); none visits every entry but
+/// [`Store::ids`] (the periodic sweep).
 #[derive(Debug, Default)]
 pub struct Store {
     pods: RwLock<HashMap<String, StoredPod>>,
-    containers: RwLock<HashMap<String, StoredContainer>>,
+    containers: RwLock<Containers>,
     /// How many stored pods carry the required-hook-servers annotation
     /// ([`crate::hooks::chain::REQUIRED_ANNOTATION`]); kept under the `pods` write lock.
     requiring: AtomicUsize,
@@ -175,7 +227,7 @@ impl Store {
 
     /// The pod sandbox of the container `container_id`, if known (without copying its entry).
     pub fn sandbox_of(&self, container_id: &str) -> Option<String> {
-        self.containers.read().unwrap_or_else(|p| p.into_inner()).get(container_id).map(|e| e.sandbox_id.clone())
+        self.containers.read().unwrap_or_else(|p| p.into_inner()).by_id.get(container_id).map(|e| e.sandbox_id.clone())
     }
 
     /// Whether the pod sandbox `sandbox_id` is known (without copying its entry).
@@ -185,7 +237,7 @@ impl Store {
 
     /// Whether the container `container_id` is known (without copying its entry).
     pub fn has_container(&self, container_id: &str) -> bool {
-        self.containers.read().unwrap_or_else(|p| p.into_inner()).contains_key(container_id)
+        self.containers.read().unwrap_or_else(|p| p.into_inner()).by_id.contains_key(container_id)
     }
 
     /// Records (or replaces) the pod sandbox `sandbox_id`. A replacement with the same metadata,
@@ -235,9 +287,7 @@ impl Store {
         }
         if resources.is_some() {
             let mut containers = self.containers.write().unwrap_or_else(|p| p.into_inner());
-            for c in containers.values_mut().filter(|c| c.sandbox_id == sandbox_id) {
-                c.pod_resources.clone_from(&resources);
-            }
+            containers.for_each_of_pod(sandbox_id, |c| c.pod_resources.clone_from(&resources));
         }
         true
     }
@@ -249,13 +299,13 @@ impl Store {
             self.requiring.fetch_sub(1, Ordering::Relaxed);
         }
         drop(pods);
-        self.containers.write().unwrap_or_else(|p| p.into_inner()).retain(|_, c| c.sandbox_id != sandbox_id);
+        self.containers.write().unwrap_or_else(|p| p.into_inner()).remove_pod(sandbox_id);
     }
 
     /// The container `container_id`, if known: its hook request assembled from its entry and its
     /// pod's part (`container_envs` empty, see the module doc).
     pub fn container(&self, container_id: &str) -> Option<ContainerEntry> {
-        self.containers.read().unwrap_or_else(|p| p.into_inner()).get(container_id).map(StoredContainer::entry)
+        self.containers.read().unwrap_or_else(|p| p.into_inner()).by_id.get(container_id).map(StoredContainer::entry)
     }
 
     /// Records (or replaces) the container `container_id`. Its pod fields are kept as a reference
@@ -268,7 +318,7 @@ impl Store {
         let mut shared = pod_part.filter(|part| same_pod(part, &hook));
         if shared.is_none() {
             let containers = self.containers.read().unwrap_or_else(|p| p.into_inner());
-            shared = containers.get(container_id).map(|c| c.pod.clone()).filter(|part| same_pod(part, &hook));
+            shared = containers.by_id.get(container_id).map(|c| c.pod.clone()).filter(|part| same_pod(part, &hook));
         }
         let ContainerResourceHookRequest {
             pod_meta,
@@ -291,7 +341,7 @@ impl Store {
             pod_resources,
             pod_cgroup_parent,
         };
-        self.containers.write().unwrap_or_else(|p| p.into_inner()).insert(container_id.to_owned(), stored);
+        self.containers.write().unwrap_or_else(|p| p.into_inner()).insert(container_id, stored);
     }
 
     /// Forgets the container `container_id`.
@@ -304,13 +354,13 @@ impl Store {
     pub fn ids(&self) -> (Vec<String>, Vec<String>) {
         (
             self.pods.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect(),
-            self.containers.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect(),
+            self.containers.read().unwrap_or_else(|p| p.into_inner()).by_id.keys().cloned().collect(),
         )
     }
 
     /// Number of (pod sandboxes, containers) known.
     pub fn len(&self) -> (usize, usize) {
-        (self.pods.read().unwrap_or_else(|p| p.into_inner()).len(), self.containers.read().unwrap_or_else(|p| p.into_inner()).len())
+        (self.pods.read().unwrap_or_else(|p| p.into_inner()).len(), self.containers.read().unwrap_or_else(|p| p.into_inner()).by_id.len())
     }
 }
 
@@ -466,7 +516,7 @@ mod tests {
         }
         let part = s.pods.read().unwrap()["sb"].part.clone();
         {
-            let containers = s.containers.read().unwrap();
+            let containers = &s.containers.read().unwrap().by_id;
             assert!(containers.values().all(|c| Arc::ptr_eq(&c.pod, &part)), "every container points at the pod's part");
         }
         assert_eq!(Arc::strong_count(&part), n + 2, "one copy: the pod's entry, {n} containers and this handle");
@@ -502,9 +552,9 @@ mod tests {
         let part = s.pods.read().unwrap()["sb"].part.clone();
         assert_eq!(Arc::strong_count(&part), 2, "neither shares the pod's part");
         // Put again as read: the part it had is kept, not copied.
-        let own = s.containers.read().unwrap()["c1"].pod.clone();
+        let own = s.containers.read().unwrap().by_id["c1"].pod.clone();
         s.put_container("c1", s.container("c1").unwrap());
-        assert!(Arc::ptr_eq(&own, &s.containers.read().unwrap()["c1"].pod));
+        assert!(Arc::ptr_eq(&own, &s.containers.read().unwrap().by_id["c1"].pod));
     }
 
     #[test]
@@ -532,6 +582,40 @@ mod tests {
         assert_eq!(s.ids(), (vec!["sb2".to_string()], vec!["c2".to_string()]));
         s.remove_container("c2");
         assert_eq!(s.len(), (1, 0));
+    }
+
+    /// The sandbox ID → container IDs index, as the maps say it must be.
+    fn index_of(s: &Store) -> BTreeMap<String, Vec<String>> {
+        let containers = s.containers.read().unwrap();
+        let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, c) in &containers.by_id {
+            want.entry(c.sandbox_id.clone()).or_default().push(id.clone());
+        }
+        let mut got: BTreeMap<String, Vec<String>> =
+            containers.by_pod.iter().map(|(sb, ids)| (sb.clone(), ids.iter().cloned().collect())).collect();
+        want.values_mut().chain(got.values_mut()).for_each(|v| v.sort());
+        assert_eq!(got, want, "the index matches the containers (and holds no empty set)");
+        got
+    }
+
+    #[test]
+    fn the_pod_index_follows_every_change() {
+        let s = Store::new();
+        let entry = |sb: &str| ContainerEntry { sandbox_id: sb.into(), ..Default::default() };
+        s.put_container("c1", entry("sb1"));
+        s.put_container("c2", entry("sb1"));
+        s.put_container("c3", entry("sb2"));
+        s.put_container("c1", entry("sb1"));
+        assert_eq!(index_of(&s).len(), 2);
+        // A container put again under another sandbox ID (a recovery that learnt better) moves.
+        s.put_container("c2", entry("sb2"));
+        assert_eq!(index_of(&s)["sb2"], ["c2", "c3"]);
+        s.remove_container("c1");
+        assert!(!index_of(&s).contains_key("sb1"), "the last container gone: no empty set kept");
+        s.remove_container("unknown");
+        s.remove_pod("sb2");
+        assert!(index_of(&s).is_empty());
+        assert_eq!(s.len(), (0, 0));
     }
 }
 
