@@ -56,6 +56,11 @@ async fn metrics_and_health_reflect_real_traffic() {
     );
     let hang_time = sample(&text, "runtime_proxy_hook_request_duration_seconds_sum{stage=\"PreCreateContainer\",server=\"hang.json\"}");
     assert!((0.1..5.0).contains(&hang_time), "the 100 ms timeout: {hang_time}");
+    // The proxy's own time leaves the hook servers' round trips out: not the 100 ms of hang.json.
+    let own = "runtime_proxy_hooked_call_own_duration_seconds";
+    assert_eq!(sample(&text, &format!("{own}_count{{stage=\"PreCreateContainer\"}}")), 1.0, "one hooked CreateContainer");
+    let own_time = sample(&text, &format!("{own}_sum{{stage=\"PreCreateContainer\"}}"));
+    assert!(own_time > 0.0 && own_time < 0.05, "the proxy's own time, without the hook servers' 100 ms: {own_time}");
     assert_eq!(sample(&text, "runtime_proxy_hook_servers"), 2.0);
     assert_eq!(sample(&text, "runtime_proxy_hook_config_rejected"), 1.0);
     assert!(sample(&text, "runtime_proxy_store_objects{kind=\"container\"}") >= 1.0);

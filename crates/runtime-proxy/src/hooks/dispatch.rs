@@ -95,6 +95,8 @@ impl Dispatcher {
     /// Runs `stage` over the servers of `snapshot` registered for it, changing `req` with each
     /// answer, under the chain's rules ([`crate::hooks::chain`]): `required` names the servers
     /// the call's pod requires. `deadline` is when the kubelet's call expires, if it set one.
+    /// `waited` grows by the time spent waiting on the servers' answers (their round trips,
+    /// which the proxy's own time per call leaves out).
     ///
     /// Returns `req` as it was before the first answer that changed it, or `None` when no
     /// answer changed anything (then nothing was copied: the interceptor has no edits to look
@@ -111,6 +113,7 @@ impl Dispatcher {
         req: &mut R,
         deadline: Option<Instant>,
         required: &Required,
+        waited: &mut Duration,
     ) -> Result<Option<R>, Status> {
         if required.any() {
             self.check_missing(snapshot, stage, required)?;
@@ -123,7 +126,7 @@ impl Dispatcher {
         let kept = req.answer_annotations().map(|a| Kept::of(a));
         for server in snapshot.for_stage(stage) {
             let started = Instant::now();
-            let outcome = self.call(server, stage, req, deadline).await;
+            let outcome = self.call(server, stage, req, deadline, waited).await;
             let result = match &outcome {
                 Ok(_) => HookResult::Ok,
                 Err(s) if s.code == Code::DEADLINE_EXCEEDED => HookResult::Timeout,
@@ -301,6 +304,7 @@ impl Dispatcher {
         stage: Stage,
         req: &R,
         deadline: Option<Instant>,
+        waited: &mut Duration,
     ) -> Result<Option<R::Answer>, Status> {
         let budget = match deadline {
             Some(d) => server.timeout.min(d.saturating_duration_since(Instant::now())),
@@ -315,6 +319,7 @@ impl Dispatcher {
         let started = Instant::now();
         // On timeout the call's streams are dropped here (reset), before the channel is let go.
         let outcome = tokio::time::timeout(budget, call).await;
+        *waited += started.elapsed();
         if outcome.is_err() || started.elapsed() >= budget {
             self.forget(serial);
         }

@@ -37,7 +37,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hook_api::v1alpha1 as hook;
 
@@ -141,7 +141,8 @@ impl<C: HookedCall> Post<C> {
     /// dispatcher), then gives the pod's turn to its next call.
     pub async fn run(mut self) {
         let snapshot = self.hooks.registry.snapshot();
-        let _ = run_stage(&self.hooks, &snapshot, self.stage, self.call.hook_request(), None).await;
+        let mut waited = Duration::ZERO;
+        let _ = run_stage(&self.hooks, &snapshot, self.stage, self.call.hook_request(), None, &mut waited).await;
     }
 }
 
@@ -164,6 +165,9 @@ pub async fn drive<F: Front>(
         Some(key) => Some(hooks.pod_locks.lock(key).await),
         None => None,
     };
+    // The proxy's own time for a hooked call runs from its turn to its send, less the hook
+    // servers' round trips.
+    let (started, mut waited) = (Instant::now(), Duration::ZERO);
     let snapshot = hooks.registry.snapshot();
     // A pre stage with no server registered for it runs only where a server may be required
     // (`crate::hooks::chain`): by the node, by a stored pod, or by the pod a RunPodSandbox
@@ -203,12 +207,13 @@ pub async fn drive<F: Front>(
                 BeforeHooks::Unchanged
             } else {
                 // The hook request is copied only once an answer changes it.
-                run_stage(hooks, &snapshot, stage, call.hook_request(), deadline).await.map_err(|s| front.refuse(s))?
+                run_stage(hooks, &snapshot, stage, call.hook_request(), deadline, &mut waited).await.map_err(|s| front.refuse(s))?
             };
             let request = match before {
                 BeforeHooks::Unchanged => request,
                 _ => front.apply(&call, &before, request)?,
             };
+            hooks.metrics.hooked_call_own_time(stage.as_str(), started.elapsed().saturating_sub(waited));
             (front.send(request).await?, Some(call))
         }
     };
@@ -226,8 +231,9 @@ fn skips<C: HookedCall>(hooks: &Hooks, call: &C, name: &str) -> bool {
     call.pod().is_some_and(|(labels, meta)| hooks.skips(labels, meta, name))
 }
 
-/// Runs `stage` over `request`, if there is one. Returns the hook request as it was before the
-/// first answer that changed it, or [`BeforeHooks::Unchanged`].
+/// Runs `stage` over `request`, if there is one; `waited` grows by the time spent waiting on the
+/// hook servers' answers. Returns the hook request as it was before the first answer that
+/// changed it, or [`BeforeHooks::Unchanged`].
 ///
 /// Errors: a hook failure under `Fail` (see [`crate::hooks::dispatch::Dispatcher::run`]).
 pub async fn run_stage(
@@ -236,19 +242,20 @@ pub async fn run_stage(
     stage: Stage,
     request: Option<HookRequest<'_>>,
     deadline: Option<Instant>,
+    waited: &mut Duration,
 ) -> Result<BeforeHooks, Status> {
     let dispatcher = &hooks.dispatcher;
     Ok(match request {
         Some(HookRequest::Pod(p)) => {
             let required = required(hooks, stage, p);
             let skip = p.labels.get(&hooks.skip_label.key).cloned();
-            let before = dispatcher.run(snapshot, stage, p, deadline, &required).await?;
+            let before = dispatcher.run(snapshot, stage, p, deadline, &required, waited).await?;
             keep_skip_label(&hooks.skip_label.key, skip, &mut p.labels, stage);
             before.map_or(BeforeHooks::Unchanged, BeforeHooks::Pod)
         }
         Some(HookRequest::Container(c)) => {
             let required = required(hooks, stage, c);
-            dispatcher.run(snapshot, stage, c, deadline, &required).await?.map_or(BeforeHooks::Unchanged, BeforeHooks::Container)
+            dispatcher.run(snapshot, stage, c, deadline, &required, waited).await?.map_or(BeforeHooks::Unchanged, BeforeHooks::Container)
         }
         None => BeforeHooks::Unchanged,
     })
