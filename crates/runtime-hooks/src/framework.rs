@@ -58,7 +58,7 @@ use crate::cgroup::{CgroupError, CgroupFs, CgroupValue, Written};
 use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
 use crate::host::Host;
-use crate::plugin::{FailurePolicy, Plugin, PodState, Stage};
+use crate::plugin::{FailurePolicy, NodePods, Plugin, PodState, Stage};
 use crate::rules::{Rules, RulesStore};
 
 /// A plugin that failed for one pod or container.
@@ -197,7 +197,7 @@ impl Framework {
     ///
     /// Returns the failures, with [`Stage`] the reconciler's (PreRunPodSandbox) and target
     /// `node`; the caller logs them.
-    pub fn node_pass(&self, pods: &[PodState]) -> Vec<PluginFailure> {
+    pub fn node_pass(&self, pods: &NodePods<'_>) -> Vec<PluginFailure> {
         let rules = self.rules.current();
         let mut failures = Vec::new();
         for plugin in &self.plugins {

@@ -66,7 +66,7 @@ fn node_pass_runs_every_plugin_and_reports_failures() {
         fn stages(&self) -> &'static [Stage] {
             &[]
         }
-        fn node(&self, pods: &[PodState], _: &Rules, _: &Host) -> anyhow::Result<()> {
+        fn node(&self, pods: &NodePods<'_>, _: &Rules, _: &Host) -> anyhow::Result<()> {
             *self.2.lock().unwrap() += pods.len();
             if self.1 {
                 Ok(())
@@ -83,10 +83,56 @@ fn node_pass_runs_every_plugin_and_reports_failures() {
         RulesStore::fixed(Rules::default()),
         Arc::new(CgroupFs::new(t.path(), CgroupVersion::V2)),
     );
-    let failures = f.node_pass(&[PodState::default(), PodState::default()]);
+    let failures = f.node_pass(&NodePods::given(&[PodState::default(), PodState::default()]));
     assert_eq!(failures.len(), 1);
     assert_eq!((failures[0].plugin, failures[0].target.as_str()), ("a", "node"));
     assert_eq!((*a.2.lock().unwrap(), *b.2.lock().unwrap()), (2, 2), "both saw both pods");
+}
+
+/// A node pass builds the pods once, and only when a plugin reads them: with every built-in plugin
+/// on default rules and a host with no core scheduling, resctrl or tc (a default node), an NRI
+/// event's node pass costs nothing per pod.
+#[test]
+fn node_pods_are_built_once_and_only_when_read() {
+    let t = tempfile::tempdir().unwrap();
+    let builds = std::sync::atomic::AtomicUsize::new(0);
+    let build = || {
+        builds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        vec![PodState::default(); 3]
+    };
+    let builtin = Framework::new(
+        crate::plugins::builtin(),
+        FailurePolicy::Ignore,
+        RulesStore::fixed(Rules::default()),
+        Arc::new(CgroupFs::new(t.path(), CgroupVersion::V2)),
+    );
+    let pods = NodePods::lazy(&build);
+    assert!(builtin.node_pass(&pods).is_empty());
+    assert!(!pods.were_read(), "no built-in plugin reads the pods on a default node");
+    assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 0);
+
+    struct Reads;
+    impl Plugin for Reads {
+        fn name(&self) -> &'static str {
+            "reads"
+        }
+        fn stages(&self) -> &'static [Stage] {
+            &[]
+        }
+        fn node(&self, pods: &NodePods<'_>, _: &Rules, _: &crate::host::Host) -> anyhow::Result<()> {
+            anyhow::ensure!(pods.len() == 3, "saw {} pods", pods.len());
+            Ok(())
+        }
+    }
+    let two = Framework::new(
+        vec![Arc::new(Reads), Arc::new(Reads)],
+        FailurePolicy::Ignore,
+        RulesStore::fixed(Rules::default()),
+        Arc::new(CgroupFs::new(t.path(), CgroupVersion::V2)),
+    );
+    let pods = NodePods::lazy(&build);
+    assert!(two.node_pass(&pods).is_empty(), "both saw the three pods");
+    assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 1, "built once for two plugins");
 }
 
 #[test]

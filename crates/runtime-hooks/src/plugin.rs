@@ -125,9 +125,13 @@ pub trait Plugin: Send + Sync + 'static {
     /// PostStartContainer (when a plugin lists that stage: its processes exist). Must be idempotent;
     /// default nothing.
     ///
+    /// `pods` are built on first use in a pass ([`NodePods`]): a plugin whose work under the
+    /// rules and host needs no pods should return before reading them, so that a mode's events
+    /// cost nothing per pod on the node.
+    ///
     /// Errors: the plugin's failure (logged once per distinct message by the caller; never
     /// fails a pod).
-    fn node(&self, _pods: &[PodState], _rules: &Rules, _host: &Host) -> anyhow::Result<()> {
+    fn node(&self, _pods: &NodePods<'_>, _rules: &Rules, _host: &Host) -> anyhow::Result<()> {
         Ok(())
     }
 
@@ -139,6 +143,53 @@ pub trait Plugin: Send + Sync + 'static {
     /// Errors: the plugin's failure (logged by the caller; the pod is removed anyway).
     fn pod_removed(&self, _pod: &PodState, _rules: &Rules, _host: &Host) -> anyhow::Result<()> {
         Ok(())
+    }
+}
+
+/// Every pod a mode knows of, as node-level work sees them ([`Plugin::node`]): given whole, or
+/// built on first use (then once per pass, whatever the number of plugins reading it), so a
+/// pass whose plugins read no pods costs nothing per pod. Derefs to `[PodState]`.
+pub struct NodePods<'a> {
+    given: Option<&'a [PodState]>,
+    build: Option<&'a dyn Fn() -> Vec<PodState>>,
+    built: std::sync::OnceLock<Vec<PodState>>,
+}
+
+impl<'a> NodePods<'a> {
+    /// The pods `pods`, as they are.
+    pub fn given(pods: &'a [PodState]) -> Self {
+        NodePods { given: Some(pods), build: None, built: std::sync::OnceLock::new() }
+    }
+
+    /// The pods `build` returns, called the first time they are read (if ever).
+    pub fn lazy(build: &'a dyn Fn() -> Vec<PodState>) -> Self {
+        NodePods { given: None, build: Some(build), built: std::sync::OnceLock::new() }
+    }
+
+    /// Whether the pods were read (built) in this pass.
+    pub fn were_read(&self) -> bool {
+        self.given.is_some() || self.built.get().is_some()
+    }
+}
+
+impl std::ops::Deref for NodePods<'_> {
+    type Target = [PodState];
+
+    fn deref(&self) -> &[PodState] {
+        match (self.given, self.build) {
+            (Some(pods), _) => pods,
+            (None, Some(build)) => self.built.get_or_init(build),
+            (None, None) => &[],
+        }
+    }
+}
+
+impl<'b> IntoIterator for &'b NodePods<'_> {
+    type Item = &'b PodState;
+    type IntoIter = std::slice::Iter<'b, PodState>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
     }
 }
 

@@ -54,7 +54,7 @@ use self::proto::api::{self as nri, Event};
 use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
 use crate::framework::{failure_status, log_call, Framework, Outcome};
-use crate::plugin::{ContainerState, PodState, Stage};
+use crate::plugin::{ContainerState, NodePods, PodState, Stage};
 
 /// Where and as whom to connect.
 #[derive(Clone, Debug)]
@@ -253,7 +253,7 @@ impl NriPlugin {
             Event::StopPodSandbox => self.pod(Stage::PostStopPodSandbox, &pod),
             Event::RemovePodSandbox => {
                 // koordlet's PreRemoveRunPodSandbox, with the pod and its containers still known.
-                let state = self.pod_states().into_iter().find(|s| s.pod.uid == pod.uid).or_else(|| {
+                let state = self.pod_state(&pod.id).or_else(|| {
                     let ctx = convert::pod_context(&pod);
                     let cgroup_dir = self.framework.cgroups().resolve(&ctx.cgroup_parent).ok().flatten();
                     self.selected(&ctx).then_some(PodState { pod: ctx, cgroup_dir, containers: Vec::new() })
@@ -376,17 +376,33 @@ impl NriPlugin {
         }
     }
 
+    /// The known (selected) pod `sandbox_id` with its cgroup directory and its containers, for
+    /// its removal.
+    fn pod_state(&self, sandbox_id: &str) -> Option<PodState> {
+        let mut states = self.pod_states_of(self.known.pods.get_key_value(sandbox_id));
+        states.pop()
+    }
+
     /// The known (selected) pods with their cgroup directories, for node-level work.
     fn pod_states(&self) -> Vec<PodState> {
+        self.pod_states_of(self.known.pods.iter())
+    }
+
+    /// `pods` (of the known ones) with their cgroup directories and known containers, those the
+    /// selector leaves out skipped.
+    fn pod_states_of<'a>(&self, pods: impl IntoIterator<Item = (&'a String, &'a nri::PodSandbox)>) -> Vec<PodState> {
         let cgroups = self.framework.cgroups();
         let mut states: HashMap<&str, PodState> = HashMap::new();
-        for (id, pod) in &self.known.pods {
+        for (id, pod) in pods {
             let ctx = convert::pod_context(pod);
             if !self.selected(&ctx) {
                 continue;
             }
             let cgroup_dir = cgroups.resolve(&ctx.cgroup_parent).ok().flatten();
             states.insert(id, PodState { pod: ctx, cgroup_dir, containers: Vec::new() });
+        }
+        if states.is_empty() {
+            return Vec::new();
         }
         for c in self.known.containers.values() {
             let (Some(state), Some(pod)) = (states.get_mut(c.pod_sandbox_id.as_str()), self.known.pods.get(&c.pod_sandbox_id)) else {
@@ -405,7 +421,9 @@ impl NriPlugin {
     /// Every plugin's node-level work over the known pods; each distinct failure logged once, when
     /// it first appears (never fails a pod).
     fn node_pass(&self, reason: &str) {
-        let now: std::collections::HashSet<String> = self.framework.node_pass(&self.pod_states()).iter().map(|f| f.to_string()).collect();
+        let build = || self.pod_states();
+        let now: std::collections::HashSet<String> =
+            self.framework.node_pass(&NodePods::lazy(&build)).iter().map(|f| f.to_string()).collect();
         let mut reported = self.node_failures.lock().unwrap_or_else(|e| e.into_inner());
         for f in now.difference(&reported) {
             tracing::warn!(reason, "NRI: node-level work: {f}");

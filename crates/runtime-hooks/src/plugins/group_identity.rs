@@ -84,7 +84,7 @@ use crate::change::Change;
 use crate::context::{KubeQos, PodContext, QosClass};
 use crate::host::sysctl::Sysctl;
 use crate::host::Host;
-use crate::plugin::{Plugin, PodState, Stage};
+use crate::plugin::{NodePods, Plugin, Stage};
 use crate::rules::host_app::HostApplication;
 use crate::rules::Rules;
 
@@ -268,7 +268,7 @@ impl Plugin for GroupIdentity {
         Ok(vec![CgroupValue::BvtWarpNs(v)])
     }
 
-    fn node(&self, _pods: &[PodState], rules: &Rules, host: &Host) -> anyhow::Result<()> {
+    fn node(&self, _pods: &NodePods<'_>, rules: &Rules, host: &Host) -> anyhow::Result<()> {
         match &host.sysctl {
             Some(sysctl) => switch_kernel(sysctl.as_ref(), rules),
             None => Ok(()),
@@ -421,7 +421,7 @@ mod tests {
         // Through the plugin's node-level work, with a Host.
         std::fs::write(t.path().join("kernel/sched_group_identity_enabled"), "0").unwrap();
         let host = Host { sysctl: Some(std::sync::Arc::new(sysctl)), ..Default::default() };
-        GroupIdentity::default().node(&[], &all_on(), &host).unwrap();
+        GroupIdentity::default().node(&NodePods::given(&[]), &all_on(), &host).unwrap();
         assert_eq!(file("sched_group_identity_enabled").as_deref(), Some("1"));
     }
 

@@ -67,7 +67,7 @@ use crate::change::Change;
 use crate::context::{PodContext, QosClass};
 use crate::host::tc::{HtbClass, TrafficControl};
 use crate::host::Host;
-use crate::plugin::{Plugin, PodState, Stage};
+use crate::plugin::{NodePods, Plugin, PodState, Stage};
 use crate::quantity::Quantity;
 use crate::rules::net_qos::{NetQosPolicy, NetQosRules};
 use crate::rules::Rules;
@@ -310,7 +310,7 @@ impl Plugin for TcNetworkQos {
         Ok(Change { pod_cgroup: handle.map(CgroupValue::NetClsClassId).into_iter().collect(), ..Default::default() })
     }
 
-    fn node(&self, pods: &[PodState], rules: &Rules, host: &Host) -> anyhow::Result<()> {
+    fn node(&self, pods: &NodePods<'_>, rules: &Rules, host: &Host) -> anyhow::Result<()> {
         let Some(tc) = &host.tc else { return Ok(()) };
         let r = &rules.net_qos;
         if r.policy != NetQosPolicy::Tc || r.total_bandwidth == 0 {

@@ -83,7 +83,7 @@ fn node_work_sets_qdisc_classes_filters_and_per_pod_classes() {
     let limited = pod("uid-1", "LS", Some(r#"{"ingressLimit": "10M", "egressLimit": "16M"}"#));
     let plain = pod("uid-2", "BE", None);
     assert_eq!(classid(&p, &limited, &r), vec![], "no handle before node-level work");
-    p.node(&[limited.clone(), plain.clone()], &r, &h).unwrap();
+    p.node(&NodePods::given(&[limited.clone(), plain.clone()]), &r, &h).unwrap();
     assert_eq!(fake.root_qdisc().unwrap().unwrap().handle, QDISC);
     let classes = fake.classes().unwrap();
     assert_eq!(classes.len(), 5, "{classes:?}");
@@ -95,14 +95,14 @@ fn node_work_sets_qdisc_classes_filters_and_per_pod_classes() {
     assert_eq!(filters, vec![(1, 2), (2, 3), (3, 4)]);
 
     // Idempotent; the pod going removes its class.
-    p.node(&[limited.clone(), plain.clone()], &r, &h).unwrap();
+    p.node(&NodePods::given(&[limited.clone(), plain.clone()]), &r, &h).unwrap();
     assert_eq!(fake.classes().unwrap().len(), 5);
-    p.node(std::slice::from_ref(&plain), &r, &h).unwrap();
+    p.node(&NodePods::given(std::slice::from_ref(&plain)), &r, &h).unwrap();
     assert!(fake.classes().unwrap().iter().all(|c| c.handle != handle));
     assert_eq!(classid(&p, &limited, &r), vec![]);
 
     // Policy switched away: the qdisc goes.
-    p.node(&[plain], &rules("terway-qos"), &h).unwrap();
+    p.node(&NodePods::given(&[plain]), &rules("terway-qos"), &h).unwrap();
     assert_eq!(fake.root_qdisc().unwrap(), None);
 }
 
@@ -112,7 +112,7 @@ fn failures_are_reported_without_stopping_the_rest() {
     let p = TcNetworkQos::default();
     let mut r = rules("tc");
     r.net_qos.be = None; // BE's networkQOS off: rate 0
-    let e = p.node(&[pod("x", "BE", Some("{"))], &r, &host(fake.clone())).unwrap_err().to_string();
+    let e = p.node(&NodePods::given(&[pod("x", "BE", Some("{"))]), &r, &host(fake.clone())).unwrap_err().to_string();
     assert!(e.contains("class 1:4") && e.contains("cgroup filter prio 1") && e.contains("pod default/x"), "{e}");
     assert_eq!(fake.classes().unwrap().len(), 3, "the others are set");
 }
@@ -120,7 +120,7 @@ fn failures_are_reported_without_stopping_the_rest() {
 #[test]
 fn without_the_facility_nothing_is_done() {
     let p = TcNetworkQos::default();
-    p.node(&[pod("a", "LS", Some(r#"{"egressLimit": "1M"}"#))], &rules("tc"), &Host::default()).unwrap();
+    p.node(&NodePods::given(&[pod("a", "LS", Some(r#"{"egressLimit": "1M"}"#))]), &rules("tc"), &Host::default()).unwrap();
     assert!(p.handles().is_empty());
 }
 
@@ -149,7 +149,7 @@ fn real_netlink_in_a_private_network_namespace() {
         let r = rules("tc");
         let limited = pod("uid-1", "BE", Some(r#"{"egressLimit": "16M"}"#));
         // cls_cgroup may be missing from this kernel: filters are then the only failure.
-        if let Err(e) = p.node(std::slice::from_ref(&limited), &r, &h) {
+        if let Err(e) = p.node(&NodePods::given(std::slice::from_ref(&limited)), &r, &h) {
             assert!(!e.to_string().contains("class "), "{e}");
         }
         let q = tc.root_qdisc().unwrap().unwrap();
@@ -165,13 +165,13 @@ fn real_netlink_in_a_private_network_namespace() {
         // A rate above 2³² − 1 bytes/s (64-bit attributes), then the pod going.
         let mut fast = r.clone();
         fast.net_qos.total_bandwidth = 100_000_000_000;
-        let _ = p.node(&[], &fast, &h);
+        let _ = p.node(&NodePods::given(&[]), &fast, &h);
         let got = tc.classes().unwrap();
         let root = got.iter().find(|c| c.handle == ROOT_CLASS).unwrap();
         assert_eq!((root.rate, root.ceil), (12_500_000_000, 12_500_000_000));
         assert!(got.iter().all(|c| c.handle != handle), "the pod's class is gone: {got:?}");
 
-        p.node(&[], &rules("terway-qos"), &h).unwrap();
+        p.node(&NodePods::given(&[]), &rules("terway-qos"), &h).unwrap();
         let after = tc.root_qdisc().unwrap();
         assert!(after.as_ref().is_none_or(|q| q.kind != "htb"), "htb deleted: {after:?}");
         Ok(())

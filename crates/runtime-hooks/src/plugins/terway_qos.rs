@@ -56,7 +56,7 @@ use serde::Serialize;
 use super::tc::pod_bandwidth;
 use crate::context::{KubeQos, QosClass};
 use crate::host::Host;
-use crate::plugin::{Plugin, PodState, Stage};
+use crate::plugin::{NodePods, Plugin, PodState, Stage};
 use crate::rules::net_qos::{Bandwidth, ClassBandwidth, NetQosPolicy, NetQosRules};
 use crate::rules::Rules;
 
@@ -192,7 +192,7 @@ impl Plugin for TerwayQos {
         &[]
     }
 
-    fn node(&self, pods: &[PodState], rules: &Rules, host: &Host) -> anyhow::Result<()> {
+    fn node(&self, pods: &NodePods<'_>, rules: &Rules, host: &Host) -> anyhow::Result<()> {
         let dir = Self::dir(host);
         let (node_file, pod_file) = (dir.join(NODE_FILE), dir.join(POD_FILE));
         if rules.net_qos.policy != NetQosPolicy::TerwayQos {
@@ -271,7 +271,7 @@ mod tests {
         let p = TerwayQos::default();
         let ls = pod("u1", Some("LS"), Some(r#"{"ingressLimit": "8M", "egressLimit": "16M"}"#), "/kubepods/burstable/podu1");
         let be = pod("u2", None, None, "/kubepods/besteffort/podu2");
-        p.node(&[ls.clone(), be.clone()], &rules("terway-qos"), &h).unwrap();
+        p.node(&NodePods::given(&[ls.clone(), be.clone()]), &rules("terway-qos"), &h).unwrap();
         let node = std::fs::read_to_string(t.path().join(NODE_FILE)).unwrap();
         assert_eq!(
             node,
@@ -295,13 +295,13 @@ mod tests {
 
         // A pod goes; a bad annotation skips only that pod.
         let bad = pod("u3", Some("BE"), Some(r#"{"egressLimit": "lots"}"#), "/kubepods/besteffort/podu3");
-        p.node(&[be.clone(), bad], &rules("terway-qos"), &h).unwrap();
+        p.node(&NodePods::given(&[be.clone(), bad]), &rules("terway-qos"), &h).unwrap();
         let pods: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(t.path().join(POD_FILE)).unwrap()).unwrap();
         assert_eq!(pods.as_object().unwrap().keys().collect::<Vec<_>>(), ["u2"]);
         assert_eq!(p.logged.lock().unwrap().len(), 1);
 
         // Another policy removes the files.
-        p.node(&[be], &rules("tc"), &h).unwrap();
+        p.node(&NodePods::given(&[be]), &rules("tc"), &h).unwrap();
         assert!(!t.path().join(NODE_FILE).exists() && !t.path().join(POD_FILE).exists());
     }
 
@@ -310,7 +310,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let mut r = rules("terway-qos");
         r.net_qos.ls.as_mut().unwrap().egress_limit = Bandwidth::Quantity(1_000_000_000);
-        let e = TerwayQos::default().node(&[], &r, &host(t.path())).unwrap_err();
+        let e = TerwayQos::default().node(&NodePods::given(&[]), &r, &host(t.path())).unwrap_err();
         assert!(e.to_string().contains("lsClass.networkQOS.egressLimit"), "{e}");
         assert!(!t.path().join(NODE_FILE).exists());
     }

@@ -92,7 +92,7 @@ use crate::lenient::{cri as view, decode_items, entries_map, lossy, ViewCodec};
 
 #[path = "reconciler_info.rs"]
 mod info;
-use crate::plugin::{ContainerState, PodState, Stage};
+use crate::plugin::{ContainerState, NodePods, PodState, Stage};
 use crate::rules::host_app::HostAppBase;
 use crate::standalone::pod_spec;
 pub use info::{StatusInfo, VerboseInfo};
@@ -456,7 +456,7 @@ impl Reconciler {
             self.kube_qos_dirs(&root, &mut report, &mut failures_now);
         }
         self.host_app_dirs(&mut report, &mut failures_now);
-        failures_now.extend(self.framework.node_pass(&states).iter().map(|f| f.to_string()));
+        failures_now.extend(self.framework.node_pass(&NodePods::given(&states)).iter().map(|f| f.to_string()));
         self.check_dirs_seen(&seen, report.pods);
         // Log each failure once, when it first appears; forget the ones that went away.
         for f in failures_now.difference(&self.reported) {

@@ -58,7 +58,7 @@ use std::sync::Mutex;
 use crate::cgroup::CgroupValue;
 use crate::context::{KubeQos, PodContext, QosClass};
 use crate::host::Host;
-use crate::plugin::{Plugin, PodState, Stage};
+use crate::plugin::{NodePods, Plugin, PodState, Stage};
 use crate::rules::Rules;
 
 use super::cgroup_procs;
@@ -140,7 +140,7 @@ impl Plugin for CoreSched {
         vec![CgroupValue::CpuIdle(i64::from(rules.core_sched.kube(qos).cpu_idle))]
     }
 
-    fn node(&self, pods: &[PodState], rules: &Rules, host: &Host) -> anyhow::Result<()> {
+    fn node(&self, pods: &NodePods<'_>, rules: &Rules, host: &Host) -> anyhow::Result<()> {
         let Some(ops) = host.core_sched.as_deref() else {
             return Ok(());
         };

@@ -93,7 +93,7 @@ fn cookies_per_group_for_containers_and_sandboxes() {
     let b = state(t.path(), pod("b", &[(QOS_CLASS_KEY, "LS"), (LABEL_GROUP_ID, "g")], "burstable"), &[19], &[("c2", &[20])]);
     let c = state(t.path(), pod("c", &[(QOS_CLASS_KEY, "BE"), (LABEL_GROUP_ID, "g")], "besteffort"), &[29], &[("c3", &[30])]);
     let plugin = CoreSched::default();
-    plugin.node(&[a.clone(), b.clone(), c.clone()], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[a.clone(), b.clone(), c.clone()]), &on(), &h).unwrap();
     let ls = fake.cookie(10);
     assert_ne!(ls, 0);
     for pid in [9, 11, 19, 20] {
@@ -106,19 +106,19 @@ fn cookies_per_group_for_containers_and_sandboxes() {
 
     // A second pass changes nothing.
     fake.take_calls();
-    plugin.node(&[a.clone(), b.clone(), c.clone()], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[a.clone(), b.clone(), c.clone()]), &on(), &h).unwrap();
     assert_eq!(fake.take_calls(), Vec::<String>::new());
 
     // A new process in a container gets the group's cookie from a sibling.
     let a2 = state(t.path(), a.pod.clone(), &[9], &[("c1", &[10, 11, 12])]);
-    plugin.node(&[a2.clone(), b.clone(), c.clone()], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[a2.clone(), b.clone(), c.clone()]), &on(), &h).unwrap();
     assert_eq!(fake.cookie(12), ls);
 
     // Pod b moves to group h: a cookie of its own.
     let mut b_pod = b.pod.clone();
     b_pod.labels.insert(LABEL_GROUP_ID.into(), "h".into());
     let b2 = state(t.path(), b_pod.clone(), &[19], &[("c2", &[20])]);
-    plugin.node(&[a2.clone(), b2.clone(), c.clone()], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[a2.clone(), b2.clone(), c.clone()]), &on(), &h).unwrap();
     let h_cookie = fake.cookie(20);
     assert!(h_cookie != 0 && h_cookie != ls && h_cookie != be);
     assert_eq!(fake.cookie(19), h_cookie);
@@ -128,17 +128,17 @@ fn cookies_per_group_for_containers_and_sandboxes() {
     // Pod b turns core sched off: cookie 0 again.
     b_pod.labels.insert(LABEL_POLICY.into(), "none".into());
     let b3 = state(t.path(), b_pod, &[19], &[("c2", &[20])]);
-    plugin.node(&[a2.clone(), b3.clone(), c.clone()], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[a2.clone(), b3.clone(), c.clone()]), &on(), &h).unwrap();
     assert_eq!((fake.cookie(19), fake.cookie(20)), (0, 0));
     assert!(!plugin.cache().groups.contains_key("h-expeller"));
 
     // Pod c is gone: forgotten; its group dropped.
-    plugin.node(&[a2.clone(), b3.clone()], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[a2.clone(), b3.clone()]), &on(), &h).unwrap();
     assert!(!plugin.cache().groups.contains_key("g"));
     assert!(!plugin.cache().containers.keys().any(|k| k.starts_with("c/")));
 
     // The node turns core sched off: every container given a cookie gets 0 back.
-    plugin.node(&[a2, b3], &Rules::default(), &h).unwrap();
+    plugin.node(&NodePods::given(&[a2, b3]), &Rules::default(), &h).unwrap();
     for pid in [9, 10, 11, 12] {
         assert_eq!(fake.cookie(pid), 0, "pid {pid}");
     }
@@ -153,11 +153,11 @@ fn containers_never_given_a_cookie_are_left_alone() {
     let p = state(t.path(), pod("d", &[(QOS_CLASS_KEY, "LS"), (LABEL_POLICY, "none")], "burstable"), &[], &[("c4", &[41])]);
     let q = state(t.path(), pod("e", &[(QOS_CLASS_KEY, "LSR")], "guaranteed"), &[], &[("c5", &[40])]);
     let plugin = CoreSched::default();
-    plugin.node(&[p.clone(), q.clone()], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[p.clone(), q.clone()]), &on(), &h).unwrap();
     // Another tool gives a cookie after start (cookies found at the first pass count as
     // runtime-hooks' own, as in koordlet's loadAllCookies).
     fake.set(40, 0x77);
-    plugin.node(&[p, q], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[p, q]), &on(), &h).unwrap();
     assert_eq!(fake.cookie(40), 0x77);
     assert!(!fake.take_calls().iter().any(|c| c.starts_with("clear") || c.contains("41")));
 }
@@ -168,12 +168,12 @@ fn a_restart_keeps_the_cookies_it_finds() {
     let fake = Arc::new(FakeCoreSched::new());
     let h = host(t.path(), &fake);
     let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c1", &[10])]);
-    CoreSched::default().node(std::slice::from_ref(&a), &on(), &h).unwrap();
+    CoreSched::default().node(&NodePods::given(std::slice::from_ref(&a)), &on(), &h).unwrap();
     let cookie = fake.cookie(10);
     let b = state(t.path(), pod("b", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c2", &[20])]);
     fake.take_calls();
     let restarted = CoreSched::default();
-    restarted.node(&[a, b], &on(), &h).unwrap();
+    restarted.node(&NodePods::given(&[a, b]), &on(), &h).unwrap();
     assert_eq!(fake.cookie(20), cookie, "the new pod joins the cookie found on pod a");
     assert_eq!(fake.take_calls(), ["assign 10 -> [20]"]);
 }
@@ -185,11 +185,11 @@ fn dead_siblings_and_processes() {
     let h = host(t.path(), &fake);
     let plugin = CoreSched::default();
     let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c1", &[10])]);
-    plugin.node(std::slice::from_ref(&a), &on(), &h).unwrap();
+    plugin.node(&NodePods::given(std::slice::from_ref(&a)), &on(), &h).unwrap();
     // Every holder of the group's cookie exits; a new pod of the group gets a fresh cookie.
     fake.kill(10);
     let b = state(t.path(), pod("b", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c2", &[20, 21])]);
-    plugin.node(&[a, b], &on(), &h).unwrap();
+    plugin.node(&NodePods::given(&[a, b]), &on(), &h).unwrap();
     let c = fake.cookie(20);
     assert!(c != 0 && fake.cookie(21) == c);
     assert_eq!(plugin.cache().groups[""].pids.iter().copied().collect::<Vec<_>>(), [20, 21]);
@@ -202,7 +202,7 @@ fn no_core_sched_on_this_kernel_means_no_work_and_no_failure() {
     let mut h = host(t.path(), &fake);
     h.core_sched = None;
     let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c1", &[10])]);
-    CoreSched::default().node(&[a], &on(), &h).unwrap();
+    CoreSched::default().node(&NodePods::given(&[a]), &on(), &h).unwrap();
     assert_eq!(fake.cookie(10), 0);
     assert!(fake.take_calls().is_empty());
 }
@@ -232,14 +232,14 @@ fn a_kernel_that_cannot_be_readied_gets_no_new_cookies_but_clears_old_ones() {
     let h = host(t.path(), &fake);
     let plugin = CoreSched::default();
     let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c1", &[10])]);
-    plugin.node(std::slice::from_ref(&a), &on(), &h).unwrap();
+    plugin.node(&NodePods::given(std::slice::from_ref(&a)), &on(), &h).unwrap();
     assert_ne!(fake.cookie(10), 0);
     fake.fail_prepare();
     let mut off = a.pod.clone();
     off.labels.insert(LABEL_POLICY.into(), "none".into());
     let a_off = state(t.path(), off, &[], &[("c1", &[10])]);
     let b = state(t.path(), pod("b", &[(QOS_CLASS_KEY, "BE")], "besteffort"), &[], &[("c2", &[20])]);
-    let e = plugin.node(&[a_off, b], &on(), &h).unwrap_err();
+    let e = plugin.node(&NodePods::given(&[a_off, b]), &on(), &h).unwrap_err();
     assert!(e.to_string().contains("readying the kernel"), "{e}");
     assert_eq!(fake.cookie(10), 0, "leaving core sched still works");
     assert_eq!(fake.cookie(20), 0, "no new cookie");

@@ -56,7 +56,7 @@ use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
 use crate::host::resctrl::ResctrlFs;
 use crate::host::Host;
-use crate::plugin::{Plugin, PodState, Stage};
+use crate::plugin::{NodePods, Plugin, PodState, Stage};
 use crate::rules::Rules;
 
 use super::cgroup_procs;
@@ -185,7 +185,7 @@ impl Plugin for Resctrl {
         Ok(Change { rdt_class: Some(Self::group(&c.pod)), ..Default::default() })
     }
 
-    fn node(&self, pods: &[PodState], _rules: &Rules, host: &Host) -> anyhow::Result<()> {
+    fn node(&self, pods: &NodePods<'_>, _rules: &Rules, host: &Host) -> anyhow::Result<()> {
         let Some(fs) = host.resctrl.as_deref() else {
             return Ok(());
         };

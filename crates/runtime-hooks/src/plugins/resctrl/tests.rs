@@ -66,25 +66,25 @@ fn groups_schemata_tasks_and_cleanup_on_a_fake_tree() {
     let plugin = Resctrl::with_grace(Duration::ZERO);
     let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100, 101]);
     let plain = pod(&n.cgroups, "p", None, &[200]);
-    plugin.node(&[a.clone(), plain.clone()], &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(&[a.clone(), plain.clone()]), &Rules::default(), &n.host).unwrap();
     let g = n.resctrl.join("koordlet-a");
     assert_eq!(read(&g.join("schemata")), "L3:0=f;1=f;\nMB:0=50;1=50;\n");
     assert_eq!(read(&g.join("tasks")), "100\n101\n");
     assert!(!n.resctrl.join("koordlet-p").exists(), "no annotation, no group");
 
     // Idempotent; a new thread joins; drifted schemata rewritten.
-    plugin.node(&[a.clone(), plain.clone()], &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(&[a.clone(), plain.clone()]), &Rules::default(), &n.host).unwrap();
     assert_eq!(read(&g.join("tasks")), "100\n101\n");
     let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100, 101, 102]);
     std::fs::write(g.join("schemata"), "L3:0=7ff;1=7ff\nMB:0=100;1=100\n").unwrap();
-    plugin.node(&[a.clone(), plain.clone()], &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(&[a.clone(), plain.clone()]), &Rules::default(), &n.host).unwrap();
     assert_eq!(read(&g.join("tasks")), "100\n101\n102\n");
     assert_eq!(read(&g.join("schemata")), "L3:0=f;1=f;\nMB:0=50;1=50;\n");
 
     // A group left by a pod that is gone (another koordlet-* group) is removed; others are not.
     std::fs::create_dir(n.resctrl.join("koordlet-gone")).unwrap();
     std::fs::create_dir(n.resctrl.join("someone-else")).unwrap();
-    plugin.node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(std::slice::from_ref(&a)), &Rules::default(), &n.host).unwrap();
     assert!(!n.resctrl.join("koordlet-gone").exists());
     assert!(n.resctrl.join("someone-else").exists() && g.exists());
 
@@ -98,7 +98,7 @@ fn unused_groups_wait_for_the_grace_period() {
     let n = node();
     std::fs::create_dir(n.resctrl.join("koordlet-new")).unwrap();
     let plugin = Resctrl::default();
-    plugin.node(&[], &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(&[]), &Rules::default(), &n.host).unwrap();
     assert!(n.resctrl.join("koordlet-new").exists(), "first seen just now");
 }
 
@@ -108,19 +108,19 @@ fn a_partial_view_removes_no_unknown_group() {
     let n = node();
     std::fs::create_dir(n.resctrl.join("koordlet-other")).unwrap();
     let plugin = Resctrl { grace: Duration::ZERO, ..Resctrl::with_partial_view(true) };
-    plugin.node(&[], &Rules::default(), &n.host).unwrap();
-    plugin.node(&[], &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(&[]), &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(&[]), &Rules::default(), &n.host).unwrap();
     assert!(n.resctrl.join("koordlet-other").exists(), "may be a pod that is not selected");
     // A pod it saw, and that went: its group goes.
     let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100]);
-    plugin.node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(std::slice::from_ref(&a)), &Rules::default(), &n.host).unwrap();
     let group = n.resctrl.join(format!("koordlet-{}", a.pod.uid));
     assert!(group.exists());
-    plugin.node(&[], &Rules::default(), &n.host).unwrap();
-    plugin.node(&[], &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(&[]), &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(&[]), &Rules::default(), &n.host).unwrap();
     assert!(!group.exists(), "seen, then gone: removed");
     assert!(n.resctrl.join("koordlet-other").exists());
-    Resctrl::with_grace(Duration::ZERO).node(&[], &Rules::default(), &n.host).unwrap();
+    Resctrl::with_grace(Duration::ZERO).node(&NodePods::given(&[]), &Rules::default(), &n.host).unwrap();
     assert!(!n.resctrl.join("koordlet-other").exists(), "whole view: removed");
 }
 
@@ -130,7 +130,7 @@ fn a_bad_annotation_fails_only_this_plugin_and_only_that_pod() {
     let plugin = Resctrl::with_grace(Duration::ZERO);
     let bad = pod(&n.cgroups, "bad", Some(r#"{"llc":{"schemata":{"range":"0-30"}}}"#), &[300]);
     let good = pod(&n.cgroups, "good", Some(r#"{"llc":{"schemata":{"range":[30,100]}}}"#), &[400]);
-    let e = plugin.node(&[bad.clone(), good], &Rules::default(), &n.host).unwrap_err().to_string();
+    let e = plugin.node(&NodePods::given(&[bad.clone(), good]), &Rules::default(), &n.host).unwrap_err().to_string();
     assert!(e.contains("default/bad") && e.contains(ANNOTATION), "{e}");
     assert_eq!(read(&n.resctrl.join("koordlet-good/schemata")), "L3:0=7f0;1=7f0;\n");
     assert!(!n.resctrl.join("koordlet-bad").exists());
@@ -144,7 +144,7 @@ fn no_resctrl_means_nothing_done() {
     let mut n = node();
     n.host.resctrl = None;
     let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100]);
-    Resctrl::default().node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
+    Resctrl::default().node(&NodePods::given(std::slice::from_ref(&a)), &Rules::default(), &n.host).unwrap();
     Resctrl::default().pod_removed(&a, &Rules::default(), &n.host).unwrap();
     assert!(!n.resctrl.join("koordlet-a").exists());
 }
@@ -198,14 +198,14 @@ fn rdt_class_only_for_groups_on_the_kernels_mount() {
     let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100]);
     let c = &a.containers[0].container;
     assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap(), Change::default(), "no group yet");
-    plugin.node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(std::slice::from_ref(&a)), &Rules::default(), &n.host).unwrap();
     assert_eq!(
         plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class,
         None,
         "a test tree: the runtime would not find the group"
     );
     n.host.resctrl = Some(Arc::new(KernelLike(DirResctrl::open(&n.resctrl, Vendor::Intel).unwrap())));
-    plugin.node(std::slice::from_ref(&a), &Rules::default(), &n.host).unwrap();
+    plugin.node(&NodePods::given(std::slice::from_ref(&a)), &Rules::default(), &n.host).unwrap();
     let change = plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap();
     assert_eq!(change.rdt_class.as_deref(), Some("koordlet-a"));
     let plain = pod(&n.cgroups, "p", None, &[200]);
