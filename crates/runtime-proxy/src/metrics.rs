@@ -588,5 +588,17 @@ mod tests {
         assert!(used.len() >= 10, "{used:?}");
         let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
         assert!(unknown.is_empty(), "the dashboard uses metrics runtime-proxy does not export: {unknown:?}; it exports {exported:?}");
+        // The hook chain's panels and the version table.
+        for family in [
+            "runtime_proxy_hook_refusals_total",
+            "runtime_proxy_hook_required_failures_total",
+            "runtime_proxy_required_hook_servers_missing_total",
+            "runtime_proxy_hook_conflicts_total",
+            "runtime_proxy_tolerate_missing_ignored_total",
+            "runtime_proxy_restore_unhooked_total",
+            "runtime_proxy_build_info",
+        ] {
+            assert!(used.contains(family), "the dashboard has no panel for {family}");
+        }
     }
 }
