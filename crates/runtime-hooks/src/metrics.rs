@@ -135,28 +135,30 @@ mod tests {
     }
 
     /// The build info is there from the start; a watched object's and a rule source's series
-    /// exist at 0 before their first event, and a synced object stays synced.
+    /// exist at 0 before their first event, and a synced object stays synced. (The metrics are
+    /// the process's, which other tests' cluster watches move: these label values are this
+    /// test's own.)
     #[test]
     fn known_label_sets_exist_at_zero() {
         let text = encode();
         let build = format!("runtime_hooks_build_info{{version=\"{BUILD_VERSION}\",revision=\"{BUILD_REVISION}\"}} 1");
         assert!(text.contains(&build), "{build} missing:\n{text}");
-        watching("NodeResourceTopology", true);
-        watching("Pod", false);
-        rule_source("cluster");
-        metrics().synced.get_or_create(&object("Pod")).set(1);
-        watching("Pod", false);
+        watching("TestRules", true);
+        watching("TestPods", false);
+        rule_source("test");
+        metrics().synced.get_or_create(&object("TestPods")).set(1);
+        watching("TestPods", false);
         let text = encode();
         for want in [
-            "runtime_hooks_rule_errors_total{object=\"NodeResourceTopology\"} 0",
-            "runtime_hooks_cluster_watch_errors_total{object=\"NodeResourceTopology\"} 0",
-            "runtime_hooks_cluster_synced{object=\"NodeResourceTopology\"} 0",
-            "runtime_hooks_cluster_watch_errors_total{object=\"Pod\"} 0",
-            "runtime_hooks_cluster_synced{object=\"Pod\"} 1",
-            "runtime_hooks_rule_changes_total{source=\"cluster\"} 0",
+            "runtime_hooks_rule_errors_total{object=\"TestRules\"} 0",
+            "runtime_hooks_cluster_watch_errors_total{object=\"TestRules\"} 0",
+            "runtime_hooks_cluster_synced{object=\"TestRules\"} 0",
+            "runtime_hooks_cluster_watch_errors_total{object=\"TestPods\"} 0",
+            "runtime_hooks_cluster_synced{object=\"TestPods\"} 1",
+            "runtime_hooks_rule_changes_total{source=\"test\"} 0",
         ] {
             assert!(text.contains(want), "{want} missing:\n{text}");
         }
-        assert!(!text.contains("runtime_hooks_rule_errors_total{object=\"Pod\"}"), "a pod is not a rule:\n{text}");
+        assert!(!text.contains("runtime_hooks_rule_errors_total{object=\"TestPods\"}"), "not rules:\n{text}");
     }
 }
