@@ -38,7 +38,7 @@ use kube::{Client, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 
 use crate::metrics::{metrics, object};
-use crate::rules::{node, node_slo, topology, FieldError, RulesStore};
+use crate::rules::{node, node_slo, topology, FieldError, RuleSource, RulesStore};
 
 /// Where the API server is and who we are: `--kubeconfig`, else the in-cluster service account.
 #[derive(Clone, Debug)]
@@ -180,6 +180,12 @@ pub fn spawn(client: Client, node: String, store: Arc<RulesStore>) -> ClusterSou
     let source = ClusterSource { status: Arc::default(), pods: Arc::default() };
     let reporter = Reporter { client: client.clone(), node: node.clone(), status: source.status.clone() };
     let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    // The objects followed, known from here: their series exist (at 0) before their first event.
+    for kind in ["NodeSLO", "NodeResourceTopology", "Node"] {
+        crate::metrics::watching(kind, true);
+    }
+    crate::metrics::watching("Pod", false);
+    crate::metrics::rule_source(RuleSource::Cluster.as_str());
 
     let api = Api::<DynamicObject>::all_with(client.clone(), &node_slo_resource());
     let (s, r) = (store.clone(), reporter.clone());

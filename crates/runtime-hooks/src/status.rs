@@ -396,6 +396,9 @@ mod tests {
         assert!(used.len() >= 5, "{used:?}");
         let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
         assert!(unknown.is_empty(), "the dashboard uses metrics runtime-hooks does not export: {unknown:?}; it exports {exported:?}");
+        // Every family has a panel: the version table included.
+        let unshown: Vec<&String> = exported.iter().filter(|n| !used.iter().any(|u| u.starts_with(n.as_str()))).collect();
+        assert!(unshown.is_empty(), "metrics runtime-hooks exports that the dashboard does not show: {unshown:?}");
     }
 
     #[test]

@@ -226,3 +226,46 @@ async fn no_api_server_at_start_serves_the_file_then_takes_the_cluster() {
     c.quota_becomes(&pod, "100000", "the cluster (no NodeSLO) once it answers");
     c.remove(pod).await;
 }
+
+/// The first scrape after runtime-hooks starts following the cluster (no containerd needed: proxy
+/// mode, no pod): the series of every object it watches and of the cluster as a rule source are
+/// there at 0 before any error or change, so a dashboard shows 0 and `increase()` sees the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_scrape_has_each_watched_objects_series_at_zero() {
+    let api = KubeApi::start().await;
+    api.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+    let dir = tempfile::Builder::new().prefix("rh-cluster").tempdir().unwrap();
+    let kubeconfig = api.kubeconfig(dir.path());
+    let (socket, conf) = (dir.path().join("runtime-hooks.sock"), dir.path().join("hookserver.d"));
+    let args = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--node-name",
+        NODE,
+        "--listen",
+        socket.to_str().unwrap(),
+        "--hook-config-dir",
+        conf.to_str().unwrap(),
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ];
+    let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
+    assert!(hooks.wait_log(&["admin endpoint"], 0, Duration::from_secs(10)), "no admin endpoint:\n{}", hooks.log());
+    let log = hooks.log();
+    let line = log.lines().find(|l| l.contains("admin endpoint")).unwrap_or_default();
+    let addr = line.split("addr=").nth(1).and_then(|a| a.split_whitespace().next()).unwrap_or_default().to_owned();
+    let (code, text) = test_support::http_get(&addr, "/metrics");
+    assert_eq!(code, 200);
+    for object in ["NodeSLO", "NodeResourceTopology", "Node"] {
+        let series = format!("runtime_hooks_rule_errors_total{{object=\"{object}\"}} 0");
+        assert!(text.contains(&series), "{series} missing:\n{text}");
+    }
+    for object in ["NodeSLO", "NodeResourceTopology", "Node", "Pod"] {
+        for family in ["runtime_hooks_cluster_watch_errors_total", "runtime_hooks_cluster_synced"] {
+            let series = format!("{family}{{object=\"{object}\"}} ");
+            assert!(text.contains(&series), "{series} missing:\n{text}");
+        }
+    }
+    assert!(text.contains("runtime_hooks_rule_changes_total{source=\"cluster\"} "), "{text}");
+    assert!(!text.contains("runtime_hooks_rule_errors_total{object=\"Pod\"}"), "a pod is not a rule:\n{text}");
+}

@@ -74,6 +74,17 @@ fn status_in_proxy_mode_shows_plugins_registration_and_the_rules_in_force() {
     assert!(hooks.wait_log(&["serving runtime hooks"], 0, Duration::from_secs(10)), "{}", hooks.log());
     let addr = admin_addr(&hooks);
 
+    // The first scrape: the rules file's series at 0 before its first change, and the build
+    // info with what `--version` prints (`runtime-hooks 0.1.0 (git 27cbb9f)`).
+    let (code, metrics) = test_support::http_get(&addr, "/metrics");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("runtime_hooks_rule_changes_total{source=\"file\"} 0"), "{metrics}");
+    let version = Command::new(HOOKS_BIN).arg("--version").output().unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let (package, revision) = version.trim().strip_prefix("runtime-hooks ").and_then(|v| v.split_once(" (git ")).unwrap();
+    let build = format!("runtime_hooks_build_info{{version=\"{package}\",revision=\"{}\"}} 1", revision.trim_end_matches(')'));
+    assert!(metrics.contains(&build), "{build} missing:\n{metrics}");
+
     let run = status(&addr, &[]);
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     let registration = conf.join("runtime-hooks.json");

@@ -22,10 +22,20 @@
 //! | `runtime_proxy_backend_up` | gauge | | 1 when every backend endpoint passed its latest health check ([`crate::admin::health`]) |
 //! | `runtime_proxy_backend_endpoint_up` | gauge | `endpoint` (`runtime`, `image`) | 1 when that endpoint passed its latest health check |
 //! | `runtime_proxy_log_lines_dropped_total` | counter | | log lines lost: stderr too slow (queue full) or broken (a closed log pipe); see [`daemon_support::log`] |
+//! | `runtime_proxy_build_info` | gauge | `version`, `revision` | always 1: the version and git revision `--version` prints |
 //!
 //! `method` is the gRPC path for CRI services (`/runtime.v1.RuntimeService/Version`) and `other`
 //! for anything else, so clients cannot blow up the label set. `server` is the registration
 //! file's name. Gauges are read when scraped.
+//!
+//! Series that exist before their first event (at 0), so that a dashboard shows 0 rather than
+//! "No data" and `increase()` sees the first event after a start (Prometheus' advice for label
+//! sets known in advance): `required_hook_servers_missing_total` for every stage from the start;
+//! `hook_requests_total` (each `result`) and `hook_required_failures_total` for each registered
+//! server at each stage it is called at, and `hook_refusals_total` for those of them whose failure
+//! policy is `Fail`, from the first scrape after the server is registered
+//! ([`Metrics::known_hook_servers`]; a scrape is the first moment Prometheus could see them).
+//! The CRI families are not: methods × codes would be hundreds of series that stay at 0.
 
 use std::time::Duration;
 
@@ -76,6 +86,12 @@ struct StageLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    revision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabels {
     endpoint: &'static str,
 }
@@ -99,6 +115,24 @@ pub enum HookResult {
 /// 1 µs … ~16 ms, factor 2: the proxy's own time for a hooked call is tens of microseconds.
 fn own_time_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000001, 2.0, 15))
+}
+
+/// The version `runtime_proxy_build_info` carries: the package's, as `--version` prints it.
+pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The git revision `runtime_proxy_build_info` carries, as `--version` prints it
+/// (`27cbb9f`, `27cbb9f-dirty`, `unknown`; set by `crates/git_revision.rs`).
+pub const BUILD_REVISION: &str = env!("GIT_REVISION");
+
+/// A registered hook server called at a stage: the series [`Metrics::known_hook_servers`] creates at 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownHook<'a> {
+    /// The stage's name (`PreCreateContainer`).
+    pub stage: &'static str,
+    /// The registration file's name (`a.json`), the `server` label.
+    pub server: &'a str,
+    /// The server's failure policy is `Fail`: its failures refuse calls (`hook_refusals_total`).
+    pub refuses: bool,
 }
 
 fn latency_histogram() -> Histogram {
@@ -147,6 +181,8 @@ pub struct Metrics {
     tolerate_missing_ignored: Counter,
     restore_unhooked: Counter,
     hooked_call_own: Family<StageLabels, Histogram, fn() -> Histogram>,
+    /// The registry generation whose servers [`Metrics::known_hook_servers`] last created series for.
+    known_generation: std::sync::Mutex<Option<u64>>,
 }
 
 impl Default for Metrics {
@@ -249,8 +285,19 @@ impl Metrics {
             Unit::Seconds,
             hooked_call_own.clone(),
         );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info.get_or_create(&BuildLabels { version: BUILD_VERSION, revision: BUILD_REVISION }).set(1);
+        registry.register(
+            "build_info",
+            "Always 1: the version and git revision of this runtime-proxy (as --version prints them)",
+            build_info,
+        );
+        for stage in hook_api::Stage::ALL {
+            drop(required_missing.get_or_create(&StageLabels { stage: stage.as_str() }));
+        }
         Metrics {
             hooked_call_own,
+            known_generation: std::sync::Mutex::new(None),
             restore_unhooked,
             hook_conflicts,
             required_failures,
@@ -357,6 +404,31 @@ impl Metrics {
             HookResult::Timeout => "timeout",
         };
         self.hook_requests.get_or_create(&HookResultLabels { stage: labels.stage, server: labels.server, result: result.to_owned() }).inc();
+    }
+
+    /// Creates at 0 the series of the registered hook servers `hooks` (the registry's snapshot
+    /// of `generation`) that their first event would create: `hook_requests_total` for each
+    /// result, `hook_required_failures_total`, and `hook_refusals_total` when the server
+    /// [`KnownHook::refuses`]. Does nothing when `generation` is the one it last saw, so it can
+    /// run on every scrape. Series of servers no longer registered stay, with their counts.
+    pub fn known_hook_servers<'a>(&self, generation: u64, hooks: impl IntoIterator<Item = KnownHook<'a>>) {
+        let mut known = self.known_generation.lock().unwrap_or_else(|p| p.into_inner());
+        if *known == Some(generation) {
+            return;
+        }
+        for hook in hooks {
+            let labels = HookLabels { stage: hook.stage.to_owned(), server: hook.server.to_owned() };
+            for result in ["ok", "error", "timeout"] {
+                let with_result =
+                    HookResultLabels { stage: labels.stage.clone(), server: labels.server.clone(), result: result.to_owned() };
+                drop(self.hook_requests.get_or_create(&with_result));
+            }
+            drop(self.required_failures.get_or_create(&labels));
+            if hook.refuses {
+                drop(self.hook_refusals.get_or_create(&labels));
+            }
+        }
+        *known = Some(generation);
     }
 
     /// Counts a CRI call refused because `server`, whose failure policy is `Fail`, failed at
@@ -480,6 +552,47 @@ mod tests {
         }
     }
 
+    /// Before any call: the build info, the required-missing series of every stage, and, once
+    /// the registry is handed in, the registered servers' hook series, all at 0; an `Ignore`
+    /// server has no refusal series (it cannot refuse).
+    #[test]
+    fn known_label_sets_exist_at_zero_before_their_first_event() {
+        let m = Metrics::new();
+        let text = m.render(Gauges::default());
+        let build = format!("runtime_proxy_build_info{{version=\"{BUILD_VERSION}\",revision=\"{BUILD_REVISION}\"}} 1");
+        assert!(text.contains(&build), "{build} missing:\n{text}");
+        for stage in hook_api::Stage::ALL {
+            let want = format!("runtime_proxy_required_hook_servers_missing_total{{stage=\"{}\"}} 0", stage.as_str());
+            assert!(text.contains(&want), "{want} missing:\n{text}");
+        }
+        assert!(!text.contains("runtime_proxy_hook_requests_total{"), "no server registered yet:\n{text}");
+
+        let hooks = [
+            KnownHook { stage: "PreCreateContainer", server: "fail.json", refuses: true },
+            KnownHook { stage: "PreCreateContainer", server: "ignore.json", refuses: false },
+        ];
+        m.known_hook_servers(1, hooks);
+        let text = m.render(Gauges::default());
+        for want in [
+            "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"fail.json\",result=\"ok\"} 0",
+            "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"fail.json\",result=\"error\"} 0",
+            "runtime_proxy_hook_requests_total{stage=\"PreCreateContainer\",server=\"ignore.json\",result=\"timeout\"} 0",
+            "runtime_proxy_hook_refusals_total{stage=\"PreCreateContainer\",server=\"fail.json\"} 0",
+            "runtime_proxy_hook_required_failures_total{stage=\"PreCreateContainer\",server=\"ignore.json\"} 0",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+        assert!(!text.contains("runtime_proxy_hook_refusals_total{stage=\"PreCreateContainer\",server=\"ignore.json\"}"), "{text}");
+
+        // The same generation again is not looked at; a new one is.
+        m.known_hook_servers(1, [KnownHook { stage: "PreStartContainer", server: "late.json", refuses: true }]);
+        assert!(!m.render(Gauges::default()).contains("server=\"late.json\""));
+        m.known_hook_servers(2, [KnownHook { stage: "PreStartContainer", server: "late.json", refuses: true }]);
+        let text = m.render(Gauges::default());
+        assert!(text.contains("runtime_proxy_hook_refusals_total{stage=\"PreStartContainer\",server=\"late.json\"} 0"), "{text}");
+        assert!(text.contains("server=\"fail.json\",result=\"ok\"} 0"), "series of servers gone stay:\n{text}");
+    }
+
     /// `deploy/grafana-dashboard.json` is JSON and queries only metrics the proxy exports (as
     /// the metrics text names them): a renamed metric fails here, not on an operator's screen.
     #[test]
@@ -494,10 +607,24 @@ mod tests {
         m.undecodable_request("CreateContainer");
         m.skip_label_ignored();
         m.backend_endpoint_up("runtime", true);
+        m.hook_conflict("PreCreateContainer", "container_envs");
+        m.required_failure("PreCreateContainer", "a.json");
         let text = m.render(Gauges { backend_up: true, ..Gauges::default() });
         let exported = daemon_support::status::exposed_names(&text);
         assert!(used.len() >= 10, "{used:?}");
         let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
         assert!(unknown.is_empty(), "the dashboard uses metrics runtime-proxy does not export: {unknown:?}; it exports {exported:?}");
+        // The hook chain's panels and the version table.
+        for family in [
+            "runtime_proxy_hook_refusals_total",
+            "runtime_proxy_hook_required_failures_total",
+            "runtime_proxy_required_hook_servers_missing_total",
+            "runtime_proxy_hook_conflicts_total",
+            "runtime_proxy_tolerate_missing_ignored_total",
+            "runtime_proxy_restore_unhooked_total",
+            "runtime_proxy_build_info",
+        ] {
+            assert!(used.contains(family), "the dashboard has no panel for {family}");
+        }
     }
 }

@@ -84,3 +84,39 @@ async fn health_names_an_unreachable_backend() {
     let (_, text) = proxy.admin_get("/metrics");
     assert_eq!(sample(&text, "runtime_proxy_backend_up"), 0.0);
 }
+
+/// Right after start, before any pod (and with no backend at all): the series a dashboard and
+/// `increase()` need are there at 0 for the registered hook servers, the required-missing
+/// series of every stage, and the build info with the version `--version` prints.
+#[test]
+fn the_first_scrape_has_the_known_series_at_zero_and_the_build_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = dir.path().join("hooks");
+    std::fs::create_dir(&hooks).unwrap();
+    register(&hooks, "fail.json", &dir.path().join("fail.sock"), "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({}));
+    register(&hooks, "ignore.json", &dir.path().join("ignore.sock"), "Ignore", &["PreCreateContainer"], json!({}));
+    let proxy = ProxyProcess::start(BIN, &dir.path().join("runtime.sock"), &["--hook-config-dir", hooks.to_str().unwrap()]);
+    let (status, text) = proxy.admin_get("/metrics");
+    assert_eq!(status, 200);
+    assert_eq!(sample(&text, "runtime_proxy_hook_servers"), 2.0, "both registered");
+    for stage in ["PreRunPodSandbox", "PreCreateContainer"] {
+        for result in ["ok", "error", "timeout"] {
+            let series = format!("runtime_proxy_hook_requests_total{{stage=\"{stage}\",server=\"fail.json\",result=\"{result}\"}}");
+            assert_eq!(sample(&text, &series), 0.0);
+        }
+        assert_eq!(sample(&text, &format!("runtime_proxy_hook_refusals_total{{stage=\"{stage}\",server=\"fail.json\"}}")), 0.0);
+        assert_eq!(sample(&text, &format!("runtime_proxy_hook_required_failures_total{{stage=\"{stage}\",server=\"fail.json\"}}")), 0.0);
+        assert_eq!(sample(&text, &format!("runtime_proxy_required_hook_servers_missing_total{{stage=\"{stage}\"}}")), 0.0);
+    }
+    let ignore = "stage=\"PreCreateContainer\",server=\"ignore.json\"";
+    assert_eq!(sample(&text, &format!("runtime_proxy_hook_requests_total{{{ignore},result=\"error\"}}")), 0.0);
+    assert!(!text.contains(&format!("runtime_proxy_hook_refusals_total{{{ignore}}}")), "an Ignore server refuses nothing:\n{text}");
+    assert!(!text.contains("stage=\"PreRunPodSandbox\",server=\"ignore.json\""), "a stage the server is not called at:\n{text}");
+
+    let version = std::process::Command::new(BIN).arg("--version").output().unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    // `runtime-proxy 0.1.0 (git 27cbb9f)`
+    let (package, revision) = version.trim().strip_prefix("runtime-proxy ").and_then(|v| v.split_once(" (git ")).unwrap();
+    let revision = revision.trim_end_matches(')');
+    assert_eq!(sample(&text, &format!("runtime_proxy_build_info{{version=\"{package}\",revision=\"{revision}\"}}")), 1.0, "{version}");
+}

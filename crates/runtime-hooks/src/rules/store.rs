@@ -142,6 +142,7 @@ impl RulesStore {
             _ => Some(FileRules::load(path)?),
         };
         warn_if_legacy(path, file.as_ref());
+        crate::metrics::rule_source(RuleSource::File.as_str());
         Ok(Self::with(Some(path.to_owned()), Inputs { file, ..Default::default() }))
     }
 

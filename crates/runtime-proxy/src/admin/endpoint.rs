@@ -13,9 +13,11 @@ use hyper::Request;
 
 use crate::admin::health::Health;
 use crate::admin::status::{self, StatusInfo};
+use crate::hooks::registry::FailurePolicy;
 use crate::hooks::registry::Registry as HookRegistry;
 use crate::hooks::store::Store;
-use crate::metrics::{Gauges, Metrics};
+use crate::metrics::{Gauges, KnownHook, Metrics};
+use hook_api::Stage;
 
 /// What the admin endpoint reads.
 pub struct Admin {
@@ -64,10 +66,27 @@ impl Admin {
         }
     }
 
+    /// Hands the registered hook servers, as the registry's snapshot calls them at each stage,
+    /// to [`Metrics::known_hook_servers`], so their series exist (at 0) before their first call.
+    fn known_hook_servers(&self) {
+        let snapshot = self.hooks.snapshot();
+        let hooks = Stage::ALL.into_iter().flat_map(|stage| {
+            snapshot.for_stage(stage).map(move |server| KnownHook {
+                stage: stage.as_str(),
+                server: &server.name,
+                refuses: server.failure_policy == FailurePolicy::Fail,
+            })
+        });
+        self.metrics.known_hook_servers(snapshot.generation(), hooks);
+    }
+
     async fn answer(&self, req: Request<hyper::body::Incoming>) -> admin_http::Reply {
         let reply = |status: u16, content_type: &str, body: String| admin_http::reply(status, content_type, body);
         match req.uri().path() {
-            "/metrics" => reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(self.gauges())),
+            "/metrics" => {
+                self.known_hook_servers();
+                reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(self.gauges()))
+            }
             "/status" => {
                 let doc = status::document(&self.status, &self.metrics, &self.hooks, &self.store, &self.health).await;
                 reply(200, "application/json", format!("{doc}\n"))
