@@ -9,7 +9,8 @@
 //! - [`connect`], a lazy gRPC channel over a unix socket (hook servers listen on unix sockets);
 //! - [`SERVICE_NAME`] and one `*_PATH` constant per RPC, the HTTP/2 paths of the calls;
 //! - [`convert`], lossless conversion of `LinuxContainerResources` between CRI v1 and this protocol;
-//! - [`status`], the one status type (gRPC code and message) of runtime-proxy and runtime-hooks.
+//! - [`status`], the one status type (gRPC code and message) of runtime-proxy and runtime-hooks;
+//! - [`utf8`], the one rule for labels, annotations and envs that arrive as bytes: what is not UTF-8 is left out.
 //!
 //! A complete hook server is in `examples/annotation_hook.rs`.
 
@@ -180,6 +181,7 @@ pub mod merge;
 pub mod owners;
 pub mod stage;
 pub mod status;
+pub mod utf8;
 
 pub use stage::{Stage, UnknownStage};
 

@@ -1,28 +1,20 @@
 //! NRI's pods and containers read as the hook protocol reads them, for every plugin of the
 //! workspace: maps and env lists whose bytes are UTF-8, resources in CRI units. Pure functions.
 //!
-//! Labels, annotations and env arrive as bytes (`proto/nri/api.proto`): an entry whose key or
-//! value is not UTF-8 is left out (never replaced lossily: an answer that echoed a lossy copy
-//! would overwrite the container's real value).
+//! Labels, annotations and env arrive as bytes (`proto/nri/api.proto`): what is not UTF-8 is left out, by
+//! the workspace's one rule ([`hook_api::utf8`]).
 
 use std::collections::BTreeMap;
 
+use hook_api::utf8::utf8_map;
 use hook_api::v1alpha1::LinuxContainerResources;
 
 use crate::proto::api as nri;
 
-/// NRI map entries (bytes) as a map, leaving out those that are not UTF-8 (a later duplicate key
-/// wins, as in protobuf).
+/// NRI map entries (bytes) as a map, by [`utf8_map`]'s rule: those that are not UTF-8 are left out, of a
+/// duplicated key the last UTF-8 entry wins.
 pub fn map_of(entries: &[nri::BytesEntry]) -> BTreeMap<String, String> {
-    entries
-        .iter()
-        .filter_map(|e| Some((std::str::from_utf8(&e.key).ok()?.to_owned(), std::str::from_utf8(&e.value).ok()?.to_owned())))
-        .collect()
-}
-
-/// The items that are UTF-8, in order; the others are left out.
-pub fn utf8_strings(items: &[Vec<u8>]) -> Vec<String> {
-    items.iter().filter_map(|b| std::str::from_utf8(b).ok().map(str::to_owned)).collect()
+    utf8_map(entries.iter().map(|e| (e.key.as_slice(), e.value.as_slice())))
 }
 
 /// `KEY=VALUE` strings as a map (a string without `=` is a key with an empty value).

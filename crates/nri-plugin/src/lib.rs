@@ -5,6 +5,8 @@
 //!   `pkg/api/api.proto`, field numbers exact, author-controlled strings as bytes) and ttrpc's
 //!   envelope.
 //! * [`wire`] — ttrpc over NRI's multiplexed socket, by hand.
+//! * [`convert`] — NRI's pods and containers as the hook protocol reads them; [`answer`] — the one writer of
+//!   NRI's answers (adjustments and updates).
 //! * [`trim`] — what a handler reads of pods and containers ([`Reads`]); the rest is dropped
 //!   from the encoded messages before they are decoded.
 //! * [`plugin`] — the connection loop: dial the runtime's socket, `RegisterPlugin`, answer
@@ -15,6 +17,7 @@
 //! What a plugin does with an event is its own ([`plugin::Handler`]); nothing here knows hooks
 //! or cgroups.
 
+pub mod answer;
 pub mod convert;
 pub mod plugin;
 pub mod trim;

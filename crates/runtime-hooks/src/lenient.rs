@@ -21,16 +21,12 @@
 //!
 //! # What plugins see
 //!
-//! A key or value that is not UTF-8 is **left out** of the maps and env lists plugins get
-//! ([`utf8_map`], [`utf8_strings`]), never replaced lossily. The plugins read only Koordinator's
-//! own keys, whose values are JSON or class names: a value that is not UTF-8 is no valid value, and
-//! as absent it asks for nothing. And what is left out stays as it was: proxy-mode answers echo
-//! only what the plugins saw, and both proxies merge annotations and envs per key; NRI adjustments
-//! carry only the plugins' changes. A lossy copy (U+FFFD) echoed back would instead overwrite the
-//! container's real value.
+//! A key or value that is not UTF-8 is **left out** of the maps and env lists plugins get, never replaced
+//! lossily: the workspace's one rule, [`hook_api::utf8`], which says why.
 
 use std::collections::BTreeMap;
 
+use hook_api::utf8::utf8_map;
 use prost::bytes::Buf;
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -48,23 +44,9 @@ pub struct BytesEntry {
     pub value: Vec<u8>,
 }
 
-/// The entries whose key and value are both UTF-8, as a map (a later duplicate key wins, as in
-/// protobuf); the others are left out.
-pub fn utf8_map<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> BTreeMap<String, String> {
-    entries
-        .into_iter()
-        .filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?.to_owned(), std::str::from_utf8(v).ok()?.to_owned())))
-        .collect()
-}
-
-/// [`utf8_map`] of [`BytesEntry`]s.
+/// [`BytesEntry`]s as a map by the workspace's rule ([`utf8_map`]): an entry that is not UTF-8 is left out.
 pub fn entries_map(entries: &[BytesEntry]) -> BTreeMap<String, String> {
     utf8_map(entries.iter().map(|e| (e.key.as_slice(), e.value.as_slice())))
-}
-
-/// The items that are UTF-8, in order; the others are left out.
-pub fn utf8_strings(items: &[Vec<u8>]) -> Vec<String> {
-    items.iter().filter_map(|b| std::str::from_utf8(b).ok().map(str::to_owned)).collect()
 }
 
 /// Bytes for a log line or an ID: lossy (U+FFFD for what is not UTF-8).
@@ -267,13 +249,6 @@ mod tests {
         assert_eq!(pods.len(), 1);
         assert_eq!(lossy(&pods[0].id), "s2");
         assert_eq!((bad[0].0, bad[0].1.as_str()), (0, "s1"));
-    }
-
-    #[test]
-    fn maps_and_lists_leave_out_what_is_not_utf8() {
-        let entries = [(b"k".as_slice(), NOT_UTF8), (NOT_UTF8, b"v".as_slice()), (b"ok".as_slice(), b"yes".as_slice())];
-        assert_eq!(utf8_map(entries), [("ok".to_string(), "yes".to_string())].into());
-        assert_eq!(utf8_strings(&[b"A=1".to_vec(), [b"B=".as_slice(), NOT_UTF8].concat()]), vec!["A=1".to_string()]);
     }
 
     /// The status view reads `info` and never looks into the status with its annotations.

@@ -29,9 +29,12 @@
 //! | `mounts` | `mounts` (`Mount`: destination, type, source, options) | – |
 //! | `pod_cgroup` | written by runtime-hooks itself | the same |
 
+use std::collections::BTreeMap;
+
 use crate::change::{Change, Device, Mount, Resources};
 use crate::context::{ContainerContext, PodContext};
-use crate::lenient::utf8_strings;
+use hook_api::utf8::utf8_strings;
+use nri_plugin::answer::{self, Adjust, ResourceValues};
 use nri_plugin::proto::api as nri;
 
 pub use nri_plugin::convert::{cri_resources, envs, map_of};
@@ -66,42 +69,43 @@ pub fn container_context(pod: &nri::PodSandbox, container: &nri::Container, reso
 /// The set fields of `r` as NRI resources, `None` when nothing is set. `shared_cpus` gives the
 /// CPUs of the shared pool for a cpuset of `""`; when it has none, the cpuset is left alone.
 pub fn nri_resources(r: &Resources, shared_cpus: impl FnOnce() -> Option<String>) -> Option<nri::LinuxResources> {
-    let cpus = match r.cpuset_cpus.as_deref() {
+    resource_values(r, shared_cpus).into_nri()
+}
+
+/// The set fields of `r` as the values NRI's answer writer ([`nri_plugin::answer`]) writes: a cpuset of `""`
+/// spelled out by `shared_cpus`, a memory limit (when positive) with swap the same (kubelet's no swap beyond
+/// the limit).
+fn resource_values(r: &Resources, shared_cpus: impl FnOnce() -> Option<String>) -> ResourceValues {
+    let cpuset_cpus = match r.cpuset_cpus.as_deref() {
         Some("") => shared_cpus().unwrap_or_default(),
         Some(c) => c.to_owned(),
         None => String::new(),
     };
-    let cpu = nri::LinuxCpu {
-        shares: r.cpu_shares.map(|v| nri::OptionalUInt64 { value: v.max(0) as u64 }),
-        quota: r.cpu_quota.map(|value| nri::OptionalInt64 { value }),
-        period: r.cpu_period.map(|v| nri::OptionalUInt64 { value: v.max(0) as u64 }),
-        cpus,
+    let memory = r.memory_limit_in_bytes.filter(|v| *v > 0);
+    ResourceValues {
+        cpu_shares: r.cpu_shares,
+        cpu_quota: r.cpu_quota,
+        cpu_period: r.cpu_period,
+        cpuset_cpus,
+        memory_limit: memory,
+        memory_swap: memory,
         ..Default::default()
-    };
-    let memory = r.memory_limit_in_bytes.filter(|v| *v > 0).map(|value| nri::LinuxMemory {
-        limit: Some(nri::OptionalInt64 { value }),
-        swap: Some(nri::OptionalInt64 { value }),
-        ..Default::default()
-    });
-    let cpu = (cpu != nri::LinuxCpu::default()).then_some(cpu);
-    (cpu.is_some() || memory.is_some()).then(|| nri::LinuxResources { cpu, memory, ..Default::default() })
+    }
 }
 
-/// A CreateContainer answer: resources, envs, annotations, devices and mounts of the change.
-/// The change's `cgroup_parent` cannot be expressed (the caller logs it).
+/// A CreateContainer answer: resources (with the change's RDT class), envs, annotations, devices and mounts of
+/// the change. The change's `cgroup_parent` cannot be expressed (the caller logs it).
 pub fn adjustment(change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> nri::ContainerAdjustment {
-    let resources = adjusted_resources(change, shared_cpus);
-    let devices: Vec<nri::LinuxDevice> = change.devices.iter().map(nri_device).collect();
-    nri::ContainerAdjustment {
-        annotations: change.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    let resources = ResourceValues { rdt_class: change.rdt_class.clone(), ..resource_values(&change.resources, shared_cpus) };
+    let pairs = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    Adjust {
+        resources: resources.into_nri(),
+        env: pairs(&change.envs),
+        annotations: pairs(&change.annotations),
+        devices: change.devices.iter().map(nri_device).collect(),
         mounts: change.mounts.iter().map(nri_mount).collect(),
-        env: change.envs.iter().map(|(k, v)| nri::KeyValue { key: k.clone(), value: v.clone() }).collect(),
-        linux: (resources.is_some() || !devices.is_empty()).then(|| nri::LinuxContainerAdjustment {
-            devices,
-            resources,
-            ..Default::default()
-        }),
     }
+    .into_nri()
 }
 
 /// A device of a change as NRI's `LinuxDevice` (unset mode, uid, gid: absent).
@@ -122,22 +126,9 @@ pub fn nri_mount(m: &Mount) -> nri::Mount {
     nri::Mount { destination: m.destination.clone(), r#type: m.kind.clone(), source: m.source.clone(), options: m.options.clone() }
 }
 
-/// The NRI resources of a CreateContainer answer: [`nri_resources`] plus the change's RDT class.
-fn adjusted_resources(change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> Option<nri::LinuxResources> {
-    let mut resources = nri_resources(&change.resources, shared_cpus);
-    if let Some(class) = &change.rdt_class {
-        resources.get_or_insert_with(Default::default).rdt_class = Some(nri::OptionalString { value: class.clone() });
-    }
-    resources
-}
-
 /// An update of a created container's resources, `None` when the change sets none.
 pub fn update(container_id: &str, change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> Option<nri::ContainerUpdate> {
-    nri_resources(&change.resources, shared_cpus).map(|resources| nri::ContainerUpdate {
-        container_id: container_id.to_owned(),
-        linux: Some(nri::LinuxContainerUpdate { resources: Some(resources) }),
-        ignore_failure: false,
-    })
+    nri_resources(&change.resources, shared_cpus).map(|resources| answer::update(container_id, resources))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //!   holds, not a map of 1.3 M entries ([`crate::proxy::hook_wire`] echoes the envs from that buffer
 //!   when a plugin changes one);
 //! * a map entry kept (those keys, and `unified` in full) whose key or value is not UTF-8 is left
-//!   out; the others are inserted in wire order, so of a duplicated key the last UTF-8 entry
+//!   out ([`hook_api::utf8`]); the others are inserted in wire order, so of a duplicated key the last UTF-8 entry
 //!   wins (protobuf's rule), and an entry left out never hides an earlier one;
 //! * the other strings (names, IDs, cgroup parent, cpusets, hugepage sizes — kubelet's own or
 //!   validated by the API server) are read lossily (U+FFFD) should one ever not be UTF-8;
@@ -24,6 +24,7 @@
 
 use std::collections::BTreeMap;
 
+use hook_api::utf8::{utf8_entry, utf8_entry_owned};
 use hook_api::v1alpha1 as api;
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{
@@ -113,7 +114,7 @@ fn merge_entry(
         let mut entry = BytesEntry::default();
         message::merge(wire_type, &mut entry, buf, ctx)?;
         if keep.wants(&entry.key) {
-            if let (Ok(key), Ok(value)) = (String::from_utf8(entry.key), String::from_utf8(entry.value)) {
+            if let Some((key, value)) = utf8_entry_owned(entry.key, entry.value) {
                 map.insert(key, value);
             }
         }
@@ -124,7 +125,7 @@ fn merge_entry(
     let body = take_delimited(&mut rest, 1, ctx.clone())?;
     let (key, value) = entry_parts(body, ctx)?;
     if keep.wants(key) {
-        if let (Ok(key), Ok(value)) = (std::str::from_utf8(key), std::str::from_utf8(value)) {
+        if let Some((key, value)) = utf8_entry(key, value) {
             map.insert(key.to_owned(), value.to_owned());
         }
     }

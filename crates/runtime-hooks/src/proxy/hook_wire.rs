@@ -227,8 +227,7 @@ impl ContainerAnswer {
 /// The encoded length of the answer entry echoing the request's env `key`=`value`; `None` when
 /// it is not echoed (not UTF-8, or the answer sets `key`).
 fn echoed_entry_len(set: &BTreeMap<String, String>, key: &[u8], value: &[u8]) -> Option<usize> {
-    let key = std::str::from_utf8(key).ok()?;
-    std::str::from_utf8(value).ok()?;
+    let (key, _) = hook_api::utf8::utf8_entry(key, value)?;
     if set.contains_key(key) {
         return None;
     }

@@ -36,9 +36,9 @@ use prost::Message;
 pub type Text = BTreeMap<String, Vec<u8>>;
 
 /// The entries of `map` whose value is UTF-8, as the hook protocol carries them; the others are
-/// left out (the hook protocol's `map<string, string>` cannot carry them, see the module docs).
+/// left out (the workspace's one rule, [`hook_api::utf8`]).
 pub fn utf8_entries<M: FromIterator<(String, String)>>(map: &Text) -> M {
-    map.iter().filter_map(|(k, v)| Some((k.clone(), std::str::from_utf8(v).ok()?.to_owned()))).collect()
+    hook_api::utf8::utf8_map(map.iter().map(|(k, v)| (k.as_bytes(), v.as_slice())))
 }
 
 /// The keys of `map` whose value is not UTF-8 (sorted), for log lines.

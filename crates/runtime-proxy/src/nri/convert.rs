@@ -26,8 +26,10 @@
 
 use std::collections::BTreeMap;
 
+use hook_api::utf8::utf8_strings;
 use hook_api::v1alpha1 as hook;
-use nri_plugin::convert::{cri_resources, envs, map_of, utf8_strings};
+use nri_plugin::answer::{self, Adjust, ResourceValues};
+use nri_plugin::convert::{cri_resources, envs, map_of};
 use nri_plugin::proto::api as nri;
 
 /// The pod's metadata as the hook protocol has it.
@@ -76,8 +78,8 @@ pub fn container_request(
 pub struct Changes {
     /// The changed resources (only the fields that changed), `None` when none did.
     pub resources: Option<nri::LinuxResources>,
-    /// Added or changed env vars.
-    pub env: Vec<nri::KeyValue>,
+    /// Added or changed env vars, `(name, value)` sorted by name.
+    pub env: Vec<(String, String)>,
     /// Added or changed annotations.
     pub annotations: BTreeMap<String, String>,
     /// What NRI cannot express at this event (field names), for one log line.
@@ -85,27 +87,22 @@ pub struct Changes {
 }
 
 impl Changes {
-    /// The CreateContainer adjustment of these changes (`None` when nothing changed).
+    /// The CreateContainer adjustment of these changes (`None` when nothing changed), written by
+    /// [`nri_plugin::answer`].
     pub fn adjustment(&self) -> Option<nri::ContainerAdjustment> {
-        let adjust = nri::ContainerAdjustment {
-            annotations: self.annotations.clone().into_iter().collect(),
+        let adjust = Adjust {
+            resources: self.resources.clone(),
             env: self.env.clone(),
-            linux: self
-                .resources
-                .clone()
-                .map(|resources| nri::LinuxContainerAdjustment { resources: Some(resources), ..Default::default() }),
+            annotations: self.annotations.clone().into_iter().collect(),
             ..Default::default()
-        };
+        }
+        .into_nri();
         (adjust != nri::ContainerAdjustment::default()).then_some(adjust)
     }
 
     /// The update of container `id` with these changes' resources (`None` when none changed).
     pub fn update(&self, id: &str) -> Option<nri::ContainerUpdate> {
-        self.resources.clone().map(|resources| nri::ContainerUpdate {
-            container_id: id.to_owned(),
-            linux: Some(nri::LinuxContainerUpdate { resources: Some(resources) }),
-            ignore_failure: false,
-        })
+        self.resources.clone().map(|resources| answer::update(id, resources))
     }
 }
 
@@ -150,7 +147,7 @@ pub fn container_changes(
             changes.unexpressed.push("container_annotations");
         }
     } else {
-        changes.env = env.into_iter().map(|(key, value)| nri::KeyValue { key, value }).collect();
+        changes.env = env;
         changes.annotations = annotations.into_iter().collect();
     }
     changes
@@ -161,26 +158,20 @@ pub fn container_changes(
 /// the answer changed swap itself.
 pub fn resources_diff(before: &hook::LinuxContainerResources, after: &hook::LinuxContainerResources) -> Option<nri::LinuxResources> {
     let changed = |b: i64, a: i64| (a != b).then_some(a);
-    let cpu = nri::LinuxCpu {
-        shares: changed(before.cpu_shares, after.cpu_shares).map(|v| nri::OptionalUInt64 { value: v.max(0) as u64 }),
-        quota: changed(before.cpu_quota, after.cpu_quota).map(|value| nri::OptionalInt64 { value }),
-        period: changed(before.cpu_period, after.cpu_period).map(|v| nri::OptionalUInt64 { value: v.max(0) as u64 }),
-        cpus: if after.cpuset_cpus != before.cpuset_cpus { after.cpuset_cpus.clone() } else { String::new() },
-        mems: if after.cpuset_mems != before.cpuset_mems { after.cpuset_mems.clone() } else { String::new() },
-        ..Default::default()
-    };
+    let text = |b: &str, a: &str| if a != b { a.to_owned() } else { String::new() };
     let limit = changed(before.memory_limit_in_bytes, after.memory_limit_in_bytes);
-    let swap = changed(before.memory_swap_limit_in_bytes, after.memory_swap_limit_in_bytes).or(limit);
-    let memory = nri::LinuxMemory {
-        limit: limit.map(|value| nri::OptionalInt64 { value }),
-        swap: swap.map(|value| nri::OptionalInt64 { value }),
-        ..Default::default()
-    };
-    let unified: std::collections::HashMap<String, String> =
-        after.unified.iter().filter(|(k, v)| before.unified.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
-    let cpu = (cpu != nri::LinuxCpu::default()).then_some(cpu);
-    let memory = (memory != nri::LinuxMemory::default()).then_some(memory);
-    (cpu.is_some() || memory.is_some() || !unified.is_empty()).then(|| nri::LinuxResources { cpu, memory, unified, ..Default::default() })
+    ResourceValues {
+        cpu_shares: changed(before.cpu_shares, after.cpu_shares),
+        cpu_quota: changed(before.cpu_quota, after.cpu_quota),
+        cpu_period: changed(before.cpu_period, after.cpu_period),
+        cpuset_cpus: text(&before.cpuset_cpus, &after.cpuset_cpus),
+        cpuset_mems: text(&before.cpuset_mems, &after.cpuset_mems),
+        memory_limit: limit,
+        memory_swap: changed(before.memory_swap_limit_in_bytes, after.memory_swap_limit_in_bytes).or(limit),
+        unified: after.unified.iter().filter(|(k, v)| before.unified.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect(),
+        rdt_class: None,
+    }
+    .into_nri()
 }
 
 /// The pod-level fields the hooks changed (`labels`, `annotations`, `cgroup_parent`): NRI

@@ -1,0 +1,78 @@
+//! The one rule for strings a pod author controls that arrive as bytes: **what is not UTF-8 is left out, never
+//! replaced lossily.** Both programs and every NRI plugin of the workspace read labels, annotations and envs
+//! through these functions.
+//!
+//! # Why
+//!
+//! * Kubelet and the runtimes pass on what they were given: an env value from a Secret holding binary data
+//!   (`secretKeyRef`), an annotation written over the API server's protobuf API. Since Kubernetes 1.34 cri-api's
+//!   `KeyValue.value` is `bytes`; containerd 1.6 and 1.7 store and list such values byte for byte; NRI's
+//!   `api.proto` carries labels, annotations and env as bytes.
+//! * The hook protocol's fields are `string` (`map<string, string>`, `repeated string`): prost refuses a whole
+//!   message with one string that is not UTF-8, and so does a Go hook server. Such a value cannot be carried.
+//! * Replacing it lossily (U+FFFD) would be worse than leaving it out: answers echo what the plugins saw, and
+//!   both proxies merge annotations and envs per key, so an echoed lossy copy would overwrite the container's
+//!   real value. Left out, it stays as it was; the plugins read only Koordinator's own keys, whose values are
+//!   JSON or class names, so a value that is not UTF-8 is no valid value anyway and as absent asks for nothing.
+//!
+//! # Shape
+//!
+//! An entry is left out when its key **or** its value is not UTF-8. Maps are filled in order, so of a
+//! duplicated key the last entry that is UTF-8 wins (protobuf's rule for a repeated map key), and an entry left
+//! out never hides an earlier one. Lists keep their order.
+
+/// The key and value of one map entry as strings, `None` when either is not UTF-8 (borrowed: nothing is
+/// allocated for an entry left out).
+pub fn utf8_entry<'a>(key: &'a [u8], value: &'a [u8]) -> Option<(&'a str, &'a str)> {
+    Some((std::str::from_utf8(key).ok()?, std::str::from_utf8(value).ok()?))
+}
+
+/// [`utf8_entry`] of an owned key and value, taking their buffers over (no copy).
+pub fn utf8_entry_owned(key: Vec<u8>, value: Vec<u8>) -> Option<(String, String)> {
+    Some((String::from_utf8(key).ok()?, String::from_utf8(value).ok()?))
+}
+
+/// The entries whose key and value are both UTF-8, collected in order into `M` (a map: of a duplicated key the
+/// last UTF-8 entry wins); the others are left out.
+pub fn utf8_map<'a, M: FromIterator<(String, String)>>(entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> M {
+    entries.into_iter().filter_map(|(k, v)| utf8_entry(k, v)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+/// The items that are UTF-8, in order; the others are left out.
+pub fn utf8_strings<B: AsRef<[u8]>>(items: &[B]) -> Vec<String> {
+    items.iter().filter_map(|b| std::str::from_utf8(b.as_ref()).ok().map(str::to_owned)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    const NOT_UTF8: &[u8] = b"\xff\xfebin\x00\x80!";
+
+    #[test]
+    fn maps_and_lists_leave_out_what_is_not_utf8() {
+        let entries = [(b"k".as_slice(), NOT_UTF8), (NOT_UTF8, b"v".as_slice()), (b"ok".as_slice(), b"yes".as_slice())];
+        assert_eq!(utf8_map::<BTreeMap<_, _>>(entries), [("ok".to_string(), "yes".to_string())].into());
+        assert_eq!(utf8_strings(&[b"A=1".to_vec(), [b"B=".as_slice(), NOT_UTF8].concat()]), vec!["A=1".to_string()]);
+    }
+
+    /// Of a duplicated key the last UTF-8 entry wins; a later entry left out does not hide an earlier one.
+    #[test]
+    fn duplicated_keys_last_utf8_entry_wins() {
+        let entries = [(b"a".as_slice(), b"1".as_slice()), (b"a", b"2"), (b"b", b"1"), (b"b", NOT_UTF8)];
+        let got: BTreeMap<String, String> = utf8_map(entries);
+        assert_eq!(got, BTreeMap::from([("a".into(), "2".into()), ("b".into(), "1".into())]));
+    }
+
+    #[test]
+    fn owned_and_borrowed_entries_agree() {
+        for (k, v) in [(b"k".as_slice(), b"v".as_slice()), (b"k", NOT_UTF8), (NOT_UTF8, b"v"), (b"", b"")] {
+            let borrowed = utf8_entry(k, v).map(|(k, v)| (k.to_owned(), v.to_owned()));
+            assert_eq!(utf8_entry_owned(k.to_vec(), v.to_vec()), borrowed);
+        }
+        assert_eq!(utf8_entry(b"k", b"v"), Some(("k", "v")));
+        assert_eq!(utf8_entry(b"k", NOT_UTF8), None);
+    }
+}
