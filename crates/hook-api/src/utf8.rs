@@ -17,9 +17,10 @@
 //!
 //! # Shape
 //!
-//! An entry is left out when its key **or** its value is not UTF-8. Maps are filled in order, so of a
-//! duplicated key the last entry that is UTF-8 wins (protobuf's rule for a repeated map key), and an entry left
-//! out never hides an earlier one. Lists keep their order.
+//! An entry is left out when its key **or** its value is not UTF-8. Of a duplicated key the last entry decides
+//! (protobuf's rule for a repeated map key, and what the container gets of a repeated env): when it is not
+//! UTF-8 the key is left out, even if an earlier entry of it was UTF-8 — the plugins must not see, and echo
+//! back over the real value, a value the container does not have. Lists keep their order.
 
 /// The key and value of one map entry as strings, `None` when either is not UTF-8 (borrowed: nothing is
 /// allocated for an entry left out).
@@ -32,10 +33,11 @@ pub fn utf8_entry_owned(key: Vec<u8>, value: Vec<u8>) -> Option<(String, String)
     Some((String::from_utf8(key).ok()?, String::from_utf8(value).ok()?))
 }
 
-/// The entries whose key and value are both UTF-8, collected in order into `M` (a map: of a duplicated key the
-/// last UTF-8 entry wins); the others are left out.
+/// The entries as strings, collected into `M` in key order: of a duplicated key the last entry decides, and a
+/// key whose deciding entry is not UTF-8 (key or value) is left out.
 pub fn utf8_map<'a, M: FromIterator<(String, String)>>(entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> M {
-    entries.into_iter().filter_map(|(k, v)| utf8_entry(k, v)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+    let last: std::collections::BTreeMap<&[u8], &[u8]> = entries.into_iter().collect();
+    last.into_iter().filter_map(|(k, v)| utf8_entry(k, v)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
 /// The items that are UTF-8, in order; the others are left out.
@@ -58,12 +60,13 @@ mod tests {
         assert_eq!(utf8_strings(&[b"A=1".to_vec(), [b"B=".as_slice(), NOT_UTF8].concat()]), vec!["A=1".to_string()]);
     }
 
-    /// Of a duplicated key the last UTF-8 entry wins; a later entry left out does not hide an earlier one.
+    /// Of a duplicated key the last entry decides: when it is not UTF-8 the key is left out (the container has
+    /// that value, not the earlier one).
     #[test]
-    fn duplicated_keys_last_utf8_entry_wins() {
-        let entries = [(b"a".as_slice(), b"1".as_slice()), (b"a", b"2"), (b"b", b"1"), (b"b", NOT_UTF8)];
+    fn duplicated_keys_the_last_entry_decides() {
+        let entries = [(b"a".as_slice(), b"1".as_slice()), (b"a", b"2"), (b"b", b"1"), (b"b", NOT_UTF8), (b"c", NOT_UTF8), (b"c", b"3")];
         let got: BTreeMap<String, String> = utf8_map(entries);
-        assert_eq!(got, BTreeMap::from([("a".into(), "2".into()), ("b".into(), "1".into())]));
+        assert_eq!(got, BTreeMap::from([("a".into(), "2".into()), ("c".into(), "3".into())]));
     }
 
     #[test]

@@ -11,8 +11,8 @@ use hook_api::v1alpha1::LinuxContainerResources;
 
 use crate::proto::api as nri;
 
-/// NRI map entries (bytes) as a map, by [`utf8_map`]'s rule: those that are not UTF-8 are left out, of a
-/// duplicated key the last UTF-8 entry wins.
+/// NRI map entries (bytes) as a map, by [`utf8_map`]'s rule: of a duplicated key the last entry decides, and
+/// what is not UTF-8 is left out.
 pub fn map_of(entries: &[nri::BytesEntry]) -> BTreeMap<String, String> {
     utf8_map(entries.iter().map(|e| (e.key.as_slice(), e.value.as_slice())))
 }

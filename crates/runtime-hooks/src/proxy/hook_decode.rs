@@ -11,8 +11,8 @@
 //!   holds, not a map of 1.3 M entries ([`crate::proxy::hook_wire`] echoes the envs from that buffer
 //!   when a plugin changes one);
 //! * a map entry kept (those keys, and `unified` in full) whose key or value is not UTF-8 is left
-//!   out ([`hook_api::utf8`]); the others are inserted in wire order, so of a duplicated key the last UTF-8 entry
-//!   wins (protobuf's rule), and an entry left out never hides an earlier one;
+//!   out ([`hook_api::utf8`]); entries are taken in wire order, so of a duplicated key the last entry
+//!   decides (protobuf's rule): when it is left out, so is the key;
 //! * the other strings (names, IDs, cgroup parent, cpusets, hugepage sizes — kubelet's own or
 //!   validated by the API server) are read lossily (U+FFFD) should one ever not be UTF-8;
 //! * fields this version does not know are skipped, as prost skips them; a repeated scalar or
@@ -100,7 +100,8 @@ pub(crate) fn entry_parts(body: &[u8], ctx: DecodeContext) -> Result<(&[u8], &[u
 }
 
 /// Reads one entry of a `map<string, string>` field: inserted when `keep` wants its key and its
-/// key and value are both UTF-8, left out otherwise. The entry is read in place (nothing is
+/// key and value are both UTF-8; otherwise left out, and an earlier entry of its key removed (the
+/// last entry decides, `hook_api::utf8`). The entry is read in place (nothing is
 /// allocated for an entry left out) when the buffer is contiguous, as tonic's is.
 fn merge_entry(
     wire_type: WireType,
@@ -114,8 +115,11 @@ fn merge_entry(
         let mut entry = BytesEntry::default();
         message::merge(wire_type, &mut entry, buf, ctx)?;
         if keep.wants(&entry.key) {
-            if let Some((key, value)) = utf8_entry_owned(entry.key, entry.value) {
-                map.insert(key, value);
+            if let Ok(key) = String::from_utf8(entry.key) {
+                match String::from_utf8(entry.value) {
+                    Ok(value) => map.insert(key, value),
+                    Err(_) => map.remove(&key),
+                };
             }
         }
         return Ok(());
@@ -125,9 +129,11 @@ fn merge_entry(
     let body = take_delimited(&mut rest, 1, ctx.clone())?;
     let (key, value) = entry_parts(body, ctx)?;
     if keep.wants(key) {
-        if let Some((key, value)) = utf8_entry(key, value) {
-            map.insert(key.to_owned(), value.to_owned());
-        }
+        match utf8_entry(key, value) {
+            Some((key, value)) => map.insert(key.to_owned(), value.to_owned()),
+            // A later entry of the key decides (`hook_api::utf8`): one that is not UTF-8 drops it.
+            None => std::str::from_utf8(key).ok().and_then(|key| map.remove(key)),
+        };
     }
     let used = chunk.len() - rest.len();
     buf.advance(used);
@@ -351,13 +357,13 @@ mod tests {
         }
     }
 
-    /// A duplicated key: the last UTF-8 entry wins (protobuf's rule); a later entry left out
-    /// does not hide an earlier one.
+    /// A duplicated key: the last entry decides (protobuf's rule); when it is not UTF-8 the key
+    /// is left out, not given the earlier value ([`hook_api::utf8`]).
     #[test]
-    fn duplicated_keys_last_utf8_entry_wins() {
+    fn duplicated_keys_the_last_entry_decides() {
         let (c, p) = (CLASS.as_bytes(), POLICY.as_bytes());
         let wire = [entry(7, c, b"1", b""), entry(7, c, b"2", b""), entry(7, p, b"1", b""), entry(7, p, NOT_UTF8, b"")].concat();
-        assert_eq!(container(&wire).unwrap().pod_labels, map(&[(CLASS, "2"), (POLICY, "1")]));
+        assert_eq!(container(&wire).unwrap().pod_labels, map(&[(CLASS, "2")]));
     }
 
     /// Unknown fields are skipped: at the top, inside a nested message and inside a map entry;

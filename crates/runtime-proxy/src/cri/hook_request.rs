@@ -79,15 +79,8 @@ pub fn container_hook_request(
     }))
 }
 
-/// The container's envs as the hook protocol carries them: by name, the last of a name winning
-/// (as in the container), left out when that value is not UTF-8.
+/// The container's envs as the hook protocol carries them: by name, the last of a name deciding
+/// (as in the container), left out when that value is not UTF-8 ([`hook_api::utf8`]).
 fn utf8_envs(envs: &[hooked_fields::KeyValue]) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for kv in envs {
-        match std::str::from_utf8(&kv.value) {
-            Ok(v) => out.insert(kv.key.clone(), v.to_owned()),
-            Err(_) => out.remove(&kv.key),
-        };
-    }
-    out
+    hook_api::utf8::utf8_map(envs.iter().map(|kv| (kv.key.as_bytes(), &kv.value[..])))
 }
