@@ -166,7 +166,7 @@ impl nri_plugin::Handler for NriFront {
         Ok(nri::StopContainerResponse { update: Vec::new() })
     }
 
-    async fn state_change(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
+    async fn event(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
         let kind = match Event::try_from(evt.event).unwrap_or(Event::Unknown) {
             Event::RunPodSandbox => Kind::RunPodSandbox,
             Event::StopPodSandbox => Kind::StopPodSandbox,
