@@ -106,9 +106,19 @@ pub trait Handler: Send {
     /// (older runtimes), in the one shape: the event, its pod, its container.
     ///
     /// Errors: a [`Refusal`] fails the runtime's call where NRI lets a plugin fail it
-    /// (RunPodSandbox, StartContainer). A refusal with `UNIMPLEMENTED` to a dedicated call makes
-    /// an NRI 0.12 runtime deliver the events over `StateChange` from then on.
+    /// (RunPodSandbox, StartContainer). A refusal coded `UNIMPLEMENTED` (a hook server's, say)
+    /// is sent as `UNKNOWN` from a dedicated call: an NRI 0.12 runtime reads `UNIMPLEMENTED` there
+    /// as a plugin without the call and would deliver the event again over `StateChange`.
     fn event(&mut self, evt: nri::StateChangeEvent) -> impl Future<Output = Result<(), Refusal>> + Send;
+
+    /// Whether the handler takes `event` as its own NRI 0.12 call (default: every event). `false`
+    /// answers that call `UNIMPLEMENTED`, as a plugin built before NRI 0.12 does: an NRI 0.12
+    /// runtime then delivers it, and every later event with a `StateChange` form, over
+    /// `StateChange` (for tests of that fallback).
+    fn per_event_call(&self, event: nri::Event) -> bool {
+        let _ = event;
+        true
+    }
 
     /// `UpdatePodSandbox` (NRI 0.10+; containerd 2.3+ sends it for an in-place pod resize), before
     /// the runtime applies the pod's new resources. Default: nothing.
@@ -458,9 +468,15 @@ impl<'a, H: Handler> Session<'a, H> {
             Call::Stop => Ok(self.handler.stop_container(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
             Call::UpdatePod => Ok(self.handler.update_pod_sandbox(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
             Call::Notice => {
+                if !self.handler.per_event_call(spec.event) {
+                    return Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: {PLUGIN_SERVICE}/{method} is not served")));
+                }
                 let req: PodAndContainer = trimmed(program, method, payload, &reads, tags)?;
                 let evt = nri::StateChangeEvent { event: spec.event as i32, pod: req.pod, container: req.container };
-                self.handler.event(evt).await?;
+                self.handler.event(evt).await.map_err(|r| match r.code {
+                    Code::UNIMPLEMENTED => Status::new(Code::UNKNOWN, format!("{} (UNIMPLEMENTED, sent as UNKNOWN)", r.message)),
+                    _ => r,
+                })?;
                 // Every answer of these calls is an empty message.
                 Ok(Vec::new())
             }

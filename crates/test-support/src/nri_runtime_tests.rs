@@ -5,13 +5,11 @@ use super::*;
 use hook_api::status::{Code, Status};
 use nri_plugin::{Handler, Refusal};
 
-/// Subscribes to every event; records the events without an answer; refuses `refuse` with
-/// `UNIMPLEMENTED` when it comes as its own call (not over StateChange), as a plugin that
-/// does not know the call does.
+/// Subscribes to every event; records the events without an answer; does not take `refuse` as
+/// its own call (answered `UNIMPLEMENTED`, as by a plugin built before NRI 0.12).
 struct Limited {
     refuse: Option<Event>,
     seen: std::sync::Arc<std::sync::Mutex<Vec<Event>>>,
-    per_call: bool,
 }
 
 impl Handler for Limited {
@@ -32,14 +30,15 @@ impl Handler for Limited {
     }
     async fn event(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
         let event = Event::try_from(evt.event).unwrap_or(Event::Unknown);
-        // The handler cannot tell the forms apart; the first refusal is the per-event call's
-        // (the stand-in sends StateChange only after it).
-        if self.refuse == Some(event) && self.per_call {
-            self.per_call = false;
-            return Err(Status::new(Code::UNIMPLEMENTED, "not implemented here"));
-        }
         self.seen.lock().unwrap().push(event);
+        // A hook server's UNIMPLEMENTED through a plugin must not look like a missing call.
+        if event == Event::StopPodSandbox {
+            return Err(Status::new(Code::UNIMPLEMENTED, "a hook server's own UNIMPLEMENTED"));
+        }
         Ok(())
+    }
+    fn per_event_call(&self, event: Event) -> bool {
+        self.refuse != Some(event)
     }
 }
 
@@ -65,7 +64,15 @@ async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
         ))
         .then_some(&c);
         let answer = plugin.deliver(event, &p, container).await.expect("delivered");
-        assert!(matches!(answer, Ok(Delivered::Answered(..))), "{event:?}: {answer:?}");
+        match event {
+            // From its own call: UNKNOWN (an UNIMPLEMENTED there would make the runtime send it
+            // again over StateChange); over StateChange the code does not matter to the runtime.
+            Event::StopPodSandbox => {
+                let want = if plugin.deprecated.is_empty() { 2 } else { UNIMPLEMENTED };
+                assert!(matches!(&answer, Err(s) if s.code == want), "{answer:?}");
+            }
+            _ => assert!(matches!(answer, Ok(Delivered::Answered(..))), "{event:?}: {answer:?}"),
+        }
     }
     let _ = stop.send(());
     task.await.unwrap().unwrap();
@@ -77,7 +84,7 @@ async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
 #[tokio::test]
 async fn a_complete_plugin_gets_every_event_as_its_own_call() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let handler = Limited { refuse: None, seen: seen.clone(), per_call: true };
+    let handler = Limited { refuse: None, seen: seen.clone() };
     let plugin = life(NriRuntime::v0_12().unwrap(), handler).await;
     assert_eq!(plugin.registered.nri_version, nri_plugin::events::SPOKEN);
     assert!(plugin.unimplemented().is_empty(), "{:?}", plugin.calls);
@@ -92,9 +99,10 @@ async fn a_complete_plugin_gets_every_event_as_its_own_call() {
 #[tokio::test]
 async fn an_unimplemented_call_falls_back_to_state_change() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let handler = Limited { refuse: Some(Event::RunPodSandbox), seen: seen.clone(), per_call: true };
+    let handler = Limited { refuse: Some(Event::RunPodSandbox), seen: seen.clone() };
     let plugin = life(NriRuntime::v0_12().unwrap(), handler).await;
-    assert_eq!(plugin.unimplemented(), ["RunPodSandbox"]);
+    // (StopPodSandbox's StateChange is answered with the handler's own UNIMPLEMENTED.)
+    assert_eq!(plugin.unimplemented(), ["RunPodSandbox", "StateChange"]);
     let all: BTreeSet<&str> = WITH_STATE_CHANGE_FORM.iter().map(|(_, m)| *m).collect();
     assert_eq!(plugin.deprecated, all);
     assert_eq!(plugin.calls.iter().filter(|(m, _)| m == "StateChange").count(), WITH_STATE_CHANGE_FORM.len());
@@ -110,7 +118,7 @@ async fn an_older_runtime_gets_a_mask_it_knows_and_state_change() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let mut handler = Limited { refuse: None, seen, per_call: true };
+        let mut handler = Limited { refuse: None, seen };
         nri_plugin::run(&mut handler, &options, None, async {
             let _ = stopped.await;
         })
