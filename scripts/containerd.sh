@@ -190,10 +190,23 @@ EOF
   fi
 }
 
-# write_config: ROOT/config.toml for VERSION (1.6, 1.7: version 2; 2.1: version 3), NRI section when RP_NRI=1.
+# config_version: the config version the containerd on PATH writes itself (`containerd config default`'s
+# `version = N`: 2 for 1.6/1.7, 3 for 2.0-2.2, 4 for 2.3+); a config of an older version is migrated at every start
+# (containerd 2.x logs "Configuration migrated from version N"), so the script writes the runtime's own.
+config_version() {
+  containerd config default 2>/dev/null | awk '$1 == "version" && $2 == "=" { print $3; found = 1; exit } END { if (!found) print 2 }'
+}
+
+# write_config: ROOT/config.toml in the format of the runtime's own `config default` (1.6, 1.7: version 2; 2.1:
+# version 3), NRI section when RP_NRI=1.
 write_config() {
   mkdir -p "$ROOT"/{root,state,run,runc,opt,logs,cni/bin,cni/net.d,certs.d}
-  if [ "$VERSION" = 2.1 ]; then config_v3; else config_v2; fi >"$ROOT/config.toml"
+  local v; v=$(config_version)
+  case $v in
+    2) config_v2 ;;
+    3) config_v3 ;;
+    *) die "containerd $VERSION writes config version $v, which this script has no layout for (it knows 2 and 3)" ;;
+  esac >"$ROOT/config.toml"
   # 2.x has NRI on by default (socket /var/run/nri/nri.sock): off unless asked for, so nothing leaves ROOT
   if [ "$NRI" != 1 ]; then
     [ "$VERSION" != 2.1 ] || printf '[plugins."io.containerd.nri.v1.nri"]\n  disable = true\n' >>"$ROOT/config.toml"
@@ -290,6 +303,9 @@ start_containerd() {
   ctr_ plugins ls | awk '$2 == "cri" && $NF == "ok" {ok = 1} END {exit !ok}' ||
     { ctr_ plugins ls >&2; die "CRI plugin is not ok (see $ROOT/containerd.log)"; }
   log "containerd $VERSION up: pid $pid, socket $SOCK"
+  ! grep -qi 'migrat' "$ROOT/containerd.log" ||
+    log "warning: containerd migrated ROOT/config.toml at start (its version is not the runtime's own):" \
+      "$(grep -i -m1 'migrat' "$ROOT/containerd.log")"
 }
 
 nri_on() { grep -qF "socket_path = \"$ROOT/run/nri.sock\"" "$ROOT/config.toml" 2>/dev/null; }

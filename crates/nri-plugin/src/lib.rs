@@ -2,23 +2,28 @@
 //! (runtime-hooks' NRI mode, runtime-proxy's NRI front end).
 //!
 //! * [`proto`] — NRI's messages (`proto/nri/api.proto`: a subset of containerd/nri 0.6.1's
-//!   `pkg/api/api.proto`, field numbers exact, author-controlled strings as bytes) and ttrpc's
-//!   envelope.
+//!   `pkg/api/api.proto` with what 0.7 to 0.12 added, field numbers exact, author-controlled
+//!   strings as bytes) and ttrpc's envelope.
 //! * [`wire`] — ttrpc over NRI's multiplexed socket, by hand.
 //! * [`convert`] — NRI's pods and containers as the hook protocol reads them; [`answer`] — the one writer of
 //!   NRI's answers (adjustments and updates).
+//! * [`events`] — NRI's lifecycle events: which call delivers each at which NRI level (0.12's
+//!   per-event calls, `StateChange` before), which mask bits a runtime knows, which handler
+//!   method takes each.
 //! * [`trim`] — what a handler reads of pods and containers ([`Reads`]); the rest is dropped
 //!   from the encoded messages before they are decoded.
 //! * [`plugin`] — the connection loop: dial the runtime's socket, `RegisterPlugin`, answer
 //!   `Configure` with the handler's event mask, take `Synchronize` whole (NRI 0.7+ sends a big
-//!   state in parts), pass each event to a [`plugin::Handler`], send `UpdateContainers` when the
-//!   handler has updates of its own, reconnect with back-off, close at shutdown.
+//!   state in parts), pass each event to a [`plugin::Handler`] (per [`events::EVENTS`]), send
+//!   `UpdateContainers` when the handler has updates of its own, reconnect with back-off, close
+//!   at shutdown.
 //!
 //! What a plugin does with an event is its own ([`plugin::Handler`]); nothing here knows hooks
 //! or cgroups.
 
 pub mod answer;
 pub mod convert;
+pub mod events;
 pub mod plugin;
 pub mod trim;
 pub mod wire;
@@ -29,7 +34,7 @@ pub use trim::{Keys, Reads};
 /// Generated protobuf types: NRI's API (subset) and ttrpc's envelope (`proto/nri/`).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
-    /// `nri.pkg.api.v1alpha1` (NRI 0.6.1's `pkg/api/api.proto`, a subset).
+    /// `nri.pkg.api.v1alpha1` (NRI 0.6.1's `pkg/api/api.proto`, a subset, with later levels' additions).
     pub mod api {
         include!(concat!(env!("OUT_DIR"), "/nri.pkg.api.v1alpha1.rs"));
     }

@@ -3,11 +3,12 @@
 //! | step | what happens |
 //! |---|---|
 //! | dial | `Options::socket` (a unix socket); not there: retry after 100 ms, doubling up to 5 s |
-//! | register | `Runtime.RegisterPlugin` with `Options::name` and `Options::index`; a refusal ends the connection |
-//! | `Configure` | answered with [`Handler::configure`]'s event mask |
+//! | register | `Runtime.RegisterPlugin` with `Options::name`, `Options::index` and the NRI level spoken ([`crate::events::SPOKEN`]); a refusal ends the connection |
+//! | `Configure` | answered with [`Handler::configure`]'s event mask, less the events the runtime's NRI does not know ([`crate::events::known_mask`] of `ConfigureRequest.nri_version`: a bit it does not know fails the registration) |
 //! | `Synchronize` | the pods and containers that exist, each trimmed to what the handler reads ([`Handler::reads`]) and decoded one by one (one that does not decode is skipped with a WARN); NRI 0.7+ sends a state over one ttrpc message in parts (`more`): each part but the last is answered with `more` and no update, the last with [`Handler::synchronize`]'s updates over every part |
 //! | no `Synchronize` within [`SYNC_TIMEOUT`] of Configure, or a close between them | the runtime dropped the plugin (containerd cannot synchronize a pod whose strings are not UTF-8): register again |
-//! | events | `CreateContainer`, `UpdateContainer`, `StopContainer`, `StateChange`, trimmed to what the handler reads, to the handler, one at a time (the runtime serializes them too); a [`Refusal`] becomes the ttrpc error status, which fails the runtime's call |
+//! | events | each event's dedicated call (NRI 0.12: `RunPodSandbox`, `StartContainer`, …) or, from a runtime before 0.12, `StateChange`, trimmed to what the handler reads, to the handler method of [`crate::events::EVENTS`], one at a time (the runtime serializes them too); a [`Refusal`] becomes the ttrpc error status, which fails the runtime's call |
+//! | protocol level | logged once per connection: at Configure from the runtime's NRI version (0.12+), else from the first call only one level makes (`StateChange`, or a call new in 0.12) |
 //! | `Shutdown` | acknowledged; the runtime closes the socket next |
 //! | wake | when the handler's wake channel changes (after Synchronize): [`Handler::refresh`]'s updates sent with `Runtime.UpdateContainers` |
 //! | close | [`Handler::disconnected`]; dial again (back-off reset once registered) |
@@ -27,6 +28,7 @@ use prost::Message;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
+use crate::events::{self, Call};
 use crate::proto::api as nri;
 use crate::proto::ttrpc;
 use crate::trim::Reads;
@@ -98,12 +100,37 @@ pub trait Handler: Send {
         req: nri::StopContainerRequest,
     ) -> impl Future<Output = Result<nri::StopContainerResponse, Refusal>> + Send;
 
-    /// `StateChange`: RunPodSandbox, StopPodSandbox, RemovePodSandbox, StartContainer,
-    /// PostStartContainer, RemoveContainer and the other events without an answer.
+    /// An event without an answer ([`crate::events::Call::Notice`]: RunPodSandbox,
+    /// StopPodSandbox, RemovePodSandbox, StartContainer, PostStartContainer, RemoveContainer,
+    /// PostUpdatePodSandbox, …), from its dedicated call (NRI 0.12+) or from `StateChange`
+    /// (older runtimes), in the one shape: the event, its pod, its container.
     ///
     /// Errors: a [`Refusal`] fails the runtime's call where NRI lets a plugin fail it
-    /// (RunPodSandbox, StartContainer).
-    fn state_change(&mut self, evt: nri::StateChangeEvent) -> impl Future<Output = Result<(), Refusal>> + Send;
+    /// (RunPodSandbox, StartContainer). A refusal coded `UNIMPLEMENTED` (a hook server's, say)
+    /// is sent as `UNKNOWN` from a dedicated call: an NRI 0.12 runtime reads `UNIMPLEMENTED` there
+    /// as a plugin without the call and would deliver the event again over `StateChange`.
+    fn event(&mut self, evt: nri::StateChangeEvent) -> impl Future<Output = Result<(), Refusal>> + Send;
+
+    /// Whether the handler takes `event` as its own NRI 0.12 call (default: every event). `false`
+    /// answers that call `UNIMPLEMENTED`, as a plugin built before NRI 0.12 does: an NRI 0.12
+    /// runtime then delivers it, and every later event with a `StateChange` form, over
+    /// `StateChange` (for tests of that fallback).
+    fn per_event_call(&self, event: nri::Event) -> bool {
+        let _ = event;
+        true
+    }
+
+    /// `UpdatePodSandbox` (NRI 0.10+; containerd 2.3+ sends it for an in-place pod resize), before
+    /// the runtime applies the pod's new resources. Default: nothing.
+    ///
+    /// Errors: a [`Refusal`] fails the update.
+    fn update_pod_sandbox(
+        &mut self,
+        req: nri::UpdatePodSandboxRequest,
+    ) -> impl Future<Output = Result<nri::UpdatePodSandboxResponse, Refusal>> + Send {
+        let _ = req;
+        async { Ok(nri::UpdatePodSandboxResponse {}) }
+    }
 
     /// The handler's own updates when its wake channel changed (see [`run`]). Default: none.
     fn refresh(&mut self) -> impl Future<Output = Vec<nri::ContainerUpdate>> + Send {
@@ -164,6 +191,17 @@ async fn woken(wake: &mut Option<watch::Receiver<u64>>) {
         }
         None => std::future::pending().await,
     }
+}
+
+/// The request of every [`Call::Notice`] event's dedicated call: the pod (1) and, for a
+/// container event, the container (2) (NRI 0.12's `RunPodSandboxRequest`, `StartContainerRequest`,
+/// …, all of this shape).
+#[derive(Clone, PartialEq, Message)]
+struct PodAndContainer {
+    #[prost(message, optional, tag = "1")]
+    pod: Option<nri::PodSandbox>,
+    #[prost(message, optional, tag = "2")]
+    container: Option<nri::Container>,
 }
 
 /// `SynchronizeRequest` with its pods (1) and containers (2) still encoded, for
@@ -239,6 +277,17 @@ pub struct Session<'a, H> {
     configured_at: Option<tokio::time::Instant>,
     /// The parts of a Synchronize sent in parts (NRI 0.7+ `more`) so far.
     parts: Option<(Vec<nri::PodSandbox>, Vec<nri::Container>)>,
+    /// The protocol level in use on this connection, once known (logged then).
+    pub protocol: Option<Protocol>,
+}
+
+/// How a connection's runtime delivers the events without an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// One call per event (NRI 0.12+).
+    PerEvent,
+    /// `StateChange` (NRI before 0.12).
+    StateChange,
 }
 
 /// What a handled call answers: a payload, or a refusal.
@@ -247,7 +296,7 @@ type Answer = Result<Vec<u8>, Refusal>;
 impl<'a, H: Handler> Session<'a, H> {
     /// A connection not made yet.
     pub fn new(handler: &'a mut H, options: &'a Options) -> Self {
-        Session { handler, options, synchronized: false, configured_at: None, parts: None }
+        Session { handler, options, synchronized: false, configured_at: None, parts: None, protocol: None }
     }
 
     /// One connection: dial, register, serve until it closes.
@@ -262,7 +311,11 @@ impl<'a, H: Handler> Session<'a, H> {
         let mut receiver = Receiver::new(read);
         let mut next_stream = 1u32;
         let mut calls: HashMap<u32, &'static str> = HashMap::new();
-        let register = nri::RegisterPluginRequest { plugin_name: self.options.name.clone(), plugin_idx: self.options.index.clone() };
+        let register = nri::RegisterPluginRequest {
+            plugin_name: self.options.name.clone(),
+            plugin_idx: self.options.index.clone(),
+            nri_version: crate::events::SPOKEN.into(),
+        };
         call(&sender, &mut next_stream, &mut calls, "RegisterPlugin", &register).await?;
         tracing::info!(socket = %socket.display(), name = %self.options.name, index = %self.options.index, "NRI: connected, registering");
         loop {
@@ -358,8 +411,27 @@ impl<'a, H: Handler> Session<'a, H> {
         match method {
             "Configure" => {
                 let req: nri::ConfigureRequest = decoded(program, method, payload)?;
-                let events = self.handler.configure(&req);
-                tracing::info!(runtime = %req.runtime_name, version = %req.runtime_version, events = format!("{events:#x}"), "NRI: configured");
+                let wanted = self.handler.configure(&req);
+                let level = events::runtime_level(&req.nri_version);
+                let events = wanted & events::known_mask(level);
+                let nri_version = if req.nri_version.is_empty() { "before 0.12 (not sent)" } else { req.nri_version.as_str() };
+                tracing::info!(
+                    runtime = %req.runtime_name,
+                    version = %req.runtime_version,
+                    nri = %nri_version,
+                    events = format!("{events:#x}"),
+                    "NRI: configured"
+                );
+                if events != wanted {
+                    tracing::info!(
+                        nri = %nri_version,
+                        left_out = ?events::names(wanted & !events),
+                        "NRI: the runtime's NRI does not know some events the plugin handles; not subscribed"
+                    );
+                }
+                if level.is_some_and(|l| l >= events::Level::V0_12) {
+                    self.protocol_is(Protocol::PerEvent);
+                }
                 self.configured_at = Some(tokio::time::Instant::now());
                 Ok(nri::ConfigureResponse { events }.encode_to_vec())
             }
@@ -368,23 +440,60 @@ impl<'a, H: Handler> Session<'a, H> {
                 tracing::info!("NRI: the runtime is shutting down");
                 Ok(nri::Empty {}.encode_to_vec())
             }
-            "CreateContainer" => {
-                let req = trimmed(program, method, payload, &self.handler.reads(), (1, 2))?;
-                Ok(self.handler.create_container(req).await?.encode_to_vec())
-            }
-            "UpdateContainer" => {
-                let req = trimmed(program, method, payload, &self.handler.reads(), (1, 2))?;
-                Ok(self.handler.update_container(req).await?.encode_to_vec())
-            }
-            "StopContainer" => {
-                let req = trimmed(program, method, payload, &self.handler.reads(), (1, 2))?;
-                Ok(self.handler.stop_container(req).await?.encode_to_vec())
-            }
             "StateChange" => {
-                self.handler.state_change(trimmed(program, method, payload, &self.handler.reads(), (2, 3))?).await?;
+                self.protocol_is(Protocol::StateChange);
+                self.handler.event(trimmed(program, method, payload, &self.handler.reads(), (2, 3))?).await?;
                 Ok(nri::Empty {}.encode_to_vec())
             }
-            other => Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: {PLUGIN_SERVICE}/{other} is not implemented"))),
+            other => match events::by_method(other) {
+                Some(spec) => self.event(spec, payload).await,
+                None => Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: {PLUGIN_SERVICE}/{other} is not implemented"))),
+            },
+        }
+    }
+
+    /// The dedicated call of one event ([`events::EVENTS`]), to its handler method.
+    ///
+    /// Errors: an undecodable request, or the handler's refusal.
+    async fn event(&mut self, spec: &events::EventSpec, payload: &[u8]) -> Answer {
+        let (program, method) = (self.options.program, spec.method);
+        if spec.call_since >= events::Level::V0_12 {
+            self.protocol_is(Protocol::PerEvent);
+        }
+        let tags = (1, if spec.container { 2 } else { 0 });
+        let reads = self.handler.reads();
+        match spec.call {
+            Call::Create => Ok(self.handler.create_container(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
+            Call::Update => Ok(self.handler.update_container(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
+            Call::Stop => Ok(self.handler.stop_container(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
+            Call::UpdatePod => Ok(self.handler.update_pod_sandbox(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
+            Call::Notice => {
+                if !self.handler.per_event_call(spec.event) {
+                    return Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: {PLUGIN_SERVICE}/{method} is not served")));
+                }
+                let req: PodAndContainer = trimmed(program, method, payload, &reads, tags)?;
+                let evt = nri::StateChangeEvent { event: spec.event as i32, pod: req.pod, container: req.container };
+                self.handler.event(evt).await.map_err(|r| match r.code {
+                    Code::UNIMPLEMENTED => Status::new(Code::UNKNOWN, format!("{} (UNIMPLEMENTED, sent as UNKNOWN)", r.message)),
+                    _ => r,
+                })?;
+                // Every answer of these calls is an empty message.
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// Logs the protocol level the first time it is known on this connection.
+    fn protocol_is(&mut self, protocol: Protocol) {
+        if self.protocol.is_some() {
+            return;
+        }
+        self.protocol = Some(protocol);
+        match protocol {
+            Protocol::PerEvent => tracing::info!("NRI: protocol level 0.12: the runtime calls one method per event"),
+            Protocol::StateChange => {
+                tracing::info!("NRI: protocol level before 0.12: the runtime sends the events without an answer over StateChange")
+            }
         }
     }
 

@@ -7,11 +7,15 @@ use hook_api::status::{Code, Status};
 #[derive(Default)]
 struct Recorder {
     synced: Vec<(Vec<String>, Vec<String>)>,
+    /// Events without an answer: (event, pod ID, container ID).
+    events: Vec<(nri::Event, String, String)>,
+    /// The mask `configure` answers (default: CreateContainer).
+    mask: Option<i32>,
 }
 
 impl Handler for Recorder {
     fn configure(&mut self, _req: &nri::ConfigureRequest) -> i32 {
-        crate::event_mask([nri::Event::CreateContainer])
+        self.mask.unwrap_or_else(|| crate::event_mask([nri::Event::CreateContainer]))
     }
     async fn synchronize(&mut self, pods: Vec<nri::PodSandbox>, containers: Vec<nri::Container>) -> Vec<nri::ContainerUpdate> {
         let update = containers.iter().map(|c| nri::ContainerUpdate { container_id: c.id.clone(), ..Default::default() }).collect();
@@ -30,7 +34,9 @@ impl Handler for Recorder {
     async fn stop_container(&mut self, _req: nri::StopContainerRequest) -> Result<nri::StopContainerResponse, Refusal> {
         Ok(Default::default())
     }
-    async fn state_change(&mut self, _evt: nri::StateChangeEvent) -> Result<(), Refusal> {
+    async fn event(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
+        let event = nri::Event::try_from(evt.event).unwrap_or(nri::Event::Unknown);
+        self.events.push((event, evt.pod.unwrap_or_default().id, evt.container.unwrap_or_default().id));
         Ok(())
     }
 }
@@ -83,6 +89,59 @@ async fn a_synchronize_in_parts_is_taken_whole() {
     let answer = session.dispatch("Synchronize", &part("p3", "c3", false)).await.unwrap();
     assert_eq!(nri::SynchronizeResponse::decode(answer.as_slice()).unwrap().update.len(), 1);
     assert_eq!(handler.synced.last().unwrap(), &(vec!["p3".to_owned()], vec!["c3".to_owned()]));
+}
+
+/// Every answer-less event's NRI 0.12 call and its StateChange form reach `Handler::event` alike,
+/// with the event, pod and container; the first such call decides the protocol level.
+#[tokio::test]
+async fn per_event_calls_and_state_change_reach_the_same_handler_method() {
+    let (mut handler, options) = (Recorder::default(), options("/nonexistent".into()));
+    let pod = nri::PodSandbox { id: "s1".into(), ..Default::default() };
+    let container = nri::Container { id: "c1".into(), ..Default::default() };
+    let notices: Vec<_> = crate::events::EVENTS.iter().filter(|s| s.call == crate::events::Call::Notice).collect();
+    assert_eq!(notices.len(), 9);
+    {
+        let mut session = Session::new(&mut handler, &options);
+        for spec in &notices {
+            let payload = if spec.container {
+                nri::StartContainerRequest { pod: Some(pod.clone()), container: Some(container.clone()) }.encode_to_vec()
+            } else {
+                nri::RunPodSandboxRequest { pod: Some(pod.clone()) }.encode_to_vec()
+            };
+            assert_eq!(session.dispatch(spec.method, &payload).await.unwrap(), Vec::<u8>::new(), "{}", spec.method);
+        }
+        assert_eq!(session.protocol, Some(Protocol::PerEvent));
+    }
+    let mut session = Session::new(&mut handler, &options);
+    for spec in &notices {
+        let evt = nri::StateChangeEvent { event: spec.event as i32, pod: Some(pod.clone()), container: Some(container.clone()) };
+        session.dispatch("StateChange", &evt.encode_to_vec()).await.unwrap();
+    }
+    assert_eq!(session.protocol, Some(Protocol::StateChange));
+    let (per_event, state_change) = handler.events.split_at(notices.len());
+    for (i, spec) in notices.iter().enumerate() {
+        let want = (spec.event, "s1".to_owned(), if spec.container { "c1" } else { "" }.to_owned());
+        assert_eq!(per_event[i], want, "{}", spec.method);
+        assert_eq!(state_change[i].0, spec.event);
+    }
+}
+
+/// The subscribed mask stays within what the runtime's NRI knows: PostUpdatePodSandbox (bit 12,
+/// NRI 0.10+) is left out for a runtime that sent no NRI version (containerd 1.7, 2.1: a bit they
+/// do not know fails the registration), kept for an NRI 0.12 one, which also fixes the protocol
+/// level at Configure.
+#[tokio::test]
+async fn the_mask_stays_within_the_runtimes_nri() {
+    let wanted = crate::event_mask([nri::Event::RunPodSandbox, nri::Event::PostUpdatePodSandbox]);
+    let mut handler = Recorder { mask: Some(wanted), ..Default::default() };
+    let options = options("/nonexistent".into());
+    for (nri_version, mask, protocol) in [("", 1, None), ("v0.12.1", wanted, Some(Protocol::PerEvent))] {
+        let mut session = Session::new(&mut handler, &options);
+        let req = nri::ConfigureRequest { runtime_name: "fake".into(), nri_version: nri_version.into(), ..Default::default() };
+        let answer = session.dispatch("Configure", &req.encode_to_vec()).await.unwrap();
+        assert_eq!(nri::ConfigureResponse::decode(answer.as_slice()).unwrap().events, mask, "{nri_version:?}");
+        assert_eq!(session.protocol, protocol);
+    }
 }
 
 /// A handler's refusal is the ttrpc error status the runtime fails its call with.

@@ -12,6 +12,9 @@
 //! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
 //!   recorded metadata, huge answers); also a hook server that hangs or answers garbage.
 //! * [`hooks`] — programmable in-process hook servers and registration files.
+//! * [`nri_runtime`] — a protocol-level stand-in for a runtime's NRI side (NRI 0.12 as containerd
+//!   2.3/2.4 speak it, with their `StateChange` fallback; or a runtime before 0.12), for the NRI
+//!   plugins.
 //! * [`stand_in`] — servers that stand in for a backend of some kind (gRPC, a Docker Engine API,
 //!   other HTTP/1.1) and close every connection when stopped, for the health-check tests.
 //! * [`kube_api`] — a loopback stand-in for kube-apiserver (list, watch, events) for kube-rs
@@ -37,6 +40,7 @@ pub mod fake_backend;
 pub mod flags_doc;
 pub mod hooks;
 pub mod kube_api;
+pub mod nri_runtime;
 pub mod proxy;
 pub mod raw;
 pub mod stand_in;

@@ -8,15 +8,20 @@
 //! |---|---|---|
 //! | `Configure` | – | the events the plugins' stages need, plus StopContainer, RemovePodSandbox and RemoveContainer (to know which objects are live) |
 //! | `Synchronize` (pods and containers that existed before we connected) | PreRunPodSandbox per pod (pod-level values written), PreCreateContainer per created or running container | `ContainerUpdate`s with the containers' resources, applied by the runtime |
-//! | `StateChange` RunPodSandbox (after the sandbox started: the pod cgroup exists) | PreRunPodSandbox | – (pod-level values written by runtime-hooks, as koordlet does) |
+//! | `RunPodSandbox` (after the sandbox started: the pod cgroup exists) | PreRunPodSandbox | – (pod-level values written by runtime-hooks, as koordlet does) |
+//! | `PostUpdatePodSandbox` (NRI 0.10+, containerd 2.3+: after an in-place pod resize) | PreRunPodSandbox again, with the updated pod | – (pod-level values written again over what the runtime wrote) |
 //! | `CreateContainer` (before the container is created) | PreCreateContainer | `ContainerAdjustment`: resources, cpuset, env, annotations |
 //! | `UpdateContainer` (kubelet's UpdateContainerResources) | PreUpdateContainerResources, with the new resources | a `ContainerUpdate` of that container: the plugins' fields override kubelet's |
-//! | `StateChange` StopPodSandbox, StartContainer, PostStartContainer; `StopContainer` | PostStopPodSandbox, PreStartContainer, PostStartContainer, PostStopContainer, if a plugin wants them | – (pod-level values only); after PostStartContainer the plugins' node-level work (the container's processes exist) |
-//! | `StateChange` RemovePodSandbox | the plugins' pod removal (`Plugin::pod_removed`, koordlet's PreRemoveRunPodSandbox), then node-level work without the pod | – |
+//! | StopPodSandbox, StartContainer, PostStartContainer; `StopContainer` | PostStopPodSandbox, PreStartContainer, PostStartContainer, PostStopContainer, if a plugin wants them | – (pod-level values only); after PostStartContainer the plugins' node-level work (the container's processes exist) |
+//! | RemovePodSandbox | the plugins' pod removal (`Plugin::pod_removed`, koordlet's PreRemoveRunPodSandbox), then node-level work without the pod | – |
 //!
 //! A rule change is re-applied at once to every pod and container the plugin knows (from
 //! Synchronize and later events): pod-level values written, container resources sent to the
 //! runtime with `Runtime.UpdateContainers`.
+//!
+//! The events without an answer (RunPodSandbox, StartContainer, …) come as their own calls from
+//! an NRI 0.12 runtime (containerd 2.3+) and over `StateChange` from older ones (containerd 1.7,
+//! 2.0 to 2.2); the `nri-plugin` crate hands both to the one `NriPlugin::event`.
 //!
 //! Plugin failures: under `--plugin-failure-policy Ignore` the failing plugin's change is
 //! dropped; under `Fail` the NRI call is answered with an error, and the runtime fails the
@@ -83,13 +88,15 @@ pub fn event_of(stage: Stage) -> Event {
 }
 
 /// The `ConfigureResponse.events` mask for these stages: bit `event - 1` per event, plus
-/// StopContainer and the remove events (to know which objects are live).
+/// StopContainer and the remove events (to know which objects are live), and with
+/// PreRunPodSandbox PostUpdatePodSandbox (an in-place pod resize rewrote the pod cgroup: its
+/// pod-level values are written again). The connection loop leaves out what the runtime's NRI
+/// does not know (PostUpdatePodSandbox before NRI 0.10).
 pub fn event_mask(stages: &[Stage]) -> i32 {
-    nri_plugin::event_mask(stages.iter().map(|s| event_of(*s)).chain([
-        Event::StopContainer,
-        Event::RemovePodSandbox,
-        Event::RemoveContainer,
-    ]))
+    let resize = stages.contains(&Stage::PreRunPodSandbox).then_some(Event::PostUpdatePodSandbox);
+    nri_plugin::event_mask(
+        stages.iter().map(|s| event_of(*s)).chain([Event::StopContainer, Event::RemovePodSandbox, Event::RemoveContainer]).chain(resize),
+    )
 }
 
 /// What runtime-hooks reads of NRI's pods and containers, all else dropped before decoding
@@ -193,8 +200,8 @@ impl nri_plugin::Handler for NriPlugin {
         Ok(nri::StopContainerResponse { update: Vec::new() })
     }
 
-    async fn state_change(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
-        self.state_change(evt)
+    async fn event(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
+        self.event(evt)
     }
 
     async fn refresh(&mut self) -> Vec<nri::ContainerUpdate> {
@@ -240,14 +247,18 @@ impl NriPlugin {
         Ok(nri::CreateContainerResponse { adjust, update: Vec::new(), evict: Vec::new() })
     }
 
-    fn state_change(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
+    /// An event without an answer (its own NRI 0.12 call or StateChange).
+    fn event(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
         let pod = evt.pod.unwrap_or_default();
         let event = Event::try_from(evt.event).unwrap_or(Event::Unknown);
         match event {
-            Event::RunPodSandbox => {
+            // After an in-place pod resize (NRI 0.10+; containerd 2.3+) the runtime has written
+            // the pod cgroup's new resources over the pod-level values: they are written again,
+            // as at RunPodSandbox, from the updated pod.
+            Event::RunPodSandbox | Event::PostUpdatePodSandbox => {
                 self.known.pods.insert(pod.id.clone(), pod.clone());
                 let result = self.pod(Stage::PreRunPodSandbox, &pod);
-                self.node_pass("RunPodSandbox");
+                self.node_pass(if event == Event::RunPodSandbox { "RunPodSandbox" } else { "PostUpdatePodSandbox" });
                 result
             }
             Event::StopPodSandbox => self.pod(Stage::PostStopPodSandbox, &pod),
@@ -454,11 +465,12 @@ mod tests {
     fn event_mask_of_the_default_plugins() {
         let stages = [Stage::PreRunPodSandbox, Stage::PreCreateContainer, Stage::PreUpdateContainerResources];
         // RunPodSandbox 1, RemovePodSandbox 3, CreateContainer 4, UpdateContainer 8, StopContainer 10,
-        // RemoveContainer 11.
-        assert_eq!(event_mask(&stages), 1 | 1 << 2 | 1 << 3 | 1 << 7 | 1 << 9 | 1 << 10);
+        // RemoveContainer 11, PostUpdatePodSandbox 13.
+        assert_eq!(event_mask(&stages), 1 | 1 << 2 | 1 << 3 | 1 << 7 | 1 << 9 | 1 << 10 | 1 << 12);
         assert_eq!(event_mask(&[]), 1 << 2 | 1 << 9 | 1 << 10);
-        // Within NRI 0.6.1's ValidEvents (bits 0..=10).
-        assert_eq!(event_mask(&Stage::ALL) & !((1 << 11) - 1), 0);
+        // Within NRI 0.6.1's ValidEvents (bits 0..=10) but PostUpdatePodSandbox (13, 0.10+).
+        assert_eq!(event_mask(&Stage::ALL) & !((1 << 11) - 1), 1 << 12);
+        assert_eq!(event_mask(&[Stage::PreCreateContainer]) & 1 << 12, 0, "no resize event without PreRunPodSandbox");
     }
 
     /// A runtime that does not check UTF-8 sends a CreateContainer whose pod annotation and env
@@ -542,6 +554,47 @@ mod tests {
         let keys = |e: &[nri::BytesEntry]| e.iter().map(|e| String::from_utf8_lossy(&e.key).into_owned()).collect::<Vec<_>>();
         assert_eq!(keys(&pod.labels), ["koordinator.sh/qosClass", "test"]);
         assert_eq!(keys(&pod.annotations), ["node.koordinator.sh/extended-resource-spec"]);
+    }
+
+    /// An in-place pod resize (NRI 0.12's PostUpdatePodSandbox call, or its StateChange form)
+    /// after the runtime wrote the pod cgroup's new shares: the BE pod's batch value is written
+    /// again. Without the resize event handled, the runtime's value would stay.
+    #[tokio::test]
+    async fn a_pod_resize_rewrites_the_pod_level_values() {
+        use prost::Message;
+        let root = tempfile::tempdir().unwrap();
+        let pod_dir = root.path().join("cpu/kubepods/besteffort/pod1");
+        std::fs::create_dir_all(&pod_dir).unwrap();
+        let mut plugin = test_plugin(root.path(), crate::plugin::FailurePolicy::Fail, root.path().join("nri.sock"));
+        let entry = |k: &str, v: &str| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.as_bytes().to_vec() };
+        let spec =
+            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
+        let pod = nri::PodSandbox {
+            id: "s1".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            labels: vec![entry("koordinator.sh/qosClass", "BE")],
+            annotations: vec![entry("node.koordinator.sh/extended-resource-spec", spec)],
+            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let options = nri_plugin::Options { socket: "/nonexistent".into(), name: "t".into(), index: "10".into(), program: "runtime-hooks" };
+        let shares = || std::fs::read_to_string(pod_dir.join("cpu.shares")).unwrap();
+        std::fs::write(pod_dir.join("cpu.shares"), "2").unwrap();
+        let run = nri::RunPodSandboxRequest { pod: Some(pod.clone()) }.encode_to_vec();
+        nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("RunPodSandbox", &run).await.expect("answered");
+        assert_eq!(shares(), "512", "RunPodSandbox writes the batch shares");
+        // The runtime resizes the pod and writes the pod cgroup's shares of its new resources.
+        std::fs::write(pod_dir.join("cpu.shares"), "1024").unwrap();
+        let resized = nri::PostUpdatePodSandboxRequest { pod: Some(pod.clone()) }.encode_to_vec();
+        let answer = nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("PostUpdatePodSandbox", &resized).await;
+        assert_eq!(answer.expect("answered"), Vec::<u8>::new());
+        assert_eq!(shares(), "512", "written again after the resize");
+        // The same event from a runtime before 0.12 (StateChange).
+        std::fs::write(pod_dir.join("cpu.shares"), "1024").unwrap();
+        let evt = nri::StateChangeEvent { event: Event::PostUpdatePodSandbox as i32, pod: Some(pod), container: None }.encode_to_vec();
+        nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("StateChange", &evt).await.expect("answered");
+        assert_eq!(shares(), "512");
     }
 
     /// Synchronize's pods and containers are trimmed as the events' are.

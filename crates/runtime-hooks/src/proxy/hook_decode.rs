@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use hook_api::utf8::{utf8_entry, utf8_entry_owned};
+use hook_api::utf8::utf8_entry;
 use hook_api::v1alpha1 as api;
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{

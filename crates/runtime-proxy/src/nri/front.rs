@@ -21,23 +21,23 @@ use crate::hooks::Hooks;
 /// The NRI events the front end handles, each mapped onto a stage-table row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// StateChange RunPodSandbox (the sandbox exists): PreRunPodSandbox.
+    /// RunPodSandbox (the sandbox exists): PreRunPodSandbox.
     RunPodSandbox,
-    /// StateChange StopPodSandbox: PostStopPodSandbox.
+    /// StopPodSandbox: PostStopPodSandbox.
     StopPodSandbox,
-    /// StateChange RemovePodSandbox: the store forgets the pod (no stage).
+    /// RemovePodSandbox: the store forgets the pod (no stage).
     RemovePodSandbox,
     /// CreateContainer (before creation): PreCreateContainer.
     CreateContainer,
-    /// StateChange StartContainer (before start): PreStartContainer.
+    /// StartContainer (before start): PreStartContainer.
     StartContainer,
-    /// StateChange PostStartContainer: PostStartContainer.
+    /// PostStartContainer: PostStartContainer.
     PostStartContainer,
     /// UpdateContainer (kubelet's UpdateContainerResources): PreUpdateContainerResources.
     UpdateContainer,
     /// StopContainer (stopped): PostStopContainer.
     StopContainer,
-    /// StateChange RemoveContainer: the store forgets the container (no stage).
+    /// RemoveContainer: the store forgets the container (no stage).
     RemoveContainer,
 }
 

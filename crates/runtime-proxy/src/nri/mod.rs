@@ -4,15 +4,19 @@
 //!
 //! | NRI event | stage (the one hook flow) | answer |
 //! |---|---|---|
-//! | `StateChange` RunPodSandbox (sandbox created) | PreRunPodSandbox | – (pod-level changes cannot be expressed: logged) |
+//! | RunPodSandbox (sandbox created) | PreRunPodSandbox | – (pod-level changes cannot be expressed: logged) |
 //! | `CreateContainer` | PreCreateContainer | `ContainerAdjustment`: resources, cpuset, env, annotations |
-//! | `StateChange` StartContainer | PreStartContainer | resources through `Runtime.UpdateContainers` once the container runs (after PostStartContainer: containerd applies an update of a container not started yet to its spec only) |
-//! | `StateChange` PostStartContainer | PostStartContainer | – |
+//! | StartContainer | PreStartContainer | resources through `Runtime.UpdateContainers` once the container runs (after PostStartContainer: containerd applies an update of a container not started yet to its spec only) |
+//! | PostStartContainer | PostStartContainer | – |
 //! | `UpdateContainer` | PreUpdateContainerResources | `ContainerUpdate` of the container |
 //! | `StopContainer` | PostStopContainer | – |
-//! | `StateChange` StopPodSandbox | PostStopPodSandbox | – |
-//! | `StateChange` RemovePodSandbox, RemoveContainer | – (the registry has no PreRemoveRunPodSandbox stage) | – (the store forgets the object) |
+//! | StopPodSandbox | PostStopPodSandbox | – |
+//! | RemovePodSandbox, RemoveContainer | – (the registry has no PreRemoveRunPodSandbox stage) | – (the store forgets the object) |
 //! | `Synchronize` (at connect) | none: the store is rebuilt from the runtime's pods and containers | no updates |
+//!
+//! RunPodSandbox, StartContainer, PostStartContainer, StopPodSandbox and the remove events are
+//! their own calls from an NRI 0.12 runtime (containerd 2.3+) and `StateChange` from older ones;
+//! the `nri-plugin` crate's events table hands both to [`nri_plugin::Handler::event`].
 //!
 //! Each event is one call of [`crate::hooks::flow::drive`] ([`front::NriCall`]): the pod's
 //! turn, the skip label, the registered servers of the stage in order, each within its
@@ -166,7 +170,7 @@ impl nri_plugin::Handler for NriFront {
         Ok(nri::StopContainerResponse { update: Vec::new() })
     }
 
-    async fn state_change(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
+    async fn event(&mut self, evt: nri::StateChangeEvent) -> Result<(), Refusal> {
         let kind = match Event::try_from(evt.event).unwrap_or(Event::Unknown) {
             Event::RunPodSandbox => Kind::RunPodSandbox,
             Event::StopPodSandbox => Kind::StopPodSandbox,
