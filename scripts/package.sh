@@ -6,12 +6,15 @@
 #
 # Output in $OUT (default target/dist/packages):
 #   runtime-proxy_<version>_<arch>.deb   /usr/bin/runtime-proxy, runtime-proxy.service, /etc/default/runtime-proxy,
-#                                        /etc/runtime/hookserver.d, docs and examples (Docker-mode drop-in, kubelet,
-#                                        the Grafana dashboard)
+#                                        /etc/runtime/hookserver.d, man pages and shell completions, docs and examples
+#                                        (Docker-mode drop-in, kubelet, the Grafana dashboard)
 #   runtime-hooks_<version>_<arch>.deb   /usr/bin/runtime-hooks, runtime-hooks.service, /etc/default/runtime-hooks,
-#                                        /etc/runtime-hooks/rules.yaml, /etc/runtime/hookserver.d, docs, deploy/ manifests
-#                                        the image's Dockerfile and the Grafana dashboard
-#   runtime-proxy-<version>-<arch>.tar.gz  both binaries, the units, the defaults files, deploy/, docs, LICENSE
+#                                        /etc/runtime-hooks/rules.yaml, /etc/runtime/hookserver.d, man pages and shell
+#                                        completions, docs, deploy/ manifests the image's Dockerfile and the Grafana dashboard
+#   runtime-proxy-<version>-<arch>.tar.gz  both binaries, the units, the defaults files, usr/share/ (man pages and
+#                                        completions at their installed paths), deploy/, docs, LICENSE
+# The man pages (man8, gzipped) and bash, zsh and fish completions are written by the workspace's cli-docs binary
+# (crates/cli-docs) from the programs' own clap definitions, built with the same profile as the programs.
 # DEB_VERSION sets the packages' version (default: the workspace version in Cargo.toml); GIT_REVISION the
 # revision `--version` prints (default: git rev-parse --short HEAD). RP_PACKAGE_PROFILE packages another cargo
 # profile's binaries, stripped here (`make test` packages its dev build: the same code without dist's thin LTO,
@@ -38,15 +41,23 @@ need_pkgs protobuf-compiler gcc libc6-dev dpkg-dev binutils
 rm -rf "$STAGE" && mkdir -p "$STAGE" "$OUT"
 log "building the $PROFILE binaries (cargo --profile $PROFILE)"
 if [ "$PROFILE" = dist ]; then
-  cargo build --locked --profile dist -p runtime-proxy -p runtime-hooks --bins
+  cargo build --locked --profile dist -p runtime-proxy -p runtime-hooks -p cli-docs --bins
   BIN=$TARGET/dist
+  CLI_DOCS=$TARGET/dist/cli-docs
 else
   # The test run's feature set (examples and tests unify dev-dependencies' features), so that nothing is rebuilt.
   cargo build --locked --profile "$PROFILE" --workspace --bins --examples
   BIN=$STAGE/bin && mkdir -p "$BIN"
   dir=$PROFILE && [ "$PROFILE" != dev ] || dir=debug
   for b in runtime-proxy runtime-hooks; do strip --strip-all -R .debug_gdb_scripts -o "$BIN/$b" "$TARGET/$dir/$b"; done
+  CLI_DOCS=$TARGET/$dir/cli-docs
 fi
+
+# cli_docs PROGRAM DESTDIR: PROGRAM's man pages (gzipped) and shell completions below DESTDIR/usr/share.
+cli_docs() {
+  "$CLI_DOCS" "$1" "$2" >/dev/null || { log "cli-docs $1 failed"; exit 1; }
+  gzip -9nf "$2"/usr/share/man/man8/"$1"*.8
+}
 
 # depends BINARY: the Depends: line for BINARY's shared libraries (Debian package of each, with the newest
 # glibc symbol version it uses as libc6's minimum).
@@ -105,6 +116,7 @@ if [ "$WHAT" != tar ]; then
   mkdir -p "$D/DEBIAN" "$D/usr/bin" "$D/lib/systemd/system" "$D/etc/default" "$D/etc/runtime/hookserver.d" \
     "$D/usr/share/doc/runtime-proxy/examples"
   install -m 0755 "$BIN/runtime-proxy" "$D/usr/bin/"
+  cli_docs runtime-proxy "$D"
   install -m 0644 packaging/systemd/runtime-proxy.service "$D/lib/systemd/system/"
   install -m 0644 packaging/default/runtime-proxy "$D/etc/default/"
   install -m 0644 packaging/examples/runtime-proxy-docker.conf deploy/kubelet/* deploy/grafana-dashboard.json \
@@ -130,6 +142,7 @@ Suggests: runtime-hooks
   mkdir -p "$D/DEBIAN" "$D/usr/bin" "$D/lib/systemd/system" "$D/etc/default" "$D/etc/runtime/hookserver.d" \
     "$D/etc/runtime-hooks" "$D/usr/share/doc/runtime-hooks/examples/deploy/crds"
   install -m 0755 "$BIN/runtime-hooks" "$D/usr/bin/"
+  cli_docs runtime-hooks "$D"
   install -m 0644 packaging/systemd/runtime-hooks.service "$D/lib/systemd/system/"
   install -m 0644 packaging/default/runtime-hooks "$D/etc/default/"
   install -m 0644 packaging/examples/rules.yaml "$D/etc/runtime-hooks/"
@@ -154,6 +167,7 @@ if [ "$WHAT" != deb ]; then
   T=$STAGE/runtime-proxy-$DEB_VERSION-$ARCH
   mkdir -p "$T/bin" "$T/systemd" "$T/default" "$T/examples"
   install -m 0755 "$BIN/runtime-proxy" "$BIN/runtime-hooks" "$T/bin/"
+  cli_docs runtime-proxy "$T" && cli_docs runtime-hooks "$T"
   install -m 0644 packaging/systemd/*.service "$T/systemd/"
   install -m 0644 packaging/default/* "$T/default/"
   install -m 0644 packaging/examples/* "$T/examples/"

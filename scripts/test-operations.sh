@@ -5,8 +5,8 @@
 # checkouts take turns (a lock in /run/lock).
 #
 #  1. install: dpkg -i both .debs (scripts/package.sh deb); nothing starts;
-#  2. configure: --remote-runtime-service-endpoint in /etc/default/runtime-proxy pointed at the test containerd
-#     (a conffile edit; it must survive the upgrade);
+#  2. configure: --remote-runtime-service-endpoint in /etc/default/runtime-proxy and --runtime-endpoint in
+#     /etc/default/runtime-hooks pointed at the test containerd (conffile edits; they must survive the upgrade);
 #  3. start both services the way their units do (run_unit below: the EnvironmentFile, ExecStart, a clean
 #     environment, NOTIFY_SOCKET and the wait for READY=1, the unit's CapabilityBoundingSet and NoNewPrivileges
 #     through setpriv, and ProtectSystem=strict approximated in a private mount namespace: every mount
@@ -16,7 +16,8 @@
 #  4. a pod through the proxy's default socket with the example hook (annotation_hook) registered: cpu.shares
 #     700 where kubelet asked 512, and the hook's env;
 #  5. metrics and health on 127.0.0.1:9318: /healthz, hook and CRI counters; `runtime-proxy status` (exit 0, both
-#     hook servers called ok, the backend up, the pod in the store); then `systemctl reload` of both (their
+#     hook servers called ok, the backend up, the pod in the store); `runtime-hooks status` with no flags (its
+#     admin socket beside --listen in the unit's RuntimeDirectory: exit 0, its plugins and registration); then `systemctl reload` of both (their
 #     ExecReload, SIGHUP): the proxy rescans its hook config directory, runtime-hooks re-reads its rules file, both
 #     keep running;
 #  6. upgrade with the pod running: the packages again as VERSION+ops1, dpkg -i (the conffile edit kept), the
@@ -172,6 +173,11 @@ edit_endpoint() {
     grep -q -- "--remote-runtime-service-endpoint $CTRD/run/containerd.sock" /etc/default/runtime-proxy
 }
 check "/etc/default/runtime-proxy: the runtime endpoint" edit_endpoint
+edit_hooks_endpoint() {  # the reconciler's runtime socket: a pass that cannot list the runtime makes status exit 1
+  sed -i "s|--runtime-endpoint [^ \"]*|--runtime-endpoint $CTRD/run/containerd.sock|" /etc/default/runtime-hooks &&
+    grep -q -- "--runtime-endpoint $CTRD/run/containerd.sock" /etc/default/runtime-hooks
+}
+check "/etc/default/runtime-hooks: the runtime endpoint" edit_hooks_endpoint
 
 echo "==> 3. start the services as their units do"
 start_proxy() { run_unit runtime-proxy && PROXY_PID=$UNIT_PID && [ -S "$SOCK" ] && grep -q 'runtime-proxy serving' "$TMP/runtime-proxy.log"; }
@@ -207,6 +213,16 @@ assert health.get("annotation-hook.json") == "ok" and health.get("runtime-hooks.
 assert d["store"]["pod_sandboxes"] >= 1, d["store"]' "$json" && /usr/bin/runtime-proxy status | grep -q '^hook servers$'
 }
 check "runtime-proxy status: exit 0, both hook servers ok, backend up, the pod stored" proxy_status
+hooks_status() {  # as packaged, no flags: the admin socket beside --listen, which the unit's RuntimeDirectory holds
+  local json
+  json=$(/usr/bin/runtime-hooks status --output json) || { /usr/bin/runtime-hooks status; return 1; }
+  python3 -c 'import json, sys
+d = json.loads(sys.argv[1])
+assert d["program"] == "runtime-hooks" and d["healthy"] and d["mode"] == "proxy", d
+assert "GroupIdentity" in d["plugins"] and d["registration"]["in_place"], d
+assert d["reconciler"]["passes"] >= 1, d["reconciler"]' "$json" && /usr/bin/runtime-hooks status | grep -E '^(plugins|registration) '
+}
+check "runtime-hooks status (no flags): exit 0, proxy mode, plugins, registration in place, a reconcile pass" hooks_status
 echo "==> 5b. systemctl reload (the units' ExecReload: SIGHUP)"
 # reload_unit NAME PID LINE: runs NAME.service's ExecReload as systemd would ($MAINPID = PID), then waits for LINE
 # in its log; the service must still run and serve.

@@ -5,6 +5,9 @@
 #
 #   * dpkg -i of both; what landed where (dpkg -L), the conffiles, file modes; nothing enabled or started;
 #   * the installed binaries' --help and --version (`runtime-proxy <version> (git <revision>)`);
+#   * the man pages (man8: each program and its `status`) format without a groff warning, and `man -l` shows the
+#     program's flags; the bash completion completes flags, values and the status subcommand's flags in bash, the zsh
+#     and fish ones name the flags;
 #   * systemd-analyze verify of both units (offline: systemd need not be PID 1), silent and exit 0; the
 #     exposure score of `systemd-analyze security --offline` is printed;
 #   * the installed /etc/runtime-hooks/rules.yaml is a rules file runtime-hooks starts with;
@@ -58,7 +61,7 @@ for p in "${PKGS[@]}"; do
     log "purging what an unfinished earlier run installed" && purge_ours
   fi
 done
-need_pkgs dpkg-dev systemd python3 python3-venv util-linux procps binutils
+need_pkgs dpkg-dev systemd python3 python3-venv util-linux procps binutils man-db groff-base bsdextrautils
 bash scripts/package.sh deb || { log "building the packages failed"; echo "test result: FAILED. 0 passed; 1 failed;"; exit 1; }
 VERSION=$(awk -F'"' '/^\[workspace.package\]/ {p = 1} p && /^version *=/ {print $2; exit}' Cargo.toml)
 REVISION=${GIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -123,6 +126,50 @@ check "runtime-proxy --version" bash -c "[ \"\$(/usr/bin/runtime-proxy --version
 check "runtime-hooks --version" bash -c "[ \"\$(/usr/bin/runtime-hooks --version)\" = 'runtime-hooks $VERSION (git $(revision runtime-hooks))' ] || /usr/bin/runtime-hooks --version"
 check "runtime-proxy --help" bash -c '/usr/bin/runtime-proxy --help | grep -q -- --koord-runtimeproxy-endpoint'
 check "runtime-hooks --help" bash -c '/usr/bin/runtime-hooks --help | grep -q -- --probe'
+
+echo "==> man pages and shell completions"
+# docs_files PKG: the man pages and completions PKG ships (crates/cli-docs, run by scripts/package.sh)
+docs_files() {
+  echo "/usr/share/man/man8/$1.8.gz /usr/share/man/man8/$1-status.8.gz /usr/share/bash-completion/completions/$1" \
+    "/usr/share/zsh/vendor-completions/_$1 /usr/share/fish/vendor_completions.d/$1.fish"
+}
+# shellcheck disable=SC2046 # one path per word
+check "runtime-proxy man pages and completions (dpkg -L)" expect_files runtime-proxy $(docs_files runtime-proxy)
+# shellcheck disable=SC2046
+check "runtime-hooks man pages and completions (dpkg -L)" expect_files runtime-hooks $(docs_files runtime-hooks)
+# man_ok PAGE FLAG...: PAGE (gzipped or not) formats with groff's warnings on (-ww, after preconv as man does) and no
+# warning, and the text `man -l` renders (no hyphenation) names each FLAG
+man_ok() {
+  local page=$1 text warnings
+  shift
+  warnings=$(zcat -f "$page" | preconv | groff -man -Tutf8 -ww -z 2>&1) && [ -z "$warnings" ] || { echo "$page: $warnings"; return 1; }
+  text=$(MANWIDTH=100 man -l --nh --nj "$page" 2>&1 | col -b) || { echo "$text"; return 1; }
+  for f in "$@"; do grep -qF -- "$f" <<<"$text" || { echo "$page: no $f in:"; head -n 30 <<<"$text"; return 1; }; done
+}
+check "man 8 runtime-proxy renders, names its flags" man_ok /usr/share/man/man8/runtime-proxy.8.gz \
+  --remote-runtime-service-endpoint --koord-runtimeproxy-endpoint --required-hook-servers "SEE ALSO" "runtime-proxy-status(8)"
+check "man 8 runtime-hooks renders, names its flags" man_ok /usr/share/man/man8/runtime-hooks.8.gz --runtime-endpoint --rules --probe NODE_NAME
+check "man 8 runtime-proxy-status / runtime-hooks-status render" bash -c "$(declare -f man_ok)
+  man_ok /usr/share/man/man8/runtime-proxy-status.8.gz --timeout --output && man_ok /usr/share/man/man8/runtime-hooks-status.8.gz --timeout --output"
+check "a page with an undefined request fails the same check" bash -c "$(declare -f man_ok)
+  { zcat /usr/share/man/man8/runtime-hooks.8.gz && echo .xyzzy; } >$TMP/broken.8 && ! man_ok $TMP/broken.8 --probe >/dev/null"
+# complete PROGRAM WORD...: what bash completes for the command line `PROGRAM WORD...` with the installed completion
+complete_bash() {
+  local prog=$1
+  shift
+  bash -c 'source "/usr/share/bash-completion/completions/$1"; fn=$(complete -p "$1" | sed -n "s/.*-F \([^ ]*\).*/\1/p")
+    COMP_WORDS=("${@:1}"); COMP_CWORD=$(($# - 1)); COMP_LINE="${*:1}"; COMP_POINT=${#COMP_LINE}
+    "$fn" "$1" "${!#}" "${@:$(($# - 1)):1}" 2>/dev/null; printf "%s\n" "${COMPREPLY[@]}"' _ "$prog" "$@"
+}
+check "bash: runtime-proxy --remote-runtime-s<TAB> completes the flag" bash -c "$(declare -f complete_bash)
+  out=\$(complete_bash runtime-proxy --remote-runtime-s); [ \"\$out\" = --remote-runtime-service-endpoint ] || { echo \"\$out\"; exit 1; }"
+check "bash: runtime-hooks --mode <TAB> offers the modes, status --out<TAB> --output" bash -c "$(declare -f complete_bash)
+  [ \"\$(complete_bash runtime-hooks --mode '' | sort | paste -sd' ')\" = 'nri proxy standalone' ] &&
+  complete_bash runtime-hooks status --out | grep -qx -- --output"
+check "zsh and fish completions name the flags" bash -c 'grep -q -- "--remote-runtime-service-endpoint" /usr/share/zsh/vendor-completions/_runtime-proxy &&
+  grep -q -- "-l remote-runtime-service-endpoint" /usr/share/fish/vendor_completions.d/runtime-proxy.fish &&
+  grep -q -- "--runtime-endpoint" /usr/share/zsh/vendor-completions/_runtime-hooks &&
+  grep -q -- "-l runtime-endpoint" /usr/share/fish/vendor_completions.d/runtime-hooks.fish'
 # The flags in /etc/default/* are accepted: ExecStart as systemd expands it, plus --help (clap parses first).
 flags_ok() {  # BIN VAR FILE
   local bin=$1 var=$2
