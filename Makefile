@@ -1,4 +1,5 @@
-# make demo | demo-hooks | demo-docker | check | test | fuzz | bench | build | release | deb | clean-containerd — see scripts/*.sh
+# make demo | demo-hooks | demo-docker | check | test | fuzz | bench | build | release | deb | clean-containerd — see
+# scripts/*.sh
 .PHONY: demo demo-hooks demo-docker check test fuzz bench build release deb clean-containerd
 
 # runtime-proxy with the example hook, then runtime-proxy with runtime-hooks (proxy and standalone mode),
@@ -15,11 +16,13 @@ demo-hooks:
 	@scripts/demo-hooks.sh
 
 # the fast tier for one's own loop (a few minutes, no runtime needed): fmt, the Markdown files' relative links
-# (scripts/check-links.py), no import cycle in either program (scripts/check-modules.py), clippy, rustdoc, unit tests, docs/flags.md against --help (tests/flags_doc.rs), and every fuzz target on 2000 inputs from a fixed seed;
-# `make test` is the full run (every runtime, every phase)
+# (scripts/check-links.py), the one line width (scripts/line-width.py), no import cycle in either program
+# (scripts/check-modules.py), clippy, rustdoc, unit tests, docs/flags.md against --help (tests/flags_doc.rs), and every
+# fuzz target on 2000 inputs from a fixed seed; `make test` is the full run (every runtime, every phase)
 check:
 	cargo fmt --all -- --check
 	python3 scripts/check-links.py
+	python3 scripts/line-width.py
 	python3 scripts/check-modules.py
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
@@ -48,6 +51,7 @@ release:
 deb:
 	@scripts/package.sh deb
 
-# stop and delete every containerd the scripts start (/tmp/rp-test-*-ctrd-1.6, -1.7, -2.1, -nri-1.7 and -nri-2.1, rp-demo-ctrd, rp-demo-hooks-ctrd, rp-bench-ctrd, rp-bench-ctrd-2.1, rp-bench-nri-ctrd-1.7 and -2.1)
+# stop and delete every containerd the scripts start (/tmp/rp-test-*-ctrd-1.6, -1.7, -2.1, -nri-1.7 and -nri-2.1,
+# rp-demo-ctrd, rp-demo-hooks-ctrd, rp-bench-ctrd, rp-bench-ctrd-2.1, rp-bench-nri-ctrd-1.7 and -2.1)
 clean-containerd:
 	for root in /tmp/rp-*-ctrd*; do [ ! -d "$$root" ] || scripts/containerd.sh purge "$$root"; done

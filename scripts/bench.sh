@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# bench.sh — `make bench`: the proxy's added latency per CRI call next to a raw byte relay's (socat) with
-# CPU time and context switches per call, load average and the targets (benches/latency.rs), then throughput
-# through the same three paths under concurrency (benches/concurrency.rs: 16 and 64 callers on 1 and on 16
-# connections; calls/s, p50/p99, CPU per call of each process), then what hooks
-# cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once through a 100 ms hook; benches/wake.rs:
-# the wake-up of an idle peer by how long it was idle, the floor under every hop), runtime-hooks'
-# round trip beside a no-op hook server's (runtime-hooks' benches/hook_rtt.rs), the per-stage overhead (runtime-hooks'
-# benches/stages.rs: each hooked call of a BE pod's life direct, through the proxy without hook, with a no-op hook at
-# every stage, with runtime-hooks),
-# then the store at node scale (benches/store.rs: RSS idle and with 200 pods, store memory per pod,
-# recovery time after kill -9), against a real containerd 1.6, which it starts and stops (also on
-# failure or Ctrl-C); then the pass-through bench again against a containerd 2.1; then pod start time by mode
-# (runtime-hooks' benches/pod_start.rs: BE pods on containerd alone, through runtime-proxy + runtime-hooks in proxy
-# mode, and with runtime-hooks as an NRI plugin; runtime-proxy's benches/nri_front.rs: pods with one no-op hook on
-# containerd alone, through the CRI proxy and through the NRI front end) against a containerd 1.7 with NRI on and
-# again against a 2.1 with NRI on, each started after the one before is down and stopped the same way. Extra arguments go to every bench;
-# RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks and hook_rtt 3000), RP_BENCH_CONC_ROUNDS and
-# RP_BENCH_CONC_ROUND_MS the rounds of the concurrency bench (defaults 6 and 600 ms), RP_BENCH_STAGE_PODS the pods
-# per path of the per-stage bench (default 20), RP_BENCH_PODS the pods per mode of pod_start (default 50).
+# bench.sh — `make bench`: the proxy's added latency per CRI call next to a raw byte relay's (socat) with CPU time and
+# context switches per call, load average and the targets (benches/latency.rs), then throughput through the same three
+# paths under concurrency (benches/concurrency.rs: 16 and 64 callers on 1 and on 16 connections; calls/s, p50/p99, CPU
+# per call of each process), then what hooks cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once
+# through a 100 ms hook; benches/wake.rs: the wake-up of an idle peer by how long it was idle, the floor under every
+# hop), runtime-hooks' round trip beside a no-op hook server's (runtime-hooks' benches/hook_rtt.rs), the per-stage
+# overhead (runtime-hooks' benches/stages.rs: each hooked call of a BE pod's life direct, through the proxy without
+# hook, with a no-op hook at every stage, with runtime-hooks), then the store at node scale (benches/store.rs: RSS idle
+# and with 200 pods, store memory per pod, recovery time after kill -9), against a real containerd 1.6, which it starts
+# and stops (also on failure or Ctrl-C); then the pass-through bench again against a containerd 2.1; then pod start time
+# by mode (runtime-hooks' benches/pod_start.rs: BE pods on containerd alone, through runtime-proxy + runtime-hooks in
+# proxy mode, and with runtime-hooks as an NRI plugin; runtime-proxy's benches/nri_front.rs: pods with one no-op hook on
+# containerd alone, through the CRI proxy and through the NRI front end) against a containerd 1.7 with NRI on and again
+# against a 2.1 with NRI on, each started after the one before is down and stopped the same way. Extra arguments go to
+# every bench; RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks and hook_rtt 3000),
+# RP_BENCH_CONC_ROUNDS and RP_BENCH_CONC_ROUND_MS the rounds of the concurrency bench (defaults 6 and 600 ms),
+# RP_BENCH_STAGE_PODS the pods per path of the per-stage bench (default 20), RP_BENCH_PODS the pods per mode of
+# pod_start (default 50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -55,7 +54,8 @@ scripts/containerd.sh up 2.1 "$CTRD21" >/dev/null
 RP_CONTAINERD_ENV=$CTRD21/env cargo bench --locked -p runtime-proxy --bench latency -- "$@"
 scripts/containerd.sh down "$CTRD21" >/dev/null 2>&1
 echo
-# pod_start starts runtime-proxy's release binary (target/release/runtime-proxy), which `cargo bench -p runtime-hooks` does not build
+# pod_start starts runtime-proxy's release binary (target/release/runtime-proxy), which `cargo bench -p runtime-hooks`
+# does not build
 cargo build --locked --release -p runtime-proxy
 for v in 1.7 2.1; do
   RP_NRI=1 scripts/containerd.sh up "$v" "$NRI_CTRD-$v" >/dev/null

@@ -96,8 +96,9 @@ undo_service_changes() {
   rm -rf "$now"
 }
 
-# install_record_line FILE: what the demos' last line says stays of the packages need_pkgs installed (RP_INSTALL_RECORD),
-# e.g. `Debian packages containerd runc (services disabled: containerd.service)`; empty when nothing was installed.
+# install_record_line FILE: what the demos' last line says stays of the packages need_pkgs installed
+# (RP_INSTALL_RECORD), e.g. `Debian packages containerd runc (services disabled: containerd.service)`; empty when
+# nothing was installed.
 install_record_line() {
   [ -s "$1" ] || return 0
   local pkgs units

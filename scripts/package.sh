@@ -10,7 +10,8 @@
 #                                        (Docker-mode drop-in, kubelet, the Grafana dashboard)
 #   runtime-hooks_<version>_<arch>.deb   /usr/bin/runtime-hooks, runtime-hooks.service, /etc/default/runtime-hooks,
 #                                        /etc/runtime-hooks/rules.yaml, /etc/runtime/hookserver.d, man pages and shell
-#                                        completions, docs, deploy/ manifests the image's Dockerfile and the Grafana dashboard
+#                                        completions, docs, deploy/ manifests the image's Dockerfile and the Grafana
+#                                        dashboard
 #   runtime-proxy-<version>-<arch>.tar.gz  both binaries, the units, the defaults files, usr/share/ (man pages and
 #                                        completions at their installed paths), deploy/, docs, LICENSE
 # The man pages (man8, gzipped) and bash, zsh and fish completions are written by the workspace's cli-docs binary

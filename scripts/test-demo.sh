@@ -9,7 +9,8 @@
 #   * no /tmp/rp-demo* (temp dirs, containerd's and dockerd's roots);
 #   * the shared containerd cache (/var/cache/runtime-proxy, or $RP_CACHE) exactly as before: the demos keep the
 #     images they build in their own containerd root;
-#   * no process of theirs still running, no cgroup of their pods (/sys/fs/cgroup/*/rp-test-rp-demo*, rp-docker-rp-demo*).
+#   * no process of theirs still running, no cgroup of their pods (/sys/fs/cgroup/*/rp-test-rp-demo*,
+#     rp-docker-rp-demo*).
 #
 # The demos run the dev build (RP_DEMO_PROFILE=dev unless set: the test run built it already; `make demo` alone builds
 # release). That build and Debian packages installed on the way stay (each demo's last line says so).

@@ -15,11 +15,11 @@
 #     runtime-hooks registers itself in /etc/runtime/hookserver.d and the proxy calls it;
 #  4. a pod through the proxy's default socket with the example hook (annotation_hook) registered: cpu.shares
 #     700 where kubelet asked 512, and the hook's env;
-#  5. metrics and health on 127.0.0.1:9318: /healthz, hook and CRI counters; `runtime-proxy status` (exit 0, both
-#     hook servers called ok, the backend up, the pod in the store); `runtime-hooks status` with no flags (its
-#     admin socket beside --listen in the unit's RuntimeDirectory: exit 0, its plugins and registration); then `systemctl reload` of both (their
-#     ExecReload, SIGHUP): the proxy rescans its hook config directory, runtime-hooks re-reads its rules file, both
-#     keep running;
+#  5. metrics and health on 127.0.0.1:9318: /healthz, hook and CRI counters; `runtime-proxy status` (exit 0, both hook
+#     servers called ok, the backend up, the pod in the store); `runtime-hooks status` with no flags (its admin socket
+#     beside --listen in the unit's RuntimeDirectory: exit 0, its plugins and registration); then `systemctl reload` of
+#     both (their ExecReload, SIGHUP): the proxy rescans its hook config directory, runtime-hooks re-reads its rules
+#     file, both keep running;
 #  6. upgrade with the pod running: the packages again as VERSION+ops1, dpkg -i (the conffile edit kept), the
 #     proxy restarted (SIGTERM: STOPPING=1 and a clean exit; the new one READY=1); the pod's container is the same
 #     process, never restarted; the store recovered; UpdateContainerResources through the new proxy is hooked

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# test.sh — the project's test command (`make test`, CI): build everything, run the unit tests, then run
-# every integration test against a real containerd 2.1 with NRI on and a smoke run against 1.6 and 1.7 (out of
-# support upstream; scripts/containerd.sh), then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their own
-# (they restart it and connect plugins that see every pod) and again against a 2.1 of their own, then the Docker-mode
-# tests (crates/*/tests/docker_*.rs) against a real dockerd (scripts/dockerd.sh), then the cgroup v2 tests
+# test.sh — the project's test command (`make test`, CI): build everything, run the unit tests, then run every
+# integration test against a real containerd 2.1 with NRI on and a smoke run against 1.6 and 1.7 (out of support
+# upstream; scripts/containerd.sh), then the NRI-mode tests (crates/*/tests/nri_*.rs) against a containerd 1.7 of their
+# own (they restart it and connect plugins that see every pod) and again against a 2.1 of their own, then the
+# Docker-mode tests (crates/*/tests/docker_*.rs) against a real dockerd (scripts/dockerd.sh), then the cgroup v2 tests
 # (crates/*/tests/v2_*.rs) inside a qemu guest with systemd and containerd 2.1 + runc 1.3 on the systemd cgroup driver
-# (scripts/v2vm.sh: this machine's kernel is cgroup v1), then the Debian packages installed
-# on this machine (scripts/test-packages.sh, scripts/test-operations.sh), then `make demo`, which must leave nothing
-# behind (scripts/test-demo.sh).
+# (scripts/v2vm.sh: this machine's kernel is cgroup v1), then the Debian packages installed on this machine
+# (scripts/test-packages.sh, scripts/test-operations.sh), then `make demo`, which must leave nothing behind
+# (scripts/test-demo.sh).
 #
 # Every phase runs even when an earlier one failed; the exit code is non-zero if any failed. The last
 # line is `N passed, M failed`, summed from cargo's "test result:" lines (a phase that fails without a
@@ -125,13 +125,15 @@ v2_guest() {
   limited scripts/v2vm.sh test "${tests[@]}"
 }
 
-# lint: rustfmt (rustfmt.toml), every relative link of the Markdown files (scripts/check-links.py), no import cycle
+# lint: rustfmt (rustfmt.toml), every relative link of the Markdown files (scripts/check-links.py), the one line
+# width of code and prose (scripts/line-width.py), no import cycle
 # in runtime-proxy or runtime-hooks (scripts/check-modules.py), clippy with
 # warnings as errors and rustdoc with warnings as errors (a doc link that does not resolve, or points at a private
 # item), over the whole workspace and the fuzz targets (fuzz/, a workspace of its own).
 lint() {
   cargo fmt --all -- --check || return 1
   python3 scripts/check-links.py || return 1
+  python3 scripts/line-width.py || return 1
   python3 scripts/check-modules.py || return 1
   cargo clippy "${LOCKED[@]}" --workspace --all-targets -- -D warnings || return 1
   RUSTDOCFLAGS="-D warnings" cargo doc "${LOCKED[@]}" --workspace --no-deps || return 1

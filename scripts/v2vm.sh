@@ -14,10 +14,11 @@
 #   scripts/v2vm.sh shell [TARGET...]         the same, with the guest's console on this terminal and the guest kept
 #                                             up afterwards (root logged in; `poweroff` ends it), for debugging
 #
-# In the guest the tests find RP_V2_GUEST=1 and RP_CONTAINERD_ENV=/run/rp-v2vm/env (scripts/containerd.sh's keys,
-# plus CGROUP_DRIVER=systemd and RUNC_VERSION); the binaries sit in /mnt/rp-bin/debug as in target/debug (debug info
+# In the guest the tests find RP_V2_GUEST=1 and RP_CONTAINERD_ENV=/run/rp-v2vm/env (scripts/containerd.sh's keys, plus
+# CGROUP_DRIVER=systemd and RUNC_VERSION); the binaries sit in /mnt/rp-bin/debug as in target/debug (debug info
 # stripped). The last run's out.log (the tests' output), journal.log (the guest's journal) and console.log (its serial
-# console) are kept in $RP_CACHE/v2vm/last (RP_V2VM_KEEP=1 keeps the whole share dir). Needs root; installs its host packages with apt-get; changes nothing else on this machine.
+# console) are kept in $RP_CACHE/v2vm/last (RP_V2VM_KEEP=1 keeps the whole share dir). Needs root; installs its host
+# packages with apt-get; changes nothing else on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/v2vm/lib.sh

@@ -23,7 +23,10 @@ fuzz_target!(|data: &[u8]| {
     let printed = format!("k8s_{}_{}_{}_{}_{}", kube.container, kube.pod, kube.namespace, kube.uid, kube.attempt);
     assert_eq!(KubeName::parse(&printed).as_ref(), Some(&kube));
 
-    let Some((_, body, answer)) = split2(&[&[sel][..], rest].concat()).map(|(s, b, a)| (s, b.to_vec(), a.to_vec())) else { return };
+    let Some((_, body, answer)) = split2(&[&[sel][..], rest].concat()).map(|(s, b, a)| (s, b.to_vec(), a.to_vec()))
+    else {
+        return;
+    };
     let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(&body) else { return };
     let config = Some(Value::Object(body.clone()));
     let labels = model::labels_of(config.as_ref());

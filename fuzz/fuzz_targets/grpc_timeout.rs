@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
     headers.insert("grpc-timeout", value);
     let Some(timeout) = parse_timeout(&headers) else { return };
     let (digits, unit) = data.split_at(data.len() - 1);
-    assert!((1..=8).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit), "accepted {:?}", String::from_utf8_lossy(data));
+    assert!(
+        (1..=8).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit),
+        "accepted {:?}",
+        String::from_utf8_lossy(data)
+    );
     let n: u64 = std::str::from_utf8(digits).unwrap().parse().unwrap();
     let want = match unit {
         b"H" => Duration::from_secs(n * 3600),

@@ -14,8 +14,8 @@ use runtime_proxy::grpc::{reframe, unary_message};
 
 fuzz_target!(|data: &[u8]| {
     let [enc, limit, body @ ..] = data else { return };
-    let encoding =
-        [None, Some("gzip"), Some("deflate"), Some("identity"), Some("snappy")][usize::from(*enc % 5)].map(HeaderValue::from_static);
+    let encoding = [None, Some("gzip"), Some("deflate"), Some("identity"), Some("snappy")][usize::from(*enc % 5)]
+        .map(HeaderValue::from_static);
     let limit = (usize::from(*limit) + 1) * 256;
     let body = Bytes::copy_from_slice(body);
     let Ok(Some(message)) = unary_message(&body, encoding.as_ref(), limit) else { return };
@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
     let edited = [&message[..], b"\x0a\x03new"].concat();
     let framed = reframe(&edited, &body, encoding.as_ref());
     assert_eq!(framed[0], body[0], "compressed again iff it was compressed");
-    let back = unary_message(&framed, encoding.as_ref(), edited.len()).expect("reframed body reads").expect("one message");
+    let back =
+        unary_message(&framed, encoding.as_ref(), edited.len()).expect("reframed body reads").expect("one message");
     assert_eq!(&back[..], &edited[..]);
 });

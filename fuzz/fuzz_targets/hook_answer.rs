@@ -95,7 +95,8 @@ fn create_container(msg: &[u8], answer: &[u8]) {
     added.sort();
     envs.extend(added.into_iter().map(|(key, value)| cri::KeyValue { key, value }));
     cfg.envs = envs;
-    let (rb, ra) = (b.container_resources.clone().unwrap_or_default(), a.container_resources.clone().unwrap_or_default());
+    let (rb, ra) =
+        (b.container_resources.clone().unwrap_or_default(), a.container_resources.clone().unwrap_or_default());
     let (rb, ra) = (convert::to_cri(&rb), convert::to_cri(&ra));
     let res = cfg.linux.get_or_insert_with(Default::default).resources.get_or_insert_with(Default::default);
     macro_rules! field {
@@ -114,8 +115,11 @@ fn create_container(msg: &[u8], answer: &[u8]) {
         memory_swap_limit_in_bytes
     );
     if a.pod_cgroup_parent != b.pod_cgroup_parent {
-        want.sandbox_config.get_or_insert_with(Default::default).linux.get_or_insert_with(Default::default).cgroup_parent =
-            a.pod_cgroup_parent.clone();
+        want.sandbox_config
+            .get_or_insert_with(Default::default)
+            .linux
+            .get_or_insert_with(Default::default)
+            .cgroup_parent = a.pod_cgroup_parent.clone();
     }
     let want = normalize_create(want);
     for got in got {

@@ -5,9 +5,12 @@
 //! removed, hugepages are kept.
 #![no_main]
 
-use hook_api::merge::{apply_container_response, apply_pod_response, echo_container, echo_pod, merge_resources, merge_update};
+use hook_api::merge::{
+    apply_container_response, apply_pod_response, echo_container, echo_pod, merge_resources, merge_update,
+};
 use hook_api::v1alpha1::{
-    ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest, PodSandboxHookResponse,
+    ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest,
+    PodSandboxHookResponse,
 };
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -68,7 +71,10 @@ fn check_container(req: ContainerResourceHookRequest, resp: &ContainerResourceHo
         assert_eq!(once.pod_cgroup_parent, resp.pod_cgroup_parent);
     }
     // Everything the rules do not touch is kept.
-    assert_eq!((&once.pod_meta, &once.container_meta, &once.pod_labels), (&req.pod_meta, &req.container_meta, &req.pod_labels));
+    assert_eq!(
+        (&once.pod_meta, &once.container_meta, &once.pod_labels),
+        (&req.pod_meta, &req.container_meta, &req.pod_labels)
+    );
     if let Some(answer) = &resp.container_resources {
         check_resources(&req.container_resources.clone().unwrap_or_default(), answer);
     }
@@ -101,7 +107,10 @@ fn check_pod(req: PodSandboxHookRequest, resp: &PodSandboxHookResponse) {
 fuzz_target!(|data: &[u8]| {
     let Some((sel, a, b)) = split2(data) else { return };
     if sel & 1 == 0 {
-        let (Ok(req), Ok(resp)) = (ContainerResourceHookRequest::decode(a), ContainerResourceHookResponse::decode(b)) else { return };
+        let (Ok(req), Ok(resp)) = (ContainerResourceHookRequest::decode(a), ContainerResourceHookResponse::decode(b))
+        else {
+            return;
+        };
         check_container(req, &resp);
     } else {
         let (Ok(req), Ok(resp)) = (PodSandboxHookRequest::decode(a), PodSandboxHookResponse::decode(b)) else { return };

@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
     assert!(req.container_envs.is_empty(), "envs are never materialised");
     assert!(req.container_annotations.is_empty(), "container annotations are never materialised");
     assert!(req.pod_labels.keys().all(|k| POD_LABELS_READ.contains(&k.as_str())), "{:?}", req.pod_labels);
-    assert!(req.pod_annotations.keys().all(|k| POD_ANNOTATIONS_READ.contains(&k.as_str())), "{:?}", req.pod_annotations);
+    assert!(
+        req.pod_annotations.keys().all(|k| POD_ANNOTATIONS_READ.contains(&k.as_str())),
+        "{:?}",
+        req.pod_annotations
+    );
     if let Ok(strict) = ContainerResourceHookRequest::decode(data) {
         assert_eq!(req.pod_meta, strict.pod_meta);
         assert_eq!(req.container_meta, strict.container_meta);

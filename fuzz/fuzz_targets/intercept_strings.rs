@@ -120,7 +120,9 @@ fn as_map(pairs: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 /// The entries of the map that are text on both sides, as the hook request must carry them.
 fn text_entries(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> BTreeMap<String, String> {
-    map.iter().filter_map(|(k, v)| Some((String::from_utf8(k.clone()).ok()?, String::from_utf8(v.clone()).ok()?))).collect()
+    map.iter()
+        .filter_map(|(k, v)| Some((String::from_utf8(k.clone()).ok()?, String::from_utf8(v.clone()).ok()?)))
+        .collect()
 }
 
 fn bytes_map(map: &hooked_fields::Text) -> BTreeMap<Vec<u8>, Vec<u8>> {
@@ -148,8 +150,10 @@ fn create_container(input: &Input) {
         sandbox_config: Some(RawPodConfig { annotations: kvs(&input.pod_annotations), ..Default::default() }),
     }
     .encode_to_vec();
-    let must_decode =
-        utf8(&input.id) && utf8(&input.name) && input.envs.iter().all(|(k, _)| utf8(k)) && input.annotations.iter().all(|(k, _)| utf8(k));
+    let must_decode = utf8(&input.id)
+        && utf8(&input.name)
+        && input.envs.iter().all(|(k, _)| utf8(k))
+        && input.annotations.iter().all(|(k, _)| utf8(k));
     let decoded = Call::decode(Method::CreateContainer, Bytes::from(msg.clone()));
     assert_eq!(decoded.is_ok(), must_decode, "decoding fails only for text fields that are not UTF-8: {decoded:?}");
     let Ok(mut call) = decoded else { return };
@@ -192,11 +196,13 @@ fn create_container(input: &Input) {
         })
         .collect();
     if !env_changes.is_empty() {
-        let mut added: Vec<_> = env_changes.iter().filter(|(k, _)| !input.envs.iter().any(|(e, _)| e == k.as_bytes())).collect();
+        let mut added: Vec<_> =
+            env_changes.iter().filter(|(k, _)| !input.envs.iter().any(|(e, _)| e == k.as_bytes())).collect();
         added.sort();
         want.extend(added.into_iter().map(|(k, v)| (k.clone().into_bytes(), v.clone().into_bytes())));
     }
-    let got_envs: Vec<(Vec<u8>, Vec<u8>)> = config.envs.iter().map(|kv| (kv.key.clone().into_bytes(), kv.value.to_vec())).collect();
+    let got_envs: Vec<(Vec<u8>, Vec<u8>)> =
+        config.envs.iter().map(|kv| (kv.key.clone().into_bytes(), kv.value.to_vec())).collect();
     if env_changes.is_empty() {
         assert_eq!(got_envs, input.envs, "no env change: the envs as sent");
     } else {
@@ -218,8 +224,10 @@ fn run_pod_sandbox(input: &Input) {
         runtime_handler: input.id.clone(),
     }
     .encode_to_vec();
-    let must_decode =
-        utf8(&input.id) && utf8(&input.name) && input.labels.iter().all(|(k, _)| utf8(k)) && input.annotations.iter().all(|(k, _)| utf8(k));
+    let must_decode = utf8(&input.id)
+        && utf8(&input.name)
+        && input.labels.iter().all(|(k, _)| utf8(k))
+        && input.annotations.iter().all(|(k, _)| utf8(k));
     let decoded = Call::decode(Method::RunPodSandbox, Bytes::from(msg.clone()));
     assert_eq!(decoded.is_ok(), must_decode, "{decoded:?}");
     let _ = hooked_fields::target("RunPodSandbox", &msg);
@@ -233,8 +241,12 @@ fn run_pod_sandbox(input: &Input) {
     for (_, k, v) in &input.hook {
         hook.annotations.insert(k.clone(), v.clone());
     }
-    let changes: BTreeMap<String, String> =
-        hook.annotations.iter().filter(|(k, v)| seen.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let changes: BTreeMap<String, String> = hook
+        .annotations
+        .iter()
+        .filter(|(k, v)| seen.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let edited = proto_edit::apply(&msg, &call.edits(&before)).expect("edits apply");
     let got = hooked_fields::RunPodSandboxRequest::decode(edited.as_slice()).expect("decodes").config.expect("config");
     assert_eq!(bytes_map(&got.labels), labels, "labels untouched");

@@ -18,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
 
 fn check(q: Quantity) {
     let printed = q.to_string();
-    let back: Quantity = printed.parse().unwrap_or_else(|e| panic!("{q:?} printed as {printed:?}, which does not parse: {e}"));
+    let back: Quantity =
+        printed.parse().unwrap_or_else(|e| panic!("{q:?} printed as {printed:?}, which does not parse: {e}"));
     assert_eq!(back, q, "printed as {printed:?}");
     let (v, m) = (q.value(), q.milli_value());
     assert_eq!(q.is_negative(), printed.starts_with('-'));

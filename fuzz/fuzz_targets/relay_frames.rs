@@ -100,8 +100,12 @@ fuzz_target!(|ops: Vec<Op>| {
             match op {
                 Op::Client(b) => core.client_input(&b),
                 Op::Backend(b) => core.backend_input(&b),
-                Op::ClientFrame { kind, flags, stream, payload } => core.client_input(&frame_bytes(kind, flags, stream, &payload)),
-                Op::BackendFrame { kind, flags, stream, payload } => core.backend_input(&frame_bytes(kind, flags, stream, &payload)),
+                Op::ClientFrame { kind, flags, stream, payload } => {
+                    core.client_input(&frame_bytes(kind, flags, stream, &payload))
+                }
+                Op::BackendFrame { kind, flags, stream, payload } => {
+                    core.backend_input(&frame_bytes(kind, flags, stream, &payload))
+                }
                 Op::ClientCall { stream, path, timeout, end_stream } => {
                     let mut block = BytesMut::new();
                     block.extend_from_slice(&[0x83, 0x86]); // :method POST, :scheme http
@@ -124,7 +128,9 @@ fuzz_target!(|ops: Vec<Op>| {
                             frame::put_status(&mut block, 200);
                             frame::put_literal(&mut block, b"content-type", b"application/grpc");
                         }
-                        Some(code) => frame::put_literal(&mut block, b"grpc-status", (code % 17).to_string().as_bytes()),
+                        Some(code) => {
+                            frame::put_literal(&mut block, b"grpc-status", (code % 17).to_string().as_bytes())
+                        }
                     }
                     let mut b = BytesMut::new();
                     frame::put_headers(&mut b, u32::from(stream), end_stream, &block, frame::DEFAULT_MAX_FRAME);

@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
-use runtime_proxy::hooks::chain::{list_shown, parse_names, shown, Required, MAX_REQUIRED_SERVERS, REQUIRED_ANNOTATION};
+use runtime_proxy::hooks::chain::{
+    list_shown, parse_names, shown, Required, MAX_REQUIRED_SERVERS, REQUIRED_ANNOTATION,
+};
 use runtime_proxy::metrics::Metrics;
 
 fuzz_target!(|data: &[u8]| {

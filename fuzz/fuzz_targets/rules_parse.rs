@@ -24,7 +24,8 @@ fuzz_target!(|data: &[u8]| {
         assert!((-1..=2).contains(&v), "group identity {v}");
     }
     let t = &rules.cpuset.topology;
-    let lists = t.share_pools.iter().chain(&t.be_share_pools).map(|p| p.cpuset.clone()).chain(t.system_qos_cpuset.clone());
+    let lists =
+        t.share_pools.iter().chain(&t.be_share_pools).map(|p| p.cpuset.clone()).chain(t.system_qos_cpuset.clone());
     for list in lists.chain([t.kubelet_policy.reserved_cpus.clone()]) {
         assert_eq!(format_cpu_list(&parse_cpu_list(&list).expect("a kept CPU list parses")), list, "canonical");
     }

@@ -124,7 +124,12 @@ fn typed_change(mut r: cri::CreateContainerRequest, t: &Typed) -> cri::CreateCon
         }
     }
     if let Some(p) = &t.cgroup_parent {
-        r.sandbox_config.get_or_insert_with(Default::default).linux.get_or_insert_with(Default::default).cgroup_parent.clone_from(p);
+        r.sandbox_config
+            .get_or_insert_with(Default::default)
+            .linux
+            .get_or_insert_with(Default::default)
+            .cgroup_parent
+            .clone_from(p);
     }
     r
 }

@@ -88,8 +88,10 @@ pub fn edit_checked(
 ) -> [Vec<u8>; 2] {
     let _ = runtime_proxy::cri::proto_edit::apply(msg, edits);
     let variant = noncanonical(canonical, message_fields, msg);
-    [canonical, &variant[..]]
-        .map(|m| runtime_proxy::cri::proto_edit::apply(m, edits).unwrap_or_else(|e| panic!("a valid encoding could not be edited: {e}")))
+    [canonical, &variant[..]].map(|m| {
+        runtime_proxy::cri::proto_edit::apply(m, edits)
+            .unwrap_or_else(|e| panic!("a valid encoding could not be edited: {e}"))
+    })
 }
 
 fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
@@ -199,12 +201,20 @@ mod seeds {
     /// A pod sandbox config as kubelet sends it for a BestEffort pod.
     fn sandbox_config() -> cri::PodSandboxConfig {
         cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "4c1d-9a".into(), namespace: "default".into(), attempt: 0 }),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "4c1d-9a".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
             hostname: "web".into(),
             log_directory: "/var/log/pods/default_web_4c1d-9a".into(),
             labels: map(&[("app", "web"), ("io.kubernetes.pod.name", "web")]),
             annotations: map(&[("kubernetes.io/config.source", "api"), ("node.koordinator.sh/batch-cpu", "500")]),
-            linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: "/kubepods/besteffort/pod4c1d-9a".into(), ..Default::default() }),
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: "/kubepods/besteffort/pod4c1d-9a".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -308,7 +318,12 @@ mod seeds {
         }
         let create = create_request();
         let container_req = hook::ContainerResourceHookRequest {
-            pod_meta: Some(hook::PodSandboxMetadata { name: "web".into(), namespace: "default".into(), uid: "4c1d-9a".into(), attempt: 0 }),
+            pod_meta: Some(hook::PodSandboxMetadata {
+                name: "web".into(),
+                namespace: "default".into(),
+                uid: "4c1d-9a".into(),
+                attempt: 0,
+            }),
             container_meta: Some(hook::ContainerMetadata { name: "main".into(), attempt: 0, id: String::new() }),
             container_annotations: map(&[("io.kubernetes.container.hash", "1a2b")]),
             container_resources: Some(hook::LinuxContainerResources {

@@ -109,7 +109,8 @@ fn bash_subcommand_arms(script: &str, program: &str) -> String {
 /// the operations guide the package installs.
 fn see_also(program: &str, this: &str, pages: &[String]) -> String {
     let other = if program == "runtime-proxy" { "runtime-hooks" } else { "runtime-proxy" };
-    let mut refs: Vec<String> = pages.iter().filter(|p| p.as_str() != this).map(|p| format!("\\fB{p}\\fR({SECTION})")).collect();
+    let mut refs: Vec<String> =
+        pages.iter().filter(|p| p.as_str() != this).map(|p| format!("\\fB{p}\\fR({SECTION})")).collect();
     refs.push(format!("\\fB{other}\\fR({SECTION})"));
     refs.push("\\fBsystemctl\\fR(1)".to_owned());
     format!(
@@ -140,7 +141,9 @@ mod tests {
     fn writes_pages_and_completions_for_both_programs() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        for (program, flag) in [("runtime-proxy", "--remote-runtime-service-endpoint"), ("runtime-hooks", "--runtime-endpoint")] {
+        for (program, flag) in
+            [("runtime-proxy", "--remote-runtime-service-endpoint"), ("runtime-hooks", "--runtime-endpoint")]
+        {
             let files = write_all(command(program).unwrap(), program, dir).unwrap();
             let read = |rel: &str| fs::read_to_string(dir.join(rel)).unwrap();
             let page = read(&format!("usr/share/man/man8/{program}.8"));
@@ -152,14 +155,18 @@ mod tests {
             let bash = read(&format!("usr/share/bash-completion/completions/{program}"));
             assert!(bash.contains(flag));
             // every subcommand state the words loop sets has its case arm (the status subcommand's options)
-            let states: Vec<&str> =
-                bash.lines().filter_map(|l| l.trim().strip_prefix("cmd=\"")?.strip_suffix('"')).filter(|s| !s.is_empty()).collect();
+            let states: Vec<&str> = bash
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("cmd=\"")?.strip_suffix('"'))
+                .filter(|s| !s.is_empty())
+                .collect();
             assert!(states.iter().any(|s| s.ends_with("__subcmd__status")), "{states:?}");
             for state in states {
                 assert!(bash.lines().any(|l| l.trim() == format!("{state})")), "no case arm for {state}");
             }
             assert!(read(&format!("usr/share/zsh/vendor-completions/_{program}")).contains(flag));
-            assert!(read(&format!("usr/share/fish/vendor_completions.d/{program}.fish")).contains(flag.trim_start_matches('-')));
+            assert!(read(&format!("usr/share/fish/vendor_completions.d/{program}.fish"))
+                .contains(flag.trim_start_matches('-')));
             assert_eq!(files.len(), 5, "{files:?}");
         }
     }
@@ -167,7 +174,8 @@ mod tests {
     #[test]
     fn unknown_program_and_unwritable_destination() {
         assert!(command("koord-runtime-proxy").is_none());
-        let err = write_all(command("runtime-proxy").unwrap(), "runtime-proxy", Path::new("/proc/version/x")).unwrap_err();
+        let err =
+            write_all(command("runtime-proxy").unwrap(), "runtime-proxy", Path::new("/proc/version/x")).unwrap_err();
         assert!(err.contains("/proc/version/x/usr/share/man/man8"), "{err}");
     }
 }

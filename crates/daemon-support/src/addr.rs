@@ -75,7 +75,10 @@ pub fn parse_admin_socket(s: &str) -> Result<AdminSocketFlag, String> {
         return Err(format!("{s:?}: the admin socket's path must be absolute (or `off`)"));
     }
     if path.len() > MAX_SOCKET_PATH {
-        return Err(format!("{s:?}: socket path is {} bytes; a unix socket address holds at most {MAX_SOCKET_PATH}", path.len()));
+        return Err(format!(
+            "{s:?}: socket path is {} bytes; a unix socket address holds at most {MAX_SOCKET_PATH}",
+            path.len()
+        ));
     }
     Ok(AdminSocketFlag::Path(PathBuf::from(path)))
 }

@@ -62,7 +62,11 @@ pub type Reply = Response<Full<Bytes>>;
 
 /// The answer `status` (200, 404, 503) with `content_type` and `body`.
 pub fn reply(status: u16, content_type: &str, body: impl Into<Bytes>) -> Reply {
-    Response::builder().status(status).header("content-type", content_type).body(Full::new(body.into())).unwrap_or_default()
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(body.into()))
+        .unwrap_or_default()
 }
 
 /// A bound admin listener: TCP (`--metrics-addr`, `--debug-addr`) or the admin socket.
@@ -217,7 +221,11 @@ where
         async move { Ok::<_, Infallible>(answer.await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).max_buf_size(MAX_HEAD_BYTES).keep_alive(true);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(true);
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
 }
@@ -230,7 +238,9 @@ mod tests {
     async fn ok_server() -> SocketAddr {
         let listener = bind_tcp("--metrics-addr", "127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve(Listener::Tcp(listener), "test endpoint", |_req| async { reply(200, "text/plain", "ok\n") }));
+        tokio::spawn(serve(Listener::Tcp(listener), "test endpoint", |_req| async {
+            reply(200, "text/plain", "ok\n")
+        }));
         addr
     }
 
@@ -256,7 +266,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 64];
-        let n = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut buf)).await.expect("closed at once, not left waiting");
+        let n = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut buf))
+            .await
+            .expect("closed at once, not left waiting");
         assert!(matches!(n, Ok(0) | Err(_)), "closed without an answer: {n:?}");
         drop(idle);
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -289,7 +301,11 @@ mod tests {
         let mut rest = Vec::new();
         let read = tokio::time::timeout(HEADER_READ_TIMEOUT * 3, slow.read_to_end(&mut rest)).await;
         assert!(read.is_ok(), "an unfinished head is not closed within {:?}", HEADER_READ_TIMEOUT * 3);
-        assert!(started.elapsed() >= HEADER_READ_TIMEOUT - Duration::from_millis(500), "closed after {:?}", started.elapsed());
+        assert!(
+            started.elapsed() >= HEADER_READ_TIMEOUT - Duration::from_millis(500),
+            "closed after {:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
@@ -306,7 +322,8 @@ mod tests {
         let addr = taken.local_addr().unwrap();
         let err = bind_tcp("--metrics-addr", addr).unwrap_err().to_string();
         assert!(
-            err.starts_with(&format!("--metrics-addr {addr}: cannot listen: ")) && err.contains("another process holds the port"),
+            err.starts_with(&format!("--metrics-addr {addr}: cannot listen: "))
+                && err.contains("another process holds the port"),
             "{err}"
         );
     }

@@ -21,7 +21,10 @@ pub fn get_matches(cmd: clap::Command) -> clap::ArgMatches {
 /// [`get_matches`] for the command line `args` (program name first).
 ///
 /// Errors: clap's, an unknown flag's suggestion replaced by [`closest_flag`] when it finds one.
-pub fn try_get_matches_from<I: IntoIterator<Item = OsString>>(mut cmd: clap::Command, args: I) -> Result<clap::ArgMatches, clap::Error> {
+pub fn try_get_matches_from<I: IntoIterator<Item = OsString>>(
+    mut cmd: clap::Command,
+    args: I,
+) -> Result<clap::ArgMatches, clap::Error> {
     let args = crate::klog::koord_args(args);
     let err = match cmd.try_get_matches_from_mut(args.iter().cloned()) {
         Ok(m) => return Ok(m),
@@ -135,7 +138,11 @@ mod tests {
         assert_eq!(closest("hook-config-dri"), Some("hook-config-dir"));
         assert_eq!(closest("hook_config_dir"), Some("hook-config-dir"));
         assert_eq!(closest("remote"), None, "one word in common, not the last, is too little");
-        assert_eq!(closest("endpoint"), Some("koord-runtimeproxy-endpoint"), "the last word alone counts twice; the fewest edits");
+        assert_eq!(
+            closest("endpoint"),
+            Some("koord-runtimeproxy-endpoint"),
+            "the last word alone counts twice; the fewest edits"
+        );
         assert_eq!(closest("ouptut"), None);
         assert_eq!((edits("kitten", "sitting"), edits("", "abc"), edits("same", "same")), (3, 3, 0));
     }

@@ -21,7 +21,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if digits.is_empty() {
         return Err(format!("invalid duration {s:?}: {FORM}"));
     }
-    let n: u64 = digits.parse().map_err(|_| format!("invalid duration {s:?}: too large (at most {} of a unit)", u64::MAX))?;
+    let n: u64 =
+        digits.parse().map_err(|_| format!("invalid duration {s:?}: too large (at most {} of a unit)", u64::MAX))?;
     let too_large = || format!("invalid duration {s:?}: too large (at most {} s)", u64::MAX);
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
@@ -29,7 +30,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(too_large),
         "h" => n.checked_mul(3600).map(Duration::from_secs).ok_or_else(too_large),
         "" => Err(format!("invalid duration {s:?}: no unit; {FORM}")),
-        _ if unit.starts_with(['.', ',']) => Err(format!("invalid duration {s:?}: not a whole number (1500ms, not 1.5s); {FORM}")),
+        _ if unit.starts_with(['.', ',']) => {
+            Err(format!("invalid duration {s:?}: not a whole number (1500ms, not 1.5s); {FORM}"))
+        }
         _ => Err(format!("invalid duration {s:?}: unit {unit:?} is not ms, s, m or h; {FORM}")),
     }
 }
@@ -70,7 +73,13 @@ mod tests {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains(why) && e.contains(&format!("{bad:?}")), "{bad:?}: {e}");
         }
-        assert!(parse_duration(&format!("{}m", u64::MAX / 59)).unwrap_err().contains("too large"), "minutes overflow checked");
-        assert!(parse_duration(&format!("{}h", u64::MAX / 3599)).unwrap_err().contains("too large"), "hours overflow checked");
+        assert!(
+            parse_duration(&format!("{}m", u64::MAX / 59)).unwrap_err().contains("too large"),
+            "minutes overflow checked"
+        );
+        assert!(
+            parse_duration(&format!("{}h", u64::MAX / 3599)).unwrap_err().contains("too large"),
+            "hours overflow checked"
+        );
     }
 }

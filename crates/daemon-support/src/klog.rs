@@ -1,15 +1,14 @@
 //! The klog flags of koord-runtime-proxy's command line (klog v2's flag set, as Kubernetes
 //! components register it, and component-base's `--log-flush-frequency`).
 //!
-//! They are accepted so that a unit or DaemonSet written for koord-runtime-proxy (or for
-//! koordlet, whose hook server runtime-hooks replaces) starts these binaries unchanged, and each one given is named in a single deprecation notice at start
-//! ([`KlogFlags::notice`]). Only `--v` has an effect: it sets the log level when `RUST_LOG` is not
-//! set ([`filter_for_verbosity`]). The rest are ignored: logs always go to stderr (the journal
-//! under systemd, the container log in a pod), never to files. Names are accepted with dashes
-//! or with klog's underscores (`--log-dir`, `--log_dir`); bool flags as `--flag`,
-//! `--flag=true|false` or, once the binary's arguments go through [`koord_args`], `--flag
-//! false`; values as `--flag=VALUE` or `--flag VALUE`; `--v` also as `-v=4`, `-v 4` (pflag's
-//! short form of a one-letter Go flag, as koord-runtime-proxy reads it). Hidden from `--help`.
+//! They are accepted so that a unit or DaemonSet written for koord-runtime-proxy (or for koordlet, whose hook server
+//! runtime-hooks replaces) starts these binaries unchanged, and each one given is named in a single deprecation notice
+//! at start ([`KlogFlags::notice`]). Only `--v` has an effect: it sets the log level when `RUST_LOG` is not set
+//! ([`filter_for_verbosity`]). The rest are ignored: logs always go to stderr (the journal under systemd, the container
+//! log in a pod), never to files. Names are accepted with dashes or with klog's underscores (`--log-dir`, `--log_dir`);
+//! bool flags as `--flag`, `--flag=true|false` or, once the binary's arguments go through [`koord_args`],
+//! `--flag false`; values as `--flag=VALUE` or `--flag VALUE`; `--v` also as `-v=4`, `-v 4` (pflag's short form of a
+//! one-letter Go flag, as koord-runtime-proxy reads it). Hidden from `--help`.
 
 use std::fmt::Write as _;
 
@@ -176,7 +175,10 @@ impl KlogFlags {
         if parts.is_empty() {
             return None;
         }
-        Some(format!("deprecated klog flags (Koordinator's logging flags): {}. Remove them: RUST_LOG sets the log level", parts.join("; ")))
+        Some(format!(
+            "deprecated klog flags (Koordinator's logging flags): {}. Remove them: RUST_LOG sets the log level",
+            parts.join("; ")
+        ))
     }
 }
 
@@ -221,7 +223,10 @@ mod tests {
         assert_eq!((k.logtostderr, k.alsologtostderr), (Some(true), Some(false)));
         assert_eq!(k.log_dir.as_deref(), Some("/var/log/koord"));
         assert_eq!(k.log_file.as_deref(), Some("/x.log"));
-        assert_eq!((k.skip_headers, k.add_dir_header, k.one_output, k.skip_log_headers), (Some(true), Some(true), Some(true), Some(true)));
+        assert_eq!(
+            (k.skip_headers, k.add_dir_header, k.one_output, k.skip_log_headers),
+            (Some(true), Some(true), Some(true), Some(true))
+        );
         assert_eq!(parse(&["--v", "2"]).unwrap().v, Some(2), "a value as the next argument");
         assert_eq!(parse(&["--log_dir=/d"]).unwrap().log_dir.as_deref(), Some("/d"));
         assert_eq!(parse(&[]).unwrap(), KlogFlags::default());
@@ -242,9 +247,29 @@ mod tests {
         assert_eq!(parse(&["-v", "4"]).unwrap().v, Some(4));
         assert_eq!(parse(&["-v4"]).unwrap().v, Some(4));
         let args = |a: &[&str]| koord_args(std::iter::once("x").chain(a.iter().copied()).map(std::ffi::OsString::from));
-        let joined =
-            args(&["--logtostderr", "false", "--one_output", "T", "--skip-headers", "--other", "status", "--", "--logtostderr", "true"]);
-        let want = ["x", "--logtostderr=false", "--one_output=T", "--skip-headers", "--other", "status", "--", "--logtostderr", "true"];
+        let joined = args(&[
+            "--logtostderr",
+            "false",
+            "--one_output",
+            "T",
+            "--skip-headers",
+            "--other",
+            "status",
+            "--",
+            "--logtostderr",
+            "true",
+        ]);
+        let want = [
+            "x",
+            "--logtostderr=false",
+            "--one_output=T",
+            "--skip-headers",
+            "--other",
+            "status",
+            "--",
+            "--logtostderr",
+            "true",
+        ];
         assert_eq!(joined, want.map(std::ffi::OsString::from));
         let k = Cli::try_parse_from(args(&["--logtostderr", "false", "--alsologtostderr", "1"])).unwrap().klog;
         assert_eq!((k.logtostderr, k.alsologtostderr), (Some(false), Some(true)));
@@ -276,7 +301,8 @@ mod tests {
             n,
             "deprecated klog flags (Koordinator's logging flags): --v=4 sets the log level info,rp=debug; \
              --logtostderr is ignored (logs always go to stderr); --alsologtostderr=false is ignored (logs always go to stderr); \
-             --log-dir=/var/log is ignored (no log files: logs go to stderr, e.g. the journal). Remove them: RUST_LOG sets the log level"
+             --log-dir=/var/log is ignored (no log files: logs go to stderr, e.g. the journal). Remove them: RUST_LOG \
+             sets the log level"
         );
         let n = parse(&["--v=4"]).unwrap().notice(&["rp"], true).unwrap();
         assert!(n.contains("--v=4 is ignored (RUST_LOG is set)"), "{n}");

@@ -165,7 +165,10 @@ mod tests {
         let mut w = ForgivingWriter(&mut out);
         let line = b"WARN hook failed error=\"quota\rINFO all good\x00\x0b\" \x1b[2mdim\x1b[0m\ttab\n";
         assert_eq!(w.write(line).unwrap(), line.len(), "the whole line counts as written");
-        assert_eq!(String::from_utf8(out).unwrap(), "WARN hook failed error=\"quota\\rINFO all good\\x00\\x0b\" \x1b[2mdim\x1b[0m\ttab\n");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "WARN hook failed error=\"quota\\rINFO all good\\x00\\x0b\" \x1b[2mdim\x1b[0m\ttab\n"
+        );
         assert!(matches!(escape_line("ünïcode ok\n".as_bytes()), std::borrow::Cow::Borrowed(_)));
     }
 }

@@ -186,7 +186,10 @@ pub fn spawn(mut signals: Signals, on_stop: impl Fn() + Send + 'static) -> Contr
                         on_stop();
                         phase_tx.send_replace(Phase::Stopping);
                     } else {
-                        tracing::warn!(signal = name, "{name} while shutting down: stopping at once, without waiting for calls in flight");
+                        tracing::warn!(
+                            signal = name,
+                            "{name} while shutting down: stopping at once, without waiting for calls in flight"
+                        );
                         phase_tx.send_replace(Phase::StopNow);
                     }
                 }
@@ -196,7 +199,10 @@ pub fn spawn(mut signals: Signals, on_stop: impl Fn() + Send + 'static) -> Contr
                     }
                 }
                 Received::Usr1 | Received::Usr2 => {
-                    tracing::info!(signal = name, "{name} ignored: it has no meaning here (SIGHUP reloads, SIGTERM stops)")
+                    tracing::info!(
+                        signal = name,
+                        "{name} ignored: it has no meaning here (SIGHUP reloads, SIGTERM stops)"
+                    )
                 }
             }
         }
@@ -250,7 +256,9 @@ mod tests {
     async fn inert_never_resolves() {
         let mut c = Control::inert();
         assert!(tokio::time::timeout(Duration::from_millis(50), c.stopping()).await.is_err());
-        assert!(tokio::time::timeout(Duration::from_millis(50), c.take_reloads().unwrap().next()).await.is_ok_and(|r| r.is_none()));
+        assert!(tokio::time::timeout(Duration::from_millis(50), c.take_reloads().unwrap().next())
+            .await
+            .is_ok_and(|r| r.is_none()));
         assert_eq!(Received::Quit.name(), "SIGQUIT");
         assert!(Received::Quit.stops() && !Received::Hup.stops());
     }

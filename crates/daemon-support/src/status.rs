@@ -123,7 +123,10 @@ pub fn run(
 ) -> u8 {
     let (fetched, shown) = match &endpoint {
         Endpoint::Tcp(None) => {
-            let _ = writeln!(err, "{program}: status: --metrics-addr is off: give the address {program} serves its admin endpoint on");
+            let _ = writeln!(
+                err,
+                "{program}: status: --metrics-addr is off: give the address {program} serves its admin endpoint on"
+            );
             return EXIT_UNREACHABLE;
         }
         Endpoint::Tcp(Some(addr)) => (fetch(*addr, args.timeout), target(*addr).to_string()),
@@ -145,7 +148,9 @@ pub fn run(
         return EXIT_UNREACHABLE;
     }
     let text = match args.output {
-        Output::Json => crate::escape::escape_json_text(&serde_json::to_string_pretty(&doc).unwrap_or_default()).into_owned() + "\n",
+        Output::Json => {
+            crate::escape::escape_json_text(&serde_json::to_string_pretty(&doc).unwrap_or_default()).into_owned() + "\n"
+        }
         Output::Table => {
             crate::escape::escape_json_strings(&mut doc);
             render(&doc)
@@ -191,7 +196,8 @@ pub fn target(addr: SocketAddr) -> SocketAddr {
 /// a body that is not JSON.
 pub fn fetch(addr: SocketAddr, timeout: Duration) -> Result<serde_json::Value, String> {
     let to = target(addr);
-    let conn = TcpStream::connect_timeout(&to, timeout).map_err(|e| format!("cannot reach the admin endpoint at {to}: {e}"))?;
+    let conn = TcpStream::connect_timeout(&to, timeout)
+        .map_err(|e| format!("cannot reach the admin endpoint at {to}: {e}"))?;
     let shown = to.to_string();
     let set = conn.set_read_timeout(Some(timeout)).and_then(|()| conn.set_write_timeout(Some(timeout)));
     set.map_err(|e| format!("reading GET /status from {shown}: {e}"))?;
@@ -235,7 +241,13 @@ fn peer_uid(conn: &UnixStream) -> std::io::Result<u32> {
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt(2) writes at most `len` bytes into `cred`, which lives across the call.
     let rc = unsafe {
-        libc::getsockopt(conn.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut cred).cast::<libc::c_void>(), &mut len)
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast::<libc::c_void>(),
+            &mut len,
+        )
     };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
@@ -245,7 +257,12 @@ fn peer_uid(conn: &UnixStream) -> std::io::Result<u32> {
 
 /// One `GET /status` over `conn` (its timeouts set), `shown` naming the endpoint in errors and
 /// `host` the `Host` header.
-fn exchange(mut conn: impl std::io::Read + Write, shown: &str, host: &str, timeout: Duration) -> Result<serde_json::Value, String> {
+fn exchange(
+    mut conn: impl std::io::Read + Write,
+    shown: &str,
+    host: &str,
+    timeout: Duration,
+) -> Result<serde_json::Value, String> {
     let io = |e: std::io::Error| {
         if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
             format!("{shown} did not answer GET /status within {}", show_duration(timeout))
@@ -254,7 +271,8 @@ fn exchange(mut conn: impl std::io::Read + Write, shown: &str, host: &str, timeo
         }
     };
     // One write: a peer that answers after the first bytes and closes must not make it fail.
-    let request = format!("GET /status HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET /status HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
     conn.write_all(request.as_bytes()).map_err(io)?;
     let mut raw = Vec::new();
     conn.take(MAX_BODY).read_to_end(&mut raw).map_err(io)?;
@@ -284,8 +302,9 @@ fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
         .and_then(|c| c.parse().ok())
         .ok_or("the answer is not HTTP (no status line)")?;
     let chunked = lines.any(|l| {
-        l.split_once(':')
-            .is_some_and(|(k, v)| k.trim().eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked"))
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked")
+        })
     });
     if !chunked {
         return Ok((code, body.to_vec()));
@@ -294,7 +313,9 @@ fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     let mut rest = body;
     loop {
         let eol = rest.windows(2).position(|w| w == b"\r\n").ok_or("chunked body cut short")?;
-        let size = std::str::from_utf8(&rest[..eol]).ok().and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok());
+        let size = std::str::from_utf8(&rest[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok());
         let size = size.ok_or("chunked body: bad chunk size")?;
         rest = &rest[eol + 2..];
         if size == 0 {
@@ -501,24 +522,41 @@ mod tests {
         assert_eq!(code, EXIT_UNREACHABLE);
         assert!(out.is_empty());
         assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.starts_with("prog: status: cannot reach the admin endpoint at ") && err.contains(&free.to_string()), "{err}");
+        assert!(
+            err.starts_with("prog: status: cannot reach the admin endpoint at ") && err.contains(&free.to_string()),
+            "{err}"
+        );
         let (mut out, mut err) = (Vec::new(), Vec::new());
         assert_eq!(run("prog", Endpoint::Tcp(None), &args, |_| String::new(), &mut out, &mut err), EXIT_UNREACHABLE);
         assert!(String::from_utf8(err).unwrap().contains("--metrics-addr is off"));
         let missing = std::env::temp_dir().join(format!("no-such-{}.sock", std::process::id()));
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert_eq!(run("prog", Endpoint::Socket(missing.clone()), &args, |_| String::new(), &mut out, &mut err), EXIT_UNREACHABLE);
+        assert_eq!(
+            run("prog", Endpoint::Socket(missing.clone()), &args, |_| String::new(), &mut out, &mut err),
+            EXIT_UNREACHABLE
+        );
         let err = String::from_utf8(err).unwrap();
-        assert!(err.starts_with(&format!("prog: status: no admin socket at {}: is prog running?", missing.display())), "{err}");
+        assert!(
+            err.starts_with(&format!("prog: status: no admin socket at {}: is prog running?", missing.display())),
+            "{err}"
+        );
     }
 
     /// The socket is asked unless `--metrics-addr` alone is on the command line.
     #[test]
     fn the_admin_socket_first_tcp_when_asked() {
         let (sock, addr) = (Some(PathBuf::from("/run/a.sock")), Some("127.0.0.1:9318".parse().unwrap()));
-        assert_eq!(Endpoint::choose(sock.clone(), false, addr, false), Endpoint::Socket("/run/a.sock".into()), "defaults: the socket");
+        assert_eq!(
+            Endpoint::choose(sock.clone(), false, addr, false),
+            Endpoint::Socket("/run/a.sock".into()),
+            "defaults: the socket"
+        );
         assert_eq!(Endpoint::choose(sock.clone(), false, addr, true), Endpoint::Tcp(addr), "--metrics-addr given");
-        assert_eq!(Endpoint::choose(sock.clone(), true, addr, true), Endpoint::Socket("/run/a.sock".into()), "both given");
+        assert_eq!(
+            Endpoint::choose(sock.clone(), true, addr, true),
+            Endpoint::Socket("/run/a.sock".into()),
+            "both given"
+        );
         assert_eq!(Endpoint::choose(None, true, addr, false), Endpoint::Tcp(addr), "--admin-socket off");
     }
 
@@ -544,7 +582,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("admin.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let body = serde_json::json!({"healthy": true, "last_error": "bad\x1b[2K\rok\u{9b}1m\u{7f}", "program": "prog"}).to_string();
+        let body =
+            serde_json::json!({"healthy": true, "last_error": "bad\x1b[2K\rok\u{9b}1m\u{7f}", "program": "prog"})
+                .to_string();
         let server = serve_documents(listener, vec![body.clone(), body]);
         let render: fn(&serde_json::Value) -> String = |doc| format!("last error: {}\n", str_of(doc, "last_error"));
         for (output, want) in [
@@ -572,12 +612,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("admin.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let bodies = [r#"{"healthy": true, "program": "other"}"#, r#"{"healthy": true}"#, r#"{"healthy": true, "program": "prog"}"#];
+        let bodies = [
+            r#"{"healthy": true, "program": "other"}"#,
+            r#"{"healthy": true}"#,
+            r#"{"healthy": true, "program": "prog"}"#,
+        ];
         let server = serve_documents(listener, bodies.map(String::from).to_vec());
         let args = StatusArgs { output: Output::Table, timeout: Duration::from_secs(5) };
         let shown = format!("prog: status: unix:{}: ", path.display());
         for (want_code, want_err) in [
-            (EXIT_UNREACHABLE, format!("{shown}this is other's admin endpoint, not prog's (`other status` reads it)\n")),
+            (
+                EXIT_UNREACHABLE,
+                format!("{shown}this is other's admin endpoint, not prog's (`other status` reads it)\n"),
+            ),
             (EXIT_UNREACHABLE, format!("{shown}/status is not prog's status document (no \"program\")\n")),
             (EXIT_HEALTHY, String::new()),
         ] {
@@ -597,7 +644,17 @@ mod tests {
         let names: Vec<String> = exposed_names(text).into_iter().collect();
         assert_eq!(
             names,
-            ["a_requests", "a_requests_total", "a_seconds", "a_seconds_bucket", "a_seconds_count", "a_seconds_sum", "a_up", "b", "b_total"]
+            [
+                "a_requests",
+                "a_requests_total",
+                "a_seconds",
+                "a_seconds_bucket",
+                "a_seconds_count",
+                "a_seconds_sum",
+                "a_up",
+                "b",
+                "b_total"
+            ]
         );
         let dash = serde_json::json!({
             "expr": "rate(a_requests_total{x=\"1\"}[5m]) / a_up",

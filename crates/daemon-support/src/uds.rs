@@ -107,7 +107,11 @@ impl AsyncWrite for Socket {
         self.poll_write_vectored(cx, &[IoSlice::new(buf)])
     }
 
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let want: usize = bufs.iter().map(|b| b.len()).sum();
         loop {

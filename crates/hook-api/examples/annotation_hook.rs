@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use hook_api::merge::{echo_container as echo, echo_pod};
 use hook_api::v1alpha1::{
-    ContainerResourceHookRequest as ContainerReq, ContainerResourceHookResponse as ContainerResp, PodSandboxHookRequest as PodReq,
-    PodSandboxHookResponse as PodResp, PodSandboxMetadata,
+    ContainerResourceHookRequest as ContainerReq, ContainerResourceHookResponse as ContainerResp,
+    PodSandboxHookRequest as PodReq, PodSandboxHookResponse as PodResp, PodSandboxMetadata,
 };
 use hook_api::{RuntimeHookService, RuntimeHookServiceServer};
 use tokio::net::UnixListener;
@@ -35,8 +35,8 @@ const NAME: &str = "annotation-hook";
 const ANNOTATION: &str = "example.runtime-proxy.dev/cpu-shares";
 const USAGE: &str = "usage: annotation_hook --listen SOCKET [--hook-config-dir DIR]";
 
-/// The hook itself: echo (koordlet's pattern: every answer starts as a copy of the request), then set CPU shares (and at PreCreateContainer the envs) if the pod
-/// has the annotation.
+/// The hook itself: echo (koordlet's pattern: every answer starts as a copy of the request), then set CPU shares (and
+/// at PreCreateContainer the envs) if the pod has the annotation.
 fn apply_annotation(req: &ContainerReq, pre_create: bool) -> Result<ContainerResp, Status> {
     let mut resp = echo(req);
     let Some(value) = req.pod_annotations.get(ANNOTATION) else {

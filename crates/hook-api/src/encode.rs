@@ -21,7 +21,8 @@
 use std::collections::BTreeMap;
 
 use crate::v1alpha1::{
-    ContainerMetadata, ContainerResourceHookRequest, HugepageLimit, LinuxContainerResources, PodSandboxHookRequest, PodSandboxMetadata,
+    ContainerMetadata, ContainerResourceHookRequest, HugepageLimit, LinuxContainerResources, PodSandboxHookRequest,
+    PodSandboxMetadata,
 };
 
 /// Appends the encoding of a PreRunPodSandbox / PostStopPodSandbox request to `out`.
@@ -251,27 +252,34 @@ mod tests {
             (number(), number(), number(), number(), number()),
             (text(), text(), proptest::collection::vec((text(), any::<u64>()), 0..3), map(), number()),
         )
-            .prop_map(|((period, quota, shares, memory, oom), (cpus, mems, huge, unified, swap))| LinuxContainerResources {
-                cpu_period: period,
-                cpu_quota: quota,
-                cpu_shares: shares,
-                memory_limit_in_bytes: memory,
-                oom_score_adj: oom,
-                cpuset_cpus: cpus,
-                cpuset_mems: mems,
-                hugepage_limits: huge.into_iter().map(|(page_size, limit)| HugepageLimit { page_size, limit }).collect(),
-                unified,
-                memory_swap_limit_in_bytes: swap,
+            .prop_map(|((period, quota, shares, memory, oom), (cpus, mems, huge, unified, swap))| {
+                LinuxContainerResources {
+                    cpu_period: period,
+                    cpu_quota: quota,
+                    cpu_shares: shares,
+                    memory_limit_in_bytes: memory,
+                    oom_score_adj: oom,
+                    cpuset_cpus: cpus,
+                    cpuset_mems: mems,
+                    hugepage_limits: huge
+                        .into_iter()
+                        .map(|(page_size, limit)| HugepageLimit { page_size, limit })
+                        .collect(),
+                    unified,
+                    memory_swap_limit_in_bytes: swap,
+                }
             })
     }
 
     fn pod_meta() -> impl Strategy<Value = Option<PodSandboxMetadata>> {
-        proptest::option::of((text(), text(), text(), any::<u32>()).prop_map(|(name, uid, namespace, attempt)| PodSandboxMetadata {
-            name,
-            uid,
-            namespace,
-            attempt,
-        }))
+        proptest::option::of(
+            (text(), text(), text(), any::<u32>()).prop_map(|(name, uid, namespace, attempt)| PodSandboxMetadata {
+                name,
+                uid,
+                namespace,
+                attempt,
+            }),
+        )
     }
 
     proptest! {

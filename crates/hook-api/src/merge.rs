@@ -5,11 +5,11 @@
 //! the ones before, and the final request is what the proxy applies to the CRI call. All rules
 //! are pure functions.
 //!
-//! Compatibility: koordlet answers with the whole request echoed and its own changes on top
-//! (koord-runtime-proxy's `pkg/runtimeproxy/resexecutor/cri/utils.go`), so "the answer's value wins" is exact for it. For
-//! servers that answer sparsely, an empty map, an empty string and an absent message mean "no
-//! change" — proto3 cannot tell "absent" from "empty", and Go's koord-runtime-proxy treats them
-//! the same way (a nil map or "" never changes anything). The table per field:
+//! Compatibility: koordlet answers with the whole request echoed and its own changes on top (koord-runtime-proxy's
+//! `pkg/runtimeproxy/resexecutor/cri/utils.go`), so "the answer's value wins" is exact for it. For servers that answer
+//! sparsely, an empty map, an empty string and an absent message mean "no change" — proto3 cannot tell "absent" from
+//! "empty", and Go's koord-runtime-proxy treats them the same way (a nil map or "" never changes anything). The table
+//! per field:
 //!
 //! | answer field | rule | source |
 //! |---|---|---|
@@ -37,7 +37,8 @@
 //! | `hugepage_limits` | never | koord keeps the original |
 
 use crate::v1alpha1::{
-    ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest, PodSandboxHookResponse,
+    ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest,
+    PodSandboxHookResponse,
 };
 use std::collections::BTreeMap;
 
@@ -146,8 +147,11 @@ pub fn resources_change(cur: &LinuxContainerResources, answer: &LinuxContainerRe
         || (answer.cpu_quota != 0 && answer.cpu_quota != cur.cpu_quota)
         || (answer.cpu_shares > 0 && answer.cpu_shares != cur.cpu_shares)
         || (answer.memory_limit_in_bytes > 0 && answer.memory_limit_in_bytes != cur.memory_limit_in_bytes)
-        || (answer.memory_swap_limit_in_bytes > 0 && answer.memory_swap_limit_in_bytes != cur.memory_swap_limit_in_bytes)
-        || (answer.oom_score_adj != 0 && (-1000..=1000).contains(&answer.oom_score_adj) && answer.oom_score_adj != cur.oom_score_adj)
+        || (answer.memory_swap_limit_in_bytes > 0
+            && answer.memory_swap_limit_in_bytes != cur.memory_swap_limit_in_bytes)
+        || (answer.oom_score_adj != 0
+            && (-1000..=1000).contains(&answer.oom_score_adj)
+            && answer.oom_score_adj != cur.oom_score_adj)
         || answer.cpuset_cpus != cur.cpuset_cpus
         || answer.cpuset_mems != cur.cpuset_mems
         || map_changes(&cur.unified, &answer.unified)
@@ -230,7 +234,12 @@ mod tests {
     #[test]
     fn sparse_answer_changes_only_what_it_sets_except_cpuset() {
         let mut cur = resources();
-        let answer = LinuxContainerResources { cpu_shares: 512, cpuset_cpus: "0-1".into(), cpuset_mems: "0".into(), ..Default::default() };
+        let answer = LinuxContainerResources {
+            cpu_shares: 512,
+            cpuset_cpus: "0-1".into(),
+            cpuset_mems: "0".into(),
+            ..Default::default()
+        };
         merge_resources(&mut cur, &answer);
         assert_eq!(cur, LinuxContainerResources { cpu_shares: 512, ..resources() });
     }
@@ -280,15 +289,21 @@ mod tests {
     #[test]
     fn env_with_empty_name_is_ignored() {
         let mut req = ContainerResourceHookRequest { container_envs: map(&[("PATH", "/bin")]), ..Default::default() };
-        let resp = ContainerResourceHookResponse { container_envs: map(&[("", "2"), ("X", "1")]), ..Default::default() };
+        let resp =
+            ContainerResourceHookResponse { container_envs: map(&[("", "2"), ("X", "1")]), ..Default::default() };
         apply_container_response(&mut req, &resp);
         assert_eq!(req.container_envs, map(&[("PATH", "/bin"), ("X", "1")]));
     }
 
     #[test]
     fn pod_answer_merges_and_sets_cgroup_parent() {
-        let mut req = PodSandboxHookRequest { labels: map(&[("app", "x")]), cgroup_parent: "/a".into(), ..Default::default() };
-        let resp = PodSandboxHookResponse { labels: map(&[("hooked", "yes")]), cgroup_parent: "/b".into(), ..Default::default() };
+        let mut req =
+            PodSandboxHookRequest { labels: map(&[("app", "x")]), cgroup_parent: "/a".into(), ..Default::default() };
+        let resp = PodSandboxHookResponse {
+            labels: map(&[("hooked", "yes")]),
+            cgroup_parent: "/b".into(),
+            ..Default::default()
+        };
         apply_pod_response(&mut req, &resp);
         assert_eq!(req.labels, map(&[("app", "x"), ("hooked", "yes")]));
         assert_eq!(req.cgroup_parent, "/b");
@@ -299,7 +314,8 @@ mod tests {
     #[test]
     fn pod_answer_merges_resources() {
         let mut req = PodSandboxHookRequest { resources: Some(resources()), ..Default::default() };
-        let answer = LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, memory_limit_in_bytes: -1, ..resources() };
+        let answer =
+            LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, memory_limit_in_bytes: -1, ..resources() };
         let resp = PodSandboxHookResponse { resources: Some(answer), ..Default::default() };
         assert!(pod_response_changes(&req, &resp));
         apply_pod_response(&mut req, &resp);
@@ -332,17 +348,19 @@ mod tests {
             (-1000i64..=1000, "[0-9,-]{0,6}", "[0-9]{0,2}", 0i64..(1 << 40)),
             proptest::collection::btree_map("[a-z.]{1,8}", "[0-9]{1,4}", 0..3),
         )
-            .prop_map(|((period, quota, shares, memory), (oom, cpus, mems, swap), unified)| LinuxContainerResources {
-                cpu_period: period,
-                cpu_quota: quota,
-                cpu_shares: shares,
-                memory_limit_in_bytes: memory,
-                oom_score_adj: oom,
-                cpuset_cpus: cpus,
-                cpuset_mems: mems,
-                unified,
-                memory_swap_limit_in_bytes: swap,
-                ..Default::default()
+            .prop_map(|((period, quota, shares, memory), (oom, cpus, mems, swap), unified)| {
+                LinuxContainerResources {
+                    cpu_period: period,
+                    cpu_quota: quota,
+                    cpu_shares: shares,
+                    memory_limit_in_bytes: memory,
+                    oom_score_adj: oom,
+                    cpuset_cpus: cpus,
+                    cpuset_mems: mems,
+                    unified,
+                    memory_swap_limit_in_bytes: swap,
+                    ..Default::default()
+                }
             })
     }
 
@@ -350,7 +368,11 @@ mod tests {
         /// koordlet echoes the request: merging the echo changes nothing.
         #[test]
         fn echo_is_identity(r in arb_resources(), anns in proptest::collection::btree_map("[a-z]{1,4}", "[a-z]{0,4}", 0..4)) {
-            let req = ContainerResourceHookRequest { container_resources: Some(r), container_annotations: anns, ..Default::default() };
+            let req = ContainerResourceHookRequest {
+                container_resources: Some(r),
+                container_annotations: anns,
+                ..Default::default()
+            };
             let mut merged = req.clone();
             apply_container_response(&mut merged, &echo_container(&req));
             prop_assert_eq!(merged.container_annotations, req.container_annotations.clone());
@@ -412,11 +434,15 @@ mod tests {
             res in proptest::option::of(arb_resources()),
             answer_res in proptest::option::of(arb_resources()),
         ) {
-            let req = PodSandboxHookRequest { labels, annotations: anns, cgroup_parent: parents.0, resources: res, ..Default::default() };
+            let req = PodSandboxHookRequest {
+                labels, annotations: anns, cgroup_parent: parents.0, resources: res, ..Default::default()
+            };
             let resp = if echo {
                 echo_pod(&req)
             } else {
-                PodSandboxHookResponse { labels: answer_labels, annotations: answer_anns, cgroup_parent: parents.1, resources: answer_res }
+                PodSandboxHookResponse {
+                    labels: answer_labels, annotations: answer_anns, cgroup_parent: parents.1, resources: answer_res
+                }
             };
             let mut merged = req.clone();
             apply_pod_response(&mut merged, &resp);
@@ -440,8 +466,10 @@ mod tests {
             let mut merged = cur.clone();
             merge_resources(&mut merged, &answer);
             prop_assert_eq!(&merged.hugepage_limits, &cur.hugepage_limits);
-            if answer.cpu_shares > 0 { prop_assert_eq!(merged.cpu_shares, answer.cpu_shares); } else { prop_assert_eq!(merged.cpu_shares, cur.cpu_shares); }
-            if answer.cpu_quota != 0 { prop_assert_eq!(merged.cpu_quota, answer.cpu_quota); } else { prop_assert_eq!(merged.cpu_quota, cur.cpu_quota); }
+            let shares = if answer.cpu_shares > 0 { answer.cpu_shares } else { cur.cpu_shares };
+            prop_assert_eq!(merged.cpu_shares, shares);
+            let quota = if answer.cpu_quota != 0 { answer.cpu_quota } else { cur.cpu_quota };
+            prop_assert_eq!(merged.cpu_quota, quota);
             prop_assert_eq!(&merged.cpuset_cpus, &answer.cpuset_cpus);
             for (k, v) in &answer.unified { prop_assert_eq!(merged.unified.get(k), Some(v)); }
             for k in cur.unified.keys() { prop_assert!(merged.unified.contains_key(k)); }

@@ -27,7 +27,8 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::v1alpha1::{
-    ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest, PodSandboxHookResponse,
+    ContainerResourceHookRequest, ContainerResourceHookResponse, LinuxContainerResources, PodSandboxHookRequest,
+    PodSandboxHookResponse,
 };
 
 /// One field of a hook request: its name (a fixed set, see the module doc) and, for map fields,
@@ -99,7 +100,12 @@ pub fn resources_changes(cur: &LinuxContainerResources, answer: &LinuxContainerR
         scalar(&mut out, "container_resources.cpu_shares", cur.cpu_shares, answer.cpu_shares);
     }
     if answer.memory_limit_in_bytes > 0 && answer.memory_limit_in_bytes != cur.memory_limit_in_bytes {
-        scalar(&mut out, "container_resources.memory_limit_in_bytes", cur.memory_limit_in_bytes, answer.memory_limit_in_bytes);
+        scalar(
+            &mut out,
+            "container_resources.memory_limit_in_bytes",
+            cur.memory_limit_in_bytes,
+            answer.memory_limit_in_bytes,
+        );
     }
     if answer.memory_swap_limit_in_bytes > 0 && answer.memory_swap_limit_in_bytes != cur.memory_swap_limit_in_bytes {
         scalar(
@@ -109,7 +115,10 @@ pub fn resources_changes(cur: &LinuxContainerResources, answer: &LinuxContainerR
             answer.memory_swap_limit_in_bytes,
         );
     }
-    if answer.oom_score_adj != 0 && (-1000..=1000).contains(&answer.oom_score_adj) && answer.oom_score_adj != cur.oom_score_adj {
+    if answer.oom_score_adj != 0
+        && (-1000..=1000).contains(&answer.oom_score_adj)
+        && answer.oom_score_adj != cur.oom_score_adj
+    {
         scalar(&mut out, "container_resources.oom_score_adj", cur.oom_score_adj, answer.oom_score_adj);
     }
     if answer.cpuset_cpus != cur.cpuset_cpus {
@@ -278,7 +287,10 @@ mod tests {
 
     /// Runs a chain of (server, answer) over `req` as the dispatcher does, returning the
     /// conflicts in order.
-    fn chain(mut req: ContainerResourceHookRequest, answers: &[(&str, ContainerResourceHookResponse)]) -> Vec<Conflict> {
+    fn chain(
+        mut req: ContainerResourceHookRequest,
+        answers: &[(&str, ContainerResourceHookResponse)],
+    ) -> Vec<Conflict> {
         let mut owners = Owners::new();
         let mut all = Vec::new();
         for (server, answer) in answers {
@@ -294,7 +306,8 @@ mod tests {
     fn an_echo_changes_nothing() {
         let req = container();
         assert!(container_changes(&req, &merge::echo_container(&req)).is_empty());
-        let pod = PodSandboxHookRequest { labels: map(&[("x", "1")]), cgroup_parent: "/a".into(), ..Default::default() };
+        let pod =
+            PodSandboxHookRequest { labels: map(&[("x", "1")]), cgroup_parent: "/a".into(), ..Default::default() };
         assert!(pod_changes(&pod, &merge::echo_pod(&pod)).is_empty());
     }
 
@@ -324,7 +337,11 @@ mod tests {
         );
         assert_eq!((changes[1].old.as_str(), changes[1].new.as_str()), ("", "bar"));
         assert_eq!((changes[3].old.as_str(), changes[3].new.as_str()), ("1024", "2"));
-        assert_eq!((changes[4].old.as_str(), changes[4].new.as_str()), ("0-1", ""), "an empty cpuset clears it: a change");
+        assert_eq!(
+            (changes[4].old.as_str(), changes[4].new.as_str()),
+            ("0-1", ""),
+            "an empty cpuset clears it: a change"
+        );
     }
 
     #[test]
@@ -348,7 +365,11 @@ mod tests {
     fn the_changes_are_exactly_what_the_merge_rules_change() {
         let req = container();
         let mut answer = ContainerResourceHookResponse {
-            container_resources: Some(LinuxContainerResources { cpu_period: 100_000, cpuset_cpus: "0-1".into(), ..Default::default() }),
+            container_resources: Some(LinuxContainerResources {
+                cpu_period: 100_000,
+                cpuset_cpus: "0-1".into(),
+                ..Default::default()
+            }),
             container_envs: map(&[("PATH", "/bin"), ("X", "1")]),
             ..Default::default()
         };
@@ -402,14 +423,21 @@ mod tests {
 
     #[test]
     fn map_fields_are_owned_per_key() {
-        let env = |k: &str, v: &str| ContainerResourceHookResponse { container_envs: map(&[(k, v)]), ..Default::default() };
+        let env =
+            |k: &str, v: &str| ContainerResourceHookResponse { container_envs: map(&[(k, v)]), ..Default::default() };
         assert!(chain(container(), &[("a", env("FOO", "1")), ("b", env("BAR", "2"))]).is_empty(), "different keys");
         let conflicts = chain(container(), &[("a", env("FOO", "1")), ("b", env("FOO", "2"))]);
         assert_eq!(conflicts.len(), 1);
         assert_eq!(conflicts[0].field.to_string(), "container_envs[FOO]");
         assert_eq!(conflicts[0].field.name, "container_envs", "the metric label has no key");
-        let note = |k: &str, v: &str| ContainerResourceHookResponse { container_annotations: map(&[(k, v)]), ..Default::default() };
-        assert_eq!(chain(container(), &[("a", note("x", "1")), ("b", note("x", "2"))])[0].field.to_string(), "container_annotations[x]");
+        let note = |k: &str, v: &str| ContainerResourceHookResponse {
+            container_annotations: map(&[(k, v)]),
+            ..Default::default()
+        };
+        assert_eq!(
+            chain(container(), &[("a", note("x", "1")), ("b", note("x", "2"))])[0].field.to_string(),
+            "container_annotations[x]"
+        );
     }
 
     #[test]
@@ -457,11 +485,19 @@ mod tests {
             ..Default::default()
         };
         let answer = |shares, memory| PodSandboxHookResponse {
-            resources: Some(LinuxContainerResources { cpu_shares: shares, memory_limit_in_bytes: memory, ..Default::default() }),
+            resources: Some(LinuxContainerResources {
+                cpu_shares: shares,
+                memory_limit_in_bytes: memory,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let changes = pod_changes(&req, &answer(512, -1));
-        assert_eq!(changes.iter().map(|c| c.field.to_string()).collect::<Vec<_>>(), ["resources.cpu_shares"], "−1 memory is no change");
+        assert_eq!(
+            changes.iter().map(|c| c.field.to_string()).collect::<Vec<_>>(),
+            ["resources.cpu_shares"],
+            "−1 memory is no change"
+        );
         assert_eq!((changes[0].old.as_str(), changes[0].new.as_str()), ("2", "512"));
         let mut owners = Owners::new();
         owners.record("a", &changes);

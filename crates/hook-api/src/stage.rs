@@ -65,7 +65,13 @@ impl Stage {
     /// True for the `Pre*` stages (called before the CRI call is forwarded; their failure can
     /// reject it under `Fail`), false for `Post*` (called after; errors are only logged).
     pub const fn is_pre(self) -> bool {
-        matches!(self, Stage::PreRunPodSandbox | Stage::PreCreateContainer | Stage::PreStartContainer | Stage::PreUpdateContainerResources)
+        matches!(
+            self,
+            Stage::PreRunPodSandbox
+                | Stage::PreCreateContainer
+                | Stage::PreStartContainer
+                | Stage::PreUpdateContainerResources
+        )
     }
 
     /// True for the two pod-level stages (they carry a `PodSandboxHookRequest`).

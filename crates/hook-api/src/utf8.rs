@@ -59,7 +59,14 @@ mod tests {
     /// that value, not the earlier one).
     #[test]
     fn duplicated_keys_the_last_entry_decides() {
-        let entries = [(b"a".as_slice(), b"1".as_slice()), (b"a", b"2"), (b"b", b"1"), (b"b", NOT_UTF8), (b"c", NOT_UTF8), (b"c", b"3")];
+        let entries = [
+            (b"a".as_slice(), b"1".as_slice()),
+            (b"a", b"2"),
+            (b"b", b"1"),
+            (b"b", NOT_UTF8),
+            (b"c", NOT_UTF8),
+            (b"c", b"3"),
+        ];
         let got: BTreeMap<String, String> = utf8_map(entries);
         assert_eq!(got, BTreeMap::from([("a".into(), "2".into()), ("c".into(), "3".into())]));
     }

@@ -47,7 +47,10 @@ impl RuntimeHookService for NameTheRpc {
     async fn post_stop_container_hook(&self, r: Request<ContainerReq>) -> Result<Response<ContainerResp>, Status> {
         container("PostStopContainerHook", r)
     }
-    async fn pre_update_container_resources_hook(&self, r: Request<ContainerReq>) -> Result<Response<ContainerResp>, Status> {
+    async fn pre_update_container_resources_hook(
+        &self,
+        r: Request<ContainerReq>,
+    ) -> Result<Response<ContainerResp>, Status> {
         container("PreUpdateContainerResourcesHook", r)
     }
 }
@@ -63,9 +66,16 @@ async fn lazy_channel_reaches_a_late_server_and_every_rpc() {
     assert_eq!(err.code(), Code::Unavailable, "{err}");
 
     let incoming = UnixListenerStream::new(UnixListener::bind(&socket).unwrap());
-    tokio::spawn(tonic::transport::Server::builder().add_service(RuntimeHookServiceServer::new(NameTheRpc)).serve_with_incoming(incoming));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RuntimeHookServiceServer::new(NameTheRpc))
+            .serve_with_incoming(incoming),
+    );
 
-    let pod_rpcs = [client.pre_run_pod_sandbox_hook(PodReq::default()).await, client.post_stop_pod_sandbox_hook(PodReq::default()).await];
+    let pod_rpcs = [
+        client.pre_run_pod_sandbox_hook(PodReq::default()).await,
+        client.post_stop_pod_sandbox_hook(PodReq::default()).await,
+    ];
     let pod_names: Vec<_> = pod_rpcs.map(|r| r.unwrap().into_inner().cgroup_parent).into();
     assert_eq!(pod_names, ["PreRunPodSandboxHook", "PostStopPodSandboxHook"]);
 

@@ -119,7 +119,8 @@ mod tests {
 
     #[test]
     fn values_in_nri_units() {
-        let r = ResourceValues { cpu_shares: Some(-2), cpu_period: Some(-1), cpu_quota: Some(-1), ..Default::default() };
+        let r =
+            ResourceValues { cpu_shares: Some(-2), cpu_period: Some(-1), cpu_quota: Some(-1), ..Default::default() };
         let cpu = r.into_nri().unwrap().cpu.unwrap();
         assert_eq!((cpu.shares.unwrap().value, cpu.period.unwrap().value, cpu.quota.unwrap().value), (0, 0, -1));
         let r = ResourceValues { memory_swap: Some(5), ..Default::default() }.into_nri().unwrap();
@@ -127,14 +128,24 @@ mod tests {
         let r = ResourceValues { rdt_class: Some("gold".into()), ..Default::default() }.into_nri().unwrap();
         assert_eq!((r.cpu, r.memory, r.rdt_class.unwrap().value), (None, None, "gold".to_string()));
         let unified = HashMap::from([("memory.high".to_string(), "1".to_string())]);
-        assert_eq!(ResourceValues { unified: unified.clone(), ..Default::default() }.into_nri().unwrap().unified, unified);
+        assert_eq!(
+            ResourceValues { unified: unified.clone(), ..Default::default() }.into_nri().unwrap().unified,
+            unified
+        );
     }
 
     #[test]
     fn linux_part_only_with_resources_or_devices() {
-        let adj = Adjust { env: vec![("K".into(), "v".into())], annotations: vec![("a".into(), "1".into())], ..Default::default() };
+        let adj = Adjust {
+            env: vec![("K".into(), "v".into())],
+            annotations: vec![("a".into(), "1".into())],
+            ..Default::default()
+        };
         let adj = adj.into_nri();
-        assert_eq!((adj.env[0].key.as_str(), adj.env[0].value.as_str(), adj.annotations["a"].as_str()), ("K", "v", "1"));
+        assert_eq!(
+            (adj.env[0].key.as_str(), adj.env[0].value.as_str(), adj.annotations["a"].as_str()),
+            ("K", "v", "1")
+        );
         assert_eq!(adj.linux, None);
         let dev = nri::LinuxDevice { path: "/dev/x".into(), ..Default::default() };
         let linux = Adjust { devices: vec![dev.clone()], ..Default::default() }.into_nri().linux.unwrap();

@@ -90,7 +90,14 @@ impl EventSpec {
     }
 }
 
-const fn spec(event: Event, method: &'static str, call: Call, container: bool, bit_since: Level, call_since: Level) -> EventSpec {
+const fn spec(
+    event: Event,
+    method: &'static str,
+    call: Call,
+    container: bool,
+    bit_since: Level,
+    call_since: Level,
+) -> EventSpec {
     EventSpec { event, method, call, container, bit_since, call_since }
 }
 

@@ -305,7 +305,8 @@ impl<'a, H: Handler> Session<'a, H> {
     /// plugin but did not synchronize it.
     pub async fn serve(&mut self, wake: &mut Option<watch::Receiver<u64>>) -> anyhow::Result<()> {
         let socket = &self.options.socket;
-        let stream = UnixStream::connect(socket).await.with_context(|| format!("connecting to {}", socket.display()))?;
+        let stream =
+            UnixStream::connect(socket).await.with_context(|| format!("connecting to {}", socket.display()))?;
         let (read, write) = stream.into_split();
         let sender = Sender::new(write);
         let mut receiver = Receiver::new(read);
@@ -325,7 +326,11 @@ impl<'a, H: Handler> Session<'a, H> {
                         Ok(m) => m,
                         // containerd 2.x closes the connection of a plugin it cannot synchronize
                         // (1.7 keeps it open and sends nothing: the deadline below).
-                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && self.configured_at.is_some() && !self.synchronized => {
+                        Err(e)
+                            if e.kind() == std::io::ErrorKind::UnexpectedEof
+                                && self.configured_at.is_some()
+                                && !self.synchronized =>
+                        {
                             anyhow::bail!(
                                 "the runtime configured the plugin but did not synchronize it: it closed the connection (containerd 2.x \
                                  closes a plugin's connection when it cannot synchronize it, e.g. with a pod whose annotations or env \
@@ -375,9 +380,13 @@ impl<'a, H: Handler> Session<'a, H> {
             return Ok(());
         }
         match method {
-            "RegisterPlugin" => tracing::info!(name = %self.options.name, index = %self.options.index, "NRI: registered"),
+            "RegisterPlugin" => {
+                tracing::info!(name = %self.options.name, index = %self.options.index, "NRI: registered")
+            }
             "UpdateContainers" => {
-                let failed = nri::UpdateContainersResponse::decode(resp.payload.as_slice()).map(|r| r.failed).unwrap_or_default();
+                let failed = nri::UpdateContainersResponse::decode(resp.payload.as_slice())
+                    .map(|r| r.failed)
+                    .unwrap_or_default();
                 self.handler.refreshed(&failed);
             }
             _ => {}
@@ -397,9 +406,10 @@ impl<'a, H: Handler> Session<'a, H> {
         };
         match answer {
             Ok(payload) => ttrpc::Response { status: None, payload },
-            Err(r) => {
-                ttrpc::Response { status: Some(ttrpc::Status { code: i32::from(r.code.0), message: r.message }), payload: Vec::new() }
-            }
+            Err(r) => ttrpc::Response {
+                status: Some(ttrpc::Status { code: i32::from(r.code.0), message: r.message }),
+                payload: Vec::new(),
+            },
         }
     }
 
@@ -414,7 +424,8 @@ impl<'a, H: Handler> Session<'a, H> {
                 let wanted = self.handler.configure(&req);
                 let level = events::runtime_level(&req.nri_version);
                 let events = wanted & events::known_mask(level);
-                let nri_version = if req.nri_version.is_empty() { "before 0.12 (not sent)" } else { req.nri_version.as_str() };
+                let nri_version =
+                    if req.nri_version.is_empty() { "before 0.12 (not sent)" } else { req.nri_version.as_str() };
                 tracing::info!(
                     runtime = %req.runtime_name,
                     version = %req.runtime_version,
@@ -447,7 +458,10 @@ impl<'a, H: Handler> Session<'a, H> {
             }
             other => match events::by_method(other) {
                 Some(spec) => self.event(spec, payload).await,
-                None => Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: {PLUGIN_SERVICE}/{other} is not implemented"))),
+                None => Err(Status::new(
+                    Code::UNIMPLEMENTED,
+                    format!("{program}: {PLUGIN_SERVICE}/{other} is not implemented"),
+                )),
             },
         }
     }
@@ -463,18 +477,37 @@ impl<'a, H: Handler> Session<'a, H> {
         let tags = (1, if spec.container { 2 } else { 0 });
         let reads = self.handler.reads();
         match spec.call {
-            Call::Create => Ok(self.handler.create_container(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
-            Call::Update => Ok(self.handler.update_container(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
-            Call::Stop => Ok(self.handler.stop_container(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
-            Call::UpdatePod => Ok(self.handler.update_pod_sandbox(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec()),
+            Call::Create => Ok(self
+                .handler
+                .create_container(trimmed(program, method, payload, &reads, tags)?)
+                .await?
+                .encode_to_vec()),
+            Call::Update => Ok(self
+                .handler
+                .update_container(trimmed(program, method, payload, &reads, tags)?)
+                .await?
+                .encode_to_vec()),
+            Call::Stop => {
+                Ok(self.handler.stop_container(trimmed(program, method, payload, &reads, tags)?).await?.encode_to_vec())
+            }
+            Call::UpdatePod => Ok(self
+                .handler
+                .update_pod_sandbox(trimmed(program, method, payload, &reads, tags)?)
+                .await?
+                .encode_to_vec()),
             Call::Notice => {
                 if !self.handler.per_event_call(spec.event) {
-                    return Err(Status::new(Code::UNIMPLEMENTED, format!("{program}: {PLUGIN_SERVICE}/{method} is not served")));
+                    return Err(Status::new(
+                        Code::UNIMPLEMENTED,
+                        format!("{program}: {PLUGIN_SERVICE}/{method} is not served"),
+                    ));
                 }
                 let req: PodAndContainer = trimmed(program, method, payload, &reads, tags)?;
                 let evt = nri::StateChangeEvent { event: spec.event as i32, pod: req.pod, container: req.container };
                 self.handler.event(evt).await.map_err(|r| match r.code {
-                    Code::UNIMPLEMENTED => Status::new(Code::UNKNOWN, format!("{} (UNIMPLEMENTED, sent as UNKNOWN)", r.message)),
+                    Code::UNIMPLEMENTED => {
+                        Status::new(Code::UNKNOWN, format!("{} (UNIMPLEMENTED, sent as UNKNOWN)", r.message))
+                    }
                     _ => r,
                 })?;
                 // Every answer of these calls is an empty message.
@@ -492,7 +525,9 @@ impl<'a, H: Handler> Session<'a, H> {
         match protocol {
             Protocol::PerEvent => tracing::info!("NRI: protocol level 0.12: the runtime calls one method per event"),
             Protocol::StateChange => {
-                tracing::info!("NRI: protocol level before 0.12: the runtime sends the events without an answer over StateChange")
+                tracing::info!(
+                    "NRI: protocol level before 0.12: the runtime sends the events without an answer over StateChange"
+                )
             }
         }
     }
@@ -529,7 +564,11 @@ impl<'a, H: Handler> Session<'a, H> {
         all_pods.extend(pods);
         all_containers.extend(containers);
         if req.more {
-            tracing::debug!(pods = all_pods.len(), containers = all_containers.len(), "NRI Synchronize: a part, more to follow");
+            tracing::debug!(
+                pods = all_pods.len(),
+                containers = all_containers.len(),
+                "NRI Synchronize: a part, more to follow"
+            );
             return Ok(nri::SynchronizeResponse { update: Vec::new(), more: true }.encode_to_vec());
         }
         let (pods, containers) = self.parts.take().unwrap_or_default();
@@ -544,14 +583,21 @@ impl<'a, H: Handler> Session<'a, H> {
 ///
 /// Errors: `INVALID_ARGUMENT` naming the method.
 fn decoded<M: Message + Default>(program: &str, method: &str, payload: &[u8]) -> Result<M, Refusal> {
-    M::decode(payload).map_err(|e| Status::new(Code::INVALID_ARGUMENT, format!("{program}: undecodable {method} request: {e}")))
+    M::decode(payload)
+        .map_err(|e| Status::new(Code::INVALID_ARGUMENT, format!("{program}: undecodable {method} request: {e}")))
 }
 
 /// Decodes a request of `method` whose pod and container are the fields `tags` (pod, container),
 /// without what the handler does not read ([`Reads::request`]; as it is for [`Reads::ALL`]).
 ///
 /// Errors: `INVALID_ARGUMENT` naming the method.
-fn trimmed<M: Message + Default>(program: &str, method: &str, payload: &[u8], reads: &Reads, tags: (u32, u32)) -> Result<M, Refusal> {
+fn trimmed<M: Message + Default>(
+    program: &str,
+    method: &str,
+    payload: &[u8],
+    reads: &Reads,
+    tags: (u32, u32),
+) -> Result<M, Refusal> {
     if reads.is_all() {
         return decoded(program, method, payload);
     }
@@ -579,7 +625,10 @@ async fn call(
         metadata: Vec::new(),
     };
     calls.insert(stream, method);
-    sender.send(RUNTIME_CONN, stream, REQUEST, FLAG_REMOTE_CLOSED, &req.encode_to_vec()).await.with_context(|| format!("sending {method}"))
+    sender
+        .send(RUNTIME_CONN, stream, REQUEST, FLAG_REMOTE_CLOSED, &req.encode_to_vec())
+        .await
+        .with_context(|| format!("sending {method}"))
 }
 
 #[cfg(test)]

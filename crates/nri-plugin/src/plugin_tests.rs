@@ -17,18 +17,31 @@ impl Handler for Recorder {
     fn configure(&mut self, _req: &nri::ConfigureRequest) -> i32 {
         self.mask.unwrap_or_else(|| crate::event_mask([nri::Event::CreateContainer]))
     }
-    async fn synchronize(&mut self, pods: Vec<nri::PodSandbox>, containers: Vec<nri::Container>) -> Vec<nri::ContainerUpdate> {
-        let update = containers.iter().map(|c| nri::ContainerUpdate { container_id: c.id.clone(), ..Default::default() }).collect();
+    async fn synchronize(
+        &mut self,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+    ) -> Vec<nri::ContainerUpdate> {
+        let update = containers
+            .iter()
+            .map(|c| nri::ContainerUpdate { container_id: c.id.clone(), ..Default::default() })
+            .collect();
         self.synced.push((pods.into_iter().map(|p| p.id).collect(), containers.into_iter().map(|c| c.id).collect()));
         update
     }
-    async fn create_container(&mut self, req: nri::CreateContainerRequest) -> Result<nri::CreateContainerResponse, Refusal> {
+    async fn create_container(
+        &mut self,
+        req: nri::CreateContainerRequest,
+    ) -> Result<nri::CreateContainerResponse, Refusal> {
         match req.container.unwrap_or_default().name.as_str() {
             "refused" => Err(Status::new(Code::INTERNAL, "no")),
             _ => Ok(nri::CreateContainerResponse::default()),
         }
     }
-    async fn update_container(&mut self, _req: nri::UpdateContainerRequest) -> Result<nri::UpdateContainerResponse, Refusal> {
+    async fn update_container(
+        &mut self,
+        _req: nri::UpdateContainerRequest,
+    ) -> Result<nri::UpdateContainerResponse, Refusal> {
         Ok(Default::default())
     }
     async fn stop_container(&mut self, _req: nri::StopContainerRequest) -> Result<nri::StopContainerResponse, Refusal> {
@@ -70,15 +83,23 @@ async fn a_synchronize_in_parts_is_taken_whole() {
         let big = nri::BytesEntry { key: b"padding".to_vec(), value: vec![b'x'; 3 << 20] };
         nri::PodSandbox { id: id.into(), annotations: vec![big], ..Default::default() }.encode_to_vec()
     };
-    let container =
-        |id: &str, pod: &str| nri::Container { id: id.into(), pod_sandbox_id: pod.into(), ..Default::default() }.encode_to_vec();
-    let part =
-        |p: &str, c: &str, more: bool| SynchronizeItems { pods: vec![pod(p)], containers: vec![container(c, p)], more }.encode_to_vec();
+    let container = |id: &str, pod: &str| {
+        nri::Container { id: id.into(), pod_sandbox_id: pod.into(), ..Default::default() }.encode_to_vec()
+    };
+    let part = |p: &str, c: &str, more: bool| {
+        SynchronizeItems { pods: vec![pod(p)], containers: vec![container(c, p)], more }.encode_to_vec()
+    };
     let first = part("p1", "c1", true);
-    assert!(first.len() < crate::wire::MAX_MESSAGE && 2 * first.len() > crate::wire::MAX_MESSAGE, "{} bytes", first.len());
+    assert!(
+        first.len() < crate::wire::MAX_MESSAGE && 2 * first.len() > crate::wire::MAX_MESSAGE,
+        "{} bytes",
+        first.len()
+    );
     {
         let mut session = Session::new(&mut handler, &options);
-        let answer = nri::SynchronizeResponse::decode(session.dispatch("Synchronize", &first).await.unwrap().as_slice()).unwrap();
+        let answer =
+            nri::SynchronizeResponse::decode(session.dispatch("Synchronize", &first).await.unwrap().as_slice())
+                .unwrap();
         assert!(answer.more && answer.update.is_empty() && !session.synchronized, "{answer:?}");
         let last = session.dispatch("Synchronize", &part("p2", "c2", false)).await.unwrap();
         let answer = nri::SynchronizeResponse::decode(last.as_slice()).unwrap();
@@ -104,7 +125,8 @@ async fn per_event_calls_and_state_change_reach_the_same_handler_method() {
         let mut session = Session::new(&mut handler, &options);
         for spec in &notices {
             let payload = if spec.container {
-                nri::StartContainerRequest { pod: Some(pod.clone()), container: Some(container.clone()) }.encode_to_vec()
+                nri::StartContainerRequest { pod: Some(pod.clone()), container: Some(container.clone()) }
+                    .encode_to_vec()
             } else {
                 nri::RunPodSandboxRequest { pod: Some(pod.clone()) }.encode_to_vec()
             };
@@ -114,7 +136,11 @@ async fn per_event_calls_and_state_change_reach_the_same_handler_method() {
     }
     let mut session = Session::new(&mut handler, &options);
     for spec in &notices {
-        let evt = nri::StateChangeEvent { event: spec.event as i32, pod: Some(pod.clone()), container: Some(container.clone()) };
+        let evt = nri::StateChangeEvent {
+            event: spec.event as i32,
+            pod: Some(pod.clone()),
+            container: Some(container.clone()),
+        };
         session.dispatch("StateChange", &evt.encode_to_vec()).await.unwrap();
     }
     assert_eq!(session.protocol, Some(Protocol::StateChange));
@@ -137,7 +163,11 @@ async fn the_mask_stays_within_the_runtimes_nri() {
     let options = options("/nonexistent".into());
     for (nri_version, mask, protocol) in [("", 1, None), ("v0.12.1", wanted, Some(Protocol::PerEvent))] {
         let mut session = Session::new(&mut handler, &options);
-        let req = nri::ConfigureRequest { runtime_name: "fake".into(), nri_version: nri_version.into(), ..Default::default() };
+        let req = nri::ConfigureRequest {
+            runtime_name: "fake".into(),
+            nri_version: nri_version.into(),
+            ..Default::default()
+        };
         let answer = session.dispatch("Configure", &req.encode_to_vec()).await.unwrap();
         assert_eq!(nri::ConfigureResponse::decode(answer.as_slice()).unwrap().events, mask, "{nri_version:?}");
         assert_eq!(session.protocol, protocol);
@@ -152,12 +182,19 @@ async fn a_refusal_is_an_error_status() {
     let req = |name: &str| {
         let container = nri::Container { name: name.into(), ..Default::default() };
         let payload = nri::CreateContainerRequest { pod: None, container: Some(container) }.encode_to_vec();
-        ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "CreateContainer".into(), payload, ..Default::default() }.encode_to_vec()
+        ttrpc::Request {
+            service: PLUGIN_SERVICE.into(),
+            method: "CreateContainer".into(),
+            payload,
+            ..Default::default()
+        }
+        .encode_to_vec()
     };
     let refused = session.handle(&req("refused")).await;
     assert_eq!(refused.status, Some(ttrpc::Status { code: 13, message: "no".into() }));
     assert_eq!(session.handle(&req("fine")).await.status, None);
-    let unknown = ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "Nope".into(), ..Default::default() }.encode_to_vec();
+    let unknown =
+        ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "Nope".into(), ..Default::default() }.encode_to_vec();
     assert_eq!(session.handle(&unknown).await.status.unwrap().code, 12);
 }
 
@@ -178,10 +215,18 @@ async fn a_close_between_configure_and_synchronize_is_a_failed_synchronization()
             let (mut rx, tx) = (Receiver::new(read), Sender::new(write));
             let register = rx.next().await.unwrap();
             assert_eq!((register.conn, register.kind), (RUNTIME_CONN, REQUEST));
-            tx.send(RUNTIME_CONN, register.stream, RESPONSE, 0, &ttrpc::Response::default().encode_to_vec()).await.unwrap();
+            tx.send(RUNTIME_CONN, register.stream, RESPONSE, 0, &ttrpc::Response::default().encode_to_vec())
+                .await
+                .unwrap();
             if configure {
-                let payload = nri::ConfigureRequest { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec();
-                let req = ttrpc::Request { service: PLUGIN_SERVICE.into(), method: "Configure".into(), payload, ..Default::default() };
+                let payload =
+                    nri::ConfigureRequest { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec();
+                let req = ttrpc::Request {
+                    service: PLUGIN_SERVICE.into(),
+                    method: "Configure".into(),
+                    payload,
+                    ..Default::default()
+                };
                 tx.send(PLUGIN_CONN, 1, REQUEST, 0, &req.encode_to_vec()).await.unwrap();
                 let answer = rx.next().await.unwrap();
                 assert_eq!((answer.conn, answer.kind), (PLUGIN_CONN, RESPONSE));
@@ -189,11 +234,15 @@ async fn a_close_between_configure_and_synchronize_is_a_failed_synchronization()
         });
         let (mut handler, options) = (Recorder::default(), options(socket));
         let mut session = Session::new(&mut handler, &options);
-        let outcome = tokio::time::timeout(Duration::from_secs(2), session.serve(&mut None)).await.expect("the session ends at the close");
+        let outcome = tokio::time::timeout(Duration::from_secs(2), session.serve(&mut None))
+            .await
+            .expect("the session ends at the close");
         runtime.await.unwrap();
         match (configure, outcome) {
             (false, outcome) => assert!(outcome.is_ok(), "{outcome:?}"),
-            (true, Err(e)) => assert!(format!("{e:#}").contains("did not synchronize it: it closed the connection"), "{e:#}"),
+            (true, Err(e)) => {
+                assert!(format!("{e:#}").contains("did not synchronize it: it closed the connection"), "{e:#}")
+            }
             (true, Ok(())) => panic!("a close after Configure taken for a plain close"),
         }
     }

@@ -22,7 +22,9 @@
 //!
 //! [`Handler::reads`]: crate::plugin::Handler::reads
 
-use prost::encoding::{check_wire_type, decode_key, decode_varint, encode_key, encode_varint, skip_field, DecodeContext, WireType};
+use prost::encoding::{
+    check_wire_type, decode_key, decode_varint, encode_key, encode_varint, skip_field, DecodeContext, WireType,
+};
 use prost::DecodeError;
 
 /// Which entries of a map (labels, annotations) a handler reads.
@@ -242,7 +244,11 @@ mod tests {
         let p = nri::PodSandbox::decode(few().pod(&pod().encode_to_vec()).unwrap().as_slice()).unwrap();
         assert_eq!(p.labels, vec![entry("qos", "BE"), entry("qos", "LS")]);
         assert_eq!(p.annotations, vec![entry("spec", "{}")]);
-        assert_eq!(nri::PodSandbox { labels: pod().labels, annotations: pod().annotations, ..p }, pod(), "the rest as it was");
+        assert_eq!(
+            nri::PodSandbox { labels: pod().labels, annotations: pod().annotations, ..p },
+            pod(),
+            "the rest as it was"
+        );
 
         let encoded = container(20_000).encode_to_vec();
         let trimmed = few().container(&encoded).unwrap();
@@ -268,10 +274,15 @@ mod tests {
     /// fields stay.
     #[test]
     fn requests_are_trimmed_inside() {
-        let resources = nri::LinuxResources { unified: [("k".to_string(), "v".to_string())].into(), ..Default::default() };
-        let req =
-            nri::UpdateContainerRequest { pod: Some(pod()), container: Some(container(1000)), linux_resources: Some(resources.clone()) };
-        let got = nri::UpdateContainerRequest::decode(few().request(&req.encode_to_vec(), 1, 2).unwrap().as_slice()).unwrap();
+        let resources =
+            nri::LinuxResources { unified: [("k".to_string(), "v".to_string())].into(), ..Default::default() };
+        let req = nri::UpdateContainerRequest {
+            pod: Some(pod()),
+            container: Some(container(1000)),
+            linux_resources: Some(resources.clone()),
+        };
+        let got =
+            nri::UpdateContainerRequest::decode(few().request(&req.encode_to_vec(), 1, 2).unwrap().as_slice()).unwrap();
         assert_eq!(got.linux_resources, Some(resources));
         assert!(got.container.as_ref().unwrap().env.is_empty());
         assert_eq!(got.container.unwrap().id, "c1");

@@ -139,7 +139,10 @@ impl Demux {
             }
             let len = u32::from_be_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
             if len > MAX_MESSAGE {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("ttrpc message of {len} bytes on connection {conn}")));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("ttrpc message of {len} bytes on connection {conn}"),
+                ));
             }
             if buf.len() < TTRPC_HEADER + len {
                 continue;

@@ -21,7 +21,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{map, BE_SPEC, GROUP_IDENTITY_ON, HOOKS_BIN, QOS, SPEC};
-use hook_api::v1alpha1::{ContainerMetadata, ContainerResourceHookRequest, LinuxContainerResources, PodSandboxMetadata};
+use hook_api::v1alpha1::{
+    ContainerMetadata, ContainerResourceHookRequest, LinuxContainerResources, PodSandboxMetadata,
+};
 use hook_api::RuntimeHookServiceClient;
 use test_support::hooks::TestHook;
 
@@ -48,12 +50,29 @@ async fn serve_noop() {
 /// extended-resource-spec annotation).
 fn be_request() -> ContainerResourceHookRequest {
     ContainerResourceHookRequest {
-        pod_meta: Some(PodSandboxMetadata { name: "be-0".into(), namespace: "default".into(), uid: "uid-be-0".into(), attempt: 0 }),
+        pod_meta: Some(PodSandboxMetadata {
+            name: "be-0".into(),
+            namespace: "default".into(),
+            uid: "uid-be-0".into(),
+            attempt: 0,
+        }),
         container_meta: Some(ContainerMetadata { name: "main".into(), attempt: 0, id: String::new() }),
-        pod_labels: map(&[(QOS, "BE"), ("app", "batch"), ("io.kubernetes.pod.name", "be-0"), ("io.kubernetes.pod.namespace", "default")]),
+        pod_labels: map(&[
+            (QOS, "BE"),
+            ("app", "batch"),
+            ("io.kubernetes.pod.name", "be-0"),
+            ("io.kubernetes.pod.namespace", "default"),
+        ]),
         pod_annotations: map(&[(SPEC, BE_SPEC), ("kubernetes.io/config.source", "api")]),
-        container_annotations: map(&[("io.kubernetes.container.hash", "3b2a9c1d"), ("io.kubernetes.container.restartCount", "0")]),
-        container_envs: map(&[("KUBERNETES_SERVICE_HOST", "10.96.0.1"), ("KUBERNETES_SERVICE_PORT", "443"), ("HOME", "/root")]),
+        container_annotations: map(&[
+            ("io.kubernetes.container.hash", "3b2a9c1d"),
+            ("io.kubernetes.container.restartCount", "0"),
+        ]),
+        container_envs: map(&[
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("HOME", "/root"),
+        ]),
         pod_cgroup_parent: "/kubepods/besteffort/poduid-be-0".into(),
         container_resources: Some(LinuxContainerResources {
             cpu_shares: 2,
@@ -70,7 +89,9 @@ fn cpu_ns(pid: u32) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
     tasks
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|t| {
+            std::fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse::<u64>().ok()
+        })
         .sum()
 }
 
@@ -89,8 +110,12 @@ async fn main() {
     }
     let calls: usize = std::env::var("RP_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
     let dir = tempfile::Builder::new().prefix("rh-bench-rtt").tempdir().expect("temp dir");
-    let (socket, config, cgroups, rules) =
-        (dir.path().join("hooks.sock"), dir.path().join("hookserver.d"), dir.path().join("cgroup"), dir.path().join("rules.yaml"));
+    let (socket, config, cgroups, rules) = (
+        dir.path().join("hooks.sock"),
+        dir.path().join("hookserver.d"),
+        dir.path().join("cgroup"),
+        dir.path().join("rules.yaml"),
+    );
     std::fs::create_dir_all(&config).expect("config dir");
     std::fs::create_dir_all(&cgroups).expect("cgroup root");
     std::fs::write(&rules, GROUP_IDENTITY_ON).expect("rules file");
@@ -99,7 +124,15 @@ async fn main() {
     let bin = std::env::var("RP_BENCH_HOOKS_BIN").unwrap_or_else(|_| HOOKS_BIN.to_string());
     let mut hooks = Command::new(bin)
         .args(["--listen", &path(&socket), "--hook-config-dir", &path(&config), "--cgroup-root", &path(&cgroups)])
-        .args(["--cgroup-version", "v1", "--unchecked-cgroup-root", "--cgroup-driver", "cgroupfs", "--rules", &path(&rules)])
+        .args([
+            "--cgroup-version",
+            "v1",
+            "--unchecked-cgroup-root",
+            "--cgroup-driver",
+            "cgroupfs",
+            "--rules",
+            &path(&rules),
+        ])
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log file"))
@@ -119,11 +152,14 @@ async fn main() {
         .spawn()
         .expect("start the no-op hook server");
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(noop.stdout.take().expect("piped")), &mut line).expect("its socket");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(noop.stdout.take().expect("piped")), &mut line)
+        .expect("its socket");
     let noop_socket = PathBuf::from(line.trim());
 
-    let mut clients =
-        [RuntimeHookServiceClient::new(hook_api::connect(&noop_socket)), RuntimeHookServiceClient::new(hook_api::connect(&socket))];
+    let mut clients = [
+        RuntimeHookServiceClient::new(hook_api::connect(&noop_socket)),
+        RuntimeHookServiceClient::new(hook_api::connect(&socket)),
+    ];
     let req = be_request();
     // runtime-hooks' plugins must have run: BatchResource's shares for batch-cpu 500.
     let answer = clients[1].pre_create_container_hook(req.clone()).await.expect("runtime-hooks answers").into_inner();

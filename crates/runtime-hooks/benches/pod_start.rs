@@ -102,7 +102,9 @@ fn env_var(key: &str, default: usize) -> usize {
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default()
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 /// Nearest-rank percentile of sorted samples.
@@ -151,7 +153,8 @@ fn setup(env: Containerd, nri_socket: PathBuf) -> Setup {
     let conf = dir.path().join("hookserver.d");
     std::fs::create_dir(&conf).unwrap();
     let proxy_bin = test_support::workspace_binary("runtime-proxy");
-    let proxy = ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
+    let proxy =
+        ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
     let socket = dir.path().join("runtime-hooks.sock");
     let args = ["--listen", socket.to_str().unwrap(), "--hook-config-dir", conf.to_str().unwrap()];
     let hooks = Hooks::start_logging(&args, dir.path().join("hooks-proxy.log"), HOOKS_LOG);
@@ -169,7 +172,16 @@ fn setup(env: Containerd, nri_socket: PathBuf) -> Setup {
 /// runtime-hooks as an NRI plugin, synchronized.
 fn start_nri(s: &Setup) -> Hooks {
     let socket = s.nri_socket.to_str().unwrap();
-    let args = ["--mode", "nri", "--nri-socket", socket, "--nri-plugin-name", "runtime-hooks-bench", "--nri-plugin-index", "10"];
+    let args = [
+        "--mode",
+        "nri",
+        "--nri-socket",
+        socket,
+        "--nri-plugin-name",
+        "runtime-hooks-bench",
+        "--nri-plugin-index",
+        "10",
+    ];
     let hooks = Hooks::start_logging(&args, s.dir.path().join(format!("{}.log", unique("hooks-nri"))), HOOKS_LOG);
     assert!(
         hooks.wait_log(&["NRI: applied to known pods", "synchronize"], 0, Duration::from_secs(10)),
@@ -186,7 +198,8 @@ fn stop_nri(mut hooks: Hooks) {
 /// A BE pod's sandbox and container config, labelled for this run; its pod cgroup made.
 fn be_pod(env: &Containerd) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
     let pid = std::process::id().to_string();
-    let sandbox = sandbox_config(env, &unique("bench"), map(&[(QOS, "BE"), (BENCH_LABEL, &pid)]), map(&[(SPEC, BE_SPEC)]));
+    let sandbox =
+        sandbox_config(env, &unique("bench"), map(&[(QOS, "BE"), (BENCH_LABEL, &pid)]), map(&[(SPEC, BE_SPEC)]));
     precreate_pod_cgroup(&sandbox.linux.as_ref().unwrap().cgroup_parent);
     let resources = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
     let container = container_config(env, "main", &["sleep", "3600"], Some(resources), &[]);
@@ -259,7 +272,13 @@ async fn round(s: &Setup, mode: Mode, n: usize, at_once: bool) -> Vec<Duration> 
     if let Some(hooks) = nri {
         stop_nri(hooks);
     }
-    assert!(failures.is_empty(), "{}: {} of {n} pods failed to start; first: {:?}", mode.name(), failures.len(), failures[0]);
+    assert!(
+        failures.is_empty(),
+        "{}: {} of {n} pods failed to start; first: {:?}",
+        mode.name(),
+        failures.len(),
+        failures[0]
+    );
     assert!(
         wrong.is_empty(),
         "{}: {} wrong cpu.shares of {n} pods (want container {}, pod {}): {wrong:?}",
@@ -357,7 +376,8 @@ async fn remove_bench_pods(containerd: &RuntimeServiceClient<Channel>) -> usize 
         label_selector: HashMap::from([(BENCH_LABEL.to_owned(), std::process::id().to_string())]),
         ..Default::default()
     };
-    let Ok(list) = containerd.clone().list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }).await else {
+    let Ok(list) = containerd.clone().list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }).await
+    else {
         return 0;
     };
     let ids: Vec<String> = list.into_inner().items.into_iter().map(|s| s.id).collect();

@@ -93,15 +93,27 @@ async fn main() {
     let (rh_proxy, rh_conf) = proxy("rh.d");
     let noop = TestHook::echoing(|_, _| {}).await;
     register(&noop_conf, "noop.json", noop.socket(), "Fail", &ALL_STAGES, serde_json::json!({}));
-    assert!(noop_proxy.wait_log(&["hook server added", "file=noop.json"], 0), "no-op hook not taken up:\n{}", noop_proxy.log());
+    assert!(
+        noop_proxy.wait_log(&["hook server added", "file=noop.json"], 0),
+        "no-op hook not taken up:\n{}",
+        noop_proxy.log()
+    );
     let socket = dir.path().join("runtime-hooks.sock");
     let args = ["--listen", socket.to_str().expect("utf-8"), "--hook-config-dir", rh_conf.to_str().expect("utf-8")];
     let _hooks = Hooks::start_logging(&args, dir.path().join("hooks.log"), "info");
-    assert!(rh_proxy.wait_log(&["hook server added", "file=runtime-hooks.json"], 0), "runtime-hooks not taken up:\n{}", rh_proxy.log());
+    assert!(
+        rh_proxy.wait_log(&["hook server added", "file=runtime-hooks.json"], 0),
+        "runtime-hooks not taken up:\n{}",
+        rh_proxy.log()
+    );
 
     let containerd = runtime_client(&env.socket);
-    let clients =
-        [containerd.clone(), runtime_client(plain.socket()), runtime_client(noop_proxy.socket()), runtime_client(rh_proxy.socket())];
+    let clients = [
+        containerd.clone(),
+        runtime_client(plain.socket()),
+        runtime_client(noop_proxy.socket()),
+        runtime_client(rh_proxy.socket()),
+    ];
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     // samples[path][call]
     let mut samples = vec![vec![Vec::with_capacity(pods); CALLS.len()]; PATHS.len()];
@@ -155,7 +167,8 @@ async fn life(
     containerd: &RuntimeServiceClient<Channel>,
 ) -> (Vec<Duration>, String) {
     let pid = std::process::id().to_string();
-    let sandbox = sandbox_config(env, &unique("stage"), map(&[(QOS, "BE"), (BENCH_LABEL, &pid)]), map(&[(SPEC, BE_SPEC)]));
+    let sandbox =
+        sandbox_config(env, &unique("stage"), map(&[(QOS, "BE"), (BENCH_LABEL, &pid)]), map(&[(SPEC, BE_SPEC)]));
     let parent = sandbox.linux.as_ref().expect("linux config").cgroup_parent.clone();
     precreate_pod_cgroup(&parent);
     let resources = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
@@ -170,22 +183,36 @@ async fn life(
         .pod_sandbox_id;
     times.push(t.elapsed());
     let t = Instant::now();
-    let create = cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.clone(), config: Some(container), sandbox_config: Some(sandbox) };
+    let create = cri::CreateContainerRequest {
+        pod_sandbox_id: sandbox_id.clone(),
+        config: Some(container),
+        sandbox_config: Some(sandbox),
+    };
     let container_id = client.create_container(create).await.expect("CreateContainer").into_inner().container_id;
     times.push(t.elapsed());
     let t = Instant::now();
-    client.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await.expect("StartContainer");
+    client
+        .start_container(cri::StartContainerRequest { container_id: container_id.clone() })
+        .await
+        .expect("StartContainer");
     times.push(t.elapsed());
     let t = Instant::now();
     let linux = cri::LinuxContainerResources { cpu_shares: 4, cpu_period: 100_000, ..Default::default() };
-    let update = cri::UpdateContainerResourcesRequest { container_id: container_id.clone(), linux: Some(linux), ..Default::default() };
+    let update = cri::UpdateContainerResourcesRequest {
+        container_id: container_id.clone(),
+        linux: Some(linux),
+        ..Default::default()
+    };
     client.update_container_resources(update).await.expect("UpdateContainerResources");
     times.push(t.elapsed());
     let t = Instant::now();
     client.stop_container(cri::StopContainerRequest { container_id, timeout: 0 }).await.expect("StopContainer");
     times.push(t.elapsed());
     let t = Instant::now();
-    client.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.clone() }).await.expect("StopPodSandbox");
+    client
+        .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.clone() })
+        .await
+        .expect("StopPodSandbox");
     times.push(t.elapsed());
     remove_sandbox(&mut containerd.clone(), &sandbox_id).await;
     (times, parent)
@@ -197,7 +224,10 @@ async fn remove_bench_pods(containerd: &RuntimeServiceClient<Channel>) {
         label_selector: HashMap::from([(BENCH_LABEL.to_owned(), std::process::id().to_string())]),
         ..Default::default()
     };
-    let Ok(list) = containerd.clone().list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }).await else { return };
+    let Ok(list) = containerd.clone().list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }).await
+    else {
+        return;
+    };
     for s in list.into_inner().items {
         remove_sandbox(&mut containerd.clone(), &s.id).await;
     }

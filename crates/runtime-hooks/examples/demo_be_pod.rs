@@ -58,7 +58,11 @@ fn current(pod: &Pod) -> Vec<String> {
 }
 
 fn table(pod: &Pod, title: &str) {
-    println!("\n  {title}\n  container cgroup /sys/fs/cgroup/<controller>{}/{}/", pod.cgroup_parent(), pod.container_id);
+    println!(
+        "\n  {title}\n  container cgroup /sys/fs/cgroup/<controller>{}/{}/",
+        pod.cgroup_parent(),
+        pod.container_id
+    );
     println!("    {:<22}{:<24}{:<12}container", "", "file", "kubelet");
     for ((label, _, file, asked), value) in FILES.iter().zip(current(pod)) {
         println!("    {label:<22}{file:<24}{asked:<12}{value}");
@@ -108,7 +112,10 @@ async fn report(pod: &Pod, watch: Option<u64>) -> Result<()> {
             while current(pod) != WANT && start.elapsed() < Duration::from_secs(secs) {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            let title = format!("{:.1} s later (runtime-hooks --mode standalone corrected the files):", start.elapsed().as_secs_f64());
+            let title = format!(
+                "{:.1} s later (runtime-hooks --mode standalone corrected the files):",
+                start.elapsed().as_secs_f64()
+            );
             table(pod, &title);
         }
     }

@@ -288,7 +288,9 @@ impl CgroupFs {
             return;
         }
         let Ok(path) = self.file_path(dir, &CgroupValue::CpuShares(shares)) else { return };
-        let Some(weight) = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i64>().ok()) else { return };
+        let Some(weight) = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i64>().ok()) else {
+            return;
+        };
         if let Some(formula) = self.weight.learn(shares, weight) {
             tracing::info!(
                 formula = formula.as_str(),
@@ -436,7 +438,9 @@ impl CgroupFs {
         }
         let current = match std::fs::read_to_string(&path) {
             Ok(s) => s.trim().to_owned(),
-            Err(source) => return self.unsupported_or(value, &dir_path, CgroupError::Io { op: "reading".into(), path, source }),
+            Err(source) => {
+                return self.unsupported_or(value, &dir_path, CgroupError::Io { op: "reading".into(), path, source })
+            }
         };
         let new = self.desired_text(&dir_path, value, &current)?;
         self.set_unit_property(&dir_path, value, &current, new.is_some());
@@ -444,7 +448,11 @@ impl CgroupFs {
             return Ok(Written::Unchanged);
         };
         if let Err(source) = std::fs::write(&path, &new) {
-            return self.unsupported_or(value, &dir_path, CgroupError::Io { op: format!("writing {new:?} to"), path, source });
+            return self.unsupported_or(
+                value,
+                &dir_path,
+                CgroupError::Io { op: format!("writing {new:?} to"), path, source },
+            );
         }
         Ok(Written::Corrected(Drift { path, old: current, new }))
     }
@@ -462,7 +470,9 @@ impl CgroupFs {
         }
         match sd.set_properties(&unit, &[property]) {
             Ok(_) => {}
-            Err(e) if e.is_no_such_unit() => tracing::debug!(unit = %unit, "systemd has no unit {unit}; {value} written to the file only"),
+            Err(e) if e.is_no_such_unit() => {
+                tracing::debug!(unit = %unit, "systemd has no unit {unit}; {value} written to the file only")
+            }
             Err(e) => {
                 let key = format!("{unit}: {e}");
                 if self.unit_errors.lock().unwrap_or_else(|p| p.into_inner()).insert(key) {
@@ -476,7 +486,8 @@ impl CgroupFs {
     /// group identity, `cpu.idle`, v1 `cpuset.cpus`, which systemd never writes on v1).
     fn unit_property(&self, dir_path: &Path, value: &CgroupValue, current: &str) -> Option<UnitProperty> {
         let limit = |v: i64| u64::try_from(v).ok().filter(|v| *v > 0);
-        let v1_file = |name: &str| std::fs::read_to_string(dir_path.join(name)).ok().and_then(|t| t.trim().parse::<i64>().ok());
+        let v1_file =
+            |name: &str| std::fs::read_to_string(dir_path.join(name)).ok().and_then(|t| t.trim().parse::<i64>().ok());
         let (cur_quota, cur_period) = match self.version {
             CgroupVersion::V2 => {
                 let (q, p) = current.split_once(' ').unwrap_or((current, "100000"));
@@ -485,8 +496,12 @@ impl CgroupFs {
             CgroupVersion::V1 => (None, None),
         };
         match (self.version, value) {
-            (CgroupVersion::V2, CgroupValue::CpuShares(s)) => Some(UnitProperty::CpuWeight(self.weight.weight(*s) as u64)),
-            (CgroupVersion::V1, CgroupValue::CpuShares(s)) => Some(UnitProperty::CpuShares((*s).clamp(MIN_SHARES, MAX_SHARES) as u64)),
+            (CgroupVersion::V2, CgroupValue::CpuShares(s)) => {
+                Some(UnitProperty::CpuWeight(self.weight.weight(*s) as u64))
+            }
+            (CgroupVersion::V1, CgroupValue::CpuShares(s)) => {
+                Some(UnitProperty::CpuShares((*s).clamp(MIN_SHARES, MAX_SHARES) as u64))
+            }
             (version, CgroupValue::CfsQuota(q)) => {
                 let period = if version == CgroupVersion::V2 { cur_period } else { v1_file("cpu.cfs_period_us") };
                 Some(UnitProperty::CpuQuota { quota_us: limit(*q).map(|q| q.max(1000)), period_us: limit(period?)? })
@@ -497,7 +512,9 @@ impl CgroupFs {
             }
             (CgroupVersion::V2, CgroupValue::MemoryLimit(m)) => Some(UnitProperty::MemoryMax(limit(*m))),
             (CgroupVersion::V1, CgroupValue::MemoryLimit(m)) => Some(UnitProperty::MemoryLimit(limit(*m))),
-            (CgroupVersion::V2, CgroupValue::CpusetCpus(cpus)) => parse_cpu_list(cpus).ok().map(UnitProperty::AllowedCpus),
+            (CgroupVersion::V2, CgroupValue::CpusetCpus(cpus)) => {
+                parse_cpu_list(cpus).ok().map(UnitProperty::AllowedCpus)
+            }
             _ => None,
         }
     }
@@ -540,7 +557,9 @@ impl CgroupFs {
             (CgroupVersion::V1, CgroupValue::CfsPeriod(p)) | (CgroupVersion::V1, CgroupValue::BvtWarpNs(p)) => {
                 differs(p.to_string(), current.parse::<i64>().ok() == Some(*p))
             }
-            (CgroupVersion::V2, CgroupValue::BvtWarpNs(p)) => differs(p.to_string(), current.parse::<i64>().ok() == Some(*p)),
+            (CgroupVersion::V2, CgroupValue::BvtWarpNs(p)) => {
+                differs(p.to_string(), current.parse::<i64>().ok() == Some(*p))
+            }
             // The kernel reads it back in decimal.
             (_, CgroupValue::NetClsClassId(id)) => differs(id.to_string(), current.parse::<u32>().ok() == Some(*id)),
             (_, CgroupValue::CpuIdle(v)) => differs(v.to_string(), current.parse::<i64>().ok() == Some(*v)),
@@ -584,7 +603,8 @@ impl CgroupFs {
                 } else {
                     cpus.clone()
                 };
-                let want = parse_cpu_list(&target).map_err(|e| CgroupError::BadValue(format!("cpuset {target:?}: {e}")))?;
+                let want =
+                    parse_cpu_list(&target).map_err(|e| CgroupError::BadValue(format!("cpuset {target:?}: {e}")))?;
                 let have = parse_cpu_list(current).ok();
                 // Written in the canonical form: older kernels refuse spaces in the list.
                 differs(format_cpu_list(&want), have.as_ref() == Some(&want))
@@ -683,7 +703,8 @@ pub fn format_cpu_list(cpus: &BTreeSet<u32>) -> String {
             _ => ranges.push((cpu, cpu)),
         }
     }
-    let parts: Vec<String> = ranges.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+    let parts: Vec<String> =
+        ranges.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
     parts.join(",")
 }
 
@@ -841,7 +862,10 @@ pub fn detect_version(root: &Path) -> io::Result<CgroupVersion> {
     } else if root.join("cpu").is_dir() {
         Ok(CgroupVersion::V1)
     } else {
-        Err(io::Error::other(format!("{} is neither a cgroup2 mount nor a v1 hierarchy with a cpu controller", root.display())))
+        Err(io::Error::other(format!(
+            "{} is neither a cgroup2 mount nor a v1 hierarchy with a cpu controller",
+            root.display()
+        )))
     }
 }
 

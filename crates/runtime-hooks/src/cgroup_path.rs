@@ -263,7 +263,11 @@ pub fn resolve(name: &str, driver: Option<CgroupDriver>) -> Result<Option<String
 /// some other root. Anything else goes through [`resolve`].
 ///
 /// Errors: see [`resolve`]; an empty path or the root is [`PathError::NotBelowRoot`].
-pub fn container_dir(cgroups_path: &str, pod_dir: Option<&str>, driver: Option<CgroupDriver>) -> Result<String, PathError> {
+pub fn container_dir(
+    cgroups_path: &str,
+    pod_dir: Option<&str>,
+    driver: Option<CgroupDriver>,
+) -> Result<String, PathError> {
     if is_systemd_path(cgroups_path) && driver != Some(CgroupDriver::Cgroupfs) {
         let (slice, unit) = split_systemd_path(cgroups_path)?;
         if let Some(pod) = pod_dir.filter(|p| p.rsplit('/').next() == Some(slice)) {
@@ -329,7 +333,19 @@ mod tests {
         assert_eq!(expand_slice("kubepods.slice").unwrap(), "/kubepods.slice");
         assert_eq!(expand_slice("-.slice").unwrap(), "/");
         assert_eq!(expand_slice("a_b-c.d.slice").unwrap(), "/a_b.slice/a_b-c.d.slice");
-        for bad in ["", ".slice", "a", "a.scope", "a--b.slice", "-a.slice", "a-.slice", "--.slice", "a/b.slice", "/a.slice", "a.slice.x"] {
+        for bad in [
+            "",
+            ".slice",
+            "a",
+            "a.scope",
+            "a--b.slice",
+            "-a.slice",
+            "a-.slice",
+            "--.slice",
+            "a/b.slice",
+            "/a.slice",
+            "a.slice.x",
+        ] {
             assert!(matches!(expand_slice(bad), Err(PathError::BadSlice(..))), "{bad:?}");
         }
     }
@@ -339,11 +355,15 @@ mod tests {
         let id = "0123abcd";
         assert_eq!(
             expand_systemd_path(&format!("kubepods-besteffort-pod1.slice:cri-containerd:{id}")).unwrap(),
-            format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope")
+            format!(
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope"
+            )
         );
         assert_eq!(expand_systemd_path("a.slice:x:b.slice").unwrap(), "/a.slice/b.slice", "a slice name is used as is");
         assert_eq!(expand_systemd_path(":docker:1").unwrap(), "/system.slice/docker-1.scope", "runc's default slice");
-        for bad in ["a.slice:b", "a.slice:b:c:d", "a.slice:b:", "a.slice::c", "a--b.slice:p:c", "a.slice:p:c/d", "x:p:c"] {
+        for bad in
+            ["a.slice:b", "a.slice:b:c:d", "a.slice:b:", "a.slice::c", "a--b.slice:p:c", "a.slice:p:c/d", "x:p:c"]
+        {
             assert!(expand_systemd_path(bad).is_err(), "{bad:?}");
         }
     }
@@ -354,7 +374,10 @@ mod tests {
         for driver in [None, Some(Systemd), Some(Cgroupfs)] {
             assert_eq!(resolve("", driver).unwrap(), None, "empty: the runtime's default");
             assert_eq!(resolve("/", driver).unwrap(), None, "root: not a pod's own");
-            assert_eq!(resolve("/kubepods/besteffort/pod1", driver).unwrap().as_deref(), Some("/kubepods/besteffort/pod1"));
+            assert_eq!(
+                resolve("/kubepods/besteffort/pod1", driver).unwrap().as_deref(),
+                Some("/kubepods/besteffort/pod1")
+            );
             assert_eq!(resolve("//kubepods/./pod1/", driver).unwrap().as_deref(), Some("/kubepods/pod1"), "normalized");
             assert_eq!(resolve(pod, driver).unwrap().as_deref(), Some(pod), "kubelet's expanded systemd parent");
             assert!(matches!(resolve("/kubepods/../etc", driver), Err(PathError::DotDot(_))));
@@ -392,20 +415,32 @@ mod tests {
         let slice_pod = "/rp-test/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice";
         let systemd = "kubepods-besteffort-pod1.slice:cri-containerd:c1";
         // The slice is the pod's directory: the scope goes in it, whatever root it is below.
-        assert_eq!(container_dir(systemd, Some(slice_pod), None).unwrap(), format!("{slice_pod}/cri-containerd-c1.scope"));
-        assert_eq!(container_dir(systemd, Some(slice_pod), Some(Systemd)).unwrap(), format!("{slice_pod}/cri-containerd-c1.scope"));
+        assert_eq!(
+            container_dir(systemd, Some(slice_pod), None).unwrap(),
+            format!("{slice_pod}/cri-containerd-c1.scope")
+        );
+        assert_eq!(
+            container_dir(systemd, Some(slice_pod), Some(Systemd)).unwrap(),
+            format!("{slice_pod}/cri-containerd-c1.scope")
+        );
         // Otherwise the expansion.
         assert_eq!(
             container_dir(systemd, Some("/other"), None).unwrap(),
             "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-c1.scope"
         );
         assert_eq!(container_dir("/kubepods/pod1/c1", Some("/kubepods/pod1"), None).unwrap(), "/kubepods/pod1/c1");
-        assert!(container_dir(systemd, Some(slice_pod), Some(Cgroupfs)).is_err(), "runc with cgroupfs puts it elsewhere");
+        assert!(
+            container_dir(systemd, Some(slice_pod), Some(Cgroupfs)).is_err(),
+            "runc with cgroupfs puts it elsewhere"
+        );
         assert!(matches!(container_dir("", None, None), Err(PathError::NotBelowRoot(_))));
         // No cgroups path reported.
         assert_eq!(default_container_dir("/kubepods/pod1", "c1", None), "/kubepods/pod1/c1");
         assert_eq!(default_container_dir(slice_pod, "c1", None), format!("{slice_pod}/cri-containerd-c1.scope"));
-        assert_eq!(default_container_dir("/kubepods/pod1", "c1", Some(Systemd)), "/kubepods/pod1/cri-containerd-c1.scope");
+        assert_eq!(
+            default_container_dir("/kubepods/pod1", "c1", Some(Systemd)),
+            "/kubepods/pod1/cri-containerd-c1.scope"
+        );
         assert_eq!(default_container_dir(slice_pod, "c1", Some(Cgroupfs)), format!("{slice_pod}/c1"));
     }
 
@@ -413,7 +448,11 @@ mod tests {
     fn qos_dirs_per_layout() {
         let dirs = |k: &str, d| kube_qos_dirs(k, d).map(|a| a.map(|(_, d)| d));
         assert_eq!(dirs("/kubepods", None).unwrap(), ["/kubepods", "/kubepods/burstable", "/kubepods/besteffort"]);
-        let systemd = ["/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", "/kubepods.slice/kubepods-besteffort.slice"];
+        let systemd = [
+            "/kubepods.slice",
+            "/kubepods.slice/kubepods-burstable.slice",
+            "/kubepods.slice/kubepods-besteffort.slice",
+        ];
         assert_eq!(dirs("kubepods.slice", Some(Systemd)).unwrap(), systemd);
         assert_eq!(dirs("kubepods.slice", None).unwrap(), systemd, "auto: the form says systemd");
         assert_eq!(dirs("/kubepods.slice", Some(Cgroupfs)).unwrap(), systemd, "absolute: fine under any driver");

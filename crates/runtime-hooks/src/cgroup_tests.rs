@@ -174,9 +174,11 @@ fn einval_on_an_optional_feature_is_unsupported() {
     std::os::unix::fs::symlink(scratch.join("cpu.cfs_period_us"), t.path().join("cpu/pod/cpu.bvt_warp_ns")).unwrap();
     let bvt = fs.apply("/pod", &CgroupValue::BvtWarpNs(-1));
     // The same kernel refusal on a core file is an error.
-    std::os::unix::fs::symlink(scratch.join("cpu.cfs_period_us"), t.path().join("cpu/pod/c/cpu.cfs_period_us.link")).unwrap();
+    std::os::unix::fs::symlink(scratch.join("cpu.cfs_period_us"), t.path().join("cpu/pod/c/cpu.cfs_period_us.link"))
+        .unwrap();
     std::fs::remove_file(t.path().join("cpu/pod/c/cpu.cfs_period_us")).unwrap();
-    std::fs::rename(t.path().join("cpu/pod/c/cpu.cfs_period_us.link"), t.path().join("cpu/pod/c/cpu.cfs_period_us")).unwrap();
+    std::fs::rename(t.path().join("cpu/pod/c/cpu.cfs_period_us.link"), t.path().join("cpu/pod/c/cpu.cfs_period_us"))
+        .unwrap();
     let period = fs.apply("/pod/c", &CgroupValue::CfsPeriod(5));
     let _ = std::fs::remove_dir(&scratch);
     assert_eq!(bvt.unwrap(), Written::Unsupported);
@@ -228,7 +230,11 @@ fn cpu_weight_is_written_and_compared_in_the_formula_learned_from_the_runtime() 
     std::fs::write(t.path().join("pod/c/cpu.weight"), "20\n").unwrap();
     fs.learn_weight_formula("/pod/c", 512);
     assert_eq!(fs.weight().learned(), Some(WeightFormula::Linear));
-    assert_eq!(fs.apply("/pod/c", &CgroupValue::CpuShares(512)).unwrap(), Written::Unchanged, "no drift against the runtime's own value");
+    assert_eq!(
+        fs.apply("/pod/c", &CgroupValue::CpuShares(512)).unwrap(),
+        Written::Unchanged,
+        "no drift against the runtime's own value"
+    );
     fs.apply("/pod", &CgroupValue::CpuShares(1024)).unwrap();
     assert_eq!(read(&t, "pod/cpu.weight"), "39");
     // A forced formula is never relearned.
@@ -324,8 +330,13 @@ fn check_root_refuses_what_is_not_a_mounted_cgroup_fs() {
     assert!(e.contains(&t.path().display().to_string()), "names the root: {e}");
     let (_tree, fs) = v1_tree();
     let e = check_root(fs.root(), None).unwrap_err();
-    assert!(e.contains("a directory on") && e.contains("not a mounted cgroup file system"), "a tree laid out like v1: {e}");
-    if detect_version(root).ok() == Some(CgroupVersion::V1) && fs_type(&root.join("cpu")).ok() == Some(CGROUP_SUPER_MAGIC) {
+    assert!(
+        e.contains("a directory on") && e.contains("not a mounted cgroup file system"),
+        "a tree laid out like v1: {e}"
+    );
+    if detect_version(root).ok() == Some(CgroupVersion::V1)
+        && fs_type(&root.join("cpu")).ok() == Some(CGROUP_SUPER_MAGIC)
+    {
         let e = check_root(&root.join("cpu"), None).unwrap_err();
         assert!(e.contains("one cgroup v1 controller's mount") && e.contains("use its parent (/sys/fs/cgroup)"), "{e}");
     }
@@ -367,8 +378,14 @@ fn unit_properties_per_cgroup_version() {
         v1.unit_property(&d1, &CgroupValue::CfsQuota(50_000), "-1"),
         Some(P::CpuQuota { quota_us: Some(50_000), period_us: 100_000 })
     );
-    assert_eq!(v1.unit_property(&d1, &CgroupValue::CfsQuota(-1), "50000"), Some(P::CpuQuota { quota_us: None, period_us: 100_000 }));
-    assert_eq!(v1.unit_property(&d1, &CgroupValue::MemoryLimit(128 << 20), "-1"), Some(P::MemoryLimit(Some(128 << 20))));
+    assert_eq!(
+        v1.unit_property(&d1, &CgroupValue::CfsQuota(-1), "50000"),
+        Some(P::CpuQuota { quota_us: None, period_us: 100_000 })
+    );
+    assert_eq!(
+        v1.unit_property(&d1, &CgroupValue::MemoryLimit(128 << 20), "-1"),
+        Some(P::MemoryLimit(Some(128 << 20)))
+    );
     assert_eq!(v1.unit_property(&d1, &CgroupValue::CpusetCpus("1".into()), "0-3"), None);
     // v2: the weight in the node's formula, the quota with cpu.max's other half.
     let (t, v2) = v2_tree();
@@ -383,12 +400,19 @@ fn unit_properties_per_cgroup_version() {
         Some(P::CpuQuota { quota_us: Some(30_000), period_us: 200_000 })
     );
     assert_eq!(v2.unit_property(&d2, &CgroupValue::MemoryLimit(-1), "1024"), Some(P::MemoryMax(None)));
-    assert_eq!(v2.unit_property(&d2, &CgroupValue::CpusetCpus("0-1,3".into()), ""), Some(P::AllowedCpus([0, 1, 3].into())));
+    assert_eq!(
+        v2.unit_property(&d2, &CgroupValue::CpusetCpus("0-1,3".into()), ""),
+        Some(P::AllowedCpus([0, 1, 3].into()))
+    );
     assert_eq!(v2.unit_property(&d2, &CgroupValue::CpuIdle(1), "0"), None, "systemd has no cpu.idle property");
     // Without a bus nothing is sent and the files are still written.
     assert!(!v2.sets_unit_properties());
     assert_eq!(
         v2.apply("/pod", &CgroupValue::MemoryLimit(64 << 20)).unwrap(),
-        Written::Corrected(Drift { path: t.path().join("pod/memory.max"), old: "max".into(), new: (64 << 20).to_string() })
+        Written::Corrected(Drift {
+            path: t.path().join("pod/memory.max"),
+            old: "max".into(),
+            new: (64 << 20).to_string()
+        })
     );
 }

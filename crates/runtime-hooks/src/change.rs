@@ -388,7 +388,12 @@ mod tests {
         a.merge(&b);
         assert_eq!(
             a.resources,
-            Resources { cpu_shares: Some(512), cpu_quota: Some(-1), cpuset_cpus: Some("0-1".into()), ..Default::default() }
+            Resources {
+                cpu_shares: Some(512),
+                cpu_quota: Some(-1),
+                cpuset_cpus: Some("0-1".into()),
+                ..Default::default()
+            }
         );
         assert_eq!(a.envs["A"], "2");
         assert_eq!(a.envs["B"], "3");
@@ -398,7 +403,15 @@ mod tests {
     }
 
     fn dev(path: &str, minor: i64) -> Device {
-        Device { path: path.into(), kind: DeviceKind::Char, major: 231, minor, file_mode: Some(0o666), uid: None, gid: None }
+        Device {
+            path: path.into(),
+            kind: DeviceKind::Char,
+            major: 231,
+            minor,
+            file_mode: Some(0o666),
+            uid: None,
+            gid: None,
+        }
     }
 
     fn bind(dst: &str, src: &str) -> Mount {
@@ -440,15 +453,26 @@ mod tests {
     /// of the earlier; other entries stay in order.
     #[test]
     fn devices_and_mounts_merge_by_path_later_wins() {
-        let mut a = Change { devices: vec![dev("/dev/a", 1), dev("/dev/b", 2)], mounts: vec![bind("/x", "/h1")], ..Default::default() };
-        let b = Change { devices: vec![dev("/dev/a", 9)], mounts: vec![bind("/x", "/h2"), bind("/y", "/h3")], ..Default::default() };
+        let mut a = Change {
+            devices: vec![dev("/dev/a", 1), dev("/dev/b", 2)],
+            mounts: vec![bind("/x", "/h1")],
+            ..Default::default()
+        };
+        let b = Change {
+            devices: vec![dev("/dev/a", 9)],
+            mounts: vec![bind("/x", "/h2"), bind("/y", "/h3")],
+            ..Default::default()
+        };
         a.merge(&b);
         assert_eq!(a.devices, vec![dev("/dev/b", 2), dev("/dev/a", 9)]);
         assert_eq!(a.mounts, vec![bind("/x", "/h2"), bind("/y", "/h3")]);
         let text = a.describe();
         assert!(text.contains("device /dev/a c 231:9 mode 0666") && text.contains("mount /h3:/y bind rbind"), "{text}");
         assert_eq!(a.proxy_inexpressible().as_deref(), Some(text.as_str()));
-        assert_eq!(Change { envs: [("A".into(), "1".into())].into(), ..Default::default() }.proxy_inexpressible(), None);
+        assert_eq!(
+            Change { envs: [("A".into(), "1".into())].into(), ..Default::default() }.proxy_inexpressible(),
+            None
+        );
     }
 
     #[test]

@@ -352,12 +352,17 @@ mod tests {
         assert_eq!(a.reconcile_endpoint(), None, "proxy mode reconciles only when asked");
         assert_eq!((a.failure_policy, a.plugin_failure_policy), (FailurePolicy::Ignore, FailurePolicy::Ignore));
         assert!(!a.disable_unset_cpu_quota, "koordlet's default: the quota of CPU-bound pods is unset");
-        for (arg, want) in
-            [("--disable-unset-cpu-quota", true), ("--disable-unset-cpu-quota=true", true), ("--disable-unset-cpu-quota=false", false)]
-        {
+        for (arg, want) in [
+            ("--disable-unset-cpu-quota", true),
+            ("--disable-unset-cpu-quota=true", true),
+            ("--disable-unset-cpu-quota=false", false),
+        ] {
             assert_eq!(Args::parse_from(["runtime-hooks", arg]).disable_unset_cpu_quota, want, "{arg}");
         }
-        assert!(Args::parse_from(["runtime-hooks", "--disable-unset-cpu-quota", "status"]).command.is_some(), "`status` is no value");
+        assert!(
+            Args::parse_from(["runtime-hooks", "--disable-unset-cpu-quota", "status"]).command.is_some(),
+            "`status` is no value"
+        );
         let s = Args::parse_from(["runtime-hooks", "--mode", "standalone"]);
         assert_eq!(s.reconcile_endpoint(), Some(PathBuf::from("/var/run/containerd/containerd.sock")));
     }
@@ -367,7 +372,10 @@ mod tests {
     fn status_subcommand() {
         assert_eq!(Args::parse_from(["runtime-hooks", "--probe"]).command, None, "--probe stays a flag");
         let a = Args::parse_from(["runtime-hooks", "status", "--metrics-addr", "localhost:9319", "-o", "json"]);
-        assert!(matches!(&a.command, Some(Command::Status(s)) if s.output == daemon_support::status::Output::Json), "{a:?}");
+        assert!(
+            matches!(&a.command, Some(Command::Status(s)) if s.output == daemon_support::status::Output::Json),
+            "{a:?}"
+        );
         assert_eq!(a.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9319"));
         let a = Args::parse_from(["runtime-hooks", "--metrics-addr", ":9319", "status"]);
         assert_eq!(a.metrics_addr.map(|a| a.to_string()).as_deref(), Some("0.0.0.0:9319"));
@@ -406,7 +414,8 @@ mod tests {
         assert!(Args::try_parse_from(["runtime-hooks", "--plugin-failure-policy", "fail"]).is_err());
         let g = Args::parse_from(["runtime-hooks", "--feature-gates", "GroupIdentity=false"]).feature_gates;
         assert!(!g.enabled("GroupIdentity") && g.enabled("BatchResource"));
-        let e = Args::try_parse_from(["runtime-hooks", "--feature-gates", "BatchResorce=true"]).unwrap_err().to_string();
+        let e =
+            Args::try_parse_from(["runtime-hooks", "--feature-gates", "BatchResorce=true"]).unwrap_err().to_string();
         assert!(e.contains("unknown feature gate \"BatchResorce\""), "{e}");
     }
 
@@ -448,7 +457,10 @@ mod tests {
             "--nri-plugin-index",
             "07",
         ]);
-        assert_eq!((a.nri_socket.to_str(), a.nri_plugin_name.as_str(), a.nri_plugin_index.as_str()), (Some("/run/n.sock"), "rh", "07"));
+        assert_eq!(
+            (a.nri_socket.to_str(), a.nri_plugin_name.as_str(), a.nri_plugin_index.as_str()),
+            (Some("/run/n.sock"), "rh", "07")
+        );
         assert_eq!(Args::try_parse_from(["runtime-hooks", "--nri-plugin-index", "7"]).unwrap_err().exit_code(), 2);
     }
 
@@ -467,10 +479,14 @@ mod tests {
     fn cgroup_driver_flag() {
         assert_eq!(Args::parse_from(["runtime-hooks"]).cgroup_driver, CgroupDriverArg::Auto);
         assert_eq!(Args::parse_from(["runtime-hooks"]).cgroup_driver.driver(), None);
-        let a = Args::parse_from(["runtime-hooks", "--cgroup-driver", "systemd", "--kubepods-cgroup", "kubepods.slice"]);
+        let a =
+            Args::parse_from(["runtime-hooks", "--cgroup-driver", "systemd", "--kubepods-cgroup", "kubepods.slice"]);
         assert_eq!(a.cgroup_driver.driver(), Some(CgroupDriver::Systemd));
         assert_eq!(a.kubepods_cgroup.as_deref(), Some("kubepods.slice"));
-        assert_eq!(Args::parse_from(["runtime-hooks", "--cgroup-driver", "cgroupfs"]).cgroup_driver.driver(), Some(CgroupDriver::Cgroupfs));
+        assert_eq!(
+            Args::parse_from(["runtime-hooks", "--cgroup-driver", "cgroupfs"]).cgroup_driver.driver(),
+            Some(CgroupDriver::Cgroupfs)
+        );
         assert!(Args::try_parse_from(["runtime-hooks", "--cgroup-driver", "docker"]).is_err());
     }
 

@@ -59,7 +59,8 @@ pub async fn client(config: &ClusterConfig) -> anyhow::Result<Option<Client>> {
     use anyhow::Context as _;
     let kube_config = match &config.kubeconfig {
         Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(file, &Default::default())
                 .await
                 .with_context(|| format!("kubeconfig {}", path.display()))?
@@ -255,12 +256,15 @@ impl Reporter {
             reporting_instance: Some(self.node.clone()),
             ..Default::default()
         };
-        match Api::<KubeEvent>::namespaced(self.client.clone(), "default").create(&PostParams::default(), &event).await {
+        match Api::<KubeEvent>::namespaced(self.client.clone(), "default").create(&PostParams::default(), &event).await
+        {
             Ok(_) => {
                 self.status.events_posted.fetch_add(1, Ordering::Relaxed);
                 metrics().events_posted.inc();
             }
-            Err(e) => tracing::warn!(node = %self.node, "could not post the RuleParseFailed Event on the Node: {}", describe(&e)),
+            Err(e) => {
+                tracing::warn!(node = %self.node, "could not post the RuleParseFailed Event on the Node: {}", describe(&e))
+            }
         }
     }
 }

@@ -90,7 +90,12 @@ fn serve(mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>, sc
                 } else if watch {
                     s.watches.get_mut(res).and_then(|q| q.pop_front())
                 } else {
-                    Some(s.lists.get_mut(res).and_then(|q| q.pop_front()).unwrap_or_else(|| Reply::Answer(200, empty_list())))
+                    Some(
+                        s.lists
+                            .get_mut(res)
+                            .and_then(|q| q.pop_front())
+                            .unwrap_or_else(|| Reply::Answer(200, empty_list())),
+                    )
                 }
             };
             match reply {
@@ -102,7 +107,9 @@ fn serve(mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>, sc
                         .unwrap();
                     send.send_response(resp);
                 }
-                Some(Reply::Refused) => send.send_error(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused")),
+                Some(Reply::Refused) => {
+                    send.send_error(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"))
+                }
                 None => parked.push(send),
             }
         }
@@ -262,7 +269,11 @@ async fn an_unreachable_api_server_at_start_then_recovery() {
     let h = start(
         RulesStore::defaults(),
         script(
-            vec![("nodeslos", Reply::Refused), ("nodeslos", Reply::Refused), ("nodeslos", answer(recorded("04-list-nodeslo-by-name.txt")))],
+            vec![
+                ("nodeslos", Reply::Refused),
+                ("nodeslos", Reply::Refused),
+                ("nodeslos", answer(recorded("04-list-nodeslo-by-name.txt"))),
+            ],
             vec![],
         ),
     );

@@ -24,7 +24,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use hook_api::v1alpha1::{ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest, PodSandboxMetadata};
+use hook_api::v1alpha1::{
+    ContainerResourceHookRequest, LinuxContainerResources, PodSandboxHookRequest, PodSandboxMetadata,
+};
 
 /// Pod label holding the Koordinator QoS class (never read from an annotation).
 pub const QOS_CLASS_KEY: &str = "koordinator.sh/qosClass";
@@ -156,7 +158,15 @@ impl PodContext {
         annotations: BTreeMap<String, String>,
         cgroup_parent: String,
     ) -> PodContext {
-        PodContext { name: meta.name, namespace: meta.namespace, uid: meta.uid, labels, annotations, cgroup_parent, resources: None }
+        PodContext {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            labels,
+            annotations,
+            cgroup_parent,
+            resources: None,
+        }
     }
 
     /// Koordinator's QoS class of the pod, from its label only ([`QosClass::of`]).
@@ -220,7 +230,12 @@ impl From<ContainerResourceHookRequest> for ContainerContext {
     fn from(req: ContainerResourceHookRequest) -> ContainerContext {
         let meta = req.container_meta.unwrap_or_default();
         ContainerContext {
-            pod: PodContext::of_parts(req.pod_meta.unwrap_or_default(), req.pod_labels, req.pod_annotations, req.pod_cgroup_parent),
+            pod: PodContext::of_parts(
+                req.pod_meta.unwrap_or_default(),
+                req.pod_labels,
+                req.pod_annotations,
+                req.pod_cgroup_parent,
+            ),
             name: meta.name,
             id: meta.id,
             annotations: req.container_annotations,
@@ -242,14 +257,20 @@ mod tests {
     #[test]
     fn qos_class_from_the_label_only() {
         assert_eq!(QosClass::of(&map(&[(QOS_CLASS_KEY, "BE")])), QosClass::Be);
-        for (v, c) in [("LSE", QosClass::Lse), ("SYSTEM", QosClass::System), ("be", QosClass::None), ("", QosClass::None)] {
+        for (v, c) in
+            [("LSE", QosClass::Lse), ("SYSTEM", QosClass::System), ("be", QosClass::None), ("", QosClass::None)]
+        {
             assert_eq!(QosClass::from_name(v), c, "{v:?}");
         }
         assert_eq!(QosClass::of(&map(&[])), QosClass::None);
         // A pod author's annotation is not a class: no label, no class.
         let pod = PodContext { annotations: map(&[(QOS_CLASS_KEY, "LSR")]), ..Default::default() };
         assert_eq!(pod.qos(), QosClass::None);
-        let pod = PodContext { labels: map(&[(QOS_CLASS_KEY, "LS")]), annotations: map(&[(QOS_CLASS_KEY, "LSE")]), ..Default::default() };
+        let pod = PodContext {
+            labels: map(&[(QOS_CLASS_KEY, "LS")]),
+            annotations: map(&[(QOS_CLASS_KEY, "LSE")]),
+            ..Default::default()
+        };
         assert_eq!(pod.qos(), QosClass::Ls);
     }
 
@@ -264,7 +285,12 @@ mod tests {
     #[test]
     fn contexts_from_requests() {
         let req = ContainerResourceHookRequest {
-            pod_meta: Some(PodSandboxMetadata { name: "p".into(), namespace: "ns".into(), uid: "u".into(), attempt: 0 }),
+            pod_meta: Some(PodSandboxMetadata {
+                name: "p".into(),
+                namespace: "ns".into(),
+                uid: "u".into(),
+                attempt: 0,
+            }),
             container_meta: Some(ContainerMetadata { name: "c".into(), attempt: 0, id: "abc".into() }),
             pod_labels: map(&[(QOS_CLASS_KEY, "BE")]),
             pod_cgroup_parent: "/kubepods/besteffort/podu".into(),

@@ -68,9 +68,19 @@ pub struct Gate {
 /// Every gate known, in the order the framework runs the plugins (koordlet's registration order
 /// for the three implemented).
 pub const GATES: &[Gate] = &[
-    Gate { name: "GroupIdentity", default: true, beta: true, plugin: Some(|o| Arc::new(GroupIdentity::from_options(o))) },
+    Gate {
+        name: "GroupIdentity",
+        default: true,
+        beta: true,
+        plugin: Some(|o| Arc::new(GroupIdentity::from_options(o))),
+    },
     Gate { name: "BatchResource", default: true, beta: true, plugin: Some(|_| Arc::new(BatchResource)) },
-    Gate { name: "CPUSetAllocator", default: true, beta: true, plugin: Some(|o| Arc::new(CpuSet { be_cpu_manager: o.be_cpu_manager })) },
+    Gate {
+        name: "CPUSetAllocator",
+        default: true,
+        beta: true,
+        plugin: Some(|o| Arc::new(CpuSet { be_cpu_manager: o.be_cpu_manager })),
+    },
     Gate { name: "CPUNormalization", default: false, beta: false, plugin: Some(|_| Arc::new(CpuNormalization)) },
     Gate { name: "CoreSched", default: false, beta: false, plugin: Some(|_| Arc::new(CoreSched::default())) },
     Gate {
@@ -85,7 +95,12 @@ pub const GATES: &[Gate] = &[
         beta: false,
         plugin: Some(|o| Arc::new(RdmaDeviceInject::new(Arc::new(HostFs::new(&o.devices.host_root))))),
     },
-    Gate { name: "Resctrl", default: false, beta: false, plugin: Some(|o| Arc::new(Resctrl::with_partial_view(o.partial_view))) },
+    Gate {
+        name: "Resctrl",
+        default: false,
+        beta: false,
+        plugin: Some(|o| Arc::new(Resctrl::with_partial_view(o.partial_view))),
+    },
     Gate { name: "TCNetworkQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TcNetworkQos::default())) },
     Gate { name: "TerwayQoS", default: false, beta: false, plugin: Some(|_| Arc::new(TerwayQos::default())) },
     Gate { name: "BECPUManager", default: false, beta: false, plugin: None },
@@ -123,9 +138,11 @@ impl FeatureGates {
         let mut named = BTreeMap::new();
         let (mut all_alpha, mut all_beta) = (None, None);
         for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, value) = entry.split_once('=').ok_or_else(|| format!("{entry:?}: expected Name=true or Name=false"))?;
+            let (name, value) =
+                entry.split_once('=').ok_or_else(|| format!("{entry:?}: expected Name=true or Name=false"))?;
             let (name, value) = (name.trim(), value.trim());
-            let value = parse_bool(value).ok_or_else(|| format!("{name}={value}: {value:?} is not a boolean (true or false)"))?;
+            let value = parse_bool(value)
+                .ok_or_else(|| format!("{name}={value}: {value:?} is not a boolean (true or false)"))?;
             match name {
                 "AllAlpha" => all_alpha = Some(value),
                 "AllBeta" => all_beta = Some(value),
@@ -135,7 +152,10 @@ impl FeatureGates {
                     }
                     None => {
                         let known: Vec<&str> = GATES.iter().map(|g| g.name).collect();
-                        return Err(format!("unknown feature gate {name:?} (known: {}, AllAlpha, AllBeta)", known.join(", ")));
+                        return Err(format!(
+                            "unknown feature gate {name:?} (known: {}, AllAlpha, AllBeta)",
+                            known.join(", ")
+                        ));
                     }
                 },
             }
@@ -225,7 +245,8 @@ mod tests {
         assert_eq!(plugins.iter().map(|p| p.name()).collect::<Vec<_>>(), ["GroupIdentity", "BatchResource", "CPUSet"]);
         // Its effect: a NUMA-aware BE container gets the BE share pool of its node.
         let mut rules = crate::rules::Rules::default();
-        rules.cpuset.topology.be_share_pools = vec![crate::rules::topology::CpuSharedPool { socket: 0, node: 0, cpuset: "1".into() }];
+        rules.cpuset.topology.be_share_pools =
+            vec![crate::rules::topology::CpuSharedPool { socket: 0, node: 0, cpuset: "1".into() }];
         let mut c = crate::context::ContainerContext::default();
         c.pod.labels.insert(crate::context::QOS_CLASS_KEY.into(), "BE".into());
         c.pod.cgroup_parent = "/kubepods/besteffort/pod1".into();
@@ -233,7 +254,9 @@ mod tests {
             crate::plugins::cpuset::RESOURCE_STATUS.into(),
             r#"{"numaNodeResources": [{"node": 0, "resources": {"kubernetes.io/batch-cpu": "1000"}}]}"#.into(),
         );
-        let cpus = |p: &Arc<dyn Plugin>| p.container(crate::plugin::Stage::PreCreateContainer, &c, &rules).unwrap().resources.cpuset_cpus;
+        let cpus = |p: &Arc<dyn Plugin>| {
+            p.container(crate::plugin::Stage::PreCreateContainer, &c, &rules).unwrap().resources.cpuset_cpus
+        };
         assert_eq!(cpus(&plugins[2]).as_deref(), Some("1"));
         let off = FeatureGates::default().plugins(&PluginOptions::default());
         assert_eq!(cpus(&off[2]).as_deref(), Some(""), "gate off: cleared");
@@ -243,6 +266,8 @@ mod tests {
     fn device_gates_switch_their_plugins() {
         let g = FeatureGates::parse("GPUEnvInject=true,RDMADeviceInject=true").unwrap();
         assert_eq!(names(&g), ["GroupIdentity", "BatchResource", "CPUSet", "GPUEnvInject", "RDMADeviceInject"]);
-        assert!(!FeatureGates::default().enabled("GPUEnvInject") && !FeatureGates::default().enabled("RDMADeviceInject"));
+        assert!(
+            !FeatureGates::default().enabled("GPUEnvInject") && !FeatureGates::default().enabled("RDMADeviceInject")
+        );
     }
 }

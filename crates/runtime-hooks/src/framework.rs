@@ -52,7 +52,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use hook_api::status::{Code, Status};
-use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
+use hook_api::v1alpha1::{
+    ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
+};
 
 use crate::cgroup::{CgroupError, CgroupFs, CgroupValue, Written};
 use crate::change::Change;
@@ -176,7 +178,12 @@ impl fmt::Debug for Framework {
 
 impl Framework {
     /// A framework running `plugins` in this order.
-    pub fn new(plugins: Vec<Arc<dyn Plugin>>, policy: FailurePolicy, rules: Arc<RulesStore>, cgroups: Arc<CgroupFs>) -> Framework {
+    pub fn new(
+        plugins: Vec<Arc<dyn Plugin>>,
+        policy: FailurePolicy,
+        rules: Arc<RulesStore>,
+        cgroups: Arc<CgroupFs>,
+    ) -> Framework {
         Framework { plugins, policy, rules, cgroups, host: Arc::new(Host::default()) }
     }
 
@@ -202,7 +209,12 @@ impl Framework {
         let mut failures = Vec::new();
         for plugin in &self.plugins {
             if let Err(error) = plugin.node(pods, &rules, &self.host) {
-                failures.push(PluginFailure { plugin: plugin.name(), stage: Stage::PreRunPodSandbox, target: "node".into(), error });
+                failures.push(PluginFailure {
+                    plugin: plugin.name(),
+                    stage: Stage::PreRunPodSandbox,
+                    target: "node".into(),
+                    error,
+                });
             }
         }
         failures
@@ -220,7 +232,12 @@ impl Framework {
         let mut failures = Vec::new();
         for plugin in &self.plugins {
             if let Err(error) = plugin.pod_removed(pod, &rules, &self.host) {
-                failures.push(PluginFailure { plugin: plugin.name(), stage: Stage::PostStopPodSandbox, target: pod.pod.key(), error });
+                failures.push(PluginFailure {
+                    plugin: plugin.name(),
+                    stage: Stage::PostStopPodSandbox,
+                    target: pod.pod.key(),
+                    error,
+                });
             }
         }
         failures
@@ -326,7 +343,10 @@ impl Framework {
                 }
                 for plugin in plugins {
                     let error = anyhow::anyhow!("pod cgroup: {e}");
-                    self.fail_or_keep(PluginFailure { plugin, stage, target: pod.key(), error }, &mut outcome.failures)?;
+                    self.fail_or_keep(
+                        PluginFailure { plugin, stage, target: pod.key(), error },
+                        &mut outcome.failures,
+                    )?;
                 }
                 return Ok(());
             }
@@ -350,7 +370,10 @@ impl Framework {
                 ),
                 Err(e) => {
                     let error = anyhow::anyhow!("setting pod cgroup {}: {e}", w.owned.value);
-                    self.fail_or_keep(PluginFailure { plugin: w.owned.plugin, stage, target: pod.key(), error }, &mut outcome.failures)?;
+                    self.fail_or_keep(
+                        PluginFailure { plugin: w.owned.plugin, stage, target: pod.key(), error },
+                        &mut outcome.failures,
+                    )?;
                 }
             }
         }
@@ -393,14 +416,22 @@ impl Framework {
     /// from there into the echo, never copied (the servers' path).
     ///
     /// Errors: as [`Framework::pod_hook`].
-    pub fn pod_hook_owned(&self, stage: Stage, mut req: PodSandboxHookRequest) -> Result<PodSandboxHookResponse, Status> {
+    pub fn pod_hook_owned(
+        &self,
+        stage: Stage,
+        mut req: PodSandboxHookRequest,
+    ) -> Result<PodSandboxHookResponse, Status> {
         let resources = req.resources.take();
         let pod = PodContext::from(req);
         let outcome = self.pod_stage(stage, &pod).map_err(|f| failure_status(&f))?;
         let key = pod.key();
         // The echo (hook_api::merge::echo_pod of the request), of the moved parts.
-        let mut resp =
-            PodSandboxHookResponse { labels: pod.labels, annotations: pod.annotations, cgroup_parent: pod.cgroup_parent, resources };
+        let mut resp = PodSandboxHookResponse {
+            labels: pod.labels,
+            annotations: pod.annotations,
+            cgroup_parent: pod.cgroup_parent,
+            resources,
+        };
         let change = &outcome.change;
         if let Some(parent) = &change.cgroup_parent {
             resp.cgroup_parent.clone_from(parent);
@@ -424,7 +455,11 @@ impl Framework {
     /// change (pod-level values, if any plugin asks for them here, are written too).
     ///
     /// Errors: a plugin failure under [`FailurePolicy::Fail`], as `INTERNAL`.
-    pub fn container_hook(&self, stage: Stage, req: &ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> {
+    pub fn container_hook(
+        &self,
+        stage: Stage,
+        req: &ContainerResourceHookRequest,
+    ) -> Result<ContainerResourceHookResponse, Status> {
         self.container_hook_owned(stage, req.clone())
     }
 
@@ -432,7 +467,11 @@ impl Framework {
     /// context and from there into the echo, never copied (the servers' path).
     ///
     /// Errors: as [`Framework::container_hook`].
-    pub fn container_hook_owned(&self, stage: Stage, req: ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> {
+    pub fn container_hook_owned(
+        &self,
+        stage: Stage,
+        req: ContainerResourceHookRequest,
+    ) -> Result<ContainerResourceHookResponse, Status> {
         let container = ContainerContext::from(req);
         let outcome = self.container_stage(stage, &container).map_err(|f| failure_status(&f))?;
         let key = container.key();

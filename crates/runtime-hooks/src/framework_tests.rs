@@ -31,7 +31,12 @@ impl Plugin for Fixed {
 
 fn framework(plugins: Vec<Fixed>, policy: FailurePolicy, root: &std::path::Path) -> Framework {
     let plugins = plugins.into_iter().map(|p| Arc::new(p) as Arc<dyn Plugin>).collect();
-    Framework::new(plugins, policy, RulesStore::fixed(Rules::default()), Arc::new(CgroupFs::new(root, CgroupVersion::V2)))
+    Framework::new(
+        plugins,
+        policy,
+        RulesStore::fixed(Rules::default()),
+        Arc::new(CgroupFs::new(root, CgroupVersion::V2)),
+    )
 }
 
 fn shares(n: i64) -> Option<Change> {
@@ -140,13 +145,20 @@ fn stages_are_the_union_in_order() {
     let t = tempfile::tempdir().unwrap();
     let f = framework(
         vec![
-            Fixed { name: "a", stages: &[Stage::PreUpdateContainerResources, Stage::PreCreateContainer], change: shares(3) },
+            Fixed {
+                name: "a",
+                stages: &[Stage::PreUpdateContainerResources, Stage::PreCreateContainer],
+                change: shares(3),
+            },
             Fixed { name: "b", stages: &[Stage::PreRunPodSandbox, Stage::PreCreateContainer], change: shares(4) },
         ],
         FailurePolicy::Ignore,
         t.path(),
     );
-    assert_eq!(f.stages(), vec![Stage::PreRunPodSandbox, Stage::PreCreateContainer, Stage::PreUpdateContainerResources]);
+    assert_eq!(
+        f.stages(),
+        vec![Stage::PreRunPodSandbox, Stage::PreCreateContainer, Stage::PreUpdateContainerResources]
+    );
 }
 
 #[test]
@@ -223,19 +235,30 @@ fn large_answers_leave_out_the_unchanged_echo() {
     let big = "x".repeat(ECHO_LIMIT_BYTES);
     let mut req = container_req();
     req.container_annotations.insert("big".into(), big.clone());
-    let f = framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }], FailurePolicy::Fail, t.path());
+    let f = framework(
+        vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }],
+        FailurePolicy::Fail,
+        t.path(),
+    );
     let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
     assert!(resp.container_annotations.is_empty() && resp.container_envs.is_empty(), "{:?}", resp.container_envs);
     assert_eq!(resp.container_resources.unwrap().cpu_shares, 512);
-    let f =
-        framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: Some(with_env) }], FailurePolicy::Fail, t.path());
+    let f = framework(
+        vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: Some(with_env) }],
+        FailurePolicy::Fail,
+        t.path(),
+    );
     let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
     assert_eq!(resp.container_annotations, [("b".to_string(), "2".to_string())].into());
     assert_eq!(resp.container_envs.len(), 2, "a changed env keeps the whole env echoed");
     // Envs that are large are left out too when no plugin changed one.
     let mut req = container_req();
     req.container_envs.insert("BIG".into(), big);
-    let f = framework(vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }], FailurePolicy::Fail, t.path());
+    let f = framework(
+        vec![Fixed { name: "p", stages: &[Stage::PreCreateContainer], change: shares(512) }],
+        FailurePolicy::Fail,
+        t.path(),
+    );
     let resp = f.container_hook(Stage::PreCreateContainer, &req).unwrap();
     assert!(resp.container_envs.is_empty());
     assert!(prost::Message::encoded_len(&resp) < ECHO_LIMIT_BYTES);
@@ -284,7 +307,8 @@ fn pod_values_are_written_and_a_missing_kernel_file_is_no_failure() {
     let pod_dir = t.path().join("kubepods/pod1");
     std::fs::create_dir_all(&pod_dir).unwrap();
     std::fs::write(pod_dir.join("cpu.weight"), "100").unwrap();
-    let change = Change { pod_cgroup: vec![CgroupValue::CpuShares(1024), CgroupValue::BvtWarpNs(-1)], ..Default::default() };
+    let change =
+        Change { pod_cgroup: vec![CgroupValue::CpuShares(1024), CgroupValue::BvtWarpNs(-1)], ..Default::default() };
     let f = framework(
         vec![Fixed { name: "podlevel", stages: &[Stage::PreRunPodSandbox], change: Some(change) }],
         FailurePolicy::Fail,
@@ -306,13 +330,19 @@ fn pod_values_are_written_and_a_missing_kernel_file_is_no_failure() {
     assert_eq!(f.cgroups().unsupported(), vec!["cpu.bvt_warp_ns".to_string()]);
     // The pod's directory does not exist yet: logged, not a failure (even under Fail).
     let early = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod2".into(), ..Default::default() };
-    assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &early).unwrap(), PodSandboxHookResponse { resources: shares, ..echo_pod(&early) });
+    assert_eq!(
+        f.pod_hook(Stage::PreRunPodSandbox, &early).unwrap(),
+        PodSandboxHookResponse { resources: shares, ..echo_pod(&early) }
+    );
     // A file that cannot be read or written is the owning plugin's failure (here: cpu.max is
     // a directory, which even root cannot write).
     std::fs::create_dir(pod_dir.join("cpu.max")).unwrap();
     let change = Change { pod_cgroup: vec![CgroupValue::CfsQuota(5000)], ..Default::default() };
-    let f =
-        framework(vec![Fixed { name: "quota", stages: &[Stage::PreRunPodSandbox], change: Some(change) }], FailurePolicy::Fail, t.path());
+    let f = framework(
+        vec![Fixed { name: "quota", stages: &[Stage::PreRunPodSandbox], change: Some(change) }],
+        FailurePolicy::Fail,
+        t.path(),
+    );
     let blocked = PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), ..Default::default() };
     let err = f.pod_hook(Stage::PreRunPodSandbox, &blocked).unwrap_err();
     assert!(err.message.contains("plugin quota") && err.message.contains("cpu.max"), "{}", err.message);
@@ -328,7 +358,12 @@ const BE_SPEC: &str = r#"{"containers": {"main": {"requests": {"kubernetes.io/ba
 
 fn be_pod(parent: &str) -> PodSandboxHookRequest {
     PodSandboxHookRequest {
-        pod_meta: Some(PodSandboxMetadata { name: "be".into(), namespace: "ns".into(), uid: "1234".into(), attempt: 0 }),
+        pod_meta: Some(PodSandboxMetadata {
+            name: "be".into(),
+            namespace: "ns".into(),
+            uid: "1234".into(),
+            attempt: 0,
+        }),
         labels: [(crate::context::QOS_CLASS_KEY.to_string(), "BE".to_string())].into(),
         annotations: [(crate::plugins::batch_resource::EXTENDED_RESOURCE_SPEC.to_string(), BE_SPEC.to_string())].into(),
         cgroup_parent: parent.into(),
@@ -339,7 +374,12 @@ fn be_pod(parent: &str) -> PodSandboxHookRequest {
 /// The answer to [`be_pod`]: the echo with BatchResource's pod values in `resources`, as
 /// koordlet fills them (shares, quota, memory limit; not the period).
 fn be_answer(req: &PodSandboxHookRequest) -> PodSandboxHookResponse {
-    let resources = LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, memory_limit_in_bytes: 128 << 20, ..Default::default() };
+    let resources = LinuxContainerResources {
+        cpu_shares: 512,
+        cpu_quota: 100_000,
+        memory_limit_in_bytes: 128 << 20,
+        ..Default::default()
+    };
     PodSandboxHookResponse { resources: Some(resources), ..echo_pod(req) }
 }
 
@@ -352,14 +392,18 @@ fn pod_answers_carry_the_pod_values_as_koordlet_fills_them() {
     let t = tempfile::tempdir().unwrap();
     let f = builtin_on(t.path(), None, FailurePolicy::Fail);
     let mut be = be_pod("/kubepods/besteffort/pod1234");
-    be.resources = Some(LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, oom_score_adj: -998, ..Default::default() });
+    be.resources =
+        Some(LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, oom_score_adj: -998, ..Default::default() });
     let resp = f.pod_hook(Stage::PreRunPodSandbox, &be).unwrap();
-    let want =
-        LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, memory_limit_in_bytes: 128 << 20, ..be.resources.clone().unwrap() };
+    let want = LinuxContainerResources {
+        cpu_shares: 512,
+        cpu_quota: 100_000,
+        memory_limit_in_bytes: 128 << 20,
+        ..be.resources.clone().unwrap()
+    };
     assert_eq!(resp, PodSandboxHookResponse { resources: Some(want), ..echo_pod(&be) });
     // One container without a memory limit: the pod's is −1 (unlimited), answered as is.
-    let open =
-        r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
+    let open = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
     be.annotations.insert(crate::plugins::batch_resource::EXTENDED_RESOURCE_SPEC.into(), open.into());
     assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &be).unwrap().resources.unwrap().memory_limit_in_bytes, -1);
     let lsr = PodSandboxHookRequest {
@@ -369,9 +413,17 @@ fn pod_answers_carry_the_pod_values_as_koordlet_fills_them() {
         ..Default::default()
     };
     let want = LinuxContainerResources { cpu_quota: -1, ..Default::default() };
-    assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &lsr).unwrap(), PodSandboxHookResponse { resources: Some(want), ..echo_pod(&lsr) });
-    let ls = PodSandboxHookRequest { labels: [(crate::context::QOS_CLASS_KEY.to_string(), "LS".to_string())].into(), ..lsr };
-    assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &ls).unwrap(), echo_pod(&ls), "GroupIdentity's bvt is no answer field");
+    assert_eq!(
+        f.pod_hook(Stage::PreRunPodSandbox, &lsr).unwrap(),
+        PodSandboxHookResponse { resources: Some(want), ..echo_pod(&lsr) }
+    );
+    let ls =
+        PodSandboxHookRequest { labels: [(crate::context::QOS_CLASS_KEY.to_string(), "LS".to_string())].into(), ..lsr };
+    assert_eq!(
+        f.pod_hook(Stage::PreRunPodSandbox, &ls).unwrap(),
+        echo_pod(&ls),
+        "GroupIdentity's bvt is no answer field"
+    );
 }
 
 /// Creates `<root>/{cpu,memory}/<dir>` with kernel-like defaults (no cpu.bvt_warp_ns: this
@@ -428,10 +480,16 @@ fn the_rules_stores_topology_and_node_reach_the_plugins() {
     let pod_dir = "kubepods/besteffort/pod1234";
     v1_dir(t.path(), pod_dir);
     let store = RulesStore::fixed(Rules::default());
-    let f =
-        Framework::new(crate::plugins::builtin(), FailurePolicy::Fail, store.clone(), Arc::new(CgroupFs::new(t.path(), CgroupVersion::V1)));
-    let pools =
-        vec![CpuSharedPool { socket: 0, node: 0, cpuset: "0-3".into() }, CpuSharedPool { socket: 1, node: 1, cpuset: "8-11".into() }];
+    let f = Framework::new(
+        crate::plugins::builtin(),
+        FailurePolicy::Fail,
+        store.clone(),
+        Arc::new(CgroupFs::new(t.path(), CgroupVersion::V1)),
+    );
+    let pools = vec![
+        CpuSharedPool { socket: 0, node: 0, cpuset: "0-3".into() },
+        CpuSharedPool { socket: 1, node: 1, cpuset: "8-11".into() },
+    ];
     assert!(store.set_cluster_topology(Some(Topology { share_pools: pools, ..Default::default() })));
     assert!(store.set_cluster_node(Some(NodeRules { cpu_normalization_ratio: Some(1.2) })));
 
@@ -440,8 +498,9 @@ fn the_rules_stores_topology_and_node_reach_the_plugins() {
         pod_cgroup_parent: "/kubepods/burstable/pod5678".into(),
         ..container_req()
     };
-    let answer =
-        |req: &ContainerResourceHookRequest| f.container_hook(Stage::PreCreateContainer, req).unwrap().container_resources.unwrap();
+    let answer = |req: &ContainerResourceHookRequest| {
+        f.container_hook(Stage::PreCreateContainer, req).unwrap().container_resources.unwrap()
+    };
     assert_eq!(answer(&ls).cpuset_cpus, "0-3,8-11");
     let pod = be_pod(&format!("/{pod_dir}"));
     f.pod_hook(Stage::PreRunPodSandbox, &pod).unwrap();
@@ -496,7 +555,10 @@ fn an_empty_parent_is_the_runtime_default_never_a_failure() {
     for driver in [None, Some(CgroupDriver::Systemd), Some(CgroupDriver::Cgroupfs)] {
         let f = builtin_on(t.path(), driver, FailurePolicy::Fail);
         assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &be_pod("")).unwrap(), be_answer(&be_pod("")), "{driver:?}");
-        for req in [PodSandboxHookRequest::default(), PodSandboxHookRequest { cgroup_parent: "/".into(), ..Default::default() }] {
+        for req in [
+            PodSandboxHookRequest::default(),
+            PodSandboxHookRequest { cgroup_parent: "/".into(), ..Default::default() },
+        ] {
             assert_eq!(f.pod_hook(Stage::PreRunPodSandbox, &req).unwrap(), echo_pod(&req), "{driver:?} {req:?}");
         }
     }

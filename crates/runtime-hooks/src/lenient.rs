@@ -213,7 +213,12 @@ mod tests {
     fn sandbox(id: &str, annotation: &str) -> real::PodSandbox {
         real::PodSandbox {
             id: id.into(),
-            metadata: Some(real::PodSandboxMetadata { name: "p".into(), uid: "u".into(), namespace: "ns".into(), attempt: 0 }),
+            metadata: Some(real::PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u".into(),
+                namespace: "ns".into(),
+                attempt: 0,
+            }),
             labels: [("koordinator.sh/qosClass".to_string(), "BE".to_string())].into(),
             annotations: [("a".to_string(), annotation.to_string()), ("b".to_string(), "ok".to_string())].into(),
             ..Default::default()

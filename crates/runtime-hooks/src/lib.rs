@@ -105,8 +105,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     let rules = rules_store(&args)?;
     let node_name = args.node_name.clone().unwrap_or_default();
     let cluster = follow_cluster(&args, &node_name, &rules).await?;
-    let status =
-        Arc::new(status::StatusSource::new(args.mode, rules.clone(), cluster.as_ref().map(|c| (node_name.clone(), c.status.clone()))));
+    let status = Arc::new(status::StatusSource::new(
+        args.mode,
+        rules.clone(),
+        cluster.as_ref().map(|c| (node_name.clone(), c.status.clone())),
+    ));
     status::serve(args.metrics_addr, args.admin_socket().as_deref(), status.clone())?;
     let (framework, driver_source) = build_framework(&args, plugins, cgroup_version, rules.clone()).await?;
     log_start(&args, &framework, &driver_source, cluster.as_ref().map(|_| node_name.as_str()));
@@ -175,7 +178,9 @@ fn select_plugins(args: &Args) -> anyhow::Result<Vec<Arc<dyn plugin::Plugin>>> {
 fn cgroup_version(args: &Args) -> anyhow::Result<cgroup::CgroupVersion> {
     if args.unchecked_cgroup_root {
         let Some(v) = args.cgroup_version.version() else {
-            anyhow::bail!("--unchecked-cgroup-root needs --cgroup-version v1 or v2: there is no mount to detect the version from")
+            anyhow::bail!(
+                "--unchecked-cgroup-root needs --cgroup-version v1 or v2: there is no mount to detect the version from"
+            )
         };
         tracing::warn!(
             cgroup_root = %args.cgroup_root.display(),
@@ -183,7 +188,8 @@ fn cgroup_version(args: &Args) -> anyhow::Result<cgroup::CgroupVersion> {
         );
         return Ok(v);
     }
-    let (v, warnings) = cgroup::check_root(&args.cgroup_root, args.cgroup_version.version()).map_err(anyhow::Error::msg)?;
+    let (v, warnings) =
+        cgroup::check_root(&args.cgroup_root, args.cgroup_version.version()).map_err(anyhow::Error::msg)?;
     for w in warnings {
         tracing::warn!("{w}");
     }
@@ -214,7 +220,11 @@ fn rules_store(args: &Args) -> anyhow::Result<Arc<RulesStore>> {
 ///
 /// Errors: a kubeconfig that cannot be loaded ([`cluster::client`]); a cluster without a node
 /// name (`--node-name`, `$NODE_NAME`).
-async fn follow_cluster(args: &Args, node_name: &str, rules: &Arc<RulesStore>) -> anyhow::Result<Option<cluster::ClusterSource>> {
+async fn follow_cluster(
+    args: &Args,
+    node_name: &str,
+    rules: &Arc<RulesStore>,
+) -> anyhow::Result<Option<cluster::ClusterSource>> {
     let config = cluster::ClusterConfig { kubeconfig: args.kubeconfig.clone(), node_name: node_name.to_owned() };
     match cluster::client(&config).await? {
         Some(client) if node_name.is_empty() => {
@@ -245,7 +255,10 @@ async fn build_framework(
     if let Some(kubepods) = &args.kubepods_cgroup {
         cgroup_path::kube_qos_dirs(kubepods, driver).map_err(|e| anyhow::anyhow!("--kubepods-cgroup: {e}"))?;
     }
-    let cgroups = cgroups.with_driver(driver).with_weight_formula(args.cpu_weight_formula.formula()).with_systemd(systemd_bus(driver));
+    let cgroups = cgroups
+        .with_driver(driver)
+        .with_weight_formula(args.cpu_weight_formula.formula())
+        .with_systemd(systemd_bus(driver));
     let on = |name: &str| plugins.iter().any(|p| p.name() == name);
     let uses = host::Uses { core_sched: on(plugins::CoreSched::NAME), resctrl: on(plugins::Resctrl::NAME) };
     let host = Arc::new(host::Host::detect_for(
@@ -257,7 +270,8 @@ async fn build_framework(
         },
         uses,
     ));
-    let framework = Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules, Arc::new(cgroups)).with_host(host));
+    let framework =
+        Arc::new(Framework::new(plugins, args.plugin_failure_policy, rules, Arc::new(cgroups)).with_host(host));
     for name in v1_only_plugins(&framework) {
         tracing::warn!(
             plugin = name,
@@ -351,13 +365,19 @@ async fn run_nri(args: &Args, framework: Arc<Framework>, shutdown: impl Future<O
 
 /// What `/status` reports once the plugins are set up: the plugins and their stages, the
 /// registration (proxy mode; its file read back when asked) or the NRI plugin, the reconciler.
-fn running_status(args: &Args, framework: &Framework, reconciler: Option<ReconcilerStatus>, driver: String) -> status::Running {
+fn running_status(
+    args: &Args,
+    framework: &Framework,
+    reconciler: Option<ReconcilerStatus>,
+    driver: String,
+) -> status::Running {
     let stages = framework.stages();
     // The registration proxy::serve writes: the same directory, name, absolute endpoint and stages.
     let registration = match args.mode {
-        Mode::Proxy => std::path::absolute(&args.listen)
-            .ok()
-            .and_then(|l| proxy::server::Registration::new(&args.hook_config_dir, &args.hook_name, &l, args.failure_policy, &stages).ok()),
+        Mode::Proxy => std::path::absolute(&args.listen).ok().and_then(|l| {
+            proxy::server::Registration::new(&args.hook_config_dir, &args.hook_name, &l, args.failure_policy, &stages)
+                .ok()
+        }),
         Mode::Standalone | Mode::Nri => None,
     };
     let version = match framework.cgroups().version() {
@@ -370,7 +390,8 @@ fn running_status(args: &Args, framework: &Framework, reconciler: Option<Reconci
         stages,
         registration,
         failure_policy: args.failure_policy,
-        nri: (args.mode == Mode::Nri).then(|| (args.nri_socket.clone(), args.nri_plugin_name.clone(), args.nri_plugin_index.clone())),
+        nri: (args.mode == Mode::Nri)
+            .then(|| (args.nri_socket.clone(), args.nri_plugin_name.clone(), args.nri_plugin_index.clone())),
         reconciler,
         cgroups: format!("{version} at {}, driver {driver}", framework.cgroups().root().display()),
     }

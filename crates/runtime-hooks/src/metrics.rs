@@ -103,11 +103,27 @@ pub fn object(name: &str) -> ObjectLabel {
 pub fn encode() -> String {
     let m = metrics();
     let mut registry = Registry::default();
-    registry.register("runtime_hooks_rule_errors", "Versions of the node's objects that did not parse", m.rule_errors.clone());
+    registry.register(
+        "runtime_hooks_rule_errors",
+        "Versions of the node's objects that did not parse",
+        m.rule_errors.clone(),
+    );
     registry.register("runtime_hooks_rule_changes", "Times the rules in force changed", m.rule_changes.clone());
-    registry.register("runtime_hooks_cluster_watch_errors", "List/watch failures of the node's objects", m.watch_errors.clone());
-    registry.register("runtime_hooks_cluster_synced", "1 once the first list of the object is complete", m.synced.clone());
-    registry.register("runtime_hooks_cluster_events_posted", "RuleParseFailed Events posted on the Node", m.events_posted.clone());
+    registry.register(
+        "runtime_hooks_cluster_watch_errors",
+        "List/watch failures of the node's objects",
+        m.watch_errors.clone(),
+    );
+    registry.register(
+        "runtime_hooks_cluster_synced",
+        "1 once the first list of the object is complete",
+        m.synced.clone(),
+    );
+    registry.register(
+        "runtime_hooks_cluster_events_posted",
+        "RuleParseFailed Events posted on the Node",
+        m.events_posted.clone(),
+    );
     let build_info = Family::<BuildLabels, Gauge>::default();
     build_info.get_or_create(&BuildLabels { version: BUILD_VERSION, revision: BUILD_REVISION }).set(1);
     registry.register(

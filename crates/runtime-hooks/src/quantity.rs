@@ -411,7 +411,8 @@ mod tests {
         #[test]
         fn exponents_match_integer_arithmetic(m in 0i64..1_000_000, e in -12i32..=12) {
             let text = format!("{m}e{e}");
-            let want = if e >= 0 { m * 10i64.pow(e as u32) } else { (m + 10i64.pow(-e as u32) - 1) / 10i64.pow(-e as u32) };
+            let scale = 10i64.pow(e.unsigned_abs());
+            let want = if e >= 0 { m * scale } else { (m + scale - 1) / scale };
             prop_assert_eq!(q(&text).value(), want, "{}", text);
         }
 

@@ -80,7 +80,14 @@ impl StatusSource {
     /// The status of a process in `mode` with these rules and (when the cluster is a source)
     /// node and watch status, started now.
     pub fn new(mode: Mode, rules: Arc<RulesStore>, cluster: Option<(String, Arc<ClusterStatus>)>) -> StatusSource {
-        StatusSource { started: SystemTime::now(), started_at: Instant::now(), mode, rules, cluster, running: OnceLock::new() }
+        StatusSource {
+            started: SystemTime::now(),
+            started_at: Instant::now(),
+            mode,
+            rules,
+            cluster,
+            running: OnceLock::new(),
+        }
     }
 
     /// The plugins are set up (once; a second call is ignored).
@@ -253,8 +260,15 @@ pub fn render(doc: &Value) -> String {
     let now = doc["now_ms"].as_u64().unwrap_or(0);
     let uptime = show_duration(Duration::from_secs(doc["uptime_seconds"].as_u64().unwrap_or(0)));
     let verdict = if doc["healthy"].as_bool() == Some(true) { "healthy" } else { "UNHEALTHY" };
-    let _ = writeln!(out, "runtime-hooks {}, up {uptime} (since {}): {verdict}", str_of(doc, "version"), str_of(doc, "started"));
-    let list = |v: &Value| v.as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "runtime-hooks {}, up {uptime} (since {}): {verdict}",
+        str_of(doc, "version"),
+        str_of(doc, "started")
+    );
+    let list = |v: &Value| {
+        v.as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default()
+    };
     let mut rows = vec![vec!["mode".to_owned(), str_of(doc, "mode").to_owned()]];
     if doc.get("plugins").is_some() {
         rows.push(vec![
@@ -270,14 +284,23 @@ pub fn render(doc: &Value) -> String {
         } else {
             format!("NOT IN PLACE ({})", str_of(reg, "found"))
         };
-        let text =
-            format!("{} -> {} (failure-policy {}): {state}", str_of(reg, "file"), str_of(reg, "endpoint"), str_of(reg, "failure_policy"));
+        let text = format!(
+            "{} -> {} (failure-policy {}): {state}",
+            str_of(reg, "file"),
+            str_of(reg, "endpoint"),
+            str_of(reg, "failure_policy")
+        );
         rows.push(vec!["registration".into(), text]);
     }
     if let Some(nri) = doc.get("nri") {
         rows.push(vec![
             "nri".into(),
-            format!("{} as {} (index {})", str_of(nri, "socket"), str_of(nri, "plugin_name"), str_of(nri, "plugin_index")),
+            format!(
+                "{} as {} (index {})",
+                str_of(nri, "socket"),
+                str_of(nri, "plugin_name"),
+                str_of(nri, "plugin_index")
+            ),
         ]);
     }
     let rules = &doc["rules"];
@@ -289,7 +312,12 @@ pub fn render(doc: &Value) -> String {
     rows.push(vec!["rules file".into(), file]);
     let changed = match (rules["last_changed_ms"].as_u64(), rules["last_changed_by"].as_str()) {
         (Some(at), Some(by)) => {
-            format!("{} ({}) from the {by}; {} change(s) since start", ago(now, at), str_of(rules, "last_changed"), rules["changes"])
+            format!(
+                "{} ({}) from the {by}; {} change(s) since start",
+                ago(now, at),
+                str_of(rules, "last_changed"),
+                rules["changes"]
+            )
         }
         _ => "not since start".to_owned(),
     };
@@ -363,8 +391,13 @@ mod tests {
         let doc = status.document();
         assert_eq!(doc["healthy"], true, "{doc}");
         assert_eq!(doc["plugins"], json!(["GroupIdentity", "BatchResource"]));
-        *last.lock().unwrap() =
-            LastPass { passes: 1, at: Some(SystemTime::now()), reason: "start", error: Some("no runtime".into()), ..Default::default() };
+        *last.lock().unwrap() = LastPass {
+            passes: 1,
+            at: Some(SystemTime::now()),
+            reason: "start",
+            error: Some("no runtime".into()),
+            ..Default::default()
+        };
         let doc = status.document();
         assert_eq!(doc["healthy"], false);
         assert!(doc["problems"][0].as_str().unwrap().contains("no runtime"), "{doc}");
@@ -389,15 +422,22 @@ mod tests {
         let used = daemon_support::status::dashboard_names(dashboard, "runtime_hooks_").unwrap();
         // A family shows in the metrics text once it has a series: make one of each (at 0).
         let m = crate::metrics::metrics();
-        let _ = (m.rule_errors.get_or_create(&crate::metrics::object("NodeSLO")), m.synced.get_or_create(&crate::metrics::object("Node")));
+        let _ = (
+            m.rule_errors.get_or_create(&crate::metrics::object("NodeSLO")),
+            m.synced.get_or_create(&crate::metrics::object("Node")),
+        );
         let _ = m.watch_errors.get_or_create(&crate::metrics::object("Pod"));
         let _ = m.rule_changes.get_or_create(&crate::metrics::SourceLabel { source: "file".into() });
         let exported = daemon_support::status::exposed_names(&crate::metrics::encode());
         assert!(used.len() >= 5, "{used:?}");
         let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
-        assert!(unknown.is_empty(), "the dashboard uses metrics runtime-hooks does not export: {unknown:?}; it exports {exported:?}");
+        assert!(
+            unknown.is_empty(),
+            "the dashboard uses metrics runtime-hooks does not export: {unknown:?}; it exports {exported:?}"
+        );
         // Every family has a panel: the version table included.
-        let unshown: Vec<&String> = exported.iter().filter(|n| !used.iter().any(|u| u.starts_with(n.as_str()))).collect();
+        let unshown: Vec<&String> =
+            exported.iter().filter(|n| !used.iter().any(|u| u.starts_with(n.as_str()))).collect();
         assert!(unshown.is_empty(), "metrics runtime-hooks exports that the dashboard does not show: {unshown:?}");
     }
 
@@ -410,7 +450,10 @@ mod tests {
         assert!(!store.reload());
         let status = StatusSource::new(Mode::Proxy, store, None);
         let doc = status.document();
-        assert!(doc["problems"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().contains("does not read")), "{doc}");
+        assert!(
+            doc["problems"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().contains("does not read")),
+            "{doc}"
+        );
         assert!(render(&doc).contains("DOES NOT READ"));
     }
 }

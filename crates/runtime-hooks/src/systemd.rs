@@ -274,7 +274,10 @@ impl UnitProperty {
                         _ => format!("a CPU quota period of {period_us} µs (the kernel's range is 1000..=1000000)"),
                     });
                 };
-                Ok(vec![("CPUQuotaPerSecUSec", DbusValue::U64(per_sec)), ("CPUQuotaPeriodUSec", DbusValue::U64(*period_us))])
+                Ok(vec![
+                    ("CPUQuotaPerSecUSec", DbusValue::U64(per_sec)),
+                    ("CPUQuotaPeriodUSec", DbusValue::U64(*period_us)),
+                ])
             }
             UnitProperty::MemoryMax(Some(0)) => Err("MemoryMax 0 (systemd wants at least 1 byte)".to_owned()),
             UnitProperty::MemoryMax(v) => one("MemoryMax", v.unwrap_or(INFINITY)),
@@ -282,7 +285,10 @@ impl UnitProperty {
             UnitProperty::MemoryLimit(v) => one("MemoryLimit", v.unwrap_or(INFINITY)),
             UnitProperty::AllowedCpus(cpus) => match cpu_mask(cpus) {
                 Some(mask) => Ok(vec![("AllowedCPUs", DbusValue::Bytes(mask))]),
-                None => Err(format!("AllowedCPUs with CPU {} (systemd takes CPUs below {CPU_LIMIT})", cpus.last().copied().unwrap_or(0))),
+                None => Err(format!(
+                    "AllowedCPUs with CPU {} (systemd takes CPUs below {CPU_LIMIT})",
+                    cpus.last().copied().unwrap_or(0)
+                )),
             },
         }
     }
@@ -547,7 +553,12 @@ impl Systemd {
     /// Connects to the bus on `socket`; each later connection attempt and each call may take
     /// `timeout` at most. Errors: as [`Systemd::connect`].
     pub fn connect_with(socket: &Path, timeout: Duration) -> Result<Self, SystemdError> {
-        let systemd = Systemd { socket: socket.to_path_buf(), timeout, connection: Mutex::new(None), memo: Mutex::new(Memo::default()) };
+        let systemd = Systemd {
+            socket: socket.to_path_buf(),
+            timeout,
+            connection: Mutex::new(None),
+            memo: Mutex::new(Memo::default()),
+        };
         let connection = systemd.open(None)?;
         *lock(&systemd.connection) = Some(connection);
         Ok(systemd)
@@ -594,7 +605,8 @@ impl Systemd {
     /// Forgets what was set on `unit` for the D-Bus properties of `props` only (their file found
     /// changed: the next [`Systemd::set_properties`] sends them again, and only them).
     pub fn forget_properties(&self, unit: &str, props: &[UnitProperty]) {
-        let names: Vec<&'static str> = props.iter().filter_map(|p| p.dbus().ok()).flatten().map(|(name, _)| name).collect();
+        let names: Vec<&'static str> =
+            props.iter().filter_map(|p| p.dbus().ok()).flatten().map(|(name, _)| name).collect();
         lock(&self.memo).forget_names(unit, &names);
     }
 
@@ -616,8 +628,11 @@ impl Systemd {
                 }
                 Some(Ok(_)) => return Ok(()),
                 Some(Err(zbus::Error::MethodError(name, message, _))) => {
-                    let error =
-                        SystemdError::Refused { unit: unit.to_owned(), name: name.to_string(), message: message.unwrap_or_default() };
+                    let error = SystemdError::Refused {
+                        unit: unit.to_owned(),
+                        name: name.to_string(),
+                        message: message.unwrap_or_default(),
+                    };
                     if error.is_no_such_unit() {
                         self.forget(unit);
                     }
@@ -653,7 +668,11 @@ impl Systemd {
     fn open(&self, unit: Option<&str>) -> Result<zbus::Connection, SystemdError> {
         let address = zbus::Address::from(Transport::Unix(Unix::new(UnixSocket::File(self.socket.clone()))));
         let connect = async move { zbus::connection::Builder::address(address)?.build().await };
-        let error = |detail: String| SystemdError::Connect { unit: unit.map(str::to_owned), socket: self.socket.clone(), detail };
+        let error = |detail: String| SystemdError::Connect {
+            unit: unit.map(str::to_owned),
+            socket: self.socket.clone(),
+            detail,
+        };
         match within(self.timeout, connect) {
             Some(Ok(c)) => Ok(c),
             Some(Err(e)) => Err(error(e.to_string())),
@@ -675,7 +694,9 @@ fn within<T>(timeout: Duration, future: impl Future<Output = T>) -> Option<T> {
 fn encode(unit: &str, props: &[UnitProperty]) -> Result<Vec<(&'static str, DbusValue)>, SystemdError> {
     let invalid = |reason: String| SystemdError::Invalid { unit: unit.to_owned(), reason };
     if !unit_name_valid(unit) {
-        return Err(invalid("not a valid unit name (1..=255 bytes of letters, digits, \":-_.\\@\", with a type suffix)".to_owned()));
+        return Err(invalid(
+            "not a valid unit name (1..=255 bytes of letters, digits, \":-_.\\@\", with a type suffix)".to_owned(),
+        ));
     }
     let mut wire: Vec<(&'static str, DbusValue)> = Vec::new();
     for prop in props {

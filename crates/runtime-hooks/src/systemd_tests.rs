@@ -22,7 +22,8 @@ fn cpu_mask_reads_back_as_systemd_reads_it() {
     // cpu_set_from_dbus: bit (cpu % 8) of byte (cpu / 8).
     let cpus = set(&[0, 3, 4, 15, 16, 63, 100, 8191]);
     let mask = cpu_mask(&cpus).unwrap();
-    let back: BTreeSet<u32> = (0..mask.len() as u32 * 8).filter(|c| mask[*c as usize / 8] & (1 << (c % 8)) != 0).collect();
+    let back: BTreeSet<u32> =
+        (0..mask.len() as u32 * 8).filter(|c| mask[*c as usize / 8] & (1 << (c % 8)) != 0).collect();
     assert_eq!(back, cpus);
 }
 
@@ -91,7 +92,10 @@ fn survives_reload_means_applied_is_exact_too() {
     for period in [1_000, 10_000, 30_000, 50_000, 100_000, 333_333, 1_000_000] {
         for quota in (1..=4_000_000).step_by(997) {
             if quota_survives_reload(quota, period) {
-                assert_eq!(cpu_max_applied(Some(quota), period), Some(CpuMax { quota_us: Some(quota), period_us: period }));
+                assert_eq!(
+                    cpu_max_applied(Some(quota), period),
+                    Some(CpuMax { quota_us: Some(quota), period_us: period })
+                );
             }
         }
     }
@@ -114,7 +118,9 @@ fn stable_quota_rounds_up_to_a_quota_that_survives() {
         for quota in (1..=2_000_000).step_by(1_013) {
             let stable = stable_quota(quota, period).unwrap();
             assert!(stable >= quota && quota_survives_reload(stable, period), "{quota}/{period} → {stable}");
-            assert!((quota..stable).step_by(1 + (stable - quota) as usize / 50).all(|q| !quota_survives_reload(q, period)));
+            assert!((quota..stable)
+                .step_by(1 + (stable - quota) as usize / 50)
+                .all(|q| !quota_survives_reload(q, period)));
         }
     }
 }
@@ -126,7 +132,10 @@ fn unit_of_a_cgroup_directory() {
         unit("/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice").as_deref(),
         Some("kubepods-besteffort-pod1.slice")
     );
-    assert_eq!(unit("/kubepods.slice/kubepods-pod2.slice/cri-containerd-0123abcd.scope").as_deref(), Some("cri-containerd-0123abcd.scope"));
+    assert_eq!(
+        unit("/kubepods.slice/kubepods-pod2.slice/cri-containerd-0123abcd.scope").as_deref(),
+        Some("cri-containerd-0123abcd.scope")
+    );
     assert_eq!(unit("/sys/fs/cgroup/cpu/kubepods.slice/").as_deref(), Some("kubepods.slice"));
     assert_eq!(unit("kubepods-burstable-pod3_4.slice").as_deref(), Some("kubepods-burstable-pod3_4.slice"));
     // cgroupfs driver, the root, no name before the suffix, other characters
@@ -181,7 +190,10 @@ fn properties_encode_to_systemds_names_and_types() {
             "AllowedCPUs ay [0x07 0x02]",
         ]
     );
-    let unlimited = encode("x.slice", &[UnitProperty::CpuQuota { quota_us: None, period_us: 100_000 }, UnitProperty::MemoryMax(None)]);
+    let unlimited = encode(
+        "x.slice",
+        &[UnitProperty::CpuQuota { quota_us: None, period_us: 100_000 }, UnitProperty::MemoryMax(None)],
+    );
     assert_eq!(
         unlimited.unwrap(),
         [
@@ -191,7 +203,8 @@ fn properties_encode_to_systemds_names_and_types() {
         ]
     );
     // each name once, the last value wins
-    let twice = encode("x.slice", &[UnitProperty::CpuWeight(1), UnitProperty::MemoryMax(Some(5)), UnitProperty::CpuWeight(2)]);
+    let twice =
+        encode("x.slice", &[UnitProperty::CpuWeight(1), UnitProperty::MemoryMax(Some(5)), UnitProperty::CpuWeight(2)]);
     assert_eq!(twice.unwrap(), [("CPUWeight", DbusValue::U64(2)), ("MemoryMax", DbusValue::U64(5))]);
 }
 
@@ -256,9 +269,16 @@ fn memo_is_bounded() {
 
 #[test]
 fn errors_name_the_unit_and_the_dbus_error() {
-    let e = SystemdError::Refused { unit: "a.scope".into(), name: NO_SUCH_UNIT.into(), message: "Unit a.scope not found.".into() };
+    let e = SystemdError::Refused {
+        unit: "a.scope".into(),
+        name: NO_SUCH_UNIT.into(),
+        message: "Unit a.scope not found.".into(),
+    };
     assert!(e.is_no_such_unit());
-    assert_eq!(e.to_string(), "SetUnitProperties(a.scope): org.freedesktop.systemd1.NoSuchUnit: Unit a.scope not found.");
+    assert_eq!(
+        e.to_string(),
+        "SetUnitProperties(a.scope): org.freedesktop.systemd1.NoSuchUnit: Unit a.scope not found."
+    );
     let e = SystemdError::Timeout { unit: "a.slice".into(), timeout: Duration::from_secs(5) };
     assert!(e.is_timeout() && !e.is_no_such_unit());
     assert_eq!(e.to_string(), "SetUnitProperties(a.slice): no answer within 5000 ms");
@@ -381,7 +401,9 @@ mod bus {
                 .map(|(n, v)| {
                     let shown = match &*v {
                         Value::U64(x) => x.to_string(),
-                        Value::Array(a) => format!("{:?}", a.iter().map(|b| u8::try_from(b).unwrap_or(0)).collect::<Vec<u8>>()),
+                        Value::Array(a) => {
+                            format!("{:?}", a.iter().map(|b| u8::try_from(b).unwrap_or(0)).collect::<Vec<u8>>())
+                        }
                         other => format!("{other:?}"),
                     };
                     (n, v.value_signature().to_string(), shown)
@@ -389,7 +411,8 @@ mod bus {
                 .collect();
             // The header's SIGNATURE field as sent (zbus writes it without the outer parentheses
             // that zvariant's Display adds to a multi-argument body).
-            let call = Call { body_signature: header.signature().to_string_no_parens(), unit: name.clone(), runtime, props };
+            let call =
+                Call { body_signature: header.signature().to_string_no_parens(), unit: name.clone(), runtime, props };
             self.calls.lock().unwrap().push(call);
             if name.starts_with("gone") {
                 return Err(FakeError::NoSuchUnit(format!("Unit {name} not found.")));
@@ -404,7 +427,11 @@ mod bus {
         let manager = FakeManager { calls: calls.clone() };
         let address = zbus::Address::from(Transport::Unix(Unix::new(UnixSocket::File(socket.to_path_buf()))));
         let connection = async_io::block_on(async {
-            zbus::connection::Builder::address(address)?.name(DESTINATION)?.serve_at(OBJECT_PATH, manager)?.build().await
+            zbus::connection::Builder::address(address)?
+                .name(DESTINATION)?
+                .serve_at(OBJECT_PATH, manager)?
+                .build()
+                .await
         })
         .expect("serving the fake systemd");
         (connection, calls)
@@ -478,12 +505,18 @@ fn no_such_unit_is_told_and_forgets_the_unit() {
     let e = systemd.set_properties("gone-1.scope", &[UnitProperty::CpuWeight(5)]).unwrap_err();
     assert!(e.is_no_such_unit(), "{e}");
     assert_eq!(e.dbus_error_name(), Some(NO_SUCH_UNIT));
-    assert_eq!(e.to_string(), "SetUnitProperties(gone-1.scope): org.freedesktop.systemd1.NoSuchUnit: Unit gone-1.scope not found.");
+    assert_eq!(
+        e.to_string(),
+        "SetUnitProperties(gone-1.scope): org.freedesktop.systemd1.NoSuchUnit: Unit gone-1.scope not found."
+    );
     // nothing was recorded: the same call is sent again
     assert!(systemd.set_properties("gone-1.scope", &[UnitProperty::CpuWeight(5)]).unwrap_err().is_no_such_unit());
     assert_eq!(calls(&recorded).len(), 2);
     // an invalid name never reaches the bus
-    assert!(matches!(systemd.set_properties("a b.slice", &[UnitProperty::CpuWeight(5)]), Err(SystemdError::Invalid { .. })));
+    assert!(matches!(
+        systemd.set_properties("a b.slice", &[UnitProperty::CpuWeight(5)]),
+        Err(SystemdError::Invalid { .. })
+    ));
     assert_eq!(calls(&recorded).len(), 2);
 }
 

@@ -22,7 +22,13 @@ fn base(dir: &Path) -> Vec<String> {
     std::fs::create_dir_all(&cgroups).unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_owned();
     let mut args = vec!["--listen".into(), s(&dir.join("hooks.sock")), "--hook-config-dir".into(), s(&config)];
-    args.extend(["--cgroup-root".into(), s(&cgroups), "--cgroup-version".into(), "v1".into(), "--unchecked-cgroup-root".into()]);
+    args.extend([
+        "--cgroup-root".into(),
+        s(&cgroups),
+        "--cgroup-version".into(),
+        "v1".into(),
+        "--unchecked-cgroup-root".into(),
+    ]);
     args
 }
 
@@ -32,13 +38,20 @@ fn open_fds(pid: i32) -> usize {
 
 fn rss_kib(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// `runtime-hooks --listen SOCKET status` (its default admin socket, no TCP): exit code, output.
 fn status_by_socket(listen: &Path) -> (i32, String) {
     let out = Command::new(HOOKS_BIN).arg("--listen").arg(listen).arg("status").output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
 }
 
 #[test]
@@ -61,7 +74,11 @@ fn a_flood_of_admin_connections_leaves_hooks_and_status_working() {
     let line = log.lines().find(|l| l.contains("admin endpoint")).unwrap_or_default();
     let addr = line.split("addr=").nth(1).and_then(|a| a.split_whitespace().next()).unwrap().to_owned();
     let pid = hooks.pid();
-    assert!(Command::new("prlimit").args(["--pid", &pid.to_string(), "--nofile=1024:1024"]).status().unwrap().success());
+    assert!(Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), "--nofile=1024:1024"])
+        .status()
+        .unwrap()
+        .success());
     let (fds_before, rss_before) = (open_fds(pid), rss_kib(pid));
 
     let big = [b"GET /metrics HTTP/1.1\r\nX-Fill: ".as_slice(), &vec![b'a'; 400_000]].concat();
@@ -79,7 +96,8 @@ fn a_flood_of_admin_connections_leaves_hooks_and_status_working() {
         }
     }
     // All held open: the hook socket and the admin socket answer.
-    let probe = Command::new(HOOKS_BIN).arg("--probe").arg("--listen").arg(dir.path().join("hooks.sock")).output().unwrap();
+    let probe =
+        Command::new(HOOKS_BIN).arg("--probe").arg("--listen").arg(dir.path().join("hooks.sock")).output().unwrap();
     let (code, shown) = status_by_socket(&dir.path().join("hooks.sock"));
     max_fds = max_fds.max(open_fds(pid));
     max_rss = max_rss.max(rss_kib(pid));
@@ -109,7 +127,11 @@ fn a_taken_admin_address_stops_the_start_naming_it() {
     let _live = std::os::unix::net::UnixListener::bind(&live).unwrap();
     for (flag, value, says) in [
         ("--metrics-addr", taken.clone(), format!("--metrics-addr {taken}: cannot listen: ")),
-        ("--admin-socket", live.display().to_string(), format!("--admin-socket {}: another process is serving", live.display())),
+        (
+            "--admin-socket",
+            live.display().to_string(),
+            format!("--admin-socket {}: another process is serving", live.display()),
+        ),
     ] {
         let mut args = base(dir.path());
         args.extend([flag.to_owned(), value.clone()]);
@@ -117,6 +139,9 @@ fn a_taken_admin_address_stops_the_start_naming_it() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{flag} {value}:\n{stderr}");
         let last = stderr.trim_end().lines().last().unwrap_or_default();
-        assert!(last.contains("runtime-hooks stopped: ") && last.contains(&says), "{flag}: the last line names it:\n{stderr}");
+        assert!(
+            last.contains("runtime-hooks stopped: ") && last.contains(&says),
+            "{flag}: the last line names it:\n{stderr}"
+        );
     }
 }

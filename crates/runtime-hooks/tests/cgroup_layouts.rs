@@ -31,7 +31,9 @@ fn be_parent(env: &Containerd, layout: Layout, uid: &str) -> String {
     let uid = uid.replace('-', "_"); // kubelet escapes "-" in systemd unit names
     match layout {
         Layout::Cgroupfs => format!("{}/kubepods/besteffort/pod{uid}", env.cgroup_parent),
-        Layout::Slice => format!("{}/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice", env.cgroup_parent),
+        Layout::Slice => {
+            format!("{}/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice", env.cgroup_parent)
+        }
     }
 }
 
@@ -42,7 +44,11 @@ enum Layout {
 }
 
 /// A BE pod with the batch resources and `labels`, its parent set by `parent(uid)`.
-fn be_configs(env: &Containerd, labels: &[(&str, &str)], parent: impl Fn(&str) -> String) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
+fn be_configs(
+    env: &Containerd,
+    labels: &[(&str, &str)],
+    parent: impl Fn(&str) -> String,
+) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
     let mut all = vec![(QOS, "BE")];
     all.extend_from_slice(labels);
     let (mut sandbox, container) = pod_configs(env, &all, &[(SPEC, BE_SPEC)]);
@@ -54,7 +60,10 @@ fn be_configs(env: &Containerd, labels: &[(&str, &str)], parent: impl Fn(&str) -
 /// The directory of a running container's real cgroup for `controller`, from its
 /// `/proc/<pid>/cgroup` (wherever runc put it).
 async fn real_cgroup(rt: &mut RuntimeServiceClient<Channel>, container_id: &str, controller: &str) -> PathBuf {
-    let status = rt.container_status(cri::ContainerStatusRequest { container_id: container_id.into(), verbose: true }).await.unwrap();
+    let status = rt
+        .container_status(cri::ContainerStatusRequest { container_id: container_id.into(), verbose: true })
+        .await
+        .unwrap();
     let info: serde_json::Value = serde_json::from_str(&status.into_inner().info["info"]).unwrap();
     let pid = info["pid"].as_i64().expect("pid in the verbose info");
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
@@ -68,7 +77,10 @@ async fn real_cgroup(rt: &mut RuntimeServiceClient<Channel>, container_id: &str,
 }
 
 fn read(dir: &Path, file: &str) -> String {
-    std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("reading {}/{file}: {e}", dir.display())).trim().to_owned()
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_else(|e| panic!("reading {}/{file}: {e}", dir.display()))
+        .trim()
+        .to_owned()
 }
 
 /// The BE values: (cpu.shares, cpu.cfs_period_us, cpu.cfs_quota_us, memory.limit_in_bytes).
@@ -78,7 +90,12 @@ fn be_values() -> (String, String, String, String) {
 
 /// The BE values in v1 cgroup directories `cpu` and `memory`.
 fn values_in(cpu: &Path, memory: &Path) -> (String, String, String, String) {
-    (read(cpu, "cpu.shares"), read(cpu, "cpu.cfs_period_us"), read(cpu, "cpu.cfs_quota_us"), read(memory, "memory.limit_in_bytes"))
+    (
+        read(cpu, "cpu.shares"),
+        read(cpu, "cpu.cfs_period_us"),
+        read(cpu, "cpu.cfs_quota_us"),
+        read(memory, "memory.limit_in_bytes"),
+    )
 }
 
 /// The BE values of a pod parent (absolute) in the real hierarchy.
@@ -114,7 +131,8 @@ fn proxy_setup(extra: &[&str]) -> ProxySetup {
     let conf = dir.path().join("hookserver.d");
     std::fs::create_dir(&conf).unwrap();
     let proxy_bin = test_support::workspace_binary("runtime-proxy");
-    let proxy = ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
+    let proxy =
+        ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
     let socket = dir.path().join("runtime-hooks.sock");
     let mut args = vec!["--listen", socket.to_str().unwrap(), "--hook-config-dir", conf.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -140,12 +158,20 @@ async fn proxy_be_pods_on_the_cgroupfs_and_the_systemd_layout() {
         let (sandbox, container) = be_configs(&s.env, &[], |uid| be_parent(&s.env, layout, uid));
         let parent = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
         precreate_pod_cgroup(&parent);
-        let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{layout:?}: {e:?}\n{}", s.hooks.log()));
+        let pod = Pod::start(&mut rt, sandbox, container)
+            .await
+            .unwrap_or_else(|e| panic!("{layout:?}: {e:?}\n{}", s.hooks.log()));
         assert_eq!(pod_values(&parent), be_values(), "{layout:?} pod {parent}\n{}", s.hooks.log());
-        let (cpu, memory) = (real_cgroup(&mut rt, &pod.container_id, "cpu").await, real_cgroup(&mut rt, &pod.container_id, "memory").await);
+        let (cpu, memory) = (
+            real_cgroup(&mut rt, &pod.container_id, "cpu").await,
+            real_cgroup(&mut rt, &pod.container_id, "memory").await,
+        );
         assert_eq!(values_in(&cpu, &memory), be_values(), "{layout:?} container in {}", cpu.display());
         if let Layout::Cgroupfs = layout {
-            assert_eq!(cpu, Path::new("/sys/fs/cgroup/cpu").join(parent.trim_start_matches('/')).join(&pod.container_id));
+            assert_eq!(
+                cpu,
+                Path::new("/sys/fs/cgroup/cpu").join(parent.trim_start_matches('/')).join(&pod.container_id)
+            );
         }
         pod.remove(&mut rt).await;
         remove_cgroups(&[&parent]);
@@ -165,14 +191,22 @@ async fn proxy_fail_fail_pods_with_an_empty_parent_start() {
     let mut rt = runtime_client(s.proxy.socket());
     let (mut sandbox, container) = pod_configs(&s.env, &[], &[]);
     sandbox.linux.as_mut().unwrap().cgroup_parent = String::new();
-    let plain = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("plain pod refused: {e:?}\n{}", s.hooks.log()));
+    let plain = Pod::start(&mut rt, sandbox, container)
+        .await
+        .unwrap_or_else(|e| panic!("plain pod refused: {e:?}\n{}", s.hooks.log()));
     let (sandbox, container) = be_configs(&s.env, &[], |_| String::new());
-    let be = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("BE pod refused: {e:?}\n{}", s.hooks.log()));
-    let (cpu, memory) = (real_cgroup(&mut rt, &be.container_id, "cpu").await, real_cgroup(&mut rt, &be.container_id, "memory").await);
+    let be = Pod::start(&mut rt, sandbox, container)
+        .await
+        .unwrap_or_else(|e| panic!("BE pod refused: {e:?}\n{}", s.hooks.log()));
+    let (cpu, memory) =
+        (real_cgroup(&mut rt, &be.container_id, "cpu").await, real_cgroup(&mut rt, &be.container_id, "memory").await);
     assert_eq!(values_in(&cpu, &memory), be_values(), "{}", cpu.display());
     let log = s.hooks.log();
     assert!(!log.contains("plugin-failure-policy"), "no plugin failed:\n{log}");
-    assert!(log.contains("empty parent: the runtime's default cgroup"), "a debug line says why nothing was written:\n{log}");
+    assert!(
+        log.contains("empty parent: the runtime's default cgroup"),
+        "a debug line says why nothing was written:\n{log}"
+    );
     plain.remove(&mut rt).await;
     be.remove(&mut rt).await;
 }
@@ -189,7 +223,15 @@ fn systemd_tree(root: &Path, pod_dirs: &[String]) {
     dirs.extend(pod_dirs.iter().map(|d| d.trim_start_matches('/').to_owned()));
     for dir in &dirs {
         for (ctrl, files) in [
-            ("cpu", &[("cpu.shares", "1024"), ("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000"), ("cpu.bvt_warp_ns", "0")][..]),
+            (
+                "cpu",
+                &[
+                    ("cpu.shares", "1024"),
+                    ("cpu.cfs_quota_us", "-1"),
+                    ("cpu.cfs_period_us", "100000"),
+                    ("cpu.bvt_warp_ns", "0"),
+                ][..],
+            ),
             ("memory", &[("memory.limit_in_bytes", "9223372036854771712")][..]),
         ] {
             let d = root.join(ctrl).join(dir);
@@ -232,7 +274,8 @@ async fn proxy_slice_name_parent_resolves_to_its_expanded_directory() {
     ]);
     assert!(s.hooks.log().contains("cgroup_driver=systemd (--cgroup-driver)"), "{}", s.hooks.log());
     let mut rt = runtime_client(s.proxy.socket());
-    let (sandbox, container) = be_configs(&s.env, &[], |uid| format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_")));
+    let (sandbox, container) =
+        be_configs(&s.env, &[], |uid| format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_")));
     let slice = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
     let dir = expanded(&slice);
     assert!(dir.starts_with("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"), "{dir}");
@@ -272,19 +315,21 @@ fn standalone(extra: &[&str]) -> Standalone {
     ];
     args.extend_from_slice(extra);
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
-    assert!(hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(10)), "no first pass:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(10)),
+        "no first pass:\n{}",
+        hooks.log()
+    );
     Standalone { env, label, hooks, _dir: dir }
 }
 
-/// Standalone mode, BE pods created directly on containerd with both layouts' absolute parents,
-/// driver auto. containerd 1.6/1.7 do not implement RuntimeConfig: the form decides, and both
-/// layouts run. containerd 2.x answers it (the harness's runc runtime: `SystemdCgroup = false`,
-/// so cgroupfs): runtime-hooks takes the runtime's driver, and only that driver's layout runs (a
-/// kubelet on the cgroupfs driver never sends a slice parent; the systemd layout under a named
-/// driver is `proxy_slice_name_parent_resolves_to_its_expanded_directory`). The pod cgroups get the BE values; the containers
-/// too: the cgroupfs one in `<parent>/<id>`, the systemd one in `<parent>/cri-containerd-<id>.scope`,
-/// resolved from the `<slice>:cri-containerd:<id>` containerd reports (created here where systemd
-/// would have).
+/// Standalone mode, BE pods created directly on containerd with both layouts' absolute parents, driver auto. containerd
+/// 1.6/1.7 do not implement RuntimeConfig: the form decides, and both layouts run. containerd 2.x answers it (the
+/// harness's runc runtime: `SystemdCgroup = false`, so cgroupfs): runtime-hooks takes the runtime's driver, and only
+/// that driver's layout runs (a kubelet on the cgroupfs driver never sends a slice parent; the systemd layout under a
+/// named driver is `proxy_slice_name_parent_resolves_to_its_expanded_directory`). The pod cgroups get the BE values;
+/// the containers too: the cgroupfs one in `<parent>/<id>`, the systemd one in `<parent>/cri-containerd-<id>.scope`,
+/// resolved from the `<slice>:cri-containerd:<id>` containerd reports (created here where systemd would have).
 #[tokio::test]
 async fn standalone_be_pods_on_the_cgroupfs_and_the_systemd_layout() {
     let s = standalone(&[]);
@@ -299,15 +344,19 @@ async fn standalone_be_pods_on_the_cgroupfs_and_the_systemd_layout() {
         }
         Ok(answer) => {
             let driver = answer.into_inner().linux.map(|l| l.cgroup_driver).unwrap_or_default();
-            let (name, layout) =
-                if driver == cri::CgroupDriver::Cgroupfs as i32 { ("cgroupfs", Layout::Cgroupfs) } else { ("systemd", Layout::Slice) };
+            let (name, layout) = if driver == cri::CgroupDriver::Cgroupfs as i32 {
+                ("cgroupfs", Layout::Cgroupfs)
+            } else {
+                ("systemd", Layout::Slice)
+            };
             assert!(log.contains(&format!("cgroup_driver={name} (the runtime's RuntimeConfig)")), "{log}");
             vec![layout]
         }
     };
     let mut pods = Vec::new();
     for layout in layouts {
-        let (sandbox, container) = be_configs(&s.env, &[(&s.label.0, &s.label.1)], |uid| be_parent(&s.env, layout, uid));
+        let (sandbox, container) =
+            be_configs(&s.env, &[(&s.label.0, &s.label.1)], |uid| be_parent(&s.env, layout, uid));
         let parent = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
         precreate_pod_cgroup(&parent);
         let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{layout:?}: {e:?}"));
@@ -334,7 +383,11 @@ async fn standalone_be_pods_on_the_cgroupfs_and_the_systemd_layout() {
         // The line follows the write it reports (and the log goes through runtime-hooks' writer
         // thread): wait for it rather than read the log at once.
         let corrected = ["drift corrected", &format!("{container_dir}/cpu.shares"), "new=512"];
-        assert!(s.hooks.wait_log(&corrected, 0, Duration::from_secs(5)), "{layout:?}: no correction logged:\n{}", s.hooks.log());
+        assert!(
+            s.hooks.wait_log(&corrected, 0, Duration::from_secs(5)),
+            "{layout:?}: no correction logged:\n{}",
+            s.hooks.log()
+        );
         assert_eq!(s.hooks.count(&corrected), 1, "{layout:?}: corrected once\n{}", s.hooks.log());
     }
     assert!(!s.hooks.log().contains("reconcile: "), "no failure:\n{}", s.hooks.log());
@@ -352,11 +405,13 @@ async fn standalone_be_pods_on_the_cgroupfs_and_the_systemd_layout() {
 async fn standalone_empty_parent_pod_gets_container_values_only() {
     let s = standalone(&[]);
     let shared = |ctrl: &str, file: &str| cgroup(ctrl, "/k8s.io", file);
-    let before = (shared("cpu", "cpu.shares"), shared("cpu", "cpu.cfs_quota_us"), shared("memory", "memory.limit_in_bytes"));
+    let before =
+        (shared("cpu", "cpu.shares"), shared("cpu", "cpu.cfs_quota_us"), shared("memory", "memory.limit_in_bytes"));
     let mut rt = runtime_client(&s.env.socket);
     let (sandbox, container) = be_configs(&s.env, &[(&s.label.0, &s.label.1)], |_| String::new());
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("BE pod with an empty parent");
-    let (cpu, memory) = (real_cgroup(&mut rt, &pod.container_id, "cpu").await, real_cgroup(&mut rt, &pod.container_id, "memory").await);
+    let (cpu, memory) =
+        (real_cgroup(&mut rt, &pod.container_id, "cpu").await, real_cgroup(&mut rt, &pod.container_id, "memory").await);
     assert!(cpu.starts_with("/sys/fs/cgroup/cpu/k8s.io"), "{}", cpu.display());
     assert!(
         eventually(Duration::from_secs(5), || values_in(&cpu, &memory) == be_values()),
@@ -364,8 +419,15 @@ async fn standalone_empty_parent_pod_gets_container_values_only() {
         values_in(&cpu, &memory),
         s.hooks.log()
     );
-    assert!(s.hooks.wait_log(&["empty cgroup parent", "pod-level values not written"], 0, Duration::from_secs(2)), "{}", s.hooks.log());
-    assert_eq!((shared("cpu", "cpu.shares"), shared("cpu", "cpu.cfs_quota_us"), shared("memory", "memory.limit_in_bytes")), before);
+    assert!(
+        s.hooks.wait_log(&["empty cgroup parent", "pod-level values not written"], 0, Duration::from_secs(2)),
+        "{}",
+        s.hooks.log()
+    );
+    assert_eq!(
+        (shared("cpu", "cpu.shares"), shared("cpu", "cpu.cfs_quota_us"), shared("memory", "memory.limit_in_bytes")),
+        before
+    );
     assert!(!s.hooks.log().contains("reconcile: "), "no failure:\n{}", s.hooks.log());
     pod.remove(&mut rt).await;
 }
@@ -380,8 +442,9 @@ async fn standalone_slice_name_parent_resolves_to_its_expanded_directory() {
     let env = Containerd::from_env();
     let label = ("test".to_string(), unique("slice"));
     let mut rt = runtime_client(&env.socket);
-    let (sandbox, container) =
-        be_configs(&env, &[(&label.0, &label.1)], |uid| format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_")));
+    let (sandbox, container) = be_configs(&env, &[(&label.0, &label.1)], |uid| {
+        format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_"))
+    });
     let dir = expanded(&sandbox.linux.as_ref().unwrap().cgroup_parent);
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod with a slice name parent");
     let scope = format!("{dir}/cri-containerd-{}.scope", pod.container_id);
@@ -456,7 +519,11 @@ fn kubepods_cgroup_is_checked_at_start() {
         (&["--kubepods-cgroup", "/", "--cgroup-driver", "systemd"][..], "not a cgroup below the root"),
     ] {
         let mut h = run(bad);
-        assert!(h.wait_log(&["runtime-hooks stopped: --kubepods-cgroup", why], 0, Duration::from_secs(5)), "{bad:?}\n{}", h.log());
+        assert!(
+            h.wait_log(&["runtime-hooks stopped: --kubepods-cgroup", why], 0, Duration::from_secs(5)),
+            "{bad:?}\n{}",
+            h.log()
+        );
         assert_eq!(h.terminate(), Some(2), "{bad:?}: exited\n{}", h.log());
     }
     for good in [
@@ -466,7 +533,11 @@ fn kubepods_cgroup_is_checked_at_start() {
     ] {
         let mut h = run(good);
         // The reconciler's first words come after the signal handlers are in place.
-        assert!(h.wait_log(&["ListPodSandbox", "/nonexistent/containerd.sock"], 0, Duration::from_secs(5)), "{good:?}\n{}", h.log());
+        assert!(
+            h.wait_log(&["ListPodSandbox", "/nonexistent/containerd.sock"], 0, Duration::from_secs(5)),
+            "{good:?}\n{}",
+            h.log()
+        );
         assert_eq!(h.terminate(), Some(0), "{good:?}\n{}", h.log());
     }
 }

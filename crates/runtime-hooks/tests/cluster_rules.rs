@@ -70,16 +70,31 @@ async fn start(proxy: bool, objects: &[Value]) -> Cluster {
         let bin = test_support::workspace_binary("runtime-proxy");
         let p = ProxyProcess::start(bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
         // Only at start and on rule changes: what moves a running pod here is the rule callback.
-        args.extend(["--listen", socket.to_str().unwrap(), "--hook-config-dir", conf.to_str().unwrap(), "--reconcile-interval", "0s"]);
+        args.extend([
+            "--listen",
+            socket.to_str().unwrap(),
+            "--hook-config-dir",
+            conf.to_str().unwrap(),
+            "--reconcile-interval",
+            "0s",
+        ]);
         Some(p)
     } else {
         args.extend(["--mode", "standalone", "--reconcile-interval", "1s"]);
         None
     };
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
-    assert!(hooks.wait_log(&["watching the node's NodeSLO"], 0, Duration::from_secs(15)), "no NodeSLO watch:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["watching the node's NodeSLO"], 0, Duration::from_secs(15)),
+        "no NodeSLO watch:\n{}",
+        hooks.log()
+    );
     if let Some(p) = &proxy {
-        assert!(p.wait_log(&["hook server added", "file=runtime-hooks.json"], 0), "proxy did not take up runtime-hooks.json\n{}", p.log());
+        assert!(
+            p.wait_log(&["hook server added", "file=runtime-hooks.json"], 0),
+            "proxy did not take up runtime-hooks.json\n{}",
+            p.log()
+        );
     }
     Cluster { api, env, dir, hooks, proxy, label }
 }
@@ -125,20 +140,40 @@ impl Cluster {
         assert!(shares, "BatchResource applied: shares {}\n{}", pod.cgroup_file("cpu", "cpu.shares"), self.hooks.log());
         self.quota_becomes(&pod, "-1", "created under cfsQuota suppression");
         // Patched: the cpuset policy; the running pod gets its batch-cpu limit as quota.
-        self.api.merge_patch("nodeslos", None, NODE, json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}));
+        self.api.merge_patch(
+            "nodeslos",
+            None,
+            NODE,
+            json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}),
+        );
         self.quota_becomes(&pod, "100000", "after the patch to the cpuset policy");
-        self.api.merge_patch("nodeslos", None, NODE, json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cfsQuota"}}}));
+        self.api.merge_patch(
+            "nodeslos",
+            None,
+            NODE,
+            json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cfsQuota"}}}),
+        );
         self.quota_becomes(&pod, "-1", "after the patch back to cfsQuota");
 
         // A version that does not parse: reported (log, Event on the Node), the last good kept.
-        self.api.merge_patch("nodeslos", None, NODE, json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "bogus"}}}));
-        let ok = eventually(Duration::from_secs(5), || self.api.events().iter().any(|e| e["reason"] == "RuleParseFailed"));
+        self.api.merge_patch(
+            "nodeslos",
+            None,
+            NODE,
+            json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "bogus"}}}),
+        );
+        let ok =
+            eventually(Duration::from_secs(5), || self.api.events().iter().any(|e| e["reason"] == "RuleParseFailed"));
         assert!(ok, "no RuleParseFailed Event\n{}", self.hooks.log());
         let event = self.api.events().into_iter().find(|e| e["reason"] == "RuleParseFailed").unwrap();
         assert_eq!(event["involvedObject"]["kind"], "Node");
-        assert!(event["message"].as_str().unwrap().contains("spec.resourceUsedThresholdWithBE.cpuSuppressPolicy"), "{event}");
         assert!(
-            self.hooks.log().contains("unknown value \\\"bogus\\\"") || self.hooks.log().contains("unknown value \"bogus\""),
+            event["message"].as_str().unwrap().contains("spec.resourceUsedThresholdWithBE.cpuSuppressPolicy"),
+            "{event}"
+        );
+        assert!(
+            self.hooks.log().contains("unknown value \\\"bogus\\\"")
+                || self.hooks.log().contains("unknown value \"bogus\""),
             "{}",
             self.hooks.log()
         );
@@ -173,9 +208,18 @@ async fn standalone_mode_be_quota_follows_the_node_slo() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_mode_ls_cpuset_follows_the_share_pool() {
     let c = start(true, &[nrt("0")]).await;
-    assert!(c.hooks.wait_log(&["watching the node's NodeResourceTopology"], 0, Duration::from_secs(10)), "{}", c.hooks.log());
+    assert!(
+        c.hooks.wait_log(&["watching the node's NodeResourceTopology"], 0, Duration::from_secs(10)),
+        "{}",
+        c.hooks.log()
+    );
     let pod = c.pod(&[(QOS, "LS")], &[], false).await;
-    assert_eq!(pod.cgroup_file("cpuset", "cpuset.cpus"), "0", "LS pod on the share pool at creation\n{}", c.hooks.log());
+    assert_eq!(
+        pod.cgroup_file("cpuset", "cpuset.cpus"),
+        "0",
+        "LS pod on the share pool at creation\n{}",
+        c.hooks.log()
+    );
     c.api.merge_patch(
         "noderesourcetopologies",
         None,

@@ -62,7 +62,11 @@ async fn node_slo_create_patch_delete_reach_a_running_pod() {
     assert!(created.ok(), "{} {}", created.status, created.body);
     let label = ("test".to_string(), unique("envtest"));
     let hooks = standalone(&env, &api.hooks_kubeconfig, dir.path(), &format!("{}={}", label.0, label.1));
-    assert!(hooks.wait_log(&["watching the node's NodeSLO", "found=true"], 0, Duration::from_secs(20)), "{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["watching the node's NodeSLO", "found=true"], 0, Duration::from_secs(20)),
+        "{}",
+        hooks.log()
+    );
 
     let mut rt = runtime_client(&env.socket);
     let (sandbox, container) = pod_configs(&env, &[(QOS, "BE"), (&label.0, &label.1)], &[(SPEC, BE_SPEC)]);
@@ -77,9 +81,19 @@ async fn node_slo_create_patch_delete_reach_a_running_pod() {
         assert!(a.ok(), "{} {}", a.status, a.body);
     };
     patch("cpuset");
-    assert!(eventually(Duration::from_secs(5), || quota() == "100000"), "after the patch: {}\n{}", quota(), hooks.log());
+    assert!(
+        eventually(Duration::from_secs(5), || quota() == "100000"),
+        "after the patch: {}\n{}",
+        quota(),
+        hooks.log()
+    );
     patch("cfsQuota");
-    assert!(eventually(Duration::from_secs(5), || quota() == "-1"), "after the patch back: {}\n{}", quota(), hooks.log());
+    assert!(
+        eventually(Duration::from_secs(5), || quota() == "-1"),
+        "after the patch back: {}\n{}",
+        quota(),
+        hooks.log()
+    );
     // A value the CRD's schema lets through but koordlet does not know: an Event on the Node.
     patch("bogus");
     let events = || api.request("GET", "/api/v1/namespaces/default/events", None).json();
@@ -90,7 +104,12 @@ async fn node_slo_create_patch_delete_reach_a_running_pod() {
     assert_eq!(quota(), "-1", "the last good NodeSLO stays");
     let deleted = api.request("DELETE", &format!("{NODESLOS}/{NODE}"), None);
     assert!(deleted.ok(), "{} {}", deleted.status, deleted.body);
-    assert!(eventually(Duration::from_secs(5), || quota() == "100000"), "after the deletion: {}\n{}", quota(), hooks.log());
+    assert!(
+        eventually(Duration::from_secs(5), || quota() == "100000"),
+        "after the deletion: {}\n{}",
+        quota(),
+        hooks.log()
+    );
     pod.remove(&mut rt).await;
 }
 
@@ -100,9 +119,17 @@ async fn an_identity_without_nodeslo_rights_is_told_which_permission_is_missing(
     let Some(api) = envtest(dir.path()) else { return };
     let env = Containerd::from_env();
     let hooks = standalone(&env, &api.limited_kubeconfig, dir.path(), &format!("test={}", unique("envtest")));
-    let ok = hooks.wait_log(&["403 Forbidden", "cannot list resource", "nodeslos", "ClusterRole"], 0, Duration::from_secs(20));
+    let ok = hooks.wait_log(
+        &["403 Forbidden", "cannot list resource", "nodeslos", "ClusterRole"],
+        0,
+        Duration::from_secs(20),
+    );
     assert!(ok, "{}", hooks.log());
     // The other objects are still watched, and hooks still served (the reconciler ran).
-    assert!(hooks.wait_log(&["watching the node's NodeResourceTopology"], 0, Duration::from_secs(20)), "{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["watching the node's NodeResourceTopology"], 0, Duration::from_secs(20)),
+        "{}",
+        hooks.log()
+    );
     assert!(hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(5)), "{}", hooks.log());
 }

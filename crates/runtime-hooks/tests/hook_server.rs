@@ -48,14 +48,23 @@ fn start_with(extra: &[&str]) -> Server {
     ];
     let args: Vec<&str> = args.iter().chain(extra).copied().collect();
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
-    assert!(eventually(Duration::from_secs(10), || config.join("runtime-hooks.json").exists()), "not registered:\n{}", hooks.log());
+    assert!(
+        eventually(Duration::from_secs(10), || config.join("runtime-hooks.json").exists()),
+        "not registered:\n{}",
+        hooks.log()
+    );
     Server { _dir: dir, socket, hooks }
 }
 
 /// A PreCreateContainer request of the issue's BE pod, container "main".
 fn be_container_request() -> ContainerResourceHookRequest {
     ContainerResourceHookRequest {
-        pod_meta: Some(PodSandboxMetadata { name: "big".into(), namespace: "default".into(), uid: "uid-big".into(), attempt: 0 }),
+        pod_meta: Some(PodSandboxMetadata {
+            name: "big".into(),
+            namespace: "default".into(),
+            uid: "uid-big".into(),
+            attempt: 0,
+        }),
         container_meta: Some(ContainerMetadata { name: "main".into(), attempt: 0, id: String::new() }),
         pod_labels: map(&[(QOS, "BE")]),
         pod_annotations: map(&[(SPEC, BE_SPEC)]),
@@ -74,14 +83,23 @@ async fn the_pod_answer_carries_the_pods_resources() {
     let server = start();
     let mut client = RuntimeHookServiceClient::new(hook_api::connect(&server.socket));
     let req = PodSandboxHookRequest {
-        pod_meta: Some(PodSandboxMetadata { name: "be".into(), namespace: "default".into(), uid: "uid-be".into(), attempt: 0 }),
+        pod_meta: Some(PodSandboxMetadata {
+            name: "be".into(),
+            namespace: "default".into(),
+            uid: "uid-be".into(),
+            attempt: 0,
+        }),
         labels: map(&[(QOS, "BE")]),
         annotations: map(&[(SPEC, BE_SPEC)]),
         cgroup_parent: "/kubepods/besteffort/poduid-be".into(),
         resources: Some(LinuxContainerResources { cpu_shares: 2, oom_score_adj: -998, ..Default::default() }),
         ..Default::default()
     };
-    let answer = client.pre_run_pod_sandbox_hook(req).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log())).into_inner();
+    let answer = client
+        .pre_run_pod_sandbox_hook(req)
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()))
+        .into_inner();
     let want = LinuxContainerResources {
         cpu_shares: 512,
         cpu_quota: 100_000,
@@ -97,7 +115,12 @@ async fn the_pod_answer_carries_the_pods_resources() {
 #[tokio::test]
 async fn disable_unset_cpu_quota_keeps_the_quota_of_cpu_bound_pods() {
     let pod_req = PodSandboxHookRequest {
-        pod_meta: Some(PodSandboxMetadata { name: "lsr".into(), namespace: "default".into(), uid: "uid-lsr".into(), attempt: 0 }),
+        pod_meta: Some(PodSandboxMetadata {
+            name: "lsr".into(),
+            namespace: "default".into(),
+            uid: "uid-lsr".into(),
+            attempt: 0,
+        }),
         labels: map(&[(QOS, "LSR")]),
         annotations: map(&[("scheduling.koordinator.sh/resource-status", r#"{"cpuset": "0-1"}"#)]),
         cgroup_parent: "/kubepods/poduid-lsr".into(),
@@ -117,12 +140,23 @@ async fn disable_unset_cpu_quota_keeps_the_quota_of_cpu_bound_pods() {
         }),
         ..Default::default()
     };
-    for (flags, pod_quota, container_quota) in [(&[][..], Some(-1), -1), (&["--disable-unset-cpu-quota"][..], None, 200_000)] {
+    for (flags, pod_quota, container_quota) in
+        [(&[][..], Some(-1), -1), (&["--disable-unset-cpu-quota"][..], None, 200_000)]
+    {
         let server = start_with(flags);
         let mut client = RuntimeHookServiceClient::new(hook_api::connect(&server.socket));
-        let pod = client.pre_run_pod_sandbox_hook(pod_req.clone()).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()));
+        let pod = client
+            .pre_run_pod_sandbox_hook(pod_req.clone())
+            .await
+            .unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()));
         assert_eq!(pod.into_inner().resources.map(|r| r.cpu_quota), pod_quota, "{flags:?}");
-        let c = client.pre_create_container_hook(container_req.clone()).await.unwrap().into_inner().container_resources.unwrap();
+        let c = client
+            .pre_create_container_hook(container_req.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .container_resources
+            .unwrap();
         assert_eq!((c.cpuset_cpus.as_str(), c.cpu_quota), ("0-1", container_quota), "{flags:?}");
     }
 }
@@ -146,9 +180,16 @@ async fn requests_over_four_mib_are_answered() {
     let mut client = RuntimeHookServiceClient::new(hook_api::connect(&server.socket))
         .max_decoding_message_size(64 << 20)
         .max_encoding_message_size(64 << 20);
-    let answer = client.pre_create_container_hook(req).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log())).into_inner();
+    let answer = client
+        .pre_create_container_hook(req)
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()))
+        .into_inner();
     let r = answer.container_resources.clone().expect("resources");
-    assert_eq!((r.cpu_shares, r.cpu_period, r.cpu_quota, r.memory_limit_in_bytes), (512, 100_000, 100_000, 134_217_728));
+    assert_eq!(
+        (r.cpu_shares, r.cpu_period, r.cpu_quota, r.memory_limit_in_bytes),
+        (512, 100_000, 100_000, 134_217_728)
+    );
     assert!(answer.container_annotations.is_empty(), "{:?}", answer.container_annotations.keys());
     assert!(prost::Message::encoded_len(&answer) < 4 << 20);
     // A small request's container annotations are not echoed either: no plugin reads them.
@@ -175,14 +216,18 @@ async fn requests_with_bytes_that_are_not_utf8_are_answered() {
     assert!(ContainerResourceHookRequest::decode(wire.clone()).is_err(), "prost would refuse it");
     let channel = hook_api::connect(&server.socket);
     let path = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
+    let answer = raw::unary(channel.clone(), path, tonic::Request::new(wire))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()));
     let answer =
-        raw::unary(channel.clone(), path, tonic::Request::new(wire)).await.unwrap_or_else(|s| panic!("{s:?}\n{}", server.hooks.log()));
-    let answer = hook_api::v1alpha1::ContainerResourceHookResponse::decode(answer.into_inner()).expect("a valid answer");
+        hook_api::v1alpha1::ContainerResourceHookResponse::decode(answer.into_inner()).expect("a valid answer");
     let r = answer.container_resources.clone().expect("resources");
     assert_eq!((r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes), (512, 100_000, 134_217_728));
     assert!(answer.container_envs.is_empty(), "no plugin sets an env: none echoed, the one with bytes neither");
     // Unknown methods are UNIMPLEMENTED, as tonic's generated server answers them.
-    let e = raw::unary(channel, "/runtime.v1alpha1.RuntimeHookService/Nope", tonic::Request::new(Default::default())).await.unwrap_err();
+    let e = raw::unary(channel, "/runtime.v1alpha1.RuntimeHookService/Nope", tonic::Request::new(Default::default()))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unimplemented);
 }
 
@@ -237,9 +282,10 @@ fn feature_gates_choose_the_plugins_and_refuse_what_they_do_not_know() {
         "v1",
         "--unchecked-cgroup-root",
     ];
-    for (gates, needle) in
-        [("GroupIdentiy=true", "unknown feature gate \"GroupIdentiy\""), ("CPUNormalization=maybe", "\"maybe\" is not a boolean")]
-    {
+    for (gates, needle) in [
+        ("GroupIdentiy=true", "unknown feature gate \"GroupIdentiy\""),
+        ("CPUNormalization=maybe", "\"maybe\" is not a boolean"),
+    ] {
         let out = std::process::Command::new(HOOKS_BIN).args(base).args(["--feature-gates", gates]).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{gates}: {stderr}");
@@ -252,13 +298,18 @@ fn feature_gates_choose_the_plugins_and_refuse_what_they_do_not_know() {
     assert!(eventually(Duration::from_secs(10), || file.exists()), "not registered:\n{}", hooks.log());
     let registration: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(registration["runtime-hooks"], serde_json::json!(["PreRunPodSandbox"]), "GroupIdentity's stage only");
-    assert!(hooks.log().contains("feature_gates=GroupIdentity=true,BatchResource=false,CPUSetAllocator=false"), "{}", hooks.log());
+    assert!(
+        hooks.log().contains("feature_gates=GroupIdentity=true,BatchResource=false,CPUSetAllocator=false"),
+        "{}",
+        hooks.log()
+    );
 }
 
 /// The server's peak resident memory (`VmHWM`), bytes.
 fn peak_rss(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM").trim().trim_end_matches(" kB").trim();
+    let kb =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM").trim().trim_end_matches(" kB").trim();
     kb.parse::<u64>().unwrap() * 1024
 }
 
@@ -304,14 +355,20 @@ async fn memory_is_bounded_by_what_plugins_read() {
         assert!(answer.container_envs.is_empty() && answer.container_annotations.is_empty());
     }
     let peak = peak_rss(server.hooks.pid());
-    eprintln!("runtime-hooks VmHWM: {} MB at start, {} MB after four 14.9 MiB requests at once", base >> 20, peak >> 20);
+    eprintln!(
+        "runtime-hooks VmHWM: {} MB at start, {} MB after four 14.9 MiB requests at once",
+        base >> 20,
+        peak >> 20
+    );
     assert!(peak < 100 << 20, "peak RSS {} MB (base {} MB)", peak >> 20, base >> 20);
 
     // A plugin sets an env: every env of the request is echoed, the plugin's value over it.
-    req.pod_annotations.insert("scheduling.koordinator.sh/device-allocated".into(), r#"{"gpu": [{"minor": 1}]}"#.into());
+    req.pod_annotations
+        .insert("scheduling.koordinator.sh/device-allocated".into(), r#"{"gpu": [{"minor": 1}]}"#.into());
     req.container_envs.insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
     req.container_envs.insert("TOKEN".into(), "PLACEHLD".into());
-    let wire = test_support::raw::with_bytes(&prost::Message::encode_to_vec(&req), "PLACEHLD", test_support::raw::NOT_UTF8);
+    let wire =
+        test_support::raw::with_bytes(&prost::Message::encode_to_vec(&req), "PLACEHLD", test_support::raw::NOT_UTF8);
     let path = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook";
     let answer = test_support::raw::unary(hook_api::connect(&server.socket), path, tonic::Request::new(wire))
         .await

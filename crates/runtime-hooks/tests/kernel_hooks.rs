@@ -50,7 +50,11 @@ fn start(env: &Containerd, dir: &Path, rules: &Path, label: Option<&(String, Str
     }
     args.extend_from_slice(extra);
     let hooks = Hooks::start(&args, dir.join("hooks.log"));
-    assert!(hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(10)), "no first pass:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(10)),
+        "no first pass:\n{}",
+        hooks.log()
+    );
     hooks
 }
 
@@ -100,7 +104,13 @@ async fn be_kube_qos_cpu_idle_follows_the_node_slo() {
     assert_eq!(kubepods.idle("/besteffort"), "0", "the kernel's default");
     let rules = rules_file(dir.path(), &node_slo(1, "coreSched"));
     let label = ("test".to_string(), unique("kernel"));
-    let hooks = start(&env, dir.path(), &rules, Some(&label), &["--feature-gates", "CoreSched=true", "--kubepods-cgroup", &kubepods.name]);
+    let hooks = start(
+        &env,
+        dir.path(),
+        &rules,
+        Some(&label),
+        &["--feature-gates", "CoreSched=true", "--kubepods-cgroup", &kubepods.name],
+    );
 
     // A BE pod below the BestEffort directory, as kubelet would place it: core sched is on for
     // BE in the NodeSLO but this kernel has none, so no cookie and no failure.
@@ -114,7 +124,11 @@ async fn be_kube_qos_cpu_idle_follows_the_node_slo() {
     assert!(eventually(Duration::from_secs(5), || kubepods.idle("/besteffort") == "1"), "{}", hooks.log());
     assert_eq!(kubepods.idle("/burstable"), "0");
     assert_eq!(kubepods.idle(""), "0");
-    assert!(hooks.wait_log(&["drift corrected", "besteffort/cpu.idle", "old=0", "new=1"], 0, Duration::from_secs(2)), "{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["drift corrected", "besteffort/cpu.idle", "old=0", "new=1"], 0, Duration::from_secs(2)),
+        "{}",
+        hooks.log()
+    );
 
     // schedIdle back to 0, then the group identity policy: cpu.idle 0 again.
     set_rules(&rules, &node_slo(0, "coreSched"));
@@ -129,8 +143,9 @@ async fn be_kube_qos_cpu_idle_follows_the_node_slo() {
     let log = hooks.log();
     assert_eq!(hooks.count(&["no core scheduling"]), 1, "{log}");
     assert!(log.contains("core-sched=no"), "{log}");
-    let failures =
-        log.lines().filter(|l| l.contains("CoreSched") && !l.contains("no core scheduling") && (l.contains("WARN") || l.contains("fail")));
+    let failures = log.lines().filter(|l| {
+        l.contains("CoreSched") && !l.contains("no core scheduling") && (l.contains("WARN") || l.contains("fail"))
+    });
     assert_eq!(failures.count(), 0, "{log}");
     pod.remove(&mut rt).await;
 }
@@ -141,7 +156,11 @@ fn container_threads(pod: &Pod) -> Vec<u32> {
 }
 
 fn group_tasks(resctrl: &Path, group: &str) -> Vec<u32> {
-    std::fs::read_to_string(resctrl.join(group).join("tasks")).unwrap_or_default().split_whitespace().map(|t| t.parse().unwrap()).collect()
+    std::fs::read_to_string(resctrl.join(group).join("tasks"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect()
 }
 
 #[tokio::test]
@@ -157,7 +176,8 @@ async fn resctrl_groups_for_real_pods_on_a_fake_tree() {
     // whole view of the node), and Resctrl alone, on a tree of its own: no other test's pod is
     // touched (only this test's pods carry the annotation).
     let gates = "Resctrl=true,GroupIdentity=false,BatchResource=false,CPUSetAllocator=false";
-    let hooks = start(&env, dir.path(), &rules, None, &["--feature-gates", gates, "--resctrl-root", resctrl.to_str().unwrap()]);
+    let hooks =
+        start(&env, dir.path(), &rules, None, &["--feature-gates", gates, "--resctrl-root", resctrl.to_str().unwrap()]);
     assert!(hooks.log().contains("resctrl=yes"), "{}", hooks.log());
 
     let mut rt = runtime_client(&env.socket);
@@ -165,7 +185,8 @@ async fn resctrl_groups_for_real_pods_on_a_fake_tree() {
     let (sandbox, container) = pod_configs(&env, &labels, &[(RESCTRL, LLC_MB)]);
     let uid = sandbox.metadata.as_ref().unwrap().uid.clone();
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("pod with resctrl");
-    let (bad_sandbox, bad_container) = pod_configs(&env, &labels, &[(RESCTRL, r#"{"llc":{"schemata":{"range":"0-30"}}}"#)]);
+    let (bad_sandbox, bad_container) =
+        pod_configs(&env, &labels, &[(RESCTRL, r#"{"llc":{"schemata":{"range":"0-30"}}}"#)]);
     let bad_uid = bad_sandbox.metadata.as_ref().unwrap().uid.clone();
     let bad = Pod::start(&mut rt, bad_sandbox, bad_container).await.expect("pod with a bad annotation");
     let (plain_sandbox, plain_container) = pod_configs(&env, &labels, &[]);

@@ -157,7 +157,14 @@ async fn stderr_fifo_whose_reader_goes_away() {
 async fn klog_flags_are_accepted_with_one_notice() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("hooks.log");
-    let flags = ["--v=4", "--logtostderr", "--alsologtostderr=false", "--log-dir", "/var/log/koord", "--log_file_max_size=1800"];
+    let flags = [
+        "--v=4",
+        "--logtostderr",
+        "--alsologtostderr=false",
+        "--log-dir",
+        "/var/log/koord",
+        "--log_file_max_size=1800",
+    ];
     let mut child = spawn_with(dir.path(), Stdio::from(File::create(&log).unwrap()), &flags, None);
     wait_serving(&mut child, dir.path());
     hook_calls_answered(dir.path(), 1).await;
@@ -169,10 +176,17 @@ async fn klog_flags_are_accepted_with_one_notice() {
     let text = std::fs::read_to_string(&log).unwrap();
     let notices: Vec<&str> = text.lines().filter(|l| l.contains("deprecated klog flags")).collect();
     assert_eq!(notices.len(), 1, "{text}");
-    for part in ["--v=4 sets the log level info,runtime_hooks=debug", "--logtostderr is ignored", "--log-dir=/var/log/koord is ignored"] {
+    for part in [
+        "--v=4 sets the log level info,runtime_hooks=debug",
+        "--logtostderr is ignored",
+        "--log-dir=/var/log/koord is ignored",
+    ] {
         assert!(notices[0].contains(part), "{part:?} missing from {}", notices[0]);
     }
-    assert!(text.lines().any(|l| l.contains("DEBUG") && l.contains("runtime_hooks")), "--v=4: debug lines of runtime_hooks:\n{text}");
+    assert!(
+        text.lines().any(|l| l.contains("DEBUG") && l.contains("runtime_hooks")),
+        "--v=4: debug lines of runtime_hooks:\n{text}"
+    );
 }
 
 /// A start-up failure is said once, as the last line, and "stopped" does not come before the

@@ -11,8 +11,7 @@ use common::*;
 use nri_plugin::proto::api::{self as nri, Event};
 use test_support::nri_runtime::{container, pod, Delivered, NriRuntime, LIFECYCLE};
 
-const BE_SPEC: &str =
-    r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
+const BE_SPEC: &str = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
 
 /// runtime-hooks in NRI mode on `runtime`'s socket, over the cgroup tree at `dir/cgroup`.
 fn start(runtime: &NriRuntime, dir: &Path) -> Hooks {
@@ -74,7 +73,11 @@ async fn every_event_is_its_own_call_and_a_resize_rewrites_the_pod_values() {
         }
         let pod_event = matches!(
             event,
-            Event::RunPodSandbox | Event::StopPodSandbox | Event::RemovePodSandbox | Event::UpdatePodSandbox | Event::PostUpdatePodSandbox
+            Event::RunPodSandbox
+                | Event::StopPodSandbox
+                | Event::RemovePodSandbox
+                | Event::UpdatePodSandbox
+                | Event::PostUpdatePodSandbox
         );
         match plugin.deliver(event, &p, (!pod_event).then_some(&c)).await.unwrap() {
             Ok(Delivered::Answered(method, _)) => delivered.push(method),

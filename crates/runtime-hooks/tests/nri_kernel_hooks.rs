@@ -24,13 +24,19 @@ fn nri_socket() -> Option<PathBuf> {
     let text = std::fs::read_to_string(&file).unwrap();
     let socket = text.lines().find_map(|l| l.strip_prefix("NRI_SOCKET=")).map(PathBuf::from);
     if socket.is_none() {
-        eprintln!("SKIPPED: {file} has no NRI_SOCKET (start containerd with RP_NRI=1 scripts/containerd.sh up 1.7 ROOT)");
+        eprintln!(
+            "SKIPPED: {file} has no NRI_SOCKET (start containerd with RP_NRI=1 scripts/containerd.sh up 1.7 ROOT)"
+        );
     }
     socket
 }
 
 fn group_tasks(resctrl: &Path, group: &str) -> Vec<u32> {
-    std::fs::read_to_string(resctrl.join(group).join("tasks")).unwrap_or_default().split_whitespace().map(|t| t.parse().unwrap()).collect()
+    std::fs::read_to_string(resctrl.join(group).join("tasks"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect()
 }
 
 #[tokio::test]
@@ -72,7 +78,8 @@ async fn resctrl_group_follows_the_pod_through_nri_events() {
 
     let mut rt = runtime_client(&env.socket);
     let annotation = r#"{"llc":{"schemata":{"range":[50,100]}},"mb":{"schemata":{"percent":25}}}"#;
-    let sandbox = sandbox_config(&env, &unique("rh"), map(&[(QOS, "LS"), (&label.0, &label.1)]), map(&[(RESCTRL, annotation)]));
+    let sandbox =
+        sandbox_config(&env, &unique("rh"), map(&[(QOS, "LS"), (&label.0, &label.1)]), map(&[(RESCTRL, annotation)]));
     let uid = sandbox.metadata.as_ref().unwrap().uid.clone();
     let group = format!("koordlet-{uid}");
     let sandbox_id = rt
@@ -98,9 +105,13 @@ async fn resctrl_group_follows_the_pod_through_nri_events() {
         .expect("CreateContainer: no RDT class on a test tree")
         .into_inner()
         .container_id;
-    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await.expect("StartContainer");
-    let tasks_file = format!("/sys/fs/cgroup/cpu{}/{container_id}/tasks", sandbox.linux.as_ref().unwrap().cgroup_parent);
-    let threads: Vec<u32> = std::fs::read_to_string(&tasks_file).unwrap().split_whitespace().map(|t| t.parse().unwrap()).collect();
+    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() })
+        .await
+        .expect("StartContainer");
+    let tasks_file =
+        format!("/sys/fs/cgroup/cpu{}/{container_id}/tasks", sandbox.linux.as_ref().unwrap().cgroup_parent);
+    let threads: Vec<u32> =
+        std::fs::read_to_string(&tasks_file).unwrap().split_whitespace().map(|t| t.parse().unwrap()).collect();
     assert!(!threads.is_empty());
     assert!(
         eventually(Duration::from_secs(3), || threads.iter().all(|t| group_tasks(&resctrl, &group).contains(t))),

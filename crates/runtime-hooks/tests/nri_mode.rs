@@ -32,7 +32,8 @@ fn env() -> Option<Env> {
     let ctrd = Containerd::from_env();
     let file = std::env::var("RP_CONTAINERD_ENV").unwrap();
     let text = std::fs::read_to_string(&file).unwrap();
-    let get = |k: &str| text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.strip_prefix('='))).map(PathBuf::from);
+    let get =
+        |k: &str| text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.strip_prefix('='))).map(PathBuf::from);
     match get("NRI_SOCKET") {
         Some(nri_socket) => Some(Env { ctrd, nri_socket, root: get("CONTAINERD_ROOT").expect("CONTAINERD_ROOT") }),
         None => {
@@ -101,7 +102,11 @@ impl Plugin {
 }
 
 /// A pod whose container prints its own cgroup values when it starts, then sleeps.
-fn reporting_pod(env: &Env, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
+fn reporting_pod(
+    env: &Env,
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> (cri::PodSandboxConfig, cri::ContainerConfig) {
     let sandbox = sandbox_config(&env.ctrd, &unique("rh-nri"), map(labels), map(annotations));
     let resources = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
     let script = "echo shares=$(cat /sys/fs/cgroup/cpu/cpu.shares) quota=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) \
@@ -120,12 +125,19 @@ fn startup_line(env: &Env, sandbox: &cri::PodSandboxConfig) -> String {
         text = std::fs::read_to_string(&path).unwrap_or_default();
         text.contains("cpus=")
     });
-    text.lines().find(|l| l.contains("shares=")).map(|l| l.splitn(4, ' ').nth(3).unwrap_or(l).to_owned()).unwrap_or(text)
+    text.lines()
+        .find(|l| l.contains("shares="))
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap_or(l).to_owned())
+        .unwrap_or(text)
 }
 
 /// The OCI spec containerd stored for a container (verbose ContainerStatus), `linux.resources`.
 async fn spec_resources(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> serde_json::Value {
-    let status = rt.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true }).await.unwrap().into_inner();
+    let status = rt
+        .container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true })
+        .await
+        .unwrap()
+        .into_inner();
     let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
     info["runtimeSpec"]["linux"]["resources"].clone()
 }
@@ -158,7 +170,11 @@ async fn create(
 }
 
 fn pod_values(parent: &str) -> (String, String, String) {
-    (cgroup("cpu", parent, "cpu.shares"), cgroup("cpu", parent, "cpu.cfs_quota_us"), cgroup("memory", parent, "memory.limit_in_bytes"))
+    (
+        cgroup("cpu", parent, "cpu.shares"),
+        cgroup("cpu", parent, "cpu.cfs_quota_us"),
+        cgroup("memory", parent, "memory.limit_in_bytes"),
+    )
 }
 
 const BE_LINE: &str = "shares=512 quota=100000 period=100000 mem=134217728";
@@ -175,7 +191,12 @@ async fn be_pod_gets_koordlet_values_before_its_process_starts() {
     let parent = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
 
     // RunPodSandbox: the pod cgroup got koordlet's pod-level values from runtime-hooks.
-    assert_eq!(pod_values(&parent), ("512".into(), "100000".into(), "134217728".into()), "pod cgroup\n{}", plugin.hooks.log());
+    assert_eq!(
+        pod_values(&parent),
+        ("512".into(), "100000".into(), "134217728".into()),
+        "pod cgroup\n{}",
+        plugin.hooks.log()
+    );
     // CreateContainer, before any process: the adjustment is in the spec containerd stored.
     let spec = spec_resources(&mut rt, &container_id).await;
     assert_eq!(spec["cpu"]["shares"], 512, "{spec}");
@@ -185,12 +206,15 @@ async fn be_pod_gets_koordlet_values_before_its_process_starts() {
     assert_eq!(spec["cpu"]["cpus"], shared.as_str(), "BE: the shared pool, spelled out\n{spec}");
 
     // The process sees them from its first instruction.
-    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await.expect("StartContainer");
+    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() })
+        .await
+        .expect("StartContainer");
     let line = startup_line(&env, &sandbox);
     assert_eq!(line, format!("{BE_LINE} cpus={shared}"), "what the container read at start");
 
     // UpdateContainerResources with kubelet's BestEffort values: the plugin's fields win.
-    let update = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, cpu_quota: 0, ..Default::default() };
+    let update =
+        cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, cpu_quota: 0, ..Default::default() };
     rt.update_container_resources(cri::UpdateContainerResourcesRequest {
         container_id: container_id.clone(),
         linux: Some(update),
@@ -199,7 +223,12 @@ async fn be_pod_gets_koordlet_values_before_its_process_starts() {
     .await
     .expect("UpdateContainerResources");
     let pod = Pod { sandbox_id, container_id, config: sandbox };
-    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "kept through UpdateContainerResources\n{}", plugin.hooks.log());
+    assert_eq!(
+        pod.cgroup_file("cpu", "cpu.shares"),
+        "512",
+        "kept through UpdateContainerResources\n{}",
+        plugin.hooks.log()
+    );
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
     assert!(plugin.hooks.count(&["PreUpdateContainerResources", "cpu_shares=512"]) >= 1, "{}", plugin.hooks.log());
     pod.remove(&mut rt).await;
@@ -237,11 +266,15 @@ async fn rule_change_is_reapplied_to_running_pods() {
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_period_us"), "100000");
     plugin.set_rules("cpu: {cfsPeriodUs: 50000}\n");
     let ok = eventually(Duration::from_secs(5), || {
-        (pod.cgroup_file("cpu", "cpu.cfs_period_us"), pod.cgroup_file("cpu", "cpu.cfs_quota_us")) == ("50000".into(), "50000".into())
+        (pod.cgroup_file("cpu", "cpu.cfs_period_us"), pod.cgroup_file("cpu", "cpu.cfs_quota_us"))
+            == ("50000".into(), "50000".into())
     });
     assert!(ok, "container not updated for the new rules\n{}", plugin.hooks.log());
     let parent = pod.cgroup_parent();
-    assert_eq!((cgroup("cpu", &parent, "cpu.cfs_period_us"), cgroup("cpu", &parent, "cpu.cfs_quota_us")), ("50000".into(), "50000".into()));
+    assert_eq!(
+        (cgroup("cpu", &parent, "cpu.cfs_period_us"), cgroup("cpu", &parent, "cpu.cfs_quota_us")),
+        ("50000".into(), "50000".into())
+    );
     assert!(plugin.hooks.count(&["NRI: containers updated for the new rules"]) >= 1, "{}", plugin.hooks.log());
     pod.remove(&mut rt).await;
 }
@@ -259,7 +292,16 @@ async fn synchronize_applies_to_pods_that_existed_before_the_plugin() {
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
     let selector = format!("{}={}", plugin.label.0, plugin.label.1);
     let hooks = Hooks::start(
-        &["--mode", "nri", "--nri-socket", env.nri_socket.to_str().unwrap(), "--nri-plugin-index", "10", "--selector", &selector],
+        &[
+            "--mode",
+            "nri",
+            "--nri-socket",
+            env.nri_socket.to_str().unwrap(),
+            "--nri-plugin-index",
+            "10",
+            "--selector",
+            &selector,
+        ],
         plugin._dir.path().join("hooks2.log"),
     );
     assert!(hooks.wait_log(&["synchronize", "updates=1"], 0, Duration::from_secs(10)), "{}", hooks.log());
@@ -282,9 +324,17 @@ async fn reconnects_when_containerd_restarts() {
 
     restart_containerd(&env.ctrd, &env.root);
     assert!(plugin.hooks.wait_log(&["NRI connection lost"], 0, Duration::from_secs(10)), "{}", plugin.hooks.log());
-    assert!(plugin.hooks.wait_log(&["NRI: registered"], 1, Duration::from_secs(20)), "not registered again\n{}", plugin.hooks.log());
+    assert!(
+        plugin.hooks.wait_log(&["NRI: registered"], 1, Duration::from_secs(20)),
+        "not registered again\n{}",
+        plugin.hooks.log()
+    );
     // The new containerd synchronized the plugin with the pod that survived the restart.
-    assert!(plugin.hooks.wait_log(&["synchronize", "pods=1", "updates=1"], 0, Duration::from_secs(10)), "{}", plugin.hooks.log());
+    assert!(
+        plugin.hooks.wait_log(&["synchronize", "pods=1", "updates=1"], 0, Duration::from_secs(10)),
+        "{}",
+        plugin.hooks.log()
+    );
 
     let mut rt = runtime_client(&env.ctrd.socket);
     let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
@@ -345,7 +395,8 @@ fn restart_containerd(ctrd: &Containerd, root: &Path) {
         "containerd did not stop"
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/containerd.sh");
-    let out = std::process::Command::new(script).args(["up", ctrd.series()]).arg(root).env("RP_NRI", "1").output().unwrap();
+    let out =
+        std::process::Command::new(script).args(["up", ctrd.series()]).arg(root).env("RP_NRI", "1").output().unwrap();
     assert!(out.status.success(), "containerd.sh up: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -384,12 +435,11 @@ impl Drop for RemoveOnDrop {
 ///
 /// * while the plugin is connected, such a pod is refused at RunPodSandbox — it cannot run
 ///   without the plugins;
-/// * one made while no plugin was connected makes containerd fail to synchronize every plugin
-///   that connects, and drop it: 1.7 silently (the connection stays open, nothing comes), 2.1 by
-///   closing the connection. The plugin notices (no Synchronize after Configure: the deadline,
-///   or the connection closed), says why and registers again; meanwhile the reconciler (`--runtime-endpoint`, which decodes
-///   such pods) corrects that pod and a plain one created meanwhile; once the pod is gone the
-///   plugin is synchronized and the next pod gets its values at creation.
+/// * one made while no plugin was connected makes containerd fail to synchronize every plugin that connects, and drop
+///   it: 1.7 silently (the connection stays open, nothing comes), 2.1 by closing the connection. The plugin notices (no
+///   Synchronize after Configure: the deadline, or the connection closed), says why and registers again; meanwhile the
+///   reconciler (`--runtime-endpoint`, which decodes such pods) corrects that pod and a plain one created meanwhile;
+///   once the pod is gone the plugin is synchronized and the next pod gets its values at creation.
 #[tokio::test]
 async fn pods_with_bytes_that_are_not_utf8_escape_no_plugin() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -472,24 +522,45 @@ async fn node_slo_from_the_cluster_reaches_running_pods() {
         "spec": {"resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressPolicy": "cfsQuota"}}}));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = api.kubeconfig(dir.path());
-    let plugin = start_plugin_with(&env, true, &["--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "node-a"]);
-    assert!(plugin.hooks.wait_log(&["watching the node's NodeSLO"], 0, Duration::from_secs(10)), "{}", plugin.hooks.log());
+    let plugin =
+        start_plugin_with(&env, true, &["--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "node-a"]);
+    assert!(
+        plugin.hooks.wait_log(&["watching the node's NodeSLO"], 0, Duration::from_secs(10)),
+        "{}",
+        plugin.hooks.log()
+    );
     let mut rt = runtime_client(&env.ctrd.socket);
     let (sandbox, container) = reporting_pod(&env, &plugin.labels("BE"), &[(SPEC, BE_SPEC)]);
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("BE pod");
     let parent = pod.cgroup_parent();
     let quotas = || (pod.cgroup_file("cpu", "cpu.cfs_quota_us"), cgroup("cpu", &parent, "cpu.cfs_quota_us"));
     assert_eq!(quotas(), ("-1".into(), "-1".into()), "created under cfsQuota suppression\n{}", plugin.hooks.log());
-    api.merge_patch("nodeslos", None, "node-a", json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}));
+    api.merge_patch(
+        "nodeslos",
+        None,
+        "node-a",
+        json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}),
+    );
     let ok = eventually(Duration::from_secs(5), || quotas() == ("100000".into(), "100000".into()));
     assert!(ok, "after the patch: {:?}\n{}", quotas(), plugin.hooks.log());
-    api.merge_patch("nodeslos", None, "node-a", json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cfsQuota"}}}));
-    assert!(eventually(Duration::from_secs(5), || quotas() == ("-1".into(), "-1".into())), "{:?}\n{}", quotas(), plugin.hooks.log());
+    api.merge_patch(
+        "nodeslos",
+        None,
+        "node-a",
+        json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cfsQuota"}}}),
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || quotas() == ("-1".into(), "-1".into())),
+        "{:?}\n{}",
+        quotas(),
+        plugin.hooks.log()
+    );
     api.delete("nodeslos", None, "node-a");
     let ok = eventually(Duration::from_secs(5), || quotas() == ("100000".into(), "100000".into()));
     assert!(ok, "after the deletion: {:?}\n{}", quotas(), plugin.hooks.log());
     // The runtime applies an update before its answer reaches the plugin, which logs it then.
-    let logged = eventually(Duration::from_secs(5), || plugin.hooks.count(&["NRI: containers updated for the new rules"]) >= 3);
+    let logged =
+        eventually(Duration::from_secs(5), || plugin.hooks.count(&["NRI: containers updated for the new rules"]) >= 3);
     assert!(logged, "{}", plugin.hooks.log());
     pod.remove(&mut rt).await;
 }
@@ -527,9 +598,13 @@ async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
     let mut labels = plugin.labels("LS");
     labels.push(("koordinator.sh/gpu-isolation-provider", "HAMi-core"));
     let (sandbox, container) = pod_configs(&env.ctrd, &labels, &[(DEVICE_ALLOCATED, alloc)]);
-    let (sandbox_id, container_id) = create(&mut rt, &sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.hooks.log()));
+    let (sandbox_id, container_id) =
+        create(&mut rt, &sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.hooks.log()));
     // Before any process: the adjustment is in the spec containerd stored.
-    let status = rt.container_status(cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: true }).await.unwrap();
+    let status = rt
+        .container_status(cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: true })
+        .await
+        .unwrap();
     let info: serde_json::Value = serde_json::from_str(&status.into_inner().info["info"]).unwrap();
     let devices = &info["runtimeSpec"]["linux"]["devices"];
     let find = |path: &str| devices.as_array().and_then(|d| d.iter().find(|d| d["path"] == path).cloned());
@@ -540,19 +615,27 @@ async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
     );
     let uverbs = find("/dev/infiniband/uverbs0").unwrap_or_else(|| panic!("uverbs0 in {devices}"));
     assert_eq!((uverbs["major"].as_i64(), uverbs["minor"].as_i64()), (Some(231), Some(192)));
-    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await.expect("StartContainer");
+    rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() })
+        .await
+        .expect("StartContainer");
     let pod = Pod { sandbox_id, container_id, config: sandbox };
 
     // Inside the container: the nodes (busybox stat: major and minor in hex), the env, the mount.
-    let nodes = exec(&mut rt, &pod.container_id, "stat -c '%n %F %t:%T %a' /dev/infiniband/rdma_cm /dev/infiniband/uverbs0").await;
+    let nodes =
+        exec(&mut rt, &pod.container_id, "stat -c '%n %F %t:%T %a' /dev/infiniband/rdma_cm /dev/infiniband/uverbs0")
+            .await;
     assert_eq!(
         nodes,
         "/dev/infiniband/rdma_cm character special file a:3a 666\n/dev/infiniband/uverbs0 character special file e7:c0 666\n",
         "{}",
         plugin.hooks.log()
     );
-    let envs =
-        exec(&mut rt, &pod.container_id, "echo $NVIDIA_VISIBLE_DEVICES $CUDA_DEVICE_MEMORY_LIMIT $CUDA_DEVICE_SM_LIMIT $LD_PRELOAD").await;
+    let envs = exec(
+        &mut rt,
+        &pod.container_id,
+        "echo $NVIDIA_VISIBLE_DEVICES $CUDA_DEVICE_MEMORY_LIMIT $CUDA_DEVICE_SM_LIMIT $LD_PRELOAD",
+    )
+    .await;
     assert_eq!(envs, format!("1 8589934592 30 {lib}\n"));
     assert_eq!(
         exec(&mut rt, &pod.container_id, &format!("cat {lib}; test -d /tmp/vgpulock && echo lock")).await,
@@ -562,12 +645,21 @@ async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
     // An RDMA device the host does not have: RDMADeviceInject fails (Ignore), GPUEnvInject not.
     let missing = r#"{"gpu": [{"minor": 3}], "rdma": [{"id": "0000:0f:00.0"}]}"#;
     let (sandbox, container) = pod_configs(&env.ctrd, &plugin.labels("LS"), &[(DEVICE_ALLOCATED, missing)]);
-    let other = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.hooks.log()));
-    let seen = exec(&mut rt, &other.container_id, "echo $NVIDIA_VISIBLE_DEVICES; ls /dev/infiniband 2>&1 | grep -c uverbs").await;
+    let other =
+        Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.hooks.log()));
+    let seen =
+        exec(&mut rt, &other.container_id, "echo $NVIDIA_VISIBLE_DEVICES; ls /dev/infiniband 2>&1 | grep -c uverbs")
+            .await;
     assert_eq!(seen, "3\n0\n", "{}", plugin.hooks.log());
     let log = plugin.hooks.log();
-    let line = log.lines().find(|l| l.contains("plugin RDMADeviceInject failed")).unwrap_or_else(|| panic!("no failure in\n{log}"));
-    assert!(line.contains(DEVICE_ALLOCATED) && line.contains("0000:0f:00.0") && line.contains("infiniband_verbs"), "{line}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("plugin RDMADeviceInject failed"))
+        .unwrap_or_else(|| panic!("no failure in\n{log}"));
+    assert!(
+        line.contains(DEVICE_ALLOCATED) && line.contains("0000:0f:00.0") && line.contains("infiniband_verbs"),
+        "{line}"
+    );
     assert!(!log.contains("plugin GPUEnvInject failed"), "{log}");
     pod.remove(&mut rt).await;
     other.remove(&mut rt).await;
@@ -576,7 +668,8 @@ async fn rdma_allocation_adds_char_devices_and_gpu_env_in_nri_mode() {
 /// The plugin's peak resident memory (`VmHWM`), bytes.
 fn peak_rss(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM").trim().trim_end_matches(" kB").trim();
+    let kb =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM").trim().trim_end_matches(" kB").trim();
     kb.parse::<u64>().unwrap() * 1024
 }
 
@@ -595,11 +688,14 @@ async fn a_container_of_200k_envs_gets_its_be_values_without_its_envs_in_memory(
     container.envs.extend((0..200_000).map(|i| cri::KeyValue { key: format!("K{i:06}"), value: "1".into() }));
     let sandbox = besteffort(sandbox);
     let base = peak_rss(plugin.hooks.pid());
-    let (sandbox_id, container_id) = create(&mut rt, &sandbox, container).await.expect("BE pod of 200 k envs on containerd");
+    let (sandbox_id, container_id) =
+        create(&mut rt, &sandbox, container).await.expect("BE pod of 200 k envs on containerd");
     // The verbose status holds the envs twice (spec and CRI config): read with a larger limit.
     let mut big = runtime_client(&env.ctrd.socket).max_decoding_message_size(64 << 20);
-    let status = big.container_status(cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: true }).await;
-    let info: serde_json::Value = status.map(|s| serde_json::from_str(&s.into_inner().info["info"]).unwrap()).unwrap_or_default();
+    let status =
+        big.container_status(cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: true }).await;
+    let info: serde_json::Value =
+        status.map(|s| serde_json::from_str(&s.into_inner().info["info"]).unwrap()).unwrap_or_default();
     let spec = info["runtimeSpec"]["linux"]["resources"].clone();
     let envs = info["runtimeSpec"]["process"]["env"].as_array().map(Vec::len).unwrap_or(0);
     drop(info);

@@ -20,7 +20,11 @@ fn start(dir: &Path, extra: &[&str]) -> Hooks {
     args.extend(["--cgroup-root", cgroups.to_str().unwrap(), "--cgroup-version", "v1", "--unchecked-cgroup-root"]);
     args.extend(extra);
     let hooks = Hooks::start(&args, dir.join("hooks.log"));
-    assert!(eventually(Duration::from_secs(10), || dir.join("hooks/runtime-hooks.json").exists()), "not registered:\n{}", hooks.log());
+    assert!(
+        eventually(Duration::from_secs(10), || dir.join("hooks/runtime-hooks.json").exists()),
+        "not registered:\n{}",
+        hooks.log()
+    );
     hooks
 }
 
@@ -47,7 +51,11 @@ fn sighup_rereads_the_rules_other_signals_do_not_kill_sigquit_stops() {
     let elsewhere = dir.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
     let real = elsewhere.join("rules.yaml");
-    std::fs::write(&real, "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec: {}\n").unwrap();
+    std::fs::write(
+        &real,
+        "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec: {}\n",
+    )
+    .unwrap();
     let rules = dir.path().join("rules.yaml");
     std::os::unix::fs::symlink(&real, &rules).unwrap();
     let hooks = start(dir.path(), &["--rules", rules.to_str().unwrap()]);
@@ -63,25 +71,49 @@ fn sighup_rereads_the_rules_other_signals_do_not_kill_sigquit_stops() {
     assert_eq!(hooks.count(&["rules changed"]), 0, "the watcher does not see the target's change:\n{}", hooks.log());
 
     signal(&hooks, libc::SIGHUP);
-    assert!(hooks.wait_log(&["reloading: re-reading the rules file", "SIGHUP"], 0, Duration::from_secs(5)), "{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["reloading: re-reading the rules file", "SIGHUP"], 0, Duration::from_secs(5)),
+        "{}",
+        hooks.log()
+    );
     assert!(hooks.wait_log(&["rules changed"], 0, Duration::from_secs(5)), "{}", hooks.log());
-    assert!(hooks.wait_log(&["reloaded: the rules file's new rules are in force"], 0, Duration::from_secs(5)), "{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["reloaded: the rules file's new rules are in force"], 0, Duration::from_secs(5)),
+        "{}",
+        hooks.log()
+    );
     signal(&hooks, libc::SIGHUP);
-    assert!(hooks.wait_log(&["reloaded: the rules in force stay"], 0, Duration::from_secs(5)), "unchanged:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["reloaded: the rules in force stay"], 0, Duration::from_secs(5)),
+        "unchanged:\n{}",
+        hooks.log()
+    );
     std::fs::write(
         &real,
         "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nspec: {resourceUsedThresholdWithBE: {cpuSuppressPolicy: bogus}}\n",
     )
     .unwrap();
     signal(&hooks, libc::SIGHUP);
-    assert!(hooks.wait_log(&["rules file invalid, keeping the rules in force"], 0, Duration::from_secs(5)), "{}", hooks.log());
-    assert!(hooks.wait_log(&["reloaded: the rules in force stay"], 1, Duration::from_secs(5)), "invalid:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["rules file invalid, keeping the rules in force"], 0, Duration::from_secs(5)),
+        "{}",
+        hooks.log()
+    );
+    assert!(
+        hooks.wait_log(&["reloaded: the rules in force stay"], 1, Duration::from_secs(5)),
+        "invalid:\n{}",
+        hooks.log()
+    );
     assert_eq!(hooks.count(&["rules changed"]), 1, "{}", hooks.log());
     assert!(alive(&hooks), "SIGHUP never stops it");
     // Fixed (the rules it had): said at INFO, once.
     std::fs::write(&real, GROUP_IDENTITY_ON).unwrap();
     signal(&hooks, libc::SIGHUP);
-    assert!(hooks.wait_log(&["INFO", "rules file valid again: its rules are in force"], 0, Duration::from_secs(5)), "{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["INFO", "rules file valid again: its rules are in force"], 0, Duration::from_secs(5)),
+        "{}",
+        hooks.log()
+    );
     signal(&hooks, libc::SIGHUP);
     assert!(hooks.wait_log(&["reloaded: the rules in force stay"], 3, Duration::from_secs(5)), "{}", hooks.log());
     assert_eq!(hooks.count(&["rules file valid again"]), 1, "once:\n{}", hooks.log());
@@ -92,7 +124,11 @@ fn sighup_rereads_the_rules_other_signals_do_not_kill_sigquit_stops() {
     assert_eq!(hooks.terminate(), Some(0), "{}", hooks.log());
     assert!(!dir.path().join("hooks/runtime-hooks.json").exists(), "unregistered");
     assert!(!dir.path().join("run/h.sock").exists(), "socket removed");
-    assert!(hooks.log().contains("shutting down gracefully") && hooks.log().contains("signal=\"SIGQUIT\""), "{}", hooks.log());
+    assert!(
+        hooks.log().contains("shutting down gracefully") && hooks.log().contains("signal=\"SIGQUIT\""),
+        "{}",
+        hooks.log()
+    );
 }
 
 /// A default start on a host without resctrl (and, maybe, core scheduling) says so at INFO:
@@ -103,9 +139,16 @@ fn facilities_of_plugins_that_are_off_are_no_warn() {
     let no_resctrl = dir.path().join("resctrl");
     std::fs::create_dir_all(&no_resctrl).unwrap();
     let hooks = start(dir.path(), &["--resctrl-root", no_resctrl.to_str().unwrap()]);
-    assert!(hooks.wait_log(&["INFO", "no resctrl", "(the plugin is off)"], 0, Duration::from_secs(5)), "{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["INFO", "no resctrl", "(the plugin is off)"], 0, Duration::from_secs(5)),
+        "{}",
+        hooks.log()
+    );
     let log = hooks.log();
-    let warns: Vec<&str> = log.lines().filter(|l| l.contains("WARN") && (l.contains("resctrl") || l.contains("core scheduling"))).collect();
+    let warns: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && (l.contains("resctrl") || l.contains("core scheduling")))
+        .collect();
     assert!(warns.is_empty(), "{warns:#?}");
     // On, the lack is a WARN.
     let on = tempfile::tempdir().unwrap();
@@ -155,7 +198,10 @@ fn a_second_sigterm_stops_at_once() {
     std::thread::sleep(Duration::from_millis(300));
 
     signal(&hooks, libc::SIGTERM);
-    assert!(eventually(Duration::from_secs(5), || !dir.path().join("hooks/runtime-hooks.json").exists()), "unregistered first");
+    assert!(
+        eventually(Duration::from_secs(5), || !dir.path().join("hooks/runtime-hooks.json").exists()),
+        "unregistered first"
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert!(alive(&hooks), "the graceful stop waits for the call in flight\n{}", hooks.log());
     signal(&hooks, libc::SIGTERM);
@@ -194,8 +240,13 @@ fn flags_at_their_edges() {
     let max = u64::MAX;
     let beyond = "18446744073709551616";
     let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let reconcile =
-        |value: String| vec!["--runtime-endpoint".into(), "/nonexistent/containerd.sock".into(), format!("--reconcile-interval={value}")];
+    let reconcile = |value: String| {
+        vec![
+            "--runtime-endpoint".into(),
+            "/nonexistent/containerd.sock".into(),
+            format!("--reconcile-interval={value}"),
+        ]
+    };
     let mut cases: Vec<(Vec<String>, Expect)> = vec![
         (reconcile("0".into()), Starts),
         (reconcile("0s".into()), Starts),
@@ -224,18 +275,36 @@ fn flags_at_their_edges() {
         (owned(&["--selector=k="]), Starts),
         (owned(&["--selector==v"]), Refused("expected KEY=VALUE")),
         // --cgroup-root: what is there must be what --cgroup-version says, mounted and writable.
-        (vec!["--cgroup-root".into(), empty.clone(), "--cgroup-version".into(), "v2".into()], Refused("an empty directory on")),
+        (
+            vec!["--cgroup-root".into(), empty.clone(), "--cgroup-version".into(), "v2".into()],
+            Refused("an empty directory on"),
+        ),
         (vec!["--cgroup-root".into(), empty.clone()], Refused("not a mounted cgroup file system")),
         (owned(&["--cgroup-root", "/nonexistent/cgroup"]), Refused("does not exist")),
-        (vec!["--cgroup-root".into(), empty.clone(), "--unchecked-cgroup-root".into()], Refused("needs --cgroup-version v1 or v2")),
-        (vec!["--cgroup-root".into(), empty.clone(), "--cgroup-version".into(), "v2".into(), "--unchecked-cgroup-root".into()], Starts),
+        (
+            vec!["--cgroup-root".into(), empty.clone(), "--unchecked-cgroup-root".into()],
+            Refused("needs --cgroup-version v1 or v2"),
+        ),
+        (
+            vec![
+                "--cgroup-root".into(),
+                empty.clone(),
+                "--cgroup-version".into(),
+                "v2".into(),
+                "--unchecked-cgroup-root".into(),
+            ],
+            Starts,
+        ),
     ];
     match fs_type("/sys/fs/cgroup").as_str() {
         // v1 or hybrid (this project's machines)
         "tmpfs" if fs_type("/sys/fs/cgroup/cpu") == "cgroupfs" => {
             cases.push((owned(&["--cgroup-root", "/sys/fs/cgroup"]), Starts));
             cases.push((owned(&["--cgroup-root", "/sys/fs/cgroup", "--cgroup-version", "v1"]), Starts));
-            cases.push((owned(&["--cgroup-root", "/sys/fs/cgroup", "--cgroup-version", "v2"]), Refused("is a cgroup v1 hierarchy")));
+            cases.push((
+                owned(&["--cgroup-root", "/sys/fs/cgroup", "--cgroup-version", "v2"]),
+                Refused("is a cgroup v1 hierarchy"),
+            ));
             cases.push((owned(&["--cgroup-root", "/sys/fs/cgroup/cpu"]), Refused("one cgroup v1 controller's mount")));
             if fs_type("/sys/fs/cgroup/unified") == "cgroup2fs" {
                 cases.push((
@@ -246,7 +315,10 @@ fn flags_at_their_edges() {
         }
         "cgroup2fs" => {
             cases.push((owned(&["--cgroup-root", "/sys/fs/cgroup", "--cgroup-version", "v2"]), Starts));
-            cases.push((owned(&["--cgroup-root", "/sys/fs/cgroup", "--cgroup-version", "v1"]), Refused("is a cgroup2 (unified) mount")));
+            cases.push((
+                owned(&["--cgroup-root", "/sys/fs/cgroup", "--cgroup-version", "v1"]),
+                Refused("is a cgroup2 (unified) mount"),
+            ));
         }
         _ => {}
     }
@@ -273,7 +345,8 @@ fn flags_at_their_edges() {
         let shown = case.join(" ");
         match expect {
             Refused(why) => {
-                let out = Command::new(HOOKS_BIN).args(&args).env("RUST_LOG", "info").stdin(Stdio::null()).output().unwrap();
+                let out =
+                    Command::new(HOOKS_BIN).args(&args).env("RUST_LOG", "info").stdin(Stdio::null()).output().unwrap();
                 let stderr = String::from_utf8_lossy(&out.stderr);
                 if out.status.code() != Some(2) || !stderr.contains(why) {
                     failures.push(format!("{shown}: want exit 2 with {why:?}, got {:?}:\n{stderr}", out.status.code()));
@@ -281,7 +354,10 @@ fn flags_at_their_edges() {
                 // A refusal after parsing (the cgroup root) is the last log line, said once.
                 if stderr.contains("runtime-hooks stopped:") {
                     let last = stderr.trim_end().lines().last().unwrap_or_default();
-                    if !last.contains("runtime-hooks stopped:") || !last.contains(why) || stderr.matches(why).count() != 1 {
+                    if !last.contains("runtime-hooks stopped:")
+                        || !last.contains(why)
+                        || stderr.matches(why).count() != 1
+                    {
                         failures.push(format!("{shown}: the reason must be the last line, once:\n{stderr}"));
                     }
                 }
@@ -292,11 +368,15 @@ fn flags_at_their_edges() {
             Starts => {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 let mut hooks = Hooks::start(&args, run.join("hooks.log"));
-                let registered = eventually(Duration::from_secs(10), || run.join("hooks").read_dir().is_ok_and(|mut d| d.next().is_some()));
+                let registered = eventually(Duration::from_secs(10), || {
+                    run.join("hooks").read_dir().is_ok_and(|mut d| d.next().is_some())
+                });
                 let code = hooks.terminate();
                 if !registered || code != Some(0) {
-                    failures
-                        .push(format!("{shown}: want a clean start and stop, got registered={registered} exit {code:?}:\n{}", hooks.log()));
+                    failures.push(format!(
+                        "{shown}: want a clean start and stop, got registered={registered} exit {code:?}:\n{}",
+                        hooks.log()
+                    ));
                 }
             }
         }

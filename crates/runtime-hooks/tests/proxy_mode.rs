@@ -28,7 +28,8 @@ fn setup(extra: &[&str]) -> Setup {
     let conf = dir.path().join("hookserver.d");
     std::fs::create_dir(&conf).unwrap();
     let proxy_bin = test_support::workspace_binary("runtime-proxy");
-    let proxy = ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
+    let proxy =
+        ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
     let socket = dir.path().join("runtime-hooks.sock");
     let mut args = vec!["--listen", socket.to_str().unwrap(), "--hook-config-dir", conf.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -47,7 +48,10 @@ async fn be_pod_gets_batch_resources_in_its_real_cgroup() {
     let s = setup(&[]);
     let registration: serde_json::Value =
         serde_json::from_slice(&std::fs::read(s.dir.path().join("hookserver.d/runtime-hooks.json")).unwrap()).unwrap();
-    assert_eq!(registration["runtime-hooks"], serde_json::json!(["PreRunPodSandbox", "PreCreateContainer", "PreUpdateContainerResources"]));
+    assert_eq!(
+        registration["runtime-hooks"],
+        serde_json::json!(["PreRunPodSandbox", "PreCreateContainer", "PreUpdateContainerResources"])
+    );
     assert_eq!(registration["failure-policy"], "Ignore");
 
     let mut rt = runtime_client(s.proxy.socket());
@@ -125,16 +129,31 @@ async fn lsr_cpuset_with_spaces_is_normalized_and_a_bad_one_is_a_plugin_failure(
     let s = setup(&[]);
     let mut rt = runtime_client(s.proxy.socket());
     let (sandbox, container) = pod_configs(&s.env, &[(QOS, "LSR")], &[(STATUS, r#"{"cpuset": " 0 - 1 "}"#)]);
-    let lsr = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("LSR pod: {e:?}\n{}", s.hooks.log()));
+    let lsr =
+        Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("LSR pod: {e:?}\n{}", s.hooks.log()));
     assert_eq!(lsr.cgroup_file("cpuset", "cpuset.cpus"), "0-1");
     assert_eq!(lsr.cgroup_file("cpu", "cpu.cfs_quota_us"), "-1");
-    assert!(s.hooks.log().contains(r#"cpuset_cpus="0-1""#) || s.hooks.log().contains("cpuset_cpus=0-1"), "{}", s.hooks.log());
+    assert!(
+        s.hooks.log().contains(r#"cpuset_cpus="0-1""#) || s.hooks.log().contains("cpuset_cpus=0-1"),
+        "{}",
+        s.hooks.log()
+    );
 
     let (sandbox, container) = pod_configs(&s.env, &[(QOS, "LSR")], &[(STATUS, r#"{"cpuset": "0,,1"}"#)]);
-    let bad = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("runs under Ignore: {e:?}\n{}", s.hooks.log()));
-    assert_eq!(bad.cgroup_file("cpuset", "cpuset.cpus"), cgroup("cpuset", "", "cpuset.cpus"), "kubelet's (none): all CPUs");
+    let bad = Pod::start(&mut rt, sandbox, container)
+        .await
+        .unwrap_or_else(|e| panic!("runs under Ignore: {e:?}\n{}", s.hooks.log()));
+    assert_eq!(
+        bad.cgroup_file("cpuset", "cpuset.cpus"),
+        cgroup("cpuset", "", "cpuset.cpus"),
+        "kubelet's (none): all CPUs"
+    );
     assert!(
-        s.hooks.wait_log(&["CPUSet", STATUS, "\"0,,1\"", "empty element", "plugin-failure-policy Ignore"], 0, Duration::from_secs(2)),
+        s.hooks.wait_log(
+            &["CPUSet", STATUS, "\"0,,1\"", "empty element", "plugin-failure-policy Ignore"],
+            0,
+            Duration::from_secs(2)
+        ),
         "{}",
         s.hooks.log()
     );
@@ -148,8 +167,11 @@ async fn plugin_failures_follow_the_policies() {
     // leave it out), naming the cause.
     let s = setup(&["--plugin-failure-policy", "Fail", "--failure-policy", "Fail"]);
     let mut rt = runtime_client(s.proxy.socket());
-    let (sandbox, container) =
-        pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#)]);
+    let (sandbox, container) = pod_configs(
+        &s.env,
+        &[(QOS, "BE")],
+        &[(SPEC, r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#)],
+    );
     let err = Pod::start(&mut rt, sandbox, container).await.expect_err("refused");
     for part in ["BatchResource", "PreCreateContainer", SPEC, "lots", "\"main\""] {
         assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
@@ -161,7 +183,11 @@ async fn plugin_failures_follow_the_policies() {
     let (sandbox, container) = pod_configs(&s.env, &[(QOS, "BE")], &[(SPEC, "{not json")]);
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("runs under Ignore");
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
-    assert!(s.hooks.wait_log(&["BatchResource", SPEC, "plugin-failure-policy Ignore"], 0, Duration::from_secs(2)), "{}", s.hooks.log());
+    assert!(
+        s.hooks.wait_log(&["BatchResource", SPEC, "plugin-failure-policy Ignore"], 0, Duration::from_secs(2)),
+        "{}",
+        s.hooks.log()
+    );
     pod.remove(&mut rt).await;
 }
 
@@ -251,7 +277,11 @@ async fn a_deleted_registration_comes_back() {
     std::fs::remove_file(&file).unwrap();
     assert!(s.proxy.wait_log(&["hook server removed", "file=runtime-hooks.json"], 0), "{}", s.proxy.log());
     let gone = std::time::Instant::now();
-    assert!(eventually(Duration::from_secs(3), || registered_endpoint(&file).as_deref() == Some(ours.as_str())), "{}", s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(3), || registered_endpoint(&file).as_deref() == Some(ours.as_str())),
+        "{}",
+        s.hooks.log()
+    );
     assert!(gone.elapsed() < Duration::from_millis(2500), "back after {:?}", gone.elapsed());
     assert_eq!(s.hooks.count(&["registration file was removed; registered again", "WARN"]), 1, "{}", s.hooks.log());
     assert!(s.proxy.wait_log(&["hook server added", "file=runtime-hooks.json"], 1), "{}", s.proxy.log());
@@ -273,17 +303,23 @@ async fn same_hook_name_twice_never_leaves_the_survivor_unregistered() {
     let file = conf.join("runtime-hooks.json");
     let (a, b) = (s.dir.path().join("runtime-hooks.sock"), s.dir.path().join("b.sock"));
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
-    let mut second = Hooks::start(&["--listen", b, "--hook-config-dir", conf.to_str().unwrap()], s.dir.path().join("b.log"));
+    let mut second =
+        Hooks::start(&["--listen", b, "--hook-config-dir", conf.to_str().unwrap()], s.dir.path().join("b.log"));
     let takeover = "named another endpoint";
     // B takes it from A at start; A takes it back within a second, and so on, loudly.
-    let (a_ours, a_theirs, b_ours, b_theirs) = (format!("ours={a}"), format!("theirs={b}"), format!("ours={b}"), format!("theirs={a}"));
+    let (a_ours, a_theirs, b_ours, b_theirs) =
+        (format!("ours={a}"), format!("theirs={b}"), format!("ours={b}"), format!("theirs={a}"));
     assert!(second.wait_log(&[takeover, "WARN", &b_ours, &b_theirs], 0, Duration::from_secs(5)), "{}", second.log());
     assert!(s.hooks.wait_log(&[takeover, "WARN", &a_ours, &a_theirs], 0, Duration::from_secs(3)), "{}", s.hooks.log());
     assert!(second.wait_log(&[takeover, "WARN", &b_ours, &b_theirs], 1, Duration::from_secs(3)), "{}", second.log());
 
     // The first exits: whatever the file said at that moment, the second is registered after.
     assert_eq!(s.hooks.terminate(), Some(0), "{}", s.hooks.log());
-    assert!(eventually(Duration::from_secs(3), || registered_endpoint(&file).as_deref() == Some(b)), "{}", second.log());
+    assert!(
+        eventually(Duration::from_secs(3), || registered_endpoint(&file).as_deref() == Some(b)),
+        "{}",
+        second.log()
+    );
     for _ in 0..15 {
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(registered_endpoint(&file).as_deref(), Some(b), "stays registered\n{}", second.log());
@@ -312,7 +348,14 @@ fn hook_name_with_a_path_is_refused_at_start() {
     let empty = |d: &Path| std::fs::read_dir(d).unwrap().count() == 0;
     for bad in ["../../etc/evil", "..", "", ".hidden"] {
         let mut child = std::process::Command::new(HOOKS_BIN)
-            .args(["--hook-name", bad, "--hook-config-dir", conf.to_str().unwrap(), "--listen", socket.to_str().unwrap()])
+            .args([
+                "--hook-name",
+                bad,
+                "--hook-config-dir",
+                conf.to_str().unwrap(),
+                "--listen",
+                socket.to_str().unwrap(),
+            ])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -343,13 +386,19 @@ async fn hook_server_accepts_any_authority() {
     let path = socket.display().to_string();
     let encoded = path.trim_start_matches('/').replace('/', "%2F");
     let request =
-        hook_api::v1alpha1::PodSandboxHookRequest { cgroup_parent: "/kubepods/podx".into(), ..Default::default() }.encode_to_vec();
+        hook_api::v1alpha1::PodSandboxHookRequest { cgroup_parent: "/kubepods/podx".into(), ..Default::default() }
+            .encode_to_vec();
     for authority in [None, Some(path.as_bytes()), Some(encoded.as_bytes()), Some(b"localhost".as_slice())] {
         let what = authority.map(String::from_utf8_lossy);
         let answer =
-            handmade_call(&socket, authority, "/runtime.v1alpha1.RuntimeHookService/PostStopPodSandboxHook", &request).await.unwrap();
-        let HandmadeAnswer::Answered(body) = answer else { panic!("authority {what:?}: {answer:?}\n{}", s.hooks.log()) };
-        let resp = hook_api::v1alpha1::PodSandboxHookResponse::decode(body.get(5..).unwrap_or_default()).expect("hook answer");
+            handmade_call(&socket, authority, "/runtime.v1alpha1.RuntimeHookService/PostStopPodSandboxHook", &request)
+                .await
+                .unwrap();
+        let HandmadeAnswer::Answered(body) = answer else {
+            panic!("authority {what:?}: {answer:?}\n{}", s.hooks.log())
+        };
+        let resp =
+            hook_api::v1alpha1::PodSandboxHookResponse::decode(body.get(5..).unwrap_or_default()).expect("hook answer");
         assert_eq!(resp.cgroup_parent, "/kubepods/podx", "authority {what:?}: the echoed request");
     }
 }
@@ -362,7 +411,8 @@ async fn an_annotation_claiming_lsr_buys_nothing() {
     let s = setup(&[]);
     let mut rt = runtime_client(s.proxy.socket());
     let (sandbox, mut container) = pod_configs(&s.env, &[], &[(QOS, "LSR"), (STATUS, r#"{"cpuset": "1"}"#)]);
-    let limited = cri::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 50_000, ..Default::default() };
+    let limited =
+        cri::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 50_000, ..Default::default() };
     container.linux.as_mut().unwrap().resources = Some(limited);
     let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "50000", "{}", s.hooks.log());
@@ -411,7 +461,8 @@ async fn a_pod_with_bytes_that_are_not_utf8_gets_its_values() {
     let mut token = Vec::new();
     for id in [&pod.container_id, &direct.container_id] {
         let cmd = vec!["sh".into(), "-c".into(), "printf %s \"$TOKEN\"".into()];
-        let exec = rt.exec_sync(cri::ExecSyncRequest { container_id: id.clone(), cmd, timeout: 5 }).await.expect("ExecSync");
+        let exec =
+            rt.exec_sync(cri::ExecSyncRequest { container_id: id.clone(), cmd, timeout: 5 }).await.expect("ExecSync");
         token.push(exec.into_inner().stdout);
     }
     assert_eq!(token[0], token[1], "the env as containerd gives it without the proxy");
@@ -433,7 +484,8 @@ async fn cpu_normalization_scales_an_ls_container_quota() {
     .unwrap();
     let s = setup(&["--rules", rules.to_str().unwrap(), "--feature-gates", "CPUNormalization=true"]);
     let mut rt = runtime_client(s.proxy.socket());
-    let limited = cri::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 200_000, ..Default::default() };
+    let limited =
+        cri::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 200_000, ..Default::default() };
     for (class, want) in [("LS", "133334"), ("LSR", "200000")] {
         let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, class)], &[]);
         container.linux.as_mut().unwrap().resources = Some(limited.clone());
@@ -458,12 +510,17 @@ async fn gpu_allocation_becomes_nvidia_visible_devices_and_rdma_is_logged_not_ap
     let alloc = r#"{"gpu": [{"minor": 2, "resources": {"koordinator.sh/gpu-core": 100}}, {"minor": 0}], "rdma": [{"minor": 0, "id": "0000:09:00.0"}]}"#;
     let (sandbox, container) = pod_configs(&s.env, &[(QOS, "LS")], &[(DEVICE_ALLOCATED, alloc)]);
     let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.hooks.log()));
-    let seen = exec(&mut rt, &pod.container_id, "printf %s \"$NVIDIA_VISIBLE_DEVICES\"; ls /dev/infiniband 2>/dev/null").await;
+    let seen =
+        exec(&mut rt, &pod.container_id, "printf %s \"$NVIDIA_VISIBLE_DEVICES\"; ls /dev/infiniband 2>/dev/null").await;
     assert_eq!(seen, "2,0", "the env inside the container, and no /dev/infiniband\n{}", s.hooks.log());
     let log = s.hooks.log();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("not expressible in proxy mode")).collect();
     assert_eq!(lines.len(), 1, "one line per call:\n{log}");
-    for part in ["device /dev/infiniband/rdma_cm c 10:58 mode 0666", "device /dev/infiniband/uverbs0 c 231:192", "PreCreateContainer"] {
+    for part in [
+        "device /dev/infiniband/rdma_cm c 10:58 mode 0666",
+        "device /dev/infiniband/uverbs0 c 231:192",
+        "PreCreateContainer",
+    ] {
         assert!(lines[0].contains(part), "{part:?} in {}", lines[0]);
     }
     assert!(!log.contains("plugin-failure-policy"), "no plugin failed:\n{log}");
@@ -540,7 +597,10 @@ async fn pods_created_while_hooks_were_down_are_corrected_at_start() {
         s.hooks.log()
     );
     let log = s.hooks.log();
-    assert!(log.lines().any(|l| l.contains("reconciled") && l.contains("reason=\"start\"") || l.contains("reason=start")), "{log}");
+    assert!(
+        log.lines().any(|l| l.contains("reconciled") && l.contains("reason=\"start\"") || l.contains("reason=start")),
+        "{log}"
+    );
     assert!(log.lines().any(|l| l.contains("drift corrected") && l.contains("memory.limit_in_bytes")), "{log}");
     pod.remove(&mut rt).await;
 }

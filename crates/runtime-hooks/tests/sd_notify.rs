@@ -36,7 +36,10 @@ fn receive(socket: &UnixDatagram, dir: &Path) -> String {
     socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut buf = [0u8; 512];
     let n = socket.recv(&mut buf).unwrap_or_else(|e| {
-        panic!("no notification within 10 s ({e}); log:\n{}", std::fs::read_to_string(dir.join("hooks.log")).unwrap_or_default())
+        panic!(
+            "no notification within 10 s ({e}); log:\n{}",
+            std::fs::read_to_string(dir.join("hooks.log")).unwrap_or_default()
+        )
     });
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
@@ -64,7 +67,10 @@ fn proxy_mode_ready_when_registered_and_serving() {
     assert!(stderr.contains("runtime-hooks: probe:") && stderr.contains("hooks.sock"), "{stderr}");
     // One line for kubelet's probe event: the gRPC code's name and the cause, no debug dump.
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains(": UNAVAILABLE: ") && !stderr.contains("MetadataMap") && !stderr.contains("details:"), "{stderr}");
+    assert!(
+        stderr.contains(": UNAVAILABLE: ") && !stderr.contains("MetadataMap") && !stderr.contains("details:"),
+        "{stderr}"
+    );
 }
 
 /// `runtime-hooks --probe --listen SOCKET`, the DaemonSet's liveness probe: exit code and stderr.

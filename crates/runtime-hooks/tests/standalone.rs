@@ -42,7 +42,11 @@ fn start(interval: &str, extra: &[&str]) -> Standalone {
     ];
     args.extend_from_slice(extra);
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
-    assert!(hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(10)), "no first pass:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["reconciled", "reason=\"start\""], 0, Duration::from_secs(10)),
+        "no first pass:\n{}",
+        hooks.log()
+    );
     Standalone { env, dir, rules, label, hooks }
 }
 
@@ -51,7 +55,8 @@ impl Standalone {
     /// BestEffort values: 2 shares, no quota, no memory limit).
     async fn be_pod(&self) -> Pod {
         let mut rt = runtime_client(&self.env.socket);
-        let (sandbox, container) = pod_configs(&self.env, &[(QOS, "BE"), (&self.label.0, &self.label.1)], &[(SPEC, BE_SPEC)]);
+        let (sandbox, container) =
+            pod_configs(&self.env, &[(QOS, "BE"), (&self.label.0, &self.label.1)], &[(SPEC, BE_SPEC)]);
         Pod::start(&mut rt, sandbox, container).await.expect("BE pod on containerd")
     }
 
@@ -95,23 +100,38 @@ async fn corrects_a_pod_created_directly_on_containerd_within_one_interval() {
     assert_eq!(cgroup("memory", &parent, "memory.limit_in_bytes"), "134217728");
     // The drift is reported file by file, old → new (each line after its write, through
     // runtime-hooks' log writer thread: waited for, not read at once).
-    for (file, old, new) in
-        [("cpu.shares", "2", "512"), ("cpu.cfs_quota_us", "-1", "100000"), ("memory.limit_in_bytes", "9223372036854771712", "134217728")]
-    {
+    for (file, old, new) in [
+        ("cpu.shares", "2", "512"),
+        ("cpu.cfs_quota_us", "-1", "100000"),
+        ("memory.limit_in_bytes", "9223372036854771712", "134217728"),
+    ] {
         let path = format!("{}/{}/{file}", parent, pod.container_id);
         let line = ["drift corrected", &path, &format!("old={old}"), &format!("new={new}")];
-        assert!(s.hooks.wait_log(&line, 0, Duration::from_secs(5)), "no drift line for {path} {old} → {new}:\n{}", s.hooks.log());
+        assert!(
+            s.hooks.wait_log(&line, 0, Duration::from_secs(5)),
+            "no drift line for {path} {old} → {new}:\n{}",
+            s.hooks.log()
+        );
     }
 
     // Idempotent: the next passes write nothing.
     let corrections = s.hooks.count(&["drift corrected"]);
     std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(s.hooks.count(&["drift corrected"]), corrections, "a pass over an unchanged pod wrote something:\n{}", s.hooks.log());
+    assert_eq!(
+        s.hooks.count(&["drift corrected"]),
+        corrections,
+        "a pass over an unchanged pod wrote something:\n{}",
+        s.hooks.log()
+    );
 
     // Someone changes a file behind our back: corrected on the next interval.
     let shares = format!("/sys/fs/cgroup/cpu{parent}/{}/cpu.shares", pod.container_id);
     std::fs::write(&shares, "1024").unwrap();
-    assert!(eventually(Duration::from_millis(2000), || pod.cgroup_file("cpu", "cpu.shares") == "512"), "{}", s.hooks.log());
+    assert!(
+        eventually(Duration::from_millis(2000), || pod.cgroup_file("cpu", "cpu.shares") == "512"),
+        "{}",
+        s.hooks.log()
+    );
     assert!(s.hooks.count(&["drift corrected", "old=1024", "new=512"]) >= 1);
     eprintln!("corrected {took:?} after creation");
     pod.remove(&mut runtime_client(&s.env.socket)).await;
@@ -129,15 +149,29 @@ async fn rule_change_is_reapplied_without_waiting_for_the_interval() {
     // applies every rule in force.
     s.set_rules("groupIdentity:\n  be: 0\n");
     assert!(s.hooks.wait_log(&["rules changed"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
-    assert!(eventually(Duration::from_secs(5), || values(&pod) == want(100_000, 100_000)), "{:?}\n{}", values(&pod), s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(5), || values(&pod) == want(100_000, 100_000)),
+        "{:?}\n{}",
+        values(&pod),
+        s.hooks.log()
+    );
     s.set_rules("cpu:\n  cfsPeriodUs: 50000\n");
-    assert!(eventually(Duration::from_secs(5), || values(&pod) == want(50_000, 50_000)), "{:?}\n{}", values(&pod), s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(5), || values(&pod) == want(50_000, 50_000)),
+        "{:?}\n{}",
+        values(&pod),
+        s.hooks.log()
+    );
     let parent = pod.cgroup_parent();
     assert_eq!(cgroup("cpu", &parent, "cpu.cfs_period_us"), "50000", "pod level too");
     assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "50000");
     // BE CPU no longer limited by CFS.
     s.set_rules("cpu:\n  cfsPeriodUs: 50000\nbatchResource:\n  cfsQuota: false\n");
-    assert!(eventually(Duration::from_secs(5), || pod.cgroup_file("cpu", "cpu.cfs_quota_us") == "-1"), "{}", s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(5), || pod.cgroup_file("cpu", "cpu.cfs_quota_us") == "-1"),
+        "{}",
+        s.hooks.log()
+    );
     assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "-1");
     // An invalid file is reported and the rules in force are kept.
     s.set_rules("cpu:\n  cfsPeriodUs: 5\n");
@@ -196,8 +230,16 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
     ];
     let hooks = Hooks::start(&args, log);
     let read = |d: &Path, f: &str| std::fs::read_to_string(d.join(f)).unwrap().trim().to_owned();
-    assert!(eventually(Duration::from_secs(5), || read(&container_dir, "memory.max") == "134217728"), "{}", hooks.log());
-    assert_eq!(read(&container_dir, "cpu.weight"), "59", "512 shares → weight 59 by runc's formula (nothing learned from this tree)");
+    assert!(
+        eventually(Duration::from_secs(5), || read(&container_dir, "memory.max") == "134217728"),
+        "{}",
+        hooks.log()
+    );
+    assert_eq!(
+        read(&container_dir, "cpu.weight"),
+        "59",
+        "512 shares → weight 59 by runc's formula (nothing learned from this tree)"
+    );
     assert_eq!(read(&container_dir, "cpu.max"), "100000 100000");
     assert_eq!(read(&container_dir, "cpuset.cpus"), "", "BE: inherit the parent's CPUs");
     assert_eq!(read(&pod_dir, "cpu.weight"), "59");
@@ -221,7 +263,8 @@ async fn cgroup_v2_tree_gets_unified_file_names_and_units() {
 async fn pods_with_bytes_that_are_not_utf8_are_corrected_like_any_other() {
     let s = start("1s", &[]);
     let labels = [(QOS, "BE"), (s.label.0.as_str(), s.label.1.as_str())];
-    let sandbox = sandbox_config(&s.env, &unique("rh-bytes"), map(&labels), map(&[(SPEC, BE_SPEC), ("note", ANNOTATION_BYTES)]));
+    let sandbox =
+        sandbox_config(&s.env, &unique("rh-bytes"), map(&labels), map(&[(SPEC, BE_SPEC), ("note", ANNOTATION_BYTES)]));
     let resources = k8s_cri::v1::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
     let container = container_config(&s.env, "main", &["sleep", "3600"], Some(resources), &[("TOKEN", ENV_BYTES)]);
     let odd = start_pod_with_bytes(&s.env.socket, sandbox, container).await;
@@ -258,7 +301,12 @@ async fn pod_author_inputs_switch_no_policy_off() {
     let selector = [(s.label.0.as_str(), s.label.1.as_str())];
     // A1/A2: the annotation claims LSR and CPU 1.
     let (sandbox, _) = pod_configs(&s.env, &selector, &[(QOS, "LSR"), (STATUS, r#"{"cpuset": "1"}"#)]);
-    let limited = k8s_cri::v1::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, cpu_quota: 50_000, ..Default::default() };
+    let limited = k8s_cri::v1::LinuxContainerResources {
+        cpu_shares: 512,
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        ..Default::default()
+    };
     let container = container_config(&s.env, "main", &["sleep", "3600"], Some(limited), &[]);
     let claimer = Pod::start(&mut rt, sandbox, container).await.expect("pod");
     let cpus = claimer.cgroup_file("cpuset", "cpuset.cpus");
@@ -268,10 +316,19 @@ async fn pod_author_inputs_switch_no_policy_off() {
     let (sandbox, container) = pod_configs(&s.env, &[(QOS, "BE"), selector[0]], &[(SPEC, spec)]);
     let be = Pod::start(&mut rt, sandbox, container).await.expect("pod");
     // Once the BE pod is corrected, a pass has seen both pods.
-    assert!(eventually(Duration::from_secs(4), || values(&be) == want(100_000, 100_000)), "{:?}\n{}", values(&be), s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(4), || values(&be) == want(100_000, 100_000)),
+        "{:?}\n{}",
+        values(&be),
+        s.hooks.log()
+    );
     let parent = be.cgroup_parent();
     assert_eq!(cgroup("cpu", &parent, "cpu.shares"), "512");
-    assert_eq!(cgroup("cpu", &parent, "cpu.cfs_quota_us"), "17592186044415", "the sidecar's huge limit: the kernel's largest quota");
+    assert_eq!(
+        cgroup("cpu", &parent, "cpu.cfs_quota_us"),
+        "17592186044415",
+        "the sidecar's huge limit: the kernel's largest quota"
+    );
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(claimer.cgroup_file("cpu", "cpu.cfs_quota_us"), "50000", "{}", s.hooks.log());
     assert_eq!(claimer.cgroup_file("cpuset", "cpuset.cpus"), cpus, "not pinned to the CPU it asked for");
@@ -328,7 +385,8 @@ async fn a_cgroup_root_without_the_pods_is_a_warning_once() {
     }
     assert!(hooks.wait_log(&["pods' cgroup directories found again"], 0, Duration::from_secs(5)), "{}", hooks.log());
     assert!(
-        eventually(Duration::from_secs(5), || std::fs::read_to_string(pod_dir.join("cpu.shares")).unwrap().trim() == "512"),
+        eventually(Duration::from_secs(5), || std::fs::read_to_string(pod_dir.join("cpu.shares")).unwrap().trim()
+            == "512"),
         "{}",
         hooks.log()
     );
@@ -350,13 +408,26 @@ async fn a_host_application_gets_the_ls_share_pools() {
     let first = root_cpus.split([',', '-']).next().unwrap().to_owned();
     let s = start("500ms", &["--feature-gates", "GroupIdentity=false,BatchResource=false"]);
     s.set_rules(&format!(
-        "apiVersion: topology.node.k8s.io/v1alpha1\nkind: NodeResourceTopology\nmetadata:\n  name: n\n  annotations:\n    node.koordinator.sh/cpu-shared-pools: '[{{\"socket\":0,\"node\":0,\"cpuset\":\"{first}\"}}]'\n---\n\
-         apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: n\nspec:\n  hostApplications:\n  - name: app\n    qos: LS\n    cgroupPath:\n      base: CgroupRoot\n      parentDir: {parent}\n      relativePath: app\n"
+        "apiVersion: topology.node.k8s.io/v1alpha1\nkind: NodeResourceTopology\nmetadata:\n  name: n\n  annotations:\
+        \n    node.koordinator.sh/cpu-shared-pools: '[{{\"socket\":0,\"node\":0,\"cpuset\":\"{first}\"}}]'\n---\n\
+         apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: n\nspec:\n  hostApplications:\
+         \n  - name: app\n    qos: LS\n    cgroupPath:\n      base: CgroupRoot\n      parentDir: {parent}\
+         \n      relativePath: app\n"
     ));
     let read = || std::fs::read_to_string(dir.join("cpuset.cpus")).unwrap().trim().to_owned();
-    assert!(eventually(Duration::from_secs(10), || read() == first), "cpuset.cpus {:?}, want {first:?}\n{}", read(), s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(10), || read() == first),
+        "cpuset.cpus {:?}, want {first:?}\n{}",
+        read(),
+        s.hooks.log()
+    );
     std::fs::write(dir.join("cpuset.cpus"), &root_cpus).unwrap();
-    assert!(eventually(Duration::from_secs(10), || read() == first), "drift not corrected: {:?}\n{}", read(), s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(10), || read() == first),
+        "drift not corrected: {:?}\n{}",
+        read(),
+        s.hooks.log()
+    );
     assert!(s.hooks.log().contains("host application app"), "{}", s.hooks.log());
     drop(s);
     let _ = std::fs::remove_dir(&dir);
@@ -398,7 +469,11 @@ async fn terway_qos_files_reflect_the_real_pods() {
     assert!(node.starts_with("hw_tx_bps_max 100000000\nhw_rx_bps_max 100000000\n"), "{node}");
     assert!(node.contains("offline_l2_tx_bps_min 10000000\noffline_l2_tx_bps_max 50000000\n"), "{node}");
     pod.remove(&mut rt).await;
-    assert!(eventually(Duration::from_secs(10), || entry(&uid).is_none()), "entry stays after the pod went\n{}", s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(10), || entry(&uid).is_none()),
+        "entry stays after the pod went\n{}",
+        s.hooks.log()
+    );
 }
 
 /// TCNetworkQoS on this machine, which has no `net_cls` hierarchy: the facility is reported
@@ -418,7 +493,12 @@ async fn tc_network_qos_without_net_cls_skips_and_fails_nothing() {
     );
     assert!(s.hooks.wait_log(&["runtime-hooks running", "tc=no"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
     let pod = s.be_pod().await;
-    assert!(eventually(Duration::from_secs(10), || values(&pod) == want(100_000, 100_000)), "{:?}\n{}", values(&pod), s.hooks.log());
+    assert!(
+        eventually(Duration::from_secs(10), || values(&pod) == want(100_000, 100_000)),
+        "{:?}\n{}",
+        values(&pod),
+        s.hooks.log()
+    );
     assert!(s.hooks.wait_log(&["net_cls.classid", "skipped"], 0, Duration::from_secs(5)), "{}", s.hooks.log());
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(s.hooks.count(&["net_cls.classid", "skipped"]), 1, "logged once\n{}", s.hooks.log());
@@ -437,12 +517,18 @@ async fn an_lsr_pod_and_its_sandbox_container_get_the_scheduler_cpus() {
     let mut rt = runtime_client(&s.env.socket);
     let status = format!(r#"{{"cpuset": "{cpu}"}}"#);
     let (sandbox, mut container) = pod_configs(&s.env, &[(QOS, "LSR"), (&s.label.0, &s.label.1)], &[(STATUS, &status)]);
-    let limited = k8s_cri::v1::LinuxContainerResources { cpu_shares: 1024, cpu_period: 100_000, cpu_quota: 50_000, ..Default::default() };
+    let limited = k8s_cri::v1::LinuxContainerResources {
+        cpu_shares: 1024,
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        ..Default::default()
+    };
     container.linux.as_mut().unwrap().resources = Some(limited);
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("LSR pod on containerd");
     let pause = |ctrl: &str, file: &str| cgroup(ctrl, &format!("{}/{}", pod.cgroup_parent(), pod.sandbox_id), file);
     assert!(
-        eventually(Duration::from_secs(10), || pod.cgroup_file("cpuset", "cpuset.cpus") == cpu && pause("cpuset", "cpuset.cpus") == cpu),
+        eventually(Duration::from_secs(10), || pod.cgroup_file("cpuset", "cpuset.cpus") == cpu
+            && pause("cpuset", "cpuset.cpus") == cpu),
         "container {:?}, sandbox {:?}, want {cpu:?}\n{}",
         pod.cgroup_file("cpuset", "cpuset.cpus"),
         pause("cpuset", "cpuset.cpus"),
@@ -460,7 +546,8 @@ static BIG_ONES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// runtime-hooks' peak resident memory (`VmHWM`), bytes.
 fn peak_rss(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM").trim().trim_end_matches(" kB").trim();
+    let kb =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).expect("VmHWM").trim().trim_end_matches(" kB").trim();
     kb.parse::<u64>().unwrap() * 1024
 }
 
@@ -505,7 +592,9 @@ async fn a_container_whose_status_is_too_big_is_still_corrected_and_logged_once(
     container.envs.extend((0..100_000).map(|i| k8s_cri::v1::KeyValue { key: format!("K{i:05}"), value: "1".into() }));
     container.annotations.insert("big".into(), "x".repeat(13 << 20));
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("BE pod on containerd");
-    let status = rt.container_status(k8s_cri::v1::ContainerStatusRequest { container_id: pod.container_id.clone(), verbose: true }).await;
+    let status = rt
+        .container_status(k8s_cri::v1::ContainerStatusRequest { container_id: pod.container_id.clone(), verbose: true })
+        .await;
     let corrected = eventually(Duration::from_secs(5), || values(&pod) == want(100_000, 100_000));
     let got = values(&pod);
     let parent = pod.cgroup_parent();
@@ -514,7 +603,11 @@ async fn a_container_whose_status_is_too_big_is_still_corrected_and_logged_once(
     let log = s.hooks.log();
     let container_id = pod.container_id.clone();
     pod.remove(&mut rt).await;
-    assert_eq!(status.map(|_| ()).map_err(|e| e.code()), Err(tonic::Code::ResourceExhausted), "the status is too big for containerd");
+    assert_eq!(
+        status.map(|_| ()).map_err(|e| e.code()),
+        Err(tonic::Code::ResourceExhausted),
+        "the status is too big for containerd"
+    );
     assert!(corrected, "not corrected: {got:?}\n{log}");
     assert_eq!(pod_level, ("512".into(), "134217728".into()), "pod level\n{log}");
     // Counted for this container: on a loaded machine a pass may also meet the container while

@@ -21,7 +21,12 @@ struct Run {
 }
 
 fn status(addr: &str, extra: &[&str]) -> Run {
-    let out = Command::new(HOOKS_BIN).arg("status").args(["--metrics-addr", addr]).args(extra).output().expect("run runtime-hooks status");
+    let out = Command::new(HOOKS_BIN)
+        .arg("status")
+        .args(["--metrics-addr", addr])
+        .args(extra)
+        .output()
+        .expect("run runtime-hooks status");
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -54,7 +59,8 @@ const BE_GROUP_IDENTITY: &str = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: 
 #[test]
 fn status_in_proxy_mode_shows_plugins_registration_and_the_rules_in_force() {
     let dir = tempfile::Builder::new().prefix("rh-status").tempdir().unwrap();
-    let (socket, conf, rules) = (dir.path().join("hooks.sock"), dir.path().join("hookserver.d"), dir.path().join("rules.yaml"));
+    let (socket, conf, rules) =
+        (dir.path().join("hooks.sock"), dir.path().join("hookserver.d"), dir.path().join("rules.yaml"));
     std::fs::write(&rules, BE_GROUP_IDENTITY).unwrap();
     let args = [
         "--listen",
@@ -81,8 +87,10 @@ fn status_in_proxy_mode_shows_plugins_registration_and_the_rules_in_force() {
     assert!(metrics.contains("runtime_hooks_rule_changes_total{source=\"file\"} 0"), "{metrics}");
     let version = Command::new(HOOKS_BIN).arg("--version").output().unwrap();
     let version = String::from_utf8(version.stdout).unwrap();
-    let (package, revision) = version.trim().strip_prefix("runtime-hooks ").and_then(|v| v.split_once(" (git ")).unwrap();
-    let build = format!("runtime_hooks_build_info{{version=\"{package}\",revision=\"{}\"}} 1", revision.trim_end_matches(')'));
+    let (package, revision) =
+        version.trim().strip_prefix("runtime-hooks ").and_then(|v| v.split_once(" (git ")).unwrap();
+    let build =
+        format!("runtime_hooks_build_info{{version=\"{package}\",revision=\"{}\"}} 1", revision.trim_end_matches(')'));
     assert!(metrics.contains(&build), "{build} missing:\n{metrics}");
 
     let run = status(&addr, &[]);
@@ -123,7 +131,11 @@ fn status_in_proxy_mode_shows_plugins_registration_and_the_rules_in_force() {
     assert!(eventually(Duration::from_secs(15), || status(&addr, &[]).code == 0), "{}", hooks.log());
     let doc = status_json(&addr);
     assert_eq!(doc["rules"]["in_force"]["groupIdentity"]["be"], 0, "{doc:#}");
-    assert_eq!((doc["rules"]["last_changed_by"].as_str(), doc["rules"]["changes"].as_u64()), (Some("file"), Some(1)), "{doc:#}");
+    assert_eq!(
+        (doc["rules"]["last_changed_by"].as_str(), doc["rules"]["changes"].as_u64()),
+        (Some("file"), Some(1)),
+        "{doc:#}"
+    );
     assert!(status(&addr, &[]).stdout.contains("from the file; 1 change(s) since start"));
 }
 
@@ -164,7 +176,8 @@ fn status_in_standalone_mode_shows_the_reconcilers_last_pass() {
 fn status_is_1_when_the_reconciler_fails_and_2_without_an_endpoint() {
     let dir = tempfile::Builder::new().prefix("rh-status").tempdir().unwrap();
     let missing = dir.path().join("containerd.sock");
-    let args = ["--mode", "standalone", "--runtime-endpoint", missing.to_str().unwrap(), "--metrics-addr", "127.0.0.1:0"];
+    let args =
+        ["--mode", "standalone", "--runtime-endpoint", missing.to_str().unwrap(), "--metrics-addr", "127.0.0.1:0"];
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
     let addr = admin_addr(&hooks);
     assert!(eventually(Duration::from_secs(10), || status(&addr, &[]).code == 1), "{}", hooks.log());

@@ -25,7 +25,9 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use test_support::containerd::{container_config, unique, Containerd, Pod};
 use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;
-use test_support::systemd::{cgroup_file, daemon_reload, guest, run, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos};
+use test_support::systemd::{
+    cgroup_file, daemon_reload, guest, run, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos,
+};
 use tonic::transport::Channel;
 
 /// What BE_SPEC (batch-cpu request 500, limit 1000; batch-memory limit 128Mi) gives a pod of one
@@ -70,9 +72,15 @@ fn besteffort_container(env: &Containerd) -> cri::ContainerConfig {
 /// quota, below a Burstable pod slice; returns the pod and its container's scope.
 async fn lsr_pod(rt: &mut RuntimeServiceClient<Channel>, env: &Containerd, label: &str) -> (Pod, std::path::PathBuf) {
     let labels: HashMap<String, String> = map(&[(QOS, "LSR"), ("v2test", label)]);
-    let sandbox = sandbox_config_systemd(env, &unique("v2-lsr"), labels, map(&[(STATUS, r#"{"cpuset": "1"}"#)]), Qos::Burstable);
+    let sandbox =
+        sandbox_config_systemd(env, &unique("v2-lsr"), labels, map(&[(STATUS, r#"{"cpuset": "1"}"#)]), Qos::Burstable);
     let slice = sandbox.linux.as_ref().unwrap().cgroup_parent.clone();
-    let r = cri::LinuxContainerResources { cpu_shares: 1024, cpu_period: 100_000, cpu_quota: 100_000, ..Default::default() };
+    let r = cri::LinuxContainerResources {
+        cpu_shares: 1024,
+        cpu_period: 100_000,
+        cpu_quota: 100_000,
+        ..Default::default()
+    };
     let container = container_config(env, "main", &["sleep", "3600"], Some(r), &[]);
     let pod = Pod::start(rt, sandbox, container).await.expect("LSR pod");
     let scope = scope_dir(&slice, &pod.container_id);
@@ -95,7 +103,11 @@ fn drift_lines(log: &str, target: &str) -> Vec<String> {
 
 /// Waits until runtime-hooks has logged `n` more reconciler passes than `before`.
 fn wait_passes(hooks: &Hooks, before: usize, n: usize) {
-    assert!(hooks.wait_log(&["reconciled"], before + n - 1, Duration::from_secs(60)), "no reconciler pass:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["reconciled"], before + n - 1, Duration::from_secs(60)),
+        "no reconciler pass:\n{}",
+        hooks.log()
+    );
 }
 
 struct ProxySetup {
@@ -121,7 +133,8 @@ fn proxy_setup(env: Containerd) -> ProxySetup {
 /// runtime-hooks' registration.
 fn start_proxy(env: &Containerd, conf: &Path) -> ProxyProcess {
     let proxy_bin = test_support::workspace_binary("runtime-proxy");
-    let proxy = ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
+    let proxy =
+        ProxyProcess::start(proxy_bin.to_str().unwrap(), &env.socket, &["--hook-config-dir", conf.to_str().unwrap()]);
     assert!(
         proxy.wait_log(&["hook server added", "file=runtime-hooks.json"], 0),
         "proxy did not take up runtime-hooks.json\n{}",
@@ -145,7 +158,11 @@ fn start_proxy_mode_hooks(env: &Containerd, dir: &Path) -> Hooks {
     ];
     let log = dir.join(format!("hooks-{}.log", unique("p")));
     let hooks = Hooks::start(&args, log);
-    assert!(hooks.wait_log(&["reconciled"], 0, Duration::from_secs(60)), "runtime-hooks did not start:\n{}", hooks.log());
+    assert!(
+        hooks.wait_log(&["reconciled"], 0, Duration::from_secs(60)),
+        "runtime-hooks did not start:\n{}",
+        hooks.log()
+    );
     hooks
 }
 
@@ -202,7 +219,11 @@ async fn proxy_mode_be_pod_values_survive_systemd_and_restarts() {
     })
     .await
     .expect("UpdateContainerResources through the restarted proxy");
-    assert_eq!(files(&scope_dir(&slice, &pod.container_id)), be_files(), "after the proxy restarted and kubelet updated");
+    assert_eq!(
+        files(&scope_dir(&slice, &pod.container_id)),
+        be_files(),
+        "after the proxy restarted and kubelet updated"
+    );
 
     pod.remove(&mut rt).await;
     lsr.remove(&mut rt).await;
@@ -238,13 +259,25 @@ async fn standalone_mode_corrects_once_and_then_leaves_pods_alone() {
 
     let dir = tempfile::Builder::new().prefix("v2-standalone").tempdir().unwrap();
     let selector = format!("v2test={label}");
-    let args =
-        ["--mode", "standalone", "--runtime-endpoint", env.socket.to_str().unwrap(), "--reconcile-interval", "1s", "--selector", &selector];
+    let args = [
+        "--mode",
+        "standalone",
+        "--runtime-endpoint",
+        env.socket.to_str().unwrap(),
+        "--reconcile-interval",
+        "1s",
+        "--selector",
+        &selector,
+    ];
     let hooks = Hooks::start(&args, dir.path().join("hooks.log"));
     wait_passes(&hooks, 0, 2);
     assert_be_values(&slice, &be.container_id, "after the first passes", || hooks.log());
     assert_eq!(lsr_files(&lsr_scope), lsr_expected(), "the LSR container corrected\n{}", hooks.log());
-    assert_eq!(show(&format!("cri-containerd-{}.scope", lsr.container_id), "AllowedCPUs"), "1", "as its scope's property");
+    assert_eq!(
+        show(&format!("cri-containerd-{}.scope", lsr.container_id), "AllowedCPUs"),
+        "1",
+        "as its scope's property"
+    );
     let log = hooks.log();
     assert!(
         log.contains("cpu.weight formula learned") && log.contains("formula=\"runc\""),
@@ -322,7 +355,8 @@ async fn nri_mode_be_pod_values_survive_systemd() {
 /// A NodeSLO with the `coreSched` CPU policy and `schedIdle` IDLE for the BE class:
 /// kubepods-besteffort.slice's `cpu.idle`.
 const SCHED_IDLE: &str = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec:\n  \
-    resourceQOSStrategy:\n    policies: {cpuPolicy: coreSched}\n    beClass: {cpuQOS: {enable: true, schedIdle: IDLE}}\n";
+    resourceQOSStrategy:\n    policies: {cpuPolicy: coreSched}\
+    \n    beClass: {cpuQOS: {enable: true, schedIdle: IDLE}}\n";
 
 #[tokio::test]
 async fn standalone_mode_follows_a_node_slo_change_on_kube_qos_slices() {
@@ -350,14 +384,24 @@ async fn standalone_mode_follows_a_node_slo_change_on_kube_qos_slices() {
     let besteffort = slice_dir(Qos::BestEffort.parent_slice());
     let burstable = slice_dir(Qos::Burstable.parent_slice());
     let idle = |d: &std::path::Path| cgroup_file(d, "cpu.idle");
-    assert!(eventually(Duration::from_secs(30), || idle(&besteffort) == "1"), "BE slice cpu.idle {}\n{}", idle(&besteffort), hooks.log());
+    assert!(
+        eventually(Duration::from_secs(30), || idle(&besteffort) == "1"),
+        "BE slice cpu.idle {}\n{}",
+        idle(&besteffort),
+        hooks.log()
+    );
     assert_eq!(idle(&burstable), "0");
 
     // The NodeSLO changes: the BE class is no longer idle.
     let tmp = rules.with_extension("tmp");
     std::fs::write(&tmp, SCHED_IDLE.replace("IDLE", "0")).unwrap();
     std::fs::rename(&tmp, &rules).unwrap();
-    assert!(eventually(Duration::from_secs(30), || idle(&besteffort) == "0"), "after the change: {}\n{}", idle(&besteffort), hooks.log());
+    assert!(
+        eventually(Duration::from_secs(30), || idle(&besteffort) == "0"),
+        "after the change: {}\n{}",
+        idle(&besteffort),
+        hooks.log()
+    );
     let log = hooks.log();
     assert!(!log.contains("reconcile: "), "no failure:\n{log}");
 }
@@ -375,11 +419,17 @@ async fn the_packaged_unit_runs_standalone_with_its_sandboxing_and_reaches_syste
     let env = guest();
     let binary = test_support::workspace_binary("runtime-hooks");
     let label = unique("v2u");
-    let opts = format!("--mode standalone --runtime-endpoint {} --reconcile-interval 1s --selector v2test={label}", env.socket.display());
+    let opts = format!(
+        "--mode standalone --runtime-endpoint {} --reconcile-interval 1s --selector v2test={label}",
+        env.socket.display()
+    );
     let text = PACKAGED_UNIT
         .replace("ExecStart=/usr/bin/runtime-hooks ", &format!("ExecStart={} ", binary.display()))
         .replace("EnvironmentFile=-/etc/default/runtime-hooks", &format!("Environment=\"RUNTIME_HOOKS_OPTS={opts}\""));
-    assert!(text.contains(&opts) && text.contains(binary.to_str().unwrap()), "the packaged unit changed its form:\n{PACKAGED_UNIT}");
+    assert!(
+        text.contains(&opts) && text.contains(binary.to_str().unwrap()),
+        "the packaged unit changed its form:\n{PACKAGED_UNIT}"
+    );
     // The package creates the registration directory the unit's ReadWritePaths= names.
     std::fs::create_dir_all("/etc/runtime/hookserver.d").unwrap();
     let unit = "runtime-hooks-v2test.service";
@@ -391,13 +441,20 @@ async fn the_packaged_unit_runs_standalone_with_its_sandboxing_and_reaches_syste
     let (sandbox, slice) = be_sandbox(&env, ("v2test", &label));
     let pod = Pod::start(&mut rt, sandbox, besteffort_container(&env)).await.expect("BE pod");
     let scope = scope_dir(&slice, &pod.container_id);
-    assert!(eventually(Duration::from_secs(30), || files(&scope) == be_files()), "{:?}\n{}", files(&scope), journal(unit));
+    assert!(
+        eventually(Duration::from_secs(30), || files(&scope) == be_files()),
+        "{:?}\n{}",
+        files(&scope),
+        journal(unit)
+    );
     assert_be_values(&slice, &pod.container_id, "under the packaged unit", || journal(unit));
     daemon_reload();
     assert_be_values(&slice, &pod.container_id, "after daemon-reload", || journal(unit));
     let log = journal(unit);
     assert!(log.contains("systemd's bus: values on slices and scopes are also set"), "{log}");
-    let denied = |l: &&str| l.contains("WARN") && ["systemd", "bus", "denied", "Read-only", "reconcile: "].iter().any(|w| l.contains(w));
+    let denied = |l: &&str| {
+        l.contains("WARN") && ["systemd", "bus", "denied", "Read-only", "reconcile: "].iter().any(|w| l.contains(w))
+    };
     assert!(!log.lines().any(|l| denied(&l)), "nothing refused under the unit's sandboxing:\n{log}");
 
     run("systemctl", &["stop", unit]);
@@ -415,15 +472,20 @@ const RULES_CONFIGMAP: &str = include_str!("../../../deploy/runtime-hooks-rules.
 async fn the_daemonsets_args_and_host_mounts_work_on_a_v2_host() {
     let env = guest();
     // The container's args, as deploy/runtime-hooks.yaml gives them.
-    let args: Vec<&str> =
-        DAEMONSET.lines().filter_map(|l| l.trim_start().strip_prefix("- --").map(|_| l.trim_start()[2..].trim())).collect();
+    let args: Vec<&str> = DAEMONSET
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- --").map(|_| l.trim_start()[2..].trim()))
+        .collect();
     assert!(args.contains(&"--cgroup-root=/host/sys/fs/cgroup") && args.contains(&"--mode=proxy"), "{args:?}");
     // Its host mounts, made here as the kubelet would: the cgroup tree at /host/sys/fs/cgroup,
     // /run/dbus and the containerd socket where they are on the host, the ConfigMap's rules.
     std::fs::create_dir_all("/host/sys/fs/cgroup").unwrap();
     let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(" /host/sys/fs/cgroup ");
     if !mounted {
-        let out = std::process::Command::new("mount").args(["--bind", "/sys/fs/cgroup", "/host/sys/fs/cgroup"]).output().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["--bind", "/sys/fs/cgroup", "/host/sys/fs/cgroup"])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "mount: {}", String::from_utf8_lossy(&out.stderr));
     }
     let configmap: serde_json::Value = serde_norway::from_str(RULES_CONFIGMAP).unwrap();

@@ -45,7 +45,8 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use common::{percentile, us, usage};
 use hook_api::v1alpha1::{
-    self as hook, ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
+    self as hook, ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest,
+    PodSandboxHookResponse,
 };
 use hook_api::{RuntimeHookService, RuntimeHookServiceClient, RuntimeHookServiceServer};
 use k8s_cri::v1 as cri;
@@ -155,9 +156,13 @@ fn proxy(backend: &Path, dir: &Path, hook: Option<(&str, &Path, &[&str])>) -> Pr
     // that proxy (e.g. a script that execs it under `valgrind --tool=callgrind`); it is stopped
     // with SIGTERM after the first measurement.
     let which = if hook.is_some() { "hooked" } else { "plain" };
-    let wrapped = std::env::var("RP_BENCH_PROXY_BIN").ok().filter(|_| std::env::var("RP_BENCH_WRAP").as_deref() == Ok(which));
-    let proxy =
-        ProxyProcess::start(wrapped.as_deref().unwrap_or(BIN), backend, &["--hook-config-dir", dir.to_str().expect("utf-8 temp dir")]);
+    let wrapped =
+        std::env::var("RP_BENCH_PROXY_BIN").ok().filter(|_| std::env::var("RP_BENCH_WRAP").as_deref() == Ok(which));
+    let proxy = ProxyProcess::start(
+        wrapped.as_deref().unwrap_or(BIN),
+        backend,
+        &["--hook-config-dir", dir.to_str().expect("utf-8 temp dir")],
+    );
     if let Some((name, socket, stages)) = hook {
         register(dir, name, socket, "Fail", stages, json!({}));
         let file = format!("file={name}");
@@ -198,7 +203,11 @@ fn kubelet_create_request() -> cri::CreateContainerRequest {
     let pod_dir = format!("/var/lib/kubelet/pods/{uid}");
     let config = cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata { name: "nginx".into(), attempt: 0 }),
-        image: Some(cri::ImageSpec { image: image.into(), user_specified_image: "nginx:1.25".into(), ..Default::default() }),
+        image: Some(cri::ImageSpec {
+            image: image.into(),
+            user_specified_image: "nginx:1.25".into(),
+            ..Default::default()
+        }),
         command: vec!["/docker-entrypoint.sh".into()],
         args: vec!["nginx".into(), "-g".into(), "daemon off;".into()],
         working_dir: String::new(),
@@ -251,7 +260,10 @@ fn kubelet_create_request() -> cri::CreateContainerRequest {
                 ..Default::default()
             }),
             security_context: Some(cri::LinuxContainerSecurityContext {
-                namespace_options: Some(cri::NamespaceOption { pid: cri::NamespaceMode::Container as i32, ..Default::default() }),
+                namespace_options: Some(cri::NamespaceOption {
+                    pid: cri::NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
                 run_as_user: Some(cri::Int64Value { value: 101 }),
                 seccomp: Some(cri::SecurityProfile {
                     profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
@@ -272,14 +284,21 @@ fn kubelet_create_request() -> cri::CreateContainerRequest {
                 ]
                 .map(String::from)
                 .to_vec(),
-                readonly_paths: ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"].map(String::from).to_vec(),
+                readonly_paths: ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+                    .map(String::from)
+                    .to_vec(),
                 ..Default::default()
             }),
         }),
         ..Default::default()
     };
     let sandbox_config = cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata { name: pod.into(), uid: uid.into(), namespace: "default".into(), attempt: 0 }),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: pod.into(),
+            uid: uid.into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
         hostname: pod.into(),
         log_directory: format!("/var/log/pods/default_{pod}_{uid}"),
         dns_config: Some(cri::DnsConfig {
@@ -287,13 +306,20 @@ fn kubelet_create_request() -> cri::CreateContainerRequest {
             searches: vec!["default.svc.cluster.local".into(), "svc.cluster.local".into(), "cluster.local".into()],
             options: vec!["ndots:5".into()],
         }),
-        port_mappings: vec![cri::PortMapping { protocol: cri::Protocol::Tcp as i32, container_port: 80, ..Default::default() }],
+        port_mappings: vec![cri::PortMapping {
+            protocol: cri::Protocol::Tcp as i32,
+            container_port: 80,
+            ..Default::default()
+        }],
         labels: pod_labels,
         annotations: pod_annotations,
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: format!("/kubepods/burstable/pod{uid}"),
             security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(cri::NamespaceOption { pid: cri::NamespaceMode::Container as i32, ..Default::default() }),
+                namespace_options: Some(cri::NamespaceOption {
+                    pid: cri::NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
                 seccomp: Some(cri::SecurityProfile {
                     profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
                     ..Default::default()
@@ -328,7 +354,12 @@ fn hook_request(req: &cri::CreateContainerRequest) -> ContainerResourceHookReque
     let meta = config.metadata.unwrap_or_default();
     let resources = config.linux.and_then(|l| l.resources).unwrap_or_default();
     ContainerResourceHookRequest {
-        pod_meta: Some(hook::PodSandboxMetadata { name: pod.name, uid: pod.uid, namespace: pod.namespace, attempt: pod.attempt }),
+        pod_meta: Some(hook::PodSandboxMetadata {
+            name: pod.name,
+            uid: pod.uid,
+            namespace: pod.namespace,
+            attempt: pod.attempt,
+        }),
         container_meta: Some(hook::ContainerMetadata { name: meta.name, attempt: meta.attempt, id: String::new() }),
         container_annotations: config.annotations.into_iter().collect(),
         container_resources: Some(hook_api::convert::to_hook(&resources)),
@@ -350,7 +381,8 @@ async fn intercepted_create(calls: usize) {
     let noop = HookProcess::start();
     let (plain_dir, hooked_dir) = (hook_dir(), hook_dir());
     let plain_proxy = proxy(backend.socket(), plain_dir.path(), None);
-    let hooked_proxy = proxy(backend.socket(), hooked_dir.path(), Some(("noop.json", &noop.socket, &["PreCreateContainer"])));
+    let hooked_proxy =
+        proxy(backend.socket(), hooked_dir.path(), Some(("noop.json", &noop.socket, &["PreCreateContainer"])));
 
     for proxy in [&plain_proxy, &hooked_proxy] {
         let run = cri::RunPodSandboxRequest { config: request.sandbox_config.clone(), runtime_handler: String::new() };
@@ -413,7 +445,11 @@ async fn intercepted_create(calls: usize) {
     drop(hook_client);
     let seen = noop.stop();
     assert_eq!(seen, 2 * (calls + WARM_UP), "hook calls seen");
-    assert_eq!(backend.calls_to("/runtime.v1.RuntimeService/CreateContainer").len(), 3 * (calls + WARM_UP), "backend calls seen");
+    assert_eq!(
+        backend.calls_to("/runtime.v1.RuntimeService/CreateContainer").len(),
+        3 * (calls + WARM_UP),
+        "backend calls seen"
+    );
 
     for s in samples.iter_mut() {
         s.sort();
@@ -461,7 +497,8 @@ async fn intercepted_create(calls: usize) {
     println!();
     println!(
         "Proxy CPU time: all its threads' on-CPU time (/proc/PID/task/*/schedstat) over the measured calls, per call. \
-         Latencies on a shared machine rise with its load (every hop is a wake-up of another process); CPU time hardly does."
+         Latencies on a shared machine rise with its load (every hop is a wake-up of another process); CPU time \
+         hardly does."
     );
 }
 
@@ -490,8 +527,12 @@ impl ClientKind {
 
     fn describe(self) -> &'static str {
         match self {
-            ClientKind::Kubelet => "framed as kubelet's grpc-go frames it (END_STREAM on the DATA frame, `grpc-timeout` 2 min)",
-            ClientKind::Tonic => "sent with tonic's client (END_STREAM in a separate empty DATA frame, `grpc-timeout` 2 min)",
+            ClientKind::Kubelet => {
+                "framed as kubelet's grpc-go frames it (END_STREAM on the DATA frame, `grpc-timeout` 2 min)"
+            }
+            ClientKind::Tonic => {
+                "sent with tonic's client (END_STREAM in a separate empty DATA frame, `grpc-timeout` 2 min)"
+            }
         }
     }
 }
@@ -534,12 +575,20 @@ impl CriClient {
 
     /// CreateContainer with `request` (`body`: the same, encoded and framed) on gRPC path
     /// `path`; returns the container ID. Panics on any failure.
-    async fn create_container(&mut self, request: cri::CreateContainerRequest, body: Bytes, path: &'static str) -> String {
+    async fn create_container(
+        &mut self,
+        request: cri::CreateContainerRequest,
+        body: Bytes,
+        path: &'static str,
+    ) -> String {
         match self {
             CriClient::Tonic(_, channel) if path != CREATE => {
                 let mut request = Request::new(Bytes::from(request.encode_to_vec()));
                 request.set_timeout(Duration::from_secs(120));
-                let answer = test_support::raw::unary(channel.clone(), path, request).await.expect("CreateContainer").into_inner();
+                let answer = test_support::raw::unary(channel.clone(), path, request)
+                    .await
+                    .expect("CreateContainer")
+                    .into_inner();
                 cri::CreateContainerResponse::decode(answer).expect("CreateContainerResponse").container_id
             }
             CriClient::Tonic(client, _) => {
@@ -604,7 +653,10 @@ impl SlowHook {
         Ok(Response::new(hook_api::merge::echo_pod(r.get_ref())))
     }
 
-    async fn container(&self, r: Request<ContainerResourceHookRequest>) -> Result<Response<ContainerResourceHookResponse>, Status> {
+    async fn container(
+        &self,
+        r: Request<ContainerResourceHookRequest>,
+    ) -> Result<Response<ContainerResourceHookResponse>, Status> {
         self.wait().await;
         Ok(Response::new(hook_api::merge::echo_container(r.get_ref())))
     }
@@ -626,10 +678,16 @@ impl SlowHook {
 
 #[tonic::async_trait]
 impl RuntimeHookService for SlowHook {
-    async fn pre_run_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+    async fn pre_run_pod_sandbox_hook(
+        &self,
+        r: Request<PodSandboxHookRequest>,
+    ) -> Result<Response<PodSandboxHookResponse>, Status> {
         self.pod(r).await
     }
-    async fn post_stop_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+    async fn post_stop_pod_sandbox_hook(
+        &self,
+        r: Request<PodSandboxHookRequest>,
+    ) -> Result<Response<PodSandboxHookResponse>, Status> {
         self.pod(r).await
     }
     async fn pre_create_container_hook(
@@ -679,7 +737,8 @@ async fn start_pods(env: &Containerd, client: &RuntimeServiceClient<Channel>, n:
         .map(|_| {
             let mut client = client.clone();
             let sandbox = sandbox_config(env, &unique("bench"), label.clone(), HashMap::new());
-            let resources = cri::LinuxContainerResources { cpu_shares: 512, memory_limit_in_bytes: 64 << 20, ..Default::default() };
+            let resources =
+                cri::LinuxContainerResources { cpu_shares: 512, memory_limit_in_bytes: 64 << 20, ..Default::default() };
             let container = container_config(env, "sleeper", &["sleep", "3600"], Some(resources), &[("BENCH", "1")]);
             async move {
                 let start = Instant::now();
@@ -736,7 +795,12 @@ async fn concurrent_pods(env: &Containerd) {
     let mut containerd = runtime_client(&env.socket);
     let hook_dir = hook_dir();
     let hook_socket: PathBuf = hook_dir.path().join("slow-hook.sock");
-    let hook = SlowHook { delay: HOOK_DELAY, calls: Default::default(), in_flight: Default::default(), max_in_flight: Default::default() };
+    let hook = SlowHook {
+        delay: HOOK_DELAY,
+        calls: Default::default(),
+        in_flight: Default::default(),
+        max_in_flight: Default::default(),
+    };
     let server = hook.serve(&hook_socket);
     let stages = ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"];
     let proxy = proxy(&env.socket, hook_dir.path(), Some(("slow.json", &hook_socket, &stages)));
@@ -755,7 +819,12 @@ async fn concurrent_pods(env: &Containerd) {
     }
 }
 
-async fn batches(env: &Containerd, hook: &SlowHook, direct: &RuntimeServiceClient<Channel>, proxied: &RuntimeServiceClient<Channel>) {
+async fn batches(
+    env: &Containerd,
+    hook: &SlowHook,
+    direct: &RuntimeServiceClient<Channel>,
+    proxied: &RuntimeServiceClient<Channel>,
+) {
     let mut containerd = direct.clone();
     // Warm-up: one pod each way (snapshots, the proxy's connections, containerd's caches).
     for client in [direct, proxied] {
@@ -774,7 +843,15 @@ async fn batches(env: &Containerd, hook: &SlowHook, direct: &RuntimeServiceClien
         if hooked {
             assert_eq!(calls, 3 * n, "every pod went through the hook at its three stages");
         }
-        rows.push((n, hooked, batch.wall, percentile(&batch.per_pod, 0.5), percentile(&batch.per_pod, 1.0), calls, max));
+        rows.push((
+            n,
+            hooked,
+            batch.wall,
+            percentile(&batch.per_pod, 0.5),
+            percentile(&batch.per_pod, 1.0),
+            calls,
+            max,
+        ));
     }
 
     println!(
@@ -792,8 +869,14 @@ async fn batches(env: &Containerd, hook: &SlowHook, direct: &RuntimeServiceClien
     println!("|---|---|---|---|---|---|---|");
     for (n, hooked, wall, p50, max, calls, in_flight) in &rows {
         let path = if *hooked { "through the proxy + 100 ms hook" } else { "direct to containerd, no hook" };
-        let (calls, in_flight) = if *hooked { (calls.to_string(), in_flight.to_string()) } else { ("–".into(), "–".into()) };
-        println!("| {path} | {n} | {:.2} s | {:.2} s | {:.2} s | {calls} | {in_flight} |", secs(*wall), secs(*p50), secs(*max));
+        let (calls, in_flight) =
+            if *hooked { (calls.to_string(), in_flight.to_string()) } else { ("–".into(), "–".into()) };
+        println!(
+            "| {path} | {n} | {:.2} s | {:.2} s | {:.2} s | {calls} | {in_flight} |",
+            secs(*wall),
+            secs(*p50),
+            secs(*max)
+        );
     }
     let (one, many) = (rows[1].2, rows[3].2);
     let serial = HOOK_DELAY * 3 * PODS as u32;

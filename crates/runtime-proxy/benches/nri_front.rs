@@ -35,7 +35,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const STAGES: [&str; 3] = ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"];
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default()
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 /// `n` pods one after another through `rt`: each one's start time.
@@ -68,14 +70,18 @@ async fn main() {
     };
     let text = std::fs::read_to_string(&file).expect("env file");
     let Some(nri_socket) = text.lines().find_map(|l| l.strip_prefix("NRI_SOCKET=")).map(PathBuf::from) else {
-        println!("(pod start by front end: skipped, {file} has no NRI_SOCKET: RP_NRI=1 scripts/containerd.sh up 1.7 ROOT)");
+        println!(
+            "(pod start by front end: skipped, {file} has no NRI_SOCKET: RP_NRI=1 scripts/containerd.sh up 1.7 ROOT)"
+        );
         return;
     };
     let pods = std::env::var("RP_BENCH_PODS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(10);
     let env = Containerd::from_env();
-    let hook =
-        TestHook::start(Arc::new(|_, req| Ok(hook_api::merge::echo_container(req))), Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))))
-            .await;
+    let hook = TestHook::start(
+        Arc::new(|_, req| Ok(hook_api::merge::echo_container(req))),
+        Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
+    )
+    .await;
     let dir = tempfile::Builder::new().prefix("rp-bench-nri").tempdir().unwrap();
     register(dir.path(), "noop.json", hook.socket(), "Fail", &STAGES, serde_json::json!({}));
     let load_before = loadavg();
@@ -108,7 +114,11 @@ async fn main() {
     );
     let started = Instant::now();
     while !std::fs::read_to_string(&log).unwrap_or_default().contains("NRI Synchronize: store rebuilt") {
-        assert!(started.elapsed() < Duration::from_secs(15), "not synchronized:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "not synchronized:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     starts(&env, &mut direct, 1).await;

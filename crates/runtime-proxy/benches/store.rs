@@ -40,7 +40,11 @@ static ALLOC: Counting = Counting;
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn recovered_ms(proxy: &ProxyProcess) -> String {
@@ -74,7 +78,13 @@ async fn main() {
                     let labels = HashMap::from([("app".to_string(), format!("bench-{chunk}-{i}"))]);
                     let annotations = HashMap::from([("team".to_string(), "storage".to_string())]);
                     let sandbox = sandbox_config(&env, &unique("store"), labels, annotations);
-                    let container = container_config(&env, "main", &["sleep", "3600"], None, &[("MODE", "bench"), ("IDX", &i.to_string())]);
+                    let container = container_config(
+                        &env,
+                        "main",
+                        &["sleep", "3600"],
+                        None,
+                        &[("MODE", "bench"), ("IDX", &i.to_string())],
+                    );
                     Pod::start(&mut rt, sandbox, container).await
                 })
             })
@@ -103,14 +113,21 @@ async fn main() {
     // kill -9 and restart on the same socket: the release proxy's own recovery line.
     proxy.signal(libc::SIGKILL);
     proxy.wait_exit(Duration::from_secs(5));
-    let restarted = ProxyProcess::spawn(BIN, &socket, &env.socket, &["--metrics-addr", "127.0.0.1:0"], dir.path().join("b.log"));
+    let restarted =
+        ProxyProcess::spawn(BIN, &socket, &env.socket, &["--metrics-addr", "127.0.0.1:0"], dir.path().join("b.log"));
     let line = recovered_ms(&restarted);
 
-    println!("### Store at node scale — `make bench` (`cargo bench -p runtime-proxy --bench store`), containerd {}", env.version);
+    println!(
+        "### Store at node scale — `make bench` (`cargo bench -p runtime-proxy --bench store`), containerd {}",
+        env.version
+    );
     println!("| what | value |");
     println!("|---|---|");
     println!("| proxy RSS, idle (store recovered, no pods of ours) | {:.1} MiB |", idle as f64 / 1024.0);
-    println!("| proxy RSS with {PODS} more pods (1 container each) created through it | {:.1} MiB |", loaded as f64 / 1024.0);
+    println!(
+        "| proxy RSS with {PODS} more pods (1 container each) created through it | {:.1} MiB |",
+        loaded as f64 / 1024.0
+    );
     println!("| RSS growth per pod | {:.1} KiB |", (loaded as f64 - idle as f64) / PODS as f64);
     println!(
         "| store memory per pod + container (bytes allocated by a rebuild into an empty store, {} pods + {} containers) | {:.1} KiB |",

@@ -44,7 +44,10 @@ fn endpoint() -> Result<PathBuf> {
 }
 
 /// Awaits one CRI call and returns its answer and how long it took, in milliseconds.
-async fn timed<T>(call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>, name: &str) -> Result<(T, f64)> {
+async fn timed<T>(
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    name: &str,
+) -> Result<(T, f64)> {
     let start = Instant::now();
     let answer = call.await.with_context(|| format!("{name} through the proxy"))?;
     Ok((answer.into_inner(), start.elapsed().as_secs_f64() * 1e3))
@@ -96,7 +99,11 @@ async fn run() -> Result<()> {
 }
 
 /// Everything after RunPodSandbox; on error also returns the sandbox ID to clean up.
-async fn with_sandbox(rt: &mut RuntimeServiceClient<Channel>, env: &Containerd, mut pod: Pod) -> Result<(), (anyhow::Error, String)> {
+async fn with_sandbox(
+    rt: &mut RuntimeServiceClient<Channel>,
+    env: &Containerd,
+    mut pod: Pod,
+) -> Result<(), (anyhow::Error, String)> {
     let sandbox_id = pod.sandbox_id.clone();
     let resources = cri::LinuxContainerResources {
         cpu_shares: KUBELET_SHARES,
@@ -117,7 +124,9 @@ async fn with_sandbox(rt: &mut RuntimeServiceClient<Channel>, env: &Containerd, 
         pod.container_id = created.container_id;
         let id = pod.container_id.clone();
 
-        let (_, ms) = timed(rt.start_container(cri::StartContainerRequest { container_id: id.clone() }), "StartContainer").await?;
+        let (_, ms) =
+            timed(rt.start_container(cri::StartContainerRequest { container_id: id.clone() }), "StartContainer")
+                .await?;
         step("StartContainer", ms, format!("{} `sleep 3600`", env.test_image));
 
         let request = cri::ContainerStatusRequest { container_id: id.clone(), verbose: true };
@@ -133,7 +142,10 @@ async fn with_sandbox(rt: &mut RuntimeServiceClient<Channel>, env: &Containerd, 
             .unwrap_or_default();
         step("ContainerStatus", ms, format!("{state}{pid}"));
 
-        println!("\n  cgroup files of the container: /sys/fs/cgroup/<controller>{}/<container ID>/", pod.cgroup_parent());
+        println!(
+            "\n  cgroup files of the container: /sys/fs/cgroup/<controller>{}/<container ID>/",
+            pod.cgroup_parent()
+        );
         let shares = pod.cgroup_file("cpu", "cpu.shares");
         let why = if shares == ANNOTATION.1 {
             format!("set by the annotation hook; kubelet asked {KUBELET_SHARES}")
@@ -148,7 +160,11 @@ async fn with_sandbox(rt: &mut RuntimeServiceClient<Channel>, env: &Containerd, 
         }
 
         let script = "echo $HOOKED_BY $CPU_SHARES";
-        let request = cri::ExecSyncRequest { container_id: id.clone(), cmd: vec!["sh".into(), "-c".into(), script.into()], timeout: 10 };
+        let request = cri::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["sh".into(), "-c".into(), script.into()],
+            timeout: 10,
+        };
         let (out, ms) = timed(rt.exec_sync(request), "ExecSync").await?;
         println!();
         step("ExecSync", ms, format!("sh -c '{script}'"));
@@ -159,17 +175,24 @@ async fn with_sandbox(rt: &mut RuntimeServiceClient<Channel>, env: &Containerd, 
 
         println!();
         let start = Instant::now();
-        timed(rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 0 }), "StopContainer").await?;
+        timed(rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 0 }), "StopContainer")
+            .await?;
         timed(rt.remove_container(cri::RemoveContainerRequest { container_id: id }), "RemoveContainer").await?;
         let ms = start.elapsed().as_secs_f64() * 1e3;
         step("Stop+RemoveContainer", ms, "container stopped and removed");
         let start = Instant::now();
         let sandbox_id = pod.sandbox_id.clone();
-        timed(rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.clone() }), "StopPodSandbox").await?;
-        timed(rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sandbox_id.clone() }), "RemovePodSandbox").await?;
+        timed(rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.clone() }), "StopPodSandbox")
+            .await?;
+        timed(
+            rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sandbox_id.clone() }),
+            "RemovePodSandbox",
+        )
+        .await?;
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let filter = cri::PodSandboxFilter { id: sandbox_id, ..Default::default() };
-        let (left, _) = timed(rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }), "ListPodSandbox").await?;
+        let (left, _) =
+            timed(rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }), "ListPodSandbox").await?;
         if !left.items.is_empty() {
             bail!("the sandbox is still listed after RemovePodSandbox: {:?}", left.items);
         }

@@ -73,9 +73,11 @@ impl State {
 
 /// The container's state name, pid (from the verbose info) and start time.
 async fn status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> Result<(String, u64, i64)> {
-    let status = rt.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true }).await?.into_inner();
+    let status =
+        rt.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: true }).await?.into_inner();
     let s = status.status.context("ContainerStatus without status")?;
-    let state = cri::ContainerState::try_from(s.state).map(|s| s.as_str_name().to_owned()).unwrap_or_else(|_| "unknown".into());
+    let state =
+        cri::ContainerState::try_from(s.state).map(|s| s.as_str_name().to_owned()).unwrap_or_else(|_| "unknown".into());
     let pid = status
         .info
         .get("info")
@@ -86,8 +88,11 @@ async fn status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> Result<(Str
 }
 
 async fn env_hooked_by(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> Result<String> {
-    let request =
-        cri::ExecSyncRequest { container_id: id.into(), cmd: vec!["sh".into(), "-c".into(), "echo $HOOKED_BY".into()], timeout: 10 };
+    let request = cri::ExecSyncRequest {
+        container_id: id.into(),
+        cmd: vec!["sh".into(), "-c".into(), "echo $HOOKED_BY".into()],
+        timeout: 10,
+    };
     let out = rt.exec_sync(request).await.context("ExecSync")?.into_inner();
     ensure!(out.exit_code == 0, "ExecSync exit code {}: {}", out.exit_code, String::from_utf8_lossy(&out.stderr));
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
@@ -134,7 +139,11 @@ async fn run(o: &Opts) -> Result<()> {
             let (s, pid, started) = status(&mut rt, state.get("CONTAINER")?).await?;
             println!("  container {} {s} pid {pid}", state.get("CONTAINER")?);
             ensure!(s == "CONTAINER_RUNNING", "container is {s}");
-            ensure!(pid.to_string() == state.get("PID")?, "pid {pid}, was {} at run: the container was restarted", state.get("PID")?);
+            ensure!(
+                pid.to_string() == state.get("PID")?,
+                "pid {pid}, was {} at run: the container was restarted",
+                state.get("PID")?
+            );
             ensure!(started.to_string() == state.get("STARTED")?, "started_at changed: the container was restarted");
             expect_shares(o, &state)?;
         }
@@ -152,8 +161,11 @@ async fn run(o: &Opts) -> Result<()> {
         }
         "remove" => {
             let state = State::read(&o.state)?;
-            let pod =
-                Pod { sandbox_id: state.get("SANDBOX")?.into(), container_id: state.get("CONTAINER")?.into(), config: Default::default() };
+            let pod = Pod {
+                sandbox_id: state.get("SANDBOX")?.into(),
+                container_id: state.get("CONTAINER")?.into(),
+                config: Default::default(),
+            };
             pod.remove(&mut rt).await;
             println!("  pod {} removed", state.get("SANDBOX")?);
         }

@@ -1,5 +1,5 @@
-//! Command-line flags, named and defaulted exactly as koord-runtime-proxy's (`cmd/koord-runtime-proxy/options`, Koordinator v1.8.0), so
-//! that a unit file written for it starts this binary unchanged.
+//! Command-line flags, named and defaulted exactly as koord-runtime-proxy's (`cmd/koord-runtime-proxy/options`,
+//! Koordinator v1.8.0), so that a unit file written for it starts this binary unchanged.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -115,7 +115,11 @@ pub struct Args {
 
     /// Pod label key that exempts a pod (and its containers) from every hook, together with
     /// --runtime-hook-server-val. Hook servers' own pods carry it to avoid blocking themselves.
-    #[arg(long = "runtime-hook-server-key", value_name = "KEY", default_value = "runtimeproxy.koordinator.sh/skip-hookserver")]
+    #[arg(
+        long = "runtime-hook-server-key",
+        value_name = "KEY",
+        default_value = "runtimeproxy.koordinator.sh/skip-hookserver"
+    )]
     pub hook_skip_key: String,
 
     /// Pod label value paired with --runtime-hook-server-key.
@@ -235,7 +239,12 @@ impl Args {
         crate::hooks::skip_label::SkipLabel {
             key: self.hook_skip_key.clone(),
             value: self.hook_skip_value.clone(),
-            namespaces: self.hook_skip_namespaces.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
+            namespaces: self
+                .hook_skip_namespaces
+                .iter()
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect(),
         }
     }
 
@@ -281,7 +290,9 @@ pub use hook_api::parse_unix_path;
 ///
 /// Errors: not a whole number of the type's range (negative, a fraction, too large: the
 /// message names the largest), or 0.
-pub fn parse_at_least_one<T: std::str::FromStr + PartialEq + From<u8> + std::fmt::Display + Bounded>(s: &str) -> Result<T, String> {
+pub fn parse_at_least_one<T: std::str::FromStr + PartialEq + From<u8> + std::fmt::Display + Bounded>(
+    s: &str,
+) -> Result<T, String> {
     let n: T = parse_count(s)?;
     if n == T::from(0) {
         return Err("0 would refuse every call this limit applies to; the smallest value is 1".to_owned());
@@ -351,7 +362,9 @@ mod tests {
         assert!(parse_unix_path(&longest).is_ok());
         let err = parse_unix_path(&format!("{longest}y")).unwrap_err();
         assert!(err.contains("108 bytes") && err.contains("at most 107"), "{err}");
-        let err = Args::try_parse_from(["rp", "--remote-runtime-service-endpoint", "unix://run/c.sock"]).unwrap_err().to_string();
+        let err = Args::try_parse_from(["rp", "--remote-runtime-service-endpoint", "unix://run/c.sock"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("must be absolute"), "{err}");
     }
 
@@ -372,9 +385,23 @@ mod tests {
     #[test]
     fn nri_front_end_flags() {
         let a = Args::parse_from(["runtime-proxy"]);
-        assert_eq!((a.frontend, a.nri_socket.to_str(), a.nri_plugin_index.as_str()), (Frontend::Cri, Some("/var/run/nri/nri.sock"), "40"));
-        let a = Args::parse_from(["runtime-proxy", "--frontend", "nri", "--nri-socket", "unix:///run/n.sock", "--nri-plugin-index", "05"]);
-        assert_eq!((a.frontend, a.nri_socket.to_str(), a.nri_plugin_index.as_str()), (Frontend::Nri, Some("/run/n.sock"), "05"));
+        assert_eq!(
+            (a.frontend, a.nri_socket.to_str(), a.nri_plugin_index.as_str()),
+            (Frontend::Cri, Some("/var/run/nri/nri.sock"), "40")
+        );
+        let a = Args::parse_from([
+            "runtime-proxy",
+            "--frontend",
+            "nri",
+            "--nri-socket",
+            "unix:///run/n.sock",
+            "--nri-plugin-index",
+            "05",
+        ]);
+        assert_eq!(
+            (a.frontend, a.nri_socket.to_str(), a.nri_plugin_index.as_str()),
+            (Frontend::Nri, Some("/run/n.sock"), "05")
+        );
         for bad in [&["--nri-plugin-index", "5"][..], &["--frontend", "NRI"], &["--nri-socket", "rel.sock"]] {
             assert!(Args::try_parse_from(["runtime-proxy"].iter().chain(bad)).is_err(), "{bad:?}");
         }
@@ -402,8 +429,15 @@ mod tests {
         assert!(e.contains("not a whole number from 0 to 18446744073709551615"), "{e}");
         let e = Args::try_parse_from(["rp", "--max-concurrent-streams", "4294967296"]).unwrap_err().to_string();
         assert!(e.contains("from 0 to 4294967295"), "beyond u32: {e}");
-        assert_eq!(Args::try_parse_from(["rp", "--max-concurrent-streams", "4294967295"]).unwrap().max_concurrent_streams, u32::MAX);
-        assert_eq!(Args::try_parse_from(["rp", "--max-hook-added-entries", "0"]).unwrap().max_hook_added_entries, 0, "none may be added");
+        assert_eq!(
+            Args::try_parse_from(["rp", "--max-concurrent-streams", "4294967295"]).unwrap().max_concurrent_streams,
+            u32::MAX
+        );
+        assert_eq!(
+            Args::try_parse_from(["rp", "--max-hook-added-entries", "0"]).unwrap().max_hook_added_entries,
+            0,
+            "none may be added"
+        );
         assert!(Args::try_parse_from(["rp", "--drain-timeout", "0"]).unwrap().drain_timeout.is_zero(), "no drain");
     }
 

@@ -74,9 +74,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     if args.frontend == Frontend::Nri {
         return run_nri(args, shutdown, reloads).await;
     }
-    for (flag, backend) in
-        [("--remote-runtime-service-endpoint", &args.runtime_endpoint), ("--remote-image-service-endpoint", args.image_endpoint())]
-    {
+    for (flag, backend) in [
+        ("--remote-runtime-service-endpoint", &args.runtime_endpoint),
+        ("--remote-image-service-endpoint", args.image_endpoint()),
+    ] {
         if listener::same_socket(&args.listen, backend) {
             bail!(
                 "--koord-runtimeproxy-endpoint {} and {flag} {} are the same socket: the proxy would forward every call to itself",
@@ -89,14 +90,18 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         return run_docker(args, shutdown, reloads).await;
     }
     let runtime = Arc::new(Backend::new(&args.runtime_endpoint));
-    let image =
-        if args.image_endpoint() == &args.runtime_endpoint { runtime.clone() } else { Arc::new(Backend::new(args.image_endpoint())) };
+    let image = if args.image_endpoint() == &args.runtime_endpoint {
+        runtime.clone()
+    } else {
+        Arc::new(Backend::new(args.image_endpoint()))
+    };
     let metrics = Arc::new(Metrics::new());
     let shared = Shared::start(&args, metrics.clone())?;
     let _reloads = shared.follow_reloads(reloads);
     let connections = runtime.connections();
     // CRI mode asks the runtime about objects the store misses.
-    let interceptor = Arc::new(Interceptor { hooks: shared.hooks.clone(), runtime: hook_api::connect(&args.runtime_endpoint) });
+    let interceptor =
+        Arc::new(Interceptor { hooks: shared.hooks.clone(), runtime: hook_api::connect(&args.runtime_endpoint) });
     let router = Arc::new(Router::new(runtime, image, Some(interceptor), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
@@ -110,7 +115,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     let store = shared.hooks.store.clone();
     let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
     notify_systemd(daemon_support::sd_notify::READY);
-    server::serve(listener, &args.listen, router, shutdown, args.drain_timeout, args.max_concurrent_streams.max(1)).await
+    server::serve(listener, &args.listen, router, shutdown, args.drain_timeout, args.max_concurrent_streams.max(1))
+        .await
 }
 
 /// Docker mode: the Docker Engine API on the listening socket, forwarded to dockerd at
@@ -119,7 +125,8 @@ async fn run_docker(args: Args, shutdown: impl Future<Output = ()>, reloads: Opt
     let metrics = Arc::new(Metrics::new());
     let shared = Shared::start(&args, metrics.clone())?;
     let _reloads = shared.follow_reloads(reloads);
-    let front = Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), hooks: shared.hooks.clone(), metrics });
+    let front =
+        Arc::new(docker::DockerFront { backend: args.runtime_endpoint.clone(), hooks: shared.hooks.clone(), metrics });
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
         listen = %args.listen.display(),
@@ -197,10 +204,18 @@ impl Shared {
         let health = if nri {
             Health::new(Vec::new(), metrics.clone())
         } else {
-            Health::for_backends(args.backend_runtime_mode, &args.runtime_endpoint, args.image_endpoint(), metrics.clone())
+            Health::for_backends(
+                args.backend_runtime_mode,
+                &args.runtime_endpoint,
+                args.image_endpoint(),
+                metrics.clone(),
+            )
         };
         let checks = AbortOnDrop(tokio::spawn(health.clone().run()));
-        let chain = crate::hooks::chain::NodeChain { conflict_policy: args.hook_conflict_policy, required: args.required_hook_servers()? };
+        let chain = crate::hooks::chain::NodeChain {
+            conflict_policy: args.hook_conflict_policy,
+            required: args.required_hook_servers()?,
+        };
         let dispatcher = Dispatcher::new(metrics.clone(), args.limits().hooks).with_chain(chain.clone());
         let debug = Arc::new(debug::DebugEndpoint::new(args.debug_addr));
         let status = status::StatusInfo {
@@ -215,7 +230,8 @@ impl Shared {
             nri_connected: nri.then(|| nri_connected.clone()),
             chain,
         };
-        let admin = Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), health, status });
+        let admin =
+            Arc::new(Admin { metrics: metrics.clone(), hooks: registry.clone(), store: store.clone(), health, status });
         // Bound here, before the proxy's socket: an address that cannot be bound stops the
         // start (exit 2) instead of leaving the port to whoever took it.
         let tcp = args.metrics_addr.map(|addr| admin_http::bind_tcp("--metrics-addr", addr)).transpose()?;
@@ -225,7 +241,8 @@ impl Shared {
             tracing::info!("admin endpoint off (--metrics-addr off): no /metrics, /healthz, /status over TCP");
         }
         let listeners = tcp.map(admin_http::Listener::Tcp).into_iter().chain(socket.map(admin_http::Listener::Unix));
-        let admin: Vec<AbortOnDrop> = listeners.map(|l| AbortOnDrop(tokio::spawn(endpoint::serve_admin(l, admin.clone())))).collect();
+        let admin: Vec<AbortOnDrop> =
+            listeners.map(|l| AbortOnDrop(tokio::spawn(endpoint::serve_admin(l, admin.clone())))).collect();
         let debug_store = store.clone();
         let debug = AbortOnDrop(tokio::spawn(async move {
             if let Some(listener) = debug_listener {

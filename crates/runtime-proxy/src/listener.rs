@@ -32,7 +32,8 @@ pub fn bind(path: &Path, backend: &Path) -> anyhow::Result<UnixListener> {
         Ok(m) if m.file_type().is_socket() => {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(m.mode() & 0o7777))
                 .with_context(|| format!("chmod {}", path.display()))?;
-            std::os::unix::fs::chown(path, Some(m.uid()), Some(m.gid())).with_context(|| format!("chown {}", path.display()))?;
+            std::os::unix::fs::chown(path, Some(m.uid()), Some(m.gid()))
+                .with_context(|| format!("chown {}", path.display()))?;
         }
         Ok(_) => tracing::warn!(
             socket = %path.display(), backend = %backend.display(),
@@ -103,7 +104,9 @@ pub fn same_socket(a: &Path, b: &Path) -> bool {
             return real;
         }
         match (p.parent(), p.file_name()) {
-            (Some(dir), Some(name)) => std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or_else(|_| p.components().collect()),
+            (Some(dir), Some(name)) => {
+                std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or_else(|_| p.components().collect())
+            }
             _ => p.components().collect(),
         }
     }

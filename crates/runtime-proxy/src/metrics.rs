@@ -195,23 +195,43 @@ impl Metrics {
     /// All families registered, all values zero.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("runtime_proxy");
-        let cri_duration =
-            Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let cri_duration = Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
         let cri_requests = Family::<CodeLabels, Counter>::default();
-        let hook_duration =
-            Family::<HookLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let hook_duration = Family::<HookLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
         let hook_requests = Family::<HookResultLabels, Counter>::default();
         let (hook_servers, hook_rejected, backend_up) = (Gauge::default(), Gauge::default(), Gauge::default());
         let store_objects = Family::<KindLabels, Gauge>::default();
         let (undecodable, skip_label_ignored) = (Family::<MethodLabels, Counter>::default(), Counter::default());
-        registry.register_with_unit("cri_request_duration", "CRI call latency as kubelet sees it", Unit::Seconds, cri_duration.clone());
+        registry.register_with_unit(
+            "cri_request_duration",
+            "CRI call latency as kubelet sees it",
+            Unit::Seconds,
+            cri_duration.clone(),
+        );
         registry.register("cri_requests", "CRI calls by method and final gRPC code", cri_requests.clone());
-        registry.register_with_unit("hook_request_duration", "Latency of one hook server call", Unit::Seconds, hook_duration.clone());
-        registry.register("hook_requests", "Hook server calls by stage, server and result (ok, error, timeout)", hook_requests.clone());
+        registry.register_with_unit(
+            "hook_request_duration",
+            "Latency of one hook server call",
+            Unit::Seconds,
+            hook_duration.clone(),
+        );
+        registry.register(
+            "hook_requests",
+            "Hook server calls by stage, server and result (ok, error, timeout)",
+            hook_requests.clone(),
+        );
         registry.register("hook_servers", "Hook servers registered", hook_servers.clone());
         registry.register("hook_config_rejected", "Registration files currently rejected", hook_rejected.clone());
         registry.register("store_objects", "Store entries by kind", store_objects.clone());
-        registry.register("backend_up", "1 when every backend endpoint passed its latest health check", backend_up.clone());
+        registry.register(
+            "backend_up",
+            "1 when every backend endpoint passed its latest health check",
+            backend_up.clone(),
+        );
         let backend_endpoint_up = Family::<EndpointLabels, Gauge>::default();
         registry.register(
             "backend_endpoint_up",
@@ -276,8 +296,9 @@ impl Metrics {
             "RestorePod calls forwarded although Ignore hook servers are registered for PreRunPodSandbox or PreCreateContainer, which a restored pod skips",
             restore_unhooked.clone(),
         );
-        let hooked_call_own =
-            Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(own_time_histogram as fn() -> Histogram);
+        let hooked_call_own = Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            own_time_histogram as fn() -> Histogram,
+        );
         registry.register_with_unit(
             "hooked_call_own_duration",
             "The proxy's own time for a hooked call at its pre stage, by stage: from the call's turn for its pod to sending it on, \
@@ -403,7 +424,9 @@ impl Metrics {
             HookResult::Error => "error",
             HookResult::Timeout => "timeout",
         };
-        self.hook_requests.get_or_create(&HookResultLabels { stage: labels.stage, server: labels.server, result: result.to_owned() }).inc();
+        self.hook_requests
+            .get_or_create(&HookResultLabels { stage: labels.stage, server: labels.server, result: result.to_owned() })
+            .inc();
     }
 
     /// Creates at 0 the series of the registered hook servers `hooks` (the registry's snapshot
@@ -419,8 +442,11 @@ impl Metrics {
         for hook in hooks {
             let labels = HookLabels { stage: hook.stage.to_owned(), server: hook.server.to_owned() };
             for result in ["ok", "error", "timeout"] {
-                let with_result =
-                    HookResultLabels { stage: labels.stage.clone(), server: labels.server.clone(), result: result.to_owned() };
+                let with_result = HookResultLabels {
+                    stage: labels.stage.clone(),
+                    server: labels.server.clone(),
+                    result: result.to_owned(),
+                };
                 drop(self.hook_requests.get_or_create(&with_result));
             }
             drop(self.required_failures.get_or_create(&labels));
@@ -439,13 +465,17 @@ impl Metrics {
 
     /// CRI calls refused so far because `server` failed at `stage` (for `/status`).
     pub fn hook_refusals(&self, stage: &str, server: &str) -> u64 {
-        self.hook_refusals.get(&HookLabels { stage: stage.to_owned(), server: server.to_owned() }).map(|c| c.get()).unwrap_or(0)
+        self.hook_refusals
+            .get(&HookLabels { stage: stage.to_owned(), server: server.to_owned() })
+            .map(|c| c.get())
+            .unwrap_or(0)
     }
 
     /// Hook calls of `server` at `stage` so far: `[ok, error, timeout]` (for `/status`).
     pub fn hook_counts(&self, stage: &str, server: &str) -> [u64; 3] {
         let count = |result: &str| {
-            let labels = HookResultLabels { stage: stage.to_owned(), server: server.to_owned(), result: result.to_owned() };
+            let labels =
+                HookResultLabels { stage: stage.to_owned(), server: server.to_owned(), result: result.to_owned() };
             self.hook_requests.get(&labels).map(|c| c.get()).unwrap_or(0)
         };
         [count("ok"), count("error"), count("timeout")]
@@ -459,7 +489,9 @@ impl Metrics {
         self.hook_servers.set(as_gauge(gauges.hook_servers));
         self.hook_rejected.set(as_gauge(gauges.hook_config_rejected));
         self.hook_warnings.set(as_gauge(gauges.hook_config_warnings));
-        self.store_objects.get_or_create(&KindLabels { kind: "pod_sandbox".into() }).set(as_gauge(gauges.pod_sandboxes));
+        self.store_objects
+            .get_or_create(&KindLabels { kind: "pod_sandbox".into() })
+            .set(as_gauge(gauges.pod_sandboxes));
         self.store_objects.get_or_create(&KindLabels { kind: "container".into() }).set(as_gauge(gauges.containers));
         self.backend_up.set(i64::from(gauges.backend_up));
         let dropped = daemon_support::log::dropped_lines();
@@ -491,7 +523,8 @@ pub fn method_label(path: &str) -> &'static str {
         "/runtime.v1alpha2.ImageService/",
     ];
     let ok = known.iter().any(|prefix| {
-        path.strip_prefix(prefix).is_some_and(|m| !m.is_empty() && m.len() <= 64 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
+        path.strip_prefix(prefix)
+            .is_some_and(|m| !m.is_empty() && m.len() <= 64 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
     });
     if ok {
         intern(path)
@@ -507,7 +540,8 @@ const MAX_INTERNED: usize = 512;
 /// `s` as a string that lives for the rest of the process, copied (leaked) the first time only;
 /// `other` once [`MAX_INTERNED`] values exist.
 fn intern(s: &str) -> &'static str {
-    static NAMES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> = std::sync::OnceLock::new();
+    static NAMES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
     let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     if let Some(name) = names.get(s) {
         return name;
@@ -527,7 +561,10 @@ mod tests {
     #[test]
     fn method_labels_are_bounded() {
         assert_eq!(method_label("/runtime.v1.RuntimeService/Version"), "/runtime.v1.RuntimeService/Version");
-        assert_eq!(method_label("/runtime.v1alpha2.ImageService/PullImage"), "/runtime.v1alpha2.ImageService/PullImage");
+        assert_eq!(
+            method_label("/runtime.v1alpha2.ImageService/PullImage"),
+            "/runtime.v1alpha2.ImageService/PullImage"
+        );
         assert_eq!(method_label("/evil/x"), "other");
         assert_eq!(method_label("/runtime.v1.RuntimeService/a-b"), "other");
         assert_eq!(method_label("/runtime.v1.RuntimeService/"), "other");
@@ -582,14 +619,20 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing:\n{text}");
         }
-        assert!(!text.contains("runtime_proxy_hook_refusals_total{stage=\"PreCreateContainer\",server=\"ignore.json\"}"), "{text}");
+        assert!(
+            !text.contains("runtime_proxy_hook_refusals_total{stage=\"PreCreateContainer\",server=\"ignore.json\"}"),
+            "{text}"
+        );
 
         // The same generation again is not looked at; a new one is.
         m.known_hook_servers(1, [KnownHook { stage: "PreStartContainer", server: "late.json", refuses: true }]);
         assert!(!m.render(Gauges::default()).contains("server=\"late.json\""));
         m.known_hook_servers(2, [KnownHook { stage: "PreStartContainer", server: "late.json", refuses: true }]);
         let text = m.render(Gauges::default());
-        assert!(text.contains("runtime_proxy_hook_refusals_total{stage=\"PreStartContainer\",server=\"late.json\"} 0"), "{text}");
+        assert!(
+            text.contains("runtime_proxy_hook_refusals_total{stage=\"PreStartContainer\",server=\"late.json\"} 0"),
+            "{text}"
+        );
         assert!(text.contains("server=\"fail.json\",result=\"ok\"} 0"), "series of servers gone stay:\n{text}");
     }
 
@@ -613,7 +656,10 @@ mod tests {
         let exported = daemon_support::status::exposed_names(&text);
         assert!(used.len() >= 10, "{used:?}");
         let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
-        assert!(unknown.is_empty(), "the dashboard uses metrics runtime-proxy does not export: {unknown:?}; it exports {exported:?}");
+        assert!(
+            unknown.is_empty(),
+            "the dashboard uses metrics runtime-proxy does not export: {unknown:?}; it exports {exported:?}"
+        );
         // The hook chain's panels and the version table.
         for family in [
             "runtime_proxy_hook_refusals_total",

@@ -38,7 +38,11 @@ fn open_fds(pid: u32) -> usize {
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// This test process's own soft open files limit raised to its hard limit (the flood needs
@@ -65,7 +69,9 @@ fn flood(addr: String, stop: Arc<AtomicBool>, made: Arc<AtomicUsize>) -> std::th
         while !stop.load(Ordering::SeqCst) {
             let mut conns = Vec::with_capacity(FLOOD);
             for i in 0..FLOOD {
-                let Ok(mut c) = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(1)) else { continue };
+                let Ok(mut c) = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(1)) else {
+                    continue;
+                };
                 let _ = c.set_nonblocking(true);
                 let _ = c.write(if i < 64 { &big } else { b"GET /metrics HTTP/1.1\r\nHost: x\r\n" });
                 conns.push(c);
@@ -81,8 +87,12 @@ fn flood(addr: String, stop: Arc<AtomicBool>, made: Arc<AtomicUsize>) -> std::th
 /// `runtime-proxy status` of the proxy whose socket is `socket`: its default admin socket
 /// beside it, no TCP. Exit code and stdout, stderr.
 fn status_by_socket(socket: &std::path::Path, extra: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN).arg("--koord-runtimeproxy-endpoint").arg(socket).arg("status").args(extra).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    let out =
+        Command::new(BIN).arg("--koord-runtimeproxy-endpoint").arg(socket).arg("status").args(extra).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
 }
 
 /// 1,100 connections at a time on the admin endpoint, 64 of them with 400 KB heads, against a
@@ -160,9 +170,14 @@ fn the_soft_open_files_limit_is_raised_to_the_hard_one() {
     std::fs::write(&wrapper, format!("#!/bin/sh\nexec prlimit --nofile=1024:4096 -- {BIN} \"$@\"\n")).unwrap();
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let backend = dir.path().join("absent-runtime.sock");
-    let proxy = ProxyProcess::start(wrapper.to_str().unwrap(), &backend, &["--hook-config-dir", dir.path().to_str().unwrap()]);
+    let proxy =
+        ProxyProcess::start(wrapper.to_str().unwrap(), &backend, &["--hook-config-dir", dir.path().to_str().unwrap()]);
     assert_eq!(nofile(proxy.pid()), (4096, 4096), "{}", proxy.log());
-    assert!(proxy.log().contains("open files limit (RLIMIT_NOFILE) raised to the hard limit before=1024 after=4096"), "{}", proxy.log());
+    assert!(
+        proxy.log().contains("open files limit (RLIMIT_NOFILE) raised to the hard limit before=1024 after=4096"),
+        "{}",
+        proxy.log()
+    );
 }
 
 /// An admin address or socket another process holds: the proxy does not start (exit 2), its
@@ -177,7 +192,11 @@ fn a_taken_admin_address_stops_the_start_naming_it() {
     for (i, (flag, value, says)) in [
         ("--metrics-addr", taken.clone(), format!("--metrics-addr {taken}: cannot listen: ")),
         ("--debug-addr", taken.clone(), format!("--debug-addr {taken}: cannot listen: ")),
-        ("--admin-socket", live.display().to_string(), format!("--admin-socket {}: another process is serving", live.display())),
+        (
+            "--admin-socket",
+            live.display().to_string(),
+            format!("--admin-socket {}: another process is serving", live.display()),
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -195,7 +214,10 @@ fn a_taken_admin_address_stops_the_start_naming_it() {
         assert_eq!(proxy.wait_exit(Duration::from_secs(10)), Some(2), "{flag} {value}:\n{}", proxy.log());
         let text = proxy.log();
         let last = text.trim_end().lines().last().unwrap_or_default();
-        assert!(last.contains("runtime-proxy stopped: ") && last.contains(&says), "{flag}: the last line names it:\n{text}");
+        assert!(
+            last.contains("runtime-proxy stopped: ") && last.contains(&says),
+            "{flag}: the last line names it:\n{text}"
+        );
         if flag == "--metrics-addr" {
             assert!(last.contains("another process holds the port"), "{last}");
         }
@@ -220,7 +242,13 @@ fn status_refuses_an_admin_socket_another_user_serves() {
     assert!(shown.contains("is served by uid 65534, neither root nor you"), "{shown}");
     // Asked by its own user, it answers (exit 1: the backend is absent).
     let out = Command::new(BIN).arg("--admin-socket").arg(&socket).arg("status").uid_gid(65534).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 trait UidGid {

@@ -105,8 +105,9 @@ fn finish(client: Client, child: Child) -> Outcome {
     let out = child.wait_with_output().expect("waiting for the client");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let json = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{client:?} printed no JSON result ({e}), exit {}:\n{stdout}\nstderr:\n{stderr}", out.status));
+    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("{client:?} printed no JSON result ({e}), exit {}:\n{stdout}\nstderr:\n{stderr}", out.status)
+    });
     Outcome { json, stderr, ok: out.status.success() }
 }
 
@@ -167,12 +168,24 @@ fn matrix(client: Client) {
             // containerd 2.0 removed CRI v1alpha2: the client's first call gets containerd's own
             // UNIMPLEMENTED, and must get the same through the proxy.
             let error = direct.json["error"].as_str().unwrap_or_default();
-            assert!(error.starts_with("Version: UNIMPLEMENTED"), "{client:?} v1alpha2 on containerd {}: {}", env.version, direct.json);
+            assert!(
+                error.starts_with("Version: UNIMPLEMENTED"),
+                "{client:?} v1alpha2 on containerd {}: {}",
+                env.version,
+                direct.json
+            );
             assert!(!proxied.ok, "{client:?} v1alpha2 through the proxy: {}", proxied.json);
-            assert_eq!(proxied.json["error"], direct.json["error"], "{client:?} v1alpha2: through the proxy (left), directly (right)");
+            assert_eq!(
+                proxied.json["error"], direct.json["error"],
+                "{client:?} v1alpha2: through the proxy (left), directly (right)"
+            );
             continue;
         }
-        assert!(direct.ok, "{client:?} {api} failed directly on containerd {}: {}\n{}", env.version, direct.json, direct.stderr);
+        assert!(
+            direct.ok,
+            "{client:?} {api} failed directly on containerd {}: {}\n{}",
+            env.version, direct.json, direct.stderr
+        );
         assert!(
             proxied.ok,
             "{client:?} {api} works directly on containerd {} but fails through the proxy: {}\n{}\nproxy log:\n{}",
@@ -181,7 +194,11 @@ fn matrix(client: Client) {
             proxied.stderr,
             log_tail(&proxy)
         );
-        assert_eq!(comparable(&direct.json), comparable(&proxied.json), "{client:?} {api}: direct (left) and through the proxy (right)");
+        assert_eq!(
+            comparable(&direct.json),
+            comparable(&proxied.json),
+            "{client:?} {api}: direct (left) and through the proxy (right)"
+        );
 
         // And what the scenario should give at all, so that two equal failures do not pass.
         let r = &direct.json;
@@ -192,15 +209,23 @@ fn matrix(client: Client) {
         assert_eq!(r["not_found"]["code"], "NOT_FOUND", "{r}");
         assert!(r["not_found"]["message"].as_str().unwrap_or_default().contains("no-such-container-id"), "{r}");
         let expected_events = if events {
-            json!(["CONTAINER_CREATED_EVENT", "CONTAINER_STARTED_EVENT", "CONTAINER_STOPPED_EVENT", "CONTAINER_DELETED_EVENT"])
+            json!([
+                "CONTAINER_CREATED_EVENT",
+                "CONTAINER_STARTED_EVENT",
+                "CONTAINER_STOPPED_EVENT",
+                "CONTAINER_DELETED_EVENT"
+            ])
         } else {
             Value::Null
         };
         assert_eq!(r["events"], expected_events, "{r}");
     }
     // With RP_TEST_LOG=debug the patched h2 logs each :authority it ignores; show them (--nocapture).
-    let mut ignored: Vec<String> =
-        proxy.log().lines().filter_map(|l| l.split_once("ignoring malformed authority").map(|(_, rest)| rest.to_owned())).collect();
+    let mut ignored: Vec<String> = proxy
+        .log()
+        .lines()
+        .filter_map(|l| l.split_once("ignoring malformed authority").map(|(_, rest)| rest.to_owned()))
+        .collect();
     ignored.sort();
     ignored.dedup();
     for line in ignored {
@@ -240,7 +265,8 @@ async fn grpcio_pod_changed_by_the_example_hook() {
 
     let name = unique("matrix-hook");
     let client = Client::GrpcioDefaultAuthority;
-    let s = Scenario { api: "v1", events: false, annotations: &["example.runtime-proxy.dev/cpu-shares=256"], keep: true };
+    let s =
+        Scenario { api: "v1", events: false, annotations: &["example.runtime-proxy.dev/cpu-shares=256"], keep: true };
     let out = finish(client, client.spawn(&env, proxy.socket(), &name, &s));
 
     // Read the cgroup, remove the pod the client kept, then judge.
@@ -251,9 +277,23 @@ async fn grpcio_pod_changed_by_the_example_hook() {
         remove_sandbox(&mut test_support::runtime_client(&env.socket), sandbox_id).await;
     }
 
-    assert!(out.ok, "grpcio through the proxy with the hook failed: {}\n{}\nproxy log:\n{}", out.json, out.stderr, log_tail(&proxy));
-    assert_eq!(out.json["exec"], json!({"exit_code": 0, "stdout": "hello\nannotation-hook\n"}), "the hook's HOOKED_BY env");
-    assert_eq!(shares.unwrap_or_else(|e| panic!("reading {cpu_shares}: {e}")), "256", "the hook's cpu shares, not the 512 asked for");
+    assert!(
+        out.ok,
+        "grpcio through the proxy with the hook failed: {}\n{}\nproxy log:\n{}",
+        out.json,
+        out.stderr,
+        log_tail(&proxy)
+    );
+    assert_eq!(
+        out.json["exec"],
+        json!({"exit_code": 0, "stdout": "hello\nannotation-hook\n"}),
+        "the hook's HOOKED_BY env"
+    );
+    assert_eq!(
+        shares.unwrap_or_else(|e| panic!("reading {cpu_shares}: {e}")),
+        "256",
+        "the hook's cpu shares, not the 512 asked for"
+    );
 }
 
 /// A temp dir (`prefix`) holding `hookserver.d`, and the proxy on the real containerd watching it.
@@ -281,7 +321,11 @@ async fn env_and_cpu_shares(
     pod: &test_support::containerd::Pod,
 ) -> Result<(String, String), String> {
     let exec = rt
-        .exec_sync(k8s_cri::v1::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["env".into()], timeout: 10 })
+        .exec_sync(k8s_cri::v1::ExecSyncRequest {
+            container_id: pod.container_id.clone(),
+            cmd: vec!["env".into()],
+            timeout: 10,
+        })
         .await
         .map_err(|e| format!("ExecSync env: {e:?}"))?
         .into_inner();
@@ -331,7 +375,9 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
     let sandbox = sandbox_config(&env, &name, HashMap::new(), HashMap::new());
     let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
     let container = container_config(&env, "main", &["sleep", "3600"], Some(resources), &[("KEEP", "me")]);
-    let pod = Pod::start(&mut rt, sandbox, container).await.unwrap_or_else(|e| panic!("the pod through the proxy: {e:?}\n{}", context()));
+    let pod = Pod::start(&mut rt, sandbox, container)
+        .await
+        .unwrap_or_else(|e| panic!("the pod through the proxy: {e:?}\n{}", context()));
     let status = test_support::runtime_client(&env.socket)
         .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.sandbox_id.clone(), verbose: false })
         .await
@@ -356,8 +402,10 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
     // A pod the server refuses: RunPodSandbox fails, and containerd never sees the pod.
     let denied = unique("py-hook-denied");
     let labels = HashMap::from([("py-hook/quota".to_owned(), "exhausted".to_owned())]);
-    let request =
-        cri::RunPodSandboxRequest { config: Some(sandbox_config(&env, &denied, labels, HashMap::new())), runtime_handler: String::new() };
+    let request = cri::RunPodSandboxRequest {
+        config: Some(sandbox_config(&env, &denied, labels, HashMap::new())),
+        runtime_handler: String::new(),
+    };
     let err = match rt.run_pod_sandbox(request).await {
         Ok(r) => {
             remove_sandbox(&mut rt, &r.into_inner().pod_sandbox_id).await;
@@ -370,9 +418,16 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
     for part in ["PreRunPodSandbox", "py-hook.json", &endpoint, "quota 100% used", "failure-policy Fail"] {
         assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
     }
-    let sandboxes = test_support::runtime_client(&env.socket).list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }).await.unwrap();
-    let reached: Vec<_> =
-        sandboxes.into_inner().items.into_iter().filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == denied)).collect();
+    let sandboxes = test_support::runtime_client(&env.socket)
+        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap();
+    let reached: Vec<_> = sandboxes
+        .into_inner()
+        .items
+        .into_iter()
+        .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == denied))
+        .collect();
     assert!(reached.is_empty(), "the refused pod reached containerd: {reached:?}");
 
     // What the server recorded: each call, with the deadline it had left.
@@ -389,7 +444,8 @@ async fn grpcio_hook_server_changes_and_refuses_real_pods() {
     let deadlines = Value::Array(calls.iter().map(|c| c["time_remaining"].clone()).collect());
     eprintln!("hook_server.py: refused with {:?}; seconds left when its handlers ran: {deadlines}", err.message());
     for call in &calls {
-        let remaining = call["time_remaining"].as_f64().unwrap_or_else(|| panic!("a call without grpc-timeout: {call}"));
+        let remaining =
+            call["time_remaining"].as_f64().unwrap_or_else(|| panic!("a call without grpc-timeout: {call}"));
         assert!(remaining > 2.0 && remaining <= 7.0, "the deadline the server saw is not the registered 7 s: {call}");
     }
 }
@@ -414,12 +470,20 @@ async fn grpcjs_hook_server_changes_pods_started_at_once() {
     let out = std::fs::File::create(&log).unwrap();
     let mut server = Command::new("node");
     server.arg(clients_dir().join("grpcjs_hook_server.js")).arg("--socket").arg(&socket);
-    server.env("NODE_PATH", setup_dir().join("node/node_modules")).stdin(Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out);
+    server
+        .env("NODE_PATH", setup_dir().join("node/node_modules"))
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
     let _server = KillOnDrop(server.spawn().expect("starting tests/clients/grpcjs_hook_server.js"));
     let server_output = || std::fs::read_to_string(&log).unwrap_or_default();
     let started = std::time::Instant::now();
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(started.elapsed() < std::time::Duration::from_secs(20), "grpcjs_hook_server.js did not listen:\n{}", server_output());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "grpcjs_hook_server.js did not listen:\n{}",
+            server_output()
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     register_and_wait(&proxy, &configs, "js-hook.json", &socket, json!({}));
@@ -442,10 +506,18 @@ async fn grpcjs_hook_server_changes_pods_started_at_once() {
     });
     for (name, result) in names.iter().zip(futures::future::join_all(starts).await) {
         let (env_out, shares) = result.unwrap_or_else(|e| panic!("{e}\n{}", context()));
-        assert!(env_out.lines().any(|l| l == "JS_HOOK=grpc-js"), "{name}: the hook's env in the container:\n{env_out}\n{}", context());
+        assert!(
+            env_out.lines().any(|l| l == "JS_HOOK=grpc-js"),
+            "{name}: the hook's env in the container:\n{env_out}\n{}",
+            context()
+        );
         assert_eq!(shares, "444", "{name}: the hook's cpu shares in the real cgroup\n{}", context());
         for stage in ["PreRunPodSandboxHook", "PreCreateContainerHook"] {
-            assert!(server_output().contains(&format!("call {stage} {name}\n")), "{name}: {stage} not called\n{}", context());
+            assert!(
+                server_output().contains(&format!("call {stage} {name}\n")),
+                "{name}: {stage} not called\n{}",
+                context()
+            );
         }
     }
 }

@@ -66,7 +66,11 @@ async fn gzip_run_pod_sandbox_is_hooked_and_answered_as_containerd_answers_it() 
         // containerd 1.6 has no gzip decompressor: the same refusal both ways (so the proxy's
         // edited message went on compressed too, or containerd would have taken it).
         (Err(direct), Err(through)) => {
-            assert_eq!((through.code(), through.message()), (direct.code(), direct.message()), "the same answer as containerd's");
+            assert_eq!(
+                (through.code(), through.message()),
+                (direct.code(), direct.message()),
+                "the same answer as containerd's"
+            );
         }
         // containerd 1.7 decompresses gzip: both run, and the hook's label (written into the
         // message, compressed again) is on the sandbox.
@@ -95,9 +99,13 @@ async fn gzip_run_pod_sandbox_is_hooked_and_answered_as_containerd_answers_it() 
 
 #[tokio::test]
 async fn an_edited_gzip_message_goes_on_gzip_compressed_with_the_edit() {
-    let fake = FakeBackend::start(Behaviour::ok(&cri::CreateContainerResponse { container_id: "c1".into() }.encode_to_vec())).await;
+    let fake =
+        FakeBackend::start(Behaviour::ok(&cri::CreateContainerResponse { container_id: "c1".into() }.encode_to_vec()))
+            .await;
     let dir = tempfile::tempdir().unwrap();
-    let shares = TestHook::echoing(|_, resp| resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 2048).await;
+    let shares =
+        TestHook::echoing(|_, resp| resp.container_resources.get_or_insert_with(Default::default).cpu_shares = 2048)
+            .await;
     register(dir.path(), "shares.json", shares.socket(), "Fail", &["PreCreateContainer"], json!({}));
     let proxy = ProxyProcess::start(BIN, fake.socket(), &["--hook-config-dir", dir.path().to_str().unwrap()]);
     assert!(proxy.wait_log(&["hook server added", "file=shares.json"], 0), "{}", proxy.log());
@@ -114,11 +122,19 @@ async fn an_edited_gzip_message_goes_on_gzip_compressed_with_the_edit() {
         }),
         // The pod as kubelet describes it (the fake backend knows no sandbox).
         sandbox_config: Some(cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "u".into(), namespace: "default".into(), attempt: 0 }),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "u".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
             ..Default::default()
         }),
     };
-    let answer = raw::http2_call(proxy.socket(), CREATE, &[("grpc-encoding", "gzip")], gzip_frame(&request.encode_to_vec())).await.unwrap();
+    let answer =
+        raw::http2_call(proxy.socket(), CREATE, &[("grpc-encoding", "gzip")], gzip_frame(&request.encode_to_vec()))
+            .await
+            .unwrap();
     assert_eq!(answer.grpc_status().as_deref(), Some("0"), "{answer:?}");
     assert_eq!(shares.seen().len(), 1, "the hook was called");
 

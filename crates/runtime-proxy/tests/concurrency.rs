@@ -62,7 +62,11 @@ async fn fifty_pods_with_a_100ms_hook_run_in_parallel_and_leave_no_store_entries
         stages.len(),
         hook.max_concurrent()
     );
-    assert!(hook.max_concurrent() >= 10, "hook calls of different pods overlap: at most {} at once", hook.max_concurrent());
+    assert!(
+        hook.max_concurrent() >= 10,
+        "hook calls of different pods overlap: at most {} at once",
+        hook.max_concurrent()
+    );
     let ids: Vec<(String, String)> = pods.iter().map(|p| (p.sandbox_id.clone(), p.container_id.clone())).collect();
     assert!(stored(&proxy, &ids).iter().all(|s| *s == (true, true)), "every pod and container stored");
 
@@ -83,7 +87,9 @@ async fn a_container_that_exits_and_is_removed_without_stop_leaves_nothing() {
         let id = pod.container_id.clone();
         async move {
             let status = rt.container_status(cri::ContainerStatusRequest { container_id: id, verbose: false }).await;
-            status.is_ok_and(|s| s.into_inner().status.is_some_and(|s| s.state == cri::ContainerState::ContainerExited as i32))
+            status.is_ok_and(|s| {
+                s.into_inner().status.is_some_and(|s| s.state == cri::ContainerState::ContainerExited as i32)
+            })
         }
     })
     .await;

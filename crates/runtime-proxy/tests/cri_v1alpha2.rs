@@ -45,7 +45,11 @@ fn configs(env: &Containerd, annotations: &[(&str, &str)]) -> (cri::PodSandboxCo
 }
 
 /// RunPodSandbox, CreateContainer, StartContainer over CRI v1alpha2.
-async fn start_v1alpha2(rt: &mut ClientA2<Channel>, sandbox: cri::PodSandboxConfig, container: cri::ContainerConfig) -> Pod {
+async fn start_v1alpha2(
+    rt: &mut ClientA2<Channel>,
+    sandbox: cri::PodSandboxConfig,
+    container: cri::ContainerConfig,
+) -> Pod {
     let sandbox_id = rt
         .run_pod_sandbox(a2::RunPodSandboxRequest { config: Some(transcode(&sandbox)), runtime_handler: String::new() })
         .await
@@ -62,7 +66,9 @@ async fn start_v1alpha2(rt: &mut ClientA2<Channel>, sandbox: cri::PodSandboxConf
         .expect("v1alpha2 CreateContainer")
         .into_inner()
         .container_id;
-    rt.start_container(a2::StartContainerRequest { container_id: container_id.clone() }).await.expect("v1alpha2 StartContainer");
+    rt.start_container(a2::StartContainerRequest { container_id: container_id.clone() })
+        .await
+        .expect("v1alpha2 StartContainer");
     Pod { sandbox_id, container_id, config: sandbox }
 }
 
@@ -71,9 +77,15 @@ async fn remove_v1alpha2(rt: &mut ClientA2<Channel>, pod: &Pod) {
     rt.stop_container(a2::StopContainerRequest { container_id: pod.container_id.clone(), timeout: 0 })
         .await
         .expect("v1alpha2 StopContainer");
-    rt.remove_container(a2::RemoveContainerRequest { container_id: pod.container_id.clone() }).await.expect("v1alpha2 RemoveContainer");
-    rt.stop_pod_sandbox(a2::StopPodSandboxRequest { pod_sandbox_id: pod.sandbox_id.clone() }).await.expect("v1alpha2 StopPodSandbox");
-    rt.remove_pod_sandbox(a2::RemovePodSandboxRequest { pod_sandbox_id: pod.sandbox_id.clone() }).await.expect("v1alpha2 RemovePodSandbox");
+    rt.remove_container(a2::RemoveContainerRequest { container_id: pod.container_id.clone() })
+        .await
+        .expect("v1alpha2 RemoveContainer");
+    rt.stop_pod_sandbox(a2::StopPodSandboxRequest { pod_sandbox_id: pod.sandbox_id.clone() })
+        .await
+        .expect("v1alpha2 StopPodSandbox");
+    rt.remove_pod_sandbox(a2::RemovePodSandboxRequest { pod_sandbox_id: pod.sandbox_id.clone() })
+        .await
+        .expect("v1alpha2 RemovePodSandbox");
 }
 
 async fn exec_v1alpha2(rt: &mut ClientA2<Channel>, container_id: &str, script: &str) -> String {
@@ -103,18 +115,29 @@ async fn v1alpha2_pod_gets_the_example_hooks_cgroup_values_and_env() {
     let (sandbox, container) = configs(&env, &[(SHARES_ANNOTATION, "700")]);
     let pod = start_v1alpha2(&mut rt, sandbox, container).await;
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "700", "the hook's cpu shares, not kubelet's 512");
-    assert_eq!(exec_v1alpha2(&mut rt, &pod.container_id, "echo $HOOKED_BY $CPU_SHARES $KEEP").await, "annotation-hook 700 me");
+    assert_eq!(
+        exec_v1alpha2(&mut rt, &pod.container_id, "echo $HOOKED_BY $CPU_SHARES $KEEP").await,
+        "annotation-hook 700 me"
+    );
 
     // PreUpdateContainerResources over v1alpha2: kubelet asks for 256 shares, the hook keeps 700.
     rt.update_container_resources(a2::UpdateContainerResourcesRequest {
         container_id: pod.container_id.clone(),
-        linux: Some(a2::LinuxContainerResources { cpu_shares: 256, memory_limit_in_bytes: 96 << 20, ..Default::default() }),
+        linux: Some(a2::LinuxContainerResources {
+            cpu_shares: 256,
+            memory_limit_in_bytes: 96 << 20,
+            ..Default::default()
+        }),
         ..Default::default()
     })
     .await
     .expect("v1alpha2 UpdateContainerResources");
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "700");
-    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), (96u64 << 20).to_string(), "kubelet's other values kept");
+    assert_eq!(
+        pod.cgroup_file("memory", "memory.limit_in_bytes"),
+        (96u64 << 20).to_string(),
+        "kubelet's other values kept"
+    );
 
     // Without the annotation the hook leaves the pod alone (and the call log names v1alpha2).
     let (sandbox, container) = configs(&env, &[]);
@@ -127,8 +150,11 @@ async fn v1alpha2_pod_gets_the_example_hooks_cgroup_values_and_env() {
 
 /// A hook server that records every stage and echoes.
 async fn recording_hook() -> TestHook {
-    TestHook::start(Arc::new(|_, req| Ok(hook_api::merge::echo_container(req))), Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))))
-        .await
+    TestHook::start(
+        Arc::new(|_, req| Ok(hook_api::merge::echo_container(req))),
+        Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
+    )
+    .await
 }
 
 /// The first `stage` call for `container_id` (container stages) or any (pod stages) the hook has
@@ -150,12 +176,24 @@ async fn seen(hook: &TestHook, stage: &str, container_id: Option<&str>) -> Seen 
 fn assert_full_info(req: &ContainerResourceHookRequest, pod: &Pod, what: &str) {
     let meta = req.pod_meta.as_ref().expect("pod_meta");
     let config_meta = pod.config.metadata.as_ref().unwrap();
-    assert_eq!((meta.name.as_str(), meta.uid.as_str()), (config_meta.name.as_str(), config_meta.uid.as_str()), "{what}: pod_meta");
-    assert_eq!(req.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())), Some(("main", pod.container_id.as_str())), "{what}");
+    assert_eq!(
+        (meta.name.as_str(), meta.uid.as_str()),
+        (config_meta.name.as_str(), config_meta.uid.as_str()),
+        "{what}: pod_meta"
+    );
+    assert_eq!(
+        req.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())),
+        Some(("main", pod.container_id.as_str())),
+        "{what}"
+    );
     assert_eq!(req.pod_cgroup_parent, pod.cgroup_parent(), "{what}: pod_cgroup_parent");
     assert_eq!(req.pod_labels, map(&[("app", "alpha")]), "{what}: pod_labels");
     assert_eq!(req.pod_annotations, map(&[("team", "x")]), "{what}: pod_annotations");
-    assert!(req.container_envs.is_empty(), "{what}: container_envs only at PreCreateContainer: {:?}", req.container_envs);
+    assert!(
+        req.container_envs.is_empty(),
+        "{what}: container_envs only at PreCreateContainer: {:?}",
+        req.container_envs
+    );
     assert_eq!(req.container_resources.as_ref().map(|r| r.cpu_shares), Some(512), "{what}: container_resources");
 }
 
@@ -179,7 +217,9 @@ async fn pods_made_over_one_version_and_stopped_over_the_other_get_full_post_sto
     let (sandbox, container) = configs(&env, &[("team", "x")]);
     let over_alpha = start_v1alpha2(&mut alpha, sandbox, container).await;
     for pod in [&over_v1, &over_alpha] {
-        let Seen::Container(_, pre_start) = seen(&hook, "PreStartContainer", Some(&pod.container_id)).await else { unreachable!() };
+        let Seen::Container(_, pre_start) = seen(&hook, "PreStartContainer", Some(&pod.container_id)).await else {
+            unreachable!()
+        };
         assert_full_info(&pre_start, pod, "PreStartContainer");
     }
 
@@ -187,17 +227,23 @@ async fn pods_made_over_one_version_and_stopped_over_the_other_get_full_post_sto
     let over_alpha_parent = over_alpha.cgroup_parent();
     let over_alpha_id = over_alpha.container_id.clone();
     over_alpha.remove(&mut v1).await;
-    let Seen::Container(_, stop) = seen(&hook, "PostStopContainer", Some(&over_v1.container_id)).await else { unreachable!() };
+    let Seen::Container(_, stop) = seen(&hook, "PostStopContainer", Some(&over_v1.container_id)).await else {
+        unreachable!()
+    };
     assert_full_info(&stop, &over_v1, "v1 pod, PostStopContainer over v1alpha2");
     let Seen::Container(_, stop) = seen(&hook, "PostStopContainer", Some(&over_alpha_id)).await else { unreachable!() };
-    let Seen::Container(_, created) = seen(&hook, "PreStartContainer", Some(&over_alpha_id)).await else { unreachable!() };
+    let Seen::Container(_, created) = seen(&hook, "PreStartContainer", Some(&over_alpha_id)).await else {
+        unreachable!()
+    };
     assert_eq!(stop, created, "v1alpha2 pod, PostStopContainer over v1: what PreStartContainer saw");
     assert_eq!(stop.pod_cgroup_parent, over_alpha_parent);
 
     let pod_stops = || -> Vec<_> {
         hook.seen()
             .into_iter()
-            .filter_map(|s| if let Seen::Pod(stage, r) = s { (stage == "PostStopPodSandbox").then_some(r) } else { None })
+            .filter_map(
+                |s| if let Seen::Pod(stage, r) = s { (stage == "PostStopPodSandbox").then_some(r) } else { None },
+            )
             .collect()
     };
     test_support::wait_until(Duration::from_secs(5), || async { pod_stops().len() >= 2 }).await;
@@ -242,10 +288,17 @@ async fn kill_9_restart_recovers_pods_made_over_either_version() {
 
     // Each pod stopped over the other version after the restart: full info from the rebuilt store.
     let (mut v1, mut alpha) = (runtime_client(&socket), runtime_client_v1alpha2(&socket));
-    alpha.stop_container(a2::StopContainerRequest { container_id: over_v1.container_id.clone(), timeout: 0 }).await.expect("stop");
-    v1.stop_container(cri::StopContainerRequest { container_id: over_alpha.container_id.clone(), timeout: 0 }).await.expect("stop");
+    alpha
+        .stop_container(a2::StopContainerRequest { container_id: over_v1.container_id.clone(), timeout: 0 })
+        .await
+        .expect("stop");
+    v1.stop_container(cri::StopContainerRequest { container_id: over_alpha.container_id.clone(), timeout: 0 })
+        .await
+        .expect("stop");
     for pod in [&over_v1, &over_alpha] {
-        let Seen::Container(_, stop) = seen(&hook, "PostStopContainer", Some(&pod.container_id)).await else { unreachable!() };
+        let Seen::Container(_, stop) = seen(&hook, "PostStopContainer", Some(&pod.container_id)).await else {
+            unreachable!()
+        };
         assert_full_info(&stop, pod, "PostStopContainer after the restart");
     }
     test_support::containerd::remove_sandbox(&mut v1, &over_v1.sandbox_id).await;

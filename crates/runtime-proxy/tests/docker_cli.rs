@@ -29,8 +29,11 @@ struct Setup {
 fn setup() -> Setup {
     let env = Dockerd::from_env();
     let dir = tempfile::Builder::new().prefix("rp-dcli").tempdir().unwrap();
-    let proxy =
-        ProxyProcess::start(BIN, &env.socket, &["--backend-runtime-mode", "Docker", "--hook-config-dir", dir.path().to_str().unwrap()]);
+    let proxy = ProxyProcess::start(
+        BIN,
+        &env.socket,
+        &["--backend-runtime-mode", "Docker", "--hook-config-dir", dir.path().to_str().unwrap()],
+    );
     Setup { env, dir, proxy }
 }
 
@@ -83,7 +86,8 @@ impl Setup {
     }
     /// Whether dockerd has a container named exactly `name`.
     fn exists(&self, name: &str) -> bool {
-        let names = ok(&mut self.direct(&["ps", "-a", "--filter", &format!("name=^/{name}$"), "--format", "{{.Names}}"]));
+        let names =
+            ok(&mut self.direct(&["ps", "-a", "--filter", &format!("name=^/{name}$"), "--format", "{{.Names}}"]));
         names.lines().any(|n| n == name)
     }
 }
@@ -92,7 +96,15 @@ impl Setup {
 struct Removed(Dockerd, Vec<String>);
 impl Drop for Removed {
     fn drop(&mut self) {
-        let _ = self.0.docker_direct().arg("rm").arg("-f").args(&self.1).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = self
+            .0
+            .docker_direct()
+            .arg("rm")
+            .arg("-f")
+            .args(&self.1)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -229,16 +241,30 @@ fn attach_sends_stdin_and_streams_output() {
     let s = setup();
     for through_proxy in [true, false] {
         let name = unique("cli-attach");
-        let _c = s.container(&name, &["-i"], &["sh", "-c", "read x; echo got $x; for i in 1 2 3; do echo $i; sleep 0.2; done; exit 4"]);
+        let _c = s.container(
+            &name,
+            &["-i"],
+            &["sh", "-c", "read x; echo got $x; for i in 1 2 3; do echo $i; sleep 0.2; done; exit 4"],
+        );
         let mut cmd = if through_proxy { s.env.docker(s.proxy.socket()) } else { s.env.docker_direct() };
-        let mut child = cmd.args(["attach", &name]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = cmd
+            .args(["attach", &name])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(b"go\n").unwrap();
         let mut stdout = String::new();
         child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
         let status = child.wait().unwrap();
         drop(stdin);
-        assert_eq!((status.code(), stdout.as_str()), (Some(4), "got go\n1\n2\n3\n"), "through the proxy: {through_proxy}");
+        assert_eq!(
+            (status.code(), stdout.as_str()),
+            (Some(4), "got go\n1\n2\n3\n"),
+            "through the proxy: {through_proxy}"
+        );
     }
 }
 
@@ -252,14 +278,18 @@ fn logs_follow_streams_line_by_line() {
     let mut logs = Streaming::spawn(s.docker(&["logs", "-f", &name]));
     let mut arrivals = Vec::new();
     for i in 1..=8 {
-        let (at, line) = logs.next(Duration::from_secs(10)).unwrap_or_else(|| panic!("line {i} did not arrive within 10 s"));
+        let (at, line) =
+            logs.next(Duration::from_secs(10)).unwrap_or_else(|| panic!("line {i} did not arrive within 10 s"));
         assert_eq!(line, format!("line{i}"));
         arrivals.push(at);
     }
     assert!(logs.running(), "logs -f still following");
     // The last lines were written after logs -f started: they came as they were written.
     let spread = arrivals[7] - arrivals[0];
-    assert!(spread >= Duration::from_millis(600), "8 lines written 0.2 s apart arrived within {spread:?}: not streamed");
+    assert!(
+        spread >= Duration::from_millis(600),
+        "8 lines written 0.2 s apart arrived within {spread:?}: not streamed"
+    );
     let direct = ok(&mut s.direct(&["logs", &name]));
     assert!(direct.starts_with("line1\nline2\nline3\nline4\nline5\nline6\nline7\nline8\n"), "{direct}");
 }
@@ -272,12 +302,14 @@ fn events_stream_and_bounded_query() {
     let name = unique("cli-events");
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs().to_string();
     let filter = format!("container={name}");
-    let mut events = Streaming::spawn(s.docker(&["events", "--since", &since, "--filter", &filter, "--format", "{{.Action}}"]));
+    let mut events =
+        Streaming::spawn(s.docker(&["events", "--since", &since, "--filter", &filter, "--format", "{{.Action}}"]));
     std::thread::sleep(Duration::from_millis(300));
     ok(&mut s.direct(&["run", "--rm", "--name", &name, "--network", "none", &s.env.test_image, "true"]));
     let mut seen = Vec::new();
     while !seen.contains(&"destroy".to_string()) {
-        let (_, action) = events.next(Duration::from_secs(10)).unwrap_or_else(|| panic!("events stopped after {seen:?}"));
+        let (_, action) =
+            events.next(Duration::from_secs(10)).unwrap_or_else(|| panic!("events stopped after {seen:?}"));
         seen.push(action);
     }
     assert_eq!(seen, ["create", "attach", "start", "die", "destroy"]);
@@ -285,8 +317,17 @@ fn events_stream_and_bounded_query() {
 
     let until = (SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 1).to_string();
     std::thread::sleep(Duration::from_millis(1100)); // --until in the past: the query ends by itself
-    let bounded =
-        ["events", "--since", &since, "--until", &until, "--filter", &filter, "--format", "{{.Action}} {{.Actor.Attributes.name}}"];
+    let bounded = [
+        "events",
+        "--since",
+        &since,
+        "--until",
+        &until,
+        "--filter",
+        &filter,
+        "--format",
+        "{{.Action}} {{.Actor.Attributes.name}}",
+    ];
     let through = ok(&mut s.docker(&bounded));
     assert_eq!(through, ok(&mut s.direct(&bounded)));
     assert_eq!(through.lines().map(|l| l.split(' ').next().unwrap()).collect::<Vec<_>>(), seen);
@@ -322,7 +363,11 @@ fn cp_both_ways() {
     let inside = ok(&mut s.direct(&["exec", &name, "sh", "-c", "wc -c < /tmp/in.bin; md5sum /tmp/in.bin"]));
     let host_md5 = ok(Command::new("md5sum").arg(&src));
     assert_eq!(inside.lines().next().map(str::trim), Some((300 * 1024).to_string().as_str()));
-    assert_eq!(inside.lines().nth(1).and_then(|l| l.split_whitespace().next()), host_md5.split_whitespace().next(), "same bytes inside");
+    assert_eq!(
+        inside.lines().nth(1).and_then(|l| l.split_whitespace().next()),
+        host_md5.split_whitespace().next(),
+        "same bytes inside"
+    );
 
     ok(&mut s.direct(&["exec", &name, "sh", "-c", "cp /tmp/in.bin /tmp/out.bin; echo tail >> /tmp/out.bin"]));
     let (through, direct) = (tmp.path().join("through.bin"), tmp.path().join("direct.bin"));
@@ -389,7 +434,10 @@ async fn plain_docker_run_calls_no_hook() {
     let _s = Removed(s.env.clone(), vec![sandbox.clone()]);
     let refused = out(&mut s.docker(&["create", "--name", &sandbox, "--network", "none", &s.env.pause_image]));
     assert_ne!(refused.code, Some(0));
-    assert!(refused.stderr.contains("this hook refuses everything") && refused.stderr.contains("PreRunPodSandbox"), "{refused:?}");
+    assert!(
+        refused.stderr.contains("this hook refuses everything") && refused.stderr.contains("PreRunPodSandbox"),
+        "{refused:?}"
+    );
     assert_eq!(hook.seen().iter().map(Seen::stage).collect::<Vec<_>>(), ["PreRunPodSandbox"]);
     assert!(!s.exists(&sandbox));
 }

@@ -23,7 +23,11 @@ fn wait_health(proxy: &ProxyProcess, status: u16, limit: Duration) -> (Duration,
         if got == status {
             return (start.elapsed(), body);
         }
-        assert!(start.elapsed() < limit, "/healthz still {got} {body:?} after {limit:?}, not {status}:\n{}", proxy.log());
+        assert!(
+            start.elapsed() < limit,
+            "/healthz still {got} {body:?} after {limit:?}, not {status}:\n{}",
+            proxy.log()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -31,7 +35,9 @@ fn wait_health(proxy: &ProxyProcess, status: u16, limit: Duration) -> (Duration,
 /// The value of the sample whose line starts with `series` (name and labels).
 fn sample(text: &str, series: &str) -> f64 {
     text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())
+        })
         .unwrap_or_else(|| panic!("{series} not in:\n{text}"))
 }
 

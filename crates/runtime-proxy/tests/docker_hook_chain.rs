@@ -34,7 +34,11 @@ impl Setup {
     fn register(&self, name: &str, endpoint: &Path, stages: &[&str], extra: Value) {
         let before = self.proxy.count_log(&["hook server", &format!("file={name}")]);
         register(self.dir.path(), name, endpoint, "Ignore", stages, extra);
-        assert!(self.proxy.wait_log(&["hook server", &format!("file={name}")], before), "{name} not taken up:\n{}", self.proxy.log());
+        assert!(
+            self.proxy.wait_log(&["hook server", &format!("file={name}")], before),
+            "{name} not taken up:\n{}",
+            self.proxy.log()
+        );
     }
 
     fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
@@ -100,7 +104,11 @@ impl<'a> Pod<'a> {
 
     /// dockerd's containers of this pod (by its UID), running or not.
     fn on_dockerd(&self) -> Vec<String> {
-        let out = self.env.docker_direct().args(["ps", "-a", "--filter", &format!("name={}", self.uid), "--format", "{{.Names}}"]).output();
+        let out = self
+            .env
+            .docker_direct()
+            .args(["ps", "-a", "--filter", &format!("name={}", self.uid), "--format", "{{.Names}}"])
+            .output();
         out.map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect()).unwrap_or_default()
     }
 }
@@ -109,7 +117,15 @@ impl Drop for Pod<'_> {
     fn drop(&mut self) {
         let names = self.on_dockerd();
         if !names.is_empty() {
-            let _ = self.env.docker_direct().arg("rm").arg("-f").args(&names).stdout(Stdio::null()).stderr(Stdio::null()).status();
+            let _ = self
+                .env
+                .docker_direct()
+                .arg("rm")
+                .arg("-f")
+                .args(&names)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
         if let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") {
             for c in controllers.flatten() {
@@ -150,7 +166,15 @@ async fn a_conflict_under_fail_refuses_the_container_create() {
     let (status, answer) = s.api("POST", &path, Some(&body));
     assert_eq!(status, 409, "FAILED_PRECONDITION → 409: {answer}");
     let message = answer["message"].as_str().unwrap_or_else(|| panic!("Docker's error shape: {answer}"));
-    for part in ["PreCreateContainer", "container_resources.cpu_shares", "a.json", "b.json", "700", "900", "conflict-policy Fail"] {
+    for part in [
+        "PreCreateContainer",
+        "container_resources.cpu_shares",
+        "a.json",
+        "b.json",
+        "700",
+        "900",
+        "conflict-policy Fail",
+    ] {
         assert!(message.contains(part), "{part:?} missing from {message:?}");
     }
     assert_eq!(pod.on_dockerd().len(), 1, "only the sandbox: {:?}", pod.on_dockerd());
@@ -227,5 +251,8 @@ async fn an_env_heavy_container_create_holds_nobody_up() {
     assert!(calls >= 5, "the probe ran {calls} times");
     eprintln!("slowest _ping {attacked:?} (quiet: {quiet:?})");
     // ~100 ms is the target (measured: 41 ms); 150 ms leaves room for a loaded CI machine.
-    assert!(attacked <= quiet + Duration::from_millis(150), "another client's _ping took {attacked:?} (quiet: {quiet:?})");
+    assert!(
+        attacked <= quiet + Duration::from_millis(150),
+        "another client's _ping took {attacked:?} (quiet: {quiet:?})"
+    );
 }

@@ -175,7 +175,8 @@ impl Pod {
         );
         labels.insert("annotation.io.kubernetes.container.hash".into(), "5e3d2c1b".into());
         labels.insert("annotation.io.kubernetes.container.restartCount".into(), "0".into());
-        let mut host_config = json!({"CgroupParent": self.parent, "NetworkMode": format!("container:{}", self.sandbox_id)});
+        let mut host_config =
+            json!({"CgroupParent": self.parent, "NetworkMode": format!("container:{}", self.sandbox_id)});
         host_config.as_object_mut().unwrap().extend(resources.as_object().cloned().unwrap_or_default());
         json!({
                         "Image": self.env.test_image,
@@ -188,7 +189,8 @@ impl Pod {
 
     /// Creates the sandbox through the proxy; records its ID on success.
     fn create_sandbox(&mut self) -> (u16, Value) {
-        let (status, body) = self.api("POST", &format!("/containers/create?name={}", self.sandbox_name()), Some(&self.sandbox_body()));
+        let (status, body) =
+            self.api("POST", &format!("/containers/create?name={}", self.sandbox_name()), Some(&self.sandbox_body()));
         if status == 201 {
             self.sandbox_id = body["Id"].as_str().expect("Id").to_owned();
         }
@@ -198,7 +200,8 @@ impl Pod {
     /// Creates the container through the proxy; records its ID on success.
     fn create_container(&mut self, envs: &[&str], resources: Value) -> (u16, Value) {
         let body = self.container_body(envs, resources);
-        let (status, answer) = self.api("POST", &format!("/containers/create?name={}", self.container_name()), Some(&body));
+        let (status, answer) =
+            self.api("POST", &format!("/containers/create?name={}", self.container_name()), Some(&body));
         if status == 201 {
             self.container_id = answer["Id"].as_str().expect("Id").to_owned();
         }
@@ -266,14 +269,23 @@ impl Pod {
 
     /// Runs `script` in the container (`docker exec` directly on dockerd); its trimmed stdout.
     fn exec(&self, script: &str) -> String {
-        let out = self.env.docker_direct().args(["exec", &self.container_id, "sh", "-c", script]).output().expect("docker exec");
+        let out = self
+            .env
+            .docker_direct()
+            .args(["exec", &self.container_id, "sh", "-c", script])
+            .output()
+            .expect("docker exec");
         assert!(out.status.success(), "exec {script:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
     /// The names of dockerd's containers of this pod (by its UID), running or not.
     fn containers_on_dockerd(&self) -> Vec<String> {
-        let out = self.env.docker_direct().args(["ps", "-a", "--filter", &format!("name={}", self.uid), "--format", "{{.Names}}"]).output();
+        let out = self
+            .env
+            .docker_direct()
+            .args(["ps", "-a", "--filter", &format!("name={}", self.uid), "--format", "{{.Names}}"])
+            .output();
         out.map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect()).unwrap_or_default()
     }
 }
@@ -282,7 +294,15 @@ impl Drop for Pod {
     fn drop(&mut self) {
         let names = self.containers_on_dockerd();
         if !names.is_empty() {
-            let _ = self.env.docker_direct().arg("rm").arg("-f").args(&names).stdout(Stdio::null()).stderr(Stdio::null()).status();
+            let _ = self
+                .env
+                .docker_direct()
+                .arg("rm")
+                .arg("-f")
+                .args(&names)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
         // The pod directories dockerd created (and the hook-moved ones of the restart test).
         let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else { return };
@@ -362,7 +382,12 @@ async fn runtime_hooks_give_a_be_pod_its_batch_resources() {
             .expect("start runtime-hooks"),
     );
     let hooks_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(s.proxy.wait_log(&["hook server added", "file=runtime-hooks.json"], 0), "{}\n{}", s.proxy.log(), hooks_log());
+    assert!(
+        s.proxy.wait_log(&["hook server added", "file=runtime-hooks.json"], 0),
+        "{}\n{}",
+        s.proxy.log(),
+        hooks_log()
+    );
 
     let mut pod = s.pod(&[(QOS, "BE")], &[(SPEC, BE_SPEC)]);
     // kubelet creates the pod's cgroup before RunPodSandbox; no kubelet here.
@@ -370,7 +395,8 @@ async fn runtime_hooks_give_a_be_pod_its_batch_resources() {
         std::fs::create_dir_all(format!("/sys/fs/cgroup/{controller}{}", pod.parent)).unwrap();
     }
     // kubelet's BestEffort container: 2 shares, 100 ms period, no limits.
-    pod.run(&[], json!({"CpuShares": 2, "CpuPeriod": 100_000, "MemorySwap": 0})).unwrap_or_else(|e| panic!("{e}\n{}", hooks_log()));
+    pod.run(&[], json!({"CpuShares": 2, "CpuPeriod": 100_000, "MemorySwap": 0}))
+        .unwrap_or_else(|e| panic!("{e}\n{}", hooks_log()));
 
     assert_eq!(pod.cgroup("cpu", "cpu.shares"), "512", "batch-cpu request 500 → 500 × 1024 / 1000");
     assert_eq!(pod.cgroup("cpu", "cpu.cfs_period_us"), "100000");
@@ -425,7 +451,13 @@ async fn failure_policies_on_container_create() {
     let (status, body) = pod.create_container(&["KEEP=me"], resources(512));
     assert_eq!(status, 403, "PERMISSION_DENIED → 403: {body}");
     let message = body["message"].as_str().unwrap_or_else(|| panic!("Docker's error shape: {body}"));
-    for part in ["PreCreateContainer", "strict.json", &hook.socket().display().to_string(), "quota exhausted for this pod", "Fail"] {
+    for part in [
+        "PreCreateContainer",
+        "strict.json",
+        &hook.socket().display().to_string(),
+        "quota exhausted for this pod",
+        "Fail",
+    ] {
         assert!(message.contains(part), "{part:?} missing from {message:?}");
     }
     assert_eq!(body.as_object().map(|o| o.len()), Some(1), "only `message`: {body}");
@@ -487,9 +519,13 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     let dir = tempfile::Builder::new().prefix("rp-drecover").tempdir().unwrap();
     let (socket, hooks) = (dir.path().join("run/rp.sock"), dir.path().join("hooks"));
     std::fs::create_dir_all(&hooks).unwrap();
-    let hook =
-        TestHook::start(Arc::new(|stage, req| Ok(koordlet_like(stage, req))), Arc::new(|stage, req| Ok(pod_answer(stage, req)))).await;
-    let stages = ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStopContainer", "PostStopPodSandbox"];
+    let hook = TestHook::start(
+        Arc::new(|stage, req| Ok(koordlet_like(stage, req))),
+        Arc::new(|stage, req| Ok(pod_answer(stage, req))),
+    )
+    .await;
+    let stages =
+        ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStopContainer", "PostStopPodSandbox"];
     register(&hooks, "recover.json", hook.socket(), "Fail", &stages, json!({}));
     let start_proxy = |log: &str| {
         let mut p = ProxyProcess::spawn(BIN, &socket, &env.socket, &docker_mode(&hooks), dir.path().join(log));
@@ -505,14 +541,24 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     pod.run(&["KEEP=me", "EQ=a=b"], kubelet).expect("pod through proxy A");
     let before = next_seen(&hook, "PreStartContainer", 0).await.container();
     let container_parent = format!("{}-c", pod.parent);
-    assert_eq!(cgroup("cpu", &format!("{container_parent}/{}", pod.container_id), "cpu.shares"), "700", "hooked parent and shares applied");
-    assert_eq!(before.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())), Some(("main", pod.container_id.as_str())));
+    assert_eq!(
+        cgroup("cpu", &format!("{container_parent}/{}", pod.container_id), "cpu.shares"),
+        "700",
+        "hooked parent and shares applied"
+    );
+    assert_eq!(
+        before.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())),
+        Some(("main", pod.container_id.as_str()))
+    );
     assert_eq!(before.pod_cgroup_parent, container_parent);
     assert_eq!(before.pod_labels.get("hooked-label").map(String::as_str), Some("yes"));
     assert_eq!(before.pod_annotations, map(&[("team", "storage"), ("hooked-annotation", "yes")]));
     assert!(before.container_envs.is_empty(), "envs only at PreCreateContainer: {:?}", before.container_envs);
     let r = before.container_resources.clone().unwrap_or_default();
-    assert_eq!((r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes, r.cpuset_cpus.as_str()), (700, 50_000, 64 << 20, "0"));
+    assert_eq!(
+        (r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes, r.cpuset_cpus.as_str()),
+        (700, 50_000, 64 << 20, "0")
+    );
 
     // kill -9 A; B starts on the same socket and hook directory.
     a.signal(libc::SIGKILL);
@@ -550,14 +596,21 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
 async fn short_ids_and_names_resolve_and_unknown_ids_get_dockerds_answer() {
     let s = setup();
     let hook = TestHook::echoing(|_, _| {}).await;
-    let stages = ["PreStartContainer", "PostStartContainer", "PreUpdateContainerResources", "PostStopContainer", "PostStopPodSandbox"];
+    let stages = [
+        "PreStartContainer",
+        "PostStartContainer",
+        "PreUpdateContainerResources",
+        "PostStopContainer",
+        "PostStopPodSandbox",
+    ];
     s.register("observer.json", hook.socket(), "Fail", &stages);
     let mut pod = s.pod(&[("app", "web")], &[("team", "storage")]);
     let (status, body) = pod.create_sandbox();
     assert_eq!(status, 201, "{body}");
     pod.call("start", &pod.sandbox_id, None, 204);
     // kubelet's limits for a container with a memory limit (cri-dockerd sends MemorySwap 0).
-    let (status, body) = pod.create_container(&["KEEP=me"], json!({"CpuShares": 512, "Memory": 64 << 20, "MemorySwap": 0}));
+    let (status, body) =
+        pod.create_container(&["KEEP=me"], json!({"CpuShares": 512, "Memory": 64 << 20, "MemorySwap": 0}));
     assert_eq!(status, 201, "{body}");
     let (full, short, name) = (pod.container_id.clone(), pod.container_id[..12].to_owned(), pod.container_name());
 
@@ -573,11 +626,19 @@ async fn short_ids_and_names_resolve_and_unknown_ids_get_dockerds_answer() {
 
     let n = hook.seen().len();
     pod.call("stop?t=0", &short, None, 204);
-    assert_same_container(&reference, &next_seen(&hook, "PostStopContainer", n).await.container(), "PostStopContainer by short ID");
+    assert_same_container(
+        &reference,
+        &next_seen(&hook, "PostStopContainer", n).await.container(),
+        "PostStopContainer by short ID",
+    );
 
     let n = hook.seen().len();
     pod.call("start", &name, None, 204);
-    assert_same_container(&reference, &next_seen(&hook, "PreStartContainer", n).await.container(), "PreStartContainer by name");
+    assert_same_container(
+        &reference,
+        &next_seen(&hook, "PreStartContainer", n).await.container(),
+        "PreStartContainer by name",
+    );
     next_seen(&hook, "PostStartContainer", n).await;
 
     let n = hook.seen().len();
@@ -591,13 +652,23 @@ async fn short_ids_and_names_resolve_and_unknown_ids_get_dockerds_answer() {
 
     let n = hook.seen().len();
     pod.call("stop?t=0", &name, None, 204);
-    assert_same_container(&want, &next_seen(&hook, "PostStopContainer", n).await.container(), "PostStopContainer by name");
+    assert_same_container(
+        &want,
+        &next_seen(&hook, "PostStopContainer", n).await.container(),
+        "PostStopContainer by name",
+    );
 
     let n = hook.seen().len();
     pod.call("stop?t=5", &pod.sandbox_name(), None, 204);
     let Seen::Pod(_, stop) = next_seen(&hook, "PostStopPodSandbox", n).await else { panic!("pod stage expected") };
-    assert_eq!(stop.pod_meta.as_ref().map(|m| (m.name.as_str(), m.uid.as_str())), Some((pod.name.as_str(), pod.uid.as_str())));
-    assert_eq!((stop.cgroup_parent.as_str(), stop.labels.get("app").map(String::as_str)), (pod.parent.as_str(), Some("web")));
+    assert_eq!(
+        stop.pod_meta.as_ref().map(|m| (m.name.as_str(), m.uid.as_str())),
+        Some((pod.name.as_str(), pod.uid.as_str()))
+    );
+    assert_eq!(
+        (stop.cgroup_parent.as_str(), stop.labels.get("app").map(String::as_str)),
+        (pod.parent.as_str(), Some("web"))
+    );
 
     // Unknown containers: dockerd's answer, byte for byte; no hook called.
     let n = hook.seen().len();
@@ -658,11 +729,17 @@ async fn skip_label_calls_no_hook() {
     let mut other = s.pod(&[("app", "web")], &[]);
     let (status, body) = other.create_sandbox();
     assert_eq!(status, 503, "UNAVAILABLE → 503: {body}");
-    assert!(body["message"].as_str().is_some_and(|m| m.contains("refusing everything") && m.contains("PreRunPodSandbox")), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| m.contains("refusing everything") && m.contains("PreRunPodSandbox")),
+        "{body}"
+    );
     let seen = hook.seen();
     assert_eq!(seen.len(), 2, "{seen:?}");
     let Seen::Pod(stage, req) = &seen[1] else { panic!("pod stage expected: {seen:?}") };
-    assert_eq!((stage.as_str(), req.pod_meta.as_ref().map(|m| m.uid.as_str())), ("PreRunPodSandbox", Some(other.uid.as_str())));
+    assert_eq!(
+        (stage.as_str(), req.pod_meta.as_ref().map(|m| m.uid.as_str())),
+        ("PreRunPodSandbox", Some(other.uid.as_str()))
+    );
     assert!(other.containers_on_dockerd().is_empty(), "refused sandbox not created");
 }
 
@@ -712,8 +789,12 @@ async fn a_second_call_for_the_pod_waits_for_the_post_stage() {
             ..Default::default()
         })
     });
-    let hook =
-        TestHook::start_with_delay(echo_container, Arc::new(|_, _| Ok(PodSandboxHookResponse::default())), Duration::from_secs(1)).await;
+    let hook = TestHook::start_with_delay(
+        echo_container,
+        Arc::new(|_, _| Ok(PodSandboxHookResponse::default())),
+        Duration::from_secs(1),
+    )
+    .await;
     let stages = ["PreStartContainer", "PostStartContainer", "PreUpdateContainerResources"];
     s.register("slow.json", hook.socket(), "Ignore", &stages);
     let mut pod = s.pod(&[("app", "web")], &[]);

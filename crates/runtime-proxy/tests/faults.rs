@@ -65,7 +65,8 @@ impl std::fmt::Display for Usage {
 
 /// `/proc/<pid>/status` (VmRSS, Threads) and the entries of `/proc/<pid>/fd`.
 fn usage(pid: u32) -> Usage {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
     let field = |name: &str| {
         status
             .lines()
@@ -74,7 +75,9 @@ fn usage(pid: u32) -> Usage {
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
     };
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"));
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"));
     Usage { rss_kib: field("VmRSS:"), threads: field("Threads:"), fds }
 }
 
@@ -104,7 +107,11 @@ impl Sampler {
             let (mut peak, mut samples) = (Usage::default(), 0);
             while !flag.load(Ordering::Relaxed) {
                 let u = usage(pid);
-                peak = Usage { rss_kib: peak.rss_kib.max(u.rss_kib), threads: peak.threads.max(u.threads), fds: peak.fds.max(u.fds) };
+                peak = Usage {
+                    rss_kib: peak.rss_kib.max(u.rss_kib),
+                    threads: peak.threads.max(u.threads),
+                    fds: peak.fds.max(u.fds),
+                };
                 samples += 1;
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -172,7 +179,12 @@ fn load(
                     n += 1;
                     let started = Instant::now();
                     let (method, result) = if n % 2 == 0 {
-                        ("Version", tokio::time::timeout(CALL_LIMIT, rt.version(cri::VersionRequest::default())).await.map(|r| r.map(drop)))
+                        (
+                            "Version",
+                            tokio::time::timeout(CALL_LIMIT, rt.version(cri::VersionRequest::default()))
+                                .await
+                                .map(|r| r.map(drop)),
+                        )
                     } else {
                         let call = rt.list_containers(cri::ListContainersRequest::default());
                         ("ListContainers", tokio::time::timeout(CALL_LIMIT, call).await.map(|r| r.map(drop)))
@@ -205,7 +217,11 @@ async fn watch_events(
     env: &Containerd,
 ) -> Option<tokio::sync::mpsc::UnboundedReceiver<StreamItem>> {
     if !env.has_container_events() {
-        let err = rt.clone().get_container_events(cri::GetEventsRequest {}).await.expect_err("containerd 1.6 has no GetContainerEvents");
+        let err = rt
+            .clone()
+            .get_container_events(cri::GetEventsRequest {})
+            .await
+            .expect_err("containerd 1.6 has no GetContainerEvents");
         assert_eq!(err.code(), Code::Unimplemented, "{err:?}");
         return None;
     }
@@ -258,9 +274,15 @@ async fn expect_event(
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(StreamItem::Event(ev))) if ev.container_id == container_id && ev.container_event_type == kind as i32 => return,
+            Ok(Some(StreamItem::Event(ev)))
+                if ev.container_id == container_id && ev.container_event_type == kind as i32 =>
+            {
+                return
+            }
             Ok(Some(StreamItem::Event(_))) => {}
-            Ok(Some(StreamItem::End(r, _))) => panic!("event stream ended before the {kind:?} of {container_id}: {r:?}"),
+            Ok(Some(StreamItem::End(r, _))) => {
+                panic!("event stream ended before the {kind:?} of {container_id}: {r:?}")
+            }
             Ok(None) => panic!("event stream task gone"),
             Err(_) => panic!("no {kind:?} event of {container_id} within {limit:?}"),
         }
@@ -300,14 +322,20 @@ async fn kill_and_restart() {
     // The event stream first (1.7), so that it sees pod A's events: it is live through the proxy.
     let mut events = watch_events(&rt, &env).await;
     if events.is_none() {
-        eprintln!("containerd {}: no GetContainerEvents (UNIMPLEMENTED); the event-stream part is skipped", env.version);
+        eprintln!(
+            "containerd {}: no GetContainerEvents (UNIMPLEMENTED); the event-stream part is skipped",
+            env.version
+        );
     }
 
     // Pod A, through the proxy, before the crash.
     let sandbox_a = sandbox_config(&env, &unique("fault-a"), map(&[("app", "before-crash")]), map(&[("note", "a")]));
-    let pod_a = Pod::start(&mut rt, sandbox_a, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.expect("pod A");
+    let pod_a = Pod::start(&mut rt, sandbox_a, container_config(&env, "main", &["sleep", "3600"], None, &[]))
+        .await
+        .expect("pod A");
     if let Some(rx) = events.as_mut() {
-        expect_event(rx, &pod_a.container_id, cri::ContainerEventType::ContainerStartedEvent, Duration::from_secs(10)).await;
+        expect_event(rx, &pod_a.container_id, cri::ContainerEventType::ContainerStartedEvent, Duration::from_secs(10))
+            .await;
     }
 
     // Load: 4 loops of Version / ListContainers through the proxy.
@@ -318,7 +346,11 @@ async fn kill_and_restart() {
     // A call that is surely in flight at the kill: ExecSync of a 30 s sleep in pod A.
     let exec = tokio::spawn({
         let mut rt = rt.clone();
-        let req = cri::ExecSyncRequest { container_id: pod_a.container_id.clone(), cmd: vec!["sleep".into(), "30".into()], timeout: 60 };
+        let req = cri::ExecSyncRequest {
+            container_id: pod_a.container_id.clone(),
+            cmd: vec!["sleep".into(), "30".into()],
+            timeout: 60,
+        };
         async move { rt.exec_sync(req).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -346,10 +378,12 @@ async fn kill_and_restart() {
                 }
             }
         };
-        let (result, at) =
-            tokio::time::timeout(Duration::from_secs(10), end).await.expect("the event stream ended within 10 s of the kill");
+        let (result, at) = tokio::time::timeout(Duration::from_secs(10), end)
+            .await
+            .expect("the event stream ended within 10 s of the kill");
         eprintln!("event stream ended {:?} after the kill: {result:?}", at.saturating_duration_since(killed_at));
-        let status = result.expect_err("the event stream ends with an error status, not as if containerd had finished it");
+        let status =
+            result.expect_err("the event stream ends with an error status, not as if containerd had finished it");
         assert!(matches!(status.code(), Code::Unavailable | Code::Internal), "UNAVAILABLE or INTERNAL: {status:?}");
         // Whether it names the backend (it does not yet): the ignored test
         // `event_stream_ends_unavailable_naming_the_backend_when_containerd_dies`.
@@ -359,7 +393,8 @@ async fn kill_and_restart() {
     }
 
     // The call in flight fails promptly, naming the socket.
-    let in_flight = tokio::time::timeout(Duration::from_secs(10), exec).await.expect("ExecSync answered within 10 s of the kill");
+    let in_flight =
+        tokio::time::timeout(Duration::from_secs(10), exec).await.expect("ExecSync answered within 10 s of the kill");
     let err = in_flight.expect("task").expect_err("ExecSync in flight at the kill");
     eprintln!("ExecSync in flight at the kill: {:?}: {}", err.code(), err.message());
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
@@ -414,7 +449,10 @@ async fn kill_and_restart() {
     if let Some(Err(s)) = after.first().and_then(|o| o.result.as_ref()) {
         eprintln!("a call while down: {:?}: {}", s.code(), s.message());
     }
-    assert!(hook.seen().iter().skip(n).all(|s| s.stage() != "PostStopContainer"), "no post stage for a StopContainer containerd never got");
+    assert!(
+        hook.seen().iter().skip(n).all(|s| s.stage() != "PostStopContainer"),
+        "no post stage for a StopContainer containerd never got"
+    );
 
     // containerd comes back. Nothing calls the proxy until pod B exists.
     let connected_before = proxy.count_log(&["connected to backend"]);
@@ -436,10 +474,18 @@ async fn kill_and_restart() {
     // teach the proxy's store about it.
     let mut direct = runtime_client(&env.socket);
     let sandbox_b = sandbox_config(&env, &unique("fault-b"), map(&[("app", "after-crash")]), map(&[("note", "b")]));
-    let pod_b = Pod::start(&mut direct, sandbox_b, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.expect("pod B");
+    let pod_b = Pod::start(&mut direct, sandbox_b, container_config(&env, "main", &["sleep", "3600"], None, &[]))
+        .await
+        .expect("pod B");
     let (pods, containers) = store_ids(&proxy);
-    assert!(!pods.contains(&pod_b.sandbox_id) && !containers.contains(&pod_b.container_id), "pod B unknown before the reconnect");
-    assert!(pods.contains(&pod_a.sandbox_id) && containers.contains(&pod_a.container_id), "pod A kept through the outage");
+    assert!(
+        !pods.contains(&pod_b.sandbox_id) && !containers.contains(&pod_b.container_id),
+        "pod B unknown before the reconnect"
+    );
+    assert!(
+        pods.contains(&pod_a.sandbox_id) && containers.contains(&pod_a.container_id),
+        "pod A kept through the outage"
+    );
     assert_eq!(proxy.count_log(&["store recovered"]), recovered_before, "no rebuild while cut off");
 
     // The first call through the proxy reconnects.
@@ -459,12 +505,19 @@ async fn kill_and_restart() {
     assert_eq!(version_answer.runtime_name, "containerd");
     eprintln!("first call after the restart succeeded at attempt {attempts} ({:?})", first.elapsed());
     assert!(proxy.wait_log(&["connected to backend"], connected_before), "a new backend connection:\n{}", proxy.log());
-    assert!(proxy.wait_log(&["store recovered", "backend reconnected"], reconnect_rebuilds), "no rebuild on reconnect:\n{}", proxy.log());
+    assert!(
+        proxy.wait_log(&["store recovered", "backend reconnected"], reconnect_rebuilds),
+        "no rebuild on reconnect:\n{}",
+        proxy.log()
+    );
     for line in log_lines(&proxy, &["store recovered"]) {
         eprintln!("proxy: {}", &line[line.find("store recovered").unwrap_or(0)..]);
     }
     let (pods, containers) = store_ids(&proxy);
-    assert!(pods.contains(&pod_b.sandbox_id) && containers.contains(&pod_b.container_id), "pod B learnt by the rebuild");
+    assert!(
+        pods.contains(&pod_b.sandbox_id) && containers.contains(&pod_b.container_id),
+        "pod B learnt by the rebuild"
+    );
     assert!(pods.contains(&pod_a.sandbox_id) && containers.contains(&pod_a.container_id), "pod A still known");
 
     // (1.7) A new event stream through the proxy works.
@@ -476,7 +529,9 @@ async fn kill_and_restart() {
         rt.stop_container(cri::StopContainerRequest { container_id: pod.container_id.clone(), timeout: 0 })
             .await
             .unwrap_or_else(|e| panic!("StopContainer of the {app} pod: {e:?}"));
-        let Seen::Container(_, req) = next_seen(&hook, "PostStopContainer", n).await else { panic!("container stage expected") };
+        let Seen::Container(_, req) = next_seen(&hook, "PostStopContainer", n).await else {
+            panic!("container stage expected")
+        };
         assert_eq!(req.container_meta.as_ref().map(|m| m.id.as_str()), Some(pod.container_id.as_str()), "{app}");
         assert_eq!(req.pod_labels.get("app").map(String::as_str), Some(app), "{app}: labels");
         assert_eq!(req.pod_cgroup_parent, pod.cgroup_parent(), "{app}: cgroup parent");
@@ -487,17 +542,23 @@ async fn kill_and_restart() {
         );
     }
     if let Some(rx) = events.as_mut() {
-        expect_event(rx, &pod_b.container_id, cri::ContainerEventType::ContainerStoppedEvent, Duration::from_secs(10)).await;
+        expect_event(rx, &pod_b.container_id, cri::ContainerEventType::ContainerStoppedEvent, Duration::from_secs(10))
+            .await;
     }
     let misses: Vec<_> = log_lines(&proxy, &["store miss"])
         .into_iter()
         .filter(|l| {
-            [&pod_a.sandbox_id, &pod_a.container_id, &pod_b.sandbox_id, &pod_b.container_id].iter().any(|id| l.contains(id.as_str()))
+            [&pod_a.sandbox_id, &pod_a.container_id, &pod_b.sandbox_id, &pod_b.container_id]
+                .iter()
+                .any(|id| l.contains(id.as_str()))
         })
         .collect();
     assert!(misses.is_empty(), "pod A and B were served from the store, not by store misses:\n{}", misses.join("\n"));
 
-    let ids = [(pod_a.sandbox_id.clone(), pod_a.container_id.clone()), (pod_b.sandbox_id.clone(), pod_b.container_id.clone())];
+    let ids = [
+        (pod_a.sandbox_id.clone(), pod_a.container_id.clone()),
+        (pod_b.sandbox_id.clone(), pod_b.container_id.clone()),
+    ];
     pod_a.remove(&mut rt).await;
     pod_b.remove(&mut rt).await;
     let (pods, containers) = store_ids(&proxy);
@@ -525,7 +586,10 @@ async fn event_stream_end() {
     let proxy = ProxyProcess::start(BIN, &ctrd.env.socket, &[]);
     let rt = runtime_client(proxy.socket());
     let Some(mut rx) = watch_events(&rt, &ctrd.env).await else {
-        eprintln!("containerd {}: no GetContainerEvents; UNIMPLEMENTED passed through, nothing more to check", ctrd.env.version);
+        eprintln!(
+            "containerd {}: no GetContainerEvents; UNIMPLEMENTED passed through, nothing more to check",
+            ctrd.env.version
+        );
         return;
     };
     let killed_at = Instant::now();
@@ -544,7 +608,9 @@ async fn event_stream_end() {
             }
         }
     };
-    let result = tokio::time::timeout(Duration::from_secs(10), end).await.expect("the event stream ended within 10 s of the kill");
+    let result = tokio::time::timeout(Duration::from_secs(10), end)
+        .await
+        .expect("the event stream ended within 10 s of the kill");
     eprintln!("event stream ended {:?} after the kill: {result:?}", killed_at.elapsed());
     for line in log_lines(&proxy, &["GetContainerEvents"]) {
         eprintln!("proxy: {line}");
@@ -573,15 +639,27 @@ fn create_request(sandbox_id: &str, i: usize) -> cri::CreateContainerRequest {
             command: vec!["sleep".into(), "3600".into()],
             envs: vec![cri::KeyValue { key: "I".into(), value: i.to_string() }],
             linux: Some(cri::LinuxContainerConfig {
-                resources: Some(cri::LinuxContainerResources { cpu_shares: 512, memory_limit_in_bytes: 64 << 20, ..Default::default() }),
+                resources: Some(cri::LinuxContainerResources {
+                    cpu_shares: 512,
+                    memory_limit_in_bytes: 64 << 20,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
         }),
         sandbox_config: Some(cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata { name: format!("p{i}"), uid: uid.clone(), namespace: "default".into(), attempt: 0 }),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: format!("p{i}"),
+                uid: uid.clone(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
             labels: map(&[("app", "burst")]),
-            linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: format!("/kubepods/pod{uid}"), ..Default::default() }),
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: format!("/kubepods/pod{uid}"),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
     }
@@ -604,7 +682,10 @@ async fn create_burst(
         .collect();
     let mut ids = Vec::new();
     for (i, c) in calls.into_iter().enumerate() {
-        let answer = c.await.expect("call task").unwrap_or_else(|_| panic!("{tag}: CreateContainer {i} got no answer within 30 s"));
+        let answer = c
+            .await
+            .expect("call task")
+            .unwrap_or_else(|_| panic!("{tag}: CreateContainer {i} got no answer within 30 s"));
         ids.push(answer.unwrap_or_else(|e| panic!("{tag}: CreateContainer {i}: {e:?}")).into_inner().container_id);
     }
     (ids, started.elapsed())
@@ -649,8 +730,12 @@ impl Hang {
     /// Connections (silent) or calls (HTTP/2) it received, for the record.
     fn describe(&self) -> String {
         match self {
-            Hang::Http2(f) => format!("{} hook calls received, {} of them cancelled by the proxy", f.calls().len(), f.abandoned()),
-            Hang::Silent { accepted, .. } => format!("{} connections accepted (never read)", accepted.lock().unwrap().len()),
+            Hang::Http2(f) => {
+                format!("{} hook calls received, {} of them cancelled by the proxy", f.calls().len(), f.abandoned())
+            }
+            Hang::Silent { accepted, .. } => {
+                format!("{} connections accepted (never read)", accepted.lock().unwrap().len())
+            }
         }
     }
 }
@@ -689,7 +774,11 @@ async fn hanging_hook_burst(hang: Hang, what: &str) {
     let (mut times, mut rss) = (Vec::new(), Vec::new());
     for round in 0..BURSTS {
         let (ids, took) = create_burst(&rt, &format!("{what}-{round}"), CREATE_BURST).await;
-        assert_eq!(ids.iter().collect::<HashSet<_>>().len(), CREATE_BURST, "every call answered with its own container ID");
+        assert_eq!(
+            ids.iter().collect::<HashSet<_>>().len(),
+            CREATE_BURST,
+            "every call answered with its own container ID"
+        );
         assert!(ids.iter().all(|id| id.starts_with("fake-container-")));
         assert!(took >= Duration::from_millis(200), "the calls waited for the hook's timeout: {took:?}");
         let (_, stored) = store_ids(&proxy);
@@ -729,7 +818,8 @@ async fn hanging_hook_burst(hang: Hang, what: &str) {
     if let Hang::Http2(f) = &hang {
         // Every hook call that reached the server was cancelled when its 200 ms were up: the
         // proxy keeps no stream open to a hung server.
-        let all_cancelled = test_support::wait_until(Duration::from_secs(5), || async { f.abandoned() == f.calls().len() }).await;
+        let all_cancelled =
+            test_support::wait_until(Duration::from_secs(5), || async { f.abandoned() == f.calls().len() }).await;
         assert!(all_cancelled, "hook calls cancelled by the proxy: {}", hang.describe());
     }
     // The proxy still serves normally.
@@ -737,7 +827,10 @@ async fn hanging_hook_burst(hang: Hang, what: &str) {
     rt.version(cri::VersionRequest::default()).await.expect("Version after the burst");
 }
 
-async fn remove_containers(rt: &cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>, ids: &[String]) {
+async fn remove_containers(
+    rt: &cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    ids: &[String],
+) {
     let calls: Vec<_> = ids
         .iter()
         .map(|id| {
@@ -782,7 +875,12 @@ const POD_STAGES: [&str; 4] = ["PreRunPodSandbox", "PreCreateContainer", "PostSt
 async fn pod_life(rt: &mut cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>, i: usize) {
     let uid = format!("uid-{i}");
     let config = cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata { name: format!("pod-{i}"), uid: uid.clone(), namespace: "default".into(), attempt: 0 }),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: format!("pod-{i}"),
+            uid: uid.clone(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
         labels: map(&[("app", "churn"), ("i", &i.to_string())]),
         annotations: map(&[("team", "storage")]),
         linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: format!("/kubepods/pod{uid}"), ..Default::default() }),
@@ -797,7 +895,12 @@ async fn pod_life(rt: &mut cri::runtime_service_client::RuntimeServiceClient<ton
         .pod_sandbox_id;
     let mut req = create_request(&sid, i);
     req.sandbox_config = Some(config);
-    let cid = rt.create_container(req).await.unwrap_or_else(|e| panic!("{}: {e:?}", what("CreateContainer"))).into_inner().container_id;
+    let cid = rt
+        .create_container(req)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e:?}", what("CreateContainer")))
+        .into_inner()
+        .container_id;
     rt.start_container(cri::StartContainerRequest { container_id: cid.clone() })
         .await
         .unwrap_or_else(|e| panic!("{}: {e:?}", what("StartContainer")));
@@ -816,7 +919,11 @@ async fn pod_life(rt: &mut cri::runtime_service_client::RuntimeServiceClient<ton
 }
 
 /// Pods `from..to`, [`IN_FLIGHT`] at a time, on one client connection (as kubelet).
-async fn run_pods(rt: &cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>, from: usize, to: usize) -> Duration {
+async fn run_pods(
+    rt: &cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    from: usize,
+    to: usize,
+) -> Duration {
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(from));
     let workers: Vec<_> = (0..IN_FLIGHT)
@@ -866,7 +973,12 @@ async fn ten_thousand_pods() {
     let cpu = (cpu_time(&pid.to_string()) - cpu_before.0, cpu_time("self") - cpu_before.1);
     let (peak, samples) = sampler.finish();
     let (pods, containers) = store_ids(&proxy);
-    assert!(pods.is_empty() && containers.is_empty(), "store empty: {} pod sandboxes, {} containers left", pods.len(), containers.len());
+    assert!(
+        pods.is_empty() && containers.is_empty(),
+        "store empty: {} pod sandboxes, {} containers left",
+        pods.len(),
+        containers.len()
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = usage(pid);
 
@@ -889,10 +1001,20 @@ async fn ten_thousand_pods() {
         }
     }
     assert_eq!(checked, total);
-    for m in
-        ["RunPodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]
-    {
-        assert_eq!(fake.calls_to(&format!("/runtime.v1.RuntimeService/{m}")).len(), total, "{m} calls reaching the runtime");
+    for m in [
+        "RunPodSandbox",
+        "CreateContainer",
+        "StartContainer",
+        "StopContainer",
+        "RemoveContainer",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+    ] {
+        assert_eq!(
+            fake.calls_to(&format!("/runtime.v1.RuntimeService/{m}")).len(),
+            total,
+            "{m} calls reaching the runtime"
+        );
     }
 
     let per_pod = took / PODS as u32;

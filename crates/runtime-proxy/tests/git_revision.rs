@@ -16,7 +16,8 @@ mod build {
 
     #[test]
     fn path_dependencies_are_the_dependencies_table_s() {
-        let manifest = "[package]\nname = \"x\"\n[lib]\npath = \"src/lib.rs\"\n[dependencies]\nanyhow.workspace = true\n\
+        let manifest =
+            "[package]\nname = \"x\"\n[lib]\npath = \"src/lib.rs\"\n[dependencies]\nanyhow.workspace = true\n\
                         hook-api = { path = \"../hook-api\" }\nnri = { version = \"1\", path=\"../nri-plugin\" }\n\
                         [dev-dependencies]\ntest-support = { path = \"../test-support\" }\n";
         assert_eq!(path_dependencies(manifest), ["../hook-api", "../nri-plugin"]);
@@ -27,7 +28,13 @@ mod build {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
         let paths = source_paths(dir);
         let crates = dir.join("..").canonicalize().unwrap();
-        for want in ["runtime-proxy/src", "runtime-proxy/build.rs", "hook-api/src", "daemon-support/src", "nri-plugin/Cargo.toml"] {
+        for want in [
+            "runtime-proxy/src",
+            "runtime-proxy/build.rs",
+            "hook-api/src",
+            "daemon-support/src",
+            "nri-plugin/Cargo.toml",
+        ] {
             assert!(paths.contains(&crates.join(want)), "{want} missing from {paths:?}");
         }
         assert!(!paths.iter().any(|p| p.starts_with(crates.join("test-support"))), "a dev-dependency: {paths:?}");

@@ -24,7 +24,9 @@ const PROMPT: Duration = Duration::from_secs(2);
 /// The value of the sample whose line starts with `series` (name and labels).
 fn sample(text: &str, series: &str) -> f64 {
     text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())
+        })
         .unwrap_or_else(|| panic!("{series} not in:\n{text}"))
 }
 
@@ -37,7 +39,11 @@ fn wait_health(proxy: &ProxyProcess, status: u16, limit: Duration) -> (Duration,
         if got == status {
             return (start.elapsed(), body);
         }
-        assert!(start.elapsed() < limit, "/healthz still {got} {body:?} after {limit:?}, not {status}:\n{}", proxy.log());
+        assert!(
+            start.elapsed() < limit,
+            "/healthz still {got} {body:?} after {limit:?}, not {status}:\n{}",
+            proxy.log()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -131,7 +137,10 @@ fn health_follows_a_separate_image_endpoint() {
     drop(stand_in);
     let (took, body) = wait_health(&proxy, 503, PROMPT);
     eprintln!("image endpoint stopped: 503 after {took:?}: {body}");
-    assert_eq!(body, format!("image endpoint unix://{}: no such socket (ENOENT: No such file or directory)\n", image.display()));
+    assert_eq!(
+        body,
+        format!("image endpoint unix://{}: no such socket (ENOENT: No such file or directory)\n", image.display())
+    );
     let (_, text) = proxy.admin_get("/metrics");
     assert_eq!(sample(&text, "runtime_proxy_backend_up"), 0.0);
     assert_eq!(sample(&text, "runtime_proxy_backend_endpoint_up{endpoint=\"runtime\"}"), 1.0);
@@ -173,8 +182,10 @@ fn cri_mode_in_front_of_http1_servers_names_them() {
             docker.display()
         )
     );
-    let lines =
-        logged_once(&proxy, &["ERROR", "backend of the wrong kind", &docker.display().to_string(), "--backend-runtime-mode Docker"]);
+    let lines = logged_once(
+        &proxy,
+        &["ERROR", "backend of the wrong kind", &docker.display().to_string(), "--backend-runtime-mode Docker"],
+    );
     assert_eq!(lines.len(), 1, "{lines:#?}");
 
     let web = dir.path().join("web.sock");
@@ -224,7 +235,10 @@ fn a_regular_file_or_a_directory_at_the_socket_path_is_named() {
         let (_, body) = wait_health(&proxy, 503, PROMPT);
         assert_eq!(
             body,
-            format!("runtime endpoint unix://{}: is {what}, not a socket (connect: ECONNREFUSED: Connection refused)\n", path.display())
+            format!(
+                "runtime endpoint unix://{}: is {what}, not a socket (connect: ECONNREFUSED: Connection refused)\n",
+                path.display()
+            )
         );
         let lines = logged_once(&proxy, &["ERROR", "backend socket unusable", &path.display().to_string(), what]);
         assert_eq!(lines.len(), 1, "{lines:#?}");
@@ -300,7 +314,12 @@ fn a_socket_the_proxy_may_not_open_is_named() {
     let lines = logged_once(&proxy, &["ERROR", "backend socket unusable", "EACCES"]);
     assert_eq!(lines.len(), 1, "{lines:#?}");
     assert!(log_lines(&proxy, &["not there yet"]).is_empty(), "{}", proxy.log());
-    assert_eq!(log_lines(&proxy, &["WARN", "backend socket cannot be inspected", "Permission denied"]).len(), 1, "{}", proxy.log());
+    assert_eq!(
+        log_lines(&proxy, &["WARN", "backend socket cannot be inspected", "Permission denied"]).len(),
+        1,
+        "{}",
+        proxy.log()
+    );
     mode(&hidden, 0o755);
     wait_health(&proxy, 200, PROMPT);
 }
@@ -318,7 +337,9 @@ fn a_socket_that_never_appears_is_a_warn_after_10s() {
     std::thread::sleep(Duration::from_secs(8));
     assert!(log_lines(&proxy, &["WARN", "still not there"]).is_empty(), "not before 10 s:\n{}", proxy.log());
     let until = Instant::now() + Duration::from_secs(6);
-    while log_lines(&proxy, &["WARN", "backend socket still not there after 10s", &socket]).is_empty() && Instant::now() < until {
+    while log_lines(&proxy, &["WARN", "backend socket still not there after 10s", &socket]).is_empty()
+        && Instant::now() < until
+    {
         std::thread::sleep(Duration::from_millis(100));
     }
     let warns = log_lines(&proxy, &["WARN", "backend socket still not there after", &socket]);

@@ -63,7 +63,13 @@ impl Setup {
 
     /// The containers containerd has in the sandbox named `name` (by metadata), whatever their state.
     async fn containers_named(&mut self, pod_name: &str) -> usize {
-        let pods = self.rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("ListPodSandbox").into_inner().items;
+        let pods = self
+            .rt
+            .list_pod_sandbox(cri::ListPodSandboxRequest::default())
+            .await
+            .expect("ListPodSandbox")
+            .into_inner()
+            .items;
         let mut n = 0;
         for p in pods.iter().filter(|p| p.metadata.as_ref().is_some_and(|m| m.name == pod_name)) {
             let filter = cri::ContainerFilter { pod_sandbox_id: p.id.clone(), ..Default::default() };
@@ -115,11 +121,21 @@ async fn a_conflict_under_warn_keeps_the_later_value_logs_and_counts() {
     s.register("b.json", b.socket(), "Ignore", &["PreCreateContainer"], json!({"order": 2}));
     let pod = s.pod(&[]).await.expect("pod under Warn");
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "900", "the later server's value");
-    let line = ["PreCreateContainer conflict", "container_resources.cpu_shares", "a.json", "b.json", "700", "900", "conflict-policy Warn"];
+    let line = [
+        "PreCreateContainer conflict",
+        "container_resources.cpu_shares",
+        "a.json",
+        "b.json",
+        "700",
+        "900",
+        "conflict-policy Warn",
+    ];
     assert_eq!(s.proxy.count_log(&line), 1, "one line per conflict:\n{}", s.proxy.log());
     let (_, metrics) = s.proxy.admin_get("/metrics");
     assert!(
-        metrics.contains(r#"runtime_proxy_hook_conflicts_total{stage="PreCreateContainer",field="container_resources.cpu_shares"} 1"#),
+        metrics.contains(
+            r#"runtime_proxy_hook_conflicts_total{stage="PreCreateContainer",field="container_resources.cpu_shares"} 1"#
+        ),
         "{metrics}"
     );
     pod.remove(&mut s.rt).await;
@@ -139,9 +155,10 @@ async fn a_conflict_under_warn_keeps_the_later_value_logs_and_counts() {
 /// sees the container.
 #[tokio::test]
 async fn a_conflict_under_fail_refuses_create_container_before_the_runtime() {
-    for (flags, b_extra) in
-        [(vec!["--hook-conflict-policy", "Fail"], json!({"order": 2})), (vec![], json!({"order": 2, "conflict-policy": "Fail"}))]
-    {
+    for (flags, b_extra) in [
+        (vec!["--hook-conflict-policy", "Fail"], json!({"order": 2})),
+        (vec![], json!({"order": 2, "conflict-policy": "Fail"})),
+    ] {
         let mut s = setup(&flags);
         let (a, b) = (shares_hook(700).await, shares_hook(900).await);
         s.register("a.json", a.socket(), "Ignore", &["PreCreateContainer"], json!({"order": 1}));
@@ -149,11 +166,14 @@ async fn a_conflict_under_fail_refuses_create_container_before_the_runtime() {
         let sandbox = s.sandbox(&[]);
         let name = sandbox.metadata.as_ref().unwrap().name.clone();
         let sandbox_id =
-            s.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() })
-                .await
-                .expect("sandbox")
-                .into_inner()
-                .pod_sandbox_id;
+            s.rt.run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(sandbox.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("sandbox")
+            .into_inner()
+            .pod_sandbox_id;
         let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
         let container = container_config(&s.env, "main", &["sleep", "3600"], Some(resources), &[]);
         let err =
@@ -165,7 +185,10 @@ async fn a_conflict_under_fail_refuses_create_container_before_the_runtime() {
             .await
             .expect_err("a conflict under Fail");
         assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{flags:?} {b_extra}: {err:?}");
-        assert_names(err.message(), &["PreCreateContainer", "container_resources.cpu_shares", "a.json", "b.json", "\"700\"", "\"900\""]);
+        assert_names(
+            err.message(),
+            &["PreCreateContainer", "container_resources.cpu_shares", "a.json", "b.json", "\"700\"", "\"900\""],
+        );
         assert_eq!(s.containers_named(&name).await, 0, "containerd has no container for the refused call");
         test_support::containerd::remove_sandbox(&mut s.rt, &sandbox_id).await;
     }
@@ -199,15 +222,20 @@ async fn a_required_server_unregistered_after_the_sandbox_fails_create_container
     let gpu = shares_hook(700).await;
     s.register("gpu.json", gpu.socket(), "Ignore", &["PreRunPodSandbox"], json!({}));
     let sandbox = s.sandbox(&[(REQUIRED, "gpu.json")]);
-    let sandbox_id =
-        s.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() })
-            .await
-            .expect("sandbox, gpu.json registered")
-            .into_inner()
-            .pod_sandbox_id;
+    let sandbox_id = s
+        .rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() })
+        .await
+        .expect("sandbox, gpu.json registered")
+        .into_inner()
+        .pod_sandbox_id;
     let before = s.proxy.count_log(&["hook server removed", "gpu.json"]);
     std::fs::remove_file(s.dir.path().join("gpu.json")).unwrap();
-    assert!(s.proxy.wait_log(&["hook server removed", "gpu.json"], before), "registry did not drop gpu.json:\n{}", s.proxy.log());
+    assert!(
+        s.proxy.wait_log(&["hook server removed", "gpu.json"], before),
+        "registry did not drop gpu.json:\n{}",
+        s.proxy.log()
+    );
     let container = container_config(&s.env, "main", &["sleep", "3600"], None, &[]);
     let err =
         s.rt.create_container(cri::CreateContainerRequest {
@@ -266,7 +294,11 @@ async fn tolerate_missing_is_honoured_only_in_allowed_namespaces() {
     let mut elsewhere = setup(&[]);
     let err = elsewhere.pod(&annotations).await.expect_err("default is not an allowed namespace");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
-    assert!(elsewhere.proxy.count_log(&["tolerate-missing annotation ignored", "namespace=\"default\""]) >= 1, "{}", elsewhere.proxy.log());
+    assert!(
+        elsewhere.proxy.count_log(&["tolerate-missing annotation ignored", "namespace=\"default\""]) >= 1,
+        "{}",
+        elsewhere.proxy.log()
+    );
     let (_, metrics) = elsewhere.proxy.admin_get("/metrics");
     assert!(metrics.contains("runtime_proxy_tolerate_missing_ignored_total 1"), "{metrics}");
 }
@@ -335,7 +367,11 @@ async fn a_hook_server_cannot_add_the_skip_label() {
     let err = s.pod(&[]).await.expect_err("the Fail server is still called at PreCreateContainer");
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     assert_names(err.message(), &["PreCreateContainer", "gate.json"]);
-    assert!(s.proxy.count_log(&["PreRunPodSandbox", "may not add, change or remove the skip label"]) >= 1, "{}", s.proxy.log());
+    assert!(
+        s.proxy.count_log(&["PreRunPodSandbox", "may not add, change or remove the skip label"]) >= 1,
+        "{}",
+        s.proxy.log()
+    );
 }
 
 /// At a post stage a required server's failure cannot fail the call (the runtime has done it):
@@ -347,8 +383,16 @@ async fn a_required_server_failing_at_a_post_stage_is_only_logged_and_counted() 
     s.register("gpu.json", gpu.socket(), "Ignore", &["PostStartContainer"], json!({}));
     let pod = s.pod(&[(REQUIRED, "gpu.json")]).await.expect("a post stage never refuses");
     let logged = || s.proxy.count_log(&["PostStartContainer", "gpu.json", "a post stage cannot fail the call"]);
-    assert!(test_support::wait_until(std::time::Duration::from_secs(5), || async { logged() >= 1 }).await, "{}", s.proxy.log());
+    assert!(
+        test_support::wait_until(std::time::Duration::from_secs(5), || async { logged() >= 1 }).await,
+        "{}",
+        s.proxy.log()
+    );
     let (_, metrics) = s.proxy.admin_get("/metrics");
-    assert!(metrics.contains(r#"runtime_proxy_hook_required_failures_total{stage="PostStartContainer",server="gpu.json"} 1"#), "{metrics}");
+    assert!(
+        metrics
+            .contains(r#"runtime_proxy_hook_required_failures_total{stage="PostStartContainer",server="gpu.json"} 1"#),
+        "{metrics}"
+    );
     pod.remove(&mut s.rt).await;
 }

@@ -47,7 +47,8 @@ impl Setup {
     }
 
     async fn pod(&mut self, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Result<Pod, tonic::Status> {
-        let to_map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
+        let to_map =
+            |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
         let sandbox = sandbox_config(&self.env, &unique("hooked"), to_map(labels), to_map(annotations));
         let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
         let container = container_config(&self.env, "main", &["sleep", "3600"], Some(resources), &[("KEEP", "me")]);
@@ -81,13 +82,21 @@ async fn example_hook_sets_cgroup_and_env_of_the_real_container() {
     // PreUpdateContainerResources: kubelet asks for 256, the hook keeps 700.
     s.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
         container_id: pod.container_id.clone(),
-        linux: Some(cri::LinuxContainerResources { cpu_shares: 256, memory_limit_in_bytes: 96 << 20, ..Default::default() }),
+        linux: Some(cri::LinuxContainerResources {
+            cpu_shares: 256,
+            memory_limit_in_bytes: 96 << 20,
+            ..Default::default()
+        }),
         ..Default::default()
     })
     .await
     .expect("update");
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "700");
-    assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), (96u64 << 20).to_string(), "kubelet's other values kept");
+    assert_eq!(
+        pod.cgroup_file("memory", "memory.limit_in_bytes"),
+        (96u64 << 20).to_string(),
+        "kubelet's other values kept"
+    );
 
     // A pod without the annotation is left alone.
     let plain = s.pod(&[], &[]).await.expect("plain pod");
@@ -113,7 +122,10 @@ async fn a_hook_server_run_by_another_user_is_refused_unless_allowed() {
     assert!(test_support::wait_until(Duration::from_secs(10), || async { hook_socket.exists() }).await, "hook socket");
 
     s.register("nobody.json", &hook_socket, "Fail", &["PreCreateContainer"], json!({}));
-    let err = s.pod(&[("example.runtime-proxy.dev/cpu-shares", "700")], &[]).await.expect_err("a hook server run by uid 65534");
+    let err = s
+        .pod(&[("example.runtime-proxy.dev/cpu-shares", "700")], &[])
+        .await
+        .expect_err("a hook server run by uid 65534");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "refused for who runs it, not for being down: {err:?}");
     for part in ["PreCreateContainer", "nobody.json", "uid 65534", "pid", "not by an allowed uid"] {
         assert!(err.message().contains(part), "{part:?} missing from {:?}", err.message());
@@ -191,7 +203,10 @@ async fn ignore_policy_lets_pods_run_past_dead_slow_and_garbage_servers() {
     assert!(!slow.calls().is_empty() && !garbage.calls().is_empty() && !hang.calls().is_empty());
     let log = s.proxy.log();
     for file in ["a-dead.json", "b-slow.json", "c-garbage.json", "d-hang.json"] {
-        assert!(log.lines().any(|l| l.contains(file) && l.contains("failure-policy Ignore")), "{file} failure not logged:\n{log}");
+        assert!(
+            log.lines().any(|l| l.contains(file) && l.contains("failure-policy Ignore")),
+            "{file} failure not logged:\n{log}"
+        );
     }
     assert!(log.contains("timed out after 200ms"), "{log}");
     // A timeout does not eject the server: the next pod calls it again.
@@ -221,7 +236,10 @@ async fn an_edited_request_larger_than_the_runtimes_window_reaches_it_whole() {
     s.register("big.json", big.socket(), "Fail", &["PreCreateContainer"], json!({}));
     for round in 0..3 {
         let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("round {round}: {e:?}"));
-        assert_eq!(s.exec(&pod, "echo ${#BIG0} ${#BIG1} ${#BIG2} ${BIG2:99990} $KEEP").await, "100000 100000 100000 cccccccccc me");
+        assert_eq!(
+            s.exec(&pod, "echo ${#BIG0} ${#BIG1} ${#BIG2} ${BIG2:99990} $KEEP").await,
+            "100000 100000 100000 cccccccccc me"
+        );
         pod.remove(&mut s.rt).await;
     }
 }
@@ -295,7 +313,11 @@ async fn malformed_files_are_reported_and_survived() {
     ] {
         let before = s.proxy.count_log(&[reported, &format!("file={name}")]);
         std::fs::write(s.dir.path().join(name), content).unwrap();
-        assert!(s.proxy.wait_log(&[reported, &format!("file={name}")], before), "{name} not reported:\n{}", s.proxy.log());
+        assert!(
+            s.proxy.wait_log(&[reported, &format!("file={name}")], before),
+            "{name} not reported:\n{}",
+            s.proxy.log()
+        );
     }
     // A good file rewritten half-way keeps its last good version.
     std::fs::write(s.dir.path().join("good.json"), "{\"remote-endpoint\": ").unwrap();
@@ -313,7 +335,13 @@ async fn skip_label_exempts_hook_servers_own_pods() {
         std::sync::Arc::new(|_, _| Err(tonic::Status::unavailable("refusing everything"))),
     )
     .await;
-    s.register("refuse.json", hook.socket(), "Fail", &["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"], json!({}));
+    s.register(
+        "refuse.json",
+        hook.socket(),
+        "Fail",
+        &["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"],
+        json!({}),
+    );
     // In kube-system, one of --runtime-hook-server-namespaces' default namespaces (no_escape.rs
     // has the other namespaces).
     let labels = HashMap::from([("runtimeproxy.koordinator.sh/skip-hookserver".to_string(), "true".to_string())]);
@@ -330,7 +358,13 @@ async fn skip_label_exempts_hook_servers_own_pods() {
 async fn id_only_stages_get_pod_and_container_info_from_the_store() {
     let mut s = setup();
     let hook = TestHook::echoing(|_, _| {}).await;
-    let stages = ["PreStartContainer", "PostStartContainer", "PreUpdateContainerResources", "PostStopContainer", "PostStopPodSandbox"];
+    let stages = [
+        "PreStartContainer",
+        "PostStartContainer",
+        "PreUpdateContainerResources",
+        "PostStopContainer",
+        "PostStopPodSandbox",
+    ];
     s.register("observer.json", hook.socket(), "Fail", &stages, json!({}));
     let pod = s.pod(&[("team", "storage")], &[("app", "db")]).await.expect("pod");
     s.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
@@ -353,9 +387,14 @@ async fn id_only_stages_get_pod_and_container_info_from_the_store() {
                 assert_eq!(req.pod_cgroup_parent, parent, "{stage}");
                 assert_eq!(req.pod_labels.get("app").map(String::as_str), Some("db"), "{stage}");
                 assert_eq!(req.pod_annotations.get("team").map(String::as_str), Some("storage"), "{stage}");
-                assert!(req.container_envs.is_empty(), "{stage}: envs only at PreCreateContainer: {:?}", req.container_envs);
+                assert!(
+                    req.container_envs.is_empty(),
+                    "{stage}: envs only at PreCreateContainer: {:?}",
+                    req.container_envs
+                );
                 let shares = req.container_resources.as_ref().unwrap().cpu_shares;
-                let want = if stage == "PreUpdateContainerResources" || stage == "PostStopContainer" { 256 } else { 512 };
+                let want =
+                    if stage == "PreUpdateContainerResources" || stage == "PostStopContainer" { 256 } else { 512 };
                 assert_eq!(shares, want, "{stage}: resources as last set");
             }
             Seen::Pod(stage, req) => {
@@ -371,7 +410,13 @@ async fn a_store_miss_asks_the_runtime_before_calling_hooks() {
     let mut s = setup();
     assert!(s.proxy.wait_log(&["store recovered"], 0), "start-up recovery done:\n{}", s.proxy.log());
     let hook = TestHook::echoing(|_, _| {}).await;
-    s.register("observer.json", hook.socket(), "Fail", &["PreUpdateContainerResources", "PostStopContainer"], json!({}));
+    s.register(
+        "observer.json",
+        hook.socket(),
+        "Fail",
+        &["PreUpdateContainerResources", "PostStopContainer"],
+        json!({}),
+    );
 
     // A pod created directly on containerd after the proxy started: its store has never seen it.
     let mut direct = runtime_client(&s.env.socket);
@@ -392,7 +437,11 @@ async fn a_store_miss_asks_the_runtime_before_calling_hooks() {
     pod.remove(&mut s.rt).await;
 
     let seen = hook.seen();
-    assert_eq!(seen.iter().map(Seen::stage).collect::<Vec<_>>(), ["PreUpdateContainerResources", "PostStopContainer"], "hooks not skipped");
+    assert_eq!(
+        seen.iter().map(Seen::stage).collect::<Vec<_>>(),
+        ["PreUpdateContainerResources", "PostStopContainer"],
+        "hooks not skipped"
+    );
     let Seen::Container(_, req) = &seen[0] else { panic!("container stage expected") };
     assert_eq!(req.container_meta.as_ref().unwrap().id, cid);
     assert_eq!(req.pod_cgroup_parent, parent);
@@ -473,15 +522,21 @@ fn flooding_hook(path: &Path) -> std::sync::Arc<std::sync::atomic::AtomicUsize> 
 
 fn vm_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).unwrap().parse().unwrap()
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
-/// A hook server (failure policy `Fail`, at PreRunPodSandbox) that floods each connection with
-/// PINGs once it has answered and never reads: while four pods start through it, Version and
-/// ListPodSandbox keep answering within a second, the proxy's RSS stays under 200 MB, each
-/// flooded connection is dropped with a WARN (within milliseconds, long before the next pod), and
-/// every pod's hook call — each on a new connection — succeeds. Before the hook client bounded what a server can make it hold, the proxy's memory
-/// grew by gigabytes within a minute and CRI calls stalled for seconds.
+/// A hook server (failure policy `Fail`, at PreRunPodSandbox) that floods each connection with PINGs once it has
+/// answered and never reads: while four pods start through it, Version and ListPodSandbox keep answering within a
+/// second, the proxy's RSS stays under 200 MB, each flooded connection is dropped with a WARN (within milliseconds,
+/// long before the next pod), and every pod's hook call — each on a new connection — succeeds. Before the hook client
+/// bounded what a server can make it hold, the proxy's memory grew by gigabytes within a minute and CRI calls stalled
+/// for seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_server_flooding_its_idle_connections_is_cut_off() {
     let mut s = setup();
@@ -521,7 +576,8 @@ async fn a_hook_server_flooding_its_idle_connections_is_cut_off() {
         pod.remove(&mut s.rt).await;
     }
     let log = s.proxy.log();
-    let drops: Vec<&str> = log.lines().filter(|l| l.contains("idle hook server connection dropped") && l.contains("flood.sock")).collect();
+    let drops: Vec<&str> =
+        log.lines().filter(|l| l.contains("idle hook server connection dropped") && l.contains("flood.sock")).collect();
     let dropped = drops.len();
     eprintln!("{}", drops.join("\n"));
     eprintln!(

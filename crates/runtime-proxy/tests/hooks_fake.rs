@@ -26,17 +26,32 @@ fn create_request() -> Vec<u8> {
             metadata: Some(cri::ContainerMetadata { name: "app".into(), attempt: 0 }),
             image: Some(cri::ImageSpec { image: "localhost/busybox:local".into(), ..Default::default() }),
             command: vec!["sleep".into(), "3600".into()],
-            envs: vec![cri::KeyValue { key: "B".into(), value: "2".into() }, cri::KeyValue { key: "A".into(), value: "1".into() }],
+            envs: vec![
+                cri::KeyValue { key: "B".into(), value: "2".into() },
+                cri::KeyValue { key: "A".into(), value: "1".into() },
+            ],
             annotations: [("io.kubernetes.container.hash".to_string(), "abc".to_string())].into(),
             linux: Some(cri::LinuxContainerConfig {
-                resources: Some(cri::LinuxContainerResources { cpu_shares: 512, memory_limit_in_bytes: 64 << 20, ..Default::default() }),
+                resources: Some(cri::LinuxContainerResources {
+                    cpu_shares: 512,
+                    memory_limit_in_bytes: 64 << 20,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
         }),
         sandbox_config: Some(cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "uid-1".into(), namespace: "default".into(), attempt: 0 }),
-            linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: "/kubepods/burstable/poduid-1".into(), ..Default::default() }),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "uid-1".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: "/kubepods/burstable/poduid-1".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
     };
@@ -116,7 +131,9 @@ async fn an_intercepted_calls_head_reaches_the_runtime_with_its_body() {
     let channel = test_support::channel(proxy.socket());
     for _ in 0..2 {
         let started = Instant::now();
-        raw::unary(channel.clone(), CREATE, tonic::Request::new(Bytes::from(create_request()))).await.expect("CreateContainer");
+        raw::unary(channel.clone(), CREATE, tonic::Request::new(Bytes::from(create_request())))
+            .await
+            .expect("CreateContainer");
         assert!(started.elapsed() >= Duration::from_millis(400), "the hook ran");
     }
     let call = &fake.calls_to(CREATE)[1];
@@ -154,7 +171,11 @@ async fn a_crashed_hook_server_process_follows_its_failure_policy() {
     assert!(proxy.wait_log(&["hook server updated", "annotation-hook.json"], n));
     let err = create(&proxy, &create_request()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
-    assert!(err.message().contains("annotation-hook.json") && err.message().contains("PreCreateContainer"), "{}", err.message());
+    assert!(
+        err.message().contains("annotation-hook.json") && err.message().contains("PreCreateContainer"),
+        "{}",
+        err.message()
+    );
 }
 
 #[tokio::test]
@@ -168,7 +189,9 @@ async fn the_kubelet_deadline_caps_a_hook_servers_timeout() {
     assert!(proxy.wait_log(&["hook server added"], n));
 
     let started = Instant::now();
-    let answer = raw::http2_call(proxy.socket(), CREATE, &[("grpc-timeout", "400m")], grpc_frame(&create_request())).await.unwrap();
+    let answer = raw::http2_call(proxy.socket(), CREATE, &[("grpc-timeout", "400m")], grpc_frame(&create_request()))
+        .await
+        .unwrap();
     assert_eq!(answer.grpc_status().as_deref(), Some("4"), "DEADLINE_EXCEEDED: {answer:?}");
     let message = answer.grpc_message().unwrap_or_default();
     assert!(message.contains("PreCreateContainer") && message.contains("slow.json"), "{message}");
@@ -210,7 +233,12 @@ fn resources(cpu_shares: i64, memory_limit_in_bytes: i64) -> cri::LinuxContainer
 /// returns its sandbox ID.
 async fn run_resizable_pod(rt: &mut RuntimeClient) -> String {
     let sandbox_config = cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "uid-1".into(), namespace: "default".into(), attempt: 0 }),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: "web".into(),
+            uid: "uid-1".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: "/kubepods/burstable/poduid-1".into(),
             overhead: Some(resources(10, 0)),
@@ -227,7 +255,11 @@ type RuntimeClient = cri::runtime_service_client::RuntimeServiceClient<tonic::tr
 
 /// An UpdatePodSandboxResourcesRequest (`k8s-cri` 0.11 does not know it), with a field this
 /// proxy does not read (4: an annotation map entry).
-fn resize_request(sandbox_id: &str, overhead: &cri::LinuxContainerResources, resources: &cri::LinuxContainerResources) -> Vec<u8> {
+fn resize_request(
+    sandbox_id: &str,
+    overhead: &cri::LinuxContainerResources,
+    resources: &cri::LinuxContainerResources,
+) -> Vec<u8> {
     let mut request = Vec::new();
     prost::encoding::string::encode(1, &sandbox_id.to_owned(), &mut request);
     prost::encoding::message::encode(2, overhead, &mut request);
@@ -237,10 +269,16 @@ fn resize_request(sandbox_id: &str, overhead: &cri::LinuxContainerResources, res
 }
 
 /// The pod request the PostStopPodSandbox hook gets when `sandbox_id` is stopped: the stored pod.
-async fn stored_pod(rt: &mut RuntimeClient, hook: &TestHook, sandbox_id: &str) -> hook_api::v1alpha1::PodSandboxHookRequest {
+async fn stored_pod(
+    rt: &mut RuntimeClient,
+    hook: &TestHook,
+    sandbox_id: &str,
+) -> hook_api::v1alpha1::PodSandboxHookRequest {
     use test_support::hooks::{next_seen, Seen};
     let from = hook.seen().len();
-    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.to_owned() }).await.expect("StopPodSandbox");
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.to_owned() })
+        .await
+        .expect("StopPodSandbox");
     let Seen::Pod(_, pod) = next_seen(hook, "PostStopPodSandbox", from).await else { panic!("a pod stage") };
     pod
 }
@@ -272,7 +310,8 @@ async fn a_pod_resize_reaches_the_runtime_unchanged_and_updates_the_store() {
         sandbox_config: None,
     };
     let from = hook.seen().len();
-    let container_id = rt.create_container(container("before")).await.expect("CreateContainer").into_inner().container_id;
+    let container_id =
+        rt.create_container(container("before")).await.expect("CreateContainer").into_inner().container_id;
     let seen = next_seen(&hook, "PreCreateContainer", from).await.container();
     assert_eq!(seen.pod_resources.map(|r| r.cpu_shares), Some(512), "the pod as run");
 
@@ -288,7 +327,8 @@ async fn a_pod_resize_reaches_the_runtime_unchanged_and_updates_the_store() {
     assert_eq!(hook.seen().len(), from, "no hook stage for it");
 
     let to_hook = |r: &cri::LinuxContainerResources| Some(hook_api::convert::to_hook(r));
-    let update = cri::UpdateContainerResourcesRequest { container_id, linux: Some(resources(256, 0)), ..Default::default() };
+    let update =
+        cri::UpdateContainerResourcesRequest { container_id, linux: Some(resources(256, 0)), ..Default::default() };
     rt.update_container_resources(update).await.expect("UpdateContainerResources");
     let seen = next_seen(&hook, "PreUpdateContainerResources", from).await.container();
     assert_eq!(seen.pod_resources, to_hook(&resized), "a container created before the resize");
@@ -323,5 +363,9 @@ async fn a_refused_pod_resize_leaves_the_store_as_it_was() {
     assert_eq!(fake.calls_to(RESIZE).len(), 1, "it reached the runtime");
     let pod = stored_pod(&mut rt, &hook, &sandbox_id).await;
     let to_hook = |r: cri::LinuxContainerResources| Some(hook_api::convert::to_hook(&r));
-    assert_eq!((pod.overhead, pod.resources), (to_hook(resources(10, 0)), to_hook(resources(512, 128 << 20))), "as run");
+    assert_eq!(
+        (pod.overhead, pod.resources),
+        (to_hook(resources(10, 0)), to_hook(resources(512, 128 << 20))),
+        "as run"
+    );
 }

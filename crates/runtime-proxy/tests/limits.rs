@@ -25,7 +25,12 @@ fn create_request(envs: usize) -> Vec<u8> {
             ..Default::default()
         }),
         sandbox_config: Some(cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "u".into(), namespace: "default".into(), attempt: 0 }),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "u".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
             ..Default::default()
         }),
     }
@@ -65,7 +70,11 @@ async fn a_hook_answer_larger_than_the_limit_is_a_hook_failure() {
     .await;
     let err = create(&proxy, create_request(1)).await.expect_err("refused");
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
-    assert!(err.message().contains("--max-hook-answer-bytes") && err.message().contains("hook.json"), "{}", err.message());
+    assert!(
+        err.message().contains("--max-hook-answer-bytes") && err.message().contains("hook.json"),
+        "{}",
+        err.message()
+    );
     assert!(fake.calls_to(CREATE).is_empty(), "nothing reached the backend");
 }
 
@@ -80,7 +89,11 @@ async fn a_hook_answer_adding_too_many_or_too_large_entries_is_a_hook_failure() 
     .await;
     let err = create(&proxy, create_request(1)).await.expect_err("refused");
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
-    assert!(err.message().contains("adds 2000 container_envs entries, more than 1024 (--max-hook-added-entries)"), "{}", err.message());
+    assert!(
+        err.message().contains("adds 2000 container_envs entries, more than 1024 (--max-hook-added-entries)"),
+        "{}",
+        err.message()
+    );
 
     // An echoed request with 2000 envs of its own is fine: only what the hook adds counts.
     let fake = backend().await;
@@ -91,7 +104,11 @@ async fn a_hook_answer_adding_too_many_or_too_large_entries_is_a_hook_failure() 
     })
     .await;
     let err = create(&proxy, create_request(1)).await.expect_err("refused");
-    assert!(err.message().contains("\"LONG\" of 204 bytes, more than 100 (--max-hook-entry-bytes)"), "{}", err.message());
+    assert!(
+        err.message().contains("\"LONG\" of 204 bytes, more than 100 (--max-hook-entry-bytes)"),
+        "{}",
+        err.message()
+    );
 }
 
 #[tokio::test]
@@ -112,12 +129,19 @@ async fn a_stalled_request_body_times_out() {
     let stream = tokio::net::UnixStream::connect(proxy.socket()).await.unwrap();
     let (mut send, conn) = h2::client::handshake(stream).await.unwrap();
     tokio::spawn(conn);
-    let req = http::Request::post(format!("http://localhost{CREATE}")).header("content-type", "application/grpc").body(()).unwrap();
+    let req = http::Request::post(format!("http://localhost{CREATE}"))
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
     let started = Instant::now();
     let (response, _body_never_sent) = send.send_request(req, false).unwrap();
     let response = tokio::time::timeout(Duration::from_secs(10), response).await.expect("answered in time").unwrap();
     assert!(started.elapsed() >= Duration::from_millis(290), "not before the idle timeout: {:?}", started.elapsed());
-    assert_eq!(response.headers().get("grpc-status").map(|v| v.to_str().unwrap()), Some("4"), "DEADLINE_EXCEEDED: {response:?}");
+    assert_eq!(
+        response.headers().get("grpc-status").map(|v| v.to_str().unwrap()),
+        Some("4"),
+        "DEADLINE_EXCEEDED: {response:?}"
+    );
     let message = response.headers().get("grpc-message").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
     assert!(message.contains("--request-idle-timeout"), "{message}");
 }

@@ -31,7 +31,9 @@ fn pipe() -> (File, File) {
 async fn calls_succeed(socket: &Path, n: usize) {
     let mut rt = runtime_client(socket);
     for i in 0..n {
-        rt.version(cri::VersionRequest::default()).await.unwrap_or_else(|e| panic!("Version #{i} through the proxy: {e}"));
+        rt.version(cri::VersionRequest::default())
+            .await
+            .unwrap_or_else(|e| panic!("Version #{i} through the proxy: {e}"));
         let config = cri::PodSandboxConfig {
             metadata: Some(cri::PodSandboxMetadata {
                 name: format!("p{i}"),

@@ -58,7 +58,11 @@ impl Setup {
         let seen = ["hook server", "file=py-hook.json", &format!("failure_policy={policy}")];
         let before = self.proxy.count_log(&seen);
         register(&self.dir.path().join("hookserver.d"), "py-hook.json", &self.hook.socket, policy, stages, json!({}));
-        assert!(self.proxy.wait_log(&seen, before), "the proxy did not take up py-hook.json ({policy}):\n{}", self.proxy.log());
+        assert!(
+            self.proxy.wait_log(&seen, before),
+            "the proxy did not take up py-hook.json ({policy}):\n{}",
+            self.proxy.log()
+        );
     }
 
     fn context(&self) -> String {
@@ -72,23 +76,36 @@ impl Setup {
     }
 }
 
-/// A pod sandbox and container as kubelet asks for them, with a pod annotation `bin` and a
-/// container env `SECRET` whose values are [`NOT_UTF8`], sent raw to `socket` (k8s-cri's
-/// `String`s cannot hold them): RunPodSandbox, CreateContainer, StartContainer. Returns (sandbox ID, container ID, pod cgroup
-/// parent) or the first failing call's status.
+/// A pod sandbox and container as kubelet asks for them, with a pod annotation `bin` and a container env `SECRET` whose
+/// values are [`NOT_UTF8`], sent raw to `socket` (k8s-cri's `String`s cannot hold them): RunPodSandbox,
+/// CreateContainer, StartContainer. Returns (sandbox ID, container ID, pod cgroup parent) or the first failing call's
+/// status.
 async fn binary_pod(env: &Containerd, socket: &Path, name: &str) -> Result<(String, String, String), tonic::Status> {
-    let sandbox = sandbox_config(env, name, HashMap::new(), HashMap::from([("bin".to_string(), "PODPLACE".to_string())]));
+    let sandbox =
+        sandbox_config(env, name, HashMap::new(), HashMap::from([("bin".to_string(), "PODPLACE".to_string())]));
     let parent = sandbox.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
     let run = cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() };
     let run = raw::with_bytes(&run.encode_to_vec(), "PODPLACE", NOT_UTF8);
-    let answer = raw::unary(test_support::channel(socket), "/runtime.v1.RuntimeService/RunPodSandbox", tonic::Request::new(run)).await?;
-    let sandbox_id = cri::RunPodSandboxResponse::decode(answer.into_inner()).expect("RunPodSandboxResponse").pod_sandbox_id;
+    let answer =
+        raw::unary(test_support::channel(socket), "/runtime.v1.RuntimeService/RunPodSandbox", tonic::Request::new(run))
+            .await?;
+    let sandbox_id =
+        cri::RunPodSandboxResponse::decode(answer.into_inner()).expect("RunPodSandboxResponse").pod_sandbox_id;
     let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
-    let container = container_config(env, "main", &["sleep", "3600"], Some(resources), &[("SECRET", "ENVPLACE"), ("KEEP", "me")]);
-    let create = cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.clone(), config: Some(container), sandbox_config: Some(sandbox) };
+    let container =
+        container_config(env, "main", &["sleep", "3600"], Some(resources), &[("SECRET", "ENVPLACE"), ("KEEP", "me")]);
+    let create = cri::CreateContainerRequest {
+        pod_sandbox_id: sandbox_id.clone(),
+        config: Some(container),
+        sandbox_config: Some(sandbox),
+    };
     let create = raw::with_bytes(&raw::with_bytes(&create.encode_to_vec(), "ENVPLACE", NOT_UTF8), "PODPLACE", NOT_UTF8);
-    let created =
-        raw::unary(test_support::channel(socket), "/runtime.v1.RuntimeService/CreateContainer", tonic::Request::new(create)).await;
+    let created = raw::unary(
+        test_support::channel(socket),
+        "/runtime.v1.RuntimeService/CreateContainer",
+        tonic::Request::new(create),
+    )
+    .await;
     let mut rt = test_support::runtime_client(socket);
     let container_id = match created {
         Ok(a) => cri::CreateContainerResponse::decode(a.into_inner()).expect("CreateContainerResponse").container_id,
@@ -120,20 +137,36 @@ struct Seen {
 async fn seen(env: &Containerd, sandbox_id: &str, container_id: &str, cgroup_parent: &str) -> Seen {
     let direct = || test_support::channel(&env.socket);
     let status = cri::PodSandboxStatusRequest { pod_sandbox_id: sandbox_id.into(), verbose: false };
-    let status =
-        raw::unary(direct(), "/runtime.v1.RuntimeService/PodSandboxStatus", tonic::Request::new(Bytes::from(status.encode_to_vec())))
-            .await
-            .expect("PodSandboxStatus");
-    let status = hooked_fields::PodSandboxStatusResponse::decode(status.into_inner()).expect("status view").status.unwrap_or_default();
+    let status = raw::unary(
+        direct(),
+        "/runtime.v1.RuntimeService/PodSandboxStatus",
+        tonic::Request::new(Bytes::from(status.encode_to_vec())),
+    )
+    .await
+    .expect("PodSandboxStatus");
+    let status = hooked_fields::PodSandboxStatusResponse::decode(status.into_inner())
+        .expect("status view")
+        .status
+        .unwrap_or_default();
     let container = cri::ContainerStatusRequest { container_id: container_id.into(), verbose: false };
-    let container =
-        raw::unary(direct(), "/runtime.v1.RuntimeService/ContainerStatus", tonic::Request::new(Bytes::from(container.encode_to_vec())))
-            .await
-            .expect("ContainerStatus");
-    let container = hooked_fields::ContainerStatusResponse::decode(container.into_inner()).expect("status view").status.unwrap_or_default();
+    let container = raw::unary(
+        direct(),
+        "/runtime.v1.RuntimeService/ContainerStatus",
+        tonic::Request::new(Bytes::from(container.encode_to_vec())),
+    )
+    .await
+    .expect("ContainerStatus");
+    let container = hooked_fields::ContainerStatusResponse::decode(container.into_inner())
+        .expect("status view")
+        .status
+        .unwrap_or_default();
     let exec = |cmd: &[&str]| {
         let mut rt = test_support::runtime_client(&env.socket);
-        let req = cri::ExecSyncRequest { container_id: container_id.into(), cmd: cmd.iter().map(|s| s.to_string()).collect(), timeout: 10 };
+        let req = cri::ExecSyncRequest {
+            container_id: container_id.into(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 10,
+        };
         async move { rt.exec_sync(req).await.expect("ExecSync").into_inner().stdout }
     };
     let env_out = exec(&["env"]).await;
@@ -145,7 +178,9 @@ async fn seen(env: &Containerd, sandbox_id: &str, container_id: &str, cgroup_par
         container_annotations: container.annotations,
         env: env_out,
         secret,
-        cpu_shares: std::fs::read_to_string(&shares).map(|s| s.trim().to_owned()).unwrap_or_else(|e| format!("{shares}: {e}")),
+        cpu_shares: std::fs::read_to_string(&shares)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|e| format!("{shares}: {e}")),
     }
 }
 
@@ -160,7 +195,8 @@ async fn binary_values_keep_their_hooks(policy: &str) {
     let (sb, c, parent) = binary_pod(&s.env, s.proxy.socket(), &through)
         .await
         .unwrap_or_else(|e| panic!("the pod through the proxy ({policy}): {e:?}\n{}", s.context()));
-    let (dsb, dc, direct_parent) = binary_pod(&s.env, &s.env.socket, &direct).await.expect("the same pod directly on containerd");
+    let (dsb, dc, direct_parent) =
+        binary_pod(&s.env, &s.env.socket, &direct).await.expect("the same pod directly on containerd");
     let got = seen(&s.env, &sb, &c, &parent).await;
     let want = seen(&s.env, &dsb, &dc, &direct_parent).await;
     let mut rt = test_support::runtime_client(&s.env.socket);
@@ -169,7 +205,12 @@ async fn binary_values_keep_their_hooks(policy: &str) {
 
     // The hook server was called at both stages and answered; its changes are on the pod.
     assert_eq!(s.hook.stages_of(&through), ["PreRunPodSandbox", "PreCreateContainer"], "{}", s.context());
-    let create = s.hook.calls().into_iter().find(|c| c["pod"] == through.as_str() && c["stage"] == "PreCreateContainer").unwrap();
+    let create = s
+        .hook
+        .calls()
+        .into_iter()
+        .find(|c| c["pod"] == through.as_str() && c["stage"] == "PreCreateContainer")
+        .unwrap();
     assert_eq!(create["envs"], json!(["KEEP"]), "the binary env is left out of the hook request, the rest is there");
     assert!(!create["pod_annotations"].as_array().unwrap().iter().any(|a| a == "bin"), "{create}");
     assert_eq!(got.labels.get("py-hook").map(Vec::as_slice), Some(&b"yes"[..]), "the hook's label: {got:?}");
@@ -182,7 +223,10 @@ async fn binary_values_keep_their_hooks(policy: &str) {
     assert!(!got.secret.is_empty());
     assert_eq!(got.pod_bin, want.pod_bin, "the pod annotation as containerd stores it");
     assert!(want.pod_bin.is_some());
-    eprintln!("{policy}: SECRET in the container {:?}; annotation as containerd reports it {:?}", got.secret, got.pod_bin);
+    eprintln!(
+        "{policy}: SECRET in the container {:?}; annotation as containerd reports it {:?}",
+        got.secret, got.pod_bin
+    );
     assert!(want.cpu_shares == "512" && !want.labels.contains_key("py-hook"), "the direct pod is unhooked: {want:?}");
 }
 
@@ -205,31 +249,52 @@ async fn a_binary_pod_made_around_the_proxy_is_read_from_the_runtime() {
     let s = setup("Fail", &["PreCreateContainer"], &[]);
     let name = unique("bin-miss");
     // The sandbox directly on containerd, the container through the proxy.
-    let sandbox = sandbox_config(&s.env, &name, HashMap::new(), HashMap::from([("bin".to_string(), "PODPLACE".to_string())]));
+    let sandbox =
+        sandbox_config(&s.env, &name, HashMap::new(), HashMap::from([("bin".to_string(), "PODPLACE".to_string())]));
     let run = cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() };
     let run = raw::with_bytes(&run.encode_to_vec(), "PODPLACE", NOT_UTF8);
-    let answer = raw::unary(test_support::channel(&s.env.socket), "/runtime.v1.RuntimeService/RunPodSandbox", tonic::Request::new(run))
-        .await
-        .expect("RunPodSandbox on containerd");
+    let answer = raw::unary(
+        test_support::channel(&s.env.socket),
+        "/runtime.v1.RuntimeService/RunPodSandbox",
+        tonic::Request::new(run),
+    )
+    .await
+    .expect("RunPodSandbox on containerd");
     let sandbox_id = cri::RunPodSandboxResponse::decode(answer.into_inner()).unwrap().pod_sandbox_id;
     let container = container_config(&s.env, "main", &["sleep", "3600"], None, &[("KEEP", "me")]);
-    let create = cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.clone(), config: Some(container), sandbox_config: Some(sandbox) };
+    let create = cri::CreateContainerRequest {
+        pod_sandbox_id: sandbox_id.clone(),
+        config: Some(container),
+        sandbox_config: Some(sandbox),
+    };
     let create = raw::with_bytes(&create.encode_to_vec(), "PODPLACE", NOT_UTF8);
-    let created =
-        raw::unary(test_support::channel(s.proxy.socket()), "/runtime.v1.RuntimeService/CreateContainer", tonic::Request::new(create))
-            .await;
+    let created = raw::unary(
+        test_support::channel(s.proxy.socket()),
+        "/runtime.v1.RuntimeService/CreateContainer",
+        tonic::Request::new(create),
+    )
+    .await;
     let mut rt = test_support::runtime_client(&s.env.socket);
     remove(&mut rt, &sandbox_id).await;
     created.unwrap_or_else(|e| panic!("CreateContainer through the proxy: {e:?}\n{}", s.context()));
-    assert_eq!(s.hook.stages_of(&name), ["PreCreateContainer"], "the hook got the pod from the runtime\n{}", s.context());
+    assert_eq!(
+        s.hook.stages_of(&name),
+        ["PreCreateContainer"],
+        "the hook got the pod from the runtime\n{}",
+        s.context()
+    );
     assert!(s.proxy.log().contains("store miss: pod sandbox recovered from the runtime"), "{}", s.context());
 }
 
 /// A CreateContainer whose `config` ends in a truncated field: no one can decode it.
 fn truncated_create(sandbox_id: &str, env: &Containerd) -> Bytes {
     let container = container_config(env, "main", &["sleep", "3600"], None, &[]);
-    let mut bytes =
-        cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.into(), config: Some(container), sandbox_config: None }.encode_to_vec();
+    let mut bytes = cri::CreateContainerRequest {
+        pod_sandbox_id: sandbox_id.into(),
+        config: Some(container),
+        sandbox_config: None,
+    }
+    .encode_to_vec();
     // One more `config` record (field 2) holding an `annotations` record (field 10) that claims
     // 5 bytes and has none: protobuf merges it into the config, and reading it runs out.
     bytes.extend_from_slice(&[0x12, 0x02, 0x52, 0x05]);
@@ -273,10 +338,9 @@ async fn an_undecodable_request_is_refused_under_fail_and_forwarded_under_ignore
         _ => panic!("containerd accepted a truncated request? through the proxy {forwarded:?}, directly {direct:?}"),
     }
     assert!(
-        s.proxy
-            .log()
-            .lines()
-            .any(|l| l.contains("WARN") && l.contains("cannot decode the request: forwarded unchanged") && l.contains(&sandbox_id)),
+        s.proxy.log().lines().any(|l| l.contains("WARN")
+            && l.contains("cannot decode the request: forwarded unchanged")
+            && l.contains(&sandbox_id)),
         "{}",
         s.context()
     );
@@ -331,7 +395,10 @@ async fn the_skip_label_works_only_in_the_allowed_namespaces() {
     assert_eq!(s.hook.stages_of(&pods[1].1), ["PreRunPodSandbox"], "default may not");
     assert_eq!(default.get("py-hook").map(String::as_str), Some("yes"));
     assert!(
-        s.proxy.log().lines().any(|l| l.contains("WARN") && l.contains("skip label ignored") && l.contains("namespace=\"default\"")),
+        s.proxy
+            .log()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("skip label ignored") && l.contains("namespace=\"default\"")),
         "{}",
         s.context()
     );
@@ -399,7 +466,8 @@ async fn requests_over_4_mib_reach_hooks_and_a_refusal_is_the_policys() {
     registered("large.json", large.socket(), "Fail");
     let (sandbox, container) = pod("large");
     let started = test_support::containerd::Pod::start(&mut rt, sandbox, container).await;
-    let started = started.unwrap_or_else(|e| panic!("a 5 MiB request through a 16 MiB hook server: {:?}\n{}", e.code(), proxy.log()));
+    let started = started
+        .unwrap_or_else(|e| panic!("a 5 MiB request through a 16 MiB hook server: {:?}\n{}", e.code(), proxy.log()));
     assert_eq!(started.cgroup_file("cpu", "cpu.shares"), "700");
     started.remove(&mut rt).await;
     let removed = ["hook server removed", "file=large.json"];
@@ -410,13 +478,13 @@ async fn requests_over_4_mib_reach_hooks_and_a_refusal_is_the_policys() {
     // 4 MiB server, Ignore: the pod runs without its change, the log names the size.
     registered("small.json", small.socket(), "Ignore");
     let (sandbox, container) = pod("small-ignore");
-    let started = test_support::containerd::Pod::start(&mut rt, sandbox, container).await.expect("Ignore: the pod runs");
+    let started =
+        test_support::containerd::Pod::start(&mut rt, sandbox, container).await.expect("Ignore: the pod runs");
     assert_eq!(started.cgroup_file("cpu", "cpu.shares"), "512");
     started.remove(&mut rt).await;
-    let warned = proxy
-        .log()
-        .lines()
-        .any(|l| l.contains("WARN") && l.contains("small.json") && l.contains("the request was") && l.contains("request_bytes="));
+    let warned = proxy.log().lines().any(|l| {
+        l.contains("WARN") && l.contains("small.json") && l.contains("the request was") && l.contains("request_bytes=")
+    });
     assert!(warned, "{}", proxy.log());
 
     // 4 MiB server, Fail: refused, the status names the size.

@@ -20,7 +20,12 @@ fn start_proxy(runtime: &NriRuntime, dir: &std::path::Path) -> KillOnDrop {
         .arg(runtime.socket())
         .args(["--nri-plugin-name", "runtime-proxy-test", "--nri-plugin-index", "20", "--hook-config-dir"])
         .arg(dir)
-        .args(["--metrics-addr", &test_support::free_loopback_addr(), "--debug-addr", &test_support::free_loopback_addr()])
+        .args([
+            "--metrics-addr",
+            &test_support::free_loopback_addr(),
+            "--debug-addr",
+            &test_support::free_loopback_addr(),
+        ])
         .arg("--admin-socket")
         .arg(dir.join("admin.sock"))
         .env("RUST_LOG", "info,runtime_proxy=debug,nri_plugin=debug")
@@ -59,7 +64,11 @@ async fn every_event_is_its_own_call_on_nri_0_12() {
     for event in LIFECYCLE {
         let pod_event = matches!(
             event,
-            Event::RunPodSandbox | Event::StopPodSandbox | Event::RemovePodSandbox | Event::UpdatePodSandbox | Event::PostUpdatePodSandbox
+            Event::RunPodSandbox
+                | Event::StopPodSandbox
+                | Event::RemovePodSandbox
+                | Event::UpdatePodSandbox
+                | Event::PostUpdatePodSandbox
         );
         match plugin.deliver(event, &p, (!pod_event).then_some(&c)).await.unwrap() {
             Ok(Delivered::Answered(method, _)) => delivered.push(method),

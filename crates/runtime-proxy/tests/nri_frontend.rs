@@ -40,7 +40,9 @@ fn setup() -> Option<Setup> {
     let file = std::env::var("RP_CONTAINERD_ENV").unwrap();
     let text = std::fs::read_to_string(&file).unwrap();
     let Some(nri_socket) = text.lines().find_map(|l| l.strip_prefix("NRI_SOCKET=")).map(PathBuf::from) else {
-        eprintln!("SKIPPED: {file} has no NRI_SOCKET (start containerd with RP_NRI=1 scripts/containerd.sh up 1.7 ROOT)");
+        eprintln!(
+            "SKIPPED: {file} has no NRI_SOCKET (start containerd with RP_NRI=1 scripts/containerd.sh up 1.7 ROOT)"
+        );
         return None;
     };
     let dir = tempfile::Builder::new().prefix("rp-nri").tempdir().unwrap();
@@ -111,13 +113,18 @@ impl Setup {
         let before = self.count(&["hook server", &format!("file={name}")]);
         register(self.hooks_dir(), name, endpoint, policy, stages, extra);
         if self.proxy.is_some() {
-            assert!(self.wait_log(&["hook server", &format!("file={name}")], before), "{name} not taken up:\n{}", self.log());
+            assert!(
+                self.wait_log(&["hook server", &format!("file={name}")], before),
+                "{name} not taken up:\n{}",
+                self.log()
+            );
         }
     }
 
     /// A pod (one `sleep` container with 512 shares and `KEEP=me`) created on containerd itself.
     async fn pod(&mut self, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Result<Pod, tonic::Status> {
-        let to_map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
+        let to_map =
+            |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
         let sandbox = sandbox_config(&self.env, &unique("nri-front"), to_map(labels), to_map(annotations));
         let resources = cri::LinuxContainerResources { cpu_shares: 512, cpu_period: 100_000, ..Default::default() };
         let container = container_config(&self.env, "main", &["sleep", "3600"], Some(resources), &[("KEEP", "me")]);
@@ -130,7 +137,11 @@ impl Setup {
     async fn environ(&mut self, pod: &Pod) -> String {
         let out = self
             .rt
-            .exec_sync(cri::ExecSyncRequest { container_id: pod.container_id.clone(), cmd: vec!["env".into()], timeout: 10 })
+            .exec_sync(cri::ExecSyncRequest {
+                container_id: pod.container_id.clone(),
+                cmd: vec!["env".into()],
+                timeout: 10,
+            })
             .await
             .expect("ExecSync")
             .into_inner();
@@ -165,8 +176,14 @@ async fn a_grpcio_hook_server_reaches_the_real_container_through_nri() {
     let Some(mut s) = setup() else { return };
     let py_dir = tempfile::Builder::new().prefix("rp-py").tempdir().unwrap();
     let py = test_support::clients::PyHookServer::start(py_dir.path());
-    let stages =
-        ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStartContainer", "PostStopContainer", "PostStopPodSandbox"];
+    let stages = [
+        "PreRunPodSandbox",
+        "PreCreateContainer",
+        "PreStartContainer",
+        "PostStartContainer",
+        "PostStopContainer",
+        "PostStopPodSandbox",
+    ];
     s.register("py.json", &py.socket, "Fail", &stages, json!({}));
     s.start_proxy();
     let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
@@ -252,7 +269,10 @@ async fn a_restart_rebuilds_the_store_from_synchronize() {
     s.start_proxy();
     let (code, store) = test_support::http_get(&s.debug, "/debug/store");
     assert_eq!(code, 200, "{store}");
-    assert!(store.contains(&pod.sandbox_id) && store.contains(&pod.container_id), "the store after the restart:\n{store}");
+    assert!(
+        store.contains(&pod.sandbox_id) && store.contains(&pod.container_id),
+        "the store after the restart:\n{store}"
+    );
     let creates = hook.seen().iter().filter(|c| c.stage() == "PreCreateContainer").count();
     assert_eq!(creates, 1, "no pre hook ran again on the existing container");
 
@@ -262,7 +282,8 @@ async fn a_restart_rebuilds_the_store_from_synchronize() {
         ..Default::default()
     };
     s.rt.update_container_resources(update).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
-    let Some(Seen::Container(_, req)) = hook.seen().into_iter().find(|c| c.stage() == "PreUpdateContainerResources") else {
+    let Some(Seen::Container(_, req)) = hook.seen().into_iter().find(|c| c.stage() == "PreUpdateContainerResources")
+    else {
         panic!("no PreUpdateContainerResources call:\n{}", s.log())
     };
     assert_eq!(req.pod_labels.get("app").map(String::as_str), Some("restart-me"));
@@ -304,12 +325,15 @@ async fn runtime_hooks_behind_the_nri_front_end_give_a_be_pod_its_batch_values()
     s.start_proxy();
     assert!(s.count(&["hook server", "file=runtime-hooks.json"]) >= 1, "{}", s.log());
 
-    let to_map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
+    let to_map =
+        |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
     let sandbox = sandbox_config(&s.env, &unique("nri-be"), to_map(&[(QOS, "BE")]), to_map(&[(SPEC, BE_SPEC)]));
     // kubelet's BestEffort container: 2 shares, 100 ms period, no limits.
     let resources = cri::LinuxContainerResources { cpu_shares: 2, cpu_period: 100_000, ..Default::default() };
     let container = container_config(&s.env, "main", &["sleep", "3600"], Some(resources), &[]);
-    let pod = Pod::start(&mut s.rt, sandbox, container).await.unwrap_or_else(|e| panic!("{e:?}\n{}\n{}", s.log(), hooks_log()));
+    let pod = Pod::start(&mut s.rt, sandbox, container)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}\n{}", s.log(), hooks_log()));
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512", "batch-cpu request 500\n{}\n{}", s.log(), hooks_log());
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000", "batch-cpu limit 1000");
     assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728", "batch-memory limit 128Mi");
@@ -340,7 +364,10 @@ fn waits_for_the_runtime_and_stops_on_sigterm() {
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(eventually(|| read().contains("retrying")), "{}", read());
     let status: serde_json::Value = serde_json::from_str(&test_support::http_get(&metrics, "/status").1).unwrap();
-    assert_eq!((&status["backend"]["mode"], &status["backend"]["up"], &status["healthy"]), (&json!("NRI"), &json!(false), &json!(false)));
+    assert_eq!(
+        (&status["backend"]["mode"], &status["backend"]["up"], &status["healthy"]),
+        (&json!("NRI"), &json!(false), &json!(false))
+    );
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let start = Instant::now();
     let status = loop {
@@ -368,7 +395,12 @@ async fn pre_start_resources_arrive_through_update_containers() {
     s.register("start.json", hook.socket(), "Fail", &["PreStartContainer"], json!({}));
     s.start_proxy();
     let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
-    assert!(eventually(|| pod.cgroup_file("cpu", "cpu.shares") == "444"), "{}\n{}", pod.cgroup_file("cpu", "cpu.shares"), s.log());
+    assert!(
+        eventually(|| pod.cgroup_file("cpu", "cpu.shares") == "444"),
+        "{}\n{}",
+        pod.cgroup_file("cpu", "cpu.shares"),
+        s.log()
+    );
     assert!(s.count(&["NRI: containers updated with the PreStartContainer hooks' resources"]) >= 1, "{}", s.log());
     let mut rt = s.rt.clone();
     pod.remove(&mut rt).await;
@@ -428,9 +460,14 @@ async fn the_skip_label_exempts_a_pod() {
     .await;
     s.register("skip.json", hook.socket(), "Fail", &["PreRunPodSandbox", "PreCreateContainer"], json!({}));
     s.start_proxy();
-    let to_map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
-    let mut sandbox =
-        sandbox_config(&s.env, &unique("nri-skip"), to_map(&[("runtimeproxy.koordinator.sh/skip-hookserver", "true")]), HashMap::new());
+    let to_map =
+        |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
+    let mut sandbox = sandbox_config(
+        &s.env,
+        &unique("nri-skip"),
+        to_map(&[("runtimeproxy.koordinator.sh/skip-hookserver", "true")]),
+        HashMap::new(),
+    );
     sandbox.metadata.as_mut().unwrap().namespace = "kube-system".into();
     let resources = cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() };
     let container = container_config(&s.env, "main", &["sleep", "3600"], Some(resources), &[]);
@@ -485,5 +522,10 @@ async fn a_huge_requirement_annotation_is_refused_and_the_next_pods_are_hooked()
         let mut rt = s.rt.clone();
         pod.remove(&mut rt).await;
     }
-    assert_eq!(s.count(&["NRI Synchronize: store rebuilt"]), synchronized, "the plugin was never dropped:\n{}", s.log());
+    assert_eq!(
+        s.count(&["NRI Synchronize: store rebuilt"]),
+        synchronized,
+        "the plugin was never dropped:\n{}",
+        s.log()
+    );
 }

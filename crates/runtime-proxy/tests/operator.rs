@@ -17,7 +17,9 @@ use test_support::runtime_client;
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 
 fn registration(endpoint: &str) -> String {
-    format!(r#"{{"remote-endpoint": "{endpoint}", "failure-policy": "Ignore", "runtime-hooks": ["PreCreateContainer"]}}"#)
+    format!(
+        r#"{{"remote-endpoint": "{endpoint}", "failure-policy": "Ignore", "runtime-hooks": ["PreCreateContainer"]}}"#
+    )
 }
 
 fn alive(proxy: &mut ProxyProcess) -> bool {
@@ -37,7 +39,8 @@ fn sighup_rescans_other_signals_do_not_kill_sigquit_drains() {
     std::fs::create_dir_all(&elsewhere).unwrap();
     std::fs::write(elsewhere.join("target.json"), registration("/run/first.sock")).unwrap();
     symlink(elsewhere.join("target.json"), hooks.join("linked.json")).unwrap();
-    let mut proxy = ProxyProcess::start(BIN, &dir.path().join("no-runtime.sock"), &["--hook-config-dir", hooks.to_str().unwrap()]);
+    let mut proxy =
+        ProxyProcess::start(BIN, &dir.path().join("no-runtime.sock"), &["--hook-config-dir", hooks.to_str().unwrap()]);
     assert!(proxy.wait_log(&["hook server added", "linked.json", "/run/first.sock"], 0), "{}", proxy.log());
 
     std::fs::write(elsewhere.join("target.json"), registration("/run/second.sock")).unwrap();
@@ -47,13 +50,22 @@ fn sighup_rescans_other_signals_do_not_kill_sigquit_drains() {
     assert!(proxy.wait_log(&["SIGUSR1 ignored"], 0) && proxy.wait_log(&["SIGUSR2 ignored"], 0), "{}", proxy.log());
     std::thread::sleep(Duration::from_millis(300));
     assert!(alive(&mut proxy), "USR1, USR2, PIPE: still running\n{}", proxy.log());
-    assert_eq!(proxy.count_log(&["hook server updated"]), 0, "inotify does not see the target's change:\n{}", proxy.log());
+    assert_eq!(
+        proxy.count_log(&["hook server updated"]),
+        0,
+        "inotify does not see the target's change:\n{}",
+        proxy.log()
+    );
     assert!(std::os::unix::net::UnixStream::connect(proxy.socket()).is_ok(), "still serving");
 
     proxy.signal(libc::SIGHUP);
     assert!(proxy.wait_log(&["reloading: rescanning the hook config directory", "SIGHUP"], 0), "{}", proxy.log());
     assert!(proxy.wait_log(&["hook server updated", "linked.json", "/run/second.sock"], 0), "{}", proxy.log());
-    assert!(proxy.wait_log(&["reloaded: hook config directory rescanned", "servers=linked.json"], 0), "{}", proxy.log());
+    assert!(
+        proxy.wait_log(&["reloaded: hook config directory rescanned", "servers=linked.json"], 0),
+        "{}",
+        proxy.log()
+    );
     assert!(alive(&mut proxy), "SIGHUP never stops it");
 
     let socket = proxy.socket().to_owned();
@@ -106,7 +118,11 @@ async fn a_second_sigterm_cuts_the_drain() {
 fn without_dac_override(dir: &Path) -> Option<PathBuf> {
     let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| Path::new(p).exists())?;
     let script = dir.join("proxy-without-dac-override");
-    std::fs::write(&script, format!("#!/bin/sh\nexec {setpriv} --bounding-set=-dac_override,-dac_read_search {BIN} \"$@\"\n")).unwrap();
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nexec {setpriv} --bounding-set=-dac_override,-dac_read_search {BIN} \"$@\"\n"),
+    )
+    .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     Some(script)
 }
@@ -164,9 +180,16 @@ fn every_kind_of_config_dir_entry() {
     ];
     let unreadable = binary.is_some();
     for (name, why) in rejected.iter().chain(unreadable.then_some(&("secret.json", "cannot read: Permission denied"))) {
-        assert!(proxy.wait_log(&["hook server config rejected", &format!("file={name}"), why], 0), "{name}: {why}\n{}", proxy.log());
+        assert!(
+            proxy.wait_log(&["hook server config rejected", &format!("file={name}"), why], 0),
+            "{name}: {why}\n{}",
+            proxy.log()
+        );
     }
-    assert!(proxy.wait_log(&["hook server added", "plain.json"], 0) && proxy.wait_log(&["hook server added", "linked.json"], 0));
+    assert!(
+        proxy.wait_log(&["hook server added", "plain.json"], 0)
+            && proxy.wait_log(&["hook server added", "linked.json"], 0)
+    );
     for name in ["README", "koordlet.json~", "koordlet.json.bak"] {
         assert!(proxy.wait_log(&["not a registration file", &format!("file={name}")], 0), "{name}\n{}", proxy.log());
     }
@@ -181,7 +204,11 @@ fn every_kind_of_config_dir_entry() {
     }
     let log = proxy.log();
     for (name, _) in rejected {
-        assert_eq!(proxy.count_log(&["hook server config rejected", &format!("file={name} ")]), 1, "{name} once:\n{log}");
+        assert_eq!(
+            proxy.count_log(&["hook server config rejected", &format!("file={name} ")]),
+            1,
+            "{name} once:\n{log}"
+        );
     }
     assert_eq!(proxy.count_log(&["not a registration file"]), 3, "once each:\n{log}");
     for hidden in [".koordlet.json.swp", ".hidden.json", ".#koordlet.json"] {
@@ -274,8 +301,13 @@ fn flags_at_their_edges() {
         }
         match expect {
             Refused(why) => {
-                let out =
-                    Command::new(BIN).arg("--koord-runtimeproxy-endpoint").arg(&socket).args(&args).stdin(Stdio::null()).output().unwrap();
+                let out = Command::new(BIN)
+                    .arg("--koord-runtimeproxy-endpoint")
+                    .arg(&socket)
+                    .args(&args)
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
                 let stderr = String::from_utf8_lossy(&out.stderr);
                 if out.status.code() != Some(2) || !stderr.contains(why) || !stderr.contains(flag) {
                     failures.push(format!("{arg}: want exit 2 with {why:?}, got {:?}:\n{stderr}", out.status.code()));

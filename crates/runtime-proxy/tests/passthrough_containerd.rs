@@ -60,7 +60,9 @@ async fn pod_life_cycle_sets_real_cgroups() {
     let sandbox_id = pod.sandbox_id.clone();
     pod.remove(&mut rt).await;
     let listed = rt
-        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(cri::PodSandboxFilter { id: sandbox_id, ..Default::default() }) })
+        .list_pod_sandbox(cri::ListPodSandboxRequest {
+            filter: Some(cri::PodSandboxFilter { id: sandbox_id, ..Default::default() }),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -153,8 +155,10 @@ async fn image_service_on_another_socket_is_served_there() {
     let mut img = ImageServiceClient::new(channel.clone());
     let mut img2 = img.clone();
     let mut rt = test_support::runtime_client_from(channel);
-    let status_request =
-        || cri::ImageStatusRequest { image: Some(cri::ImageSpec { image: env.test_image.clone(), ..Default::default() }), verbose: false };
+    let status_request = || cri::ImageStatusRequest {
+        image: Some(cri::ImageSpec { image: env.test_image.clone(), ..Default::default() }),
+        verbose: false,
+    };
     let direct = image_client(&env.socket).image_status(status_request()).await.unwrap().into_inner();
     assert!(direct.encoded_len() > 64, "the answer needs more than one window: {} bytes", direct.encoded_len());
     for round in 0..3 {
@@ -164,7 +168,11 @@ async fn image_service_on_another_socket_is_served_there() {
             img2.image_status(status_request())
         );
         let listed = listed.unwrap_or_else(|e| panic!("round {round}: ListImages: {e:?}")).into_inner().images;
-        assert!(listed.iter().any(|i| i.repo_tags.contains(&env.test_image)), "{} not listed: {listed:?}", env.test_image);
+        assert!(
+            listed.iter().any(|i| i.repo_tags.contains(&env.test_image)),
+            "{} not listed: {listed:?}",
+            env.test_image
+        );
         assert_eq!(version.expect("Version").into_inner().runtime_name, "containerd");
         assert_eq!(status.expect("ImageStatus").into_inner(), direct, "round {round}: the same answer as directly");
     }
@@ -188,8 +196,10 @@ async fn errors_come_back_exactly_as_containerd_sends_them() {
 
     // A method no CRI version has: containerd's UNIMPLEMENTED, word for word.
     const PATH: &str = "/runtime.v1.RuntimeService/NoSuchMethod";
-    let direct = raw::unary(test_support::channel(&env.socket), PATH, tonic::Request::new(Bytes::new())).await.unwrap_err();
-    let proxied = raw::unary(test_support::channel(proxy.socket()), PATH, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    let direct =
+        raw::unary(test_support::channel(&env.socket), PATH, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    let proxied =
+        raw::unary(test_support::channel(proxy.socket()), PATH, tonic::Request::new(Bytes::new())).await.unwrap_err();
     assert_eq!(proxied.code(), Code::Unimplemented);
     assert_eq!(proxied.message(), direct.message());
     assert!(proxied.message().contains("NoSuchMethod"), "{}", proxied.message());
@@ -201,7 +211,8 @@ async fn v1alpha2_version() {
     if !test_support::containerd::serves_v1alpha2(&env, proxy.socket()).await {
         return; // containerd 2.x: its UNIMPLEMENTED came through (checked by serves_v1alpha2)
     }
-    let mut alpha = k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient::new(test_support::channel(proxy.socket()));
+    let mut alpha =
+        k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient::new(test_support::channel(proxy.socket()));
     let v = alpha.version(k8s_cri::v1alpha2::VersionRequest { version: "0.1.0".into() }).await.unwrap().into_inner();
     assert_eq!(v.runtime_api_version, "v1alpha2");
     assert_eq!(v.runtime_name, "containerd");
@@ -214,10 +225,13 @@ async fn unknown_fields_reach_containerd() {
     let (_env, proxy) = setup();
     let mut req = cri::VersionRequest { version: "v1".into() }.encode_to_vec();
     req.extend_from_slice(&[0xf8, 0x06, 0x2a]); // field 111, varint 42
-    let resp =
-        raw::unary(test_support::channel(proxy.socket()), "/runtime.v1.RuntimeService/Version", tonic::Request::new(Bytes::from(req)))
-            .await
-            .unwrap();
+    let resp = raw::unary(
+        test_support::channel(proxy.socket()),
+        "/runtime.v1.RuntimeService/Version",
+        tonic::Request::new(Bytes::from(req)),
+    )
+    .await
+    .unwrap();
     let v = cri::VersionResponse::decode(resp.into_inner()).unwrap();
     assert_eq!(v.runtime_api_version, "v1");
 }
@@ -259,7 +273,8 @@ async fn container_events_stream() {
     };
     tokio::time::timeout(Duration::from_secs(20), collect).await.expect("events within 20 s");
     use cri::ContainerEventType::*;
-    let want = [ContainerCreatedEvent, ContainerStartedEvent, ContainerStoppedEvent, ContainerDeletedEvent].map(|e| e as i32);
+    let want =
+        [ContainerCreatedEvent, ContainerStartedEvent, ContainerStoppedEvent, ContainerDeletedEvent].map(|e| e as i32);
     let mut it = seen.iter();
     for w in want {
         assert!(it.any(|e| *e == w), "event {w} missing or out of order in {seen:?}");
@@ -279,17 +294,30 @@ async fn any_authority_is_accepted() {
     let alpha = test_support::containerd::serves_v1alpha2(&env, proxy.socket()).await;
     let path = proxy.socket().display().to_string();
     let encoded = path.trim_start_matches('/').replace('/', "%2F");
-    let authorities: [Option<&[u8]>; 6] =
-        [None, Some(b""), Some(b"localhost"), Some(path.as_bytes()), Some(encoded.as_bytes()), Some(b"any printable {text} here!")];
+    let authorities: [Option<&[u8]>; 6] = [
+        None,
+        Some(b""),
+        Some(b"localhost"),
+        Some(path.as_bytes()),
+        Some(encoded.as_bytes()),
+        Some(b"any printable {text} here!"),
+    ];
     let request = cri::VersionRequest { version: "v1".into() }.encode_to_vec();
     for authority in authorities {
         let what = authority.map(String::from_utf8_lossy);
         for method in ["/runtime.v1.RuntimeService/Version", "/runtime.v1alpha2.RuntimeService/Version"] {
-            let answer =
-                handmade_call(proxy.socket(), authority, method, &request).await.unwrap_or_else(|e| panic!("{what:?} {method}: {e}"));
-            let HandmadeAnswer::Answered(body) = answer else { panic!("authority {what:?}, {method}: {answer:?}\n{}", proxy.log()) };
+            let answer = handmade_call(proxy.socket(), authority, method, &request)
+                .await
+                .unwrap_or_else(|e| panic!("{what:?} {method}: {e}"));
+            let HandmadeAnswer::Answered(body) = answer else {
+                panic!("authority {what:?}, {method}: {answer:?}\n{}", proxy.log())
+            };
             if !alpha && method.contains("v1alpha2") {
-                assert!(body.is_empty(), "authority {what:?}, {method}: containerd {} has no v1alpha2: {body:?}", env.version);
+                assert!(
+                    body.is_empty(),
+                    "authority {what:?}, {method}: containerd {} has no v1alpha2: {body:?}",
+                    env.version
+                );
                 continue;
             }
             let version = cri::VersionResponse::decode(body.get(5..).unwrap_or_default()).expect("VersionResponse");
@@ -297,7 +325,8 @@ async fn any_authority_is_accepted() {
         }
         // An intercepted method too (unknown container: containerd's NOT_FOUND comes back).
         let stop = cri::StopContainerRequest { container_id: "no-such-container".into(), timeout: 0 }.encode_to_vec();
-        let answer = handmade_call(proxy.socket(), authority, "/runtime.v1.RuntimeService/StopContainer", &stop).await.unwrap();
+        let answer =
+            handmade_call(proxy.socket(), authority, "/runtime.v1.RuntimeService/StopContainer", &stop).await.unwrap();
         assert!(matches!(answer, HandmadeAnswer::Answered(_)), "authority {what:?}, StopContainer: {answer:?}");
     }
 }
@@ -305,7 +334,8 @@ async fn any_authority_is_accepted() {
 /// What a raw server-streaming call ended with: every message, or the status.
 async fn stream_outcome(channel: tonic::transport::Channel, path: &str) -> Result<Vec<Bytes>, (Code, String)> {
     let failed = |s: tonic::Status| (s.code(), s.message().to_owned());
-    let mut stream = raw::server_streaming(channel, path, tonic::Request::new(Bytes::new())).await.map_err(failed)?.into_inner();
+    let mut stream =
+        raw::server_streaming(channel, path, tonic::Request::new(Bytes::new())).await.map_err(failed)?.into_inner();
     let mut messages = Vec::new();
     while let Some(m) = stream.message().await.map_err(failed)? {
         messages.push(m);
@@ -342,10 +372,13 @@ async fn newer_kubelet_methods_get_containerds_own_answer() {
     }
     const RESIZE: &str = "/runtime.v1.RuntimeService/UpdatePodSandboxResources";
     let request = Bytes::from(vec![0x0a, 7, b'n', b'o', b'-', b'p', b'o', b'd', b'!']);
-    let outcome =
-        |r: Result<tonic::Response<Bytes>, tonic::Status>| r.map(|r| r.into_inner()).map_err(|s| (s.code(), s.message().to_owned()));
-    let direct = outcome(raw::unary(test_support::channel(&env.socket), RESIZE, tonic::Request::new(request.clone())).await);
-    let proxied = outcome(raw::unary(test_support::channel(proxy.socket()), RESIZE, tonic::Request::new(request)).await);
+    let outcome = |r: Result<tonic::Response<Bytes>, tonic::Status>| {
+        r.map(|r| r.into_inner()).map_err(|s| (s.code(), s.message().to_owned()))
+    };
+    let direct =
+        outcome(raw::unary(test_support::channel(&env.socket), RESIZE, tonic::Request::new(request.clone())).await);
+    let proxied =
+        outcome(raw::unary(test_support::channel(proxy.socket()), RESIZE, tonic::Request::new(request)).await);
     assert_eq!(proxied, direct, "UpdatePodSandboxResources on containerd {}", env.version);
     if old {
         let (code, message) = proxied.expect_err("UNIMPLEMENTED");

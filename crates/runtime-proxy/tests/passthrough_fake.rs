@@ -103,9 +103,14 @@ async fn deadline_expires_and_backend_call_is_cancelled() {
     let fake = FakeBackend::start(Behaviour::Hang).await;
     let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
     let started = std::time::Instant::now();
-    let answer = raw::http2_call(proxy.socket(), "/runtime.v1.RuntimeService/Version", &[("grpc-timeout", "300m")], grpc_frame(&[]))
-        .await
-        .expect("an answer, not a hang");
+    let answer = raw::http2_call(
+        proxy.socket(),
+        "/runtime.v1.RuntimeService/Version",
+        &[("grpc-timeout", "300m")],
+        grpc_frame(&[]),
+    )
+    .await
+    .expect("an answer, not a hang");
     assert_eq!(answer.grpc_status().as_deref(), Some("4"), "DEADLINE_EXCEEDED: {answer:?}");
     let message = answer.grpc_message().unwrap_or_default();
     assert!(message.contains("/runtime.v1.RuntimeService/Version") && message.contains("deadline"), "{message}");
@@ -141,7 +146,10 @@ async fn a_call_the_backend_resets_is_reset_for_the_client_too() {
     // The backend sends the response head and a message, then RST_STREAM(INTERNAL_ERROR): the
     // client must see what it would see directly (a reset, not a status the proxy made up; a
     // broken backend *connection* instead ends the call UNAVAILABLE, tests/faults.rs).
-    let fake = FakeBackend::start(Behaviour::ResetAfter { body: grpc_frame(&cri::VersionResponse::default().encode_to_vec()) }).await;
+    let fake = FakeBackend::start(Behaviour::ResetAfter {
+        body: grpc_frame(&cri::VersionResponse::default().encode_to_vec()),
+    })
+    .await;
     let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
     let direct = runtime_client(fake.socket()).version(cri::VersionRequest::default()).await.unwrap_err();
     let proxied = runtime_client(proxy.socket()).version(cri::VersionRequest::default()).await.unwrap_err();
@@ -177,7 +185,10 @@ async fn a_header_block_of_too_many_fields_ends_the_connection_not_the_proxy() {
     let mut conn = tokio::net::UnixStream::connect(proxy.socket()).await.unwrap();
     conn.write_all(&out).await.unwrap();
     let mut seen = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut seen)).await.expect("the proxy closes the connection").ok();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut seen))
+        .await
+        .expect("the proxy closes the connection")
+        .ok();
     let mut goaway = None;
     let mut at = 0;
     while at + 9 <= seen.len() {
@@ -188,7 +199,8 @@ async fn a_header_block_of_too_many_fields_ends_the_connection_not_the_proxy() {
         at += 9 + len;
     }
     assert_eq!(goaway, Some(1), "GOAWAY(PROTOCOL_ERROR) before the close: {seen:?}");
-    let v = runtime_client(proxy.socket()).version(cri::VersionRequest::default()).await.expect("the proxy still serves");
+    let v =
+        runtime_client(proxy.socket()).version(cri::VersionRequest::default()).await.expect("the proxy still serves");
     assert_eq!(v.into_inner().runtime_name, "fake");
 }
 
@@ -215,7 +227,9 @@ fn streamed(path: &str, i: usize) -> Vec<u8> {
     let mut out = Vec::new();
     match method {
         "StreamPodSandboxes" => encode(1, &cri::PodSandbox { id, ..Default::default() }, &mut out),
-        "StreamContainers" => encode(1, &cri::Container { id, pod_sandbox_id: "sb-1".into(), ..Default::default() }, &mut out),
+        "StreamContainers" => {
+            encode(1, &cri::Container { id, pod_sandbox_id: "sb-1".into(), ..Default::default() }, &mut out)
+        }
         "StreamContainerStats" => {
             let attributes = Some(cri::ContainerAttributes { id, ..Default::default() });
             encode(1, &cri::ContainerStats { attributes, ..Default::default() }, &mut out)
@@ -224,7 +238,9 @@ fn streamed(path: &str, i: usize) -> Vec<u8> {
             let attributes = Some(cri::PodSandboxAttributes { id, ..Default::default() });
             encode(1, &cri::PodSandboxStats { attributes, ..Default::default() }, &mut out)
         }
-        "StreamPodSandboxMetrics" => encode(1, &cri::PodSandboxMetrics { pod_sandbox_id: id, ..Default::default() }, &mut out),
+        "StreamPodSandboxMetrics" => {
+            encode(1, &cri::PodSandboxMetrics { pod_sandbox_id: id, ..Default::default() }, &mut out)
+        }
         _ => encode(1, &cri::Image { id, ..Default::default() }, &mut out),
     }
     if i == 1 {
@@ -235,9 +251,9 @@ fn streamed(path: &str, i: usize) -> Vec<u8> {
 
 /// The next message of `stream`, waiting at most 5 s (`what` names it in failures).
 async fn next_message(stream: &mut tonic::Streaming<Bytes>, what: &str) -> Result<Option<Bytes>, tonic::Status> {
-    tokio::time::timeout(Duration::from_secs(5), stream.message())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing reached the client within 5 s while the runtime held back what comes next"))
+    tokio::time::timeout(Duration::from_secs(5), stream.message()).await.unwrap_or_else(|_| {
+        panic!("{what}: nothing reached the client within 5 s while the runtime held back what comes next")
+    })
 }
 
 #[tokio::test]
@@ -249,14 +265,24 @@ async fn list_streams_pass_message_by_message_unbuffered() {
     for (path, feed) in LIST_STREAMS.iter().zip(&feeds) {
         // The List* twin's filter (field 1, an ID in it) and a field no CRI version has.
         let mut request = Vec::new();
-        prost::encoding::message::encode(1, &cri::ContainerFilter { id: "filter-id".into(), ..Default::default() }, &mut request);
+        prost::encoding::message::encode(
+            1,
+            &cri::ContainerFilter { id: "filter-id".into(), ..Default::default() },
+            &mut request,
+        );
         request.extend_from_slice(&[0xf8, 0x06, 0x2a]);
         let mut req = tonic::Request::new(Bytes::from(request.clone()));
         req.metadata_mut().insert("traceparent", MetadataValue::from_static(TRACEPARENT));
         req.set_timeout(Duration::from_secs(30));
-        let opened = tokio::time::timeout(Duration::from_secs(10), raw::server_streaming(channel.clone(), path, req)).await;
-        let resp = opened.unwrap_or_else(|_| panic!("{path}: no response head")).unwrap_or_else(|e| panic!("{path}: {e:?}"));
-        assert_eq!(resp.metadata().get("x-backend-header").map(|v| v.to_str().unwrap()), Some("from-backend"), "{path}");
+        let opened =
+            tokio::time::timeout(Duration::from_secs(10), raw::server_streaming(channel.clone(), path, req)).await;
+        let resp =
+            opened.unwrap_or_else(|_| panic!("{path}: no response head")).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+        assert_eq!(
+            resp.metadata().get("x-backend-header").map(|v| v.to_str().unwrap()),
+            Some("from-backend"),
+            "{path}"
+        );
         let mut stream = resp.into_inner();
         // Each message is sent only once the client has the one before: a proxy that held
         // messages back (until the end of the stream, or until more bytes came) fails here.
@@ -264,7 +290,9 @@ async fn list_streams_pass_message_by_message_unbuffered() {
             let message = streamed(path, i);
             assert!(feed.message(&message), "{path}: the runtime's stream is still open");
             let got = next_message(&mut stream, &format!("{path} message {i}")).await;
-            let got = got.unwrap_or_else(|e| panic!("{path}: {e:?}")).unwrap_or_else(|| panic!("{path}: ended after {i} messages"));
+            let got = got
+                .unwrap_or_else(|e| panic!("{path}: {e:?}"))
+                .unwrap_or_else(|| panic!("{path}: ended after {i} messages"));
             assert!(got == message, "{path}: message {i} byte for byte ({} bytes, want {})", got.len(), message.len());
         }
         let method = path.rsplit('/').next().unwrap();
@@ -293,7 +321,8 @@ async fn a_list_stream_ends_with_the_runtimes_status_or_the_clients_reset() {
     let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
     let channel = test_support::channel(proxy.socket());
 
-    let mut stream = raw::server_streaming(channel.clone(), paths[0], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
+    let mut stream =
+        raw::server_streaming(channel.clone(), paths[0], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
     let message = streamed(paths[0], 0);
     feeds[0].message(&message);
     assert_eq!(next_message(&mut stream, "first message").await.unwrap().as_deref(), Some(&message[..]));
@@ -301,7 +330,8 @@ async fn a_list_stream_ends_with_the_runtimes_status_or_the_clients_reset() {
     let err = next_message(&mut stream, "failed end").await.unwrap_err();
     assert_eq!((err.code(), err.message()), (Code::Internal, "listing failed: boom"), "{err:?}");
 
-    let mut stream = raw::server_streaming(channel.clone(), paths[1], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
+    let mut stream =
+        raw::server_streaming(channel.clone(), paths[1], tonic::Request::new(Bytes::new())).await.unwrap().into_inner();
     feeds[1].message(&streamed(paths[1], 0));
     assert!(next_message(&mut stream, "first message").await.unwrap().is_some());
     assert!(!feeds[1].closed(), "the runtime's stream is open while the client reads");
@@ -320,14 +350,19 @@ async fn unimplemented_newer_methods_come_back_as_the_runtimes_own_status() {
     let fake = FakeBackend::start(Behaviour::Reply {
         headers: vec![],
         body: Bytes::new(),
-        trailers: vec![("grpc-status".into(), "12".into()), ("grpc-message".into(), "unknown method for service runtime.v1".into())],
+        trailers: vec![
+            ("grpc-status".into(), "12".into()),
+            ("grpc-message".into(), "unknown method for service runtime.v1".into()),
+        ],
         delay: Duration::ZERO,
     })
     .await;
     let proxy = ProxyProcess::start(BIN, fake.socket(), &[]);
     for path in LIST_STREAMS {
-        let direct = raw::server_streaming(test_support::channel(fake.socket()), path, tonic::Request::new(Bytes::new())).await;
-        let proxied = raw::server_streaming(test_support::channel(proxy.socket()), path, tonic::Request::new(Bytes::new())).await;
+        let direct =
+            raw::server_streaming(test_support::channel(fake.socket()), path, tonic::Request::new(Bytes::new())).await;
+        let proxied =
+            raw::server_streaming(test_support::channel(proxy.socket()), path, tonic::Request::new(Bytes::new())).await;
         // The fake answers with an empty DATA frame before its trailers: a stream that ends
         // at once with the status.
         let status = |r: Result<tonic::Response<tonic::Streaming<Bytes>>, tonic::Status>| async move {
@@ -341,8 +376,10 @@ async fn unimplemented_newer_methods_come_back_as_the_runtimes_own_status() {
         assert_eq!((proxied.code(), proxied.message()), (direct.code(), direct.message()), "{path}");
     }
     let path = "/runtime.v1.RuntimeService/UpdatePodSandboxResources";
-    let direct = raw::unary(test_support::channel(fake.socket()), path, tonic::Request::new(Bytes::new())).await.unwrap_err();
-    let proxied = raw::unary(test_support::channel(proxy.socket()), path, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    let direct =
+        raw::unary(test_support::channel(fake.socket()), path, tonic::Request::new(Bytes::new())).await.unwrap_err();
+    let proxied =
+        raw::unary(test_support::channel(proxy.socket()), path, tonic::Request::new(Bytes::new())).await.unwrap_err();
     assert_eq!(proxied.code(), Code::Unimplemented, "{proxied:?}");
     assert_eq!((proxied.code(), proxied.message()), (direct.code(), direct.message()));
 }
@@ -359,7 +396,8 @@ async fn a_list_stream_is_never_taken_over_whole() {
     // The connection is made while the runtime is down: it has no runtime connection.
     let err = runtime_client(proxy.socket()).version(cri::VersionRequest::default()).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    let down = raw::server_streaming(channel.clone(), LIST_STREAMS[1], tonic::Request::new(Bytes::new())).await.unwrap_err();
+    let down =
+        raw::server_streaming(channel.clone(), LIST_STREAMS[1], tonic::Request::new(Bytes::new())).await.unwrap_err();
     assert_eq!(down.code(), Code::Unavailable, "{down:?}");
 
     let (behaviour, feeds) = Behaviour::streams(&LIST_STREAMS[1..2], &[]);
@@ -383,7 +421,11 @@ async fn a_list_stream_is_never_taken_over_whole() {
     };
     let message = streamed(LIST_STREAMS[1], 0);
     feeds[0].message(&message);
-    assert_eq!(next_message(&mut stream, "first message").await.unwrap().as_deref(), Some(&message[..]), "relayed, not held");
+    assert_eq!(
+        next_message(&mut stream, "first message").await.unwrap().as_deref(),
+        Some(&message[..]),
+        "relayed, not held"
+    );
     feeds[0].end(&[("grpc-status", "0")]);
     assert!(matches!(next_message(&mut stream, "end").await, Ok(None)));
 }

@@ -41,7 +41,10 @@ impl Probe {
                 let mut latencies = Vec::new();
                 while !flag.load(Ordering::Relaxed) {
                     let start = Instant::now();
-                    client.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("ListPodSandbox through the proxy");
+                    client
+                        .list_pod_sandbox(cri::ListPodSandboxRequest::default())
+                        .await
+                        .expect("ListPodSandbox through the proxy");
                     latencies.push(start.elapsed());
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -65,7 +68,11 @@ impl Probe {
 /// A `Vm*` line's value of `/proc/PID/status` (`"123456 kB"`).
 fn vm(pid: u32, key: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim_start_matches(':').trim().to_owned()).unwrap_or_default()
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim_start_matches(':').trim().to_owned())
+        .unwrap_or_default()
 }
 
 /// The probe's slowest call over 1 s of a quiet proxy: what "its usual time" is here.
@@ -84,7 +91,10 @@ const HELD_UP: Duration = Duration::from_millis(150);
 /// proxy's slowest.
 fn assert_not_held_up(what: &str, quiet: Duration, attacked: Duration, log: &str) {
     eprintln!("{what}: slowest ListPodSandbox {attacked:?} (quiet: {quiet:?})");
-    assert!(attacked <= quiet + HELD_UP, "{what}: another pod's ListPodSandbox took {attacked:?} (quiet: {quiet:?}):\n{log}");
+    assert!(
+        attacked <= quiet + HELD_UP,
+        "{what}: another pod's ListPodSandbox took {attacked:?} (quiet: {quiet:?}):\n{log}"
+    );
 }
 
 /// 65,000 names in the required-hook-servers annotation (≈ 300 KB; main took 17.7 s of the
@@ -104,7 +114,9 @@ async fn a_huge_requirement_annotation_is_refused_at_once_and_holds_nobody_up() 
         let mut rt = runtime_client(proxy.socket());
         let annotations = HashMap::from([(REQUIRED.to_owned(), format!("{names},{n}"))]);
         let config = sandbox_config(&env, &unique("huge-required"), HashMap::new(), annotations);
-        async move { rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() }).await }
+        async move {
+            rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() }).await
+        }
     };
     let started = Instant::now();
     let (a, b) = tokio::join!(attack(1), attack(2));
@@ -148,7 +160,11 @@ async fn an_env_heavy_container_holds_nobody_up() {
     let envs: Vec<(String, String)> = (0..1_000_000).map(|i| (format!("K{i}"), "v".to_owned())).collect();
     let env_refs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let config = container_config(&env, "main", &["sleep", "3600"], None, &env_refs);
-    let request = cri::CreateContainerRequest { pod_sandbox_id: pod.clone(), config: Some(config), sandbox_config: Some(sandbox) };
+    let request = cri::CreateContainerRequest {
+        pod_sandbox_id: pod.clone(),
+        config: Some(config),
+        sandbox_config: Some(sandbox),
+    };
     eprintln!("CreateContainer of {} bytes", prost::Message::encoded_len(&request));
     let quiet = quiet_slowest(&proxy).await;
     let probe = Probe::start(&proxy);

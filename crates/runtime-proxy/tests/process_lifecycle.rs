@@ -69,7 +69,8 @@ fn docker_mode_serves_while_dockerd_is_down() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("p.sock");
     let dockerd = dir.path().join("no-dockerd.sock");
-    let mut proxy = ProxyProcess::spawn(BIN, &socket, &dockerd, &["--backend-runtime-mode", "Docker"], dir.path().join("log"));
+    let mut proxy =
+        ProxyProcess::spawn(BIN, &socket, &dockerd, &["--backend-runtime-mode", "Docker"], dir.path().join("log"));
     proxy.wait_ready();
     use std::io::{Read, Write};
     let mut conn = std::os::unix::net::UnixStream::connect(&socket).unwrap();
@@ -77,7 +78,10 @@ fn docker_mode_serves_while_dockerd_is_down() {
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
-    assert!(answer.contains(r#"{"message":"runtime-proxy: dockerd unix://"#) && answer.contains("no-dockerd.sock"), "{answer}");
+    assert!(
+        answer.contains(r#"{"message":"runtime-proxy: dockerd unix://"#) && answer.contains("no-dockerd.sock"),
+        "{answer}"
+    );
     proxy.signal(libc::SIGTERM);
     assert_eq!(proxy.wait_exit(Duration::from_secs(5)), Some(0));
     assert!(!socket.exists(), "socket removed on exit");
@@ -177,7 +181,10 @@ async fn serve_once_with(klog: &[&str]) -> String {
         .spawn()
         .unwrap();
     assert!(
-        test_support::wait_until(Duration::from_secs(10), || async { std::os::unix::net::UnixStream::connect(&socket).is_ok() }).await,
+        test_support::wait_until(Duration::from_secs(10), || async {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        })
+        .await,
         "{klog:?}: not serving:\n{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
@@ -228,7 +235,10 @@ async fn koords_klog_flags_are_accepted_with_one_notice() {
     ] {
         assert!(notice.contains(part), "{part:?} missing from {notice}");
     }
-    assert!(text.lines().any(|l| l.contains("DEBUG") && l.contains("CRI call")), "--v=4: a debug line per call:\n{text}");
+    assert!(
+        text.lines().any(|l| l.contains("DEBUG") && l.contains("CRI call")),
+        "--v=4: a debug line per call:\n{text}"
+    );
 }
 
 /// koord's other spellings, as pflag reads them: `-v=4` and `-v 4` (the short form of a
@@ -242,8 +252,14 @@ async fn koords_short_v_and_separate_bool_values_are_accepted() {
     ] {
         let text = serve_once_with(klog).await;
         let notice = klog_notice(&text);
-        assert!(notice.contains("--v=4 sets the log level info,runtime_proxy=debug") && notice.contains(bool_part), "{klog:?}: {notice}");
-        assert!(text.lines().any(|l| l.contains("DEBUG") && l.contains("CRI call")), "{klog:?}: a debug line per call:\n{text}");
+        assert!(
+            notice.contains("--v=4 sets the log level info,runtime_proxy=debug") && notice.contains(bool_part),
+            "{klog:?}: {notice}"
+        );
+        assert!(
+            text.lines().any(|l| l.contains("DEBUG") && l.contains("CRI call")),
+            "{klog:?}: a debug line per call:\n{text}"
+        );
     }
 }
 
@@ -310,13 +326,26 @@ async fn registrations_that_would_weaken_policy() {
             dead.display()
         ),
     );
-    write("loop.json", format!(r#"{{"remote-endpoint":"unix://{}","runtime-hooks":["PreCreateContainer"]}}"#, socket.display()));
-    let mut proxy =
-        ProxyProcess::spawn(BIN, &socket, fake.socket(), &["--hook-config-dir", hooks.to_str().unwrap()], dir.path().join("proxy.log"));
+    write(
+        "loop.json",
+        format!(r#"{{"remote-endpoint":"unix://{}","runtime-hooks":["PreCreateContainer"]}}"#, socket.display()),
+    );
+    let mut proxy = ProxyProcess::spawn(
+        BIN,
+        &socket,
+        fake.socket(),
+        &["--hook-config-dir", hooks.to_str().unwrap()],
+        dir.path().join("proxy.log"),
+    );
     proxy.wait_ready();
 
     let config = cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata { name: "p".into(), uid: "u".into(), namespace: "default".into(), attempt: 0 }),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: "p".into(),
+            uid: "u".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
         ..Default::default()
     };
     let err = runtime_client(&socket)
@@ -334,7 +363,9 @@ async fn registrations_that_would_weaken_policy() {
         assert!(log.lines().any(|l| l.contains("WARN") && l.contains(part)), "{part:?} not logged at WARN:\n{log}");
     }
     let (_, metrics) = proxy.admin_get("/metrics");
-    for line in ["runtime_proxy_hook_config_warnings 1", "runtime_proxy_hook_config_rejected 1", "runtime_proxy_hook_servers 1"] {
+    for line in
+        ["runtime_proxy_hook_config_warnings 1", "runtime_proxy_hook_config_rejected 1", "runtime_proxy_hook_servers 1"]
+    {
         assert!(metrics.lines().any(|l| l == line), "{line} missing:\n{metrics}");
     }
 }
@@ -346,18 +377,26 @@ async fn registrations_that_would_weaken_policy() {
 // thread blocks in `admin_get`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_addr_forms_and_off() {
-    let backend =
-        FakeBackend::start(Behaviour::ok(&cri::VersionResponse { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec()))
-            .await;
+    let backend = FakeBackend::start(Behaviour::ok(
+        &cri::VersionResponse { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec(),
+    ))
+    .await;
     let local = ProxyProcess::start(BIN, backend.socket(), &["--metrics-addr", "localhost:0"]);
     let (code, body) = local.admin_get("/healthz");
     assert_eq!((code, body.trim()), (200, "ok"), "{}", local.log());
     assert!(local.log().contains("admin endpoint listening on 127.0.0.1:"), "{}", local.log());
 
     let off = ProxyProcess::start(BIN, backend.socket(), &["--metrics-addr", "off"]);
-    let v = runtime_client(off.socket()).version(cri::VersionRequest::default()).await.expect("CRI served without the admin endpoint");
+    let v = runtime_client(off.socket())
+        .version(cri::VersionRequest::default())
+        .await
+        .expect("CRI served without the admin endpoint");
     assert_eq!(v.into_inner().runtime_name, "fake");
-    assert!(off.log().contains("admin endpoint off") && !off.log().contains("admin endpoint listening"), "{}", off.log());
+    assert!(
+        off.log().contains("admin endpoint off") && !off.log().contains("admin endpoint listening"),
+        "{}",
+        off.log()
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)

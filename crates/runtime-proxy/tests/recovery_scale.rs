@@ -24,7 +24,10 @@ async fn two_hundred_containers_recover_every_field() {
             let labels = HashMap::from([("pod".to_string(), p.to_string())]);
             let config = sandbox_config(&env, &unique("scale"), labels, HashMap::new());
             let sid = rt
-                .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+                .run_pod_sandbox(cri::RunPodSandboxRequest {
+                    config: Some(config.clone()),
+                    runtime_handler: String::new(),
+                })
                 .await
                 .expect("RunPodSandbox")
                 .into_inner()
@@ -34,11 +37,17 @@ async fn two_hundred_containers_recover_every_field() {
                 let n = p * PER_POD + c;
                 let resources = cri::LinuxContainerResources { cpu_shares: 2 + n as i64, ..Default::default() };
                 let idx = n.to_string();
-                let cc = container_config(&env, &format!("c{c}"), &["sleep", "3600"], Some(resources), &[("IDX", &idx)]);
-                let req =
-                    cri::CreateContainerRequest { pod_sandbox_id: sid.clone(), config: Some(cc), sandbox_config: Some(config.clone()) };
+                let cc =
+                    container_config(&env, &format!("c{c}"), &["sleep", "3600"], Some(resources), &[("IDX", &idx)]);
+                let req = cri::CreateContainerRequest {
+                    pod_sandbox_id: sid.clone(),
+                    config: Some(cc),
+                    sandbox_config: Some(config.clone()),
+                };
                 let cid = rt.create_container(req).await.expect("CreateContainer").into_inner().container_id;
-                rt.start_container(cri::StartContainerRequest { container_id: cid.clone() }).await.expect("StartContainer");
+                rt.start_container(cri::StartContainerRequest { container_id: cid.clone() })
+                    .await
+                    .expect("StartContainer");
                 containers.push((cid, n));
             }
             (sid, config, containers)

@@ -20,8 +20,13 @@ use tonic::transport::Channel;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 
-const STAGES: [&str; 5] =
-    ["PreRunPodSandbox", "PreCreateContainer", "PreUpdateContainerResources", "PostStopContainer", "PostStopPodSandbox"];
+const STAGES: [&str; 5] = [
+    "PreRunPodSandbox",
+    "PreCreateContainer",
+    "PreUpdateContainerResources",
+    "PostStopContainer",
+    "PostStopPodSandbox",
+];
 
 fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -93,7 +98,8 @@ async fn start_pod(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>) -> 
         oom_score_adj: 500,
         ..Default::default()
     };
-    let container = container_config(env, "main", &["sleep", "3600"], Some(resources), &[("KEEP", "me"), ("EQ", "a=b")]);
+    let container =
+        container_config(env, "main", &["sleep", "3600"], Some(resources), &[("KEEP", "me"), ("EQ", "a=b")]);
     Pod::start(rt, sandbox, container).await.expect("pod through the proxy")
 }
 
@@ -118,14 +124,21 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     let Seen::Pod(_, run_req) = next_seen(&hook, "PreRunPodSandbox", 0).await else { panic!("pod stage expected") };
     let parent = format!("{}-hooked", pod.cgroup_parent());
     let container_parent = format!("{parent}-c");
-    assert_eq!(read_cgroup("cpu", &container_parent, &pod.container_id, "cpu.shares"), "700", "hooked parent and shares applied");
+    assert_eq!(
+        read_cgroup("cpu", &container_parent, &pod.container_id, "cpu.shares"),
+        "700",
+        "hooked parent and shares applied"
+    );
     let n = hook.seen().len();
     rt.update_container_resources(update_request(&pod.container_id)).await.expect("update through A");
     let before = next_seen(&hook, "PreUpdateContainerResources", n).await.container();
     assert_eq!(before.pod_cgroup_parent, container_parent);
     assert!(before.container_envs.is_empty(), "envs only at PreCreateContainer: {:?}", before.container_envs);
     assert_eq!(before.container_annotations, map(&[("hooked-container", "yes")]));
-    assert_eq!(before.container_resources.as_ref().map(|r| (r.cpu_shares, r.memory_limit_in_bytes)), Some((300, 96 << 20)));
+    assert_eq!(
+        before.container_resources.as_ref().map(|r| (r.cpu_shares, r.memory_limit_in_bytes)),
+        Some((300, 96 << 20))
+    );
 
     // kill -9 A; B starts on the same socket and hook directory.
     a.signal(libc::SIGKILL);
@@ -144,7 +157,9 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
     assert_same_container(&before, &after_update, "PreUpdateContainerResources after the restart");
 
     let n = hook.seen().len();
-    rt.stop_container(cri::StopContainerRequest { container_id: pod.container_id.clone(), timeout: 0 }).await.expect("stop");
+    rt.stop_container(cri::StopContainerRequest { container_id: pod.container_id.clone(), timeout: 0 })
+        .await
+        .expect("stop");
     let post_stop = next_seen(&hook, "PostStopContainer", n).await.container();
     assert_same_container(&before, &post_stop, "PostStopContainer after the restart");
 
@@ -164,7 +179,9 @@ async fn hooks_after_a_kill_9_restart_see_what_they_saw_before() {
         (&before.pod_labels, &before.pod_annotations, &before.pod_meta),
         (&stop_req.labels, &stop_req.annotations, &stop_req.pod_meta)
     );
-    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.sandbox_id.clone() }).await.expect("remove pod");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.sandbox_id.clone() })
+        .await
+        .expect("remove pod");
 }
 
 #[tokio::test]
@@ -173,13 +190,15 @@ async fn recovery_waits_for_the_runtime_and_covers_pods_the_proxy_never_saw() {
     // A pod created directly on containerd, before any proxy runs.
     let mut direct = runtime_client(&env.socket);
     let sandbox = sandbox_config(&env, &unique("direct"), map(&[("app", "direct")]), map(&[("a", "1")]));
-    let resources = cri::LinuxContainerResources { cpu_shares: 256, memory_limit_in_bytes: 32 << 20, ..Default::default() };
+    let resources =
+        cri::LinuxContainerResources { cpu_shares: 256, memory_limit_in_bytes: 32 << 20, ..Default::default() };
     let container = container_config(&env, "main", &["sleep", "3600"], Some(resources), &[("FROM", "containerd")]);
     let pod = Pod::start(&mut direct, sandbox, container).await.expect("pod on containerd");
 
     // The proxy starts while its backend socket does not exist yet.
     let dir = tempfile::Builder::new().prefix("rp-recover-late").tempdir().unwrap();
-    let (socket, hooks, late) = (dir.path().join("run/rp.sock"), dir.path().join("hooks"), dir.path().join("late.sock"));
+    let (socket, hooks, late) =
+        (dir.path().join("run/rp.sock"), dir.path().join("hooks"), dir.path().join("late.sock"));
     std::fs::create_dir_all(&hooks).unwrap();
     let hook = hook().await;
     register(&hooks, "recover.json", hook.socket(), "Fail", &STAGES, json!({}));
@@ -192,9 +211,14 @@ async fn recovery_waits_for_the_runtime_and_covers_pods_the_proxy_never_saw() {
     std::os::unix::fs::symlink(&env.socket, &late).unwrap();
     assert!(p.wait_log(&["store recovered"], 0), "no recovery once the runtime is up:\n{}", p.log());
 
-    rt.stop_container(cri::StopContainerRequest { container_id: pod.container_id.clone(), timeout: 0 }).await.expect("stop");
+    rt.stop_container(cri::StopContainerRequest { container_id: pod.container_id.clone(), timeout: 0 })
+        .await
+        .expect("stop");
     let req = next_seen(&hook, "PostStopContainer", 0).await.container();
-    assert_eq!(req.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())), Some(("main", pod.container_id.as_str())));
+    assert_eq!(
+        req.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())),
+        Some(("main", pod.container_id.as_str()))
+    );
     assert_eq!(req.pod_cgroup_parent, pod.cgroup_parent());
     assert_eq!(req.pod_labels, map(&[("app", "direct")]));
     assert_eq!(req.pod_annotations, map(&[("a", "1")]));

@@ -28,7 +28,12 @@ const UNHOOKED: &str = "runtime_proxy_restore_unhooked_total";
 fn restored_pod() -> RestoredPod {
     RestoredPod {
         sandbox_id: SANDBOX.into(),
-        metadata: cri::PodSandboxMetadata { name: "web".into(), uid: "uid-restored".into(), namespace: "default".into(), attempt: 0 },
+        metadata: cri::PodSandboxMetadata {
+            name: "web".into(),
+            uid: "uid-restored".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        },
         labels: HashMap::from([("app".to_string(), "web".to_string())]),
         annotations: HashMap::from([("restored".to_string(), "yes".to_string())]),
         cgroup_parent: "/kubepods/burstable/poduid-restored".into(),
@@ -42,9 +47,17 @@ fn restored_pod() -> RestoredPod {
 fn restore_request() -> Vec<u8> {
     use prost::encoding::{bytes, string};
     let config = cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "uid-restored".into(), namespace: "default".into(), attempt: 0 }),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: "web".into(),
+            uid: "uid-restored".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
         labels: [("app".to_string(), "web".to_string())].into(),
-        linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: "/kubepods/burstable/poduid-restored".into(), ..Default::default() }),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: "/kubepods/burstable/poduid-restored".into(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let mut out = Vec::new();
@@ -52,7 +65,10 @@ fn restore_request() -> Vec<u8> {
     bytes::encode(2, &config.encode_to_vec(), &mut out);
     string::encode(3, &"runc".to_string(), &mut out);
     for (name, _) in CONTAINERS {
-        let c = cri::ContainerConfig { metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }), ..Default::default() };
+        let c = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            ..Default::default()
+        };
         bytes::encode(5, &c.encode_to_vec(), &mut out);
     }
     string::encode(99, &"future".to_string(), &mut out);
@@ -79,7 +95,11 @@ async fn call(proxy: &ProxyProcess, path: &'static str, body: &[u8]) -> Result<B
 /// policy, stages), each taken up, and its start-up store recovery done, before it returns.
 ///
 /// The waits yield: the fake backend and the hook servers are served by the test's runtime.
-async fn proxy_with(fake: &FakeBackend, dir: &std::path::Path, hooks: &[(&str, &TestHook, &str, &[&str])]) -> ProxyProcess {
+async fn proxy_with(
+    fake: &FakeBackend,
+    dir: &std::path::Path,
+    hooks: &[(&str, &TestHook, &str, &[&str])],
+) -> ProxyProcess {
     let proxy = ProxyProcess::start(BIN, fake.socket(), &["--hook-config-dir", dir.to_str().unwrap()]);
     // Its start-up recovery done first: the store counts below are the restore's alone.
     assert!(logged(&proxy, &["store recovered"]).await, "no start-up recovery");
@@ -99,7 +119,8 @@ async fn logged(proxy: &ProxyProcess, parts: &[&str]) -> bool {
 fn metric(proxy: &ProxyProcess, series: &str) -> Option<f64> {
     let (status, text) = proxy.admin_get("/metrics");
     assert_eq!(status, 200);
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
 }
 
 fn stored(proxy: &ProxyProcess, kind: &str) -> Option<f64> {
@@ -169,7 +190,11 @@ async fn a_fail_pre_run_pod_sandbox_server_refuses_a_restore() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "raw_unary.py: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let result: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON result");
-    assert_eq!((result["code"].as_str(), result["details"].as_str()), (Some("FAILED_PRECONDITION"), Some(msg)), "{result}");
+    assert_eq!(
+        (result["code"].as_str(), result["details"].as_str()),
+        (Some("FAILED_PRECONDITION"), Some(msg)),
+        "{result}"
+    );
     assert!(fake.calls_to(RESTORE).is_empty());
 }
 
@@ -216,7 +241,12 @@ async fn ignore_servers_let_a_restore_through_and_the_store_learns_the_pod() {
     // (d) Learned at restore: the restored pod's and containers' statuses were asked.
     assert!(learned(&proxy).await, "the store learned the pod: {}", proxy.log());
     let asked = |path| fake.calls_to(path).len();
-    assert_eq!((asked(SANDBOX_STATUS), asked(CONTAINER_STATUS)), (1, 2), "learned from the runtime at restore: {}", proxy.log());
+    assert_eq!(
+        (asked(SANDBOX_STATUS), asked(CONTAINER_STATUS)),
+        (1, 2),
+        "learned from the runtime at restore: {}",
+        proxy.log()
+    );
 
     let (_, container_id) = CONTAINERS[1];
     let mut rt = test_support::runtime_client(proxy.socket());
@@ -230,5 +260,10 @@ async fn ignore_servers_let_a_restore_through_and_the_store_learns_the_pod() {
     let container = seen.container_meta.clone().expect("container metadata");
     assert_eq!((container.name.as_str(), container.id.as_str()), ("sidecar", container_id));
     assert_eq!(seen.container_resources.as_ref().map(|r| r.cpu_shares), Some(256));
-    assert_eq!((asked(SANDBOX_STATUS), asked(CONTAINER_STATUS)), (1, 2), "StartContainer found it in the store: {}", proxy.log());
+    assert_eq!(
+        (asked(SANDBOX_STATUS), asked(CONTAINER_STATUS)),
+        (1, 2),
+        "StartContainer found it in the store: {}",
+        proxy.log()
+    );
 }

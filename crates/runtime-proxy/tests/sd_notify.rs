@@ -33,7 +33,10 @@ fn receive(socket: &UnixDatagram, dir: &Path) -> String {
     socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut buf = [0u8; 512];
     let n = socket.recv(&mut buf).unwrap_or_else(|e| {
-        panic!("no notification within 10 s ({e}); log:\n{}", std::fs::read_to_string(dir.join("proxy.log")).unwrap_or_default())
+        panic!(
+            "no notification within 10 s ({e}); log:\n{}",
+            std::fs::read_to_string(dir.join("proxy.log")).unwrap_or_default()
+        )
     });
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
@@ -91,7 +94,11 @@ fn undeliverable_notification_is_not_fatal() {
             up = true;
             break;
         }
-        assert!(child.try_wait().unwrap().is_none(), "exited: {}", std::fs::read_to_string(dir.path().join("proxy.log")).unwrap());
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "exited: {}",
+            std::fs::read_to_string(dir.path().join("proxy.log")).unwrap()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(up, "never served");

@@ -25,7 +25,11 @@ struct Run {
 }
 
 fn status(addr: &str, extra: &[&str]) -> Run {
-    let out = Command::new(BIN).args(["status", "--metrics-addr", addr]).args(extra).output().expect("run runtime-proxy status");
+    let out = Command::new(BIN)
+        .args(["status", "--metrics-addr", addr])
+        .args(extra)
+        .output()
+        .expect("run runtime-proxy status");
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -62,7 +66,11 @@ async fn status_shows_the_hook_server_its_policy_and_its_last_error() {
     let env = Containerd::from_env();
     let dir = tempfile::tempdir().unwrap();
     let chain = ["--hook-conflict-policy", "Fail", "--required-hook-servers", "strict.json"];
-    let proxy = ProxyProcess::start(BIN, &env.socket, &[&["--hook-config-dir", dir.path().to_str().unwrap()][..], &chain].concat());
+    let proxy = ProxyProcess::start(
+        BIN,
+        &env.socket,
+        &[&["--hook-config-dir", dir.path().to_str().unwrap()][..], &chain].concat(),
+    );
     let fail = Arc::new(AtomicBool::new(false));
     let hook = switchable_hook(fail.clone()).await;
     let before = proxy.count_log(&["hook server added", "strict.json"]);
@@ -90,20 +98,35 @@ async fn status_shows_the_hook_server_its_policy_and_its_last_error() {
     // A pod through the hook: its calls counted, the store holds the pod.
     let mut rt = runtime_client(proxy.socket());
     let sandbox = sandbox_config(&env, &unique("status"), HashMap::new(), HashMap::new());
-    let pod = Pod::start(&mut rt, sandbox, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap();
+    let pod =
+        Pod::start(&mut rt, sandbox, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap();
     let doc = status_json(&addr);
     assert_eq!(doc["healthy"], true, "{doc:#}");
     let server = &doc["hook_servers"][0];
     assert_eq!((server["name"].as_str(), server["health"].as_str()), (Some("strict.json"), Some("ok")), "{doc:#}");
     assert_eq!(server["failure_policy"], "Fail");
     // The registration's own conflict policy over the node's.
-    assert_eq!((server["conflict_policy"].as_str(), server["conflict_policy_explicit"].as_bool()), (Some("Warn"), Some(true)), "{doc:#}");
-    assert_eq!((doc["hook_conflict_policy"].as_str(), &doc["required_hook_servers"]), (Some("Fail"), &json!(["strict.json"])), "{doc:#}");
+    assert_eq!(
+        (server["conflict_policy"].as_str(), server["conflict_policy_explicit"].as_bool()),
+        (Some("Warn"), Some(true)),
+        "{doc:#}"
+    );
+    assert_eq!(
+        (doc["hook_conflict_policy"].as_str(), &doc["required_hook_servers"]),
+        (Some("Fail"), &json!(["strict.json"])),
+        "{doc:#}"
+    );
     assert_eq!(server["timeout_ms"], 1500);
     assert_eq!((server["calls"].as_u64(), server["failures"].as_u64()), (Some(2), Some(0)), "{doc:#}");
-    assert!(doc["store"]["pod_sandboxes"].as_u64().unwrap() >= 1 && doc["store"]["containers"].as_u64().unwrap() >= 1, "{doc:#}");
+    assert!(
+        doc["store"]["pod_sandboxes"].as_u64().unwrap() >= 1 && doc["store"]["containers"].as_u64().unwrap() >= 1,
+        "{doc:#}"
+    );
     let stage = doc["stages"].as_array().unwrap().iter().find(|s| s["stage"] == "PreRunPodSandbox").unwrap().clone();
-    assert_eq!((stage["servers"].as_u64(), stage["calls"].as_u64(), stage["failures"].as_u64()), (Some(1), Some(1), Some(0)));
+    assert_eq!(
+        (stage["servers"].as_u64(), stage["calls"].as_u64(), stage["failures"].as_u64()),
+        (Some(1), Some(1), Some(0))
+    );
     assert_eq!(doc["backend"]["up"], true);
     assert_eq!(doc["backend"]["mode"], "Containerd");
     assert!(doc["version"].as_str().unwrap().starts_with(env!("CARGO_PKG_VERSION")));
@@ -111,11 +134,14 @@ async fn status_shows_the_hook_server_its_policy_and_its_last_error() {
     // The hook refuses: the Fail server failing makes the proxy unhealthy, with the error.
     fail.store(true, Ordering::SeqCst);
     let refused = sandbox_config(&env, &unique("status-refused"), HashMap::new(), HashMap::new());
-    let err = Pod::start(&mut rt, refused, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap_err();
+    let err =
+        Pod::start(&mut rt, refused, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap_err();
     assert!(err.message().contains("quota exhausted"), "{err:?}");
     let run = status(&addr, &[]);
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
-    for want in ["UNHEALTHY", "FAILING (1 in a row)", "PreRunPodSandbox: PermissionDenied: quota exhausted", "1/3", "problems"] {
+    for want in
+        ["UNHEALTHY", "FAILING (1 in a row)", "PreRunPodSandbox: PermissionDenied: quota exhausted", "1/3", "problems"]
+    {
         assert!(run.stdout.contains(want), "{want:?} missing:\n{}", run.stdout);
     }
     let doc = status_json(&addr);
@@ -125,7 +151,11 @@ async fn status_shows_the_hook_server_its_policy_and_its_last_error() {
     assert!(server["last_error_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{doc:#}");
     assert!(doc["problems"][0].as_str().unwrap().contains("strict.json (failure-policy Fail)"), "{doc:#}");
     let stage = doc["stages"].as_array().unwrap().iter().find(|s| s["stage"] == "PreRunPodSandbox").unwrap().clone();
-    assert_eq!((stage["calls"].as_u64(), stage["failures"].as_u64(), stage["refused"].as_u64()), (Some(2), Some(1), Some(1)), "{doc:#}");
+    assert_eq!(
+        (stage["calls"].as_u64(), stage["failures"].as_u64(), stage["refused"].as_u64()),
+        (Some(2), Some(1), Some(1)),
+        "{doc:#}"
+    );
     let (_, metrics) = proxy.admin_get("/metrics");
     let refusals = "runtime_proxy_hook_refusals_total{stage=\"PreRunPodSandbox\",server=\"strict.json\"} 1";
     assert!(metrics.contains(refusals), "{metrics}");
@@ -150,7 +180,11 @@ fn status_is_1_when_the_backend_is_down() {
     let run = status(&proxy.admin_addr(), &[]);
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("DOWN") && run.stdout.contains(&missing.display().to_string()), "{}", run.stdout);
-    assert!(run.stdout.contains("- backend down: ") && run.stdout.contains("hook servers: none registered"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("- backend down: ") && run.stdout.contains("hook servers: none registered"),
+        "{}",
+        run.stdout
+    );
 }
 
 /// What the next pod meets is a problem before any pod fails: a `--required-hook-servers`
@@ -188,7 +222,8 @@ async fn status_foresees_refusals_before_a_pod_fails() {
     );
     let warnings = doc["warnings"].to_string();
     assert!(
-        warnings.contains("hook server lenient.json (failure-policy Ignore) is unreachable") && warnings.contains("pods go on without it"),
+        warnings.contains("hook server lenient.json (failure-policy Ignore) is unreachable")
+            && warnings.contains("pods go on without it"),
         "{doc:#}"
     );
     let strict = doc["hook_servers"].as_array().unwrap().iter().find(|s| s["name"] == "strict.json").unwrap().clone();
@@ -216,8 +251,16 @@ fn status_is_2_when_there_is_no_endpoint() {
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.is_empty(), "{}", run.stdout);
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
-    assert!(run.stderr.starts_with(&format!("runtime-proxy: status: cannot reach the admin endpoint at {free}: ")), "{}", run.stderr);
-    assert!(run.stderr.contains("refused") && !run.stderr.contains("Os {") && !run.stderr.contains("kind:"), "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with(&format!("runtime-proxy: status: cannot reach the admin endpoint at {free}: ")),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("refused") && !run.stderr.contains("Os {") && !run.stderr.contains("kind:"),
+        "{}",
+        run.stderr
+    );
     let run = status("off", &[]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("--metrics-addr is off"), "{}", run.stderr);
@@ -250,7 +293,8 @@ async fn debug_store_has_a_listener_of_its_own() {
     let proxy = ProxyProcess::start(BIN, &env.socket, &["--debug-addr", "127.0.0.1:0"]);
     let mut rt = runtime_client(proxy.socket());
     let sandbox = sandbox_config(&env, &unique("debug"), HashMap::new(), HashMap::new());
-    let pod = Pod::start(&mut rt, sandbox, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap();
+    let pod =
+        Pod::start(&mut rt, sandbox, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap();
 
     let (code, body) = proxy.debug_get("/debug/store");
     assert_eq!(code, 200, "{body}");
@@ -260,7 +304,11 @@ async fn debug_store_has_a_listener_of_its_own() {
 
     let (code, body) = proxy.admin_get("/debug/store");
     assert_eq!(code, 404, "{body}");
-    let debug_addr = proxy.log().lines().find_map(|l| l.split("(/debug/store) listening on ").nth(1).map(|a| a.trim().to_owned())).unwrap();
+    let debug_addr = proxy
+        .log()
+        .lines()
+        .find_map(|l| l.split("(/debug/store) listening on ").nth(1).map(|a| a.trim().to_owned()))
+        .unwrap();
     assert!(body.contains("moved") && body.contains(&debug_addr), "{body}");
     for path in ["/metrics", "/status"] {
         let (_, body) = proxy.admin_get(path);
@@ -291,9 +339,16 @@ async fn status_escapes_control_characters_from_a_hook_server() {
     assert!(proxy.wait_log(&["hook server added", "evil.json"], 0), "{}", proxy.log());
     let mut rt = runtime_client(proxy.socket());
     let sandbox = sandbox_config(&env, &unique("escape"), HashMap::new(), HashMap::new());
-    let pod = Pod::start(&mut rt, sandbox, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap();
+    let pod =
+        Pod::start(&mut rt, sandbox, container_config(&env, "main", &["sleep", "3600"], None, &[])).await.unwrap();
     let by_socket = |extra: &[&str]| {
-        let out = Command::new(BIN).arg("--koord-runtimeproxy-endpoint").arg(proxy.socket()).arg("status").args(extra).output().unwrap();
+        let out = Command::new(BIN)
+            .arg("--koord-runtimeproxy-endpoint")
+            .arg(proxy.socket())
+            .arg("status")
+            .args(extra)
+            .output()
+            .unwrap();
         (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let raw = |text: &str| text.chars().any(|c| c != '\n' && daemon_support::escape::is_escaped(c));

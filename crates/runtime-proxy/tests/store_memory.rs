@@ -32,7 +32,8 @@ const MAX_GROWTH_KIB: u64 = 16 << 10;
 /// back what the calls before freed (mimalloc purges freed pages after a short delay).
 async fn rss_kib(pid: u32) -> u64 {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -43,11 +44,27 @@ async fn rss_kib(pid: u32) -> u64 {
 
 /// CreateContainer (with the pod's `sandbox_config`, as kubelet sends it) and StartContainer of
 /// the container `c<i>` in the pod `(sandbox ID, config)`.
-async fn start(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, pod: (&String, &cri::PodSandboxConfig), i: usize) {
+async fn start(
+    env: &Containerd,
+    rt: &mut RuntimeServiceClient<Channel>,
+    pod: (&String, &cri::PodSandboxConfig),
+    i: usize,
+) {
     let container = container_config(env, &format!("c{i}"), &["sleep", "3600"], None, &[("KEEP", "me")]);
-    let req = cri::CreateContainerRequest { pod_sandbox_id: pod.0.clone(), config: Some(container), sandbox_config: Some(pod.1.clone()) };
-    let id = rt.create_container(req).await.unwrap_or_else(|e| panic!("CreateContainer c{i}: {e:?}")).into_inner().container_id;
-    rt.start_container(cri::StartContainerRequest { container_id: id }).await.unwrap_or_else(|e| panic!("StartContainer c{i}: {e:?}"));
+    let req = cri::CreateContainerRequest {
+        pod_sandbox_id: pod.0.clone(),
+        config: Some(container),
+        sandbox_config: Some(pod.1.clone()),
+    };
+    let id = rt
+        .create_container(req)
+        .await
+        .unwrap_or_else(|e| panic!("CreateContainer c{i}: {e:?}"))
+        .into_inner()
+        .container_id;
+    rt.start_container(cri::StartContainerRequest { container_id: id })
+        .await
+        .unwrap_or_else(|e| panic!("StartContainer c{i}: {e:?}"));
 }
 
 #[tokio::test]
@@ -57,14 +74,27 @@ async fn many_containers_of_a_pod_with_large_annotations_keep_one_copy_of_the_po
     // A hook server at both container stages of a pod's start: every container's request is
     // built from the store (PreCreateContainer: the pod; PreStartContainer: the container).
     let hook = TestHook::echoing(|_, _| {}).await;
-    register(dir.path(), "observer.json", hook.socket(), "Fail", &["PreCreateContainer", "PreStartContainer"], json!({}));
+    register(
+        dir.path(),
+        "observer.json",
+        hook.socket(),
+        "Fail",
+        &["PreCreateContainer", "PreStartContainer"],
+        json!({}),
+    );
     let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
     assert!(proxy.wait_log(&["hook server added", "file=observer.json"], 0), "{}", proxy.log());
     let mut rt = runtime_client(proxy.socket());
 
     // Many small entries, as labels-turned-annotations and tooling write them: 30 bytes each.
-    let annotations: HashMap<String, String> = (0..ANNOTATIONS).map(|i| (format!("a{i:04}"), format!("{i:025}"))).collect();
-    let config = sandbox_config(&env, &unique("store-mem"), [("app".to_string(), "big".to_string())].into(), annotations.clone());
+    let annotations: HashMap<String, String> =
+        (0..ANNOTATIONS).map(|i| (format!("a{i:04}"), format!("{i:025}"))).collect();
+    let config = sandbox_config(
+        &env,
+        &unique("store-mem"),
+        [("app".to_string(), "big".to_string())].into(),
+        annotations.clone(),
+    );
     let sandbox_id = rt
         .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
         .await
@@ -89,7 +119,10 @@ async fn many_containers_of_a_pod_with_large_annotations_keep_one_copy_of_the_po
 
     // Removed before asserting: a pod left behind would slow down the next tests' recoveries.
     remove_sandbox(&mut rt, &sandbox_id).await;
-    assert!(growth < MAX_GROWTH_KIB, "proxy RSS grew by {growth} KiB over {CONTAINERS} containers (bound {MAX_GROWTH_KIB} KiB)");
+    assert!(
+        growth < MAX_GROWTH_KIB,
+        "proxy RSS grew by {growth} KiB over {CONTAINERS} containers (bound {MAX_GROWTH_KIB} KiB)"
+    );
     // The store was used: the last start's hook request carried the pod's annotations.
     let seen = next_seen(&hook, "PreStartContainer", hook.seen().len() - 1).await.container();
     assert_eq!(seen.container_meta.as_ref().map(|m| m.name.clone()), Some(format!("c{CONTAINERS}")));

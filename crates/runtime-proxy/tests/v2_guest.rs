@@ -12,7 +12,8 @@ use k8s_cri::v1 as cri;
 use test_support::containerd::{container_config, unique, Pod};
 use test_support::proxy::ProxyProcess;
 use test_support::systemd::{
-    cgroup_file, daemon_reload, guest, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos, CGROUP_ROOT, KUBEPODS,
+    cgroup_file, daemon_reload, guest, sandbox_config_systemd, scope_dir, show, slice_dir, stop_slice, Qos,
+    CGROUP_ROOT, KUBEPODS,
 };
 use test_support::{runtime_client, workspace_binary};
 
@@ -61,7 +62,8 @@ async fn a_best_effort_pod_under_kubelet_slices_gets_runc_1_3_values() {
     let proxy = ProxyProcess::start(binary.to_str().unwrap(), &env.socket, &[]);
     let mut rt = runtime_client(proxy.socket());
 
-    let config = rt.runtime_config(cri::RuntimeConfigRequest {}).await.expect("RuntimeConfig through the proxy").into_inner();
+    let config =
+        rt.runtime_config(cri::RuntimeConfigRequest {}).await.expect("RuntimeConfig through the proxy").into_inner();
     let linux = config.linux.expect("RuntimeConfig has a linux part");
     assert_eq!(linux.cgroup_driver(), cri::CgroupDriver::Systemd, "{linux:?}");
 
@@ -84,8 +86,11 @@ async fn a_best_effort_pod_under_kubelet_slices_gets_runc_1_3_values() {
     let scope = scope_dir(&slice, &pod.container_id);
     let sandbox_scope = scope_dir(&slice, &pod.sandbox_id);
     assert!(sandbox_scope.is_dir(), "the sandbox's scope {}", sandbox_scope.display());
-    let expected =
-        [("cpu.weight", runc_cpu_weight(512).to_string()), ("cpu.max", "50000 100000".into()), ("memory.max", "67108864".into())];
+    let expected = [
+        ("cpu.weight", runc_cpu_weight(512).to_string()),
+        ("cpu.max", "50000 100000".into()),
+        ("memory.max", "67108864".into()),
+    ];
     assert_eq!(expected[0].1, "59", "runc 1.3's weight for 512 shares");
     let read = || expected.iter().map(|(f, _)| (*f, cgroup_file(&scope, f))).collect::<Vec<_>>();
     let want: Vec<(&str, String)> = expected.iter().map(|(f, v)| (*f, v.clone())).collect();
@@ -97,10 +102,19 @@ async fn a_best_effort_pod_under_kubelet_slices_gets_runc_1_3_values() {
     daemon_reload();
     assert_eq!(read(), want, "after systemctl daemon-reload");
     // every controller reaches the pod's cgroups
-    for dir in [std::path::PathBuf::from(CGROUP_ROOT), slice_dir(KUBEPODS), slice_dir(Qos::BestEffort.parent_slice()), slice_dir(&slice)] {
+    for dir in [
+        std::path::PathBuf::from(CGROUP_ROOT),
+        slice_dir(KUBEPODS),
+        slice_dir(Qos::BestEffort.parent_slice()),
+        slice_dir(&slice),
+    ] {
         let control = subtree_control(&dir);
         for c in CONTROLLERS {
-            assert!(control.split(' ').any(|e| e == c), "{}/cgroup.subtree_control lacks {c}: {control:?}", dir.display());
+            assert!(
+                control.split(' ').any(|e| e == c),
+                "{}/cgroup.subtree_control lacks {c}: {control:?}",
+                dir.display()
+            );
         }
     }
     assert!(scope.join("cpuset.cpus").exists(), "the container's scope has cpuset files");

@@ -19,9 +19,14 @@ pub fn clients_dir() -> PathBuf {
 pub fn setup_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/test-support is two levels down");
+        let workspace =
+            Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/test-support is two levels down");
         let dir = workspace.join("target/cri-clients");
-        let out = Command::new("bash").arg(clients_dir().join("setup.sh")).arg(&dir).output().expect("running tests/clients/setup.sh");
+        let out = Command::new("bash")
+            .arg(clients_dir().join("setup.sh"))
+            .arg(&dir)
+            .output()
+            .expect("running tests/clients/setup.sh");
         assert!(
             out.status.success(),
             "tests/clients/setup.sh {} failed:\n{}{}",
@@ -95,6 +100,10 @@ impl PyHookServer {
 
     /// The stages it was called at for pod `name`, in order.
     pub fn stages_of(&self, name: &str) -> Vec<String> {
-        self.calls().iter().filter(|c| c["pod"] == name).map(|c| c["stage"].as_str().unwrap_or_default().to_owned()).collect()
+        self.calls()
+            .iter()
+            .filter(|c| c["pod"] == name)
+            .map(|c| c["stage"].as_str().unwrap_or_default().to_owned())
+            .collect()
     }
 }

@@ -82,7 +82,10 @@ impl Containerd {
             (1, 6) => "1.6",
             (1, 7) => "1.7",
             (2, 1) => "2.1",
-            other => panic!("containerd {} ({other:?}) is not a series scripts/containerd.sh starts (1.6, 1.7, 2.1)", self.version),
+            other => panic!(
+                "containerd {} ({other:?}) is not a series scripts/containerd.sh starts (1.6, 1.7, 2.1)",
+                self.version
+            ),
         }
     }
 }
@@ -105,14 +108,22 @@ pub fn sandbox_config(
     let log_directory = env.log_root.join(&uid);
     std::fs::create_dir_all(&log_directory).expect("pod log dir");
     cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata { name: name.into(), uid: uid.clone(), namespace: "default".into(), attempt: 0 }),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.clone(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
         log_directory: log_directory.display().to_string(),
         labels,
         annotations,
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: format!("{}/pod{}", env.cgroup_parent, uid),
             security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(cri::NamespaceOption { network: cri::NamespaceMode::Node as i32, ..Default::default() }),
+                namespace_options: Some(cri::NamespaceOption {
+                    network: cri::NamespaceMode::Node as i32,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -179,7 +190,8 @@ impl Pod {
                 return Err(e);
             }
         };
-        if let Err(e) = client.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await {
+        if let Err(e) = client.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await
+        {
             remove_sandbox(client, &sandbox_id).await;
             return Err(e);
         }
@@ -192,8 +204,14 @@ impl Pod {
             .stop_container(cri::StopContainerRequest { container_id: self.container_id.clone(), timeout: 0 })
             .await
             .expect("StopContainer");
-        client.remove_container(cri::RemoveContainerRequest { container_id: self.container_id.clone() }).await.expect("RemoveContainer");
-        client.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: self.sandbox_id.clone() }).await.expect("StopPodSandbox");
+        client
+            .remove_container(cri::RemoveContainerRequest { container_id: self.container_id.clone() })
+            .await
+            .expect("RemoveContainer");
+        client
+            .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: self.sandbox_id.clone() })
+            .await
+            .expect("StopPodSandbox");
         client
             .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: self.sandbox_id.clone() })
             .await
@@ -242,10 +260,11 @@ pub async fn drain_cancelled_event_streams(env: &Containerd) {
         // test's pod whose annotations are not UTF-8 (tests/no_escape.rs) would end a k8s-cri
         // stream with a decode error, and the drain with it.
         let request = tonic::Request::new(bytes::Bytes::from(cri::GetEventsRequest {}.encode_to_vec()));
-        let mut events = crate::raw::server_streaming(channel, "/runtime.v1.RuntimeService/GetContainerEvents", request)
-            .await
-            .expect("GetContainerEvents")
-            .into_inner();
+        let mut events =
+            crate::raw::server_streaming(channel, "/runtime.v1.RuntimeService/GetContainerEvents", request)
+                .await
+                .expect("GetContainerEvents")
+                .into_inner();
         while let Ok(Some(event)) = events.message().await {
             let id = crate::raw::string_field_1(&event);
             if tx.send(id).is_err() {
@@ -314,7 +333,12 @@ impl Drop for Purge {
         let out = std::process::Command::new(containerd_sh()).arg("purge").arg(&self.0).output();
         match out {
             Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!("containerd.sh purge {}: {}\n{}", self.0.display(), o.status, String::from_utf8_lossy(&o.stderr)),
+            Ok(o) => eprintln!(
+                "containerd.sh purge {}: {}\n{}",
+                self.0.display(),
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            ),
             Err(e) => eprintln!("containerd.sh purge {}: {e}", self.0.display()),
         }
     }
@@ -389,8 +413,17 @@ pub async fn serves_v1alpha2(env: &Containerd, proxy_socket: &std::path::Path) -
     };
     assert_eq!(direct.code(), tonic::Code::Unimplemented, "v1alpha2 Version on containerd {}: {direct:?}", env.version);
     assert!(env.major_minor() >= (2, 0), "containerd {} (before 2.0) must serve v1alpha2: {direct:?}", env.version);
-    let proxied = crate::runtime_client_v1alpha2(proxy_socket).version(request()).await.expect_err("the runtime's UNIMPLEMENTED");
-    assert_eq!((proxied.code(), proxied.message()), (direct.code(), direct.message()), "through the proxy (left), directly (right)");
-    eprintln!("containerd {} serves no CRI v1alpha2: its own {:?} came through the proxy", env.version, direct.message());
+    let proxied =
+        crate::runtime_client_v1alpha2(proxy_socket).version(request()).await.expect_err("the runtime's UNIMPLEMENTED");
+    assert_eq!(
+        (proxied.code(), proxied.message()),
+        (direct.code(), direct.message()),
+        "through the proxy (left), directly (right)"
+    );
+    eprintln!(
+        "containerd {} serves no CRI v1alpha2: its own {:?} came through the proxy",
+        env.version,
+        direct.message()
+    );
     false
 }

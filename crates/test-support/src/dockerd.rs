@@ -104,7 +104,8 @@ pub fn api(socket: &Path, method: &str, path: &str, body: Option<&serde_json::Va
     let value = if answer.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null
     } else {
-        serde_json::from_slice(&answer).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&answer).into_owned()))
+        serde_json::from_slice(&answer)
+            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&answer).into_owned()))
     };
     (status, value)
 }
@@ -114,7 +115,8 @@ pub fn api(socket: &Path, method: &str, path: &str, body: Option<&serde_json::Va
 pub fn api_raw(socket: &Path, method: &str, path: &str, body: Option<&[u8]>) -> (u16, Vec<u8>) {
     let mut conn = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connecting to {}: {e}", socket.display()));
     conn.set_read_timeout(Some(Duration::from_secs(60))).expect("read timeout");
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: docker\r\nUser-Agent: rp-test\r\nConnection: close\r\n");
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: docker\r\nUser-Agent: rp-test\r\nConnection: close\r\n");
     if let Some(b) = body {
         request.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()));
     }
@@ -136,8 +138,9 @@ pub fn api_raw(socket: &Path, method: &str, path: &str, body: Option<&[u8]>) -> 
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("{method} {path}: bad status line in {head:?}"));
     let chunked = head.lines().any(|l| {
-        l.split_once(':')
-            .is_some_and(|(k, v)| k.trim().eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked"))
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked")
+        })
     });
     (status, if chunked { dechunk(rest) } else { rest.to_vec() })
 }
@@ -207,7 +210,10 @@ impl OwnDockerd {
         let text = std::fs::read_to_string(self.root.join("docker.pid")).expect("ROOT/docker.pid");
         let pid: i32 = text.trim().parse().expect("a PID");
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        assert!(String::from_utf8_lossy(&cmdline).contains(self.root.to_str().unwrap_or("?")), "PID {pid} is our dockerd");
+        assert!(
+            String::from_utf8_lossy(&cmdline).contains(self.root.to_str().unwrap_or("?")),
+            "PID {pid} is our dockerd"
+        );
         pid
     }
 
@@ -223,7 +229,12 @@ impl Drop for OwnDockerd {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/dockerd.sh");
         match Command::new(script).arg("purge").arg(&self.root).output() {
             Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!("dockerd.sh purge {}: {}\n{}", self.root.display(), o.status, String::from_utf8_lossy(&o.stderr)),
+            Ok(o) => eprintln!(
+                "dockerd.sh purge {}: {}\n{}",
+                self.root.display(),
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            ),
             Err(e) => eprintln!("dockerd.sh purge {}: {e}", self.root.display()),
         }
     }

@@ -127,13 +127,14 @@ impl Assets {
                 dir.display()
             ));
         }
-        let etcd = [dir.join("etcd"), fallback_etcd.to_owned()].into_iter().find(|p| is_executable(p)).ok_or_else(|| {
-            format!(
-                "KUBEBUILDER_ASSETS={}: no executable etcd there, nor {} (Debian: apt-get install etcd-server)",
-                dir.display(),
-                fallback_etcd.display()
-            )
-        })?;
+        let etcd =
+            [dir.join("etcd"), fallback_etcd.to_owned()].into_iter().find(|p| is_executable(p)).ok_or_else(|| {
+                format!(
+                    "KUBEBUILDER_ASSETS={}: no executable etcd there, nor {} (Debian: apt-get install etcd-server)",
+                    dir.display(),
+                    fallback_etcd.display()
+                )
+            })?;
         Ok(Assets { kube_apiserver, etcd })
     }
 }
@@ -152,7 +153,9 @@ fn is_executable(path: &Path) -> bool {
 /// [`LIMITED_USER`] in no group of its own (only what [`LIMITED_ROLE`] grants, plus what every
 /// authenticated user may do).
 pub fn token_file(admin_token: &str, limited_token: &str) -> String {
-    format!("{admin_token},admin,envtest-admin,\"system:masters\"\n{limited_token},{LIMITED_USER},envtest-{LIMITED_USER}\n")
+    format!(
+        "{admin_token},admin,envtest-admin,\"system:masters\"\n{limited_token},{LIMITED_USER},envtest-{LIMITED_USER}\n"
+    )
 }
 
 /// A kubeconfig for `server` (TLS not verified: the API server's certificate is self-signed) with
@@ -190,7 +193,8 @@ pub fn limited_role() -> (Value, Value) {
         .find(|d| d["kind"] == "ClusterRole")
         .expect("deploy/runtime-hooks-rbac.yaml has a ClusterRole");
     role["metadata"] = json!({"name": LIMITED_ROLE});
-    let rules = role["rules"].as_array().expect("rules").iter().filter(|r| !mentions(&r["apiGroups"], "slo.koordinator.sh"));
+    let rules =
+        role["rules"].as_array().expect("rules").iter().filter(|r| !mentions(&r["apiGroups"], "slo.koordinator.sh"));
     role["rules"] = Value::Array(rules.cloned().collect());
     let binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -303,7 +307,8 @@ pub fn write_service_account_keys(private: &Path, public: &Path) -> Result<(), S
 
 fn run(cmd: &mut Command) -> Result<(), String> {
     let what = format!("{cmd:?}");
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e} (Debian: apt-get install openssl curl)"))?;
+    let out =
+        cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e} (Debian: apt-get install openssl curl)"))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -314,7 +319,8 @@ fn run(cmd: &mut Command) -> Result<(), String> {
 /// A token no one can guess: 32 hex digits from `/dev/urandom`.
 pub fn random_token() -> String {
     let mut bytes = [0u8; 16];
-    std::io::Read::read_exact(&mut File::open("/dev/urandom").expect("/dev/urandom"), &mut bytes).expect("/dev/urandom");
+    std::io::Read::read_exact(&mut File::open("/dev/urandom").expect("/dev/urandom"), &mut bytes)
+        .expect("/dev/urandom");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -483,7 +489,8 @@ impl Envtest {
         };
         std::fs::create_dir_all(&files.cert_dir).expect("cert dir");
         std::fs::write(&files.token_file, token_file(&env.admin_token, &env.limited_token)).expect("token file");
-        write_service_account_keys(&files.sa_private_key, &files.sa_public_key).unwrap_or_else(|e| panic!("envtest: {e}"));
+        write_service_account_keys(&files.sa_private_key, &files.sa_public_key)
+            .unwrap_or_else(|e| panic!("envtest: {e}"));
         let args = apiserver_args(&files, &env.etcd_url, api_port);
         env.apiserver = Some(spawn(&assets.kube_apiserver, &args, &env.dir.join("kube-apiserver.log")));
         let (readyz, token) = (format!("{}/readyz", env.server), env.admin_token.clone());
@@ -494,7 +501,10 @@ impl Envtest {
         env.apply(NODE_RESOURCE_TOPOLOGY_CRD);
         for (crd, collection) in [
             ("nodeslos.slo.koordinator.sh", "/apis/slo.koordinator.sh/v1alpha1/nodeslos"),
-            ("noderesourcetopologies.topology.node.k8s.io", "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies"),
+            (
+                "noderesourcetopologies.topology.node.k8s.io",
+                "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies",
+            ),
         ] {
             let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}");
             env.settle(&format!("CRD {crd} established and {collection} served"), || {
@@ -512,8 +522,10 @@ impl Envtest {
         env.hooks_token = env.service_account_token("runtime-hooks", "runtime-hooks");
 
         std::fs::write(&env.admin_kubeconfig, kubeconfig(&env.server, "admin", &env.admin_token)).expect("kubeconfig");
-        std::fs::write(&env.hooks_kubeconfig, kubeconfig(&env.server, "runtime-hooks", &env.hooks_token)).expect("kubeconfig");
-        std::fs::write(&env.limited_kubeconfig, kubeconfig(&env.server, LIMITED_USER, &env.limited_token)).expect("kubeconfig");
+        std::fs::write(&env.hooks_kubeconfig, kubeconfig(&env.server, "runtime-hooks", &env.hooks_token))
+            .expect("kubeconfig");
+        std::fs::write(&env.limited_kubeconfig, kubeconfig(&env.server, LIMITED_USER, &env.limited_token))
+            .expect("kubeconfig");
 
         // The authorizer learns of new bindings through a watch: wait until both are in effect.
         let nodeslos = "/apis/slo.koordinator.sh/v1alpha1/nodeslos";
@@ -604,7 +616,10 @@ impl Envtest {
         let start = Instant::now();
         while !done() {
             if start.elapsed() > SETTLE_TIMEOUT {
-                panic!("envtest: {what}: not within {SETTLE_TIMEOUT:?}:\n{}", tail(&self.dir.join("kube-apiserver.log")));
+                panic!(
+                    "envtest: {what}: not within {SETTLE_TIMEOUT:?}:\n{}",
+                    tail(&self.dir.join("kube-apiserver.log"))
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -696,7 +711,10 @@ mod tests {
         assert!(err.contains("no executable etcd") && err.contains("etcd-server"), "{err}");
 
         executable(&fallback);
-        assert_eq!(Assets::in_dir(d, &fallback).unwrap(), Assets { kube_apiserver: d.join("kube-apiserver"), etcd: fallback.clone() });
+        assert_eq!(
+            Assets::in_dir(d, &fallback).unwrap(),
+            Assets { kube_apiserver: d.join("kube-apiserver"), etcd: fallback.clone() }
+        );
         executable(&d.join("etcd"));
         assert_eq!(Assets::in_dir(d, &fallback).unwrap().etcd, d.join("etcd"), "the directory's etcd first");
 
@@ -720,7 +738,10 @@ mod tests {
         assert_ne!(admin, limited);
         let text = token_file(&admin, &limited);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines, [format!("{admin},admin,envtest-admin,\"system:masters\""), format!("{limited},limited,envtest-limited")]);
+        assert_eq!(
+            lines,
+            [format!("{admin},admin,envtest-admin,\"system:masters\""), format!("{limited},limited,envtest-limited")]
+        );
     }
 
     #[test]
@@ -783,7 +804,10 @@ mod tests {
                 "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
             ]
         );
-        assert_eq!(docs[2]["subjects"][0], json!({"kind": "ServiceAccount", "name": "runtime-hooks", "namespace": "runtime-hooks"}));
+        assert_eq!(
+            docs[2]["subjects"][0],
+            json!({"kind": "ServiceAccount", "name": "runtime-hooks", "namespace": "runtime-hooks"})
+        );
         let ns = yaml_documents(NAMESPACE).unwrap();
         assert_eq!(collection_path(&ns[0]).unwrap(), "/api/v1/namespaces");
         assert_eq!(ns[0]["metadata"]["name"], "runtime-hooks");
@@ -804,8 +828,7 @@ mod tests {
 
     #[test]
     fn collection_paths() {
-        let obj =
-            |api: &str, kind: &str, ns: Option<&str>| json!({"apiVersion": api, "kind": kind, "metadata": {"name": "x", "namespace": ns}});
+        let obj = |api: &str, kind: &str, ns: Option<&str>| json!({"apiVersion": api, "kind": kind, "metadata": {"name": "x", "namespace": ns}});
         assert_eq!(collection_path(&obj("v1", "Node", None)).unwrap(), "/api/v1/nodes");
         assert_eq!(collection_path(&obj("v1", "Pod", Some("ns1"))).unwrap(), "/api/v1/namespaces/ns1/pods");
         assert_eq!(collection_path(&obj("v1", "Event", None)).unwrap(), "/api/v1/namespaces/default/events");
@@ -827,7 +850,10 @@ mod tests {
         assert_eq!(k["kind"], "Config");
         assert_eq!(k["current-context"], "limited");
         assert_eq!(k["contexts"][0]["context"], json!({"cluster": "envtest", "user": "limited"}));
-        assert_eq!(k["clusters"][0]["cluster"], json!({"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": true}));
+        assert_eq!(
+            k["clusters"][0]["cluster"],
+            json!({"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": true})
+        );
         assert_eq!(k["users"][0], json!({"name": "limited", "user": {"token": "t0k3n"}}));
     }
 
@@ -895,8 +921,12 @@ mod tests {
             let mut body = vec![0; length];
             reader.read_exact(&mut body).unwrap();
             let answer = r#"{"kind":"Event"}"#;
-            write!(&conn, "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}", answer.len())
-                .unwrap();
+            write!(
+                &conn,
+                "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+                answer.len()
+            )
+            .unwrap();
             (head, String::from_utf8(body).unwrap())
         });
         let answer = http("POST", &url, Some("s3cr3t"), Some(&json!({"kind": "Event"})));

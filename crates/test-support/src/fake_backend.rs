@@ -316,7 +316,8 @@ async fn answer(
     // `runtime-proxy-health`) are answered like any call, a stream feed excepted, but neither
     // recorded nor counted as abandoned: `calls()` and `abandoned()` are the test's own calls
     // and the proxy's on their behalf.
-    let health_check = parts.headers.get(http::header::USER_AGENT).is_some_and(|v| v.as_bytes().starts_with(b"runtime-proxy-health"));
+    let health_check =
+        parts.headers.get(http::header::USER_AGENT).is_some_and(|v| v.as_bytes().starts_with(b"runtime-proxy-health"));
     let (rec, dropped) = if health_check { (Default::default(), Default::default()) } else { (rec, dropped) };
     // As a gRPC server's handler, the fake sees a call once its request message is whole: a
     // stream reset before that (runtime-proxy resets the runtime's copy of every call it takes
@@ -331,8 +332,10 @@ async fn answer(
             rec.lock().unwrap().push(record);
             let mut resp = Response::builder().status(200).header("content-type", "application/grpc");
             let Some(parts) = parts else {
-                let trailers =
-                    vec![("grpc-status".into(), "14".into()), ("grpc-message".into(), "fake backend: stream already served".into())];
+                let trailers = vec![
+                    ("grpc-status".into(), "14".into()),
+                    ("grpc-message".into(), "fake backend: stream already served".into()),
+                ];
                 return resp.body(frames_body(vec![Ok(Frame::trailers(header_map(trailers)))])).unwrap();
             };
             for (k, v) in headers {
@@ -350,12 +353,14 @@ async fn answer(
         Behaviour::Cri | Behaviour::CriRefusing(_) | Behaviour::Restoring { .. } | Behaviour::Stream { .. } => {
             let (data, trailers) = match &behaviour {
                 Behaviour::CriRefusing(paths) if paths.contains(&record.path) => {
-                    let trailers = vec![("grpc-status".into(), "9".into()), ("grpc-message".into(), "fake backend: refused".into())];
+                    let trailers = vec![
+                        ("grpc-status".into(), "9".into()),
+                        ("grpc-message".into(), "fake backend: refused".into()),
+                    ];
                     (None, header_map(trailers))
                 }
-                Behaviour::Restoring { pod, restored } => {
-                    restoring_answer(&record.path, &record.body, pod, restored).unwrap_or_else(|| cri_answer(&record.path))
-                }
+                Behaviour::Restoring { pod, restored } => restoring_answer(&record.path, &record.body, pod, restored)
+                    .unwrap_or_else(|| cri_answer(&record.path)),
                 _ => cri_answer(&record.path),
             };
             rec.lock().unwrap().push(record);
@@ -511,7 +516,11 @@ fn restoring_answer(
                     resources: Some(cri::ContainerResources { linux: Some(resources), ..Default::default() }),
                     ..Default::default()
                 }),
-                info: [("info".to_string(), serde_json::json!({ "sandboxID": pod.sandbox_id, "config": config }).to_string())].into(),
+                info: [(
+                    "info".to_string(),
+                    serde_json::json!({ "sandboxID": pod.sandbox_id, "config": config }).to_string(),
+                )]
+                .into(),
             }
             .encode_to_vec()
         }

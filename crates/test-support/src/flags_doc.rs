@@ -38,9 +38,19 @@ pub fn check(doc: &Path, program: &str, bin: &Path, subcommands: &[&str]) -> Res
 
 /// `bin ARGS --help`'s standard output.
 fn help(bin: &Path, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(bin).args(args).arg("--help").output().map_err(|e| format!("{}: cannot run: {e}", bin.display()))?;
+    let out = Command::new(bin)
+        .args(args)
+        .arg("--help")
+        .output()
+        .map_err(|e| format!("{}: cannot run: {e}", bin.display()))?;
     if !out.status.success() {
-        return Err(format!("{} {} --help: {}: {}", bin.display(), args.join(" "), out.status, String::from_utf8_lossy(&out.stderr)));
+        return Err(format!(
+            "{} {} --help: {}: {}",
+            bin.display(),
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     String::from_utf8(out.stdout).map_err(|e| format!("{} --help: not UTF-8: {e}", bin.display()))
 }
@@ -81,7 +91,8 @@ pub fn compare(doc: &str, program: &str, main_help: &str, subcommands: &[(&str, 
         };
         let sub_flags = help_flags(sub_help);
         for flag in flags_in(paragraph).difference(&sub_flags) {
-            problems.push(format!("the {heading} paragraph names {flag}, which `{program} {sub} --help` does not show"));
+            problems
+                .push(format!("the {heading} paragraph names {flag}, which `{program} {sub} --help` does not show"));
         }
     }
     if problems.is_empty() {
@@ -173,8 +184,10 @@ mod tests {
 
     const HELP: &str = "A proxy.\n\nUsage: demo [OPTIONS] [COMMAND]\n\nCommands:\n  status  Print it\n\nOptions:\n      \
                         --listen <PATH>\n          Where to listen; see --frontend\n      --frontend <FRONTEND>\n          \
-                        [default: cri]\n      --insecure\n      --strict[=<BOOL>]\n  -h, --help\n          Print help\n  -V, --version\n          Print version\n";
-    const STATUS_HELP: &str = "Usage: demo status [OPTIONS]\n\nOptions:\n      --output <OUTPUT>  text or json\n  -h, --help  Print help\n";
+                        [default: cri]\n      --insecure\n      --strict[=<BOOL>]\n  -h, --help\
+                        \n          Print help\n  -V, --version\n          Print version\n";
+    const STATUS_HELP: &str =
+        "Usage: demo status [OPTIONS]\n\nOptions:\n      --output <OUTPUT>  text or json\n  -h, --help  Print help\n";
 
     fn doc(rows: &[&str], status: &str) -> String {
         format!(
@@ -203,7 +216,11 @@ mod tests {
     #[test]
     fn table_flags_are_the_first_column_only() {
         let flags: Vec<_> = table_flags(&doc(&ROWS, STATUS)).into_iter().collect();
-        assert_eq!(flags, ["--elsewhere", "--frontend", "--insecure", "--listen", "--strict"], "all rows of the text given");
+        assert_eq!(
+            flags,
+            ["--elsewhere", "--frontend", "--insecure", "--listen", "--strict"],
+            "all rows of the text given"
+        );
         let flags: Vec<_> = table_flags(section(&doc(&ROWS, STATUS), "demo").unwrap()).into_iter().collect();
         assert_eq!(flags, ["--frontend", "--insecure", "--listen", "--strict"]);
     }
@@ -233,10 +250,17 @@ mod tests {
 
     #[test]
     fn a_documented_flag_the_help_lacks_fails() {
-        let err = compare(&doc(&[ROWS[0], ROWS[1], ROWS[2], ROWS[3], "| `--gone N` | 1 | removed |"], STATUS), "demo", HELP, &subs())
-            .unwrap_err();
+        let err = compare(
+            &doc(&[ROWS[0], ROWS[1], ROWS[2], ROWS[3], "| `--gone N` | 1 | removed |"], STATUS),
+            "demo",
+            HELP,
+            &subs(),
+        )
+        .unwrap_err();
         assert_eq!(err, "the `## demo` table lists --gone, which `demo --help` does not show");
-        let err = compare(&doc(&ROWS, "**`demo status`** prints it (`--output json`, `--wait`)."), "demo", HELP, &subs()).unwrap_err();
+        let err =
+            compare(&doc(&ROWS, "**`demo status`** prints it (`--output json`, `--wait`)."), "demo", HELP, &subs())
+                .unwrap_err();
         assert_eq!(err, "the **`demo status`** paragraph names --wait, which `demo status --help` does not show");
     }
 

@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
+use hook_api::v1alpha1::{
+    ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
+};
 use hook_api::{RuntimeHookService, RuntimeHookServiceServer};
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -12,7 +14,8 @@ use tonic::{Request, Response, Status};
 
 /// Answers container-level stages: `(stage, request) -> answer`. Stage names as koord's
 /// (`PreCreateContainer`, …).
-pub type ContainerFn = Arc<dyn Fn(&str, &ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> + Send + Sync>;
+pub type ContainerFn =
+    Arc<dyn Fn(&str, &ContainerResourceHookRequest) -> Result<ContainerResourceHookResponse, Status> + Send + Sync>;
 /// Answers pod-level stages.
 pub type PodFn = Arc<dyn Fn(&str, &PodSandboxHookRequest) -> Result<PodSandboxHookResponse, Status> + Send + Sync>;
 
@@ -77,7 +80,11 @@ impl Drop for InFlight {
 }
 
 impl Service {
-    fn pod(&self, stage: &str, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+    fn pod(
+        &self,
+        stage: &str,
+        req: Request<PodSandboxHookRequest>,
+    ) -> Result<Response<PodSandboxHookResponse>, Status> {
         let req = req.into_inner();
         self.seen.lock().unwrap().push(Seen::Pod(stage.into(), req.clone()));
         (self.pod)(stage, &req).map(Response::new)
@@ -95,14 +102,20 @@ impl Service {
 
 #[tonic::async_trait]
 impl RuntimeHookService for Service {
-    async fn pre_run_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+    async fn pre_run_pod_sandbox_hook(
+        &self,
+        r: Request<PodSandboxHookRequest>,
+    ) -> Result<Response<PodSandboxHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
         self.pod("PreRunPodSandbox", r)
     }
-    async fn post_stop_pod_sandbox_hook(&self, r: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+    async fn post_stop_pod_sandbox_hook(
+        &self,
+        r: Request<PodSandboxHookRequest>,
+    ) -> Result<Response<PodSandboxHookResponse>, Status> {
         let _in_flight = InFlight::new(&self.concurrency);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
@@ -180,7 +193,12 @@ impl TestHook {
         TestHook::serve(container, pod, std::time::Duration::ZERO, Some(max_bytes)).await
     }
 
-    async fn serve(container: ContainerFn, pod: PodFn, delay: std::time::Duration, max_bytes: Option<usize>) -> TestHook {
+    async fn serve(
+        container: ContainerFn,
+        pod: PodFn,
+        delay: std::time::Duration,
+        max_bytes: Option<usize>,
+    ) -> TestHook {
         let dir = tempfile::Builder::new().prefix("rp-hook").tempdir().expect("temp dir");
         let socket = dir.path().join("hook.sock");
         let listener = UnixListener::bind(&socket).expect("bind hook socket");
@@ -192,7 +210,10 @@ impl TestHook {
             if let Some(max) = max_bytes {
                 server = server.max_decoding_message_size(max).max_encoding_message_size(max);
             }
-            let _ = tonic::transport::Server::builder().add_service(server).serve_with_incoming(UnixListenerStream::new(listener)).await;
+            let _ = tonic::transport::Server::builder()
+                .add_service(server)
+                .serve_with_incoming(UnixListenerStream::new(listener))
+                .await;
         });
         TestHook { socket, seen, concurrency, task, _dir: dir }
     }
@@ -220,7 +241,9 @@ impl TestHook {
     }
 
     /// A koordlet-like server: echoes every request, then lets `change` edit container answers.
-    pub async fn echoing(change: impl Fn(&str, &mut ContainerResourceHookResponse) + Send + Sync + 'static) -> TestHook {
+    pub async fn echoing(
+        change: impl Fn(&str, &mut ContainerResourceHookResponse) + Send + Sync + 'static,
+    ) -> TestHook {
         let container: ContainerFn = Arc::new(move |stage, req| {
             let mut resp = hook_api::merge::echo_container(req);
             change(stage, &mut resp);
@@ -263,7 +286,8 @@ pub fn register(dir: &Path, name: &str, endpoint: &Path, policy: &str, stages: &
         d.extend(e.clone());
     }
     let tmp = dir.join(format!(".{name}.tmp"));
-    hook_api::write_registration(&tmp, &dir.join(name), &serde_json::to_vec_pretty(&doc).unwrap()).expect("write registration");
+    hook_api::write_registration(&tmp, &dir.join(name), &serde_json::to_vec_pretty(&doc).unwrap())
+        .expect("write registration");
 }
 
 /// A child process killed (SIGKILL) and reaped when dropped.
@@ -293,7 +317,9 @@ pub fn example_hook_command(socket: &Path, register_in: Option<&Path>) -> std::p
 pub fn start_example_hook(dir: &Path, proxy: &crate::proxy::ProxyProcess) -> KillOnDrop {
     let seen = ["hook server added", "file=annotation-hook.json"];
     let before = proxy.count_log(&seen);
-    let child = example_hook_command(&dir.join("annotation-hook.sock"), Some(dir)).spawn().expect("start the example hook server");
+    let child = example_hook_command(&dir.join("annotation-hook.sock"), Some(dir))
+        .spawn()
+        .expect("start the example hook server");
     let hook = KillOnDrop(child);
     assert!(proxy.wait_log(&seen, before), "the proxy did not take up the example hook:\n{}", proxy.log());
     hook

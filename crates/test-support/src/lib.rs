@@ -67,12 +67,12 @@ pub fn channel(path: impl AsRef<Path>) -> Channel {
 /// the client's WINDOW_UPDATEs.
 pub fn channel_with_stream_window(path: impl AsRef<Path>, window: u32) -> Channel {
     let path: PathBuf = path.as_ref().to_owned();
-    Endpoint::from_static("http://localhost").initial_stream_window_size(window).connect_with_connector_lazy(tower::service_fn(
-        move |_: Uri| {
+    Endpoint::from_static("http://localhost").initial_stream_window_size(window).connect_with_connector_lazy(
+        tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        },
-    ))
+        }),
+    )
 }
 
 /// A CRI v1 RuntimeService client with kubelet's 16 MiB message limits.
@@ -88,7 +88,9 @@ pub fn runtime_client_from(channel: Channel) -> k8s_cri::v1::runtime_service_cli
 }
 
 /// A CRI v1alpha2 RuntimeService client (kubelet 1.23–1.25) with kubelet's 16 MiB message limits.
-pub fn runtime_client_v1alpha2(path: impl AsRef<Path>) -> k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient<Channel> {
+pub fn runtime_client_v1alpha2(
+    path: impl AsRef<Path>,
+) -> k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient<Channel> {
     k8s_cri::v1alpha2::runtime_service_client::RuntimeServiceClient::new(channel(path))
         .max_decoding_message_size(16 << 20)
         .max_encoding_message_size(16 << 20)

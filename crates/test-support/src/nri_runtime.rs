@@ -168,7 +168,10 @@ impl NriRuntime {
         let register = bounded(plugin.receiver.next()).await??;
         let req = ttrpc::Request::decode(register.payload.as_slice()).map_err(invalid)?;
         if (register.conn, register.kind, req.method.as_str()) != (RUNTIME_CONN, REQUEST, "RegisterPlugin") {
-            return Err(invalid(format!("expected RegisterPlugin first, got {} on connection {}", req.method, register.conn)));
+            return Err(invalid(format!(
+                "expected RegisterPlugin first, got {} on connection {}",
+                req.method, register.conn
+            )));
         }
         plugin.registered = nri::RegisterPluginRequest::decode(req.payload.as_slice()).map_err(invalid)?;
         plugin.answer(register.stream, &nri::Empty {}).await?;
@@ -180,14 +183,20 @@ impl NriRuntime {
             nri_version: self.nri_version.unwrap_or_default().into(),
             ..Default::default()
         };
-        let answer = plugin.call("Configure", configure.encode_to_vec()).await?.map_err(|s| invalid(format!("Configure failed: {s:?}")))?;
+        let answer = plugin
+            .call("Configure", configure.encode_to_vec())
+            .await?
+            .map_err(|s| invalid(format!("Configure failed: {s:?}")))?;
         plugin.events = nri::ConfigureResponse::decode(answer.as_slice()).map_err(invalid)?.events;
         let extra = plugin.events & !self.valid_events();
         if extra != 0 {
             return Err(invalid(format!("invalid plugin events: {extra:#x}")));
         }
         let sync = nri::SynchronizeRequest { pods, containers, more: false };
-        plugin.call("Synchronize", sync.encode_to_vec()).await?.map_err(|s| invalid(format!("Synchronize failed: {s:?}")))?;
+        plugin
+            .call("Synchronize", sync.encode_to_vec())
+            .await?
+            .map_err(|s| invalid(format!("Synchronize failed: {s:?}")))?;
         Ok(plugin)
     }
 }
@@ -223,11 +232,14 @@ impl Plugin {
         let resources = container.as_ref().and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.clone());
         let payload = match event {
             Event::CreateContainer => nri::CreateContainerRequest { pod, container }.encode_to_vec(),
-            Event::UpdateContainer => nri::UpdateContainerRequest { pod, container, linux_resources: resources }.encode_to_vec(),
+            Event::UpdateContainer => {
+                nri::UpdateContainerRequest { pod, container, linux_resources: resources }.encode_to_vec()
+            }
             Event::StopContainer => nri::StopContainerRequest { pod, container }.encode_to_vec(),
             Event::UpdatePodSandbox => {
                 let resources = pod.as_ref().and_then(|p| p.linux.as_ref()).and_then(|l| l.pod_resources.clone());
-                nri::UpdatePodSandboxRequest { pod, overhead_linux_resources: None, linux_resources: resources }.encode_to_vec()
+                nri::UpdatePodSandboxRequest { pod, overhead_linux_resources: None, linux_resources: resources }
+                    .encode_to_vec()
             }
             _ => {
                 let Some(&(_, method)) = WITH_STATE_CHANGE_FORM.iter().find(|(e, _)| *e == event) else {
@@ -298,7 +310,9 @@ impl Plugin {
                     });
                 }
                 (RUNTIME_CONN, REQUEST) => self.plugin_call(msg.stream, &msg.payload).await?,
-                (conn, kind) => return Err(invalid(format!("unexpected ttrpc message: connection {conn}, type {kind}"))),
+                (conn, kind) => {
+                    return Err(invalid(format!("unexpected ttrpc message: connection {conn}, type {kind}")))
+                }
             }
         }
     }
@@ -355,7 +369,9 @@ fn method_of(event: Event) -> &'static str {
 }
 
 async fn bounded<F: std::future::Future>(f: F) -> io::Result<F::Output> {
-    tokio::time::timeout(WAIT, f).await.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {WAIT:?}")))
+    tokio::time::timeout(WAIT, f)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {WAIT:?}")))
 }
 
 fn invalid(e: impl std::fmt::Display) -> io::Error {

@@ -16,13 +16,23 @@ impl Handler for Limited {
     fn configure(&mut self, _req: &nri::ConfigureRequest) -> i32 {
         nri_plugin::event_mask(LIFECYCLE)
     }
-    async fn synchronize(&mut self, _pods: Vec<nri::PodSandbox>, _containers: Vec<nri::Container>) -> Vec<nri::ContainerUpdate> {
+    async fn synchronize(
+        &mut self,
+        _pods: Vec<nri::PodSandbox>,
+        _containers: Vec<nri::Container>,
+    ) -> Vec<nri::ContainerUpdate> {
         Vec::new()
     }
-    async fn create_container(&mut self, _req: nri::CreateContainerRequest) -> Result<nri::CreateContainerResponse, Refusal> {
+    async fn create_container(
+        &mut self,
+        _req: nri::CreateContainerRequest,
+    ) -> Result<nri::CreateContainerResponse, Refusal> {
         Ok(Default::default())
     }
-    async fn update_container(&mut self, _req: nri::UpdateContainerRequest) -> Result<nri::UpdateContainerResponse, Refusal> {
+    async fn update_container(
+        &mut self,
+        _req: nri::UpdateContainerRequest,
+    ) -> Result<nri::UpdateContainerResponse, Refusal> {
         Ok(Default::default())
     }
     async fn stop_container(&mut self, _req: nri::StopContainerRequest) -> Result<nri::StopContainerResponse, Refusal> {
@@ -45,7 +55,12 @@ impl Handler for Limited {
 /// Runs `handler` against `runtime` through one pod's whole life; returns the plugin's side as
 /// the stand-in saw it.
 async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
-    let options = nri_plugin::Options { socket: runtime.socket().to_owned(), name: "limited".into(), index: "50".into(), program: "test" };
+    let options = nri_plugin::Options {
+        socket: runtime.socket().to_owned(),
+        name: "limited".into(),
+        index: "50".into(),
+        program: "test",
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let mut handler = handler;
@@ -60,7 +75,11 @@ async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
     for event in LIFECYCLE {
         let container = (!matches!(
             event,
-            Event::RunPodSandbox | Event::StopPodSandbox | Event::RemovePodSandbox | Event::UpdatePodSandbox | Event::PostUpdatePodSandbox
+            Event::RunPodSandbox
+                | Event::StopPodSandbox
+                | Event::RemovePodSandbox
+                | Event::UpdatePodSandbox
+                | Event::PostUpdatePodSandbox
         ))
         .then_some(&c);
         let answer = plugin.deliver(event, &p, container).await.expect("delivered");
@@ -114,7 +133,12 @@ async fn an_unimplemented_call_falls_back_to_state_change() {
 #[tokio::test]
 async fn an_older_runtime_gets_a_mask_it_knows_and_state_change() {
     let runtime = NriRuntime::before_0_12().unwrap();
-    let options = nri_plugin::Options { socket: runtime.socket().to_owned(), name: "old".into(), index: "50".into(), program: "test" };
+    let options = nri_plugin::Options {
+        socket: runtime.socket().to_owned(),
+        name: "old".into(),
+        index: "50".into(),
+        program: "test",
+    };
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -127,7 +151,9 @@ async fn an_older_runtime_gets_a_mask_it_knows_and_state_change() {
     let mut plugin = runtime.accept(Vec::new(), Vec::new()).await.expect("registered: the mask is within 0.6's");
     assert_eq!(plugin.events & !runtime.valid_events(), 0);
     let p = pod("s1", &[], "/kubepods/pod1");
-    assert!(matches!(plugin.deliver(Event::RunPodSandbox, &p, None).await.unwrap(), Ok(Delivered::Answered(m, _)) if m == "StateChange"));
+    assert!(
+        matches!(plugin.deliver(Event::RunPodSandbox, &p, None).await.unwrap(), Ok(Delivered::Answered(m, _)) if m == "StateChange")
+    );
     assert!(!plugin.subscribed(Event::PostUpdatePodSandbox));
     let _ = stop.send(());
     task.await.unwrap().unwrap();

@@ -41,7 +41,8 @@ impl ProxyProcess {
         let mut cmd = Self::command(binary, &socket, backend, extra);
         std::os::unix::process::CommandExt::uid(&mut cmd, uid);
         std::os::unix::process::CommandExt::gid(&mut cmd, gid);
-        let child = cmd.stdout(stdout).stderr(Stdio::from(logf)).spawn().unwrap_or_else(|e| panic!("spawning {binary}: {e}"));
+        let child =
+            cmd.stdout(stdout).stderr(Stdio::from(logf)).spawn().unwrap_or_else(|e| panic!("spawning {binary}: {e}"));
         let mut p = ProxyProcess { child: Some(child), socket, log, _dir: Some(dir) };
         p.wait_ready();
         p
@@ -165,7 +166,11 @@ impl ProxyProcess {
         assert!(self.wait_log(&[what], 0), "no {what:?} in the log:\n{}", self.log_tail());
         let log = self.log();
         let line = log.lines().find(|l| l.contains(what)).unwrap_or_default();
-        line.rsplit("listening on ").next().and_then(|rest| rest.split_whitespace().next()).unwrap_or_default().to_owned()
+        line.rsplit("listening on ")
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// How many log lines contain every one of `parts`.

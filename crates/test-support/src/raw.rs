@@ -43,7 +43,11 @@ impl Decoder for RawCodec {
 
 /// Calls `path` (e.g. `/runtime.v1.RuntimeService/NoSuchMethod`) with `request` bytes and a 64 MiB
 /// response limit; returns the response bytes and its metadata (headers and trailers merged).
-pub async fn unary(channel: Channel, path: &'static str, request: tonic::Request<Bytes>) -> Result<tonic::Response<Bytes>, Status> {
+pub async fn unary(
+    channel: Channel,
+    path: &'static str,
+    request: tonic::Request<Bytes>,
+) -> Result<tonic::Response<Bytes>, Status> {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(64 << 20);
     grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
     grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
@@ -113,11 +117,15 @@ pub async fn http2_call(
 ) -> Result<Http2Answer, Box<dyn std::error::Error + Send + Sync>> {
     use http_body_util::{BodyExt, Full};
     let stream = tokio::net::UnixStream::connect(socket).await?;
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(stream)).await?;
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await?;
     tokio::spawn(conn);
-    let mut req =
-        http::Request::post(format!("http://localhost{path}")).header("content-type", "application/grpc").header("te", "trailers");
+    let mut req = http::Request::post(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -201,13 +209,16 @@ pub async fn handmade_call(
         let mut head = [0u8; 9];
         conn.read_exact(&mut head).await?;
         let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let (kind, flags, stream) = (head[3], head[4], u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff);
+        let (kind, flags, stream) =
+            (head[3], head[4], u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff);
         let mut payload = vec![0; len];
         conn.read_exact(&mut payload).await?;
         match (kind, stream) {
             (4, 0) if flags & 0x1 == 0 => conn.write_all(&frame(4, 0x1, 0, &[])).await?, // ACK their SETTINGS
             (6, 0) if flags & 0x1 == 0 => conn.write_all(&frame(6, 0x1, 0, &payload)).await?, // PING ACK
-            (3, 1) => return Ok(HandmadeAnswer::Reset(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]))),
+            (3, 1) => {
+                return Ok(HandmadeAnswer::Reset(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])))
+            }
             (0, 1) => {
                 data.extend_from_slice(&payload);
                 if flags & 0x1 != 0 {
@@ -230,7 +241,8 @@ pub async fn handmade_call(
 pub fn with_bytes(encoded: &[u8], placeholder: &str, bytes: &[u8]) -> Bytes {
     let needle = placeholder.as_bytes();
     assert_eq!(needle.len(), bytes.len(), "placeholder and bytes must have the same length");
-    let hits: Vec<usize> = encoded.windows(needle.len()).enumerate().filter(|(_, w)| *w == needle).map(|(i, _)| i).collect();
+    let hits: Vec<usize> =
+        encoded.windows(needle.len()).enumerate().filter(|(_, w)| *w == needle).map(|(i, _)| i).collect();
     assert_eq!(hits.len(), 1, "placeholder {placeholder:?} must occur exactly once");
     let mut out = encoded.to_vec();
     out[hits[0]..hits[0] + needle.len()].copy_from_slice(bytes);

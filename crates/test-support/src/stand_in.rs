@@ -40,12 +40,19 @@ impl StandIn {
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
                 conns.spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |req: Request<Incoming>| async move { Ok::<_, Infallible>(answer(kind, &req)) });
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| async move {
+                        Ok::<_, Infallible>(answer(kind, &req))
+                    });
                     let io = TokioIo::new(stream);
                     let _ = match kind {
-                        Kind::Grpc => hyper::server::conn::http2::Builder::new(TokioExecutor::new()).serve_connection(io, service).await,
-                        Kind::Docker | Kind::Http1 => hyper::server::conn::http1::Builder::new().serve_connection(io, service).await,
+                        Kind::Grpc => {
+                            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                                .serve_connection(io, service)
+                                .await
+                        }
+                        Kind::Docker | Kind::Http1 => {
+                            hyper::server::conn::http1::Builder::new().serve_connection(io, service).await
+                        }
                     };
                 });
             }
@@ -61,12 +68,17 @@ impl StandIn {
 
 fn answer(kind: Kind, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let resp = match kind {
-        Kind::Grpc => Response::builder().header("content-type", "application/grpc").header("grpc-status", "12").body(Full::default()),
+        Kind::Grpc => Response::builder()
+            .header("content-type", "application/grpc")
+            .header("grpc-status", "12")
+            .body(Full::default()),
         Kind::Docker if req.uri().path() == "/_ping" => Response::builder()
             .header("api-version", "1.41")
             .header("content-type", "text/plain")
             .body(Full::new(Bytes::from_static(b"OK"))),
-        Kind::Docker | Kind::Http1 => Response::builder().status(404).body(Full::new(Bytes::from_static(b"page not found\n"))),
+        Kind::Docker | Kind::Http1 => {
+            Response::builder().status(404).body(Full::new(Bytes::from_static(b"page not found\n")))
+        }
     };
     resp.unwrap_or_default()
 }

@@ -94,7 +94,13 @@ pub fn guest() -> Containerd {
 /// fails.
 pub fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("running {program}: {e}"));
-    assert!(out.status.success(), "{program} {}: {}\n{}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());
+    assert!(
+        out.status.success(),
+        "{program} {}: {}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -200,9 +206,11 @@ pub fn enable_controllers_above(dir: &std::path::Path) {
 /// no pods).
 pub fn ensure_kubepods() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    for (slice, parent, shares) in
-        [(KUBEPODS, "-.slice", cpus * 1024), (Qos::Burstable.parent_slice(), KUBEPODS, 2), (Qos::BestEffort.parent_slice(), KUBEPODS, 2)]
-    {
+    for (slice, parent, shares) in [
+        (KUBEPODS, "-.slice", cpus * 1024),
+        (Qos::Burstable.parent_slice(), KUBEPODS, 2),
+        (Qos::BestEffort.parent_slice(), KUBEPODS, 2),
+    ] {
         if !is_active(slice) {
             start_slice(slice, parent, &SliceResources { cpu_shares: Some(shares), ..Default::default() });
         }
@@ -297,6 +305,9 @@ mod tests {
 
     #[test]
     fn kubelet_cpu_weights() {
-        assert_eq!([cpu_weight(0), cpu_weight(2), cpu_weight(1024), cpu_weight(2048), cpu_weight(1 << 20)], [1, 1, 39, 79, 10000]);
+        assert_eq!(
+            [cpu_weight(0), cpu_weight(2), cpu_weight(1024), cpu_weight(2048), cpu_weight(1 << 20)],
+            [1, 1, 39, 79, 10000]
+        );
     }
 }

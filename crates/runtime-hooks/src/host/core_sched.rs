@@ -109,7 +109,8 @@ impl Default for PrctlCoreSched {
 fn set_sysctl_if_present(path: &std::path::Path, value: &str) -> io::Result<()> {
     match std::fs::read_to_string(path) {
         Ok(cur) if cur.trim() == value => Ok(()),
-        Ok(_) => std::fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("writing {value} to {}: {e}", path.display()))),
+        Ok(_) => std::fs::write(path, value)
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {value} to {}: {e}", path.display()))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io::Error::new(e.kind(), format!("reading {}: {e}", path.display()))),
     }
@@ -163,9 +164,14 @@ impl CoreSchedOps for PrctlCoreSched {
         Self::on_helper_thread(|| {
             if let Err(e) = prctl(PR_SCHED_CORE_SHARE_FROM, from, PidScope::Thread, 0) {
                 let kind = e.kind();
-                return to.iter().map(|p| (*p, io::Error::new(kind, format!("taking the cookie of {from}: {e}")))).collect();
+                return to
+                    .iter()
+                    .map(|p| (*p, io::Error::new(kind, format!("taking the cookie of {from}: {e}"))))
+                    .collect();
             }
-            to.iter().filter_map(|p| prctl(PR_SCHED_CORE_SHARE_TO, *p, PidScope::ThreadGroup, 0).err().map(|e| (*p, e))).collect()
+            to.iter()
+                .filter_map(|p| prctl(PR_SCHED_CORE_SHARE_TO, *p, PidScope::ThreadGroup, 0).err().map(|e| (*p, e)))
+                .collect()
         })
     }
 
@@ -177,7 +183,9 @@ impl CoreSchedOps for PrctlCoreSched {
     fn clear(&self, pids: &[u32]) -> Vec<PidError> {
         // A fresh helper thread has cookie 0 (the daemon's threads never take one).
         Self::on_helper_thread(|| {
-            pids.iter().filter_map(|p| prctl(PR_SCHED_CORE_SHARE_TO, *p, PidScope::ThreadGroup, 0).err().map(|e| (*p, e))).collect()
+            pids.iter()
+                .filter_map(|p| prctl(PR_SCHED_CORE_SHARE_TO, *p, PidScope::ThreadGroup, 0).err().map(|e| (*p, e)))
+                .collect()
         })
     }
 }
@@ -312,7 +320,10 @@ mod tests {
         match PrctlCoreSched::probe() {
             Err(e) => {
                 let errno = e.raw_os_error();
-                assert!(matches!(errno, Some(libc::EINVAL) | Some(libc::ENODEV) | Some(libc::EPERM)), "unexpected probe error {e}");
+                assert!(
+                    matches!(errno, Some(libc::EINVAL) | Some(libc::ENODEV) | Some(libc::EPERM)),
+                    "unexpected probe error {e}"
+                );
             }
             Ok(()) => {
                 let mut a = std::process::Command::new("sleep").arg("30").spawn().unwrap();

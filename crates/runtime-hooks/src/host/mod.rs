@@ -106,15 +106,22 @@ impl Host {
                 None
             }
         };
-        let resctrl_root =
-            if paths.resctrl_root.as_os_str().is_empty() { PathBuf::from("/sys/fs/resctrl") } else { paths.resctrl_root.clone() };
-        let resctrl: Option<Arc<dyn ResctrlFs>> = match DirResctrl::open(&resctrl_root, Vendor::of_cpuinfo("/proc/cpuinfo".as_ref())) {
-            Ok(fs) => Some(Arc::new(fs)),
-            Err(e) => {
-                lacking(uses.resctrl, &format!("no resctrl with L3 cache allocation ({e}): Resctrl creates no groups"));
-                None
-            }
+        let resctrl_root = if paths.resctrl_root.as_os_str().is_empty() {
+            PathBuf::from("/sys/fs/resctrl")
+        } else {
+            paths.resctrl_root.clone()
         };
+        let resctrl: Option<Arc<dyn ResctrlFs>> =
+            match DirResctrl::open(&resctrl_root, Vendor::of_cpuinfo("/proc/cpuinfo".as_ref())) {
+                Ok(fs) => Some(Arc::new(fs)),
+                Err(e) => {
+                    lacking(
+                        uses.resctrl,
+                        &format!("no resctrl with L3 cache allocation ({e}): Resctrl creates no groups"),
+                    );
+                    None
+                }
+            };
         let sysctl: Arc<dyn Sysctl> = Arc::new(ProcSys::new(&paths.proc_sys));
         let tc = match detect_tc(&paths.cgroup_root) {
             Ok(tc) => Some(tc),
@@ -154,7 +161,8 @@ pub fn detect_tc(cgroup_root: &Path) -> Result<Arc<dyn TrafficControl>, String> 
         return Err(format!("no net_cls hierarchy at {}", cgroup_root.join("net_cls").display()));
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap_eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+    let cap_eff =
+        status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
     const CAP_NET_ADMIN: u32 = 12; // linux/capability.h
     if cap_eff.is_none_or(|c| c & (1 << CAP_NET_ADMIN) == 0) {
         return Err("no CAP_NET_ADMIN".into());

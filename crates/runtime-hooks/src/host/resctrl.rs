@@ -150,7 +150,10 @@ impl DirResctrl {
 
     fn group_dir(&self, group: &str) -> io::Result<PathBuf> {
         if group.is_empty() || group.contains('/') || group == "." || group == ".." || group == "info" {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("resctrl group name {group:?} is not a plain directory name")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("resctrl group name {group:?} is not a plain directory name"),
+            ));
         }
         Ok(self.root.join(group))
     }
@@ -239,8 +242,9 @@ impl ResctrlFs for DirResctrl {
         let text = read_or_empty(&path)?;
         text.split_whitespace()
             .map(|t| {
-                t.parse::<u32>()
-                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {t:?} is not a thread id", path.display())))
+                t.parse::<u32>().map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("{}: {t:?} is not a thread id", path.display()))
+                })
             })
             .collect()
     }
@@ -249,8 +253,11 @@ impl ResctrlFs for DirResctrl {
         let path = self.group_dir(group)?.join("tasks");
         // Append: the kernel takes each write as one id whatever the offset; a plain file (tests)
         // keeps them all.
-        let mut f =
-            std::fs::OpenOptions::new().append(true).create(!self.kernel).open(&path).map_err(|e| with_path(e, "opening", &path))?;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(!self.kernel)
+            .open(&path)
+            .map_err(|e| with_path(e, "opening", &path))?;
         f.write_all(format!("{tid}\n").as_bytes()).map_err(|e| with_path(e, &format!("writing {tid} to"), &path))
     }
 

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use netlink_packet_core::{
-    DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST,
+    DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE,
+    NLM_F_REQUEST,
 };
 use netlink_packet_route::route::{RouteAttribute, RouteHeader, RouteMessage};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption};
@@ -115,7 +116,8 @@ impl Netlink {
     ///
     /// Errors: no such interface (`NotFound`), the socket cannot be opened.
     pub fn open(interface: &str) -> io::Result<Netlink> {
-        let cname = std::ffi::CString::new(interface).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
+        let cname = std::ffi::CString::new(interface)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
         // SAFETY: a valid NUL-terminated string; if_nametoindex only reads it.
         let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
         if index == 0 {
@@ -151,7 +153,9 @@ impl Netlink {
             if r.header.destination_prefix_length != 0 || r.header.table != RouteHeader::RT_TABLE_MAIN {
                 continue;
             }
-            if let Some(index) = r.attributes.iter().find_map(|a| if let RouteAttribute::Oif(i) = a { Some(*i) } else { None }) {
+            if let Some(index) =
+                r.attributes.iter().find_map(|a| if let RouteAttribute::Oif(i) = a { Some(*i) } else { None })
+            {
                 let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
                 // SAFETY: buf holds IF_NAMESIZE bytes, as if_indextoname requires.
                 let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
@@ -285,9 +289,12 @@ impl TrafficControl for Netlink {
     }
 
     fn root_qdisc(&self) -> io::Result<Option<RootQdisc>> {
-        let replies = self.call(RouteNetlinkMessage::GetQueueDiscipline(TcMessage::with_index(self.index)), NLM_F_DUMP)?;
+        let replies =
+            self.call(RouteNetlinkMessage::GetQueueDiscipline(TcMessage::with_index(self.index)), NLM_F_DUMP)?;
         Ok(replies.into_iter().find_map(|r| match r {
-            RouteNetlinkMessage::NewQueueDiscipline(m) if m.header.index == self.index && m.header.parent == TcHandle::ROOT => {
+            RouteNetlinkMessage::NewQueueDiscipline(m)
+                if m.header.index == self.index && m.header.parent == TcHandle::ROOT =>
+            {
                 Some(RootQdisc { kind: kind_of(&m.attributes), handle: m.header.handle.into() })
             }
             _ => None,
@@ -299,7 +306,10 @@ impl TrafficControl for Netlink {
         for v in [TC_HTB_PROTOVER, 10, default_minor, 0, 0] {
             glob.extend_from_slice(&v.to_ne_bytes());
         }
-        let attrs = vec![TcAttribute::Kind("htb".into()), TcAttribute::Options(vec![TcOption::Other(DefaultNla::new(TCA_HTB_INIT, glob))])];
+        let attrs = vec![
+            TcAttribute::Kind("htb".into()),
+            TcAttribute::Options(vec![TcOption::Other(DefaultNla::new(TCA_HTB_INIT, glob))]),
+        ];
         let msg = self.tc(handle, TcHandle::ROOT.into(), 0, attrs);
         self.call(RouteNetlinkMessage::NewQueueDiscipline(msg), NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE).map(drop)
     }
@@ -317,7 +327,8 @@ impl TrafficControl for Netlink {
             if m.header.index != self.index || kind_of(&m.attributes) != "htb" {
                 continue;
             }
-            let mut class = HtbClass { handle: m.header.handle.into(), parent: m.header.parent.into(), rate: 0, ceil: 0, prio: 0 };
+            let mut class =
+                HtbClass { handle: m.header.handle.into(), parent: m.header.parent.into(), rate: 0, ceil: 0, prio: 0 };
             // netlink-packet-route keeps an unknown kind's TCA_OPTIONS whole: the HTB attributes
             // are nested inside.
             let nested: Vec<(u16, Vec<u8>)> = m
@@ -365,7 +376,8 @@ impl TrafficControl for Netlink {
             opts.push(TcOption::Other(DefaultNla::new(TCA_HTB_CEIL64, class.ceil.to_ne_bytes().to_vec())));
         }
         opts.push(TcOption::Other(DefaultNla::new(TCA_HTB_PARMS, opt)));
-        let msg = self.tc(class.handle, class.parent, 0, vec![TcAttribute::Kind("htb".into()), TcAttribute::Options(opts)]);
+        let msg =
+            self.tc(class.handle, class.parent, 0, vec![TcAttribute::Kind("htb".into()), TcAttribute::Options(opts)]);
         self.call(RouteNetlinkMessage::NewTrafficClass(msg), NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE).map(drop)
     }
 
@@ -449,13 +461,25 @@ impl TrafficControl for FakeTc {
         Ok(())
     }
     fn filters(&self, parent: u32) -> io::Result<Vec<Filter>> {
-        Ok(self.filters.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|f| f.parent == parent).cloned().collect())
+        Ok(self
+            .filters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|f| f.parent == parent)
+            .cloned()
+            .collect())
     }
     fn add_cgroup_filter(&self, parent: u32, prio: u16, handle: u32) -> io::Result<()> {
         if self.fail_filters {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
-        self.filters.lock().unwrap_or_else(|e| e.into_inner()).push(Filter { parent, prio, kind: "cgroup".into(), handle });
+        self.filters.lock().unwrap_or_else(|e| e.into_inner()).push(Filter {
+            parent,
+            prio,
+            kind: "cgroup".into(),
+            handle,
+        });
         Ok(())
     }
 }

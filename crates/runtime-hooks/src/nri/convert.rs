@@ -54,7 +54,11 @@ pub fn pod_context(pod: &nri::PodSandbox) -> PodContext {
 
 /// The plugins' view of an NRI container; `resources` overrides the container's own (the new
 /// resources of an UpdateContainer).
-pub fn container_context(pod: &nri::PodSandbox, container: &nri::Container, resources: Option<&nri::LinuxResources>) -> ContainerContext {
+pub fn container_context(
+    pod: &nri::PodSandbox,
+    container: &nri::Container,
+    resources: Option<&nri::LinuxResources>,
+) -> ContainerContext {
     let resources = resources.or_else(|| container.linux.as_ref().and_then(|l| l.resources.as_ref()));
     ContainerContext {
         pod: pod_context(pod),
@@ -96,7 +100,8 @@ fn resource_values(r: &Resources, shared_cpus: impl FnOnce() -> Option<String>) 
 /// A CreateContainer answer: resources (with the change's RDT class), envs, annotations, devices and mounts of
 /// the change. The change's `cgroup_parent` cannot be expressed (the caller logs it).
 pub fn adjustment(change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> nri::ContainerAdjustment {
-    let resources = ResourceValues { rdt_class: change.rdt_class.clone(), ..resource_values(&change.resources, shared_cpus) };
+    let resources =
+        ResourceValues { rdt_class: change.rdt_class.clone(), ..resource_values(&change.resources, shared_cpus) };
     let pairs = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     Adjust {
         resources: resources.into_nri(),
@@ -123,11 +128,20 @@ pub fn nri_device(d: &Device) -> nri::LinuxDevice {
 
 /// A mount of a change as NRI's `Mount`.
 pub fn nri_mount(m: &Mount) -> nri::Mount {
-    nri::Mount { destination: m.destination.clone(), r#type: m.kind.clone(), source: m.source.clone(), options: m.options.clone() }
+    nri::Mount {
+        destination: m.destination.clone(),
+        r#type: m.kind.clone(),
+        source: m.source.clone(),
+        options: m.options.clone(),
+    }
 }
 
 /// An update of a created container's resources, `None` when the change sets none.
-pub fn update(container_id: &str, change: &Change, shared_cpus: impl FnOnce() -> Option<String>) -> Option<nri::ContainerUpdate> {
+pub fn update(
+    container_id: &str,
+    change: &Change,
+    shared_cpus: impl FnOnce() -> Option<String>,
+) -> Option<nri::ContainerUpdate> {
     nri_resources(&change.resources, shared_cpus).map(|resources| answer::update(container_id, resources))
 }
 
@@ -147,7 +161,10 @@ mod tests {
             uid: "u".into(),
             labels: vec![entry("koordinator.sh/qosClass", b"BE")],
             annotations: vec![entry("note", b"\xff\xfe"), entry("ok", b"yes")],
-            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/podu".into(), ..Default::default() }),
+            linux: Some(nri::LinuxPodSandbox {
+                cgroup_parent: "/kubepods/besteffort/podu".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -189,7 +206,11 @@ mod tests {
         };
         let ctx = container_context(&pod(), &c, Some(&new));
         assert_eq!(ctx.resources.unwrap().memory_limit_in_bytes, 5, "an update's resources win");
-        assert_eq!(pod_context(&nri::PodSandbox::default()), PodContext::default(), "absent parts are empty, not a panic");
+        assert_eq!(
+            pod_context(&nri::PodSandbox::default()),
+            PodContext::default(),
+            "absent parts are empty, not a panic"
+        );
     }
 
     #[test]
@@ -211,13 +232,19 @@ mod tests {
         assert_eq!(adj.annotations["a"], "1");
         let r = adj.linux.unwrap().resources.unwrap();
         let cpu = r.cpu.unwrap();
-        assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value, cpu.period.unwrap().value), (512, -1, 100_000));
+        assert_eq!(
+            (cpu.shares.unwrap().value, cpu.quota.unwrap().value, cpu.period.unwrap().value),
+            (512, -1, 100_000)
+        );
         assert_eq!(cpu.cpus, "0-3", "\"\" is the shared pool spelled out");
         let mem = r.memory.unwrap();
         assert_eq!((mem.limit.unwrap().value, mem.swap.unwrap().value), (134_217_728, 134_217_728));
 
         // Without a shared pool to name, the cpuset is left alone.
-        let only_cpuset = Change { resources: Resources { cpuset_cpus: Some(String::new()), ..Default::default() }, ..Default::default() };
+        let only_cpuset = Change {
+            resources: Resources { cpuset_cpus: Some(String::new()), ..Default::default() },
+            ..Default::default()
+        };
         assert_eq!(adjustment(&only_cpuset, || None).linux, None);
         assert_eq!(update("c", &only_cpuset, || None), None);
         let u = update("c", &change, || None).unwrap();

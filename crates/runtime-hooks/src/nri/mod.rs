@@ -28,13 +28,12 @@
 //! CRI call (RunPodSandbox, CreateContainer, UpdateContainerResources), as proxy mode with
 //! `Fail`/`Fail`. A failure while synchronizing or re-applying rules skips that object.
 //!
-//! Connection (the `nri-plugin` crate's loop): dial `--nri-socket`, register (`Runtime.RegisterPlugin` with `--nri-plugin-name`
-//! and `--nri-plugin-index`), then serve the runtime's calls until the socket closes; when
-//! it closes or cannot be dialled (containerd restarting) dial again after 100 ms, doubling up
-//! to 5 s, reset once registered. Shutdown closes the socket: the runtime drops the plugin and
-//! goes on without it. A plugin that does not answer within the runtime's request timeout
-//! (containerd's `plugin_request_timeout`, 2 s by default) is dropped by the runtime, which then
-//! runs the call without it.
+//! Connection (the `nri-plugin` crate's loop): dial `--nri-socket`, register (`Runtime.RegisterPlugin` with
+//! `--nri-plugin-name` and `--nri-plugin-index`), then serve the runtime's calls until the socket closes; when it
+//! closes or cannot be dialled (containerd restarting) dial again after 100 ms, doubling up to 5 s, reset once
+//! registered. Shutdown closes the socket: the runtime drops the plugin and goes on without it. A plugin that does not
+//! answer within the runtime's request timeout (containerd's `plugin_request_timeout`, 2 s by default) is dropped by
+//! the runtime, which then runs the call without it.
 //!
 //! `--selector` applies here too: pods whose labels do not hold every pair get no change.
 //!
@@ -95,7 +94,11 @@ pub fn event_of(stage: Stage) -> Event {
 pub fn event_mask(stages: &[Stage]) -> i32 {
     let resize = stages.contains(&Stage::PreRunPodSandbox).then_some(Event::PostUpdatePodSandbox);
     nri_plugin::event_mask(
-        stages.iter().map(|s| event_of(*s)).chain([Event::StopContainer, Event::RemovePodSandbox, Event::RemoveContainer]).chain(resize),
+        stages
+            .iter()
+            .map(|s| event_of(*s))
+            .chain([Event::StopContainer, Event::RemovePodSandbox, Event::RemoveContainer])
+            .chain(resize),
     )
 }
 
@@ -135,7 +138,11 @@ struct Known {
 /// ([`nri_plugin::run`]); a rule change re-applies to every known pod and container.
 ///
 /// Errors: none so far (a runtime that is not there is waited for); kept for the caller's shape.
-pub async fn run(framework: Arc<Framework>, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run(
+    framework: Arc<Framework>,
+    options: Options,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let rules = framework.rules().subscribe();
     let connection = nri_plugin::Options {
         socket: options.socket.clone(),
@@ -162,7 +169,11 @@ impl nri_plugin::Handler for NriPlugin {
         event_mask(&self.framework.stages())
     }
 
-    async fn synchronize(&mut self, pods: Vec<nri::PodSandbox>, containers: Vec<nri::Container>) -> Vec<nri::ContainerUpdate> {
+    async fn synchronize(
+        &mut self,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+    ) -> Vec<nri::ContainerUpdate> {
         self.known = Known::default();
         self.known.pods.extend(pods.into_iter().map(|p| (p.id.clone(), p)));
         self.known.containers.extend(containers.into_iter().map(|c| (c.id.clone(), c)));
@@ -170,11 +181,17 @@ impl nri_plugin::Handler for NriPlugin {
         self.apply_all("synchronize")
     }
 
-    async fn create_container(&mut self, req: nri::CreateContainerRequest) -> Result<nri::CreateContainerResponse, Refusal> {
+    async fn create_container(
+        &mut self,
+        req: nri::CreateContainerRequest,
+    ) -> Result<nri::CreateContainerResponse, Refusal> {
         self.create(req)
     }
 
-    async fn update_container(&mut self, req: nri::UpdateContainerRequest) -> Result<nri::UpdateContainerResponse, Refusal> {
+    async fn update_container(
+        &mut self,
+        req: nri::UpdateContainerRequest,
+    ) -> Result<nri::UpdateContainerResponse, Refusal> {
         let (pod, mut container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
         let ctx = convert::container_context(&pod, &container, req.linux_resources.as_ref());
         if let Some(new) = req.linux_resources {
@@ -184,7 +201,9 @@ impl nri_plugin::Handler for NriPlugin {
         let update = match self.container(Stage::PreUpdateContainerResources, &ctx)? {
             Some(change) => {
                 let dir = ctx.pod.cgroup_parent.clone();
-                convert::update(&container.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))).into_iter().collect()
+                convert::update(&container.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir)))
+                    .into_iter()
+                    .collect()
             }
             None => Vec::new(),
         };
@@ -280,7 +299,8 @@ impl NriPlugin {
                 Ok(())
             }
             Event::StartContainer | Event::PostStartContainer => {
-                let stage = if event == Event::StartContainer { Stage::PreStartContainer } else { Stage::PostStartContainer };
+                let stage =
+                    if event == Event::StartContainer { Stage::PreStartContainer } else { Stage::PostStartContainer };
                 let container = evt.container.unwrap_or_default();
                 let result = self.container(stage, &convert::container_context(&pod, &container, None)).map(|_| ());
                 if event == Event::PostStartContainer {
@@ -347,7 +367,9 @@ impl NriPlugin {
                 nri::ContainerState::try_from(c.state),
                 Ok(nri::ContainerState::ContainerCreated | nri::ContainerState::ContainerRunning)
             );
-            let Some(pod) = self.known.pods.get(&c.pod_sandbox_id).filter(|p| live && self.selected(&convert::pod_context(p))) else {
+            let Some(pod) =
+                self.known.pods.get(&c.pod_sandbox_id).filter(|p| live && self.selected(&convert::pod_context(p)))
+            else {
                 continue;
             };
             containers += 1;
@@ -355,7 +377,8 @@ impl NriPlugin {
             match self.container(Stage::PreCreateContainer, &ctx) {
                 Ok(Some(change)) => {
                     let dir = ctx.pod.cgroup_parent.clone();
-                    updates.extend(convert::update(&c.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))));
+                    updates
+                        .extend(convert::update(&c.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))));
                 }
                 Ok(None) => {}
                 Err(r) => tracing::warn!(reason, "NRI: {}; container skipped", r.message),
@@ -376,12 +399,19 @@ impl NriPlugin {
                 return;
             }
             let Some(linux) = c.linux.as_ref() else { continue };
-            let Some(shares) = linux.resources.as_ref().and_then(|r| r.cpu.as_ref()).and_then(|cpu| cpu.shares.as_ref()) else {
+            let Some(shares) =
+                linux.resources.as_ref().and_then(|r| r.cpu.as_ref()).and_then(|cpu| cpu.shares.as_ref())
+            else {
                 continue;
             };
-            let pod_dir =
-                self.known.pods.get(&c.pod_sandbox_id).and_then(|p| cgroups.resolve(&convert::pod_context(p).cgroup_parent).ok().flatten());
-            if let Ok(dir) = crate::cgroup_path::container_dir(&linux.cgroups_path, pod_dir.as_deref(), cgroups.driver()) {
+            let pod_dir = self
+                .known
+                .pods
+                .get(&c.pod_sandbox_id)
+                .and_then(|p| cgroups.resolve(&convert::pod_context(p).cgroup_parent).ok().flatten());
+            if let Ok(dir) =
+                crate::cgroup_path::container_dir(&linux.cgroups_path, pod_dir.as_deref(), cgroups.driver())
+            {
                 cgroups.learn_weight_formula(&dir, i64::try_from(shares.value).unwrap_or(i64::MAX));
             }
         }
@@ -416,7 +446,9 @@ impl NriPlugin {
             return Vec::new();
         }
         for c in self.known.containers.values() {
-            let (Some(state), Some(pod)) = (states.get_mut(c.pod_sandbox_id.as_str()), self.known.pods.get(&c.pod_sandbox_id)) else {
+            let (Some(state), Some(pod)) =
+                (states.get_mut(c.pod_sandbox_id.as_str()), self.known.pods.get(&c.pod_sandbox_id))
+            else {
                 continue;
             };
             let path = c.linux.as_ref().map(|l| l.cgroups_path.as_str()).unwrap_or_default();
@@ -458,7 +490,10 @@ mod tests {
             RulesStore::fixed(Rules::default()),
             Arc::new(CgroupFs::new(root, CgroupVersion::V1)),
         );
-        NriPlugin::new(Arc::new(framework), Options { socket, name: "t".into(), index: "10".into(), selector: Vec::new() })
+        NriPlugin::new(
+            Arc::new(framework),
+            Options { socket, name: "t".into(), index: "10".into(), selector: Vec::new() },
+        )
     }
 
     #[test]
@@ -487,7 +522,10 @@ mod tests {
             namespace: "ns".into(),
             labels: vec![entry("koordinator.sh/qosClass", b"BE")],
             annotations: vec![entry("note", b"\xff\xfe"), entry("node.koordinator.sh/extended-resource-spec", spec)],
-            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+            linux: Some(nri::LinuxPodSandbox {
+                cgroup_parent: "/kubepods/besteffort/pod1".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let container = nri::Container {
@@ -498,7 +536,9 @@ mod tests {
             annotations: vec![entry("bad", b"\xc3")],
             ..Default::default()
         };
-        let answer = plugin.create(nri::CreateContainerRequest { pod: Some(pod), container: Some(container) }).expect("answered");
+        let answer = plugin
+            .create(nri::CreateContainerRequest { pod: Some(pod), container: Some(container) })
+            .expect("answered");
         let adjust = answer.adjust.expect("an adjustment");
         let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value), (512, 100_000));
@@ -516,15 +556,20 @@ mod tests {
         plugin.options.selector = vec![("test".into(), "me".into())];
         plugin.reads = reads(&plugin.options.selector);
         let entry = |k: &str, v: &str| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.as_bytes().to_vec() };
-        let spec =
-            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
+        let spec = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
         let pod = nri::PodSandbox {
             id: "s1".into(),
             name: "p".into(),
             namespace: "ns".into(),
             labels: vec![entry("koordinator.sh/qosClass", "BE"), entry("test", "me"), entry("app", "x")],
-            annotations: vec![entry("note", &"n".repeat(1000)), entry("node.koordinator.sh/extended-resource-spec", spec)],
-            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+            annotations: vec![
+                entry("note", &"n".repeat(1000)),
+                entry("node.koordinator.sh/extended-resource-spec", spec),
+            ],
+            linux: Some(nri::LinuxPodSandbox {
+                cgroup_parent: "/kubepods/besteffort/pod1".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let container = nri::Container {
@@ -539,8 +584,16 @@ mod tests {
         };
         let payload = nri::CreateContainerRequest { pod: Some(pod), container: Some(container) }.encode_to_vec();
         assert!(payload.len() < nri_plugin::wire::MAX_MESSAGE, "{} bytes", payload.len());
-        let options = nri_plugin::Options { socket: "/nonexistent".into(), name: "t".into(), index: "10".into(), program: "runtime-hooks" };
-        let answer = nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("CreateContainer", &payload).await.expect("answered");
+        let options = nri_plugin::Options {
+            socket: "/nonexistent".into(),
+            name: "t".into(),
+            index: "10".into(),
+            program: "runtime-hooks",
+        };
+        let answer = nri_plugin::plugin::Session::new(&mut plugin, &options)
+            .dispatch("CreateContainer", &payload)
+            .await
+            .expect("answered");
         let adjust = nri::CreateContainerResponse::decode(answer.as_slice()).unwrap().adjust.expect("an adjustment");
         let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value), (512, 100_000));
@@ -551,7 +604,8 @@ mod tests {
             kept.env.len()
         );
         let pod = &plugin.known.pods["s1"];
-        let keys = |e: &[nri::BytesEntry]| e.iter().map(|e| String::from_utf8_lossy(&e.key).into_owned()).collect::<Vec<_>>();
+        let keys =
+            |e: &[nri::BytesEntry]| e.iter().map(|e| String::from_utf8_lossy(&e.key).into_owned()).collect::<Vec<_>>();
         assert_eq!(keys(&pod.labels), ["koordinator.sh/qosClass", "test"]);
         assert_eq!(keys(&pod.annotations), ["node.koordinator.sh/extended-resource-spec"]);
     }
@@ -567,32 +621,44 @@ mod tests {
         std::fs::create_dir_all(&pod_dir).unwrap();
         let mut plugin = test_plugin(root.path(), crate::plugin::FailurePolicy::Fail, root.path().join("nri.sock"));
         let entry = |k: &str, v: &str| nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.as_bytes().to_vec() };
-        let spec =
-            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
+        let spec = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
         let pod = nri::PodSandbox {
             id: "s1".into(),
             name: "p".into(),
             namespace: "ns".into(),
             labels: vec![entry("koordinator.sh/qosClass", "BE")],
             annotations: vec![entry("node.koordinator.sh/extended-resource-spec", spec)],
-            linux: Some(nri::LinuxPodSandbox { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+            linux: Some(nri::LinuxPodSandbox {
+                cgroup_parent: "/kubepods/besteffort/pod1".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         };
-        let options = nri_plugin::Options { socket: "/nonexistent".into(), name: "t".into(), index: "10".into(), program: "runtime-hooks" };
+        let options = nri_plugin::Options {
+            socket: "/nonexistent".into(),
+            name: "t".into(),
+            index: "10".into(),
+            program: "runtime-hooks",
+        };
         let shares = || std::fs::read_to_string(pod_dir.join("cpu.shares")).unwrap();
         std::fs::write(pod_dir.join("cpu.shares"), "2").unwrap();
         let run = nri::RunPodSandboxRequest { pod: Some(pod.clone()) }.encode_to_vec();
-        nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("RunPodSandbox", &run).await.expect("answered");
+        nri_plugin::plugin::Session::new(&mut plugin, &options)
+            .dispatch("RunPodSandbox", &run)
+            .await
+            .expect("answered");
         assert_eq!(shares(), "512", "RunPodSandbox writes the batch shares");
         // The runtime resizes the pod and writes the pod cgroup's shares of its new resources.
         std::fs::write(pod_dir.join("cpu.shares"), "1024").unwrap();
         let resized = nri::PostUpdatePodSandboxRequest { pod: Some(pod.clone()) }.encode_to_vec();
-        let answer = nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("PostUpdatePodSandbox", &resized).await;
+        let answer =
+            nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("PostUpdatePodSandbox", &resized).await;
         assert_eq!(answer.expect("answered"), Vec::<u8>::new());
         assert_eq!(shares(), "512", "written again after the resize");
         // The same event from a runtime before 0.12 (StateChange).
         std::fs::write(pod_dir.join("cpu.shares"), "1024").unwrap();
-        let evt = nri::StateChangeEvent { event: Event::PostUpdatePodSandbox as i32, pod: Some(pod), container: None }.encode_to_vec();
+        let evt = nri::StateChangeEvent { event: Event::PostUpdatePodSandbox as i32, pod: Some(pod), container: None }
+            .encode_to_vec();
         nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("StateChange", &evt).await.expect("answered");
         assert_eq!(shares(), "512");
     }
@@ -617,9 +683,18 @@ mod tests {
             env: (0..1000).map(|i| format!("K{i}=1").into_bytes()).collect(),
             ..Default::default()
         };
-        let payload = nri::SynchronizeRequest { pods: vec![pod], containers: vec![container], more: false }.encode_to_vec();
-        let options = nri_plugin::Options { socket: "/nonexistent".into(), name: "t".into(), index: "10".into(), program: "runtime-hooks" };
-        nri_plugin::plugin::Session::new(&mut plugin, &options).dispatch("Synchronize", &payload).await.expect("answered");
+        let payload =
+            nri::SynchronizeRequest { pods: vec![pod], containers: vec![container], more: false }.encode_to_vec();
+        let options = nri_plugin::Options {
+            socket: "/nonexistent".into(),
+            name: "t".into(),
+            index: "10".into(),
+            program: "runtime-hooks",
+        };
+        nri_plugin::plugin::Session::new(&mut plugin, &options)
+            .dispatch("Synchronize", &payload)
+            .await
+            .expect("answered");
         assert!(plugin.known.containers["c1"].env.is_empty());
         let pod = &plugin.known.pods["s1"];
         assert_eq!((pod.labels.len(), pod.annotations.len()), (1, 0), "{pod:?}");

@@ -245,7 +245,8 @@ impl Plugin for BatchResource {
         let (mut cpu_limits, mut mem_limits) = (Some(0i64), Some(0i64));
         let mut counted = 0;
         for name in spec.containers.keys() {
-            let values = spec.container(name).unwrap_or_else(|| Ok(ContainerResourceSpec::default())).and_then(|c| c.values());
+            let values =
+                spec.container(name).unwrap_or_else(|| Ok(ContainerResourceSpec::default())).and_then(|c| c.values());
             let (request, cpu, mem) = match values {
                 Ok(v) => v,
                 Err(e) => {
@@ -372,8 +373,7 @@ mod tests {
         assert_eq!(r.cpu_shares, Some(256));
         assert_eq!(r.cpu_quota, Some(-1), "no limit: unlimited");
         assert_eq!(r.memory_limit_in_bytes, None, "no memory limit: unchanged");
-        let tiny =
-            r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1"}, "limits": {"kubernetes.io/batch-cpu": "1"}}}}"#;
+        let tiny = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1"}, "limits": {"kubernetes.io/batch-cpu": "1"}}}}"#;
         let r = run(&container(pod("BE", Some(tiny)), "main"), &Rules::default());
         assert_eq!((r.cpu_shares, r.cpu_quota), (Some(2), Some(1000)), "kernel minimums");
         let big = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "1M"}}}}"#;
@@ -413,7 +413,10 @@ mod tests {
                 .container(Stage::PreCreateContainer, &container(pod("BE", Some(bad)), "main"), &Rules::default())
                 .unwrap_err();
             assert!(format!("{err:#}").contains(EXTENDED_RESOURCE_SPEC), "{err:#}");
-            assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(bad)), &Rules::default()).is_err(), "{bad}");
+            assert!(
+                BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(bad)), &Rules::default()).is_err(),
+                "{bad}"
+            );
         }
         for bad in [
             r#"{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#,
@@ -459,7 +462,9 @@ mod tests {
             let spec = format!(r#"{{"containers": {{{main}, {sidecar}}}}}"#);
             let p = pod("BE", Some(&spec));
             assert_eq!(run(&container(p.clone(), "main"), &Rules::default()).cpu_quota, Some(100_000), "{sidecar}");
-            assert!(BatchResource.container(Stage::PreCreateContainer, &container(p.clone(), "sidecar"), &Rules::default()).is_err());
+            assert!(BatchResource
+                .container(Stage::PreCreateContainer, &container(p.clone(), "sidecar"), &Rules::default())
+                .is_err());
             let c = BatchResource.pod(Stage::PreRunPodSandbox, &p, &Rules::default()).unwrap();
             assert_eq!(
                 c.pod_cgroup,
@@ -474,7 +479,10 @@ mod tests {
         }
         // Only bad entries: the pod is left alone.
         let spec = r#"{"containers": {"sidecar": {"limits": {"kubernetes.io/batch-cpu": "lots"}}}}"#;
-        assert!(BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(spec)), &Rules::default()).unwrap().is_empty());
+        assert!(BatchResource
+            .pod(Stage::PreRunPodSandbox, &pod("BE", Some(spec)), &Rules::default())
+            .unwrap()
+            .is_empty());
     }
 
     /// koordlet's CPU normalization: a limited quota divided by a ratio above 1, rounded up.
@@ -540,7 +548,12 @@ mod tests {
         let c = BatchResource.pod(Stage::PreRunPodSandbox, &pod("BE", Some(open)), &Rules::default()).unwrap();
         assert_eq!(
             c.pod_cgroup,
-            vec![CgroupValue::CpuShares(102), CgroupValue::CfsPeriod(100_000), CgroupValue::CfsQuota(-1), CgroupValue::MemoryLimit(-1)]
+            vec![
+                CgroupValue::CpuShares(102),
+                CgroupValue::CfsPeriod(100_000),
+                CgroupValue::CfsQuota(-1),
+                CgroupValue::MemoryLimit(-1)
+            ]
         );
     }
 }

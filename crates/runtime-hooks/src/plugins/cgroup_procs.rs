@@ -19,9 +19,14 @@ pub fn dir_path(root: &Path, dir: &str) -> PathBuf {
 }
 
 fn read_ids(path: &Path) -> io::Result<Vec<u32>> {
-    let text = std::fs::read_to_string(path).map_err(|e| io::Error::new(e.kind(), format!("reading {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("reading {}: {e}", path.display())))?;
     text.split_whitespace()
-        .map(|t| t.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {t:?} is not an id", path.display()))))
+        .map(|t| {
+            t.parse().map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("{}: {t:?} is not an id", path.display()))
+            })
+        })
         .collect()
 }
 

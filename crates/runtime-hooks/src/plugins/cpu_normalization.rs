@@ -83,7 +83,9 @@ impl Plugin for CpuNormalization {
     fn container(&self, _stage: Stage, c: &ContainerContext, rules: &Rules) -> anyhow::Result<Change> {
         let quota = c.resources.as_ref().map(|r| r.cpu_quota).filter(|_| Self::applies_to(&c.pod));
         Ok(match quota.and_then(|q| Self::scaled(q, rules)) {
-            Some(q) => Change { resources: Resources { cpu_quota: Some(q), ..Default::default() }, ..Default::default() },
+            Some(q) => {
+                Change { resources: Resources { cpu_quota: Some(q), ..Default::default() }, ..Default::default() }
+            }
             None => Change::default(),
         })
     }

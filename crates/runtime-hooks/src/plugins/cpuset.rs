@@ -221,7 +221,12 @@ pub fn container_cpuset(pod: &PodContext, topology: &Topology, be_cpu_manager: b
 }
 
 /// Steps 2 to 7 (koordlet's `getContainerCPUSet`).
-fn rule_cpuset(pod: &PodContext, status: Option<&ResourceStatus>, topology: &Topology, be_cpu_manager: bool) -> Option<String> {
+fn rule_cpuset(
+    pod: &PodContext,
+    status: Option<&ResourceStatus>,
+    topology: &Topology,
+    be_cpu_manager: bool,
+) -> Option<String> {
     let class = pod.qos();
     // NUMA-aware: the pools of the pod's NUMA nodes; BE pods the BE pools, under BECPUManager only.
     if let Some(status) = status.filter(|s| s.is_numa_aware() && (class != QosClass::Be || be_cpu_manager)) {
@@ -294,7 +299,11 @@ impl Plugin for CpuSet {
             return Ok(Vec::new());
         }
         if app.qos != QosClass::Ls {
-            anyhow::bail!("host application {:?} is {}: only LS is supported for a host application's cpuset", app.name, app.qos);
+            anyhow::bail!(
+                "host application {:?} is {}: only LS is supported for a host application's cpuset",
+                app.name,
+                app.qos
+            );
         }
         let cpus = rules.cpuset.topology.all_share_pool_cpus();
         Ok(if cpus.is_empty() { Vec::new() } else { vec![CgroupValue::CpusetCpus(cpus)] })
@@ -307,7 +316,11 @@ impl Plugin for CpuSet {
         }
         let status = resource_status(&c.pod)?;
         let resources = if let Some(cpus) = bound_of(&c.pod, status.as_ref())? {
-            Resources { cpuset_cpus: Some(cpus), cpu_quota: rules.cpuset.unset_cfs_quota.then_some(-1), ..Default::default() }
+            Resources {
+                cpuset_cpus: Some(cpus),
+                cpu_quota: rules.cpuset.unset_cfs_quota.then_some(-1),
+                ..Default::default()
+            }
         } else if let Some(cpus) = rule_cpuset(&c.pod, status.as_ref(), &rules.cpuset.topology, self.be_cpu_manager) {
             Resources { cpuset_cpus: Some(cpus), ..Default::default() }
         } else {
@@ -377,8 +390,15 @@ mod tests {
     #[test]
     fn lse_and_lsr_get_their_cpuset_and_no_quota() {
         for class in ["LSE", "LSR"] {
-            let r = run(&container(class, Some(r#"{"cpuset": "2-3", "numaNodeResources": [{"node": 0}]}"#)), &Rules::default());
-            assert_eq!(r, Resources { cpuset_cpus: Some("2-3".into()), cpu_quota: Some(-1), ..Default::default() }, "{class}");
+            let r = run(
+                &container(class, Some(r#"{"cpuset": "2-3", "numaNodeResources": [{"node": 0}]}"#)),
+                &Rules::default(),
+            );
+            assert_eq!(
+                r,
+                Resources { cpuset_cpus: Some("2-3".into()), cpu_quota: Some(-1), ..Default::default() },
+                "{class}"
+            );
         }
         let mut rules = Rules::default();
         rules.cpuset.unset_cfs_quota = false;
@@ -411,7 +431,11 @@ mod tests {
             assert_eq!(cpus(&in_parent(class, Some(&node1), BESTEFFORT), &node("static")), some("8-11"), "{class:?}");
         }
         let both = numa(r#"[{"node": 1, "resources": {"memory": "1Gi"}}, {"node": 0, "resources": {"cpu": "500m"}}]"#);
-        assert_eq!(cpus(&container("LS", Some(&both)), &none), some("0-3,8-11"), "entries without CPU still name a node");
+        assert_eq!(
+            cpus(&container("LS", Some(&both)), &none),
+            some("0-3,8-11"),
+            "entries without CPU still name a node"
+        );
         let batch = numa(r#"[{"node": 0, "resources": {"kubernetes.io/batch-cpu": "1000"}}]"#);
         assert_eq!(cpus(&container("LS", Some(&batch)), &none), some("0-3"));
         // No CPU on any node: not NUMA-aware.
@@ -427,7 +451,8 @@ mod tests {
         // they get the BE share pools of their NUMA nodes.
         assert_eq!(cpus(&in_parent("BE", Some(&node1), BESTEFFORT), &none), some(""));
         let be = CpuSet { be_cpu_manager: true };
-        let be_cpus = |c: &ContainerContext| be.container(Stage::PreCreateContainer, c, &none).unwrap().resources.cpuset_cpus;
+        let be_cpus =
+            |c: &ContainerContext| be.container(Stage::PreCreateContainer, c, &none).unwrap().resources.cpuset_cpus;
         assert_eq!(be_cpus(&in_parent("BE", Some(&node1), BESTEFFORT)), some("8-13"));
         assert_eq!(be_cpus(&in_parent("BE", None, BESTEFFORT)), some(""), "not NUMA-aware: cleared");
         assert_eq!(be_cpus(&in_parent("LS", Some(&node1), BURSTABLE)), some("8-11"), "LS pods keep the LS pools");
@@ -458,7 +483,10 @@ mod tests {
         // Only the bound step unsets the CFS quota; no step asks for pod values.
         let r = run(&container("LS", None), &none);
         assert_eq!(r, Resources { cpuset_cpus: some("0-3,8-11"), ..Default::default() });
-        assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &container("LS", Some(&node1)).pod, &none).unwrap().is_empty());
+        assert!(CpuSet::default()
+            .pod(Stage::PreRunPodSandbox, &container("LS", Some(&node1)).pod, &none)
+            .unwrap()
+            .is_empty());
     }
 
     /// A cpuset an LS, BE or unclassified pod's author wrote is not taken: the pod gets what its
@@ -478,7 +506,10 @@ mod tests {
             assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &rules).unwrap().is_empty(), "{class:?}");
         }
         for class in ["LS", "BE", "", "SYSTEM", "lsr"] {
-            assert_ne!(run(&container(class, Some(r#"{"cpuset": "1"}"#)), &Rules::default()).cpuset_cpus.as_deref(), Some("1"));
+            assert_ne!(
+                run(&container(class, Some(r#"{"cpuset": "1"}"#)), &Rules::default()).cpuset_cpus.as_deref(),
+                Some("1")
+            );
         }
         // Nor does an annotation claiming LSR on a pod without the label.
         let mut c = in_parent("", Some(r#"{"cpuset": "1"}"#), GUARANTEED);
@@ -504,7 +535,10 @@ mod tests {
             ("LS", Some(numa(r#"[{"node": 0, "resources": {"cpu": "1"}}]"#))),
         ] {
             for parent in [GUARANTEED, BURSTABLE, ""] {
-                assert!(run(&in_parent(class, status.as_deref(), parent), &defaults).is_empty(), "{class:?} {status:?} {parent}");
+                assert!(
+                    run(&in_parent(class, status.as_deref(), parent), &defaults).is_empty(),
+                    "{class:?} {status:?} {parent}"
+                );
             }
         }
         assert_eq!(cpus(&in_parent("BE", None, BESTEFFORT), &defaults).as_deref(), Some(""));
@@ -519,7 +553,9 @@ mod tests {
         // Off: nothing at all.
         let mut off = node("none");
         off.cpuset.enable = false;
-        for c in [in_parent("BE", None, BESTEFFORT), container("LS", None), container("LSR", Some(r#"{"cpuset": "1"}"#))] {
+        for c in
+            [in_parent("BE", None, BESTEFFORT), container("LS", None), container("LSR", Some(r#"{"cpuset": "1"}"#))]
+        {
             assert!(CpuSet::default().container(Stage::PreCreateContainer, &c, &off).unwrap().is_empty());
             assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &off).unwrap().is_empty());
         }
@@ -530,7 +566,8 @@ mod tests {
         let mut rules = node("none");
         rules.cpuset.topology.share_pools = vec![pool(1, "8-11"), pool(0, "0-3"), pool(2, "4-7")];
         assert_eq!(cpus(&container("LS", None), &rules).as_deref(), Some("0-11"));
-        let twice = numa(r#"[{"node": 2, "resources": {"cpu": "1"}}, {"node": 1, "resources": {"cpu": "1"}}, {"node": 2}]"#);
+        let twice =
+            numa(r#"[{"node": 2, "resources": {"cpu": "1"}}, {"node": 1, "resources": {"cpu": "1"}}, {"node": 2}]"#);
         assert_eq!(cpus(&container("LS", Some(&twice)), &rules).as_deref(), Some("4-11"));
     }
 
@@ -550,7 +587,9 @@ mod tests {
     #[test]
     fn bad_annotations_are_errors() {
         for bad in ["{", r#"{"cpuset": "3-1"}"#, r#"{"cpuset": 5}"#] {
-            let err = CpuSet::default().container(Stage::PreCreateContainer, &container("LSE", Some(bad)), &Rules::default()).unwrap_err();
+            let err = CpuSet::default()
+                .container(Stage::PreCreateContainer, &container("LSE", Some(bad)), &Rules::default())
+                .unwrap_err();
             assert!(format!("{err:#}").contains(RESOURCE_STATUS), "{err:#}");
         }
         // Annotations that are not JSON of the shape fail any pod, as in koordlet.
@@ -564,21 +603,40 @@ mod tests {
         ] {
             for class in ["LS", "BE", ""] {
                 let c = in_parent(class, Some(bad), BESTEFFORT);
-                let err = format!("{:#}", CpuSet::default().container(Stage::PreCreateContainer, &c, &node("none")).unwrap_err());
+                let err = format!(
+                    "{:#}",
+                    CpuSet::default().container(Stage::PreCreateContainer, &c, &node("none")).unwrap_err()
+                );
                 assert!(err.contains(RESOURCE_STATUS), "{class:?} {bad}: {err}");
-                assert!(CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &node("none")).is_err(), "{class:?} {bad}");
+                assert!(
+                    CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &node("none")).is_err(),
+                    "{class:?} {bad}"
+                );
             }
         }
         // Another class's cpuset is not read, so not checked.
         assert_eq!(cpus(&container("LS", Some(r#"{"cpuset": "3-1"}"#)), &node("none")).as_deref(), Some("0-3,8-11"));
-        for (value, why) in
-            [("0,,1", "empty element"), ("1,", "empty element"), ("3-1", "descending"), ("x", "not a CPU"), ("0-8192", "range")]
-        {
+        for (value, why) in [
+            ("0,,1", "empty element"),
+            ("1,", "empty element"),
+            ("3-1", "descending"),
+            ("x", "not a CPU"),
+            ("0-8192", "range"),
+        ] {
             let status = format!(r#"{{"cpuset": "{value}"}}"#);
             for c in [container("LSR", Some(&status)), container("LSE", Some(&status))] {
-                let err = format!("{:#}", CpuSet::default().container(Stage::PreCreateContainer, &c, &Rules::default()).unwrap_err());
-                assert!(err.contains(RESOURCE_STATUS) && err.contains(&format!("{value:?}")) && err.contains(why), "{value:?}: {err}");
-                let err = format!("{:#}", CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &Rules::default()).unwrap_err());
+                let err = format!(
+                    "{:#}",
+                    CpuSet::default().container(Stage::PreCreateContainer, &c, &Rules::default()).unwrap_err()
+                );
+                assert!(
+                    err.contains(RESOURCE_STATUS) && err.contains(&format!("{value:?}")) && err.contains(why),
+                    "{value:?}: {err}"
+                );
+                let err = format!(
+                    "{:#}",
+                    CpuSet::default().pod(Stage::PreRunPodSandbox, &c.pod, &Rules::default()).unwrap_err()
+                );
                 assert!(err.contains(RESOURCE_STATUS), "{err}");
             }
         }
@@ -586,7 +644,8 @@ mod tests {
 
     #[test]
     fn cpusets_are_normalized_to_the_kernel_form() {
-        for (given, canonical) in [(" 0 - 1 ", "0-1"), ("6-7, 0 -1,4", "0-1,4,6-7"), ("3,1,2", "1-3"), ("0-1,1-2", "0-2"), (r"\t5\n", "5")]
+        for (given, canonical) in
+            [(" 0 - 1 ", "0-1"), ("6-7, 0 -1,4", "0-1,4,6-7"), ("3,1,2", "1-3"), ("0-1,1-2", "0-2"), (r"\t5\n", "5")]
         {
             let status = format!(r#"{{"cpuset": "{given}"}}"#);
             let r = run(&container("LSR", Some(&status)), &Rules::default());
@@ -595,7 +654,10 @@ mod tests {
         }
         // Only whitespace: no cpuset, as if absent (on down the steps).
         assert!(run(&container("LSR", Some(r#"{"cpuset": "  "}"#)), &Rules::default()).is_empty());
-        assert_eq!(run(&container("LSR", Some(r#"{"cpuset": "  "}"#)), &node("none")).cpuset_cpus.as_deref(), Some("0-3,8-11"));
+        assert_eq!(
+            run(&container("LSR", Some(r#"{"cpuset": "  "}"#)), &node("none")).cpuset_cpus.as_deref(),
+            Some("0-3,8-11")
+        );
         assert!(CpuSet::default()
             .pod(Stage::PreRunPodSandbox, &container("LSR", Some(r#"{"cpuset": " "}"#)).pod, &Rules::default())
             .unwrap()

@@ -90,17 +90,22 @@ fn null_is_empty<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'de>
 ///
 /// Errors: the annotation is not the JSON above (the message names the annotation and serde's
 /// reason, with line and column), or one of this type's entries is `null`.
-pub fn device_allocations(annotations: &BTreeMap<String, String>, device_type: &str) -> anyhow::Result<Vec<DeviceAllocation>> {
+pub fn device_allocations(
+    annotations: &BTreeMap<String, String>,
+    device_type: &str,
+) -> anyhow::Result<Vec<DeviceAllocation>> {
     let Some(text) = annotations.get(DEVICE_ALLOCATED) else {
         return Ok(Vec::new());
     };
-    let mut all: Option<DeviceAllocations> =
-        serde_json::from_str(text).with_context(|| format!("pod annotation {DEVICE_ALLOCATED}: not a device allocation"))?;
+    let mut all: Option<DeviceAllocations> = serde_json::from_str(text)
+        .with_context(|| format!("pod annotation {DEVICE_ALLOCATED}: not a device allocation"))?;
     let entries = all.as_mut().and_then(|a| a.remove(device_type)).flatten().unwrap_or_default();
     entries
         .into_iter()
         .enumerate()
-        .map(|(i, e)| e.ok_or_else(|| anyhow::anyhow!("pod annotation {DEVICE_ALLOCATED}: {device_type} entry {i} is null")))
+        .map(|(i, e)| {
+            e.ok_or_else(|| anyhow::anyhow!("pod annotation {DEVICE_ALLOCATED}: {device_type} entry {i} is null"))
+        })
         .collect()
 }
 
@@ -186,8 +191,9 @@ mod tests {
             let host = tempfile::tempdir().unwrap();
             let mut c = crate::context::ContainerContext::default();
             c.pod.annotations = pod(&text);
-            c.pod.labels.insert(super::super::gpu_env::GPU_ISOLATION_PROVIDER.into(), super::super::gpu_env::HAMI_CORE.into());
-            let rdma = super::super::RdmaDeviceInject::new(std::sync::Arc::new(super::super::rdma_device::HostFs::new(host.path())));
+            use super::super::{gpu_env, rdma_device, RdmaDeviceInject};
+            c.pod.labels.insert(gpu_env::GPU_ISOLATION_PROVIDER.into(), gpu_env::HAMI_CORE.into());
+            let rdma = RdmaDeviceInject::new(std::sync::Arc::new(rdma_device::HostFs::new(host.path())));
             for p in [&super::super::GpuEnvInject::new(DEFAULT_HAMI_CORE_LIBRARY) as &dyn Plugin, &rdma] {
                 let _ = p.container(Stage::PreCreateContainer, &c, &crate::rules::Rules::default());
             }

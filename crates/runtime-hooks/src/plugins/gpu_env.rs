@@ -76,8 +76,9 @@ impl GpuEnvInject {
 
     fn hami_core(&self, first: &super::devices::DeviceAllocation, change: &mut Change) -> anyhow::Result<()> {
         let get = |name: &str| first.resources.get(name).map(|q| q.value());
-        let ratio = get(GPU_MEMORY_RATIO)
-            .ok_or_else(|| anyhow::anyhow!("pod annotation {DEVICE_ALLOCATED}: HAMi-core pod, gpu entry 0 has no {GPU_MEMORY_RATIO}"))?;
+        let ratio = get(GPU_MEMORY_RATIO).ok_or_else(|| {
+            anyhow::anyhow!("pod annotation {DEVICE_ALLOCATED}: HAMi-core pod, gpu entry 0 has no {GPU_MEMORY_RATIO}")
+        })?;
         if ratio >= 100 {
             return Ok(());
         }
@@ -92,7 +93,12 @@ impl GpuEnvInject {
         }
         change.envs.insert("LD_PRELOAD".into(), self.hami_core_library.clone());
         for path in [self.hami_core_library.as_str(), VGPU_LOCK_DIR] {
-            change.add_mount(Mount { destination: path.into(), kind: "bind".into(), source: path.into(), options: vec!["rbind".into()] });
+            change.add_mount(Mount {
+                destination: path.into(),
+                kind: "bind".into(),
+                source: path.into(),
+                options: vec!["rbind".into()],
+            });
         }
         Ok(())
     }
@@ -180,7 +186,10 @@ mod tests {
             change.mounts.iter().map(|m| (m.source.as_str(), m.destination.as_str(), m.kind.as_str())).collect();
         assert_eq!(
             mounts,
-            [("/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu/libvgpu.so", "bind"), ("/tmp/vgpulock", "/tmp/vgpulock", "bind")]
+            [
+                ("/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu/libvgpu.so", "bind"),
+                ("/tmp/vgpulock", "/tmp/vgpulock", "bind")
+            ]
         );
         assert!(change.mounts.iter().all(|m| m.options == ["rbind"]));
         // No gpu-core: no SM limit, the rest as before.

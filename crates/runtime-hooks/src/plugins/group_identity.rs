@@ -187,7 +187,10 @@ impl GroupIdentity {
             Ok(None) => true,
             Ok(Some(v)) => v == "1",
             Err(e) => {
-                tracing::debug!(plugin = Self::NAME, "reading {SYSCTL}: {e}; no cpu.bvt_warp_ns written (koordlet's prepare)");
+                tracing::debug!(
+                    plugin = Self::NAME,
+                    "reading {SYSCTL}: {e}; no cpu.bvt_warp_ns written (koordlet's prepare)"
+                );
                 false
             }
         }
@@ -316,7 +319,8 @@ mod tests {
             path: "a".into(),
         };
         let off = serde_json::json!({"resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": false}}}});
-        let slo_off = Rules::compose(&Rules::default(), Some(&crate::rules::node_slo::parse(&off).unwrap()), None, None);
+        let slo_off =
+            Rules::compose(&Rules::default(), Some(&crate::rules::node_slo::parse(&off).unwrap()), None, None);
         for (switch, written) in [(None, true), (Some("1"), true), (Some("0"), false)] {
             if let Some(v) = switch {
                 std::fs::write(t.path().join("kernel/sched_group_identity_enabled"), v).unwrap();
@@ -342,10 +346,15 @@ mod tests {
 
     #[test]
     fn guaranteed_pods_follow_lsr_then_ls() {
-        let ls_only = serde_json::json!({"resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": true, "groupIdentity": 1}}}});
+        let ls_only =
+            serde_json::json!({"resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": true, "groupIdentity": 1}}}});
         let r = Rules::compose(&Rules::default(), Some(&crate::rules::node_slo::parse(&ls_only).unwrap()), None, None);
         assert_eq!(bvt(&pod(None, "/kubepods/pod1"), &r), vec![CgroupValue::BvtWarpNs(1)]);
-        assert_eq!(bvt(&pod(Some("LSR"), "/kubepods/pod1"), &r), vec![CgroupValue::BvtWarpNs(0)], "LSR's CPU QoS is off");
+        assert_eq!(
+            bvt(&pod(Some("LSR"), "/kubepods/pod1"), &r),
+            vec![CgroupValue::BvtWarpNs(0)],
+            "LSR's CPU QoS is off"
+        );
     }
 
     #[test]
@@ -417,7 +426,10 @@ mod tests {
         switch_kernel(&sysctl, &Rules::default()).unwrap();
         assert_eq!(file("sched_group_identity_enabled").as_deref(), Some("0"), "rule off: left alone");
         switch_kernel(&sysctl, &all_on()).unwrap();
-        assert_eq!((file("sched_core").as_deref(), file("sched_group_identity_enabled").as_deref()), (Some("0"), Some("1")));
+        assert_eq!(
+            (file("sched_core").as_deref(), file("sched_group_identity_enabled").as_deref()),
+            (Some("0"), Some("1"))
+        );
         // Through the plugin's node-level work, with a Host.
         std::fs::write(t.path().join("kernel/sched_group_identity_enabled"), "0").unwrap();
         let host = Host { sysctl: Some(std::sync::Arc::new(sysctl)), ..Default::default() };
@@ -431,9 +443,16 @@ mod tests {
         let app = |qos| HostApplication { name: "a".into(), qos, base: HostAppBase::CgroupRoot, path: "a".into() };
         let r = all_on();
         for (qos, want) in [(QosClass::Lsr, 2), (QosClass::Ls, 2), (QosClass::Be, -1), (QosClass::None, 0)] {
-            assert_eq!(GroupIdentity::default().host_app(&app(qos), &r).unwrap(), vec![CgroupValue::BvtWarpNs(want)], "{qos:?}");
+            assert_eq!(
+                GroupIdentity::default().host_app(&app(qos), &r).unwrap(),
+                vec![CgroupValue::BvtWarpNs(want)],
+                "{qos:?}"
+            );
         }
-        assert_eq!(GroupIdentity::default().host_app(&app(QosClass::Be), &Rules::default()).unwrap(), vec![CgroupValue::BvtWarpNs(0)]);
+        assert_eq!(
+            GroupIdentity::default().host_app(&app(QosClass::Be), &Rules::default()).unwrap(),
+            vec![CgroupValue::BvtWarpNs(0)]
+        );
     }
 
     #[test]

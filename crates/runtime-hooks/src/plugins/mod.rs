@@ -54,8 +54,12 @@ use crate::plugin::Plugin;
 /// The pod label keys any built-in plugin reads; hook requests keep only these of a pod's
 /// labels ([`crate::proxy::hook_decode`]), so a pod's other labels cost runtime-hooks nothing.
 /// Koordinator's class, CoreSched's group and policy, GPUEnvInject's isolation provider.
-pub const POD_LABELS_READ: &[&str] =
-    &[crate::context::QOS_CLASS_KEY, core_sched::LABEL_GROUP_ID, core_sched::LABEL_POLICY, gpu_env::GPU_ISOLATION_PROVIDER];
+pub const POD_LABELS_READ: &[&str] = &[
+    crate::context::QOS_CLASS_KEY,
+    core_sched::LABEL_GROUP_ID,
+    core_sched::LABEL_POLICY,
+    gpu_env::GPU_ISOLATION_PROVIDER,
+];
 
 /// The pod annotation keys any built-in plugin reads (Koordinator's scheduler and manager write
 /// them); hook requests keep only these ([`crate::proxy::hook_decode`]). No plugin reads a container's
@@ -128,7 +132,8 @@ mod tests {
 
     #[test]
     fn select_by_name() {
-        let names: Vec<&str> = select(&["cpuset".into(), "GroupIdentity".into()]).unwrap().iter().map(|p| p.name()).collect();
+        let names: Vec<&str> =
+            select(&["cpuset".into(), "GroupIdentity".into()]).unwrap().iter().map(|p| p.name()).collect();
         assert_eq!(names, ["GroupIdentity", "CPUSet"]);
         assert!(select(&["Nope".into()]).err().unwrap().contains("BatchResource"));
     }

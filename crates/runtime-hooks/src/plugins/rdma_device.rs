@@ -136,13 +136,24 @@ impl RdmaDeviceInject {
     fn verbs(&self, pci_address: &str) -> anyhow::Result<Device> {
         check_pci_address(pci_address)?;
         let name = self.host.verbs_device(pci_address)?;
-        anyhow::ensure!(!name.is_empty() && !name.contains('/') && name != "..", "verbs device name {name:?} is not a file name");
+        anyhow::ensure!(
+            !name.is_empty() && !name.contains('/') && name != "..",
+            "verbs device name {name:?} is not a file name"
+        );
         self.device(&format!("{IB_DEV_DIR}/{name}"))
     }
 
     fn device(&self, path: &str) -> anyhow::Result<Device> {
         let (major, minor) = self.host.device_numbers(path)?;
-        Ok(Device { path: path.to_owned(), kind: DeviceKind::Char, major, minor, file_mode: Some(DEVICE_MODE), uid: None, gid: None })
+        Ok(Device {
+            path: path.to_owned(),
+            kind: DeviceKind::Char,
+            major,
+            minor,
+            file_mode: Some(DEVICE_MODE),
+            uid: None,
+            gid: None,
+        })
     }
 }
 
@@ -151,10 +162,13 @@ impl RdmaDeviceInject {
 ///
 /// Errors: anything else, quoted.
 pub fn check_pci_address(address: &str) -> anyhow::Result<()> {
-    let hex = |s: &str, min: usize, max: usize| (min..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex =
+        |s: &str, min: usize, max: usize| (min..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit());
     let ok = match address.split(':').collect::<Vec<_>>()[..] {
         [domain, bus, devfn] => match devfn.split_once('.') {
-            Some((dev, func)) => hex(domain, 4, 8) && hex(bus, 2, 2) && hex(dev, 2, 2) && matches!(func.as_bytes(), [b'0'..=b'7']),
+            Some((dev, func)) => {
+                hex(domain, 4, 8) && hex(bus, 2, 2) && hex(dev, 2, 2) && matches!(func.as_bytes(), [b'0'..=b'7'])
+            }
             None => false,
         },
         _ => false,
@@ -178,17 +192,22 @@ impl Plugin for RdmaDeviceInject {
             return Ok(Change::default());
         }
         let mut change = Change::default();
-        change.add_device(self.device(RDMA_CM).with_context(|| format!("pod annotation {DEVICE_ALLOCATED} allocates rdma: {RDMA_CM}"))?);
+        change.add_device(
+            self.device(RDMA_CM)
+                .with_context(|| format!("pod annotation {DEVICE_ALLOCATED} allocates rdma: {RDMA_CM}"))?,
+        );
         for (i, a) in allocations.iter().enumerate() {
             let vfs = a.extension.as_ref().map(|e| e.vfs.as_slice()).unwrap_or_default();
             if vfs.is_empty() {
-                let d = self.verbs(&a.id).with_context(|| format!("pod annotation {DEVICE_ALLOCATED}: rdma entry {i} id {:?}", a.id))?;
+                let d = self
+                    .verbs(&a.id)
+                    .with_context(|| format!("pod annotation {DEVICE_ALLOCATED}: rdma entry {i} id {:?}", a.id))?;
                 change.add_device(d);
             }
             for (j, vf) in vfs.iter().enumerate() {
-                let d = self
-                    .verbs(&vf.bus_id)
-                    .with_context(|| format!("pod annotation {DEVICE_ALLOCATED}: rdma entry {i} vf {j} busID {:?}", vf.bus_id))?;
+                let d = self.verbs(&vf.bus_id).with_context(|| {
+                    format!("pod annotation {DEVICE_ALLOCATED}: rdma entry {i} vf {j} busID {:?}", vf.bus_id)
+                })?;
                 change.add_device(d);
             }
         }
@@ -220,8 +239,13 @@ mod tests {
 
     fn fake() -> RdmaDeviceInject {
         RdmaDeviceInject::new(Arc::new(Fake {
-            verbs: [("0000:09:00.0", "uverbs0"), ("0000:09:00.2", "uverbs2"), ("0000:09:00.3", "uverbs3"), ("0000:0a:00.0", "evil/..")]
-                .into(),
+            verbs: [
+                ("0000:09:00.0", "uverbs0"),
+                ("0000:09:00.2", "uverbs2"),
+                ("0000:09:00.3", "uverbs3"),
+                ("0000:0a:00.0", "evil/.."),
+            ]
+            .into(),
             numbers: [
                 (RDMA_CM, (10, 58)),
                 ("/dev/infiniband/uverbs0", (231, 192)),
@@ -237,7 +261,11 @@ mod tests {
             annotations: annotation.map(|a| (DEVICE_ALLOCATED.to_string(), a.to_string())).into_iter().collect(),
             ..Default::default()
         };
-        p.container(Stage::PreCreateContainer, &ContainerContext { pod, name: "main".into(), ..Default::default() }, &Rules::default())
+        p.container(
+            Stage::PreCreateContainer,
+            &ContainerContext { pod, name: "main".into(), ..Default::default() },
+            &Rules::default(),
+        )
     }
 
     fn paths(c: &Change) -> Vec<(&str, i64, i64)> {
@@ -258,7 +286,10 @@ mod tests {
                 ("/dev/infiniband/uverbs3", 231, 195)
             ]
         );
-        assert!(change.devices.iter().all(|d| d.kind == DeviceKind::Char && d.file_mode == Some(0o666) && d.uid.is_none()));
+        assert!(change
+            .devices
+            .iter()
+            .all(|d| d.kind == DeviceKind::Char && d.file_mode == Some(0o666) && d.uid.is_none()));
         assert!(change.envs.is_empty() && change.mounts.is_empty());
         assert!(run(&fake(), None).unwrap().is_empty());
         assert!(run(&fake(), Some(r#"{"gpu": [{"minor": 0}]}"#)).unwrap().is_empty(), "no rdma: not even rdma_cm");
@@ -269,8 +300,14 @@ mod tests {
         for (text, needle) in [
             (r#"{"rdma": [{"minor": 0}]}"#, r#"rdma entry 0 id "": "" is not a PCI address"#),
             (r#"{"rdma": [{"id": "../../../etc"}]}"#, "is not a PCI address"),
-            (r#"{"rdma": [{"id": "0000:09:00.0"}, {"id": "0000:0c:00.0"}]}"#, "rdma entry 1 id \"0000:0c:00.0\": no infiniband_verbs"),
-            (r#"{"rdma": [{"id": "0000:09:00.0", "extension": {"vfs": [{"busID": "0000:09:00.7"}]}}]}"#, "vf 0 busID \"0000:09:00.7\""),
+            (
+                r#"{"rdma": [{"id": "0000:09:00.0"}, {"id": "0000:0c:00.0"}]}"#,
+                "rdma entry 1 id \"0000:0c:00.0\": no infiniband_verbs",
+            ),
+            (
+                r#"{"rdma": [{"id": "0000:09:00.0", "extension": {"vfs": [{"busID": "0000:09:00.7"}]}}]}"#,
+                "vf 0 busID \"0000:09:00.7\"",
+            ),
             (r#"{"rdma": [{"id": "0000:0a:00.0"}]}"#, "is not a file name"),
             (r#"{"rdma": {}}"#, "not a device allocation"),
         ] {
@@ -287,7 +324,16 @@ mod tests {
         for ok in ["0000:09:00.0", "10000:af:1f.7", "ABCD:0A:00.1"] {
             check_pci_address(ok).unwrap();
         }
-        for bad in ["", "0000:09:00", "0000:09:00.8", "000:09:00.0", "0000:9:00.0", "0000:09:00.0/..", "0000:09:00.00", "a:b:c:d"] {
+        for bad in [
+            "",
+            "0000:09:00",
+            "0000:09:00.8",
+            "000:09:00.0",
+            "0000:9:00.0",
+            "0000:09:00.0/..",
+            "0000:09:00.00",
+            "a:b:c:d",
+        ] {
             assert!(check_pci_address(bad).is_err(), "{bad:?}");
         }
     }
@@ -295,7 +341,9 @@ mod tests {
     /// Creates `<root>/sys/bus/pci/devices/<pci>/infiniband_verbs/<name>` (a directory, as sysfs
     /// has it), for tests of [`HostFs`] with a device node made elsewhere.
     fn fake_sysfs_verbs(root: &Path, pci: &str, name: &str) -> std::io::Result<()> {
-        std::fs::create_dir_all(root.join(SYS_BUS_PCI.trim_start_matches('/')).join(pci).join("infiniband_verbs").join(name))
+        std::fs::create_dir_all(
+            root.join(SYS_BUS_PCI.trim_start_matches('/')).join(pci).join("infiniband_verbs").join(name),
+        )
     }
 
     /// The real host reader on a temp dir: sysfs entries are directories, the first by name
@@ -314,7 +362,8 @@ mod tests {
         let dev = t.path().join("dev/infiniband");
         std::fs::create_dir_all(&dev).unwrap();
         std::fs::write(dev.join("plain"), "").unwrap();
-        assert!(format!("{:#}", host.device_numbers("/dev/infiniband/plain").unwrap_err()).contains("not a character device"));
+        assert!(format!("{:#}", host.device_numbers("/dev/infiniband/plain").unwrap_err())
+            .contains("not a character device"));
         assert!(format!("{:#}", host.device_numbers("/dev/infiniband/none").unwrap_err()).contains("stat"));
         // The host's /dev/null, through a root of "/": 1:3 on every Linux.
         assert_eq!(HostFs::new("/").device_numbers("/dev/null").unwrap(), (1, 3));

@@ -137,7 +137,8 @@ pub fn pod_bandwidth(pod: &PodContext) -> anyhow::Result<(u64, u64)> {
     let Some(text) = pod.annotations.get(NETWORK_QOS).filter(|t| !t.is_empty()) else {
         return Ok((0, 0));
     };
-    let v: serde_json::Value = serde_json::from_str(text).with_context(|| format!("annotation {NETWORK_QOS}: {text:?} is not JSON"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(text).with_context(|| format!("annotation {NETWORK_QOS}: {text:?} is not JSON"))?;
     if !v.is_object() {
         return Err(anyhow!("annotation {NETWORK_QOS}: {text:?} is not a JSON object"));
     }
@@ -147,7 +148,8 @@ pub fn pod_bandwidth(pod: &PodContext) -> anyhow::Result<(u64, u64)> {
             Some(serde_json::Value::String(s)) => s,
             Some(other) => return Err(anyhow!("annotation {NETWORK_QOS}: {key} {other} is not a quantity string")),
         };
-        let q: Quantity = s.trim().parse().map_err(|e| anyhow!("annotation {NETWORK_QOS}: {key} {s:?} is not a quantity: {e}"))?;
+        let q: Quantity =
+            s.trim().parse().map_err(|e| anyhow!("annotation {NETWORK_QOS}: {key} {s:?} is not a quantity: {e}"))?;
         if q.is_negative() {
             return Err(anyhow!("annotation {NETWORK_QOS}: {key} {s:?} is negative"));
         }
@@ -174,9 +176,17 @@ impl TcNetworkQos {
     /// The node classes `1:1`–`1:4` for `rules` (module table; rates in bytes/s).
     pub fn node_classes(rules: &NetQosRules) -> Vec<HtbClass> {
         let total = rules.total_bandwidth;
-        let (l1_min, l1_max) = rules.ls.map(|c| (c.egress_request.of_total(total), c.egress_limit.of_total(total))).unwrap_or((0, 0));
-        let (l2_min, l2_max) = rules.be.map(|c| (c.egress_request.of_total(total), c.egress_limit.of_total(total))).unwrap_or((0, 0));
-        let class = |handle, parent, rate: u64, ceil: u64, prio| HtbClass { handle, parent, rate: rate / 8, ceil: ceil / 8, prio };
+        let (l1_min, l1_max) =
+            rules.ls.map(|c| (c.egress_request.of_total(total), c.egress_limit.of_total(total))).unwrap_or((0, 0));
+        let (l2_min, l2_max) =
+            rules.be.map(|c| (c.egress_request.of_total(total), c.egress_limit.of_total(total))).unwrap_or((0, 0));
+        let class = |handle, parent, rate: u64, ceil: u64, prio| HtbClass {
+            handle,
+            parent,
+            rate: rate / 8,
+            ceil: ceil / 8,
+            prio,
+        };
         vec![
             class(ROOT_CLASS, TC_H_ROOT, total, total, 0),
             class(SYSTEM_CLASS, ROOT_CLASS, total.saturating_sub(l1_min).saturating_sub(l2_min), total, 1),
@@ -264,7 +274,10 @@ impl TcNetworkQos {
             }
         }
         // Classes of pods that went (ours: minor ≥ 5 under 1:1).
-        for c in existing.iter().filter(|c| c.parent == ROOT_CLASS && c.handle & 0xffff >= 5 && !pod_handles.contains(&c.handle)) {
+        for c in existing
+            .iter()
+            .filter(|c| c.parent == ROOT_CLASS && c.handle & 0xffff >= 5 && !pod_handles.contains(&c.handle))
+        {
             if let Err(e) = tc.delete_class(c.parent, c.handle) {
                 errors.push(format!("deleting class {} on {dev}: {e}", show(c.handle)));
             }
@@ -306,7 +319,8 @@ impl Plugin for TcNetworkQos {
         }
         let Some(class) = NetClass::of(pod) else { return Ok(Change::default()) };
         let (ingress, egress) = pod_bandwidth(pod)?;
-        let handle = if ingress != 0 || egress != 0 { self.handles().get(&pod.uid).copied() } else { Some(class.handle()) };
+        let handle =
+            if ingress != 0 || egress != 0 { self.handles().get(&pod.uid).copied() } else { Some(class.handle()) };
         Ok(Change { pod_cgroup: handle.map(CgroupValue::NetClsClassId).into_iter().collect(), ..Default::default() })
     }
 

@@ -38,21 +38,29 @@ fn classid(p: &TcNetworkQos, s: &PodState, r: &Rules) -> Vec<CgroupValue> {
 fn classid_by_qos_class_under_the_tc_policy_only() {
     let p = TcNetworkQos::default();
     let r = rules("tc");
-    for (class, want) in [("SYSTEM", vec![CgroupValue::NetClsClassId(0x10002)]), ("LSR", vec![CgroupValue::NetClsClassId(0x10003)])] {
+    for (class, want) in
+        [("SYSTEM", vec![CgroupValue::NetClsClassId(0x10002)]), ("LSR", vec![CgroupValue::NetClsClassId(0x10003)])]
+    {
         assert_eq!(classid(&p, &pod("a", class, None), &r), want, "{class}");
     }
     assert_eq!(classid(&p, &pod("a", "BE", None), &r), vec![CgroupValue::NetClsClassId(0x10004)]);
     assert_eq!(classid(&p, &pod("a", "", None), &r), vec![], "no class, no classid");
     assert_eq!(classid(&p, &pod("a", "BE", None), &rules("terway-qos")), vec![]);
-    assert_eq!(classid(&p, &pod("a", "BE", None), &Rules::default()), vec![CgroupValue::NetClsClassId(0x10004)], "tc is the default");
+    assert_eq!(
+        classid(&p, &pod("a", "BE", None), &Rules::default()),
+        vec![CgroupValue::NetClsClassId(0x10004)],
+        "tc is the default"
+    );
 }
 
 #[test]
 fn a_bad_annotation_fails_the_pod_naming_it() {
     let p = TcNetworkQos::default();
-    for (bad, needle) in
-        [("{", "not JSON"), (r#"{"egressLimit": "fast"}"#, "egressLimit \"fast\""), (r#"{"egressLimit": 5}"#, "quantity string")]
-    {
+    for (bad, needle) in [
+        ("{", "not JSON"),
+        (r#"{"egressLimit": "fast"}"#, "egressLimit \"fast\""),
+        (r#"{"egressLimit": 5}"#, "quantity string"),
+    ] {
         let e = p.pod(Stage::PreRunPodSandbox, &pod("a", "BE", Some(bad)).pod, &rules("tc")).unwrap_err();
         assert!(format!("{e:#}").contains(needle) && format!("{e:#}").contains(NETWORK_QOS), "{bad}: {e:#}");
     }
@@ -120,7 +128,8 @@ fn failures_are_reported_without_stopping_the_rest() {
 #[test]
 fn without_the_facility_nothing_is_done() {
     let p = TcNetworkQos::default();
-    p.node(&NodePods::given(&[pod("a", "LS", Some(r#"{"egressLimit": "1M"}"#))]), &rules("tc"), &Host::default()).unwrap();
+    p.node(&NodePods::given(&[pod("a", "LS", Some(r#"{"egressLimit": "1M"}"#))]), &rules("tc"), &Host::default())
+        .unwrap();
     assert!(p.handles().is_empty());
 }
 

@@ -114,9 +114,10 @@ impl TerwayQos {
         let value = |b: Bandwidth, what: &str| -> anyhow::Result<u64> {
             match b {
                 Bandwidth::Percent(p) => Ok((total as u128 * p as u128 / 100) as u64),
-                Bandwidth::Quantity(q) if q / 8 > total => {
-                    Err(anyhow!("{what}: {} bytes/s is more than the total {total} bytes/s (totalNetworkBandwidth)", q / 8))
-                }
+                Bandwidth::Quantity(q) if q / 8 > total => Err(anyhow!(
+                    "{what}: {} bytes/s is more than the total {total} bytes/s (totalNetworkBandwidth)",
+                    q / 8
+                )),
                 Bandwidth::Quantity(q) => Ok(q / 8),
             }
         };
@@ -198,7 +199,9 @@ impl Plugin for TerwayQos {
         if rules.net_qos.policy != NetQosPolicy::TerwayQos {
             for f in [&node_file, &pod_file] {
                 match std::fs::remove_file(f) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(anyhow!("removing {}: {e}", f.display())),
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(anyhow!("removing {}: {e}", f.display()))
+                    }
                     _ => {}
                 }
             }
@@ -269,7 +272,8 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let h = host(t.path());
         let p = TerwayQos::default();
-        let ls = pod("u1", Some("LS"), Some(r#"{"ingressLimit": "8M", "egressLimit": "16M"}"#), "/kubepods/burstable/podu1");
+        let ls =
+            pod("u1", Some("LS"), Some(r#"{"ingressLimit": "8M", "egressLimit": "16M"}"#), "/kubepods/burstable/podu1");
         let be = pod("u2", None, None, "/kubepods/besteffort/podu2");
         p.node(&NodePods::given(&[ls.clone(), be.clone()]), &rules("terway-qos"), &h).unwrap();
         let node = std::fs::read_to_string(t.path().join(NODE_FILE)).unwrap();
@@ -280,7 +284,8 @@ mod tests {
              offline_l1_rx_bps_min 10000000\noffline_l1_rx_bps_max 100000000\n\
              offline_l2_tx_bps_min 0\noffline_l2_tx_bps_max 0\noffline_l2_rx_bps_min 0\noffline_l2_rx_bps_max 0\n"
         );
-        let pods: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(t.path().join(POD_FILE)).unwrap()).unwrap();
+        let pods: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(t.path().join(POD_FILE)).unwrap()).unwrap();
         assert_eq!(
             pods,
             serde_json::json!({
@@ -296,7 +301,8 @@ mod tests {
         // A pod goes; a bad annotation skips only that pod.
         let bad = pod("u3", Some("BE"), Some(r#"{"egressLimit": "lots"}"#), "/kubepods/besteffort/podu3");
         p.node(&NodePods::given(&[be.clone(), bad]), &rules("terway-qos"), &h).unwrap();
-        let pods: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(t.path().join(POD_FILE)).unwrap()).unwrap();
+        let pods: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(t.path().join(POD_FILE)).unwrap()).unwrap();
         assert_eq!(pods.as_object().unwrap().keys().collect::<Vec<_>>(), ["u2"]);
         assert_eq!(p.logged.lock().unwrap().len(), 1);
 

@@ -28,7 +28,8 @@ use hook_api::utf8::utf8_entry;
 use hook_api::v1alpha1 as api;
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{
-    bytes, check_wire_type, decode_key, decode_varint, int64, message, skip_field, uint32, uint64, DecodeContext, WireType,
+    bytes, check_wire_type, decode_key, decode_varint, int64, message, skip_field, uint32, uint64, DecodeContext,
+    WireType,
 };
 use prost::{DecodeError, Message};
 
@@ -40,7 +41,12 @@ use crate::plugins::{POD_ANNOTATIONS_READ, POD_LABELS_READ};
 pub struct Lenient<T>(pub T);
 
 /// Reads a `string` field lossily: bytes that are not UTF-8 become U+FFFD.
-fn merge_lossy(wire_type: WireType, value: &mut String, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
+fn merge_lossy(
+    wire_type: WireType,
+    value: &mut String,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<(), DecodeError> {
     let mut raw = std::mem::take(value).into_bytes();
     bytes::merge(wire_type, &mut raw, buf, ctx)?;
     *value = String::from_utf8(raw).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
@@ -149,7 +155,12 @@ fn skip_map_field(wire_type: WireType, tag: u32, buf: &mut impl Buf, ctx: Decode
 }
 
 /// Reads a message field into `slot` (merged into what is there, protobuf's rule), leniently.
-fn merge_nested<T: Default>(wire_type: WireType, slot: &mut T, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError>
+fn merge_nested<T: Default>(
+    wire_type: WireType,
+    slot: &mut T,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<(), DecodeError>
 where
     Lenient<T>: Message,
 {
@@ -160,7 +171,12 @@ where
 }
 
 /// [`merge_nested`] for an optional field: present afterwards.
-fn merge_optional<T: Default>(wire_type: WireType, slot: &mut Option<T>, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError>
+fn merge_optional<T: Default>(
+    wire_type: WireType,
+    slot: &mut Option<T>,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<(), DecodeError>
 where
     Lenient<T>: Message,
 {
@@ -178,12 +194,22 @@ fn in_field(result: Result<(), DecodeError>, message: &'static str, field: &'sta
 /// `Message` for `Lenient<$t>`: `merge_field` by the given match (the tag, wire type, buffer
 /// and context bound to the names given), everything else `$t`'s own.
 macro_rules! lenient_message {
-    ($t:ty, $name:literal, |$m:ident, $tag:ident, $wt:ident, $buf:ident, $ctx:ident| { $($field:literal => ($num:pat, $merge:expr)),* $(,)? }) => {
+    (
+        $t:ty, $name:literal,
+        |$m:ident, $tag:ident, $wt:ident, $buf:ident, $ctx:ident|
+        { $($field:literal => ($num:pat, $merge:expr)),* $(,)? }
+    ) => {
         impl Message for Lenient<$t> {
             fn encode_raw(&self, buf: &mut impl BufMut) {
                 self.0.encode_raw(buf)
             }
-            fn merge_field(&mut self, $tag: u32, $wt: WireType, $buf: &mut impl Buf, $ctx: DecodeContext) -> Result<(), DecodeError> {
+            fn merge_field(
+                &mut self,
+                $tag: u32,
+                $wt: WireType,
+                $buf: &mut impl Buf,
+                $ctx: DecodeContext,
+            ) -> Result<(), DecodeError> {
                 let $m = &mut self.0;
                 match $tag {
                     $($num => in_field($merge, $name, $field),)*
@@ -309,8 +335,12 @@ mod tests {
             assert_eq!(kept, &map(&[(key, "yes")]), "tag {tag}");
         }
         for (tag, key) in [(3, CLASS), (4, DEVICES)] {
-            let wire =
-                [entry(tag, key.as_bytes(), NOT_UTF8, b""), entry(tag, b"a", b"1", b""), entry(tag, key.as_bytes(), b"1", b"")].concat();
+            let wire = [
+                entry(tag, key.as_bytes(), NOT_UTF8, b""),
+                entry(tag, b"a", b"1", b""),
+                entry(tag, key.as_bytes(), b"1", b""),
+            ]
+            .concat();
             let got = Lenient::<api::PodSandboxHookRequest>::decode(wire.as_slice()).unwrap().0;
             let kept = if tag == 3 { &got.labels } else { &got.annotations };
             assert_eq!(kept, &map(&[(key, "1")]), "tag {tag}");
@@ -362,7 +392,8 @@ mod tests {
     #[test]
     fn duplicated_keys_the_last_entry_decides() {
         let (c, p) = (CLASS.as_bytes(), POLICY.as_bytes());
-        let wire = [entry(7, c, b"1", b""), entry(7, c, b"2", b""), entry(7, p, b"1", b""), entry(7, p, NOT_UTF8, b"")].concat();
+        let wire = [entry(7, c, b"1", b""), entry(7, c, b"2", b""), entry(7, p, b"1", b""), entry(7, p, NOT_UTF8, b"")]
+            .concat();
         assert_eq!(container(&wire).unwrap().pod_labels, map(&[(CLASS, "2")]));
     }
 
@@ -374,8 +405,14 @@ mod tests {
         encode_key(15, WireType::Varint, &mut varint);
         encode_varint(300, &mut varint);
         let meta = field(1, &[field(1, b"p"), varint.clone(), field(3, b"ns"), field(99, b"later field")].concat());
-        let wire = [field(42, b"unknown"), meta, entry(7, CLASS.as_bytes(), b"v", &varint), field(7, &field(1, POLICY.as_bytes())), varint]
-            .concat();
+        let wire = [
+            field(42, b"unknown"),
+            meta,
+            entry(7, CLASS.as_bytes(), b"v", &varint),
+            field(7, &field(1, POLICY.as_bytes())),
+            varint,
+        ]
+        .concat();
         let got = container(&wire).unwrap();
         let meta = got.pod_meta.unwrap();
         assert_eq!((meta.name.as_str(), meta.namespace.as_str()), ("p", "ns"));

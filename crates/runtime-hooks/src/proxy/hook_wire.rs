@@ -48,7 +48,9 @@ use std::collections::BTreeMap;
 
 use hook_api::v1alpha1 as api;
 use prost::bytes::{Buf, BufMut, Bytes};
-use prost::encoding::{decode_key, encode_key, encode_varint, encoded_len_varint, key_len, skip_field, DecodeContext, WireType};
+use prost::encoding::{
+    decode_key, encode_key, encode_varint, encoded_len_varint, key_len, skip_field, DecodeContext, WireType,
+};
 use prost::{DecodeError, Message};
 use tonic::body::Body;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -96,7 +98,9 @@ pub fn decode_request<T: Default>(bytes: impl Buf) -> Result<T, Status>
 where
     Lenient<T>: Message,
 {
-    Lenient::<T>::decode(bytes).map(|l| l.0).map_err(|e| Status::invalid_argument(format!("runtime-hooks: undecodable hook request: {e}")))
+    Lenient::<T>::decode(bytes)
+        .map(|l| l.0)
+        .map_err(|e| Status::invalid_argument(format!("runtime-hooks: undecodable hook request: {e}")))
 }
 
 /// A codec sending the answer `E` and reading the request `T` leniently.
@@ -256,7 +260,13 @@ impl Message for ContainerAnswer {
         });
     }
 
-    fn merge_field(&mut self, tag: u32, wire_type: WireType, buf: &mut impl Buf, ctx: DecodeContext) -> Result<(), DecodeError> {
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
         skip_field(wire_type, tag, buf, ctx)
     }
 
@@ -332,7 +342,9 @@ fn resource_exhausted_over_limit(headers: &mut http::HeaderMap) {
     let over_limit = Status::from_header_map(headers)
         .is_some_and(|s| s.code() == tonic::Code::OutOfRange && s.message().contains("message length too large"));
     if over_limit {
-        let status = Status::resource_exhausted(format!("runtime-hooks: hook request larger than its limit of {MAX_MESSAGE_BYTES} bytes"));
+        let status = Status::resource_exhausted(format!(
+            "runtime-hooks: hook request larger than its limit of {MAX_MESSAGE_BYTES} bytes"
+        ));
         if let Ok(value) = http::HeaderValue::from_str(&(status.code() as i32).to_string()) {
             headers.insert("grpc-status", value);
         }
@@ -374,10 +386,16 @@ where
             let permit = calls.acquire_owned().await.ok();
             let response = if pod {
                 let codec = HookCodec::<api::PodSandboxHookResponse, api::PodSandboxHookRequest>::default();
-                tonic::server::Grpc::new(codec).apply_max_message_size_config(limits.0, limits.1).unary(method, req).await
+                tonic::server::Grpc::new(codec)
+                    .apply_max_message_size_config(limits.0, limits.1)
+                    .unary(method, req)
+                    .await
             } else {
                 let codec = HookCodec::<ContainerAnswer, api::ContainerResourceHookRequest>::default();
-                tonic::server::Grpc::new(codec).apply_max_message_size_config(limits.0, limits.1).unary(method, req).await
+                tonic::server::Grpc::new(codec)
+                    .apply_max_message_size_config(limits.0, limits.1)
+                    .unary(method, req)
+                    .await
             };
             let mut response = response;
             resource_exhausted_over_limit(response.headers_mut());
@@ -464,7 +482,10 @@ mod tests {
             pod_labels: map(&[(CLASS, "3")]),
             ..container.clone()
         };
-        assert_eq!(decode_request::<api::ContainerResourceHookRequest>(container.encode_to_vec().as_slice()).unwrap(), want);
+        assert_eq!(
+            decode_request::<api::ContainerResourceHookRequest>(container.encode_to_vec().as_slice()).unwrap(),
+            want
+        );
     }
 
     /// Bytes that are not UTF-8 in an env and an annotation: prost refuses the request, the
@@ -493,18 +514,27 @@ mod tests {
     fn container_answers_echo_the_envs_when_a_plugin_sets_one() {
         let req = api::ContainerResourceHookRequest {
             pod_labels: map(&[(CLASS, "BE")]),
-            container_envs: map(&[("TOKEN", "PLACEHL2"), ("PATH", "/bin"), ("NVIDIA_VISIBLE_DEVICES", "all"), ("EMPTY", "")]),
+            container_envs: map(&[
+                ("TOKEN", "PLACEHL2"),
+                ("PATH", "/bin"),
+                ("NVIDIA_VISIBLE_DEVICES", "all"),
+                ("EMPTY", ""),
+            ]),
             ..Default::default()
         };
         let wire = Bytes::from(swap(req.encode_to_vec(), "PLACEHL2", NOT_UTF8));
         let sparse = api::ContainerResourceHookResponse { pod_cgroup_parent: "/p".into(), ..Default::default() };
         let answer = ContainerAnswer::new(sparse.clone(), wire.clone());
         assert_eq!(answer.encode_to_vec(), sparse.encode_to_vec(), "no plugin set an env: nothing echoed");
-        let set = api::ContainerResourceHookResponse { container_envs: map(&[("NVIDIA_VISIBLE_DEVICES", "0"), ("NEW", "1")]), ..sparse };
+        let set = api::ContainerResourceHookResponse {
+            container_envs: map(&[("NVIDIA_VISIBLE_DEVICES", "0"), ("NEW", "1")]),
+            ..sparse
+        };
         let answer = ContainerAnswer::new(set.clone(), wire);
         let encoded = answer.encode_to_vec();
         assert_eq!(encoded.len(), answer.encoded_len());
-        let got = api::ContainerResourceHookResponse::decode(encoded.as_slice()).expect("the echo is valid protobuf, UTF-8 only");
+        let got = api::ContainerResourceHookResponse::decode(encoded.as_slice())
+            .expect("the echo is valid protobuf, UTF-8 only");
         let want = map(&[("PATH", "/bin"), ("NVIDIA_VISIBLE_DEVICES", "0"), ("NEW", "1"), ("EMPTY", "")]);
         assert_eq!(got.container_envs, want);
         assert_eq!(
@@ -519,19 +549,30 @@ mod tests {
         /// only.
         #[test]
         fn views_agree_with_prost_and_leave_out_only_bytes(
-            labels in proptest::collection::btree_map(proptest::prop_oneof![proptest::strategy::Just(CLASS.to_string()), "\\PC{0,12}"], "\\PC{0,12}", 0..5),
+            labels in proptest::collection::btree_map(
+                proptest::prop_oneof![proptest::strategy::Just(CLASS.to_string()), "\\PC{0,12}"],
+                "\\PC{0,12}",
+                0..5,
+            ),
             envs in proptest::collection::btree_map("[A-Z]{1,8}", "\\PC{0,12}", 0..5),
         ) {
-            let mut req = api::ContainerResourceHookRequest { pod_labels: labels, container_envs: envs.clone(), ..Default::default() };
+            let mut req = api::ContainerResourceHookRequest {
+                pod_labels: labels,
+                container_envs: envs.clone(),
+                ..Default::default()
+            };
             let got = decode_request::<api::ContainerResourceHookRequest>(req.encode_to_vec().as_slice()).unwrap();
-            let read: BTreeMap<String, String> = req.pod_labels.iter().filter(|(k, _)| k.as_str() == CLASS).map(|(k, v)| (k.clone(), v.clone())).collect();
+            let read: BTreeMap<String, String> =
+                req.pod_labels.iter().filter(|(k, _)| k.as_str() == CLASS).map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
             proptest::prop_assert_eq!(&got.pod_labels, &read);
             req.container_envs.insert("ZZZZZZZZZ".into(), "PLACEHLX".into());
             let wire = Bytes::from(swap(req.encode_to_vec(), "PLACEHLX", b"\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8"));
             let got = decode_request::<api::ContainerResourceHookRequest>(wire.clone()).unwrap();
             proptest::prop_assert_eq!(&got.pod_labels, &read);
             let set = api::ContainerResourceHookResponse { container_envs: map(&[("a", "1")]), ..Default::default() };
-            let echoed = api::ContainerResourceHookResponse::decode(ContainerAnswer::new(set, wire).encode_to_vec().as_slice()).unwrap();
+            let answer = ContainerAnswer::new(set, wire).encode_to_vec();
+            let echoed = api::ContainerResourceHookResponse::decode(answer.as_slice()).unwrap();
             let mut want = envs;
             want.insert("a".into(), "1".into());
             proptest::prop_assert_eq!(echoed.container_envs, want);
@@ -540,7 +581,10 @@ mod tests {
 
     #[test]
     fn routes() {
-        assert_eq!(route("/runtime.v1alpha1.RuntimeHookService/PreRunPodSandboxHook"), Some((Stage::PreRunPodSandbox, true)));
+        assert_eq!(
+            route("/runtime.v1alpha1.RuntimeHookService/PreRunPodSandboxHook"),
+            Some((Stage::PreRunPodSandbox, true))
+        );
         assert_eq!(
             route("/runtime.v1alpha1.RuntimeHookService/PreUpdateContainerResourcesHook"),
             Some((Stage::PreUpdateContainerResources, false))

@@ -45,14 +45,25 @@ pub struct Options {
 ///
 /// Errors: `listen` cannot be made absolute or bound, a hook name that is not a plain file name,
 /// a registration that cannot be written, serving failing (`serving runtime hooks: …`).
-pub async fn serve(options: &Options, framework: Arc<Framework>, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn serve(
+    options: &Options,
+    framework: Arc<Framework>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     // Absolute: the proxy dials the registered path from its own working directory.
-    let listen = std::path::absolute(&options.listen).with_context(|| format!("resolving {}", options.listen.display()))?;
+    let listen =
+        std::path::absolute(&options.listen).with_context(|| format!("resolving {}", options.listen.display()))?;
     let listener = daemon_support::socket::bind_unix(&listen)?;
     // Removed however serving ends: also when a second stop signal drops this future mid-drain.
     let _socket = RemoveOnDrop(listen.clone());
     let stages = framework.stages();
-    let registration = server::Registration::new(&options.hook_config_dir, &options.hook_name, &listen, options.failure_policy, &stages)?;
+    let registration = server::Registration::new(
+        &options.hook_config_dir,
+        &options.hook_name,
+        &listen,
+        options.failure_policy,
+        &stages,
+    )?;
     registration.register()?;
     tracing::info!(socket = %listen.display(), registration = %registration.file().display(), "serving runtime hooks");
     // The listener is bound and tonic serves it from the first poll below.

@@ -29,7 +29,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
+use hook_api::v1alpha1::{
+    ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
+};
 use hook_api::RuntimeHookService;
 use tonic::{Request, Response, Status};
 
@@ -48,16 +50,19 @@ impl HookService {
         HookService { framework }
     }
 
-    /// The gRPC service for it ([`crate::proxy::hook_wire::HookServer`]): requests decoded without
-    /// trusting their strings to be UTF-8, taken and answered up to [`MAX_MESSAGE_BYTES`](crate::proxy::hook_wire::MAX_MESSAGE_BYTES)
-    /// (tonic's default, 4 MiB, would refuse a container whose kubelet request is larger: the
-    /// proxy then applies its failure policy, and under `Ignore` the container runs without its
-    /// values).
+    /// The gRPC service for it ([`crate::proxy::hook_wire::HookServer`]): requests decoded without trusting their
+    /// strings to be UTF-8, taken and answered up to [`MAX_MESSAGE_BYTES`](crate::proxy::hook_wire::MAX_MESSAGE_BYTES)
+    /// (tonic's default, 4 MiB, would refuse a container whose kubelet request is larger: the proxy then applies its
+    /// failure policy, and under `Ignore` the container runs without its values).
     pub fn into_server(self) -> crate::proxy::hook_wire::HookServer {
         crate::proxy::hook_wire::HookServer::new(self.framework)
     }
 
-    fn pod(&self, stage: Stage, req: Request<PodSandboxHookRequest>) -> Result<Response<PodSandboxHookResponse>, Status> {
+    fn pod(
+        &self,
+        stage: Stage,
+        req: Request<PodSandboxHookRequest>,
+    ) -> Result<Response<PodSandboxHookResponse>, Status> {
         self.framework.pod_hook_owned(stage, req.into_inner()).map(Response::new).map_err(Into::into)
     }
 
@@ -213,7 +218,13 @@ impl Registration {
     /// `dir`, listing `stages` with `policy` as its `failure-policy`. Nothing is written yet.
     ///
     /// Errors: `name` breaks [`check_hook_name`].
-    pub fn new(dir: &Path, name: &str, endpoint: &Path, policy: FailurePolicy, stages: &[Stage]) -> anyhow::Result<Registration> {
+    pub fn new(
+        dir: &Path,
+        name: &str,
+        endpoint: &Path,
+        policy: FailurePolicy,
+        stages: &[Stage],
+    ) -> anyhow::Result<Registration> {
         check_hook_name(name).map_err(anyhow::Error::msg)?;
         let doc = serde_json::json!({
             "remote-endpoint": endpoint,
@@ -266,7 +277,9 @@ impl Registration {
         let mut bytes = Vec::new();
         let read = std::fs::File::open(&self.file).and_then(|f| f.take(MAX_READ_BACK + 1).read_to_end(&mut bytes));
         match read {
-            Ok(_) if bytes.len() as u64 > MAX_READ_BACK => Holder::Unreadable(format!("larger than {MAX_READ_BACK} bytes")),
+            Ok(_) if bytes.len() as u64 > MAX_READ_BACK => {
+                Holder::Unreadable(format!("larger than {MAX_READ_BACK} bytes"))
+            }
             Ok(_) => match endpoint_in(&bytes) {
                 Ok(theirs) if same_endpoint(&theirs, &self.endpoint) => Holder::Us,
                 Ok(theirs) => Holder::Other(theirs),
@@ -319,7 +332,9 @@ impl Registration {
                 );
             }
             Holder::Missing if after_problem => {}
-            Holder::Missing => tracing::warn!(file = %file, endpoint = %ours, "registration file was removed; registered again"),
+            Holder::Missing => {
+                tracing::warn!(file = %file, endpoint = %ours, "registration file was removed; registered again")
+            }
             Holder::Unreadable(why) => {
                 tracing::warn!(file = %file, endpoint = %ours, reason = %why, "registration file was unreadable; rewritten")
             }
@@ -404,7 +419,9 @@ fn endpoint_in(bytes: &[u8]) -> Result<String, String> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
     let serde_json::Value::Object(obj) = value else { return Err("not a JSON object".into()) };
-    let field = obj.get("remote-endpoint").or_else(|| obj.iter().find(|(k, _)| k.eq_ignore_ascii_case("remote-endpoint")).map(|(_, v)| v));
+    let field = obj
+        .get("remote-endpoint")
+        .or_else(|| obj.iter().find(|(k, _)| k.eq_ignore_ascii_case("remote-endpoint")).map(|(_, v)| v));
     match field {
         Some(serde_json::Value::String(s)) if !s.is_empty() => Ok(s.clone()),
         _ => Err("no remote-endpoint string".into()),
@@ -459,7 +476,11 @@ impl tokio::io::AsyncWrite for Served {
         Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
     }
 
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
     }
 
@@ -559,7 +580,11 @@ mod tests {
         for other in ["/run/rh/b.sock", "run/rh/a.sock", "unix://run/rh/a.sock"] {
             assert!(!same_endpoint(other, ours), "{other}");
         }
-        assert_eq!(endpoint_in(b"\xEF\xBB\xBF{\"Remote-Endpoint\": \"/x.sock\"}"), Ok("/x.sock".into()), "BOM, key case");
+        assert_eq!(
+            endpoint_in(b"\xEF\xBB\xBF{\"Remote-Endpoint\": \"/x.sock\"}"),
+            Ok("/x.sock".into()),
+            "BOM, key case"
+        );
         for bad in [&b"[]"[..], b"{}", br#"{"remote-endpoint": 5}"#, br#"{"remote-endpoint": ""}"#, b"\xff"] {
             assert!(endpoint_in(bad).is_err(), "{bad:?}");
         }

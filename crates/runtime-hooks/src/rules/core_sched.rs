@@ -92,10 +92,20 @@ pub fn parse(spec: &Value) -> Result<CoreSchedRules, FieldError> {
         if !(0..=1).contains(&idle) {
             return Err(FieldError::new(field("schedIdle"), format!("{idle} is not 0 or 1")));
         }
-        Ok(CoreSchedParam { enabled: core_sched && enable, expeller: core_sched && expeller, cpu_idle: core_sched && idle == 1 })
+        Ok(CoreSchedParam {
+            enabled: core_sched && enable,
+            expeller: core_sched && expeller,
+            cpu_idle: core_sched && idle == 1,
+        })
     };
     let (lsr, ls, be) = (class("lsrClass", true)?, class("lsClass", true)?, class("beClass", false)?);
-    Ok(CoreSchedRules { enable: lsr.enabled || ls.enabled || be.enabled, lsr, ls, be, guaranteed: if lsr.enabled { lsr } else { ls } })
+    Ok(CoreSchedRules {
+        enable: lsr.enabled || ls.enabled || be.enabled,
+        lsr,
+        ls,
+        be,
+        guaranteed: if lsr.enabled { lsr } else { ls },
+    })
 }
 
 #[cfg(test)]
@@ -136,7 +146,8 @@ mod tests {
             (json!({"schedIdle": 2}), "spec.resourceQOSStrategy.beClass.cpuQOS.schedIdle"),
             (json!({"coreExpeller": "yes"}), "spec.resourceQOSStrategy.beClass.cpuQOS.coreExpeller"),
         ] {
-            let spec = json!({"resourceQOSStrategy":{"policies":{"cpuPolicy":"coreSched"},"beClass":{"cpuQOS": cpu_qos}}});
+            let spec =
+                json!({"resourceQOSStrategy":{"policies":{"cpuPolicy":"coreSched"},"beClass":{"cpuQOS": cpu_qos}}});
             assert_eq!(parse(&spec).unwrap_err().field, field);
         }
     }

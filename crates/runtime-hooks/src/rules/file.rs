@@ -86,7 +86,9 @@ impl FileRules {
         } else {
             let mut docs = Vec::new();
             for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
-                docs.push(Value::deserialize(doc).with_context(|| format!("parsing {file} as YAML (document {})", i + 1))?);
+                docs.push(
+                    Value::deserialize(doc).with_context(|| format!("parsing {file} as YAML (document {})", i + 1))?,
+                );
             }
             docs
         };
@@ -100,8 +102,8 @@ impl FileRules {
                 if count > 1 {
                     bail!("{file}: the old rules format (a map without apiVersion and kind) must be the only document");
                 }
-                let legacy: LegacyRules =
-                    serde_json::from_value(doc.clone()).with_context(|| format!("parsing {file} (old rules format)"))?;
+                let legacy: LegacyRules = serde_json::from_value(doc.clone())
+                    .with_context(|| format!("parsing {file} (old rules format)"))?;
                 out.legacy = Some(legacy.to_rules().with_context(|| format!("checking {file}"))?);
                 continue;
             }
@@ -120,10 +122,14 @@ impl FileRules {
                     );
                 }
                 Some("Node") if out.node.is_none() => {
-                    out.node = Some(node::parse(&annotations().with_context(|| what("Node"))?).with_context(|| what("Node"))?);
+                    out.node =
+                        Some(node::parse(&annotations().with_context(|| what("Node"))?).with_context(|| what("Node"))?);
                 }
                 Some(k @ ("NodeSLO" | "NodeResourceTopology" | "Node")) => bail!("{file}: more than one {k}"),
-                Some(k) => bail!("{file}: document {} is a {k}; a rules file holds a NodeSLO, a NodeResourceTopology and a Node", i + 1),
+                Some(k) => bail!(
+                    "{file}: document {} is a {k}; a rules file holds a NodeSLO, a NodeResourceTopology and a Node",
+                    i + 1
+                ),
                 None => bail!("{file}: document {} has apiVersion but no kind", i + 1),
             }
         }
@@ -157,7 +163,8 @@ mod tests {
     }
 
     const SLO: &str = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec:\n  \
-        resourceUsedThresholdWithBE: {enable: true, cpuSuppressPolicy: cfsQuota}\n  resourceQOSStrategy:\n    lsClass: {cpuQOS: {enable: true}}\n";
+        resourceUsedThresholdWithBE: {enable: true, cpuSuppressPolicy: cfsQuota}\n  resourceQOSStrategy:\
+        \n    lsClass: {cpuQOS: {enable: true}}\n";
 
     #[test]
     fn a_node_slo_document() {
@@ -181,7 +188,13 @@ mod tests {
 
     #[test]
     fn null_documents_mean_the_defaults() {
-        for (name, text) in [("r.yaml", "---"), ("r.yaml", "null"), ("r.yaml", "~\n"), ("r.yaml", "# all defaults\n"), ("r.json", "null")] {
+        for (name, text) in [
+            ("r.yaml", "---"),
+            ("r.yaml", "null"),
+            ("r.yaml", "~\n"),
+            ("r.yaml", "# all defaults\n"),
+            ("r.json", "null"),
+        ] {
             assert_eq!(parse(name, text).unwrap().rules(), Rules::default(), "{name} {text:?}");
         }
         for (name, text) in [("r.yaml", ""), ("r.yaml", " \n\t"), ("r.json", "\n")] {
@@ -201,7 +214,9 @@ mod tests {
         );
         // `{}` is the old format's defaults: group identity on, as before.
         assert!(parse("r.json", "{}").unwrap().rules().group_identity.enable);
-        assert!(!parse("r.json", r#"{"batchResource": {"cfsQuota": false}}"#).unwrap().rules().batch_resource.cfs_quota);
+        assert!(
+            !parse("r.json", r#"{"batchResource": {"cfsQuota": false}}"#).unwrap().rules().batch_resource.cfs_quota
+        );
     }
 
     #[test]

@@ -102,7 +102,9 @@ fn parse_one(app: &Value, at: &str) -> Result<HostApplication, FieldError> {
                 other => {
                     return Err(FieldError::new(
                         f("base"),
-                        format!("unknown value {other:?} (CgroupRoot, Kubepods, KubepodsBurstable or KubepodsBesteffort)"),
+                        format!(
+                            "unknown value {other:?} (CgroupRoot, Kubepods, KubepodsBurstable or KubepodsBesteffort)"
+                        ),
                     ))
                 }
             };
@@ -156,9 +158,13 @@ mod tests {
         assert_eq!(e.field, "spec.hostApplications[0].cgroupPath.base");
         let e = parse(&json!({"hostApplications": [{"name": "a"}, {"name": "../../etc", "qos": "LS"}]})).unwrap_err();
         assert_eq!(e.field, "spec.hostApplications[1].name");
-        let e = parse(&json!({"hostApplications": [{"name": "a", "cgroupPath": {"relativePath": "a/../../b"}}]})).unwrap_err();
+        let e = parse(&json!({"hostApplications": [{"name": "a", "cgroupPath": {"relativePath": "a/../../b"}}]}))
+            .unwrap_err();
         assert!(e.field.ends_with("relativePath"), "{e}");
         assert_eq!(parse(&json!({"hostApplications": 3})).unwrap_err().field, "spec.hostApplications");
-        assert_eq!(parse(&json!({"hostApplications": [{"qos": "LS"}]})).unwrap_err().field, "spec.hostApplications[0].name");
+        assert_eq!(
+            parse(&json!({"hostApplications": [{"qos": "LS"}]})).unwrap_err().field,
+            "spec.hostApplications[0].name"
+        );
     }
 }

@@ -142,7 +142,11 @@ impl LegacyRules {
                 cfs_quota: self.batch_resource.cfs_quota,
                 ..Default::default()
             },
-            cpuset: CpusetRules { enable: self.cpuset.enable, unset_cfs_quota: self.cpuset.unset_cfs_quota, ..Default::default() },
+            cpuset: CpusetRules {
+                enable: self.cpuset.enable,
+                unset_cfs_quota: self.cpuset.unset_cfs_quota,
+                ..Default::default()
+            },
             ..Default::default()
         })
     }

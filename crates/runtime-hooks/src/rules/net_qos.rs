@@ -108,7 +108,9 @@ pub fn parse(spec: &Value) -> Result<NetQosRules, FieldError> {
         Value::Null => NetQosPolicy::Tc,
         Value::String(s) if s == "tc" || s.is_empty() => NetQosPolicy::Tc,
         Value::String(s) if s == "terway-qos" => NetQosPolicy::TerwayQos,
-        Value::String(s) => return Err(FieldError::new(policy_field, format!("unknown value {s:?} (tc or terway-qos)"))),
+        Value::String(s) => {
+            return Err(FieldError::new(policy_field, format!("unknown value {s:?} (tc or terway-qos)")))
+        }
         other => return Err(FieldError::new(policy_field, format!("{other} is not a string"))),
     };
     let total_field = "spec.systemStrategy.totalNetworkBandwidth";
@@ -200,8 +202,16 @@ mod tests {
     #[test]
     fn bad_values_name_the_field() {
         for (spec, field, needle) in [
-            (json!({"systemStrategy": {"totalNetworkBandwidth": "lots"}}), "spec.systemStrategy.totalNetworkBandwidth", "\"lots\""),
-            (json!({"systemStrategy": {"totalNetworkBandwidth": "-1G"}}), "spec.systemStrategy.totalNetworkBandwidth", "negative"),
+            (
+                json!({"systemStrategy": {"totalNetworkBandwidth": "lots"}}),
+                "spec.systemStrategy.totalNetworkBandwidth",
+                "\"lots\"",
+            ),
+            (
+                json!({"systemStrategy": {"totalNetworkBandwidth": "-1G"}}),
+                "spec.systemStrategy.totalNetworkBandwidth",
+                "negative",
+            ),
             (
                 json!({"resourceQOSStrategy": {"beClass": {"networkQOS": {"enable": true, "egressLimit": "10Q"}}}}),
                 "spec.resourceQOSStrategy.beClass.networkQOS.egressLimit",

@@ -68,7 +68,10 @@ impl Default for SloRules {
 /// Errors: the first field read that has the wrong type or value (see the module table).
 pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
     let at = |path: &[&str]| lookup(spec, path);
-    let policy = string_field(&at(&["resourceQOSStrategy", "policies", "cpuPolicy"]), "spec.resourceQOSStrategy.policies.cpuPolicy")?;
+    let policy = string_field(
+        &at(&["resourceQOSStrategy", "policies", "cpuPolicy"]),
+        "spec.resourceQOSStrategy.policies.cpuPolicy",
+    )?;
     let group_identity_policy = match policy.as_deref() {
         None | Some("") | Some("groupIdentity") => true,
         Some("coreSched") => false,
@@ -81,9 +84,11 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
     };
     let class = |name: &str, default_gi: i64| -> Result<i64, FieldError> {
         let base = format!("spec.resourceQOSStrategy.{name}.cpuQOS");
-        let enable = bool_field(&at(&["resourceQOSStrategy", name, "cpuQOS", "enable"]), &format!("{base}.enable"))?.unwrap_or(false);
+        let enable = bool_field(&at(&["resourceQOSStrategy", name, "cpuQOS", "enable"]), &format!("{base}.enable"))?
+            .unwrap_or(false);
         let field = format!("{base}.groupIdentity");
-        let value = int_field(&at(&["resourceQOSStrategy", name, "cpuQOS", "groupIdentity"]), &field)?.unwrap_or(default_gi);
+        let value =
+            int_field(&at(&["resourceQOSStrategy", name, "cpuQOS", "groupIdentity"]), &field)?.unwrap_or(default_gi);
         if !(-1..=2).contains(&value) {
             return Err(FieldError::new(field, format!("{value} is not one of -1, 0, 1, 2")));
         }
@@ -91,7 +96,8 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
     };
     let enabled = |name: &str| -> Result<bool, FieldError> {
         let field = format!("spec.resourceQOSStrategy.{name}.cpuQOS.enable");
-        Ok(group_identity_policy && bool_field(&at(&["resourceQOSStrategy", name, "cpuQOS", "enable"]), &field)?.unwrap_or(false))
+        Ok(group_identity_policy
+            && bool_field(&at(&["resourceQOSStrategy", name, "cpuQOS", "enable"]), &field)?.unwrap_or(false))
     };
     let (lsr, ls, be) = (class("lsrClass", 2)?, class("lsClass", 2)?, class("beClass", -1)?);
     let (lsr_on, ls_on, be_on) = (enabled("lsrClass")?, enabled("lsClass")?, enabled("beClass")?);
@@ -113,13 +119,16 @@ pub fn parse(spec: &Value) -> Result<SloRules, FieldError> {
     let threshold = at(&["resourceUsedThresholdWithBE"]);
     let suppress_field = "spec.resourceUsedThresholdWithBE.cpuSuppressPolicy";
     let suppress = string_field(&lookup(&threshold, &["cpuSuppressPolicy"]), suppress_field)?;
-    let suppress_on = bool_field(&lookup(&threshold, &["enable"]), "spec.resourceUsedThresholdWithBE.enable")?.unwrap_or(false);
+    let suppress_on =
+        bool_field(&lookup(&threshold, &["enable"]), "spec.resourceUsedThresholdWithBE.enable")?.unwrap_or(false);
     let cfs_quota_policy = match suppress.as_deref() {
         // koordlet: an empty policy means the defaults for both fields (enable false).
         None | Some("") => false,
         Some("cpuset") => false,
         Some("cfsQuota") => suppress_on,
-        Some(other) => return Err(FieldError::new(suppress_field, format!("unknown value {other:?} (cpuset or cfsQuota)"))),
+        Some(other) => {
+            return Err(FieldError::new(suppress_field, format!("unknown value {other:?} (cpuset or cfsQuota)")))
+        }
     };
     let host_applications = super::host_app::parse(spec)?;
     let net_qos = super::net_qos::parse(spec)?;
@@ -148,7 +157,10 @@ mod tests {
         let spec = json!({"resourceUsedThresholdWithBE":{"enable":true,"cpuSuppressThresholdPercent":65,"cpuSuppressPolicy":"cfsQuota"},
             "resourceQOSStrategy":{"beClass":{"cpuQOS":{"enable":true,"groupIdentity":-1}},"lsClass":{"cpuQOS":{"enable":true,"groupIdentity":2}}}});
         let r = parse(&spec).unwrap();
-        assert_eq!(r.group_identity, GroupIdentityRules { enable: true, lsr: 0, ls: 2, be: -1, none: 0, guaranteed_pod: 2 });
+        assert_eq!(
+            r.group_identity,
+            GroupIdentityRules { enable: true, lsr: 0, ls: 2, be: -1, none: 0, guaranteed_pod: 2 }
+        );
         assert!(!r.batch_cfs_quota, "enabled cfsQuota suppression unsets BE quotas");
     }
 
@@ -167,7 +179,8 @@ mod tests {
 
     #[test]
     fn core_sched_policy_turns_group_identity_off() {
-        let spec = json!({"resourceQOSStrategy":{"policies":{"cpuPolicy":"coreSched"},"lsrClass":{"cpuQOS":{"enable":true}}}});
+        let spec =
+            json!({"resourceQOSStrategy":{"policies":{"cpuPolicy":"coreSched"},"lsrClass":{"cpuQOS":{"enable":true}}}});
         assert_eq!(parse(&spec).unwrap().group_identity, GroupIdentityRules::default());
         let spec = json!({"resourceQOSStrategy":{"lsrClass":{"cpuQOS":{"enable":true}}}});
         let g = parse(&spec).unwrap().group_identity;

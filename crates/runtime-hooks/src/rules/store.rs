@@ -190,7 +190,10 @@ impl RulesStore {
             return false;
         }
         tracing::info!(?source, rules = %serde_json::to_string(&rules).unwrap_or_default(), "rules changed");
-        crate::metrics::metrics().rule_changes.get_or_create(&crate::metrics::SourceLabel { source: source.as_str().into() }).inc();
+        crate::metrics::metrics()
+            .rule_changes
+            .get_or_create(&crate::metrics::SourceLabel { source: source.as_str().into() })
+            .inc();
         self.current.store(Arc::new(rules));
         {
             let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
@@ -258,17 +261,19 @@ impl RulesStore {
             if let Ok(ev) = ev {
                 // Our file, or a ConfigMap's `..data` swap, or anything we cannot attribute.
                 let ours = ev.paths.is_empty()
-                    || ev
-                        .paths
-                        .iter()
-                        .any(|p| p.file_name() == name.as_deref() || p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("..")));
+                    || ev.paths.iter().any(|p| {
+                        p.file_name() == name.as_deref()
+                            || p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(".."))
+                    });
                 if ours && !matches!(ev.kind, notify::EventKind::Access(_)) {
                     let _ = tx.send(());
                 }
             }
         });
         let watch_result = match &mut watcher {
-            Ok(w) => w.watch(&dir, notify::RecursiveMode::NonRecursive).with_context(|| format!("watching {}", dir.display())),
+            Ok(w) => w
+                .watch(&dir, notify::RecursiveMode::NonRecursive)
+                .with_context(|| format!("watching {}", dir.display())),
             Err(e) => Err(anyhow::anyhow!("inotify: {e}")),
         };
         let store = self.clone();
@@ -338,11 +343,17 @@ mod tests {
             assert_eq!(container.cpuset_cpus.as_deref(), Some("2-3"), "bound either way");
             (CpuSet::default().pod(Stage::PreRunPodSandbox, &pod, &rules).unwrap().pod_cgroup, container.cpu_quota)
         };
-        let slo =
-            super::super::node_slo::parse(&serde_json::json!({"resourceQOSStrategy": {"lsrClass": {"cpuQOS": {"enable": true}}}})).unwrap();
+        let slo = super::super::node_slo::parse(
+            &serde_json::json!({"resourceQOSStrategy": {"lsrClass": {"cpuQOS": {"enable": true}}}}),
+        )
+        .unwrap();
         let without = RulesStore::defaults();
         assert!(without.set_cluster_slo(Some(slo.clone())));
-        assert_eq!(quotas(&without), (vec![crate::cgroup::CgroupValue::CfsQuota(-1)], Some(-1)), "koordlet's default: unset");
+        assert_eq!(
+            quotas(&without),
+            (vec![crate::cgroup::CgroupValue::CfsQuota(-1)], Some(-1)),
+            "koordlet's default: unset"
+        );
         let with = RulesStore::defaults();
         let rx = with.subscribe();
         with.set_flags(RuleFlags { disable_unset_cpu_quota: true });
@@ -371,7 +382,8 @@ mod tests {
         assert_eq!(store.current().group_identity.be, -1);
         assert!(rx.has_changed().unwrap());
         assert!(!store.reload(), "same content: no change");
-        std::fs::write(&path, "kind: NodeSLO\nspec: {resourceQOSStrategy: {beClass: {cpuQOS: {groupIdentity: 9}}}}\n").unwrap();
+        std::fs::write(&path, "kind: NodeSLO\nspec: {resourceQOSStrategy: {beClass: {cpuQOS: {groupIdentity: 9}}}}\n")
+            .unwrap();
         assert!(!store.reload(), "invalid: kept");
         assert_eq!(store.current().group_identity.be, -1);
         let history = store.history();

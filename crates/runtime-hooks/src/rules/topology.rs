@@ -90,14 +90,16 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Topology, FieldEr
         kubelet_policy: match json::<KubeletCpuManagerPolicy>(annotations, CPU_MANAGER_POLICY)? {
             None => KubeletCpuManagerPolicy::default(),
             Some(mut p) => {
-                p.reserved_cpus = canonical(&p.reserved_cpus).map_err(|e| field_error(CPU_MANAGER_POLICY, format!("reservedCPUs: {e}")))?;
+                p.reserved_cpus = canonical(&p.reserved_cpus)
+                    .map_err(|e| field_error(CPU_MANAGER_POLICY, format!("reservedCPUs: {e}")))?;
                 p
             }
         },
         system_qos_cpuset: match json::<SystemQosResource>(annotations, SYSTEM_QOS_RESOURCE)? {
             None => None,
             Some(r) => {
-                Some(canonical(&r.cpuset).map_err(|e| field_error(SYSTEM_QOS_RESOURCE, format!("cpuset: {e}")))?).filter(|s| !s.is_empty())
+                Some(canonical(&r.cpuset).map_err(|e| field_error(SYSTEM_QOS_RESOURCE, format!("cpuset: {e}")))?)
+                    .filter(|s| !s.is_empty())
             }
         },
     })
@@ -113,7 +115,10 @@ fn field_error(annotation: &str, reason: String) -> FieldError {
     FieldError::new(format!("metadata.annotations[{annotation}]"), reason)
 }
 
-fn json<T: serde::de::DeserializeOwned>(annotations: &BTreeMap<String, String>, name: &str) -> Result<Option<T>, FieldError> {
+fn json<T: serde::de::DeserializeOwned>(
+    annotations: &BTreeMap<String, String>,
+    name: &str,
+) -> Result<Option<T>, FieldError> {
     let Some(text) = annotations.get(name) else { return Ok(None) };
     serde_json::from_str(text).map(Some).map_err(|e| field_error(name, format!("{text:?} does not parse: {e}")))
 }
@@ -121,7 +126,8 @@ fn json<T: serde::de::DeserializeOwned>(annotations: &BTreeMap<String, String>, 
 fn pools(annotations: &BTreeMap<String, String>, name: &str) -> Result<Vec<CpuSharedPool>, FieldError> {
     let mut pools: Vec<CpuSharedPool> = json(annotations, name)?.unwrap_or_default();
     for pool in &mut pools {
-        pool.cpuset = canonical(&pool.cpuset).map_err(|e| field_error(name, format!("node {} cpuset: {e}", pool.node)))?;
+        pool.cpuset =
+            canonical(&pool.cpuset).map_err(|e| field_error(name, format!("node {} cpuset: {e}", pool.node)))?;
     }
     Ok(pools)
 }
@@ -141,9 +147,11 @@ mod tests {
     #[test]
     fn the_recorded_nrt() {
         // test-support/fixtures/k8s-wire/14-create-nrt.txt
-        let t =
-            parse(&ann(&[(CPU_SHARED_POOLS, r#"[{"socket":0,"node":0,"cpuset":"0-1"}]"#), (CPU_MANAGER_POLICY, r#"{"policy":"none"}"#)]))
-                .unwrap();
+        let t = parse(&ann(&[
+            (CPU_SHARED_POOLS, r#"[{"socket":0,"node":0,"cpuset":"0-1"}]"#),
+            (CPU_MANAGER_POLICY, r#"{"policy":"none"}"#),
+        ]))
+        .unwrap();
         assert_eq!(t.share_pools, vec![CpuSharedPool { socket: 0, node: 0, cpuset: "0-1".into() }]);
         assert_eq!(t.kubelet_policy.policy, "none");
         assert_eq!((t.be_share_pools.len(), t.system_qos_cpuset.as_deref()), (0, None));

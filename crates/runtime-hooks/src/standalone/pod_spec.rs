@@ -57,7 +57,11 @@ fn values(cpu_request: i64, cpu_limit: i64, memory_limit: i64) -> LinuxContainer
 /// A container's resources from its spec.
 pub fn container(c: &Container) -> LinuxContainerResources {
     let r = c.resources.as_ref();
-    values(milli(r, false, "cpu").unwrap_or(0), milli(r, true, "cpu").unwrap_or(0), milli(r, true, "memory").unwrap_or(0))
+    values(
+        milli(r, false, "cpu").unwrap_or(0),
+        milli(r, true, "cpu").unwrap_or(0),
+        milli(r, true, "memory").unwrap_or(0),
+    )
 }
 
 /// The named container's resources in `pod`'s spec, `None` when the spec has no such container.
@@ -96,7 +100,10 @@ mod tests {
     #[test]
     fn container_values_as_koordlet_computes_them() {
         let r = container(&c("a", &[("cpu", "500m")], &[("cpu", "1500m"), ("memory", "1Gi")]));
-        assert_eq!((r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes), (512, 150_000, 100_000, 1 << 30));
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes),
+            (512, 150_000, 100_000, 1 << 30)
+        );
         let r = container(&c("b", &[], &[]));
         assert_eq!((r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes), (2, -1, -1), "no requests, no limits");
         assert_eq!(quota(1), 1000, "at least 1000 µs");

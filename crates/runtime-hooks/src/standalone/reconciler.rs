@@ -280,11 +280,11 @@ impl Reconciler {
     /// Errors: the call fails, or its answer is not a list.
     async fn list_pods(&self) -> anyhow::Result<Vec<ListedPod>> {
         let state = Some(cri::PodSandboxStateValue { state: cri::PodSandboxState::SandboxReady as i32 });
-        let request = cri::ListPodSandboxRequest { filter: Some(cri::PodSandboxFilter { state, ..Default::default() }) };
-        let answer: view::ListPodSandboxResponse = self
-            .call(LIST_POD_SANDBOX, request)
-            .await
-            .map_err(|s| anyhow::anyhow!("ListPodSandbox on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?;
+        let request =
+            cri::ListPodSandboxRequest { filter: Some(cri::PodSandboxFilter { state, ..Default::default() }) };
+        let answer: view::ListPodSandboxResponse = self.call(LIST_POD_SANDBOX, request).await.map_err(|s| {
+            anyhow::anyhow!("ListPodSandbox on {}: {}: {}", self.endpoint.display(), s.code(), s.message())
+        })?;
         let (items, bad) = decode_items::<view::PodSandbox>(&answer.items);
         for (index, id, why) in bad {
             tracing::warn!(index, sandbox = %id, "ListPodSandbox: a pod sandbox that does not decode is skipped: {why}");
@@ -300,7 +300,15 @@ impl Reconciler {
                     labels = api.metadata.labels.clone().unwrap_or_default().into_iter().collect();
                     annotations = api.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
                 }
-                ListedPod { id: lossy(&s.id), name: lossy(&meta.name), namespace: lossy(&meta.namespace), uid, labels, annotations, api }
+                ListedPod {
+                    id: lossy(&s.id),
+                    name: lossy(&meta.name),
+                    namespace: lossy(&meta.namespace),
+                    uid,
+                    labels,
+                    annotations,
+                    api,
+                }
             })
             .collect())
     }
@@ -311,10 +319,9 @@ impl Reconciler {
     async fn list_containers(&self) -> anyhow::Result<Vec<ListedContainer>> {
         let state = Some(cri::ContainerStateValue { state: cri::ContainerState::ContainerRunning as i32 });
         let request = cri::ListContainersRequest { filter: Some(cri::ContainerFilter { state, ..Default::default() }) };
-        let answer: view::ListContainersResponse = self
-            .call(LIST_CONTAINERS, request)
-            .await
-            .map_err(|s| anyhow::anyhow!("ListContainers on {}: {}: {}", self.endpoint.display(), s.code(), s.message()))?;
+        let answer: view::ListContainersResponse = self.call(LIST_CONTAINERS, request).await.map_err(|s| {
+            anyhow::anyhow!("ListContainers on {}: {}: {}", self.endpoint.display(), s.code(), s.message())
+        })?;
         let (items, bad) = decode_items::<view::Container>(&answer.containers);
         for (index, id, why) in bad {
             tracing::warn!(index, container = %id, "ListContainers: a container that does not decode is skipped: {why}");
@@ -404,8 +411,12 @@ impl Reconciler {
                     Ok(dir) => {
                         let pause = ContainerContext { pod: pod.clone(), id: sandbox.id.clone(), ..Default::default() };
                         match self.framework.run_container(Stage::PreCreateContainer, &pause) {
-                            Ok(outcome) => writes
-                                .extend(outcome.container_values.into_iter().map(|o| (format!("{} sandbox", pod.key()), dir.clone(), o))),
+                            Ok(outcome) => writes.extend(
+                                outcome
+                                    .container_values
+                                    .into_iter()
+                                    .map(|o| (format!("{} sandbox", pod.key()), dir.clone(), o)),
+                            ),
                             Err(f) => {
                                 failures_now.insert(format!("{} sandbox: {f}", pod.key()));
                             }
@@ -506,7 +517,10 @@ impl Reconciler {
             let target = targets.get(&(w.dir.clone(), w.owned.value.kind())).cloned().unwrap_or_default();
             match w.result {
                 Ok(Written::Corrected(drift)) => {
-                    tracing::info!(on = %target, plugin = w.owned.plugin, file = %drift.path.display(), old = %drift.old, new = %drift.new, "drift corrected");
+                    tracing::info!(
+                        on = %target, plugin = w.owned.plugin, file = %drift.path.display(), old = %drift.old,
+                        new = %drift.new, "drift corrected"
+                    );
                     report.corrected.push(Correction { target, plugin: w.owned.plugin, drift });
                 }
                 Ok(Written::Unchanged | Written::Unsupported) => {}
@@ -534,7 +548,11 @@ impl Reconciler {
         for (qos, dir) in dirs {
             for plugin in self.framework.plugins() {
                 for value in plugin.kube_qos(qos, &rules) {
-                    writes.push((format!("kubepods QoS dir {dir}"), dir.clone(), Owned { plugin: plugin.name(), value }));
+                    writes.push((
+                        format!("kubepods QoS dir {dir}"),
+                        dir.clone(),
+                        Owned { plugin: plugin.name(), value },
+                    ));
                 }
             }
         }
@@ -572,9 +590,11 @@ impl Reconciler {
             let dir = format!("{}/{}", base.trim_end_matches('/'), app.path);
             for plugin in self.framework.plugins() {
                 match plugin.host_app(app, &rules) {
-                    Ok(values) => {
-                        writes.extend(values.into_iter().map(|value| (target.clone(), dir.clone(), Owned { plugin: plugin.name(), value })))
-                    }
+                    Ok(values) => writes.extend(
+                        values
+                            .into_iter()
+                            .map(|value| (target.clone(), dir.clone(), Owned { plugin: plugin.name(), value })),
+                    ),
                     Err(e) => {
                         failures.insert(format!("{target}: plugin {}: {e:#}", plugin.name()));
                     }
@@ -658,11 +678,16 @@ impl Reconciler {
             }
         };
         let dir = match info.as_ref().and_then(VerboseInfo::container_cgroup_dir) {
-            Some(path) => cgroup_path::container_dir(&path, pod_dir, driver).map_err(|e| format!("refusing {path:?}: {e}"))?,
+            Some(path) => {
+                cgroup_path::container_dir(&path, pod_dir, driver).map_err(|e| format!("refusing {path:?}: {e}"))?
+            }
             None => match pod_dir {
                 Some(pod_dir) => cgroup_path::default_container_dir(pod_dir, id, driver),
                 None => {
-                    tracing::debug!(container = id, "the runtime reports no cgroup and the pod has no directory of its own; skipped");
+                    tracing::debug!(
+                        container = id,
+                        "the runtime reports no cgroup and the pod has no directory of its own; skipped"
+                    );
                     return Ok(None);
                 }
             },
@@ -680,7 +705,12 @@ impl Reconciler {
 
     /// Runs passes until `shutdown`: one at once, then every `interval` (none: only on rule
     /// changes) and whenever `rules_changed` sees a change.
-    pub async fn run(mut self, interval: Option<Duration>, mut rules_changed: watch::Receiver<u64>, shutdown: impl Future<Output = ()>) {
+    pub async fn run(
+        mut self,
+        interval: Option<Duration>,
+        mut rules_changed: watch::Receiver<u64>,
+        shutdown: impl Future<Output = ()>,
+    ) {
         tokio::pin!(shutdown);
         let mut last_error: Option<String> = None;
         let mut reason = "start";
@@ -710,9 +740,21 @@ impl Reconciler {
                     }
                     let n = report.corrected.len();
                     if n > 0 || reason != "interval" {
-                        tracing::info!(reason, pods = report.pods, containers = report.containers, corrected = n, "reconciled");
+                        tracing::info!(
+                            reason,
+                            pods = report.pods,
+                            containers = report.containers,
+                            corrected = n,
+                            "reconciled"
+                        );
                     } else {
-                        tracing::debug!(reason, pods = report.pods, containers = report.containers, corrected = n, "reconciled");
+                        tracing::debug!(
+                            reason,
+                            pods = report.pods,
+                            containers = report.containers,
+                            corrected = n,
+                            "reconciled"
+                        );
                     }
                 }
                 Err(e) => {
@@ -754,7 +796,9 @@ pub async fn runtime_cgroup_driver(endpoint: &Path, timeout: Duration) -> Result
     let mut client = RuntimeServiceClient::new(hook_api::connect(endpoint));
     match tokio::time::timeout(timeout, client.runtime_config(cri::RuntimeConfigRequest {})).await {
         Err(_) => Err(format!("no answer from {} within {timeout:?}", endpoint.display())),
-        Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => Err(format!("{} does not implement it", endpoint.display())),
+        Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
+            Err(format!("{} does not implement it", endpoint.display()))
+        }
         Ok(Err(s)) => Err(format!("{}: {}: {}", endpoint.display(), s.code(), s.message())),
         Ok(Ok(resp)) => driver_of(&resp.into_inner()).ok_or_else(|| "the answer has no linux section".to_owned()),
     }
@@ -775,8 +819,9 @@ mod tests {
 
     #[test]
     fn driver_from_runtime_config() {
-        let answer =
-            |d: Option<i32>| cri::RuntimeConfigResponse { linux: d.map(|cgroup_driver| cri::LinuxRuntimeConfiguration { cgroup_driver }) };
+        let answer = |d: Option<i32>| cri::RuntimeConfigResponse {
+            linux: d.map(|cgroup_driver| cri::LinuxRuntimeConfiguration { cgroup_driver }),
+        };
         assert_eq!(driver_of(&answer(Some(cri::CgroupDriver::Systemd as i32))), Some(CgroupDriver::Systemd));
         assert_eq!(driver_of(&answer(Some(cri::CgroupDriver::Cgroupfs as i32))), Some(CgroupDriver::Cgroupfs));
         assert_eq!(driver_of(&answer(Some(7))), None);
@@ -790,9 +835,13 @@ mod tests {
         use prost::Message;
         use test_support::fake_backend::{Behaviour, FakeBackend};
         let timeout = Duration::from_millis(300);
-        for (driver, want) in [(cri::CgroupDriver::Cgroupfs, CgroupDriver::Cgroupfs), (cri::CgroupDriver::Systemd, CgroupDriver::Systemd)] {
-            let body =
-                cri::RuntimeConfigResponse { linux: Some(cri::LinuxRuntimeConfiguration { cgroup_driver: driver as i32 }) }.encode_to_vec();
+        for (driver, want) in
+            [(cri::CgroupDriver::Cgroupfs, CgroupDriver::Cgroupfs), (cri::CgroupDriver::Systemd, CgroupDriver::Systemd)]
+        {
+            let body = cri::RuntimeConfigResponse {
+                linux: Some(cri::LinuxRuntimeConfiguration { cgroup_driver: driver as i32 }),
+            }
+            .encode_to_vec();
             let fake = FakeBackend::start(Behaviour::ok(&body)).await;
             assert_eq!(runtime_cgroup_driver(fake.socket(), timeout).await, Ok(want));
             assert_eq!(fake.calls_to("/runtime.v1.RuntimeService/RuntimeConfig").len(), 1);
@@ -800,7 +849,10 @@ mod tests {
         let unimplemented = Behaviour::Reply {
             headers: vec![],
             body: Default::default(),
-            trailers: vec![("grpc-status".into(), "12".into()), ("grpc-message".into(), "unknown method RuntimeConfig".into())],
+            trailers: vec![
+                ("grpc-status".into(), "12".into()),
+                ("grpc-message".into(), "unknown method RuntimeConfig".into()),
+            ],
             delay: Duration::ZERO,
         };
         let fake = FakeBackend::start(unimplemented).await;

@@ -282,7 +282,11 @@ mod tests {
     fn cgroup_paths_from_verbose_info() {
         let sandbox = r#"{"pid": 1, "config": {"linux": {"cgroup_parent": "/kubepods/besteffort/pod1"}}, "runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/besteffort/pod1/abc"}}}"#;
         assert_eq!(parse(sandbox).sandbox_cgroup_parent().as_deref(), Some("/kubepods/besteffort/pod1"));
-        assert_eq!(parse(sandbox).container_cgroup_dir().as_deref(), Some("/kubepods/besteffort/pod1/abc"), "the same parse");
+        assert_eq!(
+            parse(sandbox).container_cgroup_dir().as_deref(),
+            Some("/kubepods/besteffort/pod1/abc"),
+            "the same parse"
+        );
         let spec_only = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/pod2/abc"}}}"#;
         assert_eq!(parse(spec_only).sandbox_cgroup_parent().as_deref(), Some("/kubepods/pod2"));
         let systemd = r#"{"runtimeSpec": {"linux": {"cgroupsPath": "kubepods-pod.slice:cri-containerd:abc"}}}"#;
@@ -322,16 +326,28 @@ mod tests {
     #[test]
     fn other_types_are_absent() {
         let odd = r#"{"config": "x", "runtimeSpec": {"linux": {"cgroupsPath": "/kubepods/p/c", "resources": {"cpu": {"shares": "512"}}}}}"#;
-        assert_eq!(parse(odd).sandbox_cgroup_parent().as_deref(), Some("/kubepods/p"), "config not an object: from the spec");
+        assert_eq!(
+            parse(odd).sandbox_cgroup_parent().as_deref(),
+            Some("/kubepods/p"),
+            "config not an object: from the spec"
+        );
         assert_eq!(parse(odd).container_cpu_shares(), None);
         let odd = r#"{"config": {"linux": {"cgroup_parent": 5}}, "runtimeSpec": {"linux": {"cgroupsPath": {"a": [1]}, "resources": {"cpu": {"shares": 1.5}}}}}"#;
-        assert_eq!((parse(odd).sandbox_cgroup_parent().as_deref(), parse(odd).container_cgroup_dir()), (Some(""), None));
         assert_eq!(
-            parse(r#"{"runtimeSpec": {"linux": {"resources": {"cpu": {"shares": 18446744073709551615}}}}}"#).container_cpu_shares(),
+            (parse(odd).sandbox_cgroup_parent().as_deref(), parse(odd).container_cgroup_dir()),
+            (Some(""), None)
+        );
+        assert_eq!(
+            parse(r#"{"runtimeSpec": {"linux": {"resources": {"cpu": {"shares": 18446744073709551615}}}}}"#)
+                .container_cpu_shares(),
             None
         );
         assert_eq!(parse(r#"{"config": null, "runtimeSpec": [1, {"linux": 2}]}"#), VerboseInfo::default());
-        assert_eq!(VerboseInfo::parse(b"[1]").unwrap_or_default(), VerboseInfo::default(), "not an object: nothing said");
+        assert_eq!(
+            VerboseInfo::parse(b"[1]").unwrap_or_default(),
+            VerboseInfo::default(),
+            "not an object: nothing said"
+        );
     }
 
     /// A container's verbose info of 200 k envs (spec and CRI config, 8 MiB of JSON), in a
@@ -348,9 +364,17 @@ mod tests {
         );
         drop((envs, kv));
         use prost::Message;
-        let answer = k8s_cri::v1::ContainerStatusResponse { info: [("info".to_string(), json)].into(), ..Default::default() };
+        let answer =
+            k8s_cri::v1::ContainerStatusResponse { info: [("info".to_string(), json)].into(), ..Default::default() };
         let info = StatusInfo::decode(prost::bytes::Bytes::from(answer.encode_to_vec())).unwrap().verbose().unwrap();
-        assert_eq!((info.container_cgroup_dir().as_deref(), info.container_cpu_shares()), (Some("/kubepods/p/c"), Some(2)));
-        assert_eq!(info.sandbox_cgroup_parent().as_deref(), Some(""), "a config object without linux: the default parent");
+        assert_eq!(
+            (info.container_cgroup_dir().as_deref(), info.container_cpu_shares()),
+            (Some("/kubepods/p/c"), Some(2))
+        );
+        assert_eq!(
+            info.sandbox_cgroup_parent().as_deref(),
+            Some(""),
+            "a config object without linux: the default parent"
+        );
     }
 }

@@ -204,22 +204,28 @@ pub async fn try_start_pod_with_bytes(
     use prost::Message;
     use test_support::raw::{self, NOT_UTF8};
     let channel = test_support::channel(socket);
-    let run = cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() }.encode_to_vec();
+    let run =
+        cri::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() }.encode_to_vec();
     let run = raw::with_bytes(&run, ANNOTATION_BYTES, NOT_UTF8);
-    let answer = raw::unary(channel.clone(), "/runtime.v1.RuntimeService/RunPodSandbox", tonic::Request::new(run)).await?;
+    let answer =
+        raw::unary(channel.clone(), "/runtime.v1.RuntimeService/RunPodSandbox", tonic::Request::new(run)).await?;
     let sandbox_id = cri::RunPodSandboxResponse::decode(answer.into_inner()).expect("answer").pod_sandbox_id;
     let mut rt = test_support::runtime_client(socket);
-    let create =
-        cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.clone(), config: Some(container), sandbox_config: Some(sandbox.clone()) }
-            .encode_to_vec();
+    let create = cri::CreateContainerRequest {
+        pod_sandbox_id: sandbox_id.clone(),
+        config: Some(container),
+        sandbox_config: Some(sandbox.clone()),
+    }
+    .encode_to_vec();
     let create = raw::with_bytes(&raw::with_bytes(&create, ANNOTATION_BYTES, NOT_UTF8), ENV_BYTES, ENV_NOT_UTF8);
-    let container_id = match raw::unary(channel, "/runtime.v1.RuntimeService/CreateContainer", tonic::Request::new(create)).await {
-        Ok(answer) => cri::CreateContainerResponse::decode(answer.into_inner()).expect("answer").container_id,
-        Err(e) => {
-            test_support::containerd::remove_sandbox(&mut rt, &sandbox_id).await;
-            return Err(e);
-        }
-    };
+    let container_id =
+        match raw::unary(channel, "/runtime.v1.RuntimeService/CreateContainer", tonic::Request::new(create)).await {
+            Ok(answer) => cri::CreateContainerResponse::decode(answer.into_inner()).expect("answer").container_id,
+            Err(e) => {
+                test_support::containerd::remove_sandbox(&mut rt, &sandbox_id).await;
+                return Err(e);
+            }
+        };
     if let Err(e) = rt.start_container(cri::StartContainerRequest { container_id: container_id.clone() }).await {
         test_support::containerd::remove_sandbox(&mut rt, &sandbox_id).await;
         return Err(e);
@@ -229,8 +235,10 @@ pub async fn try_start_pod_with_bytes(
 
 /// A NodeSLO with every class's CPU QoS on at koordlet's values (LSR/LS 2, BE −1): group
 /// identity is off without one (koordlet's default).
-pub const GROUP_IDENTITY_ON: &str = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec:\n  \
-    resourceQOSStrategy:\n    lsrClass: {cpuQOS: {enable: true}}\n    lsClass: {cpuQOS: {enable: true}}\n    beClass: {cpuQOS: {enable: true}}\n";
+pub const GROUP_IDENTITY_ON: &str =
+    "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: node-a}\nspec:\n  \
+    resourceQOSStrategy:\n    lsrClass: {cpuQOS: {enable: true}}\n    lsClass: {cpuQOS: {enable: true}}\
+    \n    beClass: {cpuQOS: {enable: true}}\n";
 
 /// Writes `text` as `<dir>/rules.yaml` and returns its path (for `--rules`).
 pub fn rules_file(dir: &std::path::Path, text: &str) -> PathBuf {
@@ -265,6 +273,10 @@ pub async fn exec(
     script: &str,
 ) -> String {
     let cmd = vec!["sh".into(), "-c".into(), script.into()];
-    let out = rt.exec_sync(cri::ExecSyncRequest { container_id: id.into(), cmd, timeout: 5 }).await.expect("ExecSync").into_inner();
+    let out = rt
+        .exec_sync(cri::ExecSyncRequest { container_id: id.into(), cmd, timeout: 5 })
+        .await
+        .expect("ExecSync")
+        .into_inner();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -78,12 +78,17 @@ pub fn usage(pid: u32, children: bool) -> (u64, u64) {
     }
     for task in tasks.flatten() {
         let path = task.path();
-        if let Some(v) = std::fs::read_to_string(path.join("schedstat")).ok().and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        if let Some(v) = std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         {
             ns += v;
         }
         for line in std::fs::read_to_string(path.join("status")).unwrap_or_default().lines() {
-            if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:").or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:")) {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
                 switches += v.trim().parse::<u64>().unwrap_or(0);
             }
         }
@@ -115,14 +120,20 @@ fn reaped_children_ns(pid: u32) -> u64 {
 
 /// The 1, 5 and 15 minute load averages, e.g. `1.20 0.85 0.70`.
 pub fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The whole machine's CPU time so far (`/proc/stat`, clock ticks of all CPUs): (busy, total),
 /// busy being everything but idle and iowait.
 pub fn machine_cpu() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let ticks: Vec<u64> =
+        stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
     // user nice system idle iowait irq softirq steal (guest time is already in user and nice)
     let total: u64 = ticks.iter().take(8).sum();
     let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);

@@ -85,7 +85,11 @@ impl Admin {
         match req.uri().path() {
             "/metrics" => {
                 self.known_hook_servers();
-                reply(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics.render(self.gauges()))
+                reply(
+                    200,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    self.metrics.render(self.gauges()),
+                )
             }
             "/status" => {
                 let doc = status::document(&self.status, &self.metrics, &self.hooks, &self.store, &self.health).await;

@@ -191,7 +191,8 @@ impl Health {
 
     /// Health for `targets`, none checked yet.
     pub fn new(targets: Vec<Target>, metrics: Arc<Metrics>) -> Arc<Health> {
-        let endpoints = targets.into_iter().map(|target| Endpoint { target, verdict: watch::Sender::new(None) }).collect();
+        let endpoints =
+            targets.into_iter().map(|target| Endpoint { target, verdict: watch::Sender::new(None) }).collect();
         Arc::new(Health { endpoints, metrics })
     }
 
@@ -273,7 +274,9 @@ fn log_change(target: &Target, previous: Option<&Verdict>, verdict: &Verdict, ev
         Verdict::Up if ever_up => tracing::info!(endpoint, socket = %socket, "backend up again"),
         Verdict::Up => tracing::info!(endpoint, socket = %socket, "backend up"),
         Verdict::Down { trouble, reason } => match trouble {
-            Trouble::Missing if !ever_up => tracing::info!(endpoint, socket = %socket, "backend socket not there yet: {reason}"),
+            Trouble::Missing if !ever_up => {
+                tracing::info!(endpoint, socket = %socket, "backend socket not there yet: {reason}")
+            }
             Trouble::WrongKind => tracing::error!(endpoint, socket = %socket, "backend of the wrong kind: {reason}"),
             Trouble::PermissionDenied | Trouble::NotASocket => {
                 tracing::error!(endpoint, socket = %socket, "backend socket unusable: {reason}")
@@ -329,7 +332,10 @@ impl Checker {
                     Protocol::Grpc => "a CRI Version call",
                     Protocol::Docker => "GET /_ping",
                 };
-                Verdict::down(Trouble::NoAnswer, format!("accepts connections but gave no answer to {asked} within {CHECK_TIMEOUT:?}"))
+                Verdict::down(
+                    Trouble::NoAnswer,
+                    format!("accepts connections but gave no answer to {asked} within {CHECK_TIMEOUT:?}"),
+                )
             }
         }
     }
@@ -358,7 +364,9 @@ impl Checker {
                         self.kept = Some(Kept { sender: Sender::Grpc(sender), _task: task });
                         Verdict::Up
                     }
-                    Ok(Answer::Unexpected(what)) => Verdict::down(Trouble::Protocol, format!("speaks HTTP/2 but not gRPC: {what}")),
+                    Ok(Answer::Unexpected(what)) => {
+                        Verdict::down(Trouble::Protocol, format!("speaks HTTP/2 but not gRPC: {what}"))
+                    }
                     Err(e) => self.identify(e).await,
                 },
                 Err(e) => self.identify(e).await,
@@ -440,7 +448,10 @@ fn connect_failure(path: &Path, err: &io::Error) -> Verdict {
             Ok(m) if !m.file_type().is_socket() => {
                 Verdict::down(Trouble::NotASocket, format!("is {}, not a socket (connect: {name})", file_kind(&m)))
             }
-            _ => Verdict::down(Trouble::Refused, format!("nothing accepts connections on the socket ({name}): its server is gone")),
+            _ => Verdict::down(
+                Trouble::Refused,
+                format!("nothing accepts connections on the socket ({name}): its server is gone"),
+            ),
         },
         _ => Verdict::down(Trouble::Unreachable, format!("cannot connect: {err}")),
     }
@@ -510,7 +521,11 @@ async fn grpc_version(sender: &mut h2::client::SendRequest<Bytes>) -> Result<Ans
     body.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true).map_err(|e| format!("HTTP/2 request failed: {e}"))?;
     let response = response.await.map_err(|e| format!("no HTTP/2 answer: {e}"))?;
     let (head, mut recv) = response.into_parts();
-    let grpc = head.headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|c| c.starts_with("application/grpc"));
+    let grpc = head
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/grpc"));
     let mut read = 0;
     while let Some(chunk) = recv.data().await {
         let chunk = chunk.map_err(|e| format!("HTTP/2 answer broken: {e}"))?;
@@ -530,9 +545,12 @@ async fn grpc_version(sender: &mut h2::client::SendRequest<Bytes>) -> Result<Ans
 }
 
 /// An HTTP/1.1 client connection on `stream`, its task spawned.
-async fn docker_open(stream: UnixStream) -> Result<(hyper::client::conn::http1::SendRequest<Empty<Bytes>>, AbortOnDrop), String> {
-    let (sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("HTTP/1.1 handshake failed: {e}"))?;
+async fn docker_open(
+    stream: UnixStream,
+) -> Result<(hyper::client::conn::http1::SendRequest<Empty<Bytes>>, AbortOnDrop), String> {
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("HTTP/1.1 handshake failed: {e}"))?;
     let task = AbortOnDrop(tokio::spawn(async move {
         let _ = conn.await;
     }));

@@ -258,7 +258,10 @@ async fn healthz_names_each_endpoint_that_is_down() {
     let task = tokio::spawn(health.clone().run());
     let (status, body) = health.healthz().await;
     assert_eq!(status, 503, "{body}");
-    assert_eq!(body, format!("image endpoint unix://{}: no such socket (ENOENT: No such file or directory)\n", image.display()));
+    assert_eq!(
+        body,
+        format!("image endpoint unix://{}: no such socket (ENOENT: No such file or directory)\n", image.display())
+    );
     let text = metrics.render_for_tests();
     assert!(text.contains("runtime_proxy_backend_endpoint_up{endpoint=\"runtime\"} 1"), "{text}");
     assert!(text.contains("runtime_proxy_backend_endpoint_up{endpoint=\"image\"} 0"), "{text}");

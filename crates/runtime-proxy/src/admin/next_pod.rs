@@ -25,7 +25,8 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// [`METHODS`], as the hook flow checks the node's requirement at each). Empty when every
 /// required server is registered.
 pub fn missing_required(chain: &NodeChain, snapshot: &Snapshot) -> Vec<String> {
-    let refused: Vec<String> = METHODS.iter().filter_map(|m| m.pre.map(|stage| format!("{} ({})", m.name, stage.as_str()))).collect();
+    let refused: Vec<String> =
+        METHODS.iter().filter_map(|m| m.pre.map(|stage| format!("{} ({})", m.name, stage.as_str()))).collect();
     chain
         .required
         .iter()
@@ -91,7 +92,8 @@ pub fn unreachable_line(server: &HookServer, chain: &NodeChain, why: &str) -> (b
         server.endpoint.display()
     );
     if refuses(server, chain) {
-        let by = if server.failure_policy == FailurePolicy::Fail { "" } else { " (required by --required-hook-servers)" };
+        let by =
+            if server.failure_policy == FailurePolicy::Fail { "" } else { " (required by --required-hook-servers)" };
         (true, format!("{what}; the next pod's calls at {} will be refused{by}", stages.join(", ")))
     } else {
         (false, format!("{what}; pods go on without it"))

@@ -124,7 +124,9 @@ pub async fn document(info: &StatusInfo, metrics: &Metrics, hooks: &Registry, st
             );
             match (server.failure_policy, next_pod::refuses(server, &info.chain)) {
                 (FailurePolicy::Fail, _) => problems.push(format!("{what}; its stages' CRI calls are refused")),
-                (_, true) => problems.push(format!("{what}; required by --required-hook-servers: its pre stages' CRI calls are refused")),
+                (_, true) => problems.push(format!(
+                    "{what}; required by --required-hook-servers: its pre stages' CRI calls are refused"
+                )),
                 (_, false) => warnings.push(format!("{what}; pods go on without it")),
             }
         }
@@ -226,23 +228,37 @@ pub fn render(doc: &Value) -> String {
     let now = doc["now_ms"].as_u64().unwrap_or(0);
     let uptime = show_duration(std::time::Duration::from_secs(doc["uptime_seconds"].as_u64().unwrap_or(0)));
     let verdict = if doc["healthy"].as_bool() == Some(true) { "healthy" } else { "UNHEALTHY" };
-    let _ = writeln!(out, "runtime-proxy {}, up {uptime} (since {}): {verdict}", str_of(doc, "version"), str_of(doc, "started"));
+    let _ = writeln!(
+        out,
+        "runtime-proxy {}, up {uptime} (since {}): {verdict}",
+        str_of(doc, "version"),
+        str_of(doc, "started")
+    );
     let b = &doc["backend"];
     let up = match b["up"].as_bool() {
         Some(true) => "up".to_owned(),
         _ => format!("DOWN: {}", str_of(b, "error")),
     };
-    let mut rows = vec![vec!["backend".to_owned(), format!("{} unix://{}: {up}", str_of(b, "mode"), str_of(b, "endpoint"))]];
+    let mut rows =
+        vec![vec!["backend".to_owned(), format!("{} unix://{}: {up}", str_of(b, "mode"), str_of(b, "endpoint"))]];
     if b["image_endpoint"] != b["endpoint"] {
         rows.push(vec!["images".to_owned(), format!("unix://{}", str_of(b, "image_endpoint"))]);
     }
     let s = &doc["store"];
-    rows.push(vec!["store".to_owned(), format!("{} pod sandboxes, {} containers", s["pod_sandboxes"], s["containers"])]);
+    rows.push(vec![
+        "store".to_owned(),
+        format!("{} pod sandboxes, {} containers", s["pod_sandboxes"], s["containers"]),
+    ]);
     rows.push(vec!["hook config".to_owned(), str_of(doc, "hook_config_dir").to_owned()]);
-    let required: Vec<&str> =
-        doc["required_hook_servers"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect()).unwrap_or_default();
+    let required: Vec<&str> = doc["required_hook_servers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
+        .unwrap_or_default();
     let required = if required.is_empty() { "none (--required-hook-servers)".to_owned() } else { required.join(",") };
-    rows.push(vec!["hook chain".to_owned(), format!("conflicts: {}; required servers: {required}", str_of(doc, "hook_conflict_policy"))]);
+    rows.push(vec![
+        "hook chain".to_owned(),
+        format!("conflicts: {}; required servers: {required}", str_of(doc, "hook_conflict_policy")),
+    ]);
     let debug = match doc["debug_endpoint"].as_str() {
         Some(a) => format!("/debug/store on {a}"),
         None => "off (--debug-addr)".to_owned(),
@@ -258,7 +274,8 @@ pub fn render(doc: &Value) -> String {
         let rows: Vec<Vec<String>> = servers
             .iter()
             .map(|h| {
-                let stages: Vec<&str> = h["stages"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect()).unwrap_or_default();
+                let stages: Vec<&str> =
+                    h["stages"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect()).unwrap_or_default();
                 let health = match str_of(h, "health") {
                     "failing" => format!("FAILING ({} in a row)", h["failures_in_a_row"]),
                     "unreachable" => "UNREACHABLE".to_owned(),

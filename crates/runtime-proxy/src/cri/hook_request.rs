@@ -14,7 +14,10 @@ use crate::hooks::store::Store;
 /// The PreRunPodSandbox request (`pkg/runtimeproxy/resexecutor/cri/pod.go`), plus the pod's attempt, overhead and
 /// resources, which koord leaves empty. Label and annotation values that are not UTF-8 are left
 /// out: the hook protocol cannot carry them ([`hooked_fields`]); they go on to the runtime unchanged.
-pub fn pod_hook_request(config: Option<&hooked_fields::PodSandboxConfig>, runtime_handler: &str) -> hook::PodSandboxHookRequest {
+pub fn pod_hook_request(
+    config: Option<&hooked_fields::PodSandboxConfig>,
+    runtime_handler: &str,
+) -> hook::PodSandboxHookRequest {
     let Some(config) = config else {
         return hook::PodSandboxHookRequest {
             runtime_handler: runtime_handler.to_owned(),
@@ -40,12 +43,11 @@ pub fn pod_hook_request(config: Option<&hooked_fields::PodSandboxConfig>, runtim
     }
 }
 
-/// The PreCreateContainer request (`pkg/runtimeproxy/resexecutor/cri/container.go`). Pod fields come from the store (they
-/// include the PreRunPodSandbox hooks' changes); for a pod the store does not know, from the
-/// request's `sandbox_config`. `None` when there is neither: the sandbox is unknown to everyone,
-/// so the call goes on without hooks and the runtime answers it (NOT_FOUND), as for the ID-only
-/// methods — a hook must not replace that answer with its own error. Env and annotation values
-/// that are not UTF-8 are left out (see [`pod_hook_request`]).
+/// The PreCreateContainer request (`pkg/runtimeproxy/resexecutor/cri/container.go`). Pod fields come from the store
+/// (they include the PreRunPodSandbox hooks' changes); for a pod the store does not know, from the request's
+/// `sandbox_config`. `None` when there is neither: the sandbox is unknown to everyone, so the call goes on without
+/// hooks and the runtime answers it (NOT_FOUND), as for the ID-only methods — a hook must not replace that answer with
+/// its own error. Env and annotation values that are not UTF-8 are left out (see [`pod_hook_request`]).
 ///
 /// Errors: the request's `sandbox_config`, needed and not decodable.
 pub fn container_hook_request(

@@ -43,7 +43,8 @@ pub fn utf8_entries<M: FromIterator<(String, String)>>(map: &Text) -> M {
 
 /// The keys of `map` whose value is not UTF-8 (sorted), for log lines.
 pub fn binary_keys(map: &Text) -> Vec<&str> {
-    let mut keys: Vec<&str> = map.iter().filter(|(_, v)| std::str::from_utf8(v).is_err()).map(|(k, _)| k.as_str()).collect();
+    let mut keys: Vec<&str> =
+        map.iter().filter(|(_, v)| std::str::from_utf8(v).is_err()).map(|(k, _)| k.as_str()).collect();
     keys.sort_unstable();
     keys
 }
@@ -308,9 +309,9 @@ pub fn target(name: &str, message: &[u8]) -> String {
                 let name = t.config.and_then(|c| c.metadata).map(|m| m.name).unwrap_or_default();
                 format!("container {name:?} of pod sandbox {}", t.pod_sandbox_id)
             }
-            Err(_) => {
-                crate::cri::proto_edit::string_field(message, 1).map(|id| format!("a container of pod sandbox {id}")).unwrap_or_default()
-            }
+            Err(_) => crate::cri::proto_edit::string_field(message, 1)
+                .map(|id| format!("a container of pod sandbox {id}"))
+                .unwrap_or_default(),
         },
         _ => match crate::cri::proto_edit::string_field(message, 1) {
             Some(id) if name.contains("PodSandbox") => format!("pod sandbox {id}"),
@@ -442,13 +443,20 @@ mod tests {
                 metadata: Some(cri::ContainerMetadata { name: "c".into(), attempt: 2 }),
                 image: Some(cri::ImageSpec { image: "busybox".into(), ..Default::default() }),
                 command: vec!["sleep".into()],
-                envs: vec![cri::KeyValue { key: "B".into(), value: "2".into() }, cri::KeyValue { key: "A".into(), value: "1".into() }],
+                envs: vec![
+                    cri::KeyValue { key: "B".into(), value: "2".into() },
+                    cri::KeyValue { key: "A".into(), value: "1".into() },
+                ],
                 mounts: vec![cri::Mount { container_path: "/x".into(), ..Default::default() }],
                 labels: [("l".to_string(), "1".to_string())].into(),
                 annotations: [("a".to_string(), "1".to_string())].into(),
                 log_path: "c.log".into(),
                 linux: Some(cri::LinuxContainerConfig {
-                    resources: Some(cri::LinuxContainerResources { cpu_shares: 512, cpuset_cpus: "0-1".into(), ..Default::default() }),
+                    resources: Some(cri::LinuxContainerResources {
+                        cpu_shares: 512,
+                        cpuset_cpus: "0-1".into(),
+                        ..Default::default()
+                    }),
                     security_context: Some(cri::LinuxContainerSecurityContext {
                         masked_paths: vec!["/proc/kcore".into()],
                         ..Default::default()
@@ -497,7 +505,8 @@ mod tests {
             pod_sandbox_id: "sb".into(),
             config: Some(cri::ContainerConfig {
                 envs: vec![cri::KeyValue { key: "BIN".into(), value: "ENVVALUE".into() }, cri::KeyValue::default()],
-                annotations: [("bin".to_string(), "ANNOTVAL".to_string()), ("text".to_string(), "t".to_string())].into(),
+                annotations: [("bin".to_string(), "ANNOTVAL".to_string()), ("text".to_string(), "t".to_string())]
+                    .into(),
                 ..Default::default()
             }),
             sandbox_config: Some(cri::PodSandboxConfig {
@@ -515,7 +524,10 @@ mod tests {
         let config = view.config.as_ref().unwrap();
         assert_eq!(&config.envs[0].value[..], b"\xff\xfe\x00bin\x80!");
         assert_eq!(config.annotations["bin"], b"\xff\xfe\x00bin\x80!");
-        assert_eq!(utf8_entries::<BTreeMap<_, _>>(&config.annotations), BTreeMap::from([("text".to_string(), "t".to_string())]));
+        assert_eq!(
+            utf8_entries::<BTreeMap<_, _>>(&config.annotations),
+            BTreeMap::from([("text".to_string(), "t".to_string())])
+        );
         assert_eq!(binary_keys(&config.annotations), ["bin"]);
         let pod = view.sandbox_config().unwrap().unwrap();
         assert!(utf8_entries::<BTreeMap<_, _>>(&pod.annotations).is_empty());
@@ -535,7 +547,10 @@ mod tests {
             info: [("info".to_string(), vec![b'{', 0xff, b'}'])].into(),
         };
         let cri: cri::PodSandboxStatusResponse = status.into();
-        assert_eq!(cri.status.unwrap().annotations, std::collections::HashMap::from([("t".to_string(), "1".to_string())]));
+        assert_eq!(
+            cri.status.unwrap().annotations,
+            std::collections::HashMap::from([("t".to_string(), "1".to_string())])
+        );
         assert_eq!(cri.info["info"], "{\u{fffd}}");
     }
 
@@ -543,7 +558,11 @@ mod tests {
     fn targets_name_what_can_be_read() {
         let run = cri::RunPodSandboxRequest {
             config: Some(cri::PodSandboxConfig {
-                metadata: Some(cri::PodSandboxMetadata { name: "p".into(), namespace: "ns".into(), ..Default::default() }),
+                metadata: Some(cri::PodSandboxMetadata {
+                    name: "p".into(),
+                    namespace: "ns".into(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -562,7 +581,11 @@ mod tests {
         assert_eq!(target("StartContainer", &start.encode_to_vec()), "container c1");
         let stop = cri::StopPodSandboxRequest { pod_sandbox_id: "s1".into() };
         assert_eq!(target("StopPodSandbox", &stop.encode_to_vec()), "pod sandbox s1");
-        assert_eq!(target("UpdatePodSandboxResources", &stop.encode_to_vec()), "pod sandbox s1", "field 1 is its sandbox ID too");
+        assert_eq!(
+            target("UpdatePodSandboxResources", &stop.encode_to_vec()),
+            "pod sandbox s1",
+            "field 1 is its sandbox ID too"
+        );
         assert_eq!(target("RunPodSandbox", &[0xff]), "");
     }
 }

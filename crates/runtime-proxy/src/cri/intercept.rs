@@ -156,9 +156,9 @@ impl Interceptor {
     /// The caller's `grpc-timeout` bounds the pre stage and the backend call (the head `onward`
     /// gets carries what is left of it).
     ///
-    /// Errors: the status to answer the client with, naming the method: a hook failure under `Fail`, `onward`'s (`UNAVAILABLE`,
-    /// `DEADLINE_EXCEEDED`, see [`unary_call::unary`]), `INTERNAL` when hook changes cannot be
-    /// applied to the request.
+    /// Errors: the status to answer the client with, naming the method: a hook failure under `Fail`, `onward`'s
+    /// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`, see [`unary_call::unary`]), `INTERNAL` when hook changes cannot be applied
+    /// to the request.
     pub async fn intercept<'a>(
         &'a self,
         spec: &'static MethodSpec,
@@ -170,23 +170,33 @@ impl Interceptor {
         let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
         if spec.method == Method::RestorePod {
             // No hook stage: guarded and learned from on its own (`crate::cri::restore`).
-            return restore::restore_pod(&self.hooks, &self.runtime, method, onward, parts, body).await.map(|a| (a, None));
+            return restore::restore_pod(&self.hooks, &self.runtime, method, onward, parts, body)
+                .await
+                .map(|a| (a, None));
         }
         let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
         let encoding = parts.headers.get("grpc-encoding");
-        let message = match grpc::unary_message(&body, encoding, self.hooks.limits.max_request_bytes).map_err(in_method)? {
-            Some(m) => m,
-            None => {
-                self.undecodable(spec, method, &self.hooks.registry.snapshot(), "", "the body is not one gRPC message")?;
-                return onward(parts, body, deadline).await.map(|a| (a, None));
-            }
-        };
+        let message =
+            match grpc::unary_message(&body, encoding, self.hooks.limits.max_request_bytes).map_err(in_method)? {
+                Some(m) => m,
+                None => {
+                    self.undecodable(
+                        spec,
+                        method,
+                        &self.hooks.registry.snapshot(),
+                        "",
+                        "the body is not one gRPC message",
+                    )?;
+                    return onward(parts, body, deadline).await.map(|a| (a, None));
+                }
+            };
         // One call per pod at a time. Every hooked method's request starts with its ID (field 1:
         // the pod sandbox ID, or the container ID, whose pod the store knows).
         let id = proto_edit::string_field(&message, 1).unwrap_or_default();
         let key = pod_key(spec.method, id, &self.hooks.store);
         let front = CriCall { interceptor: self, spec, method, message: &message, id, deadline };
-        let (answer, post) = flow::drive(&self.hooks, spec, &front, key.as_deref(), Outgoing { parts, body, onward }, deadline).await?;
+        let (answer, post) =
+            flow::drive(&self.hooks, spec, &front, key.as_deref(), Outgoing { parts, body, onward }, deadline).await?;
         Ok((answer, post.map(flow::Post::run)))
     }
 
@@ -230,10 +240,18 @@ impl Interceptor {
     /// (only `Ignore` servers, a method without a pre stage — post stages never refuse a call —
     /// or no servers) a WARN says so and the call goes on without hooks (`Ok`). Both are counted
     /// in `runtime_proxy_undecodable_requests_total{method}`.
-    fn undecodable(&self, spec: &MethodSpec, method: &str, snapshot: &Snapshot, target: &str, why: &str) -> Result<(), Status> {
+    fn undecodable(
+        &self,
+        spec: &MethodSpec,
+        method: &str,
+        snapshot: &Snapshot,
+        target: &str,
+        why: &str,
+    ) -> Result<(), Status> {
         self.hooks.metrics.undecodable_request(spec.name);
-        let fail =
-            spec.pre.and_then(|stage| snapshot.for_stage(stage).find(|s| s.failure_policy == FailurePolicy::Fail).map(|s| (stage, s)));
+        let fail = spec.pre.and_then(|stage| {
+            snapshot.for_stage(stage).find(|s| s.failure_policy == FailurePolicy::Fail).map(|s| (stage, s))
+        });
         if let Some((stage, server)) = fail {
             tracing::warn!(method, target, stage = stage.as_str(), server = %server.name, error = why, "cannot decode the request; hook server with failure-policy Fail: refusing the call");
             return Err(Status::new(
@@ -260,7 +278,9 @@ impl Interceptor {
             | Method::UpdatePodSandboxResources
             | Method::RestorePod => true,
             Method::CreateContainer | Method::StopPodSandbox => self.hooks.store.has_pod(id),
-            Method::StartContainer | Method::StopContainer | Method::UpdateContainerResources => self.hooks.store.sandbox_of(id).is_some(),
+            Method::StartContainer | Method::StopContainer | Method::UpdateContainerResources => {
+                self.hooks.store.sandbox_of(id).is_some()
+            }
         }
     }
 }
@@ -271,9 +291,10 @@ impl Interceptor {
 fn pod_key(method: Method, id: &str, store: &Store) -> Option<String> {
     match method {
         Method::RunPodSandbox | Method::RestorePod => None,
-        Method::CreateContainer | Method::StopPodSandbox | Method::RemovePodSandbox | Method::UpdatePodSandboxResources => {
-            Some(id.to_owned())
-        }
+        Method::CreateContainer
+        | Method::StopPodSandbox
+        | Method::RemovePodSandbox
+        | Method::UpdatePodSandboxResources => Some(id.to_owned()),
         Method::StartContainer | Method::StopContainer | Method::RemoveContainer | Method::UpdateContainerResources => {
             Some(store.sandbox_of(id).unwrap_or_else(|| id.to_owned()))
         }
@@ -290,26 +311,39 @@ impl Call {
                 let hook = pod_hook_request(req.config.as_ref(), &req.runtime_handler);
                 Call::RunPodSandbox { req, hook }
             }
-            Method::CreateContainer => Call::CreateContainer { req: hooked_fields::CreateContainerRequest::decode(msg)?, hook: None },
-            Method::UpdateContainerResources => {
-                Call::UpdateContainerResources { req: hooked_fields::UpdateContainerResourcesRequest::decode(msg)?, entry: None }
+            Method::CreateContainer => {
+                Call::CreateContainer { req: hooked_fields::CreateContainerRequest::decode(msg)?, hook: None }
             }
-            Method::StartContainer => Call::Container { id: cri::StartContainerRequest::decode(msg)?.container_id, entry: None },
-            Method::StopContainer => Call::Container { id: cri::StopContainerRequest::decode(msg)?.container_id, entry: None },
-            Method::StopPodSandbox => Call::Pod { id: cri::StopPodSandboxRequest::decode(msg)?.pod_sandbox_id, pod: None },
-            Method::RemoveContainer => Call::RemoveContainer { id: cri::RemoveContainerRequest::decode(msg)?.container_id },
-            Method::RemovePodSandbox => Call::RemovePodSandbox { id: cri::RemovePodSandboxRequest::decode(msg)?.pod_sandbox_id },
-            Method::UpdatePodSandboxResources => {
-                Call::UpdatePodSandboxResources { req: crate::cri::newer_cri::UpdatePodSandboxResourcesRequest::decode(msg)? }
+            Method::UpdateContainerResources => Call::UpdateContainerResources {
+                req: hooked_fields::UpdateContainerResourcesRequest::decode(msg)?,
+                entry: None,
+            },
+            Method::StartContainer => {
+                Call::Container { id: cri::StartContainerRequest::decode(msg)?.container_id, entry: None }
             }
+            Method::StopContainer => {
+                Call::Container { id: cri::StopContainerRequest::decode(msg)?.container_id, entry: None }
+            }
+            Method::StopPodSandbox => {
+                Call::Pod { id: cri::StopPodSandboxRequest::decode(msg)?.pod_sandbox_id, pod: None }
+            }
+            Method::RemoveContainer => {
+                Call::RemoveContainer { id: cri::RemoveContainerRequest::decode(msg)?.container_id }
+            }
+            Method::RemovePodSandbox => {
+                Call::RemovePodSandbox { id: cri::RemovePodSandboxRequest::decode(msg)?.pod_sandbox_id }
+            }
+            Method::UpdatePodSandboxResources => Call::UpdatePodSandboxResources {
+                req: crate::cri::newer_cri::UpdatePodSandboxResourcesRequest::decode(msg)?,
+            },
             Method::RestorePod => Call::RestorePod { req: crate::cri::newer_cri::RestorePodRequest::decode(msg)? },
         })
     }
 
-    /// Builds what the hooks will see from the request and the store (koord-runtime-proxy's `pkg/runtimeproxy/resexecutor/cri/`);
-    /// called once it is this call's turn for its pod. A pod sandbox or container the store does
-    /// not know is asked of the runtime (verbose status) and recorded; when the runtime does not
-    /// know it either, its hooks are skipped (logged) and the runtime answers the call.
+    /// Builds what the hooks will see from the request and the store (koord-runtime-proxy's
+    /// `pkg/runtimeproxy/resexecutor/cri/`); called once it is this call's turn for its pod. A pod sandbox or container
+    /// the store does not know is asked of the runtime (verbose status) and recorded; when the runtime does not know it
+    /// either, its hooks are skipped (logged) and the runtime answers the call.
     ///
     /// Errors: what cannot be read — a `sandbox_config` that does not decode, or the runtime's
     /// description of the object (see [`recover::fetch_pod`]) — naming the field or the object.
@@ -326,7 +360,8 @@ impl Call {
                         tracing::debug!(sandbox_id = %req.pod_sandbox_id, reason = %why, "store miss: the runtime's answer is unusable; pod read from the request's sandbox_config");
                     }
                 }
-                *hook = container_hook_request(req, store).map_err(|e| format!("CreateContainerRequest.sandbox_config: {e}"))?;
+                *hook = container_hook_request(req, store)
+                    .map_err(|e| format!("CreateContainerRequest.sandbox_config: {e}"))?;
                 if hook.is_none() {
                     tracing::warn!(sandbox_id = %req.pod_sandbox_id, "CreateContainer: pod sandbox unknown to the store and the runtime, and no sandbox_config; hooks skipped");
                 }
@@ -342,7 +377,10 @@ impl Call {
                         if let Some(update) = &req.linux {
                             hook_api::merge::merge_update(resources, &convert::to_hook(update));
                         }
-                        hook_api::merge::merge_map(&mut e.hook.container_annotations, &hooked_fields::utf8_entries(&req.annotations));
+                        hook_api::merge::merge_map(
+                            &mut e.hook.container_annotations,
+                            &hooked_fields::utf8_entries(&req.annotations),
+                        );
                     }
                     None => {
                         tracing::warn!(container_id = %req.container_id, "UpdateContainerResources: container unknown to the store and the runtime; hooks skipped")
@@ -421,7 +459,9 @@ impl Call {
                 let default = hooked_fields::ContainerConfig::default();
                 let config = req.config.as_ref().unwrap_or(&default);
                 let mut inner = Vec::new();
-                if let Some(annotations) = changed_map(&config.annotations, &before.container_annotations, &hook.container_annotations) {
+                if let Some(annotations) =
+                    changed_map(&config.annotations, &before.container_annotations, &hook.container_annotations)
+                {
                     inner.push((10, replace(hooked_fields::ContainerConfig { annotations, ..Default::default() })));
                 }
                 let envs = merged_envs(&config.envs, &changed_entries(&before.container_envs, &hook.container_envs));
@@ -443,9 +483,15 @@ impl Call {
             (Call::UpdateContainerResources { req, entry: Some(e) }, BeforeHooks::Container(before)) => {
                 let default = cri::LinuxContainerResources::default();
                 let current = req.linux.as_ref().unwrap_or(&default);
-                let mut edits = nested(2, resource_edits(current, &before.container_resources, &e.hook.container_resources));
-                if let Some(annotations) = changed_map(&req.annotations, &before.container_annotations, &e.hook.container_annotations) {
-                    edits.push((4, replace(hooked_fields::UpdateContainerResourcesRequest { annotations, ..Default::default() })));
+                let mut edits =
+                    nested(2, resource_edits(current, &before.container_resources, &e.hook.container_resources));
+                if let Some(annotations) =
+                    changed_map(&req.annotations, &before.container_annotations, &e.hook.container_annotations)
+                {
+                    edits.push((
+                        4,
+                        replace(hooked_fields::UpdateContainerResourcesRequest { annotations, ..Default::default() }),
+                    ));
                 }
                 edits
             }
@@ -457,24 +503,33 @@ impl Call {
     /// needs the call's hook request still (else it moves into the store).
     fn commit(&mut self, answer: &unary_call::Answer, store: &Store, post: bool) {
         match self {
-            Call::RunPodSandbox { req, hook } => match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
-                Ok(Some(Ok(resp))) => {
-                    // A PreRunPodSandbox answer's `resources` reach nothing in CRI mode (no CRI
-                    // field takes a sandbox's resources; koord ignores them too): the store keeps
-                    // the resources the runtime got, as recovery reads them back.
-                    let mut pod = hook.clone();
-                    pod.resources =
-                        req.config.as_ref().and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref()).map(convert::to_hook);
-                    store.put_pod(&resp.pod_sandbox_id, pod)
+            Call::RunPodSandbox { req, hook } => {
+                match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::RunPodSandboxResponse::decode)) {
+                    Ok(Some(Ok(resp))) => {
+                        // A PreRunPodSandbox answer's `resources` reach nothing in CRI mode (no CRI
+                        // field takes a sandbox's resources; koord ignores them too): the store keeps
+                        // the resources the runtime got, as recovery reads them back.
+                        let mut pod = hook.clone();
+                        pod.resources = req
+                            .config
+                            .as_ref()
+                            .and_then(|c| c.linux.as_ref())
+                            .and_then(|l| l.resources.as_ref())
+                            .map(convert::to_hook);
+                        store.put_pod(&resp.pod_sandbox_id, pod)
+                    }
+                    _ => tracing::warn!("RunPodSandbox answer without a sandbox ID; pod not recorded"),
                 }
-                _ => tracing::warn!("RunPodSandbox answer without a sandbox ID; pod not recorded"),
-            },
+            }
             Call::CreateContainer { req, hook: Some(hook) } => {
                 match answer.message(ID_ANSWER_BYTES).map(|m| m.map(cri::CreateContainerResponse::decode)) {
                     Ok(Some(Ok(resp))) => {
                         let mut hook = if post { hook.clone() } else { std::mem::take(hook) };
                         hook.container_meta.get_or_insert_with(Default::default).id = resp.container_id.clone();
-                        store.put_container(&resp.container_id, ContainerEntry { sandbox_id: req.pod_sandbox_id.clone(), hook });
+                        store.put_container(
+                            &resp.container_id,
+                            ContainerEntry { sandbox_id: req.pod_sandbox_id.clone(), hook },
+                        );
                     }
                     _ => tracing::warn!("CreateContainer answer without a container ID; container not recorded"),
                 }
@@ -484,7 +539,8 @@ impl Call {
             Call::RemoveContainer { id } => store.remove_container(id),
             Call::RemovePodSandbox { id } => store.remove_pod(id),
             Call::UpdatePodSandboxResources { req } => {
-                let (overhead, resources) = (req.overhead.as_ref().map(convert::to_hook), req.resources.as_ref().map(convert::to_hook));
+                let (overhead, resources) =
+                    (req.overhead.as_ref().map(convert::to_hook), req.resources.as_ref().map(convert::to_hook));
                 if !store.update_pod_resources(&req.pod_sandbox_id, overhead, resources) {
                     // Nothing stale to fix: a later call that needs the pod asks the runtime.
                     tracing::debug!(sandbox_id = %req.pod_sandbox_id, "UpdatePodSandboxResources: pod sandbox unknown to the store");
@@ -511,7 +567,8 @@ fn resource_edits(
     macro_rules! field {
         ($num:expr, $f:ident) => {
             if before.$f != after.$f && current.$f != after.$f {
-                edits.push(($num, replace(cri::LinuxContainerResources { $f: after.$f.clone(), ..Default::default() })));
+                edits
+                    .push(($num, replace(cri::LinuxContainerResources { $f: after.$f.clone(), ..Default::default() })));
             }
         };
     }
@@ -578,14 +635,22 @@ impl Chunks for RequestBody {
 ///
 /// Errors: `RESOURCE_EXHAUSTED` for a larger body, `DEADLINE_EXCEEDED` for a stalled one,
 /// the front end's status when the client's stream breaks; each names the method (and the flag).
-pub async fn read_body(mut body: RequestBody, method: &str, limits: &crate::hooks::limits::Limits) -> Result<Bytes, Status> {
+pub async fn read_body(
+    mut body: RequestBody,
+    method: &str,
+    limits: &crate::hooks::limits::Limits,
+) -> Result<Bytes, Status> {
     body::read_whole(&mut body, limits.max_request_bytes + 5, limits.request_idle_timeout).await.map_err(|e| match e {
-        BodyError::Stalled(idle) => {
-            Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: request body stalled for {idle:?} (--request-idle-timeout)"))
-        }
+        BodyError::Stalled(idle) => Status::new(
+            Code::DEADLINE_EXCEEDED,
+            format!("{method}: request body stalled for {idle:?} (--request-idle-timeout)"),
+        ),
         BodyError::TooLarge { .. } => {
             let max = limits.max_request_bytes;
-            Status::new(Code::RESOURCE_EXHAUSTED, format!("{method}: request larger than {max} bytes (--max-request-bytes)"))
+            Status::new(
+                Code::RESOURCE_EXHAUSTED,
+                format!("{method}: request larger than {max} bytes (--max-request-bytes)"),
+            )
         }
         BodyError::Broken(s) => Status::new(s.code, format!("{method}: {}", s.message)),
     })
@@ -640,10 +705,14 @@ impl<'a, 'b> flow::Front for CriCall<'a, 'b> {
             return Ok(request);
         }
         match proto_edit::apply(self.message, &edits) {
-            Ok(edited) => {
-                Ok(Outgoing { body: grpc::reframe(&edited, &request.body, request.parts.headers.get("grpc-encoding")), ..request })
-            }
-            Err(e) => Err(Status::new(Code::INTERNAL, format!("{}: cannot apply hook changes to the request: {e}", self.method))),
+            Ok(edited) => Ok(Outgoing {
+                body: grpc::reframe(&edited, &request.body, request.parts.headers.get("grpc-encoding")),
+                ..request
+            }),
+            Err(e) => Err(Status::new(
+                Code::INTERNAL,
+                format!("{}: cannot apply hook changes to the request: {e}", self.method),
+            )),
         }
     }
 

@@ -7,8 +7,10 @@ fn envs_keep_order_and_add_sorted() {
     let envs = vec![hooked_fields::KeyValue::text("B", "1"), hooked_fields::KeyValue::text("A", "2")];
     let hooked: BTreeMap<String, String> =
         [("A", "9"), ("B", "1"), ("Z", "z"), ("C", "c")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let out: Vec<(String, String)> =
-        merged_envs(&envs, &hooked).into_iter().map(|kv| (kv.key, String::from_utf8(kv.value.to_vec()).unwrap())).collect();
+    let out: Vec<(String, String)> = merged_envs(&envs, &hooked)
+        .into_iter()
+        .map(|kv| (kv.key, String::from_utf8(kv.value.to_vec()).unwrap()))
+        .collect();
     assert_eq!(out, [("B", "1"), ("A", "9"), ("C", "c"), ("Z", "z")].map(|(k, v)| (k.to_string(), v.to_string())));
 }
 
@@ -67,8 +69,12 @@ fn binary_values_survive_hook_edits() {
             ..Default::default()
         }),
         sandbox_config: Some(cri::PodSandboxConfig {
-            annotations: [("pod-bin".to_string(), "PODVALUE".to_string()), ("pod-text".to_string(), "x".to_string())].into(),
-            linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: "/kubepods/besteffort/pod1".into(), ..Default::default() }),
+            annotations: [("pod-bin".to_string(), "PODVALUE".to_string()), ("pod-text".to_string(), "x".to_string())]
+                .into(),
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: "/kubepods/besteffort/pod1".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
     };
@@ -102,7 +108,11 @@ fn binary_values_survive_hook_edits() {
 
 #[test]
 fn create_container_for_a_sandbox_nobody_knows_has_no_hook_request() {
-    let req = cri::CreateContainerRequest { pod_sandbox_id: "gone".into(), config: Some(Default::default()), sandbox_config: None };
+    let req = cri::CreateContainerRequest {
+        pod_sandbox_id: "gone".into(),
+        config: Some(Default::default()),
+        sandbox_config: None,
+    };
     assert!(container_hook_request(&(&req).into(), &Store::new()).unwrap().is_none());
     let call = Call::CreateContainer { req: (&req).into(), hook: None };
     assert!(matches!(call.hook_state(), BeforeHooks::Unchanged));
@@ -197,7 +207,10 @@ fn v1alpha2_layout() {
     let run = a2::RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: "runc".into() };
     let v1_run: cri::RunPodSandboxRequest = same_as_v1("RunPodSandboxRequest", &run);
     let hook = pod_hook_request(v1_run.config.as_ref().map(Into::into).as_ref(), &v1_run.runtime_handler);
-    assert_eq!((hook.cgroup_parent.as_str(), hook.labels["l"].as_str(), hook.pod_meta.unwrap().attempt), ("/kubepods/podu", "1", 2));
+    assert_eq!(
+        (hook.cgroup_parent.as_str(), hook.labels["l"].as_str(), hook.pod_meta.unwrap().attempt),
+        ("/kubepods/podu", "1", 2)
+    );
     assert_eq!(hook.resources.unwrap().cpu_shares, 512);
     let create = a2::CreateContainerRequest {
         pod_sandbox_id: "sb".into(),
@@ -218,13 +231,18 @@ fn v1alpha2_layout() {
         ..Default::default()
     };
     let _: cri::UpdateContainerResourcesRequest = same_as_v1("UpdateContainerResourcesRequest", &update);
-    let _: cri::RunPodSandboxResponse = same_as_v1("RunPodSandboxResponse", &a2::RunPodSandboxResponse { pod_sandbox_id: "sb".into() });
-    let _: cri::CreateContainerResponse = same_as_v1("CreateContainerResponse", &a2::CreateContainerResponse { container_id: "c".into() });
-    let _: cri::StartContainerRequest = same_as_v1("StartContainerRequest", &a2::StartContainerRequest { container_id: "c".into() });
+    let _: cri::RunPodSandboxResponse =
+        same_as_v1("RunPodSandboxResponse", &a2::RunPodSandboxResponse { pod_sandbox_id: "sb".into() });
+    let _: cri::CreateContainerResponse =
+        same_as_v1("CreateContainerResponse", &a2::CreateContainerResponse { container_id: "c".into() });
+    let _: cri::StartContainerRequest =
+        same_as_v1("StartContainerRequest", &a2::StartContainerRequest { container_id: "c".into() });
     let _: cri::StopContainerRequest =
         same_as_v1("StopContainerRequest", &a2::StopContainerRequest { container_id: "c".into(), timeout: 3 });
-    let _: cri::RemoveContainerRequest = same_as_v1("RemoveContainerRequest", &a2::RemoveContainerRequest { container_id: "c".into() });
-    let _: cri::StopPodSandboxRequest = same_as_v1("StopPodSandboxRequest", &a2::StopPodSandboxRequest { pod_sandbox_id: "sb".into() });
+    let _: cri::RemoveContainerRequest =
+        same_as_v1("RemoveContainerRequest", &a2::RemoveContainerRequest { container_id: "c".into() });
+    let _: cri::StopPodSandboxRequest =
+        same_as_v1("StopPodSandboxRequest", &a2::StopPodSandboxRequest { pod_sandbox_id: "sb".into() });
     let _: cri::RemovePodSandboxRequest =
         same_as_v1("RemovePodSandboxRequest", &a2::RemovePodSandboxRequest { pod_sandbox_id: "sb".into() });
 
@@ -283,10 +301,21 @@ fn pod_resources_of_an_answer_reach_nothing_in_cri_mode() {
     *hook = pod_hook_request(view.config.as_ref(), &view.runtime_handler);
     let before = call.hook_state();
     let Call::RunPodSandbox { hook, .. } = &mut call else { unreachable!() };
-    let answer =
-        hook::LinuxContainerResources { cpu_shares: 512, cpu_quota: 100_000, memory_limit_in_bytes: 128 << 20, ..Default::default() };
-    hook_api::merge::apply_pod_response(hook, &hook::PodSandboxHookResponse { resources: Some(answer), ..Default::default() });
-    assert_eq!(hook.resources.as_ref().map(|r| (r.cpu_shares, r.cpu_period)), Some((512, 100_000)), "merged for the chain");
+    let answer = hook::LinuxContainerResources {
+        cpu_shares: 512,
+        cpu_quota: 100_000,
+        memory_limit_in_bytes: 128 << 20,
+        ..Default::default()
+    };
+    hook_api::merge::apply_pod_response(
+        hook,
+        &hook::PodSandboxHookResponse { resources: Some(answer), ..Default::default() },
+    );
+    assert_eq!(
+        hook.resources.as_ref().map(|r| (r.cpu_shares, r.cpu_period)),
+        Some((512, 100_000)),
+        "merged for the chain"
+    );
     assert!(call.edits(&before).is_empty(), "no CRI field takes a sandbox's resources");
     let msg = cri::RunPodSandboxResponse { pod_sandbox_id: "sb".into() }.encode_to_vec();
     let mut data = vec![0u8];

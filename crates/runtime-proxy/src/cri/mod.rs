@@ -4,9 +4,9 @@
 //! # Parts
 //!
 //! * [`server`] — serves each client connection with a relay.
-//! * [`relay`] — each client connection relayed frame by frame over a runtime connection of its
-//!   own; the calls hooks need (and those it cannot relay) taken over, with the HTTP/2 codec of
-//!   [`crate::http2`] (frames as bytes, the HPACK decoder). The client and runtime sockets are [`daemon_support::uds::Socket`]s (registered for readability only).
+//! * [`relay`] — each client connection relayed frame by frame over a runtime connection of its own; the calls hooks
+//!   need (and those it cannot relay) taken over, with the HTTP/2 codec of [`crate::http2`] (frames as bytes, the HPACK
+//!   decoder). The client and runtime sockets are [`daemon_support::uds::Socket`]s (registered for readability only).
 //! * [`router`] — which calls are relayed, intercepted or sent on as unary calls; logs calls.
 //! * [`intercept`] — CRI's side of the hook flow: decode, load, wire edits, send, commit.
 //!   [`hooked_fields`] — the CRI messages with only the fields hooks read;

@@ -138,7 +138,8 @@ mod tests {
     /// skipped.
     #[test]
     fn update_pod_sandbox_resources_layout() {
-        let resources = cri::LinuxContainerResources { cpu_shares: 1024, memory_limit_in_bytes: 1 << 28, ..Default::default() };
+        let resources =
+            cri::LinuxContainerResources { cpu_shares: 1024, memory_limit_in_bytes: 1 << 28, ..Default::default() };
         let overhead = cri::LinuxContainerResources { cpu_shares: 10, ..Default::default() };
         let mut bytes = vec![0x0a, 2, b's', b'b'];
         for (tag, m) in [(0x12u8, &overhead), (0x1a, &resources)] {
@@ -161,7 +162,12 @@ mod tests {
     #[test]
     fn restore_pod_layout() {
         let config = cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata { name: "web".into(), uid: "u2".into(), namespace: "ns".into(), attempt: 0 }),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "u2".into(),
+                namespace: "ns".into(),
+                attempt: 0,
+            }),
             labels: [("app".to_string(), "web".to_string())].into(),
             ..Default::default()
         };
@@ -178,10 +184,12 @@ mod tests {
         assert_eq!(req.config.unwrap().labels.get("app").map(Vec::as_slice), Some(&b"web"[..]));
         assert_eq!(req.runtime_handler, "runc");
 
-        let answer = [0x0a, 2, b's', b'b', 0x12, 8, 0x0a, 1, b'a', 0x12, 3, b'c', b'-', b'1', 0x12, 4, 0x0a, 0, 0x12, 0];
+        let answer =
+            [0x0a, 2, b's', b'b', 0x12, 8, 0x0a, 1, b'a', 0x12, 3, b'c', b'-', b'1', 0x12, 4, 0x0a, 0, 0x12, 0];
         let resp = RestorePodResponse::decode(&answer[..]).unwrap();
         assert_eq!(resp.pod_sandbox_id, "sb");
-        let containers: Vec<(&str, &str)> = resp.restored_containers.iter().map(|c| (c.name.as_str(), c.container_id.as_str())).collect();
+        let containers: Vec<(&str, &str)> =
+            resp.restored_containers.iter().map(|c| (c.name.as_str(), c.container_id.as_str())).collect();
         assert_eq!(containers, [("a", "c-1"), ("", "")]);
     }
 }

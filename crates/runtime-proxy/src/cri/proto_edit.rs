@@ -108,7 +108,8 @@ fn records(buf: &[u8]) -> Result<Vec<Record>, WireError> {
             }
             2 => {
                 let (len, body) = read_varint(buf, after_key)?;
-                let end = usize::try_from(len).ok().and_then(|l| body.checked_add(l)).ok_or(WireError::Truncated(body))?;
+                let end =
+                    usize::try_from(len).ok().and_then(|l| body.checked_add(l)).ok_or(WireError::Truncated(body))?;
                 (body..end, end)
             }
             _ => return Err(WireError::WireType { field, wire_type, at: start }),
@@ -222,7 +223,11 @@ mod tests {
                 envs: vec![cri::KeyValue { key: "A".into(), value: "1".into() }],
                 annotations: [("x".to_string(), "y".to_string())].into(),
                 linux: Some(cri::LinuxContainerConfig {
-                    resources: Some(cri::LinuxContainerResources { cpu_shares: 2, cpuset_cpus: "0-1".into(), ..Default::default() }),
+                    resources: Some(cri::LinuxContainerResources {
+                        cpu_shares: 2,
+                        cpuset_cpus: "0-1".into(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -293,7 +298,8 @@ mod tests {
             req.config.as_mut().unwrap().metadata.as_mut().unwrap().name = name;
             let edits = {
                 let mut e = shares_edit(shares);
-                let anns = cri::ContainerConfig { annotations: annotations.clone(), ..Default::default() }.encode_to_vec();
+                let anns =
+                    cri::ContainerConfig { annotations: annotations.clone(), ..Default::default() }.encode_to_vec();
                 if let Edit::Nested(inner) = &mut e[0].1 { inner.push((10, Edit::Replace(anns))); }
                 e
             };

@@ -1,13 +1,12 @@
 //! Restart recovery: rebuilds the [`Store`] from the runtime, so hooks for pods and containers
 //! that existed before the proxy (re)started get the same request they would have got before.
 //!
-//! The store lives in memory only. koord-runtime-proxy rebuilds its store at start-up from
-//! `ListPodSandbox` / `ListContainers` alone and so loses the pod cgroup parent, the container
-//! resources and the envs (koord-runtime-proxy's `pkg/runtimeproxy/store/manager.go` keeps them in memory only): after a restart koordlet sees every pod as
-//! Guaranteed and cannot merge resources on updates. (Envs are kept by neither store here: see
-//! [`crate::hooks::store`].) [`rebuild`] also asks
-//! `PodSandboxStatus` and `ContainerStatus` with `verbose = true` and reads containerd's verbose
-//! `info` (JSON) to recover every field exactly.
+//! The store lives in memory only. koord-runtime-proxy rebuilds its store at start-up from `ListPodSandbox` /
+//! `ListContainers` alone and so loses the pod cgroup parent, the container resources and the envs
+//! (koord-runtime-proxy's `pkg/runtimeproxy/store/manager.go` keeps them in memory only): after a restart koordlet sees
+//! every pod as Guaranteed and cannot merge resources on updates. (Envs are kept by neither store here: see
+//! [`crate::hooks::store`].) [`rebuild`] also asks `PodSandboxStatus` and `ContainerStatus` with `verbose = true` and
+//! reads containerd's verbose `info` (JSON) to recover every field exactly.
 //!
 //! # What containerd records (verified on 1.6.20 and 1.7.24)
 //!
@@ -351,9 +350,16 @@ async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Store, w
             }
             Err(e) => {
                 if attempts == 1 {
-                    tracing::info!(runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(), why, "runtime not ready; store recovery retries until it is");
+                    tracing::info!(
+                        runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(), why,
+                        "runtime not ready; store recovery retries until it is"
+                    );
                 } else {
-                    tracing::debug!(runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(), attempts, "store recovery: runtime still not ready");
+                    tracing::debug!(
+                        runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(),
+                        attempts,
+                        "store recovery: runtime still not ready"
+                    );
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(RETRY_MAX);
@@ -369,7 +375,11 @@ async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Store, w
 ///
 /// Errors: the runtime knows the pod sandbox but what it says cannot be read: the status call's
 /// failure, or why its answer is unusable ([`pod_entry`]).
-pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Result<Option<hook::PodSandboxHookRequest>, String> {
+pub async fn fetch_pod(
+    channel: &Channel,
+    store: &Store,
+    sandbox_id: &str,
+) -> Result<Option<hook::PodSandboxHookRequest>, String> {
     let answer = match pod_sandbox_status(channel, sandbox_id).await {
         Ok(a) => a,
         Err(e) if e.code() == Code::NotFound => {
@@ -378,7 +388,11 @@ pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Re
         }
         Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(sandbox_id, &e)),
         Err(e) => {
-            return Err(format!("pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+            return Err(format!(
+                "pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}",
+                hook_api::code_name(e.code()),
+                e.message()
+            ))
         }
     };
     match pod_entry(&answer) {
@@ -396,7 +410,11 @@ pub async fn fetch_pod(channel: &Channel, store: &Store, sandbox_id: &str) -> Re
 /// Returns it, or `Ok(None)` as [`fetch_pod`] does.
 ///
 /// Errors: as [`fetch_pod`], for the container or its pod sandbox.
-pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &str) -> Result<Option<ContainerEntry>, String> {
+pub async fn fetch_container(
+    channel: &Channel,
+    store: &Store,
+    container_id: &str,
+) -> Result<Option<ContainerEntry>, String> {
     let filter = cri::ContainerFilter { id: container_id.to_owned(), ..Default::default() };
     let sandbox_id = match list_containers(channel, filter).await {
         Ok(c) if !c.is_empty() => c[0].pod_sandbox_id.clone(),
@@ -406,7 +424,11 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
         }
         Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(container_id, &e)),
         Err(e) => {
-            return Err(format!("container {container_id}: ListContainers failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+            return Err(format!(
+                "container {container_id}: ListContainers failed: {}: {}",
+                hook_api::code_name(e.code()),
+                e.message()
+            ))
         }
     };
     let pod = match store.pod(&sandbox_id) {
@@ -424,7 +446,11 @@ pub async fn fetch_container(channel: &Channel, store: &Store, container_id: &st
         }
         Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(container_id, &e)),
         Err(e) => {
-            return Err(format!("container {container_id}: ContainerStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()))
+            return Err(format!(
+                "container {container_id}: ContainerStatus failed: {}: {}",
+                hook_api::code_name(e.code()),
+                e.message()
+            ))
         }
     };
     match container_entry(&answer, container_id, &pod) {
@@ -459,7 +485,9 @@ where
     let mut grpc = tonic::client::Grpc::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
     grpc.ready().await.map_err(|e| Status::unavailable(format!("runtime not reachable: {e}")))?;
     let path = http::uri::PathAndQuery::from_static(path);
-    grpc.unary(with_timeout(req), path, tonic_prost::ProstCodec::<Q, A>::default()).await.map(tonic::Response::into_inner)
+    grpc.unary(with_timeout(req), path, tonic_prost::ProstCodec::<Q, A>::default())
+        .await
+        .map(tonic::Response::into_inner)
 }
 
 /// Every pod sandbox the runtime lists (IDs only).
@@ -470,9 +498,13 @@ async fn list_pod_sandboxes(channel: &Channel) -> Result<Vec<hooked_fields::List
 }
 
 /// The containers the runtime lists under `filter` (IDs and sandbox IDs only).
-async fn list_containers(channel: &Channel, filter: cri::ContainerFilter) -> Result<Vec<hooked_fields::ListedContainer>, Status> {
+async fn list_containers(
+    channel: &Channel,
+    filter: cri::ContainerFilter,
+) -> Result<Vec<hooked_fields::ListedContainer>, Status> {
     let req = cri::ListContainersRequest { filter: Some(filter) };
-    let answer: hooked_fields::ListContainersResponse = call(channel, "/runtime.v1.RuntimeService/ListContainers", req).await?;
+    let answer: hooked_fields::ListContainersResponse =
+        call(channel, "/runtime.v1.RuntimeService/ListContainers", req).await?;
     Ok(answer.containers)
 }
 
@@ -480,14 +512,16 @@ async fn list_containers(channel: &Channel, filter: cri::ContainerFilter) -> Res
 /// [`hooked_fields::PodSandboxStatusResponse`]).
 async fn pod_sandbox_status(channel: &Channel, id: &str) -> Result<cri::PodSandboxStatusResponse, Status> {
     let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id.to_owned(), verbose: true };
-    let answer: hooked_fields::PodSandboxStatusResponse = call(channel, "/runtime.v1.RuntimeService/PodSandboxStatus", req).await?;
+    let answer: hooked_fields::PodSandboxStatusResponse =
+        call(channel, "/runtime.v1.RuntimeService/PodSandboxStatus", req).await?;
     Ok(answer.into())
 }
 
 /// Container `id`'s verbose status, with what the view holds.
 async fn container_status(channel: &Channel, id: &str) -> Result<cri::ContainerStatusResponse, Status> {
     let req = cri::ContainerStatusRequest { container_id: id.to_owned(), verbose: true };
-    let answer: hooked_fields::ContainerStatusResponse = call(channel, "/runtime.v1.RuntimeService/ContainerStatus", req).await?;
+    let answer: hooked_fields::ContainerStatusResponse =
+        call(channel, "/runtime.v1.RuntimeService/ContainerStatus", req).await?;
     Ok(answer.into())
 }
 
@@ -524,7 +558,8 @@ pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSan
         (Some(_), Some(l)) => string(l, "cgroup_parent").unwrap_or_default(),
         (Some(_), None) => String::new(),
         (None, _) => {
-            let spec_path = info.as_ref().and_then(|i| path(i, &["runtimeSpec", "linux", "cgroupsPath"])).and_then(Value::as_str);
+            let spec_path =
+                info.as_ref().and_then(|i| path(i, &["runtimeSpec", "linux", "cgroupsPath"])).and_then(Value::as_str);
             match spec_path.and_then(|p| cgroup_parent_of(p, &status.id)) {
                 Some(p) => {
                     notes.push(format!("cgroup parent from the runtime spec's cgroupsPath {:?}", spec_path.unwrap_or("")));
@@ -604,7 +639,11 @@ pub fn container_entry(
 
     let hook = hook::ContainerResourceHookRequest {
         pod_meta: pod.pod_meta.clone(),
-        container_meta: Some(hook::ContainerMetadata { name: meta.name.clone(), attempt: meta.attempt, id: id.to_owned() }),
+        container_meta: Some(hook::ContainerMetadata {
+            name: meta.name.clone(),
+            attempt: meta.attempt,
+            id: id.to_owned(),
+        }),
         container_annotations: status.annotations.clone().into_iter().collect(),
         container_resources: Some(resources),
         pod_resources: pod.resources.clone(),
@@ -622,7 +661,10 @@ pub fn container_entry(
 /// the pod has none (containerd then uses a default location nobody chose) or the path cannot
 /// be parsed.
 fn container_cgroup_parent(spec: Option<&Map<String, Value>>, id: &str, pod_parent: &str) -> String {
-    let applied = spec.and_then(|s| path(s, &["linux", "cgroupsPath"])).and_then(Value::as_str).and_then(|p| cgroup_parent_of(p, id));
+    let applied = spec
+        .and_then(|s| path(s, &["linux", "cgroupsPath"]))
+        .and_then(Value::as_str)
+        .and_then(|p| cgroup_parent_of(p, id));
     match applied {
         Some(p) if !pod_parent.is_empty() && p.trim_end_matches('/') != pod_parent.trim_end_matches('/') => p,
         _ => pod_parent.to_owned(),
@@ -700,7 +742,11 @@ fn spec_resources(spec: &Map<String, Value>) -> Option<hook::LinuxContainerResou
         oom_score_adj: path(spec, &["process", "oomScoreAdj"]).and_then(int_of).unwrap_or(0),
         cpuset_cpus: text(cpu, "cpus"),
         cpuset_mems: text(cpu, "mems"),
-        hugepage_limits: res.get("hugepageLimits").and_then(Value::as_array).map(|l| hugepage_limits(l, &["pageSize"])).unwrap_or_default(),
+        hugepage_limits: res
+            .get("hugepageLimits")
+            .and_then(Value::as_array)
+            .map(|l| hugepage_limits(l, &["pageSize"]))
+            .unwrap_or_default(),
         unified: string_map(res.get("unified")),
         memory_swap_limit_in_bytes: int(mem, "swap"),
     })

@@ -133,14 +133,20 @@ fn container_from_containerd_running_and_updated() {
         let answer = container_answer(f.running, running_status_resources());
         let (c, notes) = container_entry(&answer, "cid", &pod).unwrap();
         assert!(notes.is_empty(), "{}: {notes:?}", f.version);
-        assert_eq!(c.container_meta, Some(hook::ContainerMetadata { name: "main".into(), attempt: 0, id: "cid".into() }));
+        assert_eq!(
+            c.container_meta,
+            Some(hook::ContainerMetadata { name: "main".into(), attempt: 0, id: "cid".into() })
+        );
         assert_eq!(c.container_annotations, map(&[("cann", "v")]));
         assert!(c.container_envs.is_empty(), "envs are not kept (the config has KEEP, EQ): {:?}", c.container_envs);
         let mut want = convert::to_hook(&running_status_resources());
         want.memory_swap_limit_in_bytes = 0; // containerd's default swap = limit, normalised
         assert_eq!(c.container_resources, Some(want), "{}", f.version);
         assert_eq!(c.pod_meta, pod.pod_meta);
-        assert_eq!((&c.pod_labels, &c.pod_annotations, &c.pod_cgroup_parent), (&pod.labels, &pod.annotations, &pod.cgroup_parent));
+        assert_eq!(
+            (&c.pod_labels, &c.pod_annotations, &c.pod_cgroup_parent),
+            (&pod.labels, &pod.annotations, &pod.cgroup_parent)
+        );
         assert_eq!(c.pod_resources, pod.resources);
     }
 }
@@ -157,7 +163,8 @@ fn container_moved_by_a_hook_keeps_its_applied_parent() {
         assert_eq!(c.pod_cgroup_parent, "/kubepods/moved", "{}", f.version);
         // Same place as the pod (trailing slash aside): the pod entry's spelling.
         let pod_slash = hook::PodSandboxHookRequest { cgroup_parent: format!("{}/", pod.cgroup_parent), ..pod.clone() };
-        let (c, _) = container_entry(&container_answer(f.running, running_status_resources()), &id, &pod_slash).unwrap();
+        let (c, _) =
+            container_entry(&container_answer(f.running, running_status_resources()), &id, &pod_slash).unwrap();
         assert_eq!(c.pod_cgroup_parent, pod_slash.cgroup_parent);
         // A pod without a parent: containerd's default location is not reported.
         let no_parent = hook::PodSandboxHookRequest { cgroup_parent: String::new(), ..pod.clone() };
@@ -166,7 +173,10 @@ fn container_moved_by_a_hook_keeps_its_applied_parent() {
     }
     let systemd = serde_json::json!({"linux": {"cgroupsPath": "kubepods-besteffort-pod1.slice:cri-containerd:abc"}});
     let spec = systemd.as_object();
-    assert_eq!(container_cgroup_parent(spec, "abc", "kubepods-besteffort-pod1.slice"), "kubepods-besteffort-pod1.slice");
+    assert_eq!(
+        container_cgroup_parent(spec, "abc", "kubepods-besteffort-pod1.slice"),
+        "kubepods-besteffort-pod1.slice"
+    );
     assert_eq!(container_cgroup_parent(spec, "abc", "kubepods-pod2.slice"), "kubepods-besteffort-pod1.slice");
     assert_eq!(container_cgroup_parent(None, "abc", "/p"), "/p");
 }
@@ -235,7 +245,11 @@ fn fallbacks_without_the_config() {
         assert!(notes.is_empty(), "resources from the status, no envs read: {notes:?}");
         assert!(c.container_envs.is_empty(), "not even the spec's: {:?}", c.container_envs);
         let res = c.container_resources.unwrap();
-        assert_eq!(res.memory_swap_limit_in_bytes, 96 << 20, "without the config the swap default cannot be told apart");
+        assert_eq!(
+            res.memory_swap_limit_in_bytes,
+            96 << 20,
+            "without the config the swap default cannot be told apart"
+        );
     }
 }
 
@@ -278,7 +292,10 @@ fn pod_overhead_and_resources_from_either_json_spelling() {
 fn cgroup_parents_of_cgroups_paths() {
     assert_eq!(cgroup_parent_of("/kubepods/burstable/pod1/abc", "abc").as_deref(), Some("/kubepods/burstable/pod1"));
     assert_eq!(cgroup_parent_of("/abc", "abc").as_deref(), Some(""));
-    assert_eq!(cgroup_parent_of("kubepods-pod1.slice:cri-containerd:abc", "abc").as_deref(), Some("kubepods-pod1.slice"));
+    assert_eq!(
+        cgroup_parent_of("kubepods-pod1.slice:cri-containerd:abc", "abc").as_deref(),
+        Some("kubepods-pod1.slice")
+    );
     assert_eq!(cgroup_parent_of("/kubepods/pod1/crio-abc.scope", "abc").as_deref(), Some("/kubepods/pod1"));
     assert_eq!(cgroup_parent_of("/kubepods/pod1/other", "abc"), None);
     assert_eq!(cgroup_parent_of("abc", "abc"), None);
@@ -367,7 +384,8 @@ fn json_value() -> impl Strategy<Value = Value> {
 proptest! {
     #[test]
     fn odd_json_never_panics(v in json_value(), raw in ".{0,40}") {
-        let pod_answer = |json: String| cri::PodSandboxStatusResponse { info: info(&json), ..sandbox_answer(FIXTURES[0].sandbox) };
+        let pod_answer =
+            |json: String| cri::PodSandboxStatusResponse { info: info(&json), ..sandbox_answer(FIXTURES[0].sandbox) };
         let pod = pod_entry(&pod_answer(v.to_string())).map(|p| p.0).unwrap_or_default();
         let _ = pod_entry(&pod_answer(raw.clone()));
         let mut c = container_answer(FIXTURES[0].running, Default::default());

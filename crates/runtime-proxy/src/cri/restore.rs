@@ -180,7 +180,8 @@ pub async fn restore_pod(
 ) -> Result<unary_call::Answer, Status> {
     let deadline = grpc::parse_timeout(&parts.headers).map(|d| Instant::now() + d);
     let in_method = |s: Status| Status::new(s.code, format!("{method}: {}", s.message));
-    let message = grpc::unary_message(&body, parts.headers.get("grpc-encoding"), hooks.limits.max_request_bytes).map_err(in_method)?;
+    let message = grpc::unary_message(&body, parts.headers.get("grpc-encoding"), hooks.limits.max_request_bytes)
+        .map_err(in_method)?;
     let request = match message {
         Some(m) => RestorePodRequest::decode(m).map_err(|e| format!("RestorePodRequest: {e}")),
         None => Err("the body is not one gRPC message".to_owned()),
@@ -191,10 +192,13 @@ pub async fn restore_pod(
         tracing::warn!(method, error = %why, "cannot decode the request: judged without its pod (no skip label, no pod annotations)");
     }
     let snapshot = hooks.registry.snapshot();
-    let (name, namespace) = pod.as_ref().and_then(|p| p.pod_meta.as_ref()).map_or(("", ""), |m| (m.name.as_str(), m.namespace.as_str()));
+    let (name, namespace) =
+        pod.as_ref().and_then(|p| p.pod_meta.as_ref()).map_or(("", ""), |m| (m.name.as_str(), m.namespace.as_str()));
     match verdict(&snapshot, &hooks.dispatcher.chain().required, &hooks.skip_label, pod.as_ref(), &hooks.metrics) {
         Verdict::Pass => {}
-        Verdict::Skipped => tracing::debug!(method, pod = name, namespace, "RestorePod of a pod that skips every hook: forwarded"),
+        Verdict::Skipped => {
+            tracing::debug!(method, pod = name, namespace, "RestorePod of a pod that skips every hook: forwarded")
+        }
         Verdict::Unhooked(servers) => {
             hooks.metrics.restore_unhooked();
             tracing::warn!(
@@ -229,7 +233,12 @@ pub async fn restore_pod(
 /// answer without a sandbox ID, a status that is unusable, the budget spent) is logged (WARN)
 /// and left to the store misses of later calls, which ask the runtime as for any object the
 /// store does not know.
-pub async fn learn(hooks: &Hooks, runtime: &tonic::transport::Channel, answer: &unary_call::Answer, budget: Duration) -> usize {
+pub async fn learn(
+    hooks: &Hooks,
+    runtime: &tonic::transport::Channel,
+    answer: &unary_call::Answer,
+    budget: Duration,
+) -> usize {
     let resp = match answer.message(ANSWER_BYTES).map(|m| m.map(RestorePodResponse::decode)) {
         Ok(Some(Ok(resp))) if !resp.pod_sandbox_id.is_empty() => resp,
         _ => {
@@ -240,7 +249,10 @@ pub async fn learn(hooks: &Hooks, runtime: &tonic::transport::Channel, answer: &
     let sandbox_id = resp.pod_sandbox_id.as_str();
     let mut container_ids: Vec<&str> = Vec::new();
     for c in &resp.restored_containers {
-        if !c.container_id.is_empty() && c.container_id != sandbox_id && !container_ids.contains(&c.container_id.as_str()) {
+        if !c.container_id.is_empty()
+            && c.container_id != sandbox_id
+            && !container_ids.contains(&c.container_id.as_str())
+        {
             container_ids.push(&c.container_id);
         }
     }

@@ -33,7 +33,11 @@ fn skip() -> SkipLabel {
 fn pod(namespace: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> hook::PodSandboxHookRequest {
     let map = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     hook::PodSandboxHookRequest {
-        pod_meta: Some(hook::PodSandboxMetadata { name: "web".into(), namespace: namespace.into(), ..Default::default() }),
+        pod_meta: Some(hook::PodSandboxMetadata {
+            name: "web".into(),
+            namespace: namespace.into(),
+            ..Default::default()
+        }),
         labels: map(labels),
         annotations: map(annotations),
         ..Default::default()
@@ -53,7 +57,11 @@ fn refusal(v: Verdict) -> String {
 #[test]
 fn servers_of_other_stages_do_not_matter() {
     let m = Metrics::new();
-    let snap = snapshot(vec![server("start.json", FailurePolicy::Fail, &[Stage::PreStartContainer, Stage::PostStopContainer])]);
+    let snap = snapshot(vec![server(
+        "start.json",
+        FailurePolicy::Fail,
+        &[Stage::PreStartContainer, Stage::PostStopContainer],
+    )]);
     assert_eq!(verdict(&snap, &[], &skip(), Some(&pod("default", &[], &[])), &m), Verdict::Pass);
     assert_eq!(verdict(&snapshot(vec![]), &[], &skip(), None, &m), Verdict::Pass);
 }
@@ -67,7 +75,11 @@ fn ignore_servers_are_named_once_in_call_order() {
     ]);
     let v = verdict(&snap, &[], &skip(), Some(&pod("default", &[], &[])), &m);
     assert_eq!(v, Verdict::Unhooked(vec!["a.json".into(), "b.json".into()]));
-    assert_eq!(verdict(&snap, &[], &skip(), None, &m), Verdict::Unhooked(vec!["a.json".into(), "b.json".into()]), "undecodable");
+    assert_eq!(
+        verdict(&snap, &[], &skip(), None, &m),
+        Verdict::Unhooked(vec!["a.json".into(), "b.json".into()]),
+        "undecodable"
+    );
 }
 
 #[test]
@@ -92,7 +104,10 @@ fn a_required_ignore_server_refuses_by_the_node_flag_or_the_pods_annotation() {
     let node = vec!["gpu.json".to_owned()];
     let msg = refusal(verdict(&snap, &node, &skip(), Some(&pod("default", &[], &[])), &m));
     assert!(msg.contains("gpu.json (PreCreateContainer: required by --required-hook-servers)"), "{msg}");
-    assert!(refusal(verdict(&snap, &node, &skip(), None, &m)).contains("gpu.json"), "undecodable: the node's requirement holds");
+    assert!(
+        refusal(verdict(&snap, &node, &skip(), None, &m)).contains("gpu.json"),
+        "undecodable: the node's requirement holds"
+    );
 
     let annotated = pod("default", &[], &[(REQUIRED_ANNOTATION, "gpu.json")]);
     let msg = refusal(verdict(&snap, &[], &skip(), Some(&annotated), &m));
@@ -109,7 +124,10 @@ fn a_required_server_without_registration_refuses_unless_tolerated() {
     let tolerating = pod("kube-system", &[], &[(TOLERATE_ANNOTATION, "true")]);
     assert_eq!(verdict(&snap, &node, &skip(), Some(&tolerating), &m), Verdict::Pass);
     let elsewhere = pod("default", &[], &[(TOLERATE_ANNOTATION, "true")]);
-    assert!(matches!(verdict(&snap, &node, &skip(), Some(&elsewhere), &m), Verdict::Refuse(_)), "tolerate not honoured there");
+    assert!(
+        matches!(verdict(&snap, &node, &skip(), Some(&elsewhere), &m), Verdict::Refuse(_)),
+        "tolerate not honoured there"
+    );
 }
 
 #[test]

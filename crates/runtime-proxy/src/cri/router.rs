@@ -36,7 +36,12 @@ pub struct Router {
 impl Router {
     /// A router over the two backends; pass the same `Arc` twice when images are served by the
     /// runtime socket (the default). Without an interceptor every call passes through.
-    pub fn new(runtime: Arc<Backend>, image: Arc<Backend>, interceptor: Option<Arc<Interceptor>>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        runtime: Arc<Backend>,
+        image: Arc<Backend>,
+        interceptor: Option<Arc<Interceptor>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Router { runtime, image, interceptor, metrics }
     }
 
@@ -104,7 +109,8 @@ pub enum Route {
 ///
 /// Errors: `None` when `path` is not a valid URI path.
 pub fn default_uri(authority: Option<&[u8]>, path: &str) -> Option<Uri> {
-    let authority = authority.and_then(|a| Authority::try_from(a).ok()).unwrap_or_else(|| Authority::from_static("localhost"));
+    let authority =
+        authority.and_then(|a| Authority::try_from(a).ok()).unwrap_or_else(|| Authority::from_static("localhost"));
     Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query(path).build().ok()
 }
 
@@ -122,7 +128,10 @@ mod tests {
     fn default_authority() {
         let path = "/runtime.v1.RuntimeService/Version";
         assert_eq!(default_uri(None, path).unwrap(), "http://localhost/runtime.v1.RuntimeService/Version");
-        assert_eq!(default_uri(Some(b"/run/x.sock"), path).unwrap(), "http://localhost/runtime.v1.RuntimeService/Version");
+        assert_eq!(
+            default_uri(Some(b"/run/x.sock"), path).unwrap(),
+            "http://localhost/runtime.v1.RuntimeService/Version"
+        );
         assert_eq!(default_uri(Some(b"node:1"), path).unwrap(), "http://node:1/runtime.v1.RuntimeService/Version");
         assert!(default_uri(None, "not a path").is_none());
     }

@@ -105,7 +105,10 @@ fn strip_version(path: &str) -> &str {
     let Some(rest) = path.strip_prefix("/v") else { return path };
     let end = rest.find('/').unwrap_or(rest.len());
     let version = &rest[..end];
-    if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit() || b == b'.') && version.as_bytes()[0].is_ascii_digit() {
+    if !version.is_empty()
+        && version.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && version.as_bytes()[0].is_ascii_digit()
+    {
         &rest[end..]
     } else {
         path
@@ -149,13 +152,21 @@ pub const ROUTES: [RouteSpec; 5] = [
         sandbox: Some(CriMethod::RunPodSandbox),
         container: Some(CriMethod::CreateContainer),
     },
-    RouteSpec { label: "docker POST /containers/{id}/start", sandbox: None, container: Some(CriMethod::StartContainer) },
+    RouteSpec {
+        label: "docker POST /containers/{id}/start",
+        sandbox: None,
+        container: Some(CriMethod::StartContainer),
+    },
     RouteSpec {
         label: "docker POST /containers/{id}/stop",
         sandbox: Some(CriMethod::StopPodSandbox),
         container: Some(CriMethod::StopContainer),
     },
-    RouteSpec { label: "docker POST /containers/{id}/update", sandbox: None, container: Some(CriMethod::UpdateContainerResources) },
+    RouteSpec {
+        label: "docker POST /containers/{id}/update",
+        sandbox: None,
+        container: Some(CriMethod::UpdateContainerResources),
+    },
     RouteSpec {
         label: "docker DELETE /containers/{id}",
         sandbox: Some(CriMethod::RemovePodSandbox),
@@ -165,13 +176,20 @@ pub const ROUTES: [RouteSpec; 5] = [
 
 /// Handles one intercepted call (`upstream`: its connection to dockerd) to its answer; its post stage, if
 /// any, is spawned to run after it, holding the pod's turn until it is done.
-pub async fn handle(hooks: &Arc<Hooks>, route: Route, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(
+    hooks: &Arc<Hooks>,
+    route: Route,
+    upstream: &mut Upstream,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let spec = route.spec();
     match route {
         Route::Create => create(hooks, spec, upstream, req).await,
         Route::Update(id) => update(hooks, spec, upstream, req, &id).await,
         Route::Start(id) | Route::Stop(id) | Route::Delete(id) => {
-            let Some(object) = resolve(hooks, upstream.path(), &id).await else { return relay::forward(upstream, req).await };
+            let Some(object) = resolve(hooks, upstream.path(), &id).await else {
+                return relay::forward(upstream, req).await;
+            };
             let method = match &object {
                 DockerObject::Sandbox(..) => spec.sandbox,
                 DockerObject::Container(..) => spec.container,
@@ -192,7 +210,12 @@ pub async fn handle(hooks: &Arc<Hooks>, route: Route, upstream: &mut Upstream, r
 }
 
 /// `POST /containers/create`: PreRunPodSandbox or PreCreateContainer, answers into the body.
-async fn create(hooks: &Arc<Hooks>, spec: &RouteSpec, upstream: &mut Upstream, req: Request<Incoming>) -> Response<Body> {
+async fn create(
+    hooks: &Arc<Hooks>,
+    spec: &RouteSpec,
+    upstream: &mut Upstream,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let name = req.uri().query().and_then(|q| query_param(q, "name"));
     let (parts, body) = req.into_parts();
     let bytes = match read_body(body, &hooks.limits).await {
@@ -232,13 +255,21 @@ async fn create(hooks: &Arc<Hooks>, spec: &RouteSpec, upstream: &mut Upstream, r
 
 /// `POST /containers/{id}/update`: the update merged into the stored resources,
 /// PreUpdateContainerResources, changes into the update body.
-async fn update(hooks: &Arc<Hooks>, spec: &RouteSpec, upstream: &mut Upstream, req: Request<Incoming>, id: &str) -> Response<Body> {
+async fn update(
+    hooks: &Arc<Hooks>,
+    spec: &RouteSpec,
+    upstream: &mut Upstream,
+    req: Request<Incoming>,
+    id: &str,
+) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let bytes = match read_body(body, &hooks.limits).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let (Some(object @ DockerObject::Container(..)), Some(method)) = (resolve(hooks, upstream.path(), id).await, spec.container) else {
+    let (Some(object @ DockerObject::Container(..)), Some(method)) =
+        (resolve(hooks, upstream.path(), id).await, spec.container)
+    else {
         return forward_bytes(upstream, parts, bytes).await;
     };
     let Some(json) = serde_json::from_slice::<Value>(&bytes).ok().filter(Value::is_object) else {
@@ -246,7 +277,14 @@ async fn update(hooks: &Arc<Hooks>, spec: &RouteSpec, upstream: &mut Upstream, r
     };
     let key = object.sandbox_id().to_owned();
     let update = Some(model::resources_of(Some(&json)));
-    let call = DockerCall { method, backend: upstream.path().to_owned(), object: Some(object), create: None, update, _out: PhantomData };
+    let call = DockerCall {
+        method,
+        backend: upstream.path().to_owned(),
+        object: Some(object),
+        create: None,
+        update,
+        _out: PhantomData,
+    };
     drive(hooks, &call, Some(&key), Outgoing { upstream, body: OutBody::Read { parts, bytes, json } }).await
 }
 
@@ -344,7 +382,9 @@ impl<'u> flow::Front for DockerCall<'u> {
                 // The store again, now that it is the pod's turn: a call before may have changed it.
                 let id = object.id();
                 match object {
-                    DockerObject::Container(..) => hooks.store.container(id).map(|e| DockerObject::Container(id.to_owned(), e)),
+                    DockerObject::Container(..) => {
+                        hooks.store.container(id).map(|e| DockerObject::Container(id.to_owned(), e))
+                    }
                     DockerObject::Sandbox(..) => hooks.store.pod(id).map(|p| DockerObject::Sandbox(id.to_owned(), p)),
                 }
                 .unwrap_or_else(|| object.clone())
@@ -354,7 +394,8 @@ impl<'u> flow::Front for DockerCall<'u> {
                 if self.method == CriMethod::RunPodSandbox {
                     DockerObject::Sandbox(String::new(), model::pod_request(kube, Some(config), host_config))
                 } else {
-                    let sandbox_id = model::labels_of(Some(config)).get(model::SANDBOX_ID_LABEL).cloned().unwrap_or_default();
+                    let sandbox_id =
+                        model::labels_of(Some(config)).get(model::SANDBOX_ID_LABEL).cloned().unwrap_or_default();
                     let mut pod = hooks.store.pod(&sandbox_id);
                     if pod.is_none() && !sandbox_id.is_empty() {
                         pod = match recover::fetch(&self.backend, &hooks.store, &sandbox_id).await {
@@ -377,15 +418,24 @@ impl<'u> flow::Front for DockerCall<'u> {
         Ok(Some(Box::new(Loaded { object, merged })))
     }
 
-    fn apply(&self, call: &Loaded, before: &BeforeHooks, mut out: Outgoing<'u>) -> Result<Outgoing<'u>, Response<Body>> {
+    fn apply(
+        &self,
+        call: &Loaded,
+        before: &BeforeHooks,
+        mut out: Outgoing<'u>,
+    ) -> Result<Outgoing<'u>, Response<Body>> {
         let OutBody::Read { bytes, json, .. } = &mut out.body else { return Ok(out) };
         let Some(obj) = json.as_object_mut() else { return Ok(out) };
         let changed = match (&call.object, before) {
             (DockerObject::Sandbox(_, pod), BeforeHooks::Pod(before)) => model::write_pod_changes(obj, before, pod),
-            (DockerObject::Container(_, entry), BeforeHooks::Container(before)) if self.method == CriMethod::CreateContainer => {
+            (DockerObject::Container(_, entry), BeforeHooks::Container(before))
+                if self.method == CriMethod::CreateContainer =>
+            {
                 model::write_container_changes(obj, before, &entry.hook)
             }
-            (DockerObject::Container(_, entry), BeforeHooks::Container(_)) if self.method == CriMethod::UpdateContainerResources => {
+            (DockerObject::Container(_, entry), BeforeHooks::Container(_))
+                if self.method == CriMethod::UpdateContainerResources =>
+            {
                 let merged = call.merged.clone().unwrap_or_default();
                 let after = swap_followed(&merged, &entry.hook);
                 model::write_resources(obj, &merged, &after, false)
@@ -408,7 +458,9 @@ impl<'u> flow::Front for DockerCall<'u> {
                     let (response, id) = create_and_read_id(upstream, parts, bytes).await?;
                     Ok(DockerAnswer { response, id })
                 }
-                OutBody::Read { parts, bytes, .. } => Ok(DockerAnswer { response: forward_bytes(upstream, parts, bytes).await, id: None }),
+                OutBody::Read { parts, bytes, .. } => {
+                    Ok(DockerAnswer { response: forward_bytes(upstream, parts, bytes).await, id: None })
+                }
             }
         }
     }
@@ -417,7 +469,8 @@ impl<'u> flow::Front for DockerCall<'u> {
         let status = answer.response.status();
         // Stop: 204 stopped, 304 already stopped; either way the post stage is due.
         status.is_success()
-            || (matches!(self.method, CriMethod::StopContainer | CriMethod::StopPodSandbox) && status == StatusCode::NOT_MODIFIED)
+            || (matches!(self.method, CriMethod::StopContainer | CriMethod::StopPodSandbox)
+                && status == StatusCode::NOT_MODIFIED)
     }
 
     fn commit(&self, call: &mut Loaded, answer: &DockerAnswer, store: &Store, post: bool) {
@@ -469,7 +522,10 @@ impl flow::HookedCall for Loaded {
 
 /// The hooks' resources for an update, with the swap limit kept in step with the memory limit
 /// they set ([`model::follow_swap`]; `merged`: the resources before the hooks).
-fn swap_followed(merged: &hook::LinuxContainerResources, hooked: &hook::ContainerResourceHookRequest) -> hook::LinuxContainerResources {
+fn swap_followed(
+    merged: &hook::LinuxContainerResources,
+    hooked: &hook::ContainerResourceHookRequest,
+) -> hook::LinuxContainerResources {
     let mut after = hooked.container_resources.clone().unwrap_or_default();
     model::follow_swap(merged, &mut after, true);
     after
@@ -492,14 +548,17 @@ impl Chunks for Incoming {
 /// breaks; Docker's error shape, naming the flag.
 async fn read_body(mut body: Incoming, limits: &crate::hooks::limits::Limits) -> Result<Bytes, Response<Body>> {
     body::read_whole(&mut body, limits.max_request_bytes, limits.request_idle_timeout).await.map_err(|e| match e {
-        BodyError::Stalled(idle) => {
-            relay::error(StatusCode::REQUEST_TIMEOUT, &format!("runtime-proxy: request body stalled for {idle:?} (--request-idle-timeout)"))
-        }
+        BodyError::Stalled(idle) => relay::error(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("runtime-proxy: request body stalled for {idle:?} (--request-idle-timeout)"),
+        ),
         BodyError::TooLarge { max } => relay::error(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!("runtime-proxy: request body larger than {max} bytes (--max-request-bytes)"),
         ),
-        BodyError::Broken(e) => relay::error(StatusCode::BAD_REQUEST, &format!("runtime-proxy: reading the request body: {e}")),
+        BodyError::Broken(e) => {
+            relay::error(StatusCode::BAD_REQUEST, &format!("runtime-proxy: reading the request body: {e}"))
+        }
     })
 }
 /// The value of `key` in a query string (percent-decoded), if present.
@@ -556,7 +615,9 @@ async fn create_and_read_id(
     let bytes = body
         .collect()
         .await
-        .map_err(|e| relay::error(StatusCode::BAD_GATEWAY, &format!("runtime-proxy: reading dockerd's create answer: {e}")))?
+        .map_err(|e| {
+            relay::error(StatusCode::BAD_GATEWAY, &format!("runtime-proxy: reading dockerd's create answer: {e}"))
+        })?
         .to_bytes();
     let id = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("Id")?.as_str().map(str::to_owned));
     if id.is_none() {
@@ -574,7 +635,10 @@ mod tests {
         assert_eq!(route(&Method::POST, "/v1.41/containers/create"), Some(Route::Create));
         assert_eq!(route(&Method::POST, "/containers/create"), Some(Route::Create));
         assert_eq!(route(&Method::POST, "/v1.24/containers/abc123/start"), Some(Route::Start("abc123".into())));
-        assert_eq!(route(&Method::POST, "/containers/k8s_main_web_default_u_0/stop"), Some(Route::Stop("k8s_main_web_default_u_0".into())));
+        assert_eq!(
+            route(&Method::POST, "/containers/k8s_main_web_default_u_0/stop"),
+            Some(Route::Stop("k8s_main_web_default_u_0".into()))
+        );
         assert_eq!(route(&Method::POST, "/v1.41/containers/a-b.c/update"), Some(Route::Update("a-b.c".into())));
         assert_eq!(route(&Method::DELETE, "/v1.41/containers/abc"), Some(Route::Delete("abc".into())));
         assert_eq!(route(&Method::GET, "/v1.41/containers/abc/json"), None);

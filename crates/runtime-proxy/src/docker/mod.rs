@@ -92,10 +92,13 @@ pub async fn serve(
                     let mut upstream = upstream.lock().await;
                     front.handle(&mut upstream, req).await
                 };
-                Ok::<_, std::convert::Infallible>(hooks.offload.run(usize::try_from(size).unwrap_or(usize::MAX), work).await)
+                Ok::<_, std::convert::Infallible>(
+                    hooks.offload.run(usize::try_from(size).unwrap_or(usize::MAX), work).await,
+                )
             }
         });
-        let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
+        let conn =
+            hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
         async move {
             tokio::pin!(conn);
             let ended = tokio::select! {

@@ -46,7 +46,9 @@ impl KubeName {
     pub fn parse(name: &str) -> Option<KubeName> {
         let parts: Vec<&str> = name.trim_start_matches('/').split('_').collect();
         match parts[..] {
-            ["k8s", container, pod, namespace, uid, attempt] if [container, pod, namespace, uid].iter().all(|p| !p.is_empty()) => {
+            ["k8s", container, pod, namespace, uid, attempt]
+                if [container, pod, namespace, uid].iter().all(|p| !p.is_empty()) =>
+            {
                 Some(KubeName {
                     container: container.into(),
                     pod: pod.into(),
@@ -61,7 +63,12 @@ impl KubeName {
 
     /// The pod's metadata.
     pub fn pod_meta(&self) -> hook::PodSandboxMetadata {
-        hook::PodSandboxMetadata { name: self.pod.clone(), namespace: self.namespace.clone(), uid: self.uid.clone(), attempt: self.attempt }
+        hook::PodSandboxMetadata {
+            name: self.pod.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            attempt: self.attempt,
+        }
     }
 }
 
@@ -156,8 +163,10 @@ pub fn write_resources(
             changed = true;
         }
     }
-    for (field, b, a) in [("CpusetCpus", &before.cpuset_cpus, &after.cpuset_cpus), ("CpusetMems", &before.cpuset_mems, &after.cpuset_mems)]
-    {
+    for (field, b, a) in [
+        ("CpusetCpus", &before.cpuset_cpus, &after.cpuset_cpus),
+        ("CpusetMems", &before.cpuset_mems, &after.cpuset_mems),
+    ] {
         if b != a {
             obj.insert(field.to_owned(), Value::from(a.as_str()));
             changed = true;
@@ -173,7 +182,8 @@ pub fn write_resources(
 /// new memory limit, `0` (Docker's default: twice the memory) → at create left to dockerd, at an
 /// update (where 0 means "unchanged", i.e. still twice the *old* limit) twice the new limit.
 pub fn follow_swap(before: &hook::LinuxContainerResources, after: &mut hook::LinuxContainerResources, update: bool) {
-    if after.memory_limit_in_bytes == before.memory_limit_in_bytes || after.memory_swap_limit_in_bytes != before.memory_swap_limit_in_bytes
+    if after.memory_limit_in_bytes == before.memory_limit_in_bytes
+        || after.memory_swap_limit_in_bytes != before.memory_swap_limit_in_bytes
     {
         return;
     }
@@ -202,7 +212,11 @@ pub fn object_at<'a>(obj: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<
 /// The PreRunPodSandbox request for a sandbox container being created (or inspected): pod
 /// metadata from its name, labels and annotations from its labels, cgroup parent and resources
 /// from its `HostConfig`, runtime handler `docker`.
-pub fn pod_request(name: &KubeName, config: Option<&Value>, host_config: Option<&Value>) -> hook::PodSandboxHookRequest {
+pub fn pod_request(
+    name: &KubeName,
+    config: Option<&Value>,
+    host_config: Option<&Value>,
+) -> hook::PodSandboxHookRequest {
     let (labels, annotations) = split_labels(&labels_of(config));
     hook::PodSandboxHookRequest {
         pod_meta: Some(name.pod_meta()),
@@ -226,10 +240,16 @@ pub fn container_request(
     host_config: Option<&Value>,
 ) -> hook::ContainerResourceHookRequest {
     let (_, annotations) = split_labels(&labels_of(config));
-    let pod = pod.cloned().unwrap_or_else(|| hook::PodSandboxHookRequest { pod_meta: Some(name.pod_meta()), ..Default::default() });
+    let pod = pod
+        .cloned()
+        .unwrap_or_else(|| hook::PodSandboxHookRequest { pod_meta: Some(name.pod_meta()), ..Default::default() });
     hook::ContainerResourceHookRequest {
         pod_meta: pod.pod_meta,
-        container_meta: Some(hook::ContainerMetadata { name: name.container.clone(), attempt: name.attempt, id: String::new() }),
+        container_meta: Some(hook::ContainerMetadata {
+            name: name.container.clone(),
+            attempt: name.attempt,
+            id: String::new(),
+        }),
         container_annotations: annotations,
         container_resources: Some(resources_of(host_config)),
         pod_resources: pod.resources,
@@ -253,7 +273,11 @@ pub fn container_request(
 /// `UpdateHostConfigByResource`; here only the fields the merge rules changed, the swap limit
 /// following the memory limit), cgroup parent, labels, annotations (as `annotation.` labels).
 /// Returns whether anything changed.
-pub fn write_pod_changes(body: &mut Map<String, Value>, before: &hook::PodSandboxHookRequest, after: &hook::PodSandboxHookRequest) -> bool {
+pub fn write_pod_changes(
+    body: &mut Map<String, Value>,
+    before: &hook::PodSandboxHookRequest,
+    after: &hook::PodSandboxHookRequest,
+) -> bool {
     let mut changed = false;
     let default = hook::LinuxContainerResources::default();
     let (b, a) = (before.resources.as_ref().unwrap_or(&default), after.resources.as_ref().unwrap_or(&default));
@@ -282,7 +306,10 @@ pub fn write_container_changes(
 ) -> bool {
     let mut changed = false;
     let default = hook::LinuxContainerResources::default();
-    let (b, a) = (before.container_resources.as_ref().unwrap_or(&default), after.container_resources.as_ref().unwrap_or(&default));
+    let (b, a) = (
+        before.container_resources.as_ref().unwrap_or(&default),
+        after.container_resources.as_ref().unwrap_or(&default),
+    );
     if b != a {
         let mut a = a.clone();
         follow_swap(b, &mut a, false);
@@ -304,7 +331,12 @@ pub fn write_container_changes(
 }
 
 /// Sets `Labels[prefix + key]` for every entry the hooks added or changed.
-fn write_labels(body: &mut Map<String, Value>, prefix: &str, before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> bool {
+fn write_labels(
+    body: &mut Map<String, Value>,
+    prefix: &str,
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> bool {
     let changed = changes::changed_entries(before, after);
     if changed.is_empty() {
         return false;
@@ -362,7 +394,10 @@ mod tests {
         );
         assert_eq!(c.pod_meta.unwrap().uid, "u");
         let p = pod_request(&KubeName::parse("k8s_POD_web_default_u_1").unwrap(), Some(&body), body.get("HostConfig"));
-        assert_eq!((p.cgroup_parent.as_str(), p.labels.get("app").map(String::as_str)), ("/kubepods/podu", Some("web")));
+        assert_eq!(
+            (p.cgroup_parent.as_str(), p.labels.get("app").map(String::as_str)),
+            ("/kubepods/podu", Some("web"))
+        );
     }
 
     #[test]
@@ -429,13 +464,20 @@ mod tests {
     #[test]
     fn pod_changes() {
         let mut body = json!({"HostConfig": {"CgroupParent": "/kubepods/podu"}});
-        let before = pod_request(&KubeName::parse("k8s_POD_web_default_u_0").unwrap(), Some(&body.clone()), body.get("HostConfig"));
+        let before = pod_request(
+            &KubeName::parse("k8s_POD_web_default_u_0").unwrap(),
+            Some(&body.clone()),
+            body.get("HostConfig"),
+        );
         let mut after = before.clone();
         after.cgroup_parent = "/kubepods/besteffort/podu".into();
         after.labels.insert("l".into(), "1".into());
         after.annotations.insert("a".into(), "2".into());
         assert!(write_pod_changes(body.as_object_mut().unwrap(), &before, &after));
-        assert_eq!(body, json!({"HostConfig": {"CgroupParent": "/kubepods/besteffort/podu"}, "Labels": {"l": "1", "annotation.a": "2"}}));
+        assert_eq!(
+            body,
+            json!({"HostConfig": {"CgroupParent": "/kubepods/besteffort/podu"}, "Labels": {"l": "1", "annotation.a": "2"}})
+        );
     }
 
     /// koordlet's PreRunPodSandbox answer for a BE pod (its BatchResource sums) reaches the
@@ -444,7 +486,11 @@ mod tests {
     #[test]
     fn pod_resources_go_to_the_pause_container() {
         let mut body = json!({"HostConfig": {"CgroupParent": "/kubepods/podu", "CpuShares": 2, "MemorySwap": 0, "OomScoreAdj": -998}});
-        let before = pod_request(&KubeName::parse("k8s_POD_web_default_u_0").unwrap(), Some(&body.clone()), body.get("HostConfig"));
+        let before = pod_request(
+            &KubeName::parse("k8s_POD_web_default_u_0").unwrap(),
+            Some(&body.clone()),
+            body.get("HostConfig"),
+        );
         let mut after = before.clone();
         let answer = hook::LinuxContainerResources {
             cpu_shares: 512,
@@ -452,7 +498,10 @@ mod tests {
             memory_limit_in_bytes: 128 << 20,
             ..before.resources.clone().unwrap()
         };
-        hook_api::merge::apply_pod_response(&mut after, &hook::PodSandboxHookResponse { resources: Some(answer), ..Default::default() });
+        hook_api::merge::apply_pod_response(
+            &mut after,
+            &hook::PodSandboxHookResponse { resources: Some(answer), ..Default::default() },
+        );
         assert!(write_pod_changes(body.as_object_mut().unwrap(), &before, &after));
         assert_eq!(
             body,

@@ -34,10 +34,15 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// each names the path.
 pub async fn get_json(socket: &Path, path: &str) -> Result<Value, String> {
     let call = async {
-        let stream = UnixStream::connect(socket).await.map_err(|e| format!("connecting to unix://{}: {e}", socket.display()))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+        let stream =
+            UnixStream::connect(socket).await.map_err(|e| format!("connecting to unix://{}: {e}", socket.display()))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
         tokio::spawn(conn);
-        let req = http::Request::get(path).header(http::header::HOST, "docker").body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+        let req = http::Request::get(path)
+            .header(http::header::HOST, "docker")
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
         let resp = sender.send_request(req).await.map_err(|e| format!("GET {path}: {e}"))?;
         let status = resp.status();
         let body = resp.into_body().collect().await.map_err(|e| format!("GET {path}: {e}"))?.to_bytes();
@@ -46,7 +51,9 @@ pub async fn get_json(socket: &Path, path: &str) -> Result<Value, String> {
         }
         serde_json::from_slice(&body).map_err(|e| format!("GET {path}: answer is not JSON: {e}"))
     };
-    tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| format!("GET {path}: no answer within {CALL_TIMEOUT:?}"))?
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| format!("GET {path}: no answer within {CALL_TIMEOUT:?}"))?
 }
 
 /// An inspect answer's `Config` without what its image added: dockerd merges the image's `Env`
@@ -58,7 +65,9 @@ async fn own_config(socket: &Path, inspect: &Value) -> Option<Value> {
     let image = inspect.get("Image").and_then(Value::as_str).unwrap_or("");
     let Ok(image) = get_json(socket, &format!("/images/{image}/json")).await else { return Some(config) };
     let image_config = image.get("Config");
-    if let (Some(Value::Array(env)), Some(Value::Array(image_env))) = (config.get_mut("Env"), image_config.and_then(|c| c.get("Env"))) {
+    if let (Some(Value::Array(env)), Some(Value::Array(image_env))) =
+        (config.get_mut("Env"), image_config.and_then(|c| c.get("Env")))
+    {
         env.retain(|e| !image_env.contains(e));
     }
     if let (Some(Value::Object(labels)), Some(Value::Object(image_labels))) =
@@ -148,7 +157,8 @@ pub async fn rebuild(socket: &Path, store: &Store) -> Result<(usize, usize), Str
     let listed = get_json(socket, "/containers/json?all=1").await?;
     let mut ids: Vec<(bool, String)> = Vec::new();
     for c in listed.as_array().into_iter().flatten() {
-        let name = c.get("Names").and_then(Value::as_array).and_then(|n| n.first()).and_then(Value::as_str).unwrap_or("");
+        let name =
+            c.get("Names").and_then(Value::as_array).and_then(|n| n.first()).and_then(Value::as_str).unwrap_or("");
         let (Some(kube), Some(id)) = (KubeName::parse(name), c.get("Id").and_then(Value::as_str)) else { continue };
         let labels = model::labels_of(Some(c));
         ids.push((model::is_sandbox(&labels, &kube), id.to_owned()));

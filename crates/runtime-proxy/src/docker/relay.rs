@@ -77,8 +77,9 @@ impl Upstream {
         }
         if self.sender.is_none() {
             let stream = UnixStream::connect(&self.path).await.map_err(|e| self.bad_gateway("cannot connect", &e))?;
-            let (sender, conn) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| self.bad_gateway("handshake failed", &e))?;
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| self.bad_gateway("handshake failed", &e))?;
             let path = self.path.clone();
             tokio::spawn(async move {
                 if let Err(e) = conn.with_upgrades().await {
@@ -88,7 +89,10 @@ impl Upstream {
             self.sender = Some(sender);
         }
         let path = self.path.clone();
-        let sender = self.sender.as_mut().ok_or_else(|| error(StatusCode::BAD_GATEWAY, &format!("backend unix://{}", path.display())))?;
+        let sender = self
+            .sender
+            .as_mut()
+            .ok_or_else(|| error(StatusCode::BAD_GATEWAY, &format!("backend unix://{}", path.display())))?;
         Ok(sender)
     }
 

@@ -89,7 +89,11 @@ impl Backend {
     /// reached the backend, so this is safe for every method).
     ///
     /// Errors: `UNAVAILABLE` naming the socket when it cannot be dialled or the connection fails.
-    pub async fn open_stream(&self, head: Request<()>, end_of_stream: bool) -> Result<(ResponseFuture, SendStream<Bytes>), Status> {
+    pub async fn open_stream(
+        &self,
+        head: Request<()>,
+        end_of_stream: bool,
+    ) -> Result<(ResponseFuture, SendStream<Bytes>), Status> {
         let mut sender = self.sender().await?;
         if let Err(e) = poll_fn(|cx| sender.poll_ready(cx)).await {
             tracing::debug!(backend = %self.path.display(), error = %e, "backend connection unusable; reconnecting");

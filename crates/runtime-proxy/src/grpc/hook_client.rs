@@ -187,7 +187,14 @@ impl HookClient {
     /// process serving the socket runs as a uid not allowed (see [`HookClient::new`]);
     /// `RESOURCE_EXHAUSTED` "`rpc`: answer from … larger than one message of `max_message`
     /// bytes" as soon as the answer's body passes that.
-    pub async fn call(&self, rpc_path: &str, timeout: Duration, body: Bytes, rpc: &str, max_message: usize) -> Result<Answer, Status> {
+    pub async fn call(
+        &self,
+        rpc_path: &str,
+        timeout: Duration,
+        body: Bytes,
+        rpc: &str,
+        max_message: usize,
+    ) -> Result<Answer, Status> {
         let block = request_block(rpc_path, timeout);
         let mut retried = false;
         loop {
@@ -256,7 +263,8 @@ impl HookClient {
     /// uids (the server is there, but may not serve); `UNAVAILABLE` when the peer's credentials
     /// could not be read.
     fn check_peer(&self, stream: &UnixStream) -> Result<(), Status> {
-        let cred = stream.peer_cred().map_err(|e| self.unavailable("cannot read the peer's credentials (SO_PEERCRED)", &e))?;
+        let cred =
+            stream.peer_cred().map_err(|e| self.unavailable("cannot read the peer's credentials (SO_PEERCRED)", &e))?;
         if self.allowed_uids.contains(&cred.uid()) {
             return Ok(());
         }

@@ -40,7 +40,8 @@ fn socket() -> (tempfile::TempDir, PathBuf, StdListener) {
 }
 
 async fn call(c: &HookClient) -> Result<Answer, Status> {
-    c.call(RPC, Duration::from_secs(2), Bytes::from_static(&[0, 0, 0, 0, 1, 7]), "PreCreateContainerHook", 1 << 20).await
+    c.call(RPC, Duration::from_secs(2), Bytes::from_static(&[0, 0, 0, 0, 1, 7]), "PreCreateContainerHook", 1 << 20)
+        .await
 }
 
 /// Reads frames until `stream`'s request ends (after the client preface for stream 1).
@@ -177,7 +178,10 @@ async fn flood_is_bounded(what: &str, pieces: Vec<Vec<u8>>, flood: Vec<u8>) {
         }
         max_rss = max_rss.max(vm_rss_kb());
         assert!(max_rss - rss_before < MAX_RSS_GROWTH_KB, "{what}: RSS grew from {rss_before} KiB to {max_rss} KiB");
-        assert!(answered.elapsed() < DROPPED_WITHIN, "{what}: the flooded connection is still pooled after {DROPPED_WITHIN:?}");
+        assert!(
+            answered.elapsed() < DROPPED_WITHIN,
+            "{what}: the flooded connection is still pooled after {DROPPED_WITHIN:?}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let dropped = answered.elapsed();
@@ -185,7 +189,9 @@ async fn flood_is_bounded(what: &str, pieces: Vec<Vec<u8>>, flood: Vec<u8>) {
     let seen = loop {
         match flooded.try_recv() {
             Ok(seen) => break seen,
-            Err(mpsc::TryRecvError::Empty) if answered.elapsed() < DROPPED_WITHIN * 2 => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(mpsc::TryRecvError::Empty) if answered.elapsed() < DROPPED_WITHIN * 2 => {
+                tokio::time::sleep(Duration::from_millis(5)).await
+            }
             Err(e) => panic!("{what}: the server never saw the connection closed: {e}"),
         }
     };
@@ -243,7 +249,12 @@ async fn a_window_update_flood_is_bounded() {
 #[tokio::test]
 async fn a_headers_flood_for_streams_not_open_is_bounded() {
     // `:status: 200` (static table entry 8), for a stream the client never opened.
-    flood_is_bounded("HEADERS", Vec::new(), frames(64, head(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 101), &[0x88])).await;
+    flood_is_bounded(
+        "HEADERS",
+        Vec::new(),
+        frames(64, head(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 101), &[0x88]),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -290,11 +301,16 @@ async fn a_call_does_not_wait_on_a_flood() {
     let c = HookClient::new(&path, vec![own_uid()]);
     call(&c).await.expect("the first call is answered");
     let start = Instant::now();
-    let err = tokio::time::timeout(Duration::from_secs(5), call(&c)).await.expect("the call ended within 5 s").unwrap_err();
+    let err =
+        tokio::time::timeout(Duration::from_secs(5), call(&c)).await.expect("the call ended within 5 s").unwrap_err();
     let took = start.elapsed();
     eprintln!("the call failed after {took:?}: {}", err.message);
     assert_eq!(err.code, Code::UNAVAILABLE);
-    assert!(err.message.contains("than a call takes") || err.message.contains("acknowledgements unwritten"), "{}", err.message);
+    assert!(
+        err.message.contains("than a call takes") || err.message.contains("acknowledgements unwritten"),
+        "{}",
+        err.message
+    );
     assert!(took < Duration::from_secs(1), "the call waited {took:?} on the flood");
     assert!(c.idle.conns.lock().unwrap().is_empty(), "the flooded connection is not kept");
 }
@@ -318,7 +334,9 @@ async fn keepalive_pings_keep_an_idle_connection() {
                     std::thread::sleep(Duration::from_millis(50));
                     s.write_all(&frames(1, head(kind::PING, 0, 0), &[n; 8])).unwrap();
                     // Its acknowledgement (a SETTINGS acknowledgement may come first).
-                    while read_frame(&mut s).unwrap() != (Head { len: 8, ..head(kind::PING, flag::ACK, 0) }, vec![n; 8]) {}
+                    while read_frame(&mut s).unwrap() != (Head { len: 8, ..head(kind::PING, flag::ACK, 0) }, vec![n; 8])
+                    {
+                    }
                 }
                 read_request(&mut s, 3).unwrap();
                 s.write_all(&answer(3)).unwrap();
@@ -382,7 +400,8 @@ async fn unwritten_acknowledgements_are_capped() {
 #[tokio::test]
 async fn an_idle_connection_whose_writes_stay_blocked_is_dropped() {
     let (conn, mut peer) = small_conn();
-    let idle = Arc::new(Idle { conns: Mutex::new(vec![conn]), put_back: tokio::sync::Notify::new(), server: "test".into() });
+    let idle =
+        Arc::new(Idle { conns: Mutex::new(vec![conn]), put_back: tokio::sync::Notify::new(), server: "test".into() });
     let watcher = tokio::spawn(watch(idle.clone()));
     let pings = frames(8, head(kind::PING, 0, 0), &[7; 8]);
     let start = Instant::now();

@@ -160,7 +160,10 @@ async fn answers_over_the_limit_are_resource_exhausted() {
     assert_eq!(err.code, Code::RESOURCE_EXHAUSTED);
     assert_eq!(
         err.message,
-        format!("PreCreateContainerHook: answer from hook server unix://{} larger than one message of 100 bytes", path.display())
+        format!(
+            "PreCreateContainerHook: answer from hook server unix://{} larger than one message of 100 bytes",
+            path.display()
+        )
     );
 }
 
@@ -297,8 +300,11 @@ async fn a_peer_run_by_a_uid_not_allowed_is_refused_naming_uid_and_pid() {
     let other = own.wrapping_add(1);
     let refused = call(&HookClient::new(&path, vec![other]), body(1)).await.expect_err("refused");
     assert_eq!(refused.code, Code::PERMISSION_DENIED, "the server is there but may not serve");
-    let want =
-        format!("hook server unix://{} is run by uid {own} (pid {}), not by an allowed uid [{other}]", path.display(), std::process::id());
+    let want = format!(
+        "hook server unix://{} is run by uid {own} (pid {}), not by an allowed uid [{other}]",
+        path.display(),
+        std::process::id()
+    );
     assert_eq!(refused.message, want);
     assert!(call(&HookClient::new(&path, vec![other, own]), body(1)).await.is_ok());
 }
@@ -309,7 +315,11 @@ async fn an_absent_server_is_unavailable_naming_the_socket() {
     let path = dir.path().join("none.sock");
     let err = call(&client(&path), body(1)).await.unwrap_err();
     assert_eq!(err.code, Code::UNAVAILABLE);
-    assert!(err.message.starts_with(&format!("hook server unix://{}: cannot connect: ", path.display())), "{}", err.message);
+    assert!(
+        err.message.starts_with(&format!("hook server unix://{}: cannot connect: ", path.display())),
+        "{}",
+        err.message
+    );
 }
 
 #[test]

@@ -11,12 +11,14 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{
-    Failure, Unfit, BYTES_PER_WAKE, CALL_CONTROL_FRAMES, FRAMES_PER_WAKE, IDLE_FRAMES_WINDOW, MAX_IDLE_FRAMES, MAX_IDLE_PARTIAL,
-    MAX_PENDING_ACKS, WRITE_STALL,
+    Failure, Unfit, BYTES_PER_WAKE, CALL_CONTROL_FRAMES, FRAMES_PER_WAKE, IDLE_FRAMES_WINDOW, MAX_IDLE_FRAMES,
+    MAX_IDLE_PARTIAL, MAX_PENDING_ACKS, WRITE_STALL,
 };
 use crate::grpc::backend::{CONNECTION_WINDOW, MAX_HEADER_LIST_SIZE, STREAM_WINDOW};
 use crate::grpc::unary_call::{Answer, Body, TooLarge};
-use crate::http2::frame::{self, flag, kind, reason, setting, Head, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD_LEN, PREFACE};
+use crate::http2::frame::{
+    self, flag, kind, reason, setting, Head, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD_LEN, PREFACE,
+};
 use crate::http2::hpack;
 use daemon_support::uds::Socket;
 
@@ -161,9 +163,10 @@ impl Conn {
         match self.poll_write_out(cx) {
             Poll::Ready(Ok(())) => Ok(()),
             Poll::Ready(Err(e)) => Err(Unfit::ended(e)),
-            Poll::Pending => {
-                Err(Unfit::bound(format!("{} bytes of acknowledgements cannot be written: the server does not read", self.out.len())))
-            }
+            Poll::Pending => Err(Unfit::bound(format!(
+                "{} bytes of acknowledgements cannot be written: the server does not read",
+                self.out.len()
+            ))),
         }
     }
 
@@ -322,7 +325,13 @@ impl Conn {
     /// (its body at most `max_data` bytes). `reused`: the connection was taken idle, so a
     /// request that cannot be written did not reach the server. Acknowledgements the answer
     /// did not wait for are written if the socket takes them now, else left to the watcher.
-    pub(super) async fn exchange(&mut self, block: &[u8], body: &Bytes, max_data: usize, reused: bool) -> Result<Answer, Failure> {
+    pub(super) async fn exchange(
+        &mut self,
+        block: &[u8],
+        body: &Bytes,
+        max_data: usize,
+        reused: bool,
+    ) -> Result<Answer, Failure> {
         let result = self.run(block, body, max_data, reused).await;
         if result.is_err() {
             self.broken = true;
@@ -351,7 +360,13 @@ impl Conn {
                 let room = self.conn_window.min(self.stream_window).max(0) as usize;
                 let n = room.min(body.len() - sent);
                 if n > 0 {
-                    frame::put_data(&mut self.out, stream, &body.slice(sent..sent + n), sent + n == body.len(), self.max_frame);
+                    frame::put_data(
+                        &mut self.out,
+                        stream,
+                        &body.slice(sent..sent + n),
+                        sent + n == body.len(),
+                        self.max_frame,
+                    );
                     sent += n;
                     self.conn_window -= n as i64;
                     self.stream_window -= n as i64;
@@ -368,12 +383,15 @@ impl Conn {
             let Some(event) = self.next_stream_event(stream, sent < body.len()).await? else { continue };
             match event {
                 // Empty DATA that does not end the stream carries nothing: counted as control.
-                Event::Data { stream: s, end: false, data: chunk } if s == stream && chunk.is_empty() => self.spend_control()?,
+                Event::Data { stream: s, end: false, data: chunk } if s == stream && chunk.is_empty() => {
+                    self.spend_control()?
+                }
                 Event::Data { stream: s, end, data: chunk } if s == stream => {
                     data.push(chunk).map_err(|TooLarge| Failure::TooLarge)?;
                     if end {
                         let head = head.ok_or_else(|| Failure::Broken("DATA before the response headers".into()))?;
-                        return self.answered(sent == body.len(), Answer { head, data: data.into_bytes(), trailers: None });
+                        return self
+                            .answered(sent == body.len(), Answer { head, data: data.into_bytes(), trailers: None });
                     }
                     if self.stream_unacked >= STREAM_WINDOW / 2 {
                         frame::window_update(&mut self.out, stream, self.stream_unacked);
@@ -389,19 +407,29 @@ impl Conn {
                             continue;
                         }
                         if end {
-                            return self.answered(sent == body.len(), Answer { head: response, data: Bytes::new(), trailers: None });
+                            return self.answered(
+                                sent == body.len(),
+                                Answer { head: response, data: Bytes::new(), trailers: None },
+                            );
                         }
                         head = Some(response);
                     }
                     Some(head) if end => {
                         let data = data.into_bytes();
-                        return self.answered(sent == body.len(), Answer { head, data, trailers: Some(header_map(&self.fields)) });
+                        return self.answered(
+                            sent == body.len(),
+                            Answer { head, data, trailers: Some(header_map(&self.fields)) },
+                        );
                     }
                     Some(_) => return Err(Failure::Broken("trailers without END_STREAM".into())),
                 },
                 Event::Reset { stream: s, reason: code } if s == stream => {
                     let why = format!("stream reset by the server: {}", reason_name(code));
-                    return Err(if code == reason::REFUSED_STREAM { Failure::Unprocessed(why) } else { Failure::Broken(why) });
+                    return Err(if code == reason::REFUSED_STREAM {
+                        Failure::Unprocessed(why)
+                    } else {
+                        Failure::Broken(why)
+                    });
                 }
                 // Frames of streams ended before.
                 _ => self.spend_control()?,
@@ -456,7 +484,9 @@ impl Conn {
                 }
                 Frame::Incomplete => {
                     if let Some(last) = self.goaway.filter(|last| *last < stream) {
-                        return Err(Failure::Unprocessed(format!("the server is going away (GOAWAY, last stream {last})")));
+                        return Err(Failure::Unprocessed(format!(
+                            "the server is going away (GOAWAY, last stream {last})"
+                        )));
                     }
                     if self.must_send || (sending && self.conn_window.min(self.stream_window) > 0) {
                         return Ok(None);
@@ -502,7 +532,11 @@ impl Conn {
                 }
                 self.received(head.len as u32);
                 let range = frame::unpadded(&head, &payload).ok_or("DATA padding longer than the frame")?;
-                return Ok(Frame::Event(Event::Data { stream: head.stream, end: head.has(flag::END_STREAM), data: payload.slice(range) }));
+                return Ok(Frame::Event(Event::Data {
+                    stream: head.stream,
+                    end: head.has(flag::END_STREAM),
+                    data: payload.slice(range),
+                }));
             }
             kind::HEADERS => {
                 let range = frame::unpadded(&head, &payload).ok_or("HEADERS padding longer than the frame")?;
@@ -546,10 +580,12 @@ impl Conn {
             // Its acknowledgement.
             kind::PING if payload.len() == 8 => {}
             kind::GOAWAY if payload.len() >= 8 => {
-                self.goaway = Some(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & LAST_STREAM_ID);
+                self.goaway =
+                    Some(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & LAST_STREAM_ID);
             }
             kind::WINDOW_UPDATE if payload.len() == 4 => {
-                let increment = i64::from(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & LAST_STREAM_ID);
+                let increment =
+                    i64::from(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & LAST_STREAM_ID);
                 let window = if head.stream == 0 {
                     &mut self.conn_window
                 } else if head.stream + 2 == self.next_stream {
@@ -663,8 +699,8 @@ impl Conn {
 /// Errors: no `:status`, or one that is not a status code.
 fn response_head(fields: &hpack::Fields) -> Result<Response<()>, String> {
     let status = fields.get(b":status").ok_or("response headers without :status")?;
-    let status =
-        StatusCode::from_bytes(status).map_err(|_| format!(":status {:?} is not a status code", String::from_utf8_lossy(status)))?;
+    let status = StatusCode::from_bytes(status)
+        .map_err(|_| format!(":status {:?} is not a status code", String::from_utf8_lossy(status)))?;
     let mut head = Response::new(());
     *head.status_mut() = status;
     *head.headers_mut() = header_map(fields);

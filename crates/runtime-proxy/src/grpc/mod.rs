@@ -178,14 +178,22 @@ pub fn unary_message(body: &Bytes, encoding: Option<&HeaderValue>, limit: usize)
             let why = format!("message compressed with grpc-encoding {other:?}, which runtime-proxy cannot decompress");
             return Err(Status::new(Code::UNIMPLEMENTED, format!("{why} (it can: {SUPPORTED_ENCODINGS})")));
         }
-        None => return Err(Status::new(Code::INTERNAL, "message flagged as compressed but the call has no grpc-encoding header")),
+        None => {
+            return Err(Status::new(
+                Code::INTERNAL,
+                "message flagged as compressed but the call has no grpc-encoding header",
+            ))
+        }
     };
     let name = name.unwrap_or_default();
     if let Err(e) = read {
         return Err(Status::new(Code::INTERNAL, format!("message does not decompress as grpc-encoding {name}: {e}")));
     }
     if out.len() > limit {
-        return Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("message larger than {limit} bytes once decompressed ({name})")));
+        return Err(Status::new(
+            Code::RESOURCE_EXHAUSTED,
+            format!("message larger than {limit} bytes once decompressed ({name})"),
+        ));
     }
     Ok(Some(out.into()))
 }
@@ -331,7 +339,11 @@ mod tests {
         let plain = frame(b"abc");
         assert_eq!(unary_message(&plain, None, 10).unwrap().unwrap(), Bytes::from_static(b"abc"));
         let gzip = HeaderValue::from_static("gzip");
-        assert_eq!(unary_message(&plain, Some(&gzip), 10).unwrap().unwrap(), Bytes::from_static(b"abc"), "flag 0 under gzip");
+        assert_eq!(
+            unary_message(&plain, Some(&gzip), 10).unwrap().unwrap(),
+            Bytes::from_static(b"abc"),
+            "flag 0 under gzip"
+        );
         for enc in ["gzip", "deflate"] {
             let body = compressed(enc, b"hello hooks");
             let got = unary_message(&body, Some(&HeaderValue::from_static(enc)), 100).unwrap().unwrap();
@@ -344,9 +356,14 @@ mod tests {
             let again = reframe(b"edited", &compressed(enc, b"original"), Some(&header));
             assert_eq!(again[0], 1, "{enc}: compressed again");
             assert_eq!(unary_message(&again, Some(&header), 100).unwrap().unwrap(), Bytes::from_static(b"edited"));
-            assert_eq!(reframe(b"edited", &frame(b"original"), Some(&header)), frame(b"edited"), "{enc}: a plain message stays plain");
+            assert_eq!(
+                reframe(b"edited", &frame(b"original"), Some(&header)),
+                frame(b"edited"),
+                "{enc}: a plain message stays plain"
+            );
         }
-        let snappy = unary_message(&compressed("gzip", b"x"), Some(&HeaderValue::from_static("snappy")), 10).unwrap_err();
+        let snappy =
+            unary_message(&compressed("gzip", b"x"), Some(&HeaderValue::from_static("snappy")), 10).unwrap_err();
         assert_eq!(snappy.code, Code::UNIMPLEMENTED);
         assert!(snappy.message.contains("\"snappy\""), "{snappy}");
         let garbage = unary_message(&Bytes::from_static(&[1, 0, 0, 0, 2, 7, 7]), Some(&gzip), 10).unwrap_err();

@@ -38,7 +38,10 @@ impl Answer {
 
     /// The status the trailers or a trailers-only head carry; `None` without `grpc-status`.
     pub fn grpc_status(&self) -> Option<Status> {
-        self.trailers.as_ref().and_then(super::status_from_headers).or_else(|| super::status_from_headers(self.head.headers()))
+        self.trailers
+            .as_ref()
+            .and_then(super::status_from_headers)
+            .or_else(|| super::status_from_headers(self.head.headers()))
     }
 
     /// The answer's one message, decompressed per its `grpc-encoding` (see
@@ -56,13 +59,19 @@ impl Answer {
 ///
 /// Errors: as [`exchange`]; `DEADLINE_EXCEEDED` naming `method` and the backend when `deadline`
 /// passes first.
-pub async fn unary(backend: &Backend, head: Request<()>, body: Bytes, deadline: Option<Duration>, method: &str) -> Result<Answer, Status> {
+pub async fn unary(
+    backend: &Backend,
+    head: Request<()>,
+    body: Bytes,
+    deadline: Option<Duration>,
+    method: &str,
+) -> Result<Answer, Status> {
     let call = exchange(backend, head, body, method, usize::MAX);
     match deadline {
         None => call.await,
-        Some(d) => tokio::time::timeout(d, call)
-            .await
-            .map_err(|_| Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline exceeded waiting for {backend}")))?,
+        Some(d) => tokio::time::timeout(d, call).await.map_err(|_| {
+            Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline exceeded waiting for {backend}"))
+        })?,
     }
 }
 
@@ -74,7 +83,13 @@ pub async fn unary(backend: &Backend, head: Request<()>, body: Bytes, deadline: 
 /// Errors: `UNAVAILABLE` naming `method` and the backend when it cannot be reached or fails
 /// the call (a reset, a broken connection); `RESOURCE_EXHAUSTED` as soon as the answer's body
 /// exceeds `max_message` + 5 bytes (the stream is reset; at most one frame more is read).
-pub async fn exchange(backend: &Backend, head: Request<()>, body: Bytes, method: &str, max_message: usize) -> Result<Answer, Status> {
+pub async fn exchange(
+    backend: &Backend,
+    head: Request<()>,
+    body: Bytes,
+    method: &str,
+    max_message: usize,
+) -> Result<Answer, Status> {
     let (response, mut upstream) = backend.open_stream(head, body.is_empty()).await?;
     if !body.is_empty() {
         // Ignored: a backend that answers before reading the body still answers.
@@ -150,7 +165,11 @@ impl Body {
 /// backend's whole answer — as a unary call ([`over_shared`]) or on the client's own relayed
 /// stream ([`crate::cri::relay`]).
 pub type Onward<'a> = Box<
-    dyn FnOnce(http::request::Parts, Bytes, Option<Instant>) -> Pin<Box<dyn Future<Output = Result<Answer, Status>> + Send + 'a>>
+    dyn FnOnce(
+            http::request::Parts,
+            Bytes,
+            Option<Instant>,
+        ) -> Pin<Box<dyn Future<Output = Result<Answer, Status>> + Send + 'a>>
         + Send
         + 'a,
 >;

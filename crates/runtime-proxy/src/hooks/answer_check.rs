@@ -270,7 +270,11 @@ mod tests {
         let req = request();
         assert!(container_unchanged(&req, &merge::echo_container(&req).encode_to_vec()));
         assert!(container_unchanged(&req, &[]));
-        let pod = PodSandboxHookRequest { labels: map(&[("app", "web")]), cgroup_parent: "/kubepods".into(), ..Default::default() };
+        let pod = PodSandboxHookRequest {
+            labels: map(&[("app", "web")]),
+            cgroup_parent: "/kubepods".into(),
+            ..Default::default()
+        };
         assert!(pod_unchanged(&pod, &merge::echo_pod(&pod).encode_to_vec()));
         assert!(pod_unchanged(&pod, &[]));
     }
@@ -310,9 +314,12 @@ mod tests {
         assert!(changed(&|a| a.container_resources.as_mut().unwrap().oom_score_adj = -998));
         assert!(changed(&|a| a.container_resources.as_mut().unwrap().cpuset_cpus = String::new()));
         assert!(changed(&|a| a.container_resources.as_mut().unwrap().cpuset_mems = "0".into()));
-        assert!(changed(&|a| drop(a.container_resources.as_mut().unwrap().unified.insert("cpu.idle".into(), "1".into()))));
+        assert!(changed(&|a| drop(
+            a.container_resources.as_mut().unwrap().unified.insert("cpu.idle".into(), "1".into())
+        )));
         let no_resources = ContainerResourceHookRequest { container_resources: None, ..request() };
-        let answer = ContainerResourceHookResponse { container_resources: Some(Default::default()), ..Default::default() };
+        let answer =
+            ContainerResourceHookResponse { container_resources: Some(Default::default()), ..Default::default() };
         assert!(!container_unchanged(&no_resources, &answer.encode_to_vec()), "default resources are put in");
     }
 
@@ -382,19 +389,21 @@ mod tests {
             "[01]{0,1}",
             small_map(),
         );
-        prop::option::of(fields.prop_map(|(cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes, oom, cpus, mems, unified)| {
-            LinuxContainerResources {
-                cpu_period,
-                cpu_quota,
-                cpu_shares,
-                memory_limit_in_bytes,
-                oom_score_adj: oom,
-                cpuset_cpus: cpus,
-                cpuset_mems: mems,
-                unified,
-                ..Default::default()
-            }
-        }))
+        prop::option::of(fields.prop_map(
+            |(cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes, oom, cpus, mems, unified)| {
+                LinuxContainerResources {
+                    cpu_period,
+                    cpu_quota,
+                    cpu_shares,
+                    memory_limit_in_bytes,
+                    oom_score_adj: oom,
+                    cpuset_cpus: cpus,
+                    cpuset_mems: mems,
+                    unified,
+                    ..Default::default()
+                }
+            },
+        ))
     }
 
     proptest! {
@@ -417,13 +426,18 @@ mod tests {
             }
             prop_assert!(container_unchanged(&req, &merge::echo_container(&req).encode_to_vec()));
             // The echo with other resources: only the resources decide.
-            let resources_only = ContainerResourceHookResponse { container_resources: answer.container_resources.clone(), ..merge::echo_container(&req) };
+            let resources_only = ContainerResourceHookResponse {
+                container_resources: answer.container_resources.clone(),
+                ..merge::echo_container(&req)
+            };
             if container_unchanged(&req, &resources_only.encode_to_vec()) {
                 prop_assert!(!merge::container_response_changes(&req, &resources_only));
             }
             let pod = PodSandboxHookRequest {
                 labels: req.container_envs.clone(), annotations: req.container_annotations.clone(),
-                cgroup_parent: req.pod_cgroup_parent.clone(), resources: req.container_resources.clone(), ..Default::default()
+                cgroup_parent: req.pod_cgroup_parent.clone(),
+                resources: req.container_resources.clone(),
+                ..Default::default()
             };
             let pod_answer = PodSandboxHookResponse {
                 labels: answer.container_envs.clone(), annotations: answer.container_annotations.clone(),

@@ -261,7 +261,12 @@ impl Required {
     /// Why the pod's requirement cannot be honoured whatever is registered: its list names more
     /// than [`MAX_REQUIRED_SERVERS`] servers. The message counts, it does not list.
     pub fn refusal(&self) -> Option<String> {
-        self.too_many.map(|e| format!("{REQUIRED_ANNOTATION} names at least {} hook servers, more than {MAX_REQUIRED_SERVERS}", e.at_least))
+        self.too_many.map(|e| {
+            format!(
+                "{REQUIRED_ANNOTATION} names at least {} hook servers, more than {MAX_REQUIRED_SERVERS}",
+                e.at_least
+            )
+        })
     }
 
     /// Whether `server` (a registration name) is required, and by what.
@@ -342,7 +347,15 @@ mod tests {
         let huge: String = (0..65_000).map(|i| format!("{i:x}")).collect::<Vec<_>>().join(",");
         assert!(parse_names(&huge).is_err());
         let m = Metrics::new();
-        let r = Required::of_pod(&["node.json".into()], &annotations(&[(REQUIRED_ANNOTATION, &huge)]), None, &[], "x", &m, true);
+        let r = Required::of_pod(
+            &["node.json".into()],
+            &annotations(&[(REQUIRED_ANNOTATION, &huge)]),
+            None,
+            &[],
+            "x",
+            &m,
+            true,
+        );
         assert_eq!(r.servers, [("node.json".to_owned(), Source::Node)], "the node's requirement stays");
         let refusal = r.refusal().unwrap();
         assert!(refusal.contains("names at least 65 hook servers, more than 64") && refusal.len() < 200, "{refusal}");
@@ -382,7 +395,9 @@ mod tests {
         assert!(!Required::of_pod(&[], &a, Some(&meta("default")), &ns, "RunPodSandbox", &m, true).tolerate_missing);
         assert!(!Required::of_pod(&[], &a, None, &ns, "RunPodSandbox", &m, true).tolerate_missing);
         let no = annotations(&[(REQUIRED_ANNOTATION, "gpu.json"), (TOLERATE_ANNOTATION, "false")]);
-        assert!(!Required::of_pod(&[], &no, Some(&meta("kube-system")), &ns, "RunPodSandbox", &m, true).tolerate_missing);
+        assert!(
+            !Required::of_pod(&[], &no, Some(&meta("kube-system")), &ns, "RunPodSandbox", &m, true).tolerate_missing
+        );
         let text = m.render_for_tests();
         assert!(text.contains("runtime_proxy_tolerate_missing_ignored_total 2"), "{text}");
     }

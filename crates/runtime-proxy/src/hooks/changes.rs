@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 
 /// The entries of `after` that are new or different from `before` (what the hooks set).
-pub fn changed_entries(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub fn changed_entries(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 

@@ -137,7 +137,8 @@ impl Dispatcher {
             match outcome {
                 Ok(answer) => {
                     self.health.record_ok(server);
-                    tracing::debug!(stage = stage.as_str(), server = %server.name, elapsed_us, changed = answer.is_some(), "hook called");
+                    let changed = answer.is_some();
+                    tracing::debug!(stage = stage.as_str(), server = %server.name, elapsed_us, changed, "hook called");
                     if let Some(answer) = answer {
                         if chained {
                             self.own(&mut owners, server, stage, req, &answer)?;
@@ -171,8 +172,10 @@ impl Dispatcher {
         if missing.is_empty() {
             return Ok(());
         }
-        let names: Vec<String> =
-            missing.iter().map(|(n, source)| format!("{} (required by {})", chain::shown(n), source.describe())).collect();
+        let names: Vec<String> = missing
+            .iter()
+            .map(|(n, source)| format!("{} (required by {})", chain::shown(n), source.describe()))
+            .collect();
         let message = format!(
             "{}: required hook server {} not registered (no registration file of that name)",
             stage.as_str(),
@@ -192,7 +195,10 @@ impl Dispatcher {
     fn refuse_requirement(&self, stage: Stage, message: String) -> Result<(), Status> {
         self.metrics.required_missing(stage.as_str());
         if !stage.is_pre() {
-            tracing::warn!(stage = stage.as_str(), "{message}; a post stage cannot fail the call (the runtime has done it)");
+            tracing::warn!(
+                stage = stage.as_str(),
+                "{message}; a post stage cannot fail the call (the runtime has done it)"
+            );
             return Ok(());
         }
         tracing::warn!(stage = stage.as_str(), "{message}; refusing the call");
@@ -331,9 +337,10 @@ impl Dispatcher {
                 Err(s) => Err(s),
             },
             // Only the answer's size makes the exchange itself fail with RESOURCE_EXHAUSTED.
-            Ok(Err(s)) if s.code == Code::RESOURCE_EXHAUSTED => {
-                Err(Status::new(Code::RESOURCE_EXHAUSTED, format!("{} (--max-hook-answer-bytes)", describe(s.code, &s.message))))
-            }
+            Ok(Err(s)) if s.code == Code::RESOURCE_EXHAUSTED => Err(Status::new(
+                Code::RESOURCE_EXHAUSTED,
+                format!("{} (--max-hook-answer-bytes)", describe(s.code, &s.message)),
+            )),
             Ok(Err(s)) => Err(Status::new(s.code, describe(s.code, &s.message))),
             Err(_) => return Err(timed_out(budget, "no answer")),
         };
@@ -514,11 +521,15 @@ mod tests {
 
     #[test]
     fn an_error_status_keeps_its_code_and_decoded_message() {
-        let denied = answer(200, &[("grpc-status", "7"), ("grpc-message", "quota 100%25 used %E2%9C%97")], Bytes::new(), None);
+        let denied =
+            answer(200, &[("grpc-status", "7"), ("grpc-message", "quota 100%25 used %E2%9C%97")], Bytes::new(), None);
         let err = decode::<PodSandboxHookResponse>(&denied, 1 << 20).unwrap_err();
         assert_eq!(err, Status::new(Code(7), "PermissionDenied: quota 100% used ✗"));
         let odd = answer(200, &[], Bytes::new(), Some(&[("grpc-status", "99"), ("grpc-message", "what")]));
-        assert_eq!(decode::<PodSandboxHookResponse>(&odd, 1 << 20).unwrap_err(), Status::new(Code::UNKNOWN, "Unknown: what"));
+        assert_eq!(
+            decode::<PodSandboxHookResponse>(&odd, 1 << 20).unwrap_err(),
+            Status::new(Code::UNKNOWN, "Unknown: what")
+        );
     }
 
     #[test]
@@ -549,10 +560,17 @@ mod tests {
         body.extend_from_slice(&(data.len() as u32).to_be_bytes());
         body.extend_from_slice(&data);
         let a = answer(200, &[("grpc-encoding", "gzip")], body.into(), Some(&[("grpc-status", "0")]));
-        assert_eq!(decode::<PodSandboxHookResponse>(&a, 4096).unwrap(), big, "compressed, within the limit once decompressed");
+        assert_eq!(
+            decode::<PodSandboxHookResponse>(&a, 4096).unwrap(),
+            big,
+            "compressed, within the limit once decompressed"
+        );
         let err = decode::<PodSandboxHookResponse>(&a, 1000).unwrap_err();
         assert_eq!(err.code, Code::RESOURCE_EXHAUSTED);
-        assert!(err.message.starts_with("ResourceExhausted: ") && err.message.ends_with("(--max-hook-answer-bytes)"), "{err}");
+        assert!(
+            err.message.starts_with("ResourceExhausted: ") && err.message.ends_with("(--max-hook-answer-bytes)"),
+            "{err}"
+        );
     }
 
     #[test]

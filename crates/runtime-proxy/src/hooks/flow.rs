@@ -27,8 +27,9 @@
 //! ([`crate::cri::intercept`]) edits protobuf on the wire, Docker mode
 //! ([`crate::docker::intercept`]) edits JSON.
 //!
-//! # Where koord-runtime-proxy differs (`pkg/runtimeproxy/server/cri/criserver.go`, `store/manager.go`, Koordinator v1.8.0)
+//! # Where koord-runtime-proxy differs
 //!
+//! (Koordinator v1.8.0's `pkg/runtimeproxy/server/cri/criserver.go` and `store/manager.go`.)
 //! It calls post hooks even when the backend failed and deletes store entries at Stop (so a
 //! second Stop finds nothing); here post hooks run only after success and entries live until
 //! Remove. It re-sends a container's envs at every later container stage; here only
@@ -104,12 +105,21 @@ pub trait Front: Sync {
     /// without hooks, as it came (the store learns nothing from it).
     ///
     /// Errors: the front end's refusal of a request it cannot read.
-    fn load(&self, hooks: &Hooks, snapshot: &Snapshot) -> impl Future<Output = Result<Option<Box<Self::Call>>, Self::Error>> + Send;
+    fn load(
+        &self,
+        hooks: &Hooks,
+        snapshot: &Snapshot,
+    ) -> impl Future<Output = Result<Option<Box<Self::Call>>, Self::Error>> + Send;
 
     /// `request` with what the hooks changed in `call` (compared with `before`) written into it.
     ///
     /// Errors: the changes cannot be written into the request.
-    fn apply(&self, call: &Self::Call, before: &BeforeHooks, request: Self::Request) -> Result<Self::Request, Self::Error>;
+    fn apply(
+        &self,
+        call: &Self::Call,
+        before: &BeforeHooks,
+        request: Self::Request,
+    ) -> Result<Self::Request, Self::Error>;
 
     /// Sends `request` to the backend and returns its answer.
     ///
@@ -207,7 +217,9 @@ pub async fn drive<F: Front>(
                 BeforeHooks::Unchanged
             } else {
                 // The hook request is copied only once an answer changes it.
-                run_stage(hooks, &snapshot, stage, call.hook_request(), deadline, &mut waited).await.map_err(|s| front.refuse(s))?
+                run_stage(hooks, &snapshot, stage, call.hook_request(), deadline, &mut waited)
+                    .await
+                    .map_err(|s| front.refuse(s))?
             };
             let request = match before {
                 BeforeHooks::Unchanged => request,
@@ -255,7 +267,10 @@ pub async fn run_stage(
         }
         Some(HookRequest::Container(c)) => {
             let required = required(hooks, stage, c);
-            dispatcher.run(snapshot, stage, c, deadline, &required, waited).await?.map_or(BeforeHooks::Unchanged, BeforeHooks::Container)
+            dispatcher
+                .run(snapshot, stage, c, deadline, &required, waited)
+                .await?
+                .map_or(BeforeHooks::Unchanged, BeforeHooks::Container)
         }
         None => BeforeHooks::Unchanged,
     })
@@ -286,7 +301,15 @@ fn keep_skip_label(key: &str, before: Option<String>, labels: &mut BTreeMap<Stri
 fn required(hooks: &Hooks, stage: Stage, request: &impl ChainMessage) -> Required {
     let (annotations, meta) = request.pod();
     let node = &hooks.dispatcher.chain().required;
-    Required::of_pod(node, annotations, meta, &hooks.skip_label.namespaces, stage.as_str(), &hooks.metrics, stage.is_pre())
+    Required::of_pod(
+        node,
+        annotations,
+        meta,
+        &hooks.skip_label.namespaces,
+        stage.as_str(),
+        &hooks.metrics,
+        stage.is_pre(),
+    )
 }
 
 /// Lets the tasks woken so far run before this one goes on: the task wakes itself and returns

@@ -56,10 +56,18 @@ impl HookLimits {
     /// the entries it adds, and the size of each entry it adds or changes.
     ///
     /// Errors: the first limit exceeded, naming the map, the count or entry and the flag.
-    pub fn check_map(&self, what: &str, request: &BTreeMap<String, String>, answer: &BTreeMap<String, String>) -> Result<(), String> {
+    pub fn check_map(
+        &self,
+        what: &str,
+        request: &BTreeMap<String, String>,
+        answer: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
         let added = answer.keys().filter(|k| !request.contains_key(*k)).count();
         if added > self.max_added_entries {
-            return Err(format!("answer adds {added} {what} entries, more than {} (--max-hook-added-entries)", self.max_added_entries));
+            return Err(format!(
+                "answer adds {added} {what} entries, more than {} (--max-hook-added-entries)",
+                self.max_added_entries
+            ));
         }
         for (k, v) in answer {
             if request.get(k) != Some(v) && k.len() + v.len() > self.max_entry_bytes {

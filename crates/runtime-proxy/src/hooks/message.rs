@@ -4,7 +4,9 @@
 //! its encoding.
 
 use hook_api::merge;
-use hook_api::v1alpha1::{ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse};
+use hook_api::v1alpha1::{
+    ContainerResourceHookRequest, ContainerResourceHookResponse, PodSandboxHookRequest, PodSandboxHookResponse,
+};
 
 use crate::hooks::answer_check;
 use crate::hooks::limits::HookLimits;

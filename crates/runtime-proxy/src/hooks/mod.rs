@@ -4,8 +4,9 @@
 //!
 //! * [`Hooks`] — the shared state: the watched registry, the store, the dispatcher, the per-pod
 //!   locks, the skip label and the limits. One value per process, whatever the front end.
-//! * [`stages`] — the stage table: which hooked call runs which pre and post stage
-//!   (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0). CRI methods are its rows; Docker routes map onto the same rows.
+//! * [`stages`] — the stage table: which hooked call runs which pre and post stage (koord-runtime-proxy's
+//!   `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0). CRI methods are its rows; Docker routes map onto
+//!   the same rows.
 //! * [`flow`] — the one hook flow every front end drives a call through: pod lock, load from the
 //!   store, skip label, pre stage, edits, send, commit, post stage.
 //! * [`answer_check`] — whether a hook server's answer changes the hook request, read from its
@@ -89,7 +90,12 @@ pub struct Hooks {
 impl Hooks {
     /// Whether the pod (`labels`, `meta`) skips every hook (see [`SkipLabel::skips`]; `call`
     /// names the call in its log line).
-    pub fn skips(&self, labels: &BTreeMap<String, String>, meta: Option<&hook::PodSandboxMetadata>, call: &str) -> bool {
+    pub fn skips(
+        &self,
+        labels: &BTreeMap<String, String>,
+        meta: Option<&hook::PodSandboxMetadata>,
+        call: &str,
+    ) -> bool {
         self.skip_label.skips(labels, meta, call, &self.metrics)
     }
 }

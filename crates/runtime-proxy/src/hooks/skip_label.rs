@@ -36,7 +36,13 @@ impl SkipLabel {
     /// its namespace may use it. A pod that carries the label in another namespace does not
     /// skip: that is logged (WARN, naming the pod, its namespace and `call`) and counted in
     /// `metrics`.
-    pub fn skips(&self, labels: &BTreeMap<String, String>, pod: Option<&PodSandboxMetadata>, call: &str, metrics: &Metrics) -> bool {
+    pub fn skips(
+        &self,
+        labels: &BTreeMap<String, String>,
+        pod: Option<&PodSandboxMetadata>,
+        call: &str,
+        metrics: &Metrics,
+    ) -> bool {
         if labels.get(&self.key) != Some(&self.value) {
             return false;
         }
@@ -66,7 +72,11 @@ mod tests {
 
     #[test]
     fn honoured_only_in_the_allowed_namespaces() {
-        let skip = SkipLabel { key: "k".into(), value: "true".into(), namespaces: vec!["koordinator-system".into(), "kube-system".into()] };
+        let skip = SkipLabel {
+            key: "k".into(),
+            value: "true".into(),
+            namespaces: vec!["koordinator-system".into(), "kube-system".into()],
+        };
         let metrics = Metrics::new();
         let labelled: BTreeMap<String, String> = [("k".to_string(), "true".to_string())].into();
         assert!(skip.skips(&labelled, Some(&meta("koordinator-system")), "RunPodSandbox", &metrics));

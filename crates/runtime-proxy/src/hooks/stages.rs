@@ -1,6 +1,6 @@
-//! The stage table: every hooked call, named by its CRI RuntimeService method, with the hook
-//! stages it runs (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0). CRI mode looks its gRPC paths up here
-//! ([`crate::cri::intercept::lookup`]); Docker mode maps its routes onto the same rows
+//! The stage table: every hooked call, named by its CRI RuntimeService method, with the hook stages it runs
+//! (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0). CRI mode looks its gRPC
+//! paths up here ([`crate::cri::intercept::lookup`]); Docker mode maps its routes onto the same rows
 //! ([`crate::docker::intercept::ROUTES`]), so both run the same stages for the same call.
 //!
 //! # Adding a stage
@@ -37,8 +37,8 @@ pub enum Method {
     RestorePod,
 }
 
-/// One row of the interception table: a CRI RuntimeService method, its name (the last part of
-/// its gRPC path) and its hook stages (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0).
+/// One row of the interception table: a CRI RuntimeService method, its name (the last part of its gRPC path) and its
+/// hook stages (koord-runtime-proxy's `pkg/runtimeproxy/server/cri/criserver.go`, Koordinator v1.8.0).
 #[derive(Debug)]
 pub struct MethodSpec {
     /// The method this row is for.
@@ -57,16 +57,31 @@ pub struct MethodSpec {
 /// pod it restored ([`crate::cri::restore`]).
 pub const METHODS: [MethodSpec; 10] = [
     MethodSpec { method: Method::RunPodSandbox, name: "RunPodSandbox", pre: Some(Stage::PreRunPodSandbox), post: None },
-    MethodSpec { method: Method::StopPodSandbox, name: "StopPodSandbox", pre: None, post: Some(Stage::PostStopPodSandbox) },
+    MethodSpec {
+        method: Method::StopPodSandbox,
+        name: "StopPodSandbox",
+        pre: None,
+        post: Some(Stage::PostStopPodSandbox),
+    },
     MethodSpec { method: Method::RemovePodSandbox, name: "RemovePodSandbox", pre: None, post: None },
-    MethodSpec { method: Method::CreateContainer, name: "CreateContainer", pre: Some(Stage::PreCreateContainer), post: None },
+    MethodSpec {
+        method: Method::CreateContainer,
+        name: "CreateContainer",
+        pre: Some(Stage::PreCreateContainer),
+        post: None,
+    },
     MethodSpec {
         method: Method::StartContainer,
         name: "StartContainer",
         pre: Some(Stage::PreStartContainer),
         post: Some(Stage::PostStartContainer),
     },
-    MethodSpec { method: Method::StopContainer, name: "StopContainer", pre: None, post: Some(Stage::PostStopContainer) },
+    MethodSpec {
+        method: Method::StopContainer,
+        name: "StopContainer",
+        pre: None,
+        post: Some(Stage::PostStopContainer),
+    },
     MethodSpec { method: Method::RemoveContainer, name: "RemoveContainer", pre: None, post: None },
     MethodSpec {
         method: Method::UpdateContainerResources,

@@ -331,7 +331,8 @@ impl Store {
             pod_cgroup_parent,
             container_envs: _,
         } = hook;
-        let pod = shared.unwrap_or_else(|| Arc::new(PodPart { meta: pod_meta, labels: pod_labels, annotations: pod_annotations }));
+        let pod = shared
+            .unwrap_or_else(|| Arc::new(PodPart { meta: pod_meta, labels: pod_labels, annotations: pod_annotations }));
         let stored = StoredContainer {
             sandbox_id,
             pod,
@@ -360,7 +361,10 @@ impl Store {
 
     /// Number of (pod sandboxes, containers) known.
     pub fn len(&self) -> (usize, usize) {
-        (self.pods.read().unwrap_or_else(|p| p.into_inner()).len(), self.containers.read().unwrap_or_else(|p| p.into_inner()).by_id.len())
+        (
+            self.pods.read().unwrap_or_else(|p| p.into_inner()).len(),
+            self.containers.read().unwrap_or_else(|p| p.into_inner()).by_id.len(),
+        )
     }
 }
 
@@ -377,7 +381,11 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(300);
 
 /// Removes the entries of pod sandboxes and containers not in the live sets (removing a pod
 /// removes its containers). Returns the IDs removed: (pod sandboxes, containers).
-pub fn sweep(store: &Store, live_sandboxes: &HashSet<String>, live_containers: &HashSet<String>) -> (Vec<String>, Vec<String>) {
+pub fn sweep(
+    store: &Store,
+    live_sandboxes: &HashSet<String>,
+    live_containers: &HashSet<String>,
+) -> (Vec<String>, Vec<String>) {
     let (pods, containers) = store.ids();
     let mut removed_pods = Vec::new();
     let mut removed_containers = Vec::new();
@@ -447,13 +455,21 @@ mod tests {
     fn pod_resources_follow_a_resize() {
         let s = Store::new();
         let res = |shares| Some(LinuxContainerResources { cpu_shares: shares, ..Default::default() });
-        let pod =
-            PodSandboxHookRequest { cgroup_parent: "/kubepods/pod1".into(), overhead: res(10), resources: res(512), ..Default::default() };
+        let pod = PodSandboxHookRequest {
+            cgroup_parent: "/kubepods/pod1".into(),
+            overhead: res(10),
+            resources: res(512),
+            ..Default::default()
+        };
         s.put_pod("sb1", pod.clone());
         s.put_pod("sb2", pod.clone());
         let container = |sb: &str| ContainerEntry {
             sandbox_id: sb.into(),
-            hook: ContainerResourceHookRequest { pod_resources: res(512), container_resources: res(256), ..Default::default() },
+            hook: ContainerResourceHookRequest {
+                pod_resources: res(512),
+                container_resources: res(256),
+                ..Default::default()
+            },
         };
         s.put_container("c1", container("sb1"));
         s.put_container("c2", container("sb2"));
@@ -462,7 +478,11 @@ mod tests {
         assert_eq!((got.overhead, got.resources), (res(10), res(1024)), "absent overhead kept, resources replaced");
         assert_eq!(got.cgroup_parent, pod.cgroup_parent, "the rest as it was");
         let c1 = s.container("c1").unwrap().hook;
-        assert_eq!((c1.pod_resources, c1.container_resources), (res(1024), res(256)), "its container sees the pod's new resources");
+        assert_eq!(
+            (c1.pod_resources, c1.container_resources),
+            (res(1024), res(256)),
+            "its container sees the pod's new resources"
+        );
         assert_eq!(s.container("c2").unwrap(), container("sb2"), "another pod's container untouched");
         assert_eq!(s.pod("sb2").unwrap(), pod, "another pod untouched");
         assert!(s.update_pod_resources("sb1", res(20), None));
@@ -476,7 +496,12 @@ mod tests {
     /// CreateContainer builds it (pod fields copied from the pod; envs).
     fn pod_and_container(size: usize, name: &str) -> (PodSandboxHookRequest, ContainerEntry) {
         let pod = PodSandboxHookRequest {
-            pod_meta: Some(PodSandboxMetadata { name: "p".into(), uid: "u".into(), namespace: "ns".into(), attempt: 1 }),
+            pod_meta: Some(PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u".into(),
+                namespace: "ns".into(),
+                attempt: 1,
+            }),
             runtime_handler: "runc".into(),
             labels: [("app".to_owned(), "db".to_owned())].into(),
             annotations: (0..size / 1000).map(|i| (format!("a{i}"), "x".repeat(1000))).collect(),
@@ -488,7 +513,11 @@ mod tests {
             pod_meta: pod.pod_meta.clone(),
             container_meta: Some(ContainerMetadata { name: name.into(), attempt: 0, id: name.into() }),
             container_annotations: [("c".to_owned(), name.to_owned())].into(),
-            container_resources: Some(LinuxContainerResources { cpu_shares: 512, cpuset_cpus: "0-1".into(), ..Default::default() }),
+            container_resources: Some(LinuxContainerResources {
+                cpu_shares: 512,
+                cpuset_cpus: "0-1".into(),
+                ..Default::default()
+            }),
             pod_resources: pod.resources.clone(),
             pod_annotations: pod.annotations.clone(),
             pod_labels: pod.labels.clone(),
@@ -517,12 +546,19 @@ mod tests {
         let part = s.pods.read().unwrap()["sb"].part.clone();
         {
             let containers = &s.containers.read().unwrap().by_id;
-            assert!(containers.values().all(|c| Arc::ptr_eq(&c.pod, &part)), "every container points at the pod's part");
+            assert!(
+                containers.values().all(|c| Arc::ptr_eq(&c.pod, &part)),
+                "every container points at the pod's part"
+            );
         }
         assert_eq!(Arc::strong_count(&part), n + 2, "one copy: the pod's entry, {n} containers and this handle");
         for e in &entries {
             let id = &e.hook.container_meta.as_ref().unwrap().id;
-            assert_eq!(s.container(id).as_ref(), Some(&without_envs(e.clone())), "{id}: the request as put, field for field");
+            assert_eq!(
+                s.container(id).as_ref(),
+                Some(&without_envs(e.clone())),
+                "{id}: the request as put, field for field"
+            );
         }
         assert_eq!(s.pod("sb"), Some(pod.clone()), "the pod as put");
         drop(part);

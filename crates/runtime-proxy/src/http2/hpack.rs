@@ -112,7 +112,13 @@ pub struct Decoder {
 
 impl Default for Decoder {
     fn default() -> Decoder {
-        Decoder { table: VecDeque::new(), size: 0, max: DEFAULT_TABLE_SIZE, allowed: DEFAULT_TABLE_SIZE, scratch: BytesMut::new() }
+        Decoder {
+            table: VecDeque::new(),
+            size: 0,
+            max: DEFAULT_TABLE_SIZE,
+            allowed: DEFAULT_TABLE_SIZE,
+            scratch: BytesMut::new(),
+        }
     }
 }
 
@@ -330,7 +336,10 @@ mod tests {
     fn decoded(d: &mut Decoder, block: &[u8]) -> Result<Vec<(String, String)>, Error> {
         let mut out = Fields::default();
         d.decode(block, &mut out, 100, 1 << 20)?;
-        Ok(out.iter().map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned())).collect())
+        Ok(out
+            .iter()
+            .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned()))
+            .collect())
     }
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -346,7 +355,10 @@ mod tests {
     fn rfc_7541_appendix_c_4_requests_with_huffman_coding() {
         let mut d = Decoder::default();
         let first = decoded(&mut d, &hex("8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff")).unwrap();
-        assert_eq!(first, pairs(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")]));
+        assert_eq!(
+            first,
+            pairs(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")])
+        );
         let second = decoded(&mut d, &hex("8286 84be 5886 a8eb 1064 9cbf")).unwrap();
         assert_eq!(
             second,
@@ -403,8 +415,10 @@ mod tests {
         enc.update_max_size(256);
         let mut d = Decoder::default();
         let text = |s: &str| h2::hpack::BytesStr::try_from(bytes::Bytes::copy_from_slice(s.as_bytes())).unwrap();
-        let field =
-            |n: &'static str, v: &str| Header::Field { name: Some(HeaderName::from_static(n)), value: HeaderValue::from_str(v).unwrap() };
+        let field = |n: &'static str, v: &str| Header::Field {
+            name: Some(HeaderName::from_static(n)),
+            value: HeaderValue::from_str(v).unwrap(),
+        };
         for i in 0..50 {
             let headers: Vec<Header<Option<HeaderName>>> = vec![
                 Header::Method(Method::POST),

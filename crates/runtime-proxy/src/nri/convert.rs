@@ -34,7 +34,12 @@ use nri_plugin::proto::api as nri;
 
 /// The pod's metadata as the hook protocol has it.
 pub fn pod_meta(pod: &nri::PodSandbox) -> hook::PodSandboxMetadata {
-    hook::PodSandboxMetadata { name: pod.name.clone(), uid: pod.uid.clone(), namespace: pod.namespace.clone(), attempt: 0 }
+    hook::PodSandboxMetadata {
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        namespace: pod.namespace.clone(),
+        attempt: 0,
+    }
 }
 
 /// An NRI pod as a pod-level hook request (see the module table).
@@ -62,7 +67,11 @@ pub fn container_request(
     let resources = resources.or_else(|| container.linux.as_ref().and_then(|l| l.resources.as_ref()));
     hook::ContainerResourceHookRequest {
         pod_meta: Some(pod_meta(pod)),
-        container_meta: Some(hook::ContainerMetadata { name: container.name.clone(), attempt: 0, id: container.id.clone() }),
+        container_meta: Some(hook::ContainerMetadata {
+            name: container.name.clone(),
+            attempt: 0,
+            id: container.id.clone(),
+        }),
         container_annotations: map_of(&container.annotations),
         container_resources: Some(resources.map(cri_resources).unwrap_or_default()),
         pod_resources: linux.pod_resources.as_ref().map(cri_resources),
@@ -114,7 +123,8 @@ pub fn container_changes(
     created: bool,
 ) -> Changes {
     let mut changes = Changes::default();
-    let (b, a) = (before.container_resources.clone().unwrap_or_default(), after.container_resources.clone().unwrap_or_default());
+    let (b, a) =
+        (before.container_resources.clone().unwrap_or_default(), after.container_resources.clone().unwrap_or_default());
     changes.resources = resources_diff(&b, &a);
     if a.oom_score_adj != b.oom_score_adj {
         changes.unexpressed.push("container_resources.oom_score_adj");
@@ -133,7 +143,8 @@ pub fn container_changes(
         changes.unexpressed.push("pod_cgroup_parent");
     }
     let added = |after: &BTreeMap<String, String>, before: &BTreeMap<String, String>| -> Vec<(String, String)> {
-        let mut v: Vec<_> = after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut v: Vec<_> =
+            after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
         v.sort();
         v
     };
@@ -156,7 +167,10 @@ pub fn container_changes(
 /// The fields of `after` that differ from `before` as NRI resources, `None` when none do. A
 /// changed memory limit brings the swap limit along (kubelet's no swap beyond the limit) unless
 /// the answer changed swap itself.
-pub fn resources_diff(before: &hook::LinuxContainerResources, after: &hook::LinuxContainerResources) -> Option<nri::LinuxResources> {
+pub fn resources_diff(
+    before: &hook::LinuxContainerResources,
+    after: &hook::LinuxContainerResources,
+) -> Option<nri::LinuxResources> {
     let changed = |b: i64, a: i64| (a != b).then_some(a);
     let text = |b: &str, a: &str| if a != b { a.to_owned() } else { String::new() };
     let limit = changed(before.memory_limit_in_bytes, after.memory_limit_in_bytes);
@@ -168,7 +182,12 @@ pub fn resources_diff(before: &hook::LinuxContainerResources, after: &hook::Linu
         cpuset_mems: text(&before.cpuset_mems, &after.cpuset_mems),
         memory_limit: limit,
         memory_swap: changed(before.memory_swap_limit_in_bytes, after.memory_swap_limit_in_bytes).or(limit),
-        unified: after.unified.iter().filter(|(k, v)| before.unified.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect(),
+        unified: after
+            .unified
+            .iter()
+            .filter(|(k, v)| before.unified.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         rdt_class: None,
     }
     .into_nri()

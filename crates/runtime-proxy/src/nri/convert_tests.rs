@@ -28,7 +28,10 @@ fn cpu(shares: u64) -> nri::LinuxResources {
 #[test]
 fn requests_from_nri() {
     let p = pod_request(&pod());
-    assert_eq!(p.pod_meta.as_ref().map(|m| (m.name.as_str(), m.namespace.as_str(), m.uid.as_str())), Some(("p", "ns", "u")));
+    assert_eq!(
+        p.pod_meta.as_ref().map(|m| (m.name.as_str(), m.namespace.as_str(), m.uid.as_str())),
+        Some(("p", "ns", "u"))
+    );
     assert_eq!((p.cgroup_parent.as_str(), p.runtime_handler.as_str()), ("/kubepods/podu", "runc"));
     assert_eq!(p.annotations, [("ok".to_string(), "yes".to_string())].into(), "bytes that are not UTF-8 are left out");
     let c = nri::Container {
@@ -41,7 +44,10 @@ fn requests_from_nri() {
     };
     let r = container_request(&pod(), &c, None);
     assert_eq!(r.container_meta.as_ref().map(|m| (m.name.as_str(), m.id.as_str())), Some(("main", "c1")));
-    assert_eq!(r.container_envs, [("PATH".to_string(), "/bin".to_string()), ("A".to_string(), "b=c".to_string())].into());
+    assert_eq!(
+        r.container_envs,
+        [("PATH".to_string(), "/bin".to_string()), ("A".to_string(), "b=c".to_string())].into()
+    );
     assert_eq!((r.pod_labels["app"].as_str(), r.pod_cgroup_parent.as_str()), ("web", "/kubepods/podu"));
     assert_eq!(r.container_resources.unwrap().cpu_shares, 2);
     let updated = container_request(&pod(), &c, Some(&cpu(7)));
@@ -93,7 +99,10 @@ fn changes_to_adjustment_and_update() {
     let mut cleared = after.clone();
     cleared.container_resources.as_mut().unwrap().cpuset_cpus.clear();
     let changes = container_changes(&after, &cleared, false);
-    assert_eq!((changes.unexpressed.as_slice(), changes.resources), (&["container_resources.cpuset_cpus (cleared)"][..], None));
+    assert_eq!(
+        (changes.unexpressed.as_slice(), changes.resources),
+        (&["container_resources.cpuset_cpus (cleared)"][..], None)
+    );
 
     // Nothing changed: no adjustment, no update.
     let none = container_changes(&before, &before, false);

@@ -43,10 +43,18 @@ pub enum Kind {
 
 /// NRI's StartContainer comes before the start and PostStartContainer after it: the CRI row's
 /// pre and post stage, each at its own event.
-static START: MethodSpec =
-    MethodSpec { method: Method::StartContainer, name: "StartContainer", pre: Some(Stage::PreStartContainer), post: None };
-static POST_START: MethodSpec =
-    MethodSpec { method: Method::StartContainer, name: "PostStartContainer", pre: None, post: Some(Stage::PostStartContainer) };
+static START: MethodSpec = MethodSpec {
+    method: Method::StartContainer,
+    name: "StartContainer",
+    pre: Some(Stage::PreStartContainer),
+    post: None,
+};
+static POST_START: MethodSpec = MethodSpec {
+    method: Method::StartContainer,
+    name: "PostStartContainer",
+    pre: None,
+    post: Some(Stage::PostStartContainer),
+};
 
 impl Kind {
     /// The stage-table row the event runs.
@@ -154,7 +162,9 @@ impl flow::Front for NriCall {
 
     fn apply(&self, call: &Loaded, before: &BeforeHooks, mut out: NriAnswer) -> Result<NriAnswer, Refusal> {
         match (call, before) {
-            (Loaded::Pod(_, _, after), BeforeHooks::Pod(before)) => self.log_unexpressed(&convert::pod_changes(before, after)),
+            (Loaded::Pod(_, _, after), BeforeHooks::Pod(before)) => {
+                self.log_unexpressed(&convert::pod_changes(before, after))
+            }
             (Loaded::Container(id, entry), BeforeHooks::Container(before)) => {
                 let changes = convert::container_changes(before, &entry.hook, self.kind != Kind::CreateContainer);
                 self.log_unexpressed(&changes.unexpressed);

@@ -92,7 +92,8 @@ impl NriFront {
     async fn event(&mut self, call: NriCall) -> Result<NriAnswer, Refusal> {
         let key = call.pod.id.clone();
         let deadline = Some(Instant::now() + CALL_BUDGET);
-        let (answer, post) = flow::drive(&self.hooks, call.kind.spec(), &call, Some(&key), NriAnswer::default(), deadline).await?;
+        let (answer, post) =
+            flow::drive(&self.hooks, call.kind.spec(), &call, Some(&key), NriAnswer::default(), deadline).await?;
         if let Some(post) = post {
             tokio::spawn(post.run());
         }
@@ -108,7 +109,9 @@ impl NriFront {
             Kind::RemoveContainer | Kind::StopContainer => {
                 self.starting.remove(id);
             }
-            Kind::RemovePodSandbox => self.starting.retain(|_, u| self.hooks.store.sandbox_of(&u.container_id).is_some()),
+            Kind::RemovePodSandbox => {
+                self.starting.retain(|_, u| self.hooks.store.sandbox_of(&u.container_id).is_some())
+            }
             _ => {}
         }
         Ok(answer)
@@ -146,18 +149,33 @@ impl nri_plugin::Handler for NriFront {
         nri_plugin::event_mask(EVENTS)
     }
 
-    async fn synchronize(&mut self, pods: Vec<nri::PodSandbox>, containers: Vec<nri::Container>) -> Vec<nri::ContainerUpdate> {
+    async fn synchronize(
+        &mut self,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+    ) -> Vec<nri::ContainerUpdate> {
         self.rebuild_store(&pods, &containers);
         Vec::new()
     }
 
-    async fn create_container(&mut self, req: nri::CreateContainerRequest) -> Result<nri::CreateContainerResponse, Refusal> {
-        let call = NriCall { kind: Kind::CreateContainer, pod: req.pod.unwrap_or_default(), container: req.container, resources: None };
+    async fn create_container(
+        &mut self,
+        req: nri::CreateContainerRequest,
+    ) -> Result<nri::CreateContainerResponse, Refusal> {
+        let call = NriCall {
+            kind: Kind::CreateContainer,
+            pod: req.pod.unwrap_or_default(),
+            container: req.container,
+            resources: None,
+        };
         let answer = self.event(call).await?;
         Ok(nri::CreateContainerResponse { adjust: answer.adjust, update: Vec::new(), evict: Vec::new() })
     }
 
-    async fn update_container(&mut self, req: nri::UpdateContainerRequest) -> Result<nri::UpdateContainerResponse, Refusal> {
+    async fn update_container(
+        &mut self,
+        req: nri::UpdateContainerRequest,
+    ) -> Result<nri::UpdateContainerResponse, Refusal> {
         let (pod, container) = (req.pod.unwrap_or_default(), req.container);
         let call = NriCall { kind: Kind::UpdateContainer, pod, container, resources: req.linux_resources };
         let answer = self.event(call).await?;
@@ -165,7 +183,12 @@ impl nri_plugin::Handler for NriFront {
     }
 
     async fn stop_container(&mut self, req: nri::StopContainerRequest) -> Result<nri::StopContainerResponse, Refusal> {
-        let call = NriCall { kind: Kind::StopContainer, pod: req.pod.unwrap_or_default(), container: req.container, resources: None };
+        let call = NriCall {
+            kind: Kind::StopContainer,
+            pod: req.pod.unwrap_or_default(),
+            container: req.container,
+            resources: None,
+        };
         self.event(call).await?;
         Ok(nri::StopContainerResponse { update: Vec::new() })
     }

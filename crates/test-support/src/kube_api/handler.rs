@@ -102,7 +102,9 @@ async fn handle(Extract(app): Extract<App>, request: Request) -> Response {
             let found = app.state.store.lock().unwrap().objects.get(&key).cloned();
             found.ok_or_else(|| Status::not_found(resource, &name)).map(|object| reply.json(StatusCode::OK, &object))
         }
-        "update" => parse_body(&body).and_then(|new| replace(&app, resource, &key, new)).map(|new| reply.json(StatusCode::OK, &new)),
+        "update" => parse_body(&body)
+            .and_then(|new| replace(&app, resource, &key, new))
+            .map(|new| reply.json(StatusCode::OK, &new)),
         "patch" => patch(&app, resource, &key, &parts.headers, &body).map(|new| reply.json(StatusCode::OK, &new)),
         _ => app.state.write(|s| s.delete(resource, &key)).map(|gone| deleted(&reply, resource, &gone)),
     };
@@ -116,7 +118,8 @@ fn bearer_token(headers: &HeaderMap) -> Option<String> {
 }
 
 fn parse_body(body: &[u8]) -> Result<Value, Status> {
-    serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("the body of the request could not be decoded: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| Status::bad_request(format!("the body of the request could not be decoded: {e}")))
 }
 
 /// PUT: the body replaces the object; its `metadata.resourceVersion`, when set, must be the
@@ -124,7 +127,10 @@ fn parse_body(body: &[u8]) -> Result<Value, Status> {
 fn replace(app: &App, resource: &'static Resource, key: &Key, new: Value) -> Result<Value, Status> {
     let name = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(&key.name);
     if name != key.name {
-        return Err(Status::bad_request(format!("the name of the object ({name}) does not match the name on the URL ({})", key.name)));
+        return Err(Status::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({})",
+            key.name
+        )));
     }
     let expect = new.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
     app.state.write(|s| s.update(resource, key, expect.as_deref(), |_| Ok(new)))
@@ -227,7 +233,10 @@ fn list(app: &App, resource: &'static Resource, namespace: Option<&str>, params:
             (rv, Some(Key { plural: resource.plural, namespace: namespace.into(), name: name.into() }))
         }
     };
-    let mut selected = store.objects.iter().filter(|(key, object)| after.as_ref().is_none_or(|a| *key > a) && filter.selects(key, object));
+    let mut selected = store
+        .objects
+        .iter()
+        .filter(|(key, object)| after.as_ref().is_none_or(|a| *key > a) && filter.selects(key, object));
     let mut items = Vec::new();
     let mut last = None;
     for (key, object) in selected.by_ref().take(params.limit.unwrap_or(usize::MAX)) {
@@ -268,7 +277,12 @@ fn watch(app: &App, resource: &'static Resource, namespace: Option<&str>, params
     // "" and "0": the current objects first, as ADDED events ("start at most recent"/"any")
     let (from, initial) = match params.resource_version.as_str() {
         "" | "0" => {
-            let initial = store.objects.iter().filter(|(k, o)| filter.selects(k, o)).map(|(_, o)| event_line("ADDED", o)).collect();
+            let initial = store
+                .objects
+                .iter()
+                .filter(|(k, o)| filter.selects(k, o))
+                .map(|(_, o)| event_line("ADDED", o))
+                .collect();
             (store.rv, initial)
         }
         rv => match rv.parse::<u64>() {
@@ -289,7 +303,11 @@ fn watch(app: &App, resource: &'static Resource, namespace: Option<&str>, params
 }
 
 fn watch_response(body: Body) -> Response {
-    Response::builder().header(CACHE_CONTROL, "no-cache, private").header(CONTENT_TYPE, "application/json").body(body).unwrap()
+    Response::builder()
+        .header(CACHE_CONTROL, "no-cache, private")
+        .header(CONTENT_TYPE, "application/json")
+        .body(body)
+        .unwrap()
 }
 
 /// Counts an open watch while alive.

@@ -89,7 +89,8 @@ impl RecordedRequest {
 
     /// A watch: GET with `watch` set to anything but `0`/`false`.
     pub fn is_watch(&self) -> bool {
-        self.method == http::Method::GET && self.param("watch").is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+        self.method == http::Method::GET
+            && self.param("watch").is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
     }
 
     /// A list: GET on `path` (a collection path such as `/api/v1/pods`) without `watch`.
@@ -194,7 +195,8 @@ impl KubeApi {
     /// Writes `dir/kubeconfig-TOKEN` as [`KubeApi::kubeconfig`] but for the user with bearer
     /// `token` (which need not be known: an unknown one is answered 401, as 12).
     pub fn kubeconfig_with_token(&self, dir: impl AsRef<Path>, token: &str) -> PathBuf {
-        let file: String = token.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+        let file: String =
+            token.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
         self.write_kubeconfig(dir.as_ref().join(format!("kubeconfig-{file}")), token)
     }
 
@@ -241,7 +243,10 @@ impl KubeApi {
     /// it as stored. Panics when it exists, names no served resource, or has no name.
     pub fn create(&self, object: Value) -> Value {
         let resource = resource_of(&object);
-        self.inner.state.write(|s| s.create(resource, None, object)).unwrap_or_else(|status| panic!("kube_api create: {}", status.message))
+        self.inner
+            .state
+            .write(|s| s.create(resource, None, object))
+            .unwrap_or_else(|status| panic!("kube_api create: {}", status.message))
     }
 
     /// Creates `object`, or replaces the stored one of that name (keeping its uid and
@@ -353,7 +358,11 @@ impl KubeApi {
 
     /// Waits until a received request (also one before the call; see
     /// [`KubeApi::clear_requests`]) satisfies `matches`, and returns it. Panics after `timeout`.
-    pub async fn wait_for_request(&self, timeout: Duration, matches: impl Fn(&RecordedRequest) -> bool) -> RecordedRequest {
+    pub async fn wait_for_request(
+        &self,
+        timeout: Duration,
+        matches: impl Fn(&RecordedRequest) -> bool,
+    ) -> RecordedRequest {
         let found = tokio::time::timeout(timeout, async {
             loop {
                 if let Some(r) = self.inner.state.requests.lock().unwrap().iter().find(|r| matches(r)) {
@@ -362,7 +371,9 @@ impl KubeApi {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
-        found.await.unwrap_or_else(|_| panic!("kube_api: no such request within {timeout:?}; received: {:#?}", self.requests()))
+        found.await.unwrap_or_else(|_| {
+            panic!("kube_api: no such request within {timeout:?}; received: {:#?}", self.requests())
+        })
     }
 
     /// Watches being served now.
@@ -378,7 +389,9 @@ impl KubeApi {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
-        waited.await.unwrap_or_else(|_| panic!("kube_api: {} watches open after {timeout:?}, not {count}", self.open_watches()));
+        waited.await.unwrap_or_else(|_| {
+            panic!("kube_api: {} watches open after {timeout:?}, not {count}", self.open_watches())
+        });
     }
 
     /// Stops like a killed kube-apiserver: the port is closed (connections are refused) and
@@ -398,7 +411,8 @@ impl KubeApi {
     pub async fn restart(&self) {
         let mut running = self.inner.running.lock().unwrap();
         if running.is_none() {
-            let listener = bind(self.inner.port).unwrap_or_else(|e| panic!("kube_api: binding 127.0.0.1:{} again: {e}", self.inner.port));
+            let listener = bind(self.inner.port)
+                .unwrap_or_else(|e| panic!("kube_api: binding 127.0.0.1:{} again: {e}", self.inner.port));
             *running = Some(serve(listener, self.inner.state.clone()));
         }
     }
@@ -448,7 +462,8 @@ fn serve(listener: TcpListener, state: Arc<State>) -> Running {
                     Ok((stream, _)) => {
                         let service = TowerToHyperService::new(router.clone());
                         connections.spawn(async move {
-                            let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), service).await;
+                            let builder = auto::Builder::new(TokioExecutor::new());
+                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
                         });
                     }
                     Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,

@@ -71,7 +71,10 @@ pub(crate) static RESOURCES: &[Resource] = &[
 impl Resource {
     /// The resource with this plural; panics on one not served (test code passes a literal).
     pub fn by_plural(plural: &str) -> &'static Resource {
-        RESOURCES.iter().find(|r| r.plural == plural).unwrap_or_else(|| panic!("kube_api: no resource {plural:?} is served"))
+        RESOURCES
+            .iter()
+            .find(|r| r.plural == plural)
+            .unwrap_or_else(|| panic!("kube_api: no resource {plural:?} is served"))
     }
 
     /// The resource an object with this `apiVersion` and `kind` belongs to.
@@ -162,7 +165,10 @@ mod tests {
     fn paths() {
         let slo = Resource::by_plural("nodeslos");
         let pods = Resource::by_plural("pods");
-        assert_eq!(parse_path("/apis/slo.koordinator.sh/v1alpha1/nodeslos"), Some(Target::Collection { resource: slo, namespace: None }));
+        assert_eq!(
+            parse_path("/apis/slo.koordinator.sh/v1alpha1/nodeslos"),
+            Some(Target::Collection { resource: slo, namespace: None })
+        );
         assert_eq!(
             parse_path("/apis/slo.koordinator.sh/v1alpha1/nodeslos/node-a"),
             Some(Target::Object { resource: slo, namespace: None, name: "node-a".into() })
@@ -176,7 +182,11 @@ mod tests {
         );
         assert_eq!(
             parse_path("/api/v1/namespaces/default"),
-            Some(Target::Object { resource: Resource::by_plural("namespaces"), namespace: None, name: "default".into() })
+            Some(Target::Object {
+                resource: Resource::by_plural("namespaces"),
+                namespace: None,
+                name: "default".into()
+            })
         );
         assert_eq!(parse_path("/api/v1/namespaces/default/nodes"), None);
         assert_eq!(parse_path("/api/v2/pods"), None);

@@ -195,7 +195,10 @@ mod tests {
         assert_eq!(FieldSelector::parse("metadata.name=node-a", pods).unwrap().name(), Some("node-a"));
         assert_eq!(FieldSelector::parse("spec.foo=x", pods).unwrap_err(), "field label not supported: spec.foo");
         let slos = Resource::by_plural("nodeslos");
-        assert_eq!(FieldSelector::parse("spec.nodeName=x", slos).unwrap_err(), "field label not supported: spec.nodeName");
+        assert_eq!(
+            FieldSelector::parse("spec.nodeName=x", slos).unwrap_err(),
+            "field label not supported: spec.nodeName"
+        );
     }
 
     #[test]

@@ -56,12 +56,26 @@ fn is_zero(code: &u16) -> bool {
 impl Status {
     fn failure(code: u16, reason: &'static str, message: String, details: Option<Details>) -> Status {
         let details = details.map(Box::new);
-        Status { kind: "Status", api_version: "v1", metadata: Empty {}, status: "Failure", message, reason, details, code }
+        Status {
+            kind: "Status",
+            api_version: "v1",
+            metadata: Empty {},
+            status: "Failure",
+            message,
+            reason,
+            details,
+            code,
+        }
     }
 
     /// Details naming one object (`kind` is the plural, as kube-apiserver fills it).
     fn about(resource: &Resource, name: &str) -> Option<Details> {
-        Some(Details { name: name.to_owned(), group: resource.group, kind: resource.plural.to_owned(), ..Details::default() })
+        Some(Details {
+            name: name.to_owned(),
+            group: resource.group,
+            kind: resource.plural.to_owned(),
+            ..Details::default()
+        })
     }
 
     /// 200 Success after a DELETE (07-delete-nodeslo.txt): no message, reason or code.
@@ -83,7 +97,10 @@ impl Status {
             Some(ns) => format!("in the namespace {ns:?}"),
             None => "at the cluster scope".to_owned(),
         };
-        let why = format!("User {user:?} cannot {verb} resource {:?} in API group {:?} {scope}", resource.plural, resource.group);
+        let why = format!(
+            "User {user:?} cannot {verb} resource {:?} in API group {:?} {scope}",
+            resource.plural, resource.group
+        );
         let message = match name {
             "" => format!("{} is forbidden: {why}", resource.group_resource()),
             _ => format!("{} {name:?} is forbidden: {why}", resource.group_resource()),
@@ -120,7 +137,12 @@ impl Status {
 
     /// 405 for a method a path does not take (not recorded; kube-apiserver's wording).
     pub fn method_not_allowed() -> Status {
-        Status::failure(405, "MethodNotAllowed", "the server does not allow this method on the requested resource".into(), None)
+        Status::failure(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource".into(),
+            None,
+        )
     }
 
     /// 415 for a PATCH in a format other than `application/merge-patch+json`.
@@ -157,7 +179,12 @@ impl Status {
             causes: vec![Cause { reason: "FieldValueRequired", message: what.into(), field: "metadata.name" }],
             ..Details::default()
         };
-        Status::failure(422, "Invalid", format!("{} \"\" is invalid: metadata.name: {what}", resource.kind), Some(details))
+        Status::failure(
+            422,
+            "Invalid",
+            format!("{} \"\" is invalid: metadata.name: {what}", resource.kind),
+            Some(details),
+        )
     }
 
     /// The `ERROR` event's object for a watch from a compacted resourceVersion

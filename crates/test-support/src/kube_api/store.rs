@@ -81,7 +81,12 @@ impl Store {
     /// Stores a new object of `resource`. `namespace` is the request path's (`None` when the
     /// object says its own, as the test control API does; a namespaced object without one goes
     /// to `default`).
-    pub fn create(&mut self, resource: &'static Resource, namespace: Option<&str>, mut object: Value) -> Result<Value, Status> {
+    pub fn create(
+        &mut self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        mut object: Value,
+    ) -> Result<Value, Status> {
         check_kind(resource, &object)?;
         let meta = metadata(&mut object)?;
         if resource.namespaced {
@@ -149,7 +154,9 @@ impl Store {
     ) -> Result<Value, Status> {
         let old = self.objects.get(key).ok_or_else(|| Status::not_found(resource, &key.name))?;
         let old_meta = old["metadata"].as_object().cloned().unwrap_or_default();
-        if expect_rv.is_some_and(|rv| !rv.is_empty() && Some(rv) != old_meta.get("resourceVersion").and_then(Value::as_str)) {
+        if expect_rv
+            .is_some_and(|rv| !rv.is_empty() && Some(rv) != old_meta.get("resourceVersion").and_then(Value::as_str))
+        {
             return Err(Status::conflict(resource, &key.name));
         }
         let mut new = change(old)?;
@@ -184,7 +191,13 @@ impl Store {
         let mut object = self.objects.remove(key).ok_or_else(|| Status::not_found(resource, &key.name))?;
         self.rv += 1;
         object["metadata"]["resourceVersion"] = self.rv.to_string().into();
-        self.history.push(Change { rv: self.rv, kind: ChangeType::Deleted, key: key.clone(), old: None, new: object.clone() });
+        self.history.push(Change {
+            rv: self.rv,
+            kind: ChangeType::Deleted,
+            key: key.clone(),
+            old: None,
+            new: object.clone(),
+        });
         Ok(object)
     }
 }
@@ -215,7 +228,8 @@ fn check_kind(resource: &Resource, object: &Value) -> Result<(), Status> {
         return Err(Status::bad_request("the body of the request is not a JSON object".into()));
     }
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or(resource.kind);
-    let api_version = object.get("apiVersion").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| resource.api_version());
+    let api_version =
+        object.get("apiVersion").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| resource.api_version());
     if kind != resource.kind || api_version != resource.api_version() {
         return Err(Status::bad_request(format!(
             "the API version in the data ({api_version}) does not match the expected API version ({}), or kind {kind:?} is not {:?}",
@@ -350,7 +364,10 @@ mod tests {
                 Ok(new)
             })
             .unwrap();
-        assert_eq!((labelled["metadata"]["resourceVersion"].as_str(), labelled["metadata"]["generation"].as_i64()), (Some("3"), Some(1)));
+        assert_eq!(
+            (labelled["metadata"]["resourceVersion"].as_str(), labelled["metadata"]["generation"].as_i64()),
+            (Some("3"), Some(1))
+        );
         assert_eq!(labelled["metadata"]["uid"], created["metadata"]["uid"]);
         let conflict = store.update(slo, &key, Some("2"), |old| Ok(old.clone())).unwrap_err();
         assert_eq!(conflict.code, 409);
@@ -358,7 +375,11 @@ mod tests {
         assert_eq!(deleted["metadata"]["resourceVersion"], "4");
         assert_eq!(store.changes_after(2).len(), 2);
         let event = store
-            .create(Resource::by_plural("events"), Some("default"), json!({"metadata": {"generateName": "node-a."}, "reason": "R"}))
+            .create(
+                Resource::by_plural("events"),
+                Some("default"),
+                json!({"metadata": {"generateName": "node-a."}, "reason": "R"}),
+            )
             .unwrap();
         assert!(event["metadata"]["name"].as_str().unwrap().starts_with("node-a."));
         assert_eq!((event["kind"].as_str(), event["eventTime"].is_null()), (Some("Event"), true));

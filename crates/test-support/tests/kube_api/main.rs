@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::watcher::{self, watcher, Event};
@@ -32,7 +34,8 @@ async fn client(api: &KubeApi, dir: &tempfile::TempDir, token: Option<&str>) -> 
         None => api.kubeconfig(dir.path()),
     };
     let kubeconfig = Kubeconfig::read_from(&path).expect("the kubeconfig parses");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("a kube config");
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("a kube config");
     assert_eq!(config.cluster_url.to_string(), format!("{}/", api.url()));
     Client::try_from(config).expect("a kube client")
 }
@@ -99,7 +102,8 @@ async fn lists_select_by_field_and_page() {
     api.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}));
 
     let slos = Api::<DynamicObject>::all_with(client.clone(), &nodeslo_resource());
-    let listed = within("list", slos.list(&ListParams::default().fields("metadata.name=node-a").limit(500))).await.unwrap();
+    let listed =
+        within("list", slos.list(&ListParams::default().fields("metadata.name=node-a").limit(500))).await.unwrap();
     assert_eq!(listed.items.iter().map(|o| o.name_any()).collect::<Vec<_>>(), ["node-a"]);
     assert_eq!(listed.metadata.resource_version, Some(api.resource_version().to_string()));
     assert_eq!(listed.items[0].metadata.generation, Some(1));
@@ -111,12 +115,22 @@ async fn lists_select_by_field_and_page() {
     let request = api.requests().into_iter().find(|r| r.is_list_of("/api/v1/pods")).expect("the list was recorded");
     assert_eq!(request.param("fieldSelector").as_deref(), Some("spec.nodeName=node-a"));
 
-    let be = pods.list(&ListParams::default().labels("koordinator.sh/qosClass=BE").fields("spec.nodeName!=node-a")).await.unwrap();
+    let be = pods
+        .list(&ListParams::default().labels("koordinator.sh/qosClass=BE").fields("spec.nodeName!=node-a"))
+        .await
+        .unwrap();
     assert_eq!(be.items.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["p3"]);
     let first = pods.list(&ListParams::default().limit(2)).await.unwrap();
     assert_eq!((first.items.len(), first.metadata.remaining_item_count), (2, Some(1)));
-    let rest = pods.list(&ListParams::default().limit(2).continue_token(first.metadata.continue_.as_deref().unwrap())).await.unwrap();
-    assert_eq!(rest.items.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["p2"], "default/p1, default/p3, then kube-system/p2");
+    let rest = pods
+        .list(&ListParams::default().limit(2).continue_token(first.metadata.continue_.as_deref().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.items.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+        ["p2"],
+        "default/p1, default/p3, then kube-system/p2"
+    );
 
     let version = within("version", client.apiserver_version()).await.unwrap();
     assert_eq!((version.major.as_str(), version.minor.as_str(), version.git_version.as_str()), ("1", "31", "v1.31.14"));
@@ -144,14 +158,25 @@ async fn watch_sees_patch_delete_and_bookmarks() {
     };
 
     api.merge_patch("nodeslos", None, "node-b", json!({"spec": {"resourceUsedThresholdWithBE": {"enable": false}}}));
-    let patched =
-        api.merge_patch("nodeslos", None, "node-a", json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}));
+    let patched = api.merge_patch(
+        "nodeslos",
+        None,
+        "node-a",
+        json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}),
+    );
     let WatchEvent::Modified(modified) = next().await else { panic!("not MODIFIED") };
-    assert_eq!((modified.name_any(), policy(&modified), modified.metadata.generation), ("node-a".into(), "cpuset", Some(2)));
+    assert_eq!(
+        (modified.name_any(), policy(&modified), modified.metadata.generation),
+        ("node-a".into(), "cpuset", Some(2))
+    );
     assert_eq!(modified.resource_version().as_deref(), patched["metadata"]["resourceVersion"].as_str());
 
-    let same =
-        api.merge_patch("nodeslos", None, "node-a", json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}));
+    let same = api.merge_patch(
+        "nodeslos",
+        None,
+        "node-a",
+        json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}}),
+    );
     assert_eq!(same, patched, "a patch that changes nothing writes nothing");
     let gone = api.delete("nodeslos", None, "node-a").unwrap();
     let WatchEvent::Deleted(deleted) = next().await else { panic!("not DELETED") };
@@ -192,7 +217,9 @@ async fn watcher_lists_again_after_410_expired() {
     let config = watcher::Config::default().fields("metadata.name=node-a").timeout(1).disable_bookmarks();
     let mut events = drive(watcher(slos.clone(), config));
     assert!(matches!(within("Init", events.recv()).await, Some(Ok(Event::Init))));
-    assert!(matches!(within("InitApply", events.recv()).await, Some(Ok(Event::InitApply(o))) if o.name_any() == "node-a"));
+    assert!(
+        matches!(within("InitApply", events.recv()).await, Some(Ok(Event::InitApply(o))) if o.name_any() == "node-a")
+    );
     assert!(matches!(within("InitDone", events.recv()).await, Some(Ok(Event::InitDone))));
     let listed_at = api.resource_version().to_string();
     api.wait_for_watches(1, STEP).await;
@@ -209,7 +236,8 @@ async fn watcher_lists_again_after_410_expired() {
     assert!(matches!(within("InitDone", events.recv()).await, Some(Ok(Event::InitDone))));
 
     let requests = api.requests();
-    let expired = requests.iter().position(|r| r.is_watch() && r.param("resourceVersion").as_deref() == Some(&listed_at));
+    let expired =
+        requests.iter().position(|r| r.is_watch() && r.param("resourceVersion").as_deref() == Some(&listed_at));
     let relist = requests.iter().position(|r| r.is_list_of("/apis/slo.koordinator.sh/v1alpha1/nodeslos"));
     assert!(expired.is_some() && relist > expired, "a watch from {listed_at}, then a list: {requests:#?}");
     // the raw ERROR event, as 10 shows it
@@ -273,7 +301,8 @@ async fn unknown_token_401_forbidden_403() {
     api.set_forbidden("limited", "nodeslos");
     let limited = client(&api, &dir, Some("limited")).await;
     let slos = Api::<DynamicObject>::all_with(limited.clone(), &nodeslo_resource());
-    let status = api_error(within("403", slos.list(&ListParams::default().fields("metadata.name=node-a"))).await.unwrap_err());
+    let status =
+        api_error(within("403", slos.list(&ListParams::default().fields("metadata.name=node-a"))).await.unwrap_err());
     assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
     assert_eq!(
         status.message,
@@ -310,7 +339,9 @@ async fn streaming_lists_are_refused_422() {
         },
     };
     assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
-    assert!(status.message.contains("sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"));
+    assert!(status
+        .message
+        .contains("sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"));
     // kube's watcher with the streaming-list strategy fails the same way, so a client must list, then watch
     let mut events = watcher(slos, watcher::Config::default().streaming_lists()).boxed();
     assert!(within("watcher", events.next()).await.unwrap().is_err());
@@ -327,9 +358,15 @@ async fn missing_object_404_and_unserved_version_404_text() {
     assert_eq!(status.message, r#"nodeslos.slo.koordinator.sh "node-b" not found"#);
     assert!(within("get_opt", slos.get_opt("node-b")).await.unwrap().is_none());
 
-    let v1alpha2 = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("slo.koordinator.sh", "v1alpha2", "NodeSLO"), "nodeslos");
-    let status =
-        api_error(within("list", Api::<DynamicObject>::all_with(client, &v1alpha2).list(&ListParams::default())).await.unwrap_err());
+    let v1alpha2 = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("slo.koordinator.sh", "v1alpha2", "NodeSLO"),
+        "nodeslos",
+    );
+    let status = api_error(
+        within("list", Api::<DynamicObject>::all_with(client, &v1alpha2).list(&ListParams::default()))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(status.code, 404);
     assert_eq!(status.message, "404 page not found\n", "a text body, not a Status");
 }
@@ -349,7 +386,10 @@ async fn create_patch_delete_over_http() {
     let patch = json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuset"}}});
     let patched = within("patch", slos.patch("node-a", &PatchParams::default(), &Patch::Merge(&patch))).await.unwrap();
     assert_eq!((policy(&patched), patched.metadata.generation), ("cpuset", Some(2)));
-    assert_eq!(api.get("nodeslos", None, "node-a").unwrap()["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressPolicy"], "cpuset");
+    assert_eq!(
+        api.get("nodeslos", None, "node-a").unwrap()["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressPolicy"],
+        "cpuset"
+    );
     let stale = json!({"metadata": {"resourceVersion": created.resource_version()}, "spec": {"x": 1}});
     let conflict = api_error(slos.patch("node-a", &PatchParams::default(), &Patch::Merge(&stale)).await.unwrap_err());
     assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
@@ -392,7 +432,10 @@ async fn events_posted_are_kept() {
     assert_eq!(created.metadata.namespace.as_deref(), Some("default"));
     let kept = api.events();
     assert_eq!(kept.len(), 1);
-    assert_eq!((kept[0]["metadata"]["name"].as_str(), kept[0]["reason"].as_str()), (Some(name.as_str()), Some("RuleParseFailed")));
+    assert_eq!(
+        (kept[0]["metadata"]["name"].as_str(), kept[0]["reason"].as_str()),
+        (Some(name.as_str()), Some("RuleParseFailed"))
+    );
     let posted = api.wait_for_request(STEP, |r| r.method == "POST").await;
     assert_eq!(posted.path, "/api/v1/namespaces/default/events");
 }

@@ -43,7 +43,10 @@ fn exchanges() -> Vec<Exchange> {
         .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(|c: char| c.is_ascii_digit()))
         .collect();
     files.sort();
-    files.iter().map(|p| parse(p.file_name().unwrap().to_str().unwrap(), &std::fs::read_to_string(p).unwrap())).collect()
+    files
+        .iter()
+        .map(|p| parse(p.file_name().unwrap().to_str().unwrap(), &std::fs::read_to_string(p).unwrap()))
+        .collect()
 }
 
 fn parse(file: &str, text: &str) -> Exchange {
@@ -115,8 +118,13 @@ impl Lines {
                 return Some(String::from_utf8(line).unwrap());
             }
             match within("a body line", self.body.frame()).await {
-                Some(frame) => self.buffer.extend_from_slice(frame.unwrap().data_ref().map(|d| &d[..]).unwrap_or_default()),
-                None => return (!self.buffer.is_empty()).then(|| String::from_utf8(std::mem::take(&mut self.buffer)).unwrap()),
+                Some(frame) => {
+                    self.buffer.extend_from_slice(frame.unwrap().data_ref().map(|d| &d[..]).unwrap_or_default())
+                }
+                None => {
+                    return (!self.buffer.is_empty())
+                        .then(|| String::from_utf8(std::mem::take(&mut self.buffer)).unwrap())
+                }
             }
         }
     }
@@ -148,7 +156,8 @@ fn assert_subset(ours: &Value, recorded: &Value, at: &str) {
     match (ours, recorded) {
         (Value::Object(ours), Value::Object(recorded)) => {
             for (key, value) in ours {
-                let theirs = recorded.get(key).unwrap_or_else(|| panic!("{at}.{key}: the real server sends no such member"));
+                let theirs =
+                    recorded.get(key).unwrap_or_else(|| panic!("{at}.{key}: the real server sends no such member"));
                 assert_subset(value, theirs, &format!("{at}.{key}"));
             }
         }
@@ -161,7 +170,8 @@ fn assert_subset(ours: &Value, recorded: &Value, at: &str) {
 
 /// Compares one JSON document (an answer or a watch event's line).
 fn compare_json(file: &str, ours: &str, recorded: &str) {
-    let (mut ours, mut recorded): (Value, Value) = (serde_json::from_str(ours).unwrap(), serde_json::from_str(recorded).unwrap());
+    let (mut ours, mut recorded): (Value, Value) =
+        (serde_json::from_str(ours).unwrap(), serde_json::from_str(recorded).unwrap());
     blank(&mut ours);
     blank(&mut recorded);
     let object = recorded.get("object").unwrap_or(&recorded);
@@ -197,7 +207,8 @@ fn compare_head(x: &Exchange, response: &http::Response<Incoming>) {
         .map(|n| n.as_str().to_owned())
         .filter(|n| !matches!(n.as_str(), "date" | "content-length" | "transfer-encoding"))
         .collect();
-    let mut recorded: Vec<String> = x.headers.iter().map(|(n, _)| n.clone()).filter(|n| n != "content-length").collect();
+    let mut recorded: Vec<String> =
+        x.headers.iter().map(|(n, _)| n.clone()).filter(|n| n != "content-length").collect();
     ours.sort();
     recorded.sort();
     assert_eq!(ours, recorded, "{}: header names", x.file);
@@ -242,14 +253,18 @@ async fn recorded_exchanges_are_answered_alike() {
             body.push_str(&line);
         }
         connection.abort();
-        let kind = serde_json::from_str::<Value>(&x.body).ok().and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned));
+        let kind = serde_json::from_str::<Value>(&x.body)
+            .ok()
+            .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned));
         match (number, kind.as_deref()) {
             ("07", _) => {
                 let recorded_uid = "483f9cfa-f6f0-4629-9c30-1e9e7fb98a5d";
                 let ours: Value = serde_json::from_str(&body).unwrap();
                 assert_eq!(body.replace(ours["details"]["uid"].as_str().unwrap(), recorded_uid), x.body, "{}", x.file);
             }
-            ("10", _) => assert_eq!(body.replace(&format!("({})", api.resource_version()), "(208)"), x.body, "{}", x.file),
+            ("10", _) => {
+                assert_eq!(body.replace(&format!("({})", api.resource_version()), "(208)"), x.body, "{}", x.file)
+            }
             ("19", _) | (_, Some("Status")) => assert_eq!(body, x.body, "{}", x.file),
             _ => compare_json(&x.file, &body, &x.body),
         }

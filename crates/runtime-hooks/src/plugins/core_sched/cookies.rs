@@ -126,7 +126,12 @@ impl CookieCache {
         let cookie = match ops.get(pids[0]) {
             Ok(c) if c != 0 => c,
             other => {
-                tracing::debug!(container = key, group, "core sched: no cookie on {} after creating one: {other:?}", pids[0]);
+                tracing::debug!(
+                    container = key,
+                    group,
+                    "core sched: no cookie on {} after creating one: {other:?}",
+                    pids[0]
+                );
                 return Outcome::Unchanged;
             }
         };
@@ -159,7 +164,8 @@ impl CookieCache {
             return Some(Outcome::Unchanged);
         }
         let mut stale = Vec::new();
-        let candidates: Vec<u32> = holding.iter().copied().chain(entry.pids.iter().copied().filter(|p| !holding.contains(p))).collect();
+        let candidates: Vec<u32> =
+            holding.iter().copied().chain(entry.pids.iter().copied().filter(|p| !holding.contains(p))).collect();
         let sibling = candidates.into_iter().find(|s| {
             holding.contains(s)
                 || match ops.get(*s) {
@@ -192,7 +198,8 @@ impl CookieCache {
             return Outcome::Unchanged;
         }
         let holding: Vec<u32> = pids.iter().copied().filter(|p| matches!(ops.get(*p), Ok(c) if c != 0)).collect();
-        let failed: Vec<u32> = if holding.is_empty() { Vec::new() } else { ops.clear(&holding).into_iter().map(|(p, _)| p).collect() };
+        let failed: Vec<u32> =
+            if holding.is_empty() { Vec::new() } else { ops.clear(&holding).into_iter().map(|(p, _)| p).collect() };
         let cleared: Vec<u32> = holding.into_iter().filter(|p| !failed.contains(p)).collect();
         if let Some(e) = self.groups.get_mut(&last) {
             e.pids.retain(|p| !pids.contains(p) || failed.contains(p));

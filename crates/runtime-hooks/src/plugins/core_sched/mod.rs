@@ -181,7 +181,9 @@ impl Plugin for CoreSched {
                 Outcome::Created(c) => {
                     tracing::info!(container = %key, group = %group, "core sched: new cookie {c:#x} for {} process(es)", pids.len())
                 }
-                Outcome::Assigned(c, p) => tracing::info!(container = %key, group = %group, "core sched: cookie {c:#x} shared to {p:?}"),
+                Outcome::Assigned(c, p) => {
+                    tracing::info!(container = %key, group = %group, "core sched: cookie {c:#x} shared to {p:?}")
+                }
                 Outcome::Cleared(p) => tracing::info!(container = %key, "core sched: cookie cleared on {p:?}"),
             }
         }

@@ -45,7 +45,12 @@ fn state(root: &Path, pod: PodContext, sandbox: &[u32], containers: &[(&str, &[u
         let dir = format!("{pod_dir}/{id}");
         write(&dir, pids);
         s.containers.push(ContainerState {
-            container: ContainerContext { pod: pod.clone(), name: id.to_string(), id: id.to_string(), ..Default::default() },
+            container: ContainerContext {
+                pod: pod.clone(),
+                name: id.to_string(),
+                id: id.to_string(),
+                ..Default::default()
+            },
             cgroup_dir: Some(dir),
         });
     }
@@ -89,9 +94,24 @@ fn cookies_per_group_for_containers_and_sandboxes() {
     let t = tempfile::tempdir().unwrap();
     let fake = Arc::new(FakeCoreSched::new());
     let h = host(t.path(), &fake);
-    let a = state(t.path(), pod("a", &[(QOS_CLASS_KEY, "LS"), (LABEL_GROUP_ID, "g")], "burstable"), &[9], &[("c1", &[10, 11])]);
-    let b = state(t.path(), pod("b", &[(QOS_CLASS_KEY, "LS"), (LABEL_GROUP_ID, "g")], "burstable"), &[19], &[("c2", &[20])]);
-    let c = state(t.path(), pod("c", &[(QOS_CLASS_KEY, "BE"), (LABEL_GROUP_ID, "g")], "besteffort"), &[29], &[("c3", &[30])]);
+    let a = state(
+        t.path(),
+        pod("a", &[(QOS_CLASS_KEY, "LS"), (LABEL_GROUP_ID, "g")], "burstable"),
+        &[9],
+        &[("c1", &[10, 11])],
+    );
+    let b = state(
+        t.path(),
+        pod("b", &[(QOS_CLASS_KEY, "LS"), (LABEL_GROUP_ID, "g")], "burstable"),
+        &[19],
+        &[("c2", &[20])],
+    );
+    let c = state(
+        t.path(),
+        pod("c", &[(QOS_CLASS_KEY, "BE"), (LABEL_GROUP_ID, "g")], "besteffort"),
+        &[29],
+        &[("c3", &[30])],
+    );
     let plugin = CoreSched::default();
     plugin.node(&NodePods::given(&[a.clone(), b.clone(), c.clone()]), &on(), &h).unwrap();
     let ls = fake.cookie(10);
@@ -150,7 +170,8 @@ fn containers_never_given_a_cookie_are_left_alone() {
     let t = tempfile::tempdir().unwrap();
     let fake = Arc::new(FakeCoreSched::new());
     let h = host(t.path(), &fake);
-    let p = state(t.path(), pod("d", &[(QOS_CLASS_KEY, "LS"), (LABEL_POLICY, "none")], "burstable"), &[], &[("c4", &[41])]);
+    let p =
+        state(t.path(), pod("d", &[(QOS_CLASS_KEY, "LS"), (LABEL_POLICY, "none")], "burstable"), &[], &[("c4", &[41])]);
     let q = state(t.path(), pod("e", &[(QOS_CLASS_KEY, "LSR")], "guaranteed"), &[], &[("c5", &[40])]);
     let plugin = CoreSched::default();
     plugin.node(&NodePods::given(&[p.clone(), q.clone()]), &on(), &h).unwrap();
@@ -219,7 +240,10 @@ fn cpu_idle_of_kube_qos_dirs() {
     std::fs::create_dir_all(t.path().join("kubepods/besteffort")).unwrap();
     std::fs::write(t.path().join("kubepods/besteffort/cpu.idle"), "0\n").unwrap();
     let fs = crate::cgroup::CgroupFs::new(t.path(), crate::cgroup::CgroupVersion::V2);
-    assert!(matches!(fs.apply("/kubepods/besteffort", &CgroupValue::CpuIdle(1)).unwrap(), crate::cgroup::Written::Corrected(_)));
+    assert!(matches!(
+        fs.apply("/kubepods/besteffort", &CgroupValue::CpuIdle(1)).unwrap(),
+        crate::cgroup::Written::Corrected(_)
+    ));
     assert_eq!(std::fs::read_to_string(t.path().join("kubepods/besteffort/cpu.idle")).unwrap(), "1");
     std::fs::create_dir_all(t.path().join("kubepods/burstable")).unwrap();
     assert_eq!(fs.apply("/kubepods/burstable", &CgroupValue::CpuIdle(1)).unwrap(), crate::cgroup::Written::Unsupported);

@@ -190,7 +190,8 @@ impl Plugin for Resctrl {
             return Ok(());
         };
         let cbm_text = fs.cbm_mask()?;
-        let cbm = u64::from_str_radix(&cbm_text, 16).map_err(|_| anyhow::anyhow!("resctrl cbm_mask {cbm_text:?} is not hex"))?;
+        let cbm = u64::from_str_radix(&cbm_text, 16)
+            .map_err(|_| anyhow::anyhow!("resctrl cbm_mask {cbm_text:?} is not hex"))?;
         let ids = schemata::cache_ids(&fs.root_schemata()?);
         let mut errors = Vec::new();
         let mut wanted = BTreeSet::new();
@@ -211,8 +212,11 @@ impl Plugin for Resctrl {
         let mut first_seen = self.first_seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut seen_groups = self.seen_groups.lock().unwrap_or_else(|e| e.into_inner());
         seen_groups.extend(wanted.iter().cloned());
-        let candidates: Vec<String> =
-            if self.partial_view { seen_groups.iter().filter(|g| !wanted.contains(*g)).cloned().collect() } else { fs.groups()? };
+        let candidates: Vec<String> = if self.partial_view {
+            seen_groups.iter().filter(|g| !wanted.contains(*g)).cloned().collect()
+        } else {
+            fs.groups()?
+        };
         for group in candidates.into_iter().filter(|g| g.starts_with(GROUP_PREFIX) && !wanted.contains(g)) {
             let seen = *first_seen.entry(group.clone()).or_insert(now);
             if now.duration_since(seen) < self.grace {

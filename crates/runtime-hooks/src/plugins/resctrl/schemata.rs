@@ -161,7 +161,9 @@ pub fn holds(current: &str, desired: &str) -> bool {
     want.iter().all(|(res, values)| {
         let radix = if res == "MB" { 10 } else { 16 };
         let num = |s: &str| u64::from_str_radix(s, radix).ok();
-        values.iter().all(|(id, v)| cur.get(res).and_then(|m| m.get(id)).is_some_and(|c| num(c).is_some() && num(c) == num(v)))
+        values
+            .iter()
+            .all(|(id, v)| cur.get(res).and_then(|m| m.get(id)).is_some_and(|c| num(c).is_some() && num(c) == num(v)))
     })
 }
 
@@ -243,9 +245,11 @@ mod tests {
         assert_eq!(ids, [0, 1]);
         let c = parse(r#"{"llc":{"schemata":{"range":[0,30]}},"mb":{"schemata":{"percent":35}}}"#).unwrap();
         assert_eq!(compute(&c, 0x7ff, &ids, &Vendor::Intel), "L3:0=f;1=f;\nMB:0=40;1=40;\n");
-        let c = parse(r#"{"llc":{"schemata":{"range":[0,30]},"schemataPerCache":[{"cacheID":1,"range":[50,100]}]}}"#).unwrap();
+        let c = parse(r#"{"llc":{"schemata":{"range":[0,30]},"schemataPerCache":[{"cacheID":1,"range":[50,100]}]}}"#)
+            .unwrap();
         assert_eq!(compute(&c, 0x7ff, &ids, &Vendor::Intel), "L3:0=f;1=7c0;\n", "no mb: no MB line");
-        let c = parse(r#"{"mb":{"schemataPerCache":[{"cacheID":0,"percent":20},{"cacheID":1,"percent":100}]}}"#).unwrap();
+        let c =
+            parse(r#"{"mb":{"schemataPerCache":[{"cacheID":0,"percent":20},{"cacheID":1,"percent":100}]}}"#).unwrap();
         assert_eq!(compute(&c, 0x7ff, &ids, &Vendor::Amd), "MB:0=32;1=2048;\n");
         let c = parse(r#"{"llc":{"schemataPerCache":[{"cacheID":3,"range":[0,50]}]}}"#).unwrap();
         assert_eq!(compute(&c, 0x7ff, &ids, &Vendor::Intel), "", "an unknown cache id invalidates L3");
@@ -256,11 +260,17 @@ mod tests {
 
     #[test]
     fn bad_annotations_are_errors() {
-        for bad in ["", "[", r#"{"mb":{"schemata":{"percent":"50"}}}"#, r#"{"llc":{"schemata":{"range":[0.5,30]}}}"#, "[1]"] {
+        for bad in
+            ["", "[", r#"{"mb":{"schemata":{"percent":"50"}}}"#, r#"{"llc":{"schemata":{"range":[0.5,30]}}}"#, "[1]"]
+        {
             let e = parse(bad).unwrap_err().to_string();
             assert!(e.contains(ANNOTATION), "{bad}: {e}");
         }
-        assert_eq!(parse(r#"{"other":1}"#).unwrap(), ResctrlConfig::default(), "unknown fields are ignored, as Go does");
+        assert_eq!(
+            parse(r#"{"other":1}"#).unwrap(),
+            ResctrlConfig::default(),
+            "unknown fields are ignored, as Go does"
+        );
     }
 
     #[test]

@@ -136,7 +136,9 @@ fn a_bad_annotation_fails_only_this_plugin_and_only_that_pod() {
     assert!(!n.resctrl.join("koordlet-bad").exists());
     let e = plugin.pod(Stage::PreRunPodSandbox, &bad.pod, &Rules::default()).unwrap_err();
     assert!(e.to_string().contains(ANNOTATION));
-    assert!(plugin.pod(Stage::PreRunPodSandbox, &pod(&n.cgroups, "ok", Some(LLC_MB), &[]).pod, &Rules::default()).is_ok());
+    assert!(plugin
+        .pod(Stage::PreRunPodSandbox, &pod(&n.cgroups, "ok", Some(LLC_MB), &[]).pod, &Rules::default())
+        .is_ok());
 }
 
 #[test]
@@ -197,7 +199,11 @@ fn rdt_class_only_for_groups_on_the_kernels_mount() {
     let plugin = Resctrl::with_grace(Duration::ZERO);
     let a = pod(&n.cgroups, "a", Some(LLC_MB), &[100]);
     let c = &a.containers[0].container;
-    assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap(), Change::default(), "no group yet");
+    assert_eq!(
+        plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap(),
+        Change::default(),
+        "no group yet"
+    );
     plugin.node(&NodePods::given(std::slice::from_ref(&a)), &Rules::default(), &n.host).unwrap();
     assert_eq!(
         plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class,
@@ -209,7 +215,14 @@ fn rdt_class_only_for_groups_on_the_kernels_mount() {
     let change = plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap();
     assert_eq!(change.rdt_class.as_deref(), Some("koordlet-a"));
     let plain = pod(&n.cgroups, "p", None, &[200]);
-    assert_eq!(plugin.container(Stage::PreCreateContainer, &plain.containers[0].container, &Rules::default()).unwrap(), Change::default());
+    assert_eq!(
+        plugin.container(Stage::PreCreateContainer, &plain.containers[0].container, &Rules::default()).unwrap(),
+        Change::default()
+    );
     plugin.pod_removed(&a, &Rules::default(), &n.host).unwrap();
-    assert_eq!(plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class, None, "group removed");
+    assert_eq!(
+        plugin.container(Stage::PreCreateContainer, c, &Rules::default()).unwrap().rdt_class,
+        None,
+        "group removed"
+    );
 }

@@ -1,4 +1,5 @@
-//! Flow control: each peer's connection window as the relay sends to it, frames held for room, WINDOW_UPDATEs read ahead of them, and the frame walk both sides share.
+//! Flow control: each peer's connection window as the relay sends to it, frames held for room, WINDOW_UPDATEs read
+//! ahead of them, and the frame walk both sides share.
 
 use super::*;
 
@@ -85,7 +86,9 @@ impl Core {
     pub(super) fn frames(&mut self, from: Side) -> Result<(), Fatal> {
         let (mut input, max_frame) = match from {
             Side::Client => (std::mem::take(&mut self.client.input), self.backend.max_frame),
-            Side::Backend => (std::mem::take(&mut self.backend.input), self.client.max_frame.max(frame::DEFAULT_MAX_FRAME)),
+            Side::Backend => {
+                (std::mem::take(&mut self.backend.input), self.client.max_frame.max(frame::DEFAULT_MAX_FRAME))
+            }
         };
         let mut at = 0;
         let result = loop {

@@ -276,7 +276,10 @@ impl Core {
         }
         match route {
             Route::Relay => {
-                self.streams.insert(id, Stream { method: path, start, head_sent: false, kind: StreamKind::Relayed { deadline } });
+                self.streams.insert(
+                    id,
+                    Stream { method: path, start, head_sent: false, kind: StreamKind::Relayed { deadline } },
+                );
             }
             Route::Intercept(_) => {
                 // A call with a body: its head waits for it (unless other bytes go anyway).

@@ -95,7 +95,8 @@ impl Core {
                     }
                     self.release_client_held();
                     self.flush_pending();
-                } else if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream) {
+                } else if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream)
+                {
                     i.window += i64::from(increment);
                     self.flush_send(head.stream);
                 } else if on_stream {
@@ -138,8 +139,13 @@ impl Core {
             }
             kind::RST_STREAM => {
                 self.to_client.extend_from_slice(raw);
-                let code = if head.len == 4 { u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]]) } else { reason::PROTOCOL_ERROR };
-                let status = Status::new(Code::UNAVAILABLE, format!("stream reset by the backend: {}", h2::Reason::from(code)));
+                let code = if head.len == 4 {
+                    u32::from_be_bytes([raw[9], raw[10], raw[11], raw[12]])
+                } else {
+                    reason::PROTOCOL_ERROR
+                };
+                let status =
+                    Status::new(Code::UNAVAILABLE, format!("stream reset by the backend: {}", h2::Reason::from(code)));
                 if let Some(Stream { kind: StreamKind::Intercepted(i), .. }) = self.streams.get_mut(&head.stream) {
                     i.answered(Err(status.clone()));
                 }
@@ -169,7 +175,11 @@ impl Core {
             }
             if head.has(flag::END_STREAM) {
                 // Ended without trailers: the answer's status is the head's, if any.
-                let answer = Answer { head: i.head.take().unwrap_or_default(), data: std::mem::take(&mut i.data).freeze(), trailers: None };
+                let answer = Answer {
+                    head: i.head.take().unwrap_or_default(),
+                    data: std::mem::take(&mut i.data).freeze(),
+                    trailers: None,
+                };
                 i.answered(Ok(answer));
             }
         }
@@ -217,7 +227,8 @@ impl Core {
                 // call's status, and to follow the table): that waits until the write is done.
                 stream.head_sent = true;
                 self.to_client.extend_from_slice(raw);
-                let ended = if end_stream { self.streams.remove(&id).map(|s| (s.method, s.start.elapsed())) } else { None };
+                let ended =
+                    if end_stream { self.streams.remove(&id).map(|s| (s.method, s.start.elapsed())) } else { None };
                 let at = self.undecoded_bytes.len();
                 self.undecoded_bytes.extend_from_slice(fragment);
                 self.undecoded.push((at..self.undecoded_bytes.len(), ended));
@@ -263,7 +274,13 @@ impl Core {
         if self.b_verbatim {
             self.to_client.extend_from_slice(raw);
         } else {
-            frame::put_headers(&mut self.to_client, id, end_stream, &literal_block(&self.headers), self.client.max_frame);
+            frame::put_headers(
+                &mut self.to_client,
+                id,
+                end_stream,
+                &literal_block(&self.headers),
+                self.client.max_frame,
+            );
         }
         if end_stream {
             let status = status_of(&self.headers);

@@ -1,4 +1,5 @@
-//! Header blocks: assembled from HEADERS and CONTINUATION frames, decoded, and the fields and literal blocks the relay reads and writes.
+//! Header blocks: assembled from HEADERS and CONTINUATION frames, decoded, and the fields and literal blocks the relay
+//! reads and writes.
 
 use super::*;
 
@@ -32,7 +33,11 @@ pub(super) struct HeaderBlock<'a> {
 /// Errors: any other frame while a block is open (the block is interrupted), a CONTINUATION
 /// without a block, padding or priority fields that do not fit the frame, a block over
 /// [`MAX_HEADER_LIST_SIZE`].
-pub(super) fn assemble<'a>(pending: &mut Option<PendingHeaderBlock>, head: Head, raw: &'a [u8]) -> Result<Option<HeaderBlock<'a>>, Fatal> {
+pub(super) fn assemble<'a>(
+    pending: &mut Option<PendingHeaderBlock>,
+    head: Head,
+    raw: &'a [u8],
+) -> Result<Option<HeaderBlock<'a>>, Fatal> {
     let Some(block) = pending else {
         if head.kind != kind::HEADERS {
             return Err(Fatal(reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS"));
@@ -47,7 +52,12 @@ pub(super) fn assemble<'a>(pending: &mut Option<PendingHeaderBlock>, head: Head,
                 fragment: Cow::Borrowed(fragment),
             }));
         }
-        *pending = Some(PendingHeaderBlock { stream: head.stream, flags: head.flags, raw: raw.to_vec(), fragment: fragment.to_vec() });
+        *pending = Some(PendingHeaderBlock {
+            stream: head.stream,
+            flags: head.flags,
+            raw: raw.to_vec(),
+            fragment: fragment.to_vec(),
+        });
         return Ok(None);
     };
     if head.kind != kind::CONTINUATION || head.stream != block.stream {
@@ -136,7 +146,9 @@ pub(super) fn fields_where(headers: &Fields, keep: impl Fn(&[u8]) -> bool) -> He
 pub(super) fn status_of(headers: &Fields) -> Status {
     let code = headers.get(b"grpc-status").and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok());
     match code {
-        Some(c) => Status::new(Code(c), std::str::from_utf8(headers.get(b"grpc-message").unwrap_or_default()).unwrap_or("")),
+        Some(c) => {
+            Status::new(Code(c), std::str::from_utf8(headers.get(b"grpc-message").unwrap_or_default()).unwrap_or(""))
+        }
         None => Status::new(Code::UNKNOWN, "backend ended the call without a grpc-status"),
     }
 }

@@ -129,7 +129,13 @@ const ANSWER_COPY_LIMIT: usize = 16 << 20;
 /// Serves one client connection until it ends (see the module docs). `max_streams`: most calls
 /// at once on it (`--max-concurrent-streams`); `stop` turns true at shutdown; intercepted and
 /// taken-over calls run as tasks of `tasks`.
-pub async fn serve_connection(client: UnixStream, router: Arc<Router>, tasks: TaskTracker, stop: watch::Receiver<bool>, max_streams: u32) {
+pub async fn serve_connection(
+    client: UnixStream,
+    router: Arc<Router>,
+    tasks: TaskTracker,
+    stop: watch::Receiver<bool>,
+    max_streams: u32,
+) {
     let client = match Socket::new(client) {
         Ok(s) => s,
         Err(e) => {
@@ -138,10 +144,11 @@ pub async fn serve_connection(client: UnixStream, router: Arc<Router>, tasks: Ta
         }
     };
     let runtime = router.runtime();
-    let (backend, gone) = match runtime.dial_raw().await.and_then(|s| Socket::new(s).map_err(|e| unavailable(runtime, &e))) {
-        Ok(s) => (Some(s), None),
-        Err(status) => (None, Some(status.message)),
-    };
+    let (backend, gone) =
+        match runtime.dial_raw().await.and_then(|s| Socket::new(s).map_err(|e| unavailable(runtime, &e))) {
+            Ok(s) => (Some(s), None),
+            Err(status) => (None, Some(status.message)),
+        };
     let mut stop = stop;
     let stopped: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
         while !*stop.borrow_and_update() {
@@ -318,9 +325,11 @@ impl Relay {
             let room = self.core.to_backend.len() < HIGH_WATER && self.core.to_client.len() < HIGH_WATER;
             // With a frame held, reading goes on up to HIGH_WATER and one whole frame more (see
             // `window_updates_ahead`).
-            let c_room = self.core.client.held.is_none() || self.core.client.input.len() < HIGH_WATER + self.core.backend.max_frame;
+            let c_room = self.core.client.held.is_none()
+                || self.core.client.input.len() < HIGH_WATER + self.core.backend.max_frame;
             let b_room = self.core.backend.held.is_none()
-                || self.core.backend.input.len() < HIGH_WATER + self.core.client.max_frame.max(frame::DEFAULT_MAX_FRAME);
+                || self.core.backend.input.len()
+                    < HIGH_WATER + self.core.client.max_frame.max(frame::DEFAULT_MAX_FRAME);
             if c_room && room && !client_waits {
                 match read(&mut self.client, &mut self.core.client.input, cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
@@ -443,7 +452,13 @@ impl Core {
     /// A connection's state: `connected` when there is a runtime connection to relay on.
     /// `max_streams`: most calls at once (`--max-concurrent-streams`); intercepted and
     /// taken-over calls run as tasks of `tasks`.
-    pub fn new(router: Arc<Router>, tasks: TaskTracker, max_streams: u32, connected: bool, gone: Option<String>) -> Core {
+    pub fn new(
+        router: Arc<Router>,
+        tasks: TaskTracker,
+        max_streams: u32,
+        connected: bool,
+        gone: Option<String>,
+    ) -> Core {
         let runtime = router.runtime().clone();
         let (commands_tx, commands) = mpsc::unbounded_channel();
         Core {

@@ -52,7 +52,12 @@ impl Core {
             frame::window_update(&mut self.to_client, 0, (frame::DEFAULT_WINDOW - client_view) as u32);
         }
         self.backend.window = Window { room: frame::DEFAULT_WINDOW.max(client_view), debt: 0 };
-        let on_it: Vec<u32> = self.streams.iter().filter(|(_, s)| !matches!(s.kind, StreamKind::TakenOver(_))).map(|(id, _)| *id).collect();
+        let on_it: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| !matches!(s.kind, StreamKind::TakenOver(_)))
+            .map(|(id, _)| *id)
+            .collect();
         for id in on_it {
             let method = self.streams.get(&id).map(|s| s.method.clone()).unwrap_or_default();
             let status = Status::new(Code::UNAVAILABLE, format!("{method}: {} failed the call: {why}", self.runtime));

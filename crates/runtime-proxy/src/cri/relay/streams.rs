@@ -174,8 +174,10 @@ impl Core {
         }
         for (id, timeout) in expired {
             let method = self.streams.get(&id).map(|s| s.method.clone()).unwrap_or_default();
-            let status =
-                Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline of {timeout:?} exceeded waiting for {}", self.runtime));
+            let status = Status::new(
+                Code::DEADLINE_EXCEEDED,
+                format!("{method}: deadline of {timeout:?} exceeded waiting for {}", self.runtime),
+            );
             self.fail(id, status);
         }
         if let Some(d) = next {

@@ -1,4 +1,5 @@
-//! Intercepted and taken-over calls: the call's task, the commands it sends the relay, and the answers the relay writes back.
+//! Intercepted and taken-over calls: the call's task, the commands it sends the relay, and the answers the relay writes
+//! back.
 
 use super::*;
 
@@ -72,8 +73,11 @@ async fn finish(
     start: Instant,
 ) {
     let method: &str = &path;
-    let onward: Onward<'_> =
-        if relayed { on_stream(id, commands.clone()) } else { unary_call::over_shared(router.backend_for(method), method) };
+    let onward: Onward<'_> = if relayed {
+        on_stream(id, commands.clone())
+    } else {
+        unary_call::over_shared(router.backend_for(method), method)
+    };
     let outcome = tokio::select! {
         // A client's reset wins over what it caused (the answer channel dropped).
         biased;
@@ -113,7 +117,14 @@ async fn finish(
 impl Core {
     /// Starts the task of an intercepted call that goes on on this stream (`relayed`: `Some`
     /// of its deadline) or of a call taken over (sent over the shared connection).
-    pub(super) fn take_over(&mut self, id: u32, path: Box<str>, route: Route, end_stream: bool, relayed: Option<Option<Instant>>) {
+    pub(super) fn take_over(
+        &mut self,
+        id: u32,
+        path: Box<str>,
+        route: Route,
+        end_stream: bool,
+        relayed: Option<Option<Instant>>,
+    ) {
         let start = Instant::now();
         let parts = request_parts(&self.headers, &path, relayed.is_none());
         let (body_tx, body) = mpsc::unbounded_channel();
@@ -135,7 +146,12 @@ impl Core {
                 early_answer: None,
             }))
         } else {
-            StreamKind::TakenOver(Box::new(TakenOver { task, window: self.client.initial_window, reply: None, replied: false }))
+            StreamKind::TakenOver(Box::new(TakenOver {
+                task,
+                window: self.client.initial_window,
+                reply: None,
+                replied: false,
+            }))
         };
         self.streams.insert(id, Stream { method: path.clone(), start, head_sent: false, kind });
         let (router, commands) = (self.router.clone(), self.commands_tx.clone());
@@ -160,7 +176,8 @@ impl Core {
             };
             let size = read.as_ref().map_or(0, |(_, body)| body.len());
             // Only intercepted calls have a hook flow to move; a taken-over call is a relay.
-            let offload = matches!(route, Route::Intercept(_)).then(|| router.interceptor().map(|i| i.hooks.clone())).flatten();
+            let offload =
+                matches!(route, Route::Intercept(_)).then(|| router.interceptor().map(|i| i.hooks.clone())).flatten();
             let rest = finish(router, route, path, id, commands, relayed, read, cancelled, start);
             match offload {
                 Some(hooks) => hooks.offload.run(size, rest).await,
@@ -290,7 +307,11 @@ impl Core {
             frame::put_headers(&mut self.to_client, id, end, &head, self.client.max_frame);
         }
         if !reply.data.is_empty() {
-            let room = if self.client_settings_unacked > 0 { 0 } else { self.client.window.room.min(t.window).max(0) as usize };
+            let room = if self.client_settings_unacked > 0 {
+                0
+            } else {
+                self.client.window.room.min(t.window).max(0) as usize
+            };
             let n = room.min(reply.data.len());
             if n > 0 {
                 let chunk = reply.data.split_to(n);

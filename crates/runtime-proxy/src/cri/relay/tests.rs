@@ -161,7 +161,10 @@ async fn taken_over_data_waits_for_the_ack_of_the_clients_settings() {
     let answer = || Answer {
         head: Response::new(()),
         data: Bytes::from(vec![7; 200]),
-        trailers: Some(HeaderMap::from_iter([(http::HeaderName::from_static("grpc-status"), http::HeaderValue::from_static("0"))])),
+        trailers: Some(HeaderMap::from_iter([(
+            http::HeaderName::from_static("grpc-status"),
+            http::HeaderValue::from_static("0"),
+        )])),
     };
     for lost in [false, true] {
         let mut core = Core::new(router.clone(), TaskTracker::new(), 100, true, None);
@@ -183,7 +186,8 @@ async fn taken_over_data_waits_for_the_ack_of_the_clients_settings() {
             core.backend_input(&ack);
         }
         let sent = heads(&core.to_client);
-        let ack_at = sent.iter().position(|h| h.kind == kind::SETTINGS && h.has(flag::ACK)).expect("the ACK went to the client");
+        let ack_at =
+            sent.iter().position(|h| h.kind == kind::SETTINGS && h.has(flag::ACK)).expect("the ACK went to the client");
         let data_at = sent.iter().position(|h| h.kind == kind::DATA).expect("then the DATA");
         assert!(ack_at < data_at, "the ACK before the DATA: {sent:?}");
         assert_eq!(data_frames(&core.to_client, 1), vec![64], "as much as the new window takes (lost: {lost})");

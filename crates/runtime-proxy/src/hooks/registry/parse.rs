@@ -38,7 +38,8 @@ pub mod keys {
     /// (absent: `--hook-conflict-policy`).
     pub const CONFLICT_POLICY: &str = "conflict-policy";
     /// Every key the proxy reads, in the order of the documentation.
-    pub const ALL: [&str; 7] = [REMOTE_ENDPOINT, FAILURE_POLICY, RUNTIME_HOOKS, TIMEOUT_MS, ORDER, ALLOWED_UIDS, CONFLICT_POLICY];
+    pub const ALL: [&str; 7] =
+        [REMOTE_ENDPOINT, FAILURE_POLICY, RUNTIME_HOOKS, TIMEOUT_MS, ORDER, ALLOWED_UIDS, CONFLICT_POLICY];
 }
 
 /// The known key an unknown `key` probably means, if any: equal to it once case and separators
@@ -314,13 +315,15 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
     }
 
     let fail_policy = [("Fail", FailurePolicy::Fail), ("Ignore", FailurePolicy::Ignore)];
-    let (failure_policy, policy_explicit) = match policy(&obj, &name, keys::FAILURE_POLICY, "failure", fail_policy, &mut warnings) {
-        Policy::Unset => (FailurePolicy::Ignore, false),
-        Policy::Set(p) => (p, true),
-        Policy::Unreadable => (FailurePolicy::Fail, false),
-    };
+    let (failure_policy, policy_explicit) =
+        match policy(&obj, &name, keys::FAILURE_POLICY, "failure", fail_policy, &mut warnings) {
+            Policy::Unset => (FailurePolicy::Ignore, false),
+            Policy::Set(p) => (p, true),
+            Policy::Unreadable => (FailurePolicy::Fail, false),
+        };
     let conflict_choices = [("Warn", ConflictPolicy::Warn), ("Fail", ConflictPolicy::Fail)];
-    let conflict_policy = match policy(&obj, &name, keys::CONFLICT_POLICY, "conflict", conflict_choices, &mut warnings) {
+    let conflict_policy = match policy(&obj, &name, keys::CONFLICT_POLICY, "conflict", conflict_choices, &mut warnings)
+    {
         Policy::Unset => None,
         Policy::Set(p) => Some(p),
         Policy::Unreadable => Some(ConflictPolicy::Fail),
@@ -364,9 +367,10 @@ pub fn parse(file: &Path, bytes: &[u8]) -> Result<(HookServer, Vec<String>), Con
         None => DEFAULT_TIMEOUT,
         Some(ms) => Duration::from_millis(ms),
     };
-    let order =
-        integer_field(&obj, keys::ORDER, "an integer", "a 32-bit signed integer", |n| n.as_i64().and_then(|i| i32::try_from(i).ok()))?
-            .unwrap_or(0);
+    let order = integer_field(&obj, keys::ORDER, "an integer", "a 32-bit signed integer", |n| {
+        n.as_i64().and_then(|i| i32::try_from(i).ok())
+    })?
+    .unwrap_or(0);
 
     let mut allowed_uids = Vec::new();
     match field(&obj, keys::ALLOWED_UIDS) {
@@ -433,14 +437,18 @@ fn policy<T: Copy>(
         },
         Some(v) => format!("\"{key}\" is {}, not a string", json_kind(v)),
     };
-    warnings.push(format!("{name}: {why}; the {what} policy cannot be read, so Fail is used (fail closed) until the file is fixed"));
+    warnings.push(format!(
+        "{name}: {why}; the {what} policy cannot be read, so Fail is used (fail closed) until the file is fixed"
+    ));
     Policy::Unreadable
 }
 
 /// The value of `key`, `null` counting as absent. Like Go's `encoding/json`: an exact match
 /// first, else a key equal ignoring ASCII case.
 fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).or_else(|| obj.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v)).filter(|v| !v.is_null())
+    obj.get(key)
+        .or_else(|| obj.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v))
+        .filter(|v| !v.is_null())
 }
 
 /// An optional integer key: `None` when absent or `null`; [`ConfigError::WrongType`] for a
@@ -481,7 +489,9 @@ fn parse_endpoint(raw: &str) -> Result<PathBuf, ConfigError> {
     if raw.is_empty() {
         return Err(ConfigError::MissingEndpoint);
     }
-    hook_api::unix_socket_path(raw).map(PathBuf::from).map_err(|reason| ConfigError::BadEndpoint { endpoint: raw.to_owned(), reason })
+    hook_api::unix_socket_path(raw)
+        .map(PathBuf::from)
+        .map_err(|reason| ConfigError::BadEndpoint { endpoint: raw.to_owned(), reason })
 }
 
 fn file_name_of(file: &Path) -> String {
@@ -622,7 +632,10 @@ mod tests {
         // The right key wins over a look-alike; the look-alike is still reported.
         let (s, w) = p(r#"{"remote-endpoint":"/s.sock","failure-policy":"Ignore","failure_policy":"Fail"}"#).unwrap();
         assert_eq!(s.failure_policy, FailurePolicy::Ignore);
-        assert!(w.iter().any(|w| w.contains(r#"unknown key "failure_policy" ignored; did you mean "failure-policy"?"#)), "{w:?}");
+        assert!(
+            w.iter().any(|w| w.contains(r#"unknown key "failure_policy" ignored; did you mean "failure-policy"?"#)),
+            "{w:?}"
+        );
     }
 
     /// `conflict-policy`: absent or empty is the node's flag; Warn and Fail as written; anything
@@ -640,7 +653,10 @@ mod tests {
             assert_eq!(ok(json).conflict_policy, want, "{json}");
         }
         for (entry, says) in [
-            (r#""conflict-policy":"warn""#, r#"test.json: "conflict-policy" "warn" is neither "Warn" nor "Fail" (case matters)"#),
+            (
+                r#""conflict-policy":"warn""#,
+                r#"test.json: "conflict-policy" "warn" is neither "Warn" nor "Fail" (case matters)"#,
+            ),
             (r#""conflict-policy":"Ignore""#, r#""Ignore" is neither"#),
             (r#""conflict-policy":1"#, r#""conflict-policy" is a number, not a string"#),
             (r#""conflict_policy":"Warn""#, r#"key "conflict_policy" is not "conflict-policy""#),
@@ -652,7 +668,9 @@ mod tests {
             assert_eq!(server.conflict_policy, Some(ConflictPolicy::Fail), "{json}");
             assert_eq!(server.failure_policy, FailurePolicy::Ignore, "{json}: the failure policy is not touched");
             assert!(
-                warnings.iter().any(|w| w.contains(says) && w.contains("the conflict policy cannot be read, so Fail is used")),
+                warnings
+                    .iter()
+                    .any(|w| w.contains(says) && w.contains("the conflict policy cannot be read, so Fail is used")),
                 "{json}: {warnings:?}"
             );
         }
@@ -697,7 +715,9 @@ mod tests {
         assert_eq!(ok(r#"{"remote-endpoint":"unix:///run/k.sock"}"#).endpoint, Path::new("/run/k.sock"));
         assert_eq!(ok(r#"{"remote-endpoint":"unix:/run/k.sock"}"#).endpoint, Path::new("/run/k.sock"));
         assert_eq!(ok(r#"{"remote-endpoint":"/run/k.sock"}"#).endpoint, Path::new("/run/k.sock"));
-        for missing in [r#"{}"#, r#"{"remote-endpoint":""}"#, r#"{"remote-endpoint":null}"#, r#"{"failure-policy":"Fail"}"#] {
+        for missing in
+            [r#"{}"#, r#"{"remote-endpoint":""}"#, r#"{"remote-endpoint":null}"#, r#"{"failure-policy":"Fail"}"#]
+        {
             assert_eq!(p(missing).unwrap_err(), ConfigError::MissingEndpoint, "{missing}");
         }
         for bad in ["unix://", "run/k.sock", "tcp://127.0.0.1:9000", "unix://run/k.sock", "/a\\u0000b"] {
@@ -717,8 +737,16 @@ mod tests {
     fn allowed_uids() {
         assert!(ok(&server_json("/s.sock", "")).allowed_uids.is_empty(), "default: root and the proxy's uid");
         assert_eq!(ok(&server_json("/s.sock", r#","allowed-uids":[1000,0,1000]"#)).allowed_uids, [0, 1000]);
-        for bad in [r#","allowed-uids":[-1]"#, r#","allowed-uids":["0"]"#, r#","allowed-uids":0"#, r#","allowed-uids":[4294967296]"#] {
-            assert!(matches!(p(&server_json("/s.sock", bad)), Err(ConfigError::WrongType { key: "allowed-uids", .. })), "{bad}");
+        for bad in [
+            r#","allowed-uids":[-1]"#,
+            r#","allowed-uids":["0"]"#,
+            r#","allowed-uids":0"#,
+            r#","allowed-uids":[4294967296]"#,
+        ] {
+            assert!(
+                matches!(p(&server_json("/s.sock", bad)), Err(ConfigError::WrongType { key: "allowed-uids", .. })),
+                "{bad}"
+            );
         }
     }
 

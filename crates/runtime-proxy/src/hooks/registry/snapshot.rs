@@ -47,7 +47,11 @@ impl Snapshot {
     /// An endpoint registered by several files is called once per stage, as the first of those
     /// files in call order registers it; each such endpoint is returned with its files' names
     /// (in call order) so the caller can warn.
-    pub fn new(mut servers: Vec<Arc<HookServer>>, rejected: Vec<Rejected>, generation: u64) -> (Snapshot, Vec<(PathBuf, Vec<String>)>) {
+    pub fn new(
+        mut servers: Vec<Arc<HookServer>>,
+        rejected: Vec<Rejected>,
+        generation: u64,
+    ) -> (Snapshot, Vec<(PathBuf, Vec<String>)>) {
         servers.sort_by(|a, b| (a.order, &a.name, &a.file).cmp(&(b.order, &b.name, &b.file)));
         let mut by_stage: [Vec<Arc<HookServer>>; Stage::ALL.len()] = Default::default();
         for stage in Stage::ALL {
@@ -303,7 +307,12 @@ impl Registry {
                         .get(&fname)
                         .cloned()
                         .filter(|_| !matches!(error, ConfigError::Untrusted(_) | ConfigError::DanglingSymlink(_)));
-                    let r = Rejected { name: display_name(&fname), file: path, error, serving_last_good: last_good.is_some() };
+                    let r = Rejected {
+                        name: display_name(&fname),
+                        file: path,
+                        error,
+                        serving_last_good: last_good.is_some(),
+                    };
                     if st.rejected.get(&fname) != Some(&r) {
                         if matches!(r.error, ConfigError::Untrusted(_)) {
                             tracing::warn!(file = %r.name, reason = %r.error, rule = TRUST_RULE, "hook server config refused");
@@ -346,7 +355,8 @@ impl Registry {
             return;
         }
         st.generation += 1;
-        let (snapshot, shared) = Snapshot::new(good.values().cloned().collect(), rejected.values().cloned().collect(), st.generation);
+        let (snapshot, shared) =
+            Snapshot::new(good.values().cloned().collect(), rejected.values().cloned().collect(), st.generation);
         for (endpoint, files) in shared {
             tracing::warn!(
                 endpoint = %endpoint.display(),
@@ -576,7 +586,10 @@ mod tests {
         assert_eq!(snap.generation(), 1);
         assert_eq!(snap.for_stage(Stage::PreCreateContainer).count(), 2);
         assert_eq!(snap.for_stage(Stage::PostStopContainer).count(), 0);
-        assert_eq!(snap.for_stage(Stage::PreRunPodSandbox).map(|s| s.name.as_str()).collect::<Vec<_>>(), ["koordlet.json"]);
+        assert_eq!(
+            snap.for_stage(Stage::PreRunPodSandbox).map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["koordlet.json"]
+        );
 
         // Nothing changed: no new generation, same Arcs.
         reg.rescan();
@@ -689,7 +702,8 @@ mod tests {
             write(&d, name, &server_json("/ignored.sock", ""));
         }
         symlink("root@host.1234:1700000000", d.join(".#x.json")).unwrap(); // Emacs' lock: dangling, hidden
-                                                                           // unreadable (as root: only once CAP_DAC_OVERRIDE is gone)
+                                                                           // unreadable (as root: only once
+                                                                           // CAP_DAC_OVERRIDE is gone)
         write(&d, "secret.json", &server_json("/secret.sock", ""));
         fs::set_permissions(d.join("secret.json"), fs::Permissions::from_mode(0o000)).unwrap();
 
@@ -796,7 +810,9 @@ mod tests {
 
         let reg = Registry::new(&d);
         assert_eq!(names(&reg.snapshot()), ["link.json", "ok.json"]);
-        let why = |name: &str| reg.rejected().into_iter().find(|r| r.name == name).map(|r| r.error.to_string()).unwrap_or_default();
+        let why = |name: &str| {
+            reg.rejected().into_iter().find(|r| r.name == name).map(|r| r.error.to_string()).unwrap_or_default()
+        };
         assert!(why("group.json").contains("mode 0664 is group- or world-writable"), "{}", why("group.json"));
         assert!(why("world.json").contains("mode 0646"), "{}", why("world.json"));
         assert!(why("other-owner.json").contains("owner uid 65534"), "{}", why("other-owner.json"));
@@ -826,7 +842,11 @@ mod tests {
         let names: Vec<String> = reg.snapshot().servers().iter().map(|s| s.name.clone()).collect();
         assert_eq!(names, ["bad\\xFE.json", "bad\\xFF.json"]);
         assert_eq!(display_name(std::ffi::OsStr::new("koordlet.json")), "koordlet.json");
-        assert_eq!(display_name(std::ffi::OsStr::new("a\\xff.json")), "a\\\\xff.json", "a literal backslash is escaped too");
+        assert_eq!(
+            display_name(std::ffi::OsStr::new("a\\xff.json")),
+            "a\\\\xff.json",
+            "a literal backslash is escaped too"
+        );
     }
 
     /// One endpoint in two files is called once per stage (the first file in call order wins

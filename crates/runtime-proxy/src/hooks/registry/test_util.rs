@@ -21,7 +21,9 @@ pub(super) fn ok(json: &str) -> HookServer {
 }
 
 pub(super) fn server_json(endpoint: &str, extra: &str) -> String {
-    format!(r#"{{"remote-endpoint":"{endpoint}","failure-policy":"Fail","runtime-hooks":["PreCreateContainer"]{extra}}}"#)
+    format!(
+        r#"{{"remote-endpoint":"{endpoint}","failure-policy":"Fail","runtime-hooks":["PreCreateContainer"]{extra}}}"#
+    )
 }
 
 pub(super) fn write(dir: &Path, name: &str, content: &str) {

@@ -37,7 +37,8 @@ impl Registry {
             bail!("hook config rescan interval must be > 0");
         }
         let signal = Arc::new(Signal::default());
-        let mut dir_watch = DirWatch { dir: self.dir().to_path_buf(), signal: signal.clone(), watcher: None, id: None, problem: None };
+        let mut dir_watch =
+            DirWatch { dir: self.dir().to_path_buf(), signal: signal.clone(), watcher: None, id: None, problem: None };
         dir_watch.ensure(false);
         let task = rt.spawn(watch_loop(self.clone(), dir_watch, signal.clone(), opts));
         Ok(WatchHandle { task, signal })
@@ -164,7 +165,9 @@ impl DirWatch {
                         return;
                     }
                 }
-                if matches!(ev.kind, EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))) && ev.paths.iter().any(|p| p == &dir) {
+                if matches!(ev.kind, EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)))
+                    && ev.paths.iter().any(|p| p == &dir)
+                {
                     signal.rewatch.store(true, Ordering::Relaxed);
                 }
                 signal.wake.notify_one();
@@ -253,7 +256,12 @@ mod tests {
     }
 
     /// Waits (up to 10 s) on `changed()` until `cond` holds for the current snapshot.
-    async fn wait_for(reg: &Registry, rx: &mut watch::Receiver<u64>, what: &str, cond: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
+    async fn wait_for(
+        reg: &Registry,
+        rx: &mut watch::Receiver<u64>,
+        what: &str,
+        cond: impl Fn(&Snapshot) -> bool,
+    ) -> Arc<Snapshot> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let snap = reg.snapshot();
@@ -427,8 +435,11 @@ mod tests {
         fs::create_dir(&d).unwrap();
         write(&d, "b.json", &server_json("/b.sock", ""));
         let start = std::time::Instant::now();
-        let back =
-            tokio::time::timeout(Duration::from_millis(1500), wait_for(&reg, &mut rx, "b.json", |s| s.get("b.json").is_some())).await;
+        let back = tokio::time::timeout(
+            Duration::from_millis(1500),
+            wait_for(&reg, &mut rx, "b.json", |s| s.get("b.json").is_some()),
+        )
+        .await;
         assert!(back.is_ok(), "not taken up within 1.5 s of the directory's return");
         eprintln!("taken up {:?} after the directory came back", start.elapsed());
     }
