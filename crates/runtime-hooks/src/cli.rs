@@ -112,8 +112,10 @@ pub enum Command {
 #[command(
     name = "runtime-hooks",
     version = VERSION,
-    about = "Runtime hook server with koordlet's QoS plugins (GroupIdentity, BatchResource, CPUSet): \
-             serves runtime.v1alpha1 hooks to runtime-proxy, or reconciles pod cgroups on its own.",
+    about = "Runtime hook server with koordlet's ten runtime-hook plugins behind its feature gates (GroupIdentity, \
+             BatchResource and CPUSetAllocator on by default; CPUNormalization, CoreSched, GPUEnvInject, \
+             RDMADeviceInject, Resctrl, TCNetworkQoS, TerwayQoS with --feature-gates): serves runtime.v1alpha1 hooks \
+             to runtime-proxy, reconciles pod cgroups on its own, or runs as an NRI plugin.",
     long_about = None,
     disable_help_subcommand = true
 )]
