@@ -126,10 +126,10 @@ v2_guest() {
 }
 
 # lint: rustfmt (rustfmt.toml), every relative link of the Markdown files (scripts/check-links.py), the one line
-# width of code and prose (scripts/line-width.py), no import cycle
-# in runtime-proxy or runtime-hooks (scripts/check-modules.py), clippy with
-# warnings as errors and rustdoc with warnings as errors (a doc link that does not resolve, or points at a private
-# item), over the whole workspace and the fuzz targets (fuzz/, a workspace of its own).
+# width of code and prose (scripts/line-width.py), no import cycle in runtime-proxy or runtime-hooks
+# (scripts/check-modules.py), clippy with warnings as errors and rustdoc with warnings as errors (a doc link that does
+# not resolve, or points at a private item), over the whole workspace and the fuzz targets (fuzz/, a workspace of its
+# own).
 lint() {
   cargo fmt --all -- --check || return 1
   python3 scripts/check-links.py || return 1
