@@ -9,7 +9,7 @@ use std::path::Path;
 
 use common::*;
 use nri_plugin::proto::api::{self as nri, Event};
-use test_support::nri_runtime::{container, pod, Delivered, NriRuntime, LIFECYCLE};
+use test_support::nri_runtime::{container, pod, pod_level, Delivered, NriRuntime, LIFECYCLE};
 
 const BE_SPEC: &str = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
 
@@ -71,15 +71,7 @@ async fn every_event_is_its_own_call_and_a_resize_rewrites_the_pod_values() {
             // The runtime applied the pod's new resources to its cgroup.
             std::fs::write(pod_dir.join("cpu.shares"), "1024").unwrap();
         }
-        let pod_event = matches!(
-            event,
-            Event::RunPodSandbox
-                | Event::StopPodSandbox
-                | Event::RemovePodSandbox
-                | Event::UpdatePodSandbox
-                | Event::PostUpdatePodSandbox
-        );
-        match plugin.deliver(event, &p, (!pod_event).then_some(&c)).await.unwrap() {
+        match plugin.deliver(event, &p, (!pod_level(event)).then_some(&c)).await.unwrap() {
             Ok(Delivered::Answered(method, _)) => delivered.push(method),
             Ok(Delivered::NotSubscribed) => {}
             Err(status) => panic!("{event:?} refused: {status:?}\n{}", hooks.log()),

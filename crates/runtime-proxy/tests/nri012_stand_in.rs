@@ -5,10 +5,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nri_plugin::proto::api::Event;
 use serde_json::json;
 use test_support::hooks::{register, KillOnDrop, TestHook};
-use test_support::nri_runtime::{container, pod, Delivered, NriRuntime, LIFECYCLE};
+use test_support::nri_runtime::{container, pod, pod_level, Delivered, NriRuntime, LIFECYCLE};
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 
@@ -62,15 +61,7 @@ async fn every_event_is_its_own_call_on_nri_0_12() {
     let c = container("c1", &p);
     let mut delivered = Vec::new();
     for event in LIFECYCLE {
-        let pod_event = matches!(
-            event,
-            Event::RunPodSandbox
-                | Event::StopPodSandbox
-                | Event::RemovePodSandbox
-                | Event::UpdatePodSandbox
-                | Event::PostUpdatePodSandbox
-        );
-        match plugin.deliver(event, &p, (!pod_event).then_some(&c)).await.unwrap() {
+        match plugin.deliver(event, &p, (!pod_level(event)).then_some(&c)).await.unwrap() {
             Ok(Delivered::Answered(method, _)) => delivered.push(method),
             Ok(Delivered::NotSubscribed) => {}
             Err(status) => panic!("{event:?} refused: {status:?}\n{}", log()),

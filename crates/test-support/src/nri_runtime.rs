@@ -72,6 +72,19 @@ pub const LIFECYCLE: [Event; 13] = [
     Event::RemovePodSandbox,
 ];
 
+/// Whether `event` is a pod sandbox's own (its request carries the pod and no container), as the
+/// runtime sends it.
+pub fn pod_level(event: Event) -> bool {
+    matches!(
+        event,
+        Event::RunPodSandbox
+            | Event::StopPodSandbox
+            | Event::RemovePodSandbox
+            | Event::UpdatePodSandbox
+            | Event::PostUpdatePodSandbox
+    )
+}
+
 /// The stand-in runtime: its socket and NRI level.
 pub struct NriRuntime {
     _dir: tempfile::TempDir,

@@ -73,15 +73,7 @@ async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
     let p = pod("s1", &[], "/kubepods/pod1");
     let c = container("c1", &p);
     for event in LIFECYCLE {
-        let container = (!matches!(
-            event,
-            Event::RunPodSandbox
-                | Event::StopPodSandbox
-                | Event::RemovePodSandbox
-                | Event::UpdatePodSandbox
-                | Event::PostUpdatePodSandbox
-        ))
-        .then_some(&c);
+        let container = (!pod_level(event)).then_some(&c);
         let answer = plugin.deliver(event, &p, container).await.expect("delivered");
         match event {
             // From its own call: UNKNOWN (an UNIMPLEMENTED there would make the runtime send it
