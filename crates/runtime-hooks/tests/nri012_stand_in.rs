@@ -6,6 +6,7 @@
 mod common;
 
 use std::path::Path;
+use std::time::Duration;
 
 use common::*;
 use nri_plugin::proto::api::{self as nri, Event};
@@ -115,5 +116,6 @@ async fn an_older_runtime_gets_state_change_and_a_mask_it_knows() {
         other => panic!("{other:?}\n{}", hooks.log()),
     }
     assert_eq!(std::fs::read_to_string(pod_dir.join("cpu.shares")).unwrap(), "512", "{}", hooks.log());
-    assert!(hooks.log().contains("protocol level before 0.12"), "{}", hooks.log());
+    // The level is logged once the first call that only one level makes has been answered.
+    assert!(hooks.wait_log(&["protocol level before 0.12"], 0, Duration::from_secs(5)), "{}", hooks.log());
 }
