@@ -107,6 +107,34 @@ pub fn update(container_id: &str, resources: nri::LinuxResources) -> nri::Contai
     }
 }
 
+/// The most the updates of one Synchronize answer or one `Runtime.UpdateContainers` request may
+/// take, in encoded bytes: ttrpc's message limit ([`crate::wire::MAX_MESSAGE`], 4 MiB) less room
+/// for the envelope (the ttrpc request or response around it).
+pub const UPDATES_BUDGET: usize = crate::wire::MAX_MESSAGE - 64 * 1024;
+
+/// `updates` in order, cut into parts of at most `budget` encoded bytes each (as repeated fields
+/// of one message); an update larger than `budget` alone is a part of its own (the runtime
+/// refuses that message, and says so). No part is empty; no updates is no part.
+pub fn in_parts(updates: Vec<nri::ContainerUpdate>, budget: usize) -> Vec<Vec<nri::ContainerUpdate>> {
+    use prost::Message;
+    let mut parts: Vec<Vec<nri::ContainerUpdate>> = Vec::new();
+    let mut size = 0;
+    for u in updates {
+        let len = u.encoded_len();
+        // the field's tag (1 byte) and length prefix
+        let len = len + 1 + prost::length_delimiter_len(len);
+        match parts.last_mut() {
+            Some(part) if size + len <= budget => part.push(u),
+            _ => {
+                parts.push(vec![u]);
+                size = 0;
+            }
+        }
+        size += len;
+    }
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +180,27 @@ mod tests {
         assert_eq!((linux.devices, linux.resources), (vec![dev], None));
         let u = update("c1", nri::LinuxResources::default());
         assert_eq!((u.container_id.as_str(), u.ignore_failure), ("c1", false));
+    }
+
+    #[test]
+    fn updates_in_parts_under_the_budget() {
+        use prost::Message;
+        let u = |i: usize| {
+            update(
+                &format!("c{i:03}"),
+                ResourceValues { cpu_shares: Some(2), ..Default::default() }.into_nri().unwrap(),
+            )
+        };
+        let one = nri::SynchronizeResponse { update: vec![u(0)], more: false }.encoded_len();
+        let all: Vec<_> = (0..100).map(u).collect();
+        let parts = in_parts(all.clone(), one * 10);
+        assert_eq!(parts.concat(), all, "in order, none lost");
+        assert_eq!(parts.len(), 10, "{:?}", parts.iter().map(Vec::len).collect::<Vec<_>>());
+        for p in &parts {
+            let size = nri::SynchronizeResponse { update: p.clone(), more: false }.encoded_len();
+            assert!(size <= one * 10, "{size}");
+        }
+        assert_eq!(in_parts(all.clone(), 1).len(), 100, "one each when each passes the budget");
+        assert!(in_parts(Vec::new(), 10).is_empty());
     }
 }

@@ -22,6 +22,7 @@
 //! or cgroups.
 
 pub mod answer;
+pub mod applied;
 pub mod convert;
 pub mod events;
 pub mod plugin;

@@ -5,12 +5,12 @@
 //! | dial | `Options::socket` (a unix socket); not there: retry after 100 ms, doubling up to 5 s |
 //! | register | `Runtime.RegisterPlugin` with `Options::name`, `Options::index` and the NRI level spoken ([`crate::events::SPOKEN`]); a refusal ends the connection |
 //! | `Configure` | answered with [`Handler::configure`]'s event mask, less the events the runtime's NRI does not know ([`crate::events::known_mask`] of `ConfigureRequest.nri_version`: a bit it does not know fails the registration) |
-//! | `Synchronize` | the pods and containers that exist, each trimmed to what the handler reads ([`Handler::reads`]) and decoded one by one (one that does not decode is skipped with a WARN); NRI 0.7+ sends a state over one ttrpc message in parts (`more`): each part but the last is answered with `more` and no update, the last with [`Handler::synchronize`]'s updates over every part |
+//! | `Synchronize` | the pods and containers that exist, each trimmed to what the handler reads ([`Handler::reads`]) and decoded one by one (one that does not decode is skipped with a WARN); NRI 0.7+ sends a state over one ttrpc message in parts (`more`): each part but the last is answered with `more` and no update, the last with [`Handler::synchronize`]'s updates over every part: as many as one ttrpc message holds ([`crate::answer::UPDATES_BUDGET`]), the rest sent right after with `Runtime.UpdateContainers`, one request per 4 MiB |
 //! | no `Synchronize` within [`SYNC_TIMEOUT`] of Configure, or a close between them | the runtime dropped the plugin (containerd cannot synchronize a pod whose strings are not UTF-8): register again |
 //! | events | each event's dedicated call (NRI 0.12: `RunPodSandbox`, `StartContainer`, …) or, from a runtime before 0.12, `StateChange`, trimmed to what the handler reads, to the handler method of [`crate::events::EVENTS`], one at a time (the runtime serializes them too); a [`Refusal`] becomes the ttrpc error status, which fails the runtime's call |
 //! | protocol level | logged once per connection: at Configure from the runtime's NRI version (0.12+), else from the first call only one level makes (`StateChange`, or a call new in 0.12) |
 //! | `Shutdown` | acknowledged; the runtime closes the socket next |
-//! | wake | when the handler's wake channel changes (after Synchronize): [`Handler::refresh`]'s updates sent with `Runtime.UpdateContainers` |
+//! | wake | when the handler's wake channel changes (after Synchronize): [`Handler::refresh`]'s updates sent with `Runtime.UpdateContainers`, one request per 4 MiB |
 //! | close | [`Handler::disconnected`]; dial again (back-off reset once registered) |
 //!
 //! Shutdown (the caller's future) closes the socket: the runtime drops the plugin and goes on
@@ -28,6 +28,7 @@ use prost::Message;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
+use crate::answer;
 use crate::events::{self, Call};
 use crate::proto::api as nri;
 use crate::proto::ttrpc;
@@ -145,14 +146,7 @@ pub trait Handler: Send {
     /// Default: one INFO line when none failed, else one WARN naming them (with
     /// [`Handler::REFRESHED`]).
     fn refreshed(&mut self, failed: &[nri::ContainerUpdate]) {
-        let what = Self::REFRESHED;
-        let sep = if what.is_empty() { "" } else { " " };
-        if failed.is_empty() {
-            tracing::info!("NRI: containers updated{sep}{what}");
-        } else {
-            let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
-            tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers{sep}{what}");
-        }
+        log_refreshed(Self::REFRESHED, failed);
     }
 
     /// What the handler reads of the pods and containers of the runtime's calls (Synchronize,
@@ -171,6 +165,18 @@ pub trait Handler: Send {
     /// Whether the handler is connected and synchronized now (`true`) or not (`false`), for
     /// health reporting. Default: nothing.
     fn connection_state(&mut self, _synchronized: bool) {}
+}
+
+/// [`Handler::refreshed`]'s default: one INFO line when no update failed, else one WARN naming
+/// the containers; `what` says what the updates were for ("" for nothing).
+pub fn log_refreshed(what: &str, failed: &[nri::ContainerUpdate]) {
+    let sep = if what.is_empty() { "" } else { " " };
+    if failed.is_empty() {
+        tracing::info!("NRI: containers updated{sep}{what}");
+    } else {
+        let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
+        tracing::warn!(failed = ?ids, "NRI: the runtime failed to update some containers{sep}{what}");
+    }
 }
 
 /// Resolves [`SYNC_TIMEOUT`] after `configured_at`; never before Configure.
@@ -279,6 +285,9 @@ pub struct Session<'a, H> {
     parts: Option<(Vec<nri::PodSandbox>, Vec<nri::Container>)>,
     /// The protocol level in use on this connection, once known (logged then).
     pub protocol: Option<Protocol>,
+    /// Updates to send with `Runtime.UpdateContainers`, one request per part: what did not fit in
+    /// the Synchronize answer or in one request ([`answer::in_parts`]).
+    pending: Vec<Vec<nri::ContainerUpdate>>,
 }
 
 /// How a connection's runtime delivers the events without an answer.
@@ -296,7 +305,15 @@ type Answer = Result<Vec<u8>, Refusal>;
 impl<'a, H: Handler> Session<'a, H> {
     /// A connection not made yet.
     pub fn new(handler: &'a mut H, options: &'a Options) -> Self {
-        Session { handler, options, synchronized: false, configured_at: None, parts: None, protocol: None }
+        Session {
+            handler,
+            options,
+            synchronized: false,
+            configured_at: None,
+            parts: None,
+            protocol: None,
+            pending: Vec::new(),
+        }
     }
 
     /// One connection: dial, register, serve until it closes.
@@ -345,6 +362,10 @@ impl<'a, H: Handler> Session<'a, H> {
                         (PLUGIN_CONN, REQUEST) => {
                             let response = self.handle(&msg.payload).await;
                             sender.respond(msg.stream, &response).await.context("answering the runtime")?;
+                            for update in std::mem::take(&mut self.pending) {
+                                let req = nri::UpdateContainersRequest { update, evict: Vec::new() };
+                                call(&sender, &mut next_stream, &mut calls, "UpdateContainers", &req).await?;
+                            }
                         }
                         (RUNTIME_CONN, RESPONSE) => self.response(calls.remove(&msg.stream), &msg.payload)?,
                         (conn, kind) => tracing::debug!(conn, kind, stream = msg.stream, "NRI: unexpected ttrpc message ignored"),
@@ -359,8 +380,8 @@ impl<'a, H: Handler> Session<'a, H> {
                 }
                 () = woken(wake), if self.synchronized => {
                     let updates = self.handler.refresh().await;
-                    if !updates.is_empty() {
-                        let req = nri::UpdateContainersRequest { update: updates, evict: Vec::new() };
+                    for update in answer::in_parts(updates, answer::UPDATES_BUDGET) {
+                        let req = nri::UpdateContainersRequest { update, evict: Vec::new() };
                         call(&sender, &mut next_stream, &mut calls, "UpdateContainers", &req).await?;
                     }
                 }
@@ -573,6 +594,18 @@ impl<'a, H: Handler> Session<'a, H> {
         }
         let (pods, containers) = self.parts.take().unwrap_or_default();
         let update = self.handler.synchronize(pods, containers).await;
+        // The answer is one ttrpc message (NRI has no `more` for it): what passes the limit
+        // follows at once with `Runtime.UpdateContainers`, in parts.
+        let mut parts = answer::in_parts(update, answer::UPDATES_BUDGET).into_iter();
+        let update = parts.next().unwrap_or_default();
+        self.pending.extend(parts);
+        if !self.pending.is_empty() {
+            tracing::info!(
+                answered = update.len(),
+                requests = self.pending.len(),
+                "NRI Synchronize: more updates than one ttrpc message holds; the rest follow with UpdateContainers"
+            );
+        }
         self.synchronized = true;
         self.handler.connection_state(true);
         Ok(nri::SynchronizeResponse { update, more: false }.encode_to_vec())

@@ -105,11 +105,26 @@ pub struct Plugin {
     pub deprecated: BTreeSet<&'static str>,
     /// The plugin's `Runtime.UpdateContainers` requests.
     pub updates: Vec<nri::UpdateContainersRequest>,
+    /// How the Synchronize at registration went.
+    pub sync: Synchronized,
     per_event: bool,
     fallen_back: bool,
     sender: Sender,
     receiver: Receiver,
     next_stream: u32,
+}
+
+/// One Synchronize as the stand-in sent it and the plugin answered it.
+#[derive(Debug, Default)]
+pub struct Synchronized {
+    /// The encoded size of each request sent (one per part), in bytes.
+    pub request_bytes: Vec<usize>,
+    /// The encoded size of the last part's answer (the one with the updates), in bytes.
+    pub answer_bytes: usize,
+    /// The updates the answer carried.
+    pub answered: Vec<nri::ContainerUpdate>,
+    /// From sending the first part to the last answer.
+    pub elapsed: Duration,
 }
 
 /// What a delivered event answered.
@@ -172,6 +187,7 @@ impl NriRuntime {
             calls: Vec::new(),
             deprecated: BTreeSet::new(),
             updates: Vec::new(),
+            sync: Synchronized::default(),
             per_event: self.nri_version.is_some(),
             fallen_back: false,
             sender: Sender::new(write),
@@ -205,16 +221,48 @@ impl NriRuntime {
         if extra != 0 {
             return Err(invalid(format!("invalid plugin events: {extra:#x}")));
         }
-        let sync = nri::SynchronizeRequest { pods, containers, more: false };
-        plugin
-            .call("Synchronize", sync.encode_to_vec())
-            .await?
-            .map_err(|s| invalid(format!("Synchronize failed: {s:?}")))?;
+        plugin.synchronize(pods, containers).await?;
         Ok(plugin)
     }
 }
 
 impl Plugin {
+    /// Synchronize as NRI sends it (`pkg/adaptation/plugin.go`): the whole state in one request
+    /// when it fits ttrpc's message limit, else in parts of halved pod and container counts,
+    /// each but the last with `more` (which the plugin must answer with `more` and no update).
+    async fn synchronize(&mut self, pods: Vec<nri::PodSandbox>, containers: Vec<nri::Container>) -> io::Result<()> {
+        let started = std::time::Instant::now();
+        let (mut per_pods, mut per_containers) = (pods.len().max(1), containers.len().max(1));
+        let parts = loop {
+            let parts = sync_parts(&pods, &containers, per_pods, per_containers);
+            // room for the ttrpc request around it
+            if parts.iter().all(|p| p.encoded_len() + 1024 <= nri_plugin::wire::MAX_MESSAGE)
+                || (per_pods, per_containers) == (1, 1)
+            {
+                break parts;
+            }
+            (per_pods, per_containers) = ((per_pods / 2).max(1), (per_containers / 2).max(1));
+        };
+        for part in parts {
+            let more = part.more;
+            let payload = part.encode_to_vec();
+            self.sync.request_bytes.push(payload.len());
+            let answer =
+                self.call("Synchronize", payload).await?.map_err(|s| invalid(format!("Synchronize failed: {s:?}")))?;
+            let answer_bytes = answer.len();
+            let answer = nri::SynchronizeResponse::decode(answer.as_slice()).map_err(invalid)?;
+            if more && (answer.more != more || !answer.update.is_empty()) {
+                return Err(invalid("plugin does not handle split sync requests"));
+            }
+            if !more {
+                self.sync.answer_bytes = answer_bytes;
+                self.sync.answered = answer.update;
+            }
+        }
+        self.sync.elapsed = started.elapsed();
+        Ok(())
+    }
+
     /// Whether the plugin subscribed to `event` (an empty mask is every event, as NRI reads it).
     pub fn subscribed(&self, event: Event) -> bool {
         self.events == 0 || self.events & (1 << (event as i32 - 1)) != 0
@@ -369,6 +417,31 @@ impl Plugin {
     pub async fn close(self) {
         self.sender.shutdown().await;
     }
+}
+
+/// `pods` and `containers` in requests of at most `per_pods` pods and `per_containers`
+/// containers, all pods first, each request but the last with `more`.
+fn sync_parts(
+    pods: &[nri::PodSandbox],
+    containers: &[nri::Container],
+    per_pods: usize,
+    per_containers: usize,
+) -> Vec<nri::SynchronizeRequest> {
+    let (mut pods, mut containers) = (pods.chunks(per_pods), containers.chunks(per_containers));
+    let mut parts = Vec::new();
+    loop {
+        let (p, c) = (pods.next(), containers.next());
+        if p.is_none() && c.is_none() {
+            break;
+        }
+        let (pods, containers) = (p.unwrap_or_default().to_vec(), c.unwrap_or_default().to_vec());
+        parts.push(nri::SynchronizeRequest { pods, containers, more: true });
+    }
+    match parts.last_mut() {
+        Some(last) => last.more = false,
+        None => parts.push(nri::SynchronizeRequest::default()),
+    }
+    parts
 }
 
 /// The NRI call of an event without a `StateChange` form.

@@ -6,10 +6,15 @@ use hook_api::status::{Code, Status};
 use nri_plugin::{Handler, Refusal};
 
 /// Subscribes to every event; records the events without an answer; does not take `refuse` as
-/// its own call (answered `UNIMPLEMENTED`, as by a plugin built before NRI 0.12).
+/// its own call (answered `UNIMPLEMENTED`, as by a plugin built before NRI 0.12). Answers
+/// Synchronize with one update per container carrying `bulky` bytes (none when 0).
+#[derive(Default)]
 struct Limited {
     refuse: Option<Event>,
     seen: std::sync::Arc<std::sync::Mutex<Vec<Event>>>,
+    bulky: usize,
+    /// The pods and containers Synchronize handed over (all parts together).
+    synced: std::sync::Arc<std::sync::Mutex<(usize, usize)>>,
 }
 
 impl Handler for Limited {
@@ -18,10 +23,17 @@ impl Handler for Limited {
     }
     async fn synchronize(
         &mut self,
-        _pods: Vec<nri::PodSandbox>,
-        _containers: Vec<nri::Container>,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
     ) -> Vec<nri::ContainerUpdate> {
-        Vec::new()
+        *self.synced.lock().unwrap() = (pods.len(), containers.len());
+        if self.bulky == 0 {
+            return Vec::new();
+        }
+        let value = "x".repeat(self.bulky);
+        let resources =
+            |_| nri::LinuxResources { unified: [("memory.high".into(), value.clone())].into(), ..Default::default() };
+        containers.iter().map(|c| nri_plugin::answer::update(&c.id, resources(c))).collect()
     }
     async fn create_container(
         &mut self,
@@ -95,7 +107,7 @@ async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
 #[tokio::test]
 async fn a_complete_plugin_gets_every_event_as_its_own_call() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let handler = Limited { refuse: None, seen: seen.clone() };
+    let handler = Limited { seen: seen.clone(), ..Default::default() };
     let plugin = life(NriRuntime::v0_12().unwrap(), handler).await;
     assert_eq!(plugin.registered.nri_version, nri_plugin::events::SPOKEN);
     assert!(plugin.unimplemented().is_empty(), "{:?}", plugin.calls);
@@ -110,7 +122,7 @@ async fn a_complete_plugin_gets_every_event_as_its_own_call() {
 #[tokio::test]
 async fn an_unimplemented_call_falls_back_to_state_change() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let handler = Limited { refuse: Some(Event::RunPodSandbox), seen: seen.clone() };
+    let handler = Limited { refuse: Some(Event::RunPodSandbox), seen: seen.clone(), ..Default::default() };
     let plugin = life(NriRuntime::v0_12().unwrap(), handler).await;
     // (StopPodSandbox's StateChange is answered with the handler's own UNIMPLEMENTED.)
     assert_eq!(plugin.unimplemented(), ["RunPodSandbox", "StateChange"]);
@@ -134,7 +146,7 @@ async fn an_older_runtime_gets_a_mask_it_knows_and_state_change() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let mut handler = Limited { refuse: None, seen };
+        let mut handler = Limited { seen, ..Default::default() };
         nri_plugin::run(&mut handler, &options, None, async {
             let _ = stopped.await;
         })
@@ -147,6 +159,60 @@ async fn an_older_runtime_gets_a_mask_it_knows_and_state_change() {
         matches!(plugin.deliver(Event::RunPodSandbox, &p, None).await.unwrap(), Ok(Delivered::Answered(m, _)) if m == "StateChange")
     );
     assert!(!plugin.subscribed(Event::PostUpdatePodSandbox));
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
+
+/// A node whose state passes one ttrpc message both ways: 2,000 containers with 3 KiB of
+/// annotations each (6 MiB) reach the plugin whole, in parts; its 2,000 updates of 3 KiB each
+/// come back as an answer under 4 MiB and the rest in `UpdateContainers` requests under 4 MiB,
+/// none lost.
+#[tokio::test]
+async fn a_state_over_one_message_goes_in_parts_both_ways() {
+    let runtime = NriRuntime::v0_12().unwrap();
+    let options = nri_plugin::Options {
+        socket: runtime.socket().to_owned(),
+        name: "big".into(),
+        index: "50".into(),
+        program: "test",
+    };
+    let synced = std::sync::Arc::new(std::sync::Mutex::new((0, 0)));
+    let handler = Limited { bulky: 3 << 10, synced: synced.clone(), ..Default::default() };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut handler = handler;
+        nri_plugin::run(&mut handler, &options, None, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    let pods: Vec<_> = (0..500).map(|i| pod(&format!("s{i}"), &[], &format!("/kubepods/pod{i}"))).collect();
+    let note = "n".repeat(3 << 10);
+    let containers: Vec<_> = (0..2000)
+        .map(|i| {
+            let mut c = container(&format!("c{i}"), &pods[i % pods.len()]);
+            c.annotations = vec![nri::BytesEntry { key: b"note".to_vec(), value: note.clone().into_bytes() }];
+            c
+        })
+        .collect();
+    let mut plugin = runtime.accept(pods, containers).await.expect("registered and synchronized");
+    assert_eq!(*synced.lock().unwrap(), (500, 2000), "every part taken whole");
+    let limit = nri_plugin::wire::MAX_MESSAGE;
+    assert!(plugin.sync.request_bytes.len() > 1, "{:?}", plugin.sync.request_bytes);
+    assert!(plugin.sync.request_bytes.iter().all(|b| *b < limit), "{:?}", plugin.sync.request_bytes);
+    assert!(plugin.sync.answer_bytes < limit && !plugin.sync.answered.is_empty(), "{}", plugin.sync.answer_bytes);
+    let mut got = plugin.sync.answered.len();
+    while got < 2000 && plugin.take_plugin_calls(Duration::from_millis(500)).await.unwrap() > 0 {
+        got = plugin.sync.answered.len() + plugin.updates.iter().map(|u| u.update.len()).sum::<usize>();
+    }
+    assert_eq!(
+        got,
+        2000,
+        "answer {} + {:?}",
+        plugin.sync.answered.len(),
+        plugin.updates.iter().map(|u| u.update.len()).collect::<Vec<_>>()
+    );
+    assert!(plugin.updates.iter().all(|u| u.encoded_len() < limit));
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }

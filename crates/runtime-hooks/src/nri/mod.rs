@@ -42,18 +42,19 @@
 //! messages before they are decoded.
 
 pub mod convert;
+mod known;
 
 /// NRI's generated protobuf types (the `nri-plugin` crate's).
 pub use nri_plugin::proto;
 pub use nri_plugin::{parse_plugin_index, DEFAULT_SOCKET};
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use nri_plugin::Refusal;
 
+use self::known::Known;
 use self::proto::api::{self as nri, Event};
 use crate::change::Change;
 use crate::context::{ContainerContext, PodContext};
@@ -126,14 +127,6 @@ pub fn reads(selector: &[(String, String)]) -> nri_plugin::Reads {
     }
 }
 
-/// Pods and containers the runtime told us about (Synchronize and events), for re-applying
-/// rule changes.
-#[derive(Debug, Default)]
-struct Known {
-    pods: HashMap<String, nri::PodSandbox>,
-    containers: HashMap<String, nri::Container>,
-}
-
 /// Runs the plugin until `shutdown` resolves: connects, serves, reconnects with back-off
 /// ([`nri_plugin::run`]); a rule change re-applies to every known pod and container.
 ///
@@ -174,9 +167,7 @@ impl nri_plugin::Handler for NriPlugin {
         pods: Vec<nri::PodSandbox>,
         containers: Vec<nri::Container>,
     ) -> Vec<nri::ContainerUpdate> {
-        self.known = Known::default();
-        self.known.pods.extend(pods.into_iter().map(|p| (p.id.clone(), p)));
-        self.known.containers.extend(containers.into_iter().map(|c| (c.id.clone(), c)));
+        self.known = Known::new(pods, containers);
         self.learn_weight_formula();
         self.apply_all("synchronize")
     }
@@ -197,22 +188,26 @@ impl nri_plugin::Handler for NriPlugin {
         if let Some(new) = req.linux_resources {
             container.linux.get_or_insert_with(Default::default).resources = Some(new);
         }
-        self.known.containers.insert(container.id.clone(), container.clone());
-        let update = match self.container(Stage::PreUpdateContainerResources, &ctx)? {
+        let id = container.id.clone();
+        self.known.put_container(container);
+        let update: Vec<_> = match self.container(Stage::PreUpdateContainerResources, &ctx)? {
             Some(change) => {
                 let dir = ctx.pod.cgroup_parent.clone();
-                convert::update(&container.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir)))
-                    .into_iter()
-                    .collect()
+                convert::update(&id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))).into_iter().collect()
             }
             None => Vec::new(),
         };
+        for u in &update {
+            if let Some(r) = u.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+                self.known.applied(&id, r);
+            }
+        }
         Ok(nri::UpdateContainerResponse { update, evict: Vec::new() })
     }
 
     async fn stop_container(&mut self, req: nri::StopContainerRequest) -> Result<nri::StopContainerResponse, Refusal> {
         let (pod, container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
-        if let Some(known) = self.known.containers.get_mut(&container.id) {
+        if let Some(known) = self.known.container_mut(&container.id) {
             known.state = nri::ContainerState::ContainerStopped as i32;
         }
         self.container(Stage::PostStopContainer, &convert::container_context(&pod, &container, None))?;
@@ -228,6 +223,14 @@ impl nri_plugin::Handler for NriPlugin {
     }
 
     const REFRESHED: &'static str = "for the new rules";
+
+    /// A failed update leaves the container's values unknown: the next pass sends all of them.
+    fn refreshed(&mut self, failed: &[nri::ContainerUpdate]) {
+        for u in failed {
+            self.known.unknown_resources(&u.container_id);
+        }
+        nri_plugin::plugin::log_refreshed(Self::REFRESHED, failed);
+    }
 
     fn reads(&self) -> nri_plugin::Reads {
         self.reads.clone()
@@ -248,18 +251,23 @@ impl NriPlugin {
     /// CreateContainer: PreCreateContainer's change as the container's adjustment.
     fn create(&mut self, req: nri::CreateContainerRequest) -> Result<nri::CreateContainerResponse, Refusal> {
         let (pod, mut container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
-        self.known.pods.entry(pod.id.clone()).or_insert_with(|| pod.clone());
+        self.known.add_pod(&pod);
         // containerd 1.7 sends CONTAINER_UNKNOWN here; it exists once we answer.
         container.state = nri::ContainerState::ContainerCreated as i32;
-        self.known.containers.insert(container.id.clone(), container.clone());
         let ctx = convert::container_context(&pod, &container, None);
+        let id = container.id.clone();
+        self.known.put_container(container);
         let adjust = match self.container(Stage::PreCreateContainer, &ctx)? {
             Some(change) => {
                 if let Some(parent) = &change.cgroup_parent {
                     tracing::warn!(on = %ctx.key(), parent, "NRI cannot move a container to another pod cgroup parent; cgroup_parent not applied");
                 }
                 let dir = ctx.pod.cgroup_parent.clone();
-                Some(convert::adjustment(&change, || self.framework.cgroups().shared_cpus(Some(&dir))))
+                let adjust = convert::adjustment(&change, || self.framework.cgroups().shared_cpus(Some(&dir)));
+                if let Some(r) = adjust.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+                    self.known.applied(&id, r);
+                }
+                Some(adjust)
             }
             None => None,
         };
@@ -275,7 +283,7 @@ impl NriPlugin {
             // the pod cgroup's new resources over the pod-level values: they are written again,
             // as at RunPodSandbox, from the updated pod.
             Event::RunPodSandbox | Event::PostUpdatePodSandbox => {
-                self.known.pods.insert(pod.id.clone(), pod.clone());
+                self.known.put_pod(pod.clone());
                 let result = self.pod(Stage::PreRunPodSandbox, &pod);
                 self.node_pass(if event == Event::RunPodSandbox { "RunPodSandbox" } else { "PostUpdatePodSandbox" });
                 result
@@ -293,8 +301,7 @@ impl NriPlugin {
                         tracing::warn!("NRI: RemovePodSandbox: {f}");
                     }
                 }
-                self.known.pods.remove(&pod.id);
-                self.known.containers.retain(|_, c| c.pod_sandbox_id != pod.id);
+                self.known.remove_pod(&pod.id);
                 self.node_pass("RemovePodSandbox");
                 Ok(())
             }
@@ -312,7 +319,7 @@ impl NriPlugin {
             }
             Event::RemoveContainer => {
                 if let Some(c) = evt.container {
-                    self.known.containers.remove(&c.id);
+                    self.known.remove_container(&c.id);
                 }
                 Ok(())
             }
@@ -351,24 +358,25 @@ impl NriPlugin {
     }
 
     /// Every known pod at PreRunPodSandbox (pod values written) and every created or running
-    /// container at PreCreateContainer (resources returned as updates). Failures are logged and
-    /// skip the object.
-    fn apply_all(&self, reason: &str) -> Vec<nri::ContainerUpdate> {
+    /// container at PreCreateContainer; of its resources, what the container does not hold yet
+    /// is returned as its update ([`Known::unapplied`]: the runtime applies each update, changed
+    /// or not, under the lock every pod event waits for). Failures are logged and skip the object.
+    fn apply_all(&mut self, reason: &str) -> Vec<nri::ContainerUpdate> {
         let mut pods = 0;
-        for pod in self.known.pods.values().filter(|p| self.selected(&convert::pod_context(p))) {
+        for (_, pod) in self.known.pods().filter(|(_, p)| self.selected(&convert::pod_context(p))) {
             match self.pod(Stage::PreRunPodSandbox, pod) {
                 Ok(()) => pods += 1,
                 Err(r) => tracing::warn!(reason, "NRI: {}; pod skipped", r.message),
             }
         }
-        let (mut updates, mut containers) = (Vec::new(), 0);
-        for c in self.known.containers.values() {
+        let (mut wanted, mut containers) = (Vec::new(), 0);
+        for c in self.known.containers() {
             let live = matches!(
                 nri::ContainerState::try_from(c.state),
                 Ok(nri::ContainerState::ContainerCreated | nri::ContainerState::ContainerRunning)
             );
             let Some(pod) =
-                self.known.pods.get(&c.pod_sandbox_id).filter(|p| live && self.selected(&convert::pod_context(p)))
+                self.known.pod(&c.pod_sandbox_id).filter(|p| live && self.selected(&convert::pod_context(p)))
             else {
                 continue;
             };
@@ -377,14 +385,17 @@ impl NriPlugin {
             match self.container(Stage::PreCreateContainer, &ctx) {
                 Ok(Some(change)) => {
                     let dir = ctx.pod.cgroup_parent.clone();
-                    updates
+                    wanted
                         .extend(convert::update(&c.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))));
                 }
                 Ok(None) => {}
                 Err(r) => tracing::warn!(reason, "NRI: {}; container skipped", r.message),
             }
         }
-        tracing::info!(reason, pods, containers, updates = updates.len(), "NRI: applied to known pods");
+        let held = wanted.len();
+        let updates: Vec<_> = wanted.into_iter().filter_map(|u| self.known.unapplied(u)).collect();
+        let held = held - updates.len();
+        tracing::info!(reason, pods, containers, updates = updates.len(), held, "NRI: applied to known pods");
         self.node_pass(reason);
         updates
     }
@@ -394,7 +405,7 @@ impl NriPlugin {
     /// shares against the weight runc made of them.
     fn learn_weight_formula(&self) {
         let cgroups = self.framework.cgroups();
-        for c in self.known.containers.values() {
+        for c in self.known.containers() {
             if !cgroups.weight().learning() {
                 return;
             }
@@ -406,8 +417,7 @@ impl NriPlugin {
             };
             let pod_dir = self
                 .known
-                .pods
-                .get(&c.pod_sandbox_id)
+                .pod(&c.pod_sandbox_id)
                 .and_then(|p| cgroups.resolve(&convert::pod_context(p).cgroup_parent).ok().flatten());
             if let Ok(dir) =
                 crate::cgroup_path::container_dir(&linux.cgroups_path, pod_dir.as_deref(), cgroups.driver())
@@ -420,45 +430,36 @@ impl NriPlugin {
     /// The known (selected) pod `sandbox_id` with its cgroup directory and its containers, for
     /// its removal.
     fn pod_state(&self, sandbox_id: &str) -> Option<PodState> {
-        let mut states = self.pod_states_of(self.known.pods.get_key_value(sandbox_id));
-        states.pop()
+        self.known.pod(sandbox_id).and_then(|pod| self.state_of(pod))
     }
 
     /// The known (selected) pods with their cgroup directories, for node-level work.
     fn pod_states(&self) -> Vec<PodState> {
-        self.pod_states_of(self.known.pods.iter())
+        self.known.pods().filter_map(|(_, pod)| self.state_of(pod)).collect()
     }
 
-    /// `pods` (of the known ones) with their cgroup directories and known containers, those the
-    /// selector leaves out skipped.
-    fn pod_states_of<'a>(&self, pods: impl IntoIterator<Item = (&'a String, &'a nri::PodSandbox)>) -> Vec<PodState> {
+    /// A known pod with its cgroup directory and its known containers; `None` when the selector
+    /// leaves it out.
+    fn state_of(&self, pod: &nri::PodSandbox) -> Option<PodState> {
         let cgroups = self.framework.cgroups();
-        let mut states: HashMap<&str, PodState> = HashMap::new();
-        for (id, pod) in pods {
-            let ctx = convert::pod_context(pod);
-            if !self.selected(&ctx) {
-                continue;
-            }
-            let cgroup_dir = cgroups.resolve(&ctx.cgroup_parent).ok().flatten();
-            states.insert(id, PodState { pod: ctx, cgroup_dir, containers: Vec::new() });
+        let ctx = convert::pod_context(pod);
+        if !self.selected(&ctx) {
+            return None;
         }
-        if states.is_empty() {
-            return Vec::new();
-        }
-        for c in self.known.containers.values() {
-            let (Some(state), Some(pod)) =
-                (states.get_mut(c.pod_sandbox_id.as_str()), self.known.pods.get(&c.pod_sandbox_id))
-            else {
-                continue;
-            };
-            let path = c.linux.as_ref().map(|l| l.cgroups_path.as_str()).unwrap_or_default();
-            let cgroup_dir = match path {
-                "" => None,
-                path => crate::cgroup_path::container_dir(path, state.cgroup_dir.as_deref(), cgroups.driver()).ok(),
-            };
-            state.containers.push(ContainerState { container: convert::container_context(pod, c, None), cgroup_dir });
-        }
-        states.into_values().collect()
+        let cgroup_dir = cgroups.resolve(&ctx.cgroup_parent).ok().flatten();
+        let containers = self
+            .known
+            .containers_of(&pod.id)
+            .map(|c| {
+                let path = c.linux.as_ref().map(|l| l.cgroups_path.as_str()).unwrap_or_default();
+                let dir = match path {
+                    "" => None,
+                    path => crate::cgroup_path::container_dir(path, cgroup_dir.as_deref(), cgroups.driver()).ok(),
+                };
+                ContainerState { container: convert::container_context(pod, c, None), cgroup_dir: dir }
+            })
+            .collect();
+        Some(PodState { pod: ctx, cgroup_dir, containers })
     }
 
     /// Every plugin's node-level work over the known pods; each distinct failure logged once, when
@@ -597,13 +598,13 @@ mod tests {
         let adjust = nri::CreateContainerResponse::decode(answer.as_slice()).unwrap().adjust.expect("an adjustment");
         let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.shares.unwrap().value, cpu.quota.unwrap().value), (512, 100_000));
-        let kept = &plugin.known.containers["c1"];
+        let kept = plugin.known.container("c1").unwrap();
         assert!(
             kept.env.is_empty() && kept.args.is_empty() && kept.annotations.is_empty() && kept.labels.is_empty(),
             "{:?}",
             kept.env.len()
         );
-        let pod = &plugin.known.pods["s1"];
+        let pod = plugin.known.pod("s1").unwrap();
         let keys =
             |e: &[nri::BytesEntry]| e.iter().map(|e| String::from_utf8_lossy(&e.key).into_owned()).collect::<Vec<_>>();
         assert_eq!(keys(&pod.labels), ["koordinator.sh/qosClass", "test"]);
@@ -695,8 +696,8 @@ mod tests {
             .dispatch("Synchronize", &payload)
             .await
             .expect("answered");
-        assert!(plugin.known.containers["c1"].env.is_empty());
-        let pod = &plugin.known.pods["s1"];
+        assert!(plugin.known.container("c1").unwrap().env.is_empty());
+        let pod = plugin.known.pod("s1").unwrap();
         assert_eq!((pod.labels.len(), pod.annotations.len()), (1, 0), "{pod:?}");
     }
 }
