@@ -291,25 +291,30 @@ async fn synchronize_applies_to_pods_that_existed_before_the_plugin() {
     let pod = Pod::start(&mut rt, sandbox, container).await.expect("BE pod without a plugin");
     assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "2");
     let selector = format!("{}={}", plugin.label.0, plugin.label.1);
-    let hooks = Hooks::start(
-        &[
-            "--mode",
-            "nri",
-            "--nri-socket",
-            env.nri_socket.to_str().unwrap(),
-            "--nri-plugin-index",
-            "10",
-            "--selector",
-            &selector,
-        ],
-        plugin._dir.path().join("hooks2.log"),
-    );
+    let args = [
+        "--mode",
+        "nri",
+        "--nri-socket",
+        env.nri_socket.to_str().unwrap(),
+        "--nri-plugin-index",
+        "10",
+        "--selector",
+        &selector,
+    ];
+    let hooks = Hooks::start(&args, plugin._dir.path().join("hooks2.log"));
     assert!(hooks.wait_log(&["synchronize", "updates=1"], 0, Duration::from_secs(10)), "{}", hooks.log());
     let ok = eventually(Duration::from_secs(5), || pod.cgroup_file("cpu", "cpu.shares") == "512");
     assert!(ok, "not corrected by Synchronize\n{}", hooks.log());
     assert_eq!(pod.cgroup_file("cpu", "cpu.cfs_quota_us"), "100000");
     assert_eq!(pod.cgroup_file("memory", "memory.limit_in_bytes"), "134217728");
     assert_eq!(pod_values(&pod.cgroup_parent()), ("512".into(), "100000".into(), "134217728".into()));
+    // containerd's spec holds the values now (it reports them in Synchronize): a plugin that
+    // connects again answers no update, and the runtime's lock is not held to apply one.
+    drop(hooks);
+    let hooks = Hooks::start(&args, plugin._dir.path().join("hooks3.log"));
+    let held = hooks.wait_log(&["synchronize", "updates=0", "held=1"], 0, Duration::from_secs(10));
+    assert!(held, "the values the runtime holds were sent again:\n{}", hooks.log());
+    assert_eq!(pod.cgroup_file("cpu", "cpu.shares"), "512");
     pod.remove(&mut rt).await;
 }
 

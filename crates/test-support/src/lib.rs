@@ -43,6 +43,7 @@ pub mod kube_api;
 pub mod nri_runtime;
 pub mod proxy;
 pub mod raw;
+pub mod scale;
 pub mod stand_in;
 pub mod systemd;
 

@@ -385,8 +385,7 @@ impl NriPlugin {
             match self.container(Stage::PreCreateContainer, &ctx) {
                 Ok(Some(change)) => {
                     let dir = ctx.pod.cgroup_parent.clone();
-                    wanted
-                        .extend(convert::update(&c.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))));
+                    wanted.extend(convert::update(&c.id, &change, || self.framework.cgroups().shared_cpus(Some(&dir))));
                 }
                 Ok(None) => {}
                 Err(r) => tracing::warn!(reason, "NRI: {}; container skipped", r.message),

@@ -1,0 +1,199 @@
+//! A node's worth of pods for scale tests and benchmarks: N pods × M containers with the mix of a
+//! Koordinator node — half BE (batch resources in the extended-resource-spec annotation, in the
+//! `besteffort` QoS cgroup), four in ten LS (burstable), one in ten LSR (guaranteed, with a cpuset
+//! in the resource-status annotation) — labelled and annotated as kubelet and koord-scheduler do,
+//! with the resources kubelet gives each container. Pod `i` is always the same pod.
+//!
+//! [`nri_node`] describes them as an NRI runtime does (Synchronize, events);
+//! [`cgroup_v1_tree`] makes their pod cgroup directories in a v1 tree for a plugin to write to.
+
+use std::path::Path;
+
+use nri_plugin::proto::api as nri;
+
+/// A pod's Koordinator QoS class (`koordinator.sh/qosClass`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Qos {
+    /// Best effort, on batch resources.
+    Be,
+    /// Latency sensitive (burstable).
+    Ls,
+    /// Latency sensitive, reserved CPUs (guaranteed, own cpuset).
+    Lsr,
+}
+
+impl Qos {
+    /// The class of pod `i`: 5 in 10 BE, 4 in 10 LS, 1 in 10 LSR.
+    pub fn of(i: usize) -> Qos {
+        match i % 10 {
+            0..=4 => Qos::Be,
+            5..=8 => Qos::Ls,
+            _ => Qos::Lsr,
+        }
+    }
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Qos::Be => "BE",
+            Qos::Ls => "LS",
+            Qos::Lsr => "LSR",
+        }
+    }
+
+    /// kubelet's pod cgroup parent (cgroupfs driver) for a pod of this class with `uid`.
+    pub fn cgroup_parent(self, uid: &str) -> String {
+        match self {
+            Qos::Be => format!("/kubepods/besteffort/pod{uid}"),
+            Qos::Ls => format!("/kubepods/burstable/pod{uid}"),
+            Qos::Lsr => format!("/kubepods/pod{uid}"),
+        }
+    }
+}
+
+/// Pod `i`'s UID.
+pub fn uid(i: usize) -> String {
+    format!("0000{i:04x}-5ca1-4e00-8000-00000000{i:04x}")
+}
+
+fn entry(k: &str, v: &str) -> nri::BytesEntry {
+    nri::BytesEntry { key: k.as_bytes().to_vec(), value: v.as_bytes().to_vec() }
+}
+
+/// Pod `i` with `containers` containers named `c0`, `c1`, … as an NRI runtime describes it.
+pub fn nri_pod(i: usize, containers: usize) -> nri::PodSandbox {
+    let (qos, uid) = (Qos::of(i), uid(i));
+    let name = format!("scale-{i}");
+    let mut labels = vec![
+        entry("io.kubernetes.pod.name", &name),
+        entry("io.kubernetes.pod.namespace", "default"),
+        entry("io.kubernetes.pod.uid", &uid),
+        entry("app", &format!("app-{}", i % 20)),
+        entry("pod-template-hash", "5d4b8c7f9"),
+        entry("koordinator.sh/qosClass", qos.label()),
+    ];
+    labels.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut annotations = vec![
+        entry("kubernetes.io/config.seen", "2026-12-06T09:00:00.000000000Z"),
+        entry("kubernetes.io/config.source", "api"),
+    ];
+    match qos {
+        Qos::Be => {
+            let per: Vec<String> = (0..containers)
+                .map(|c| {
+                    format!(
+                        r#""c{c}": {{"requests": {{"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "256Mi"}}, "limits": {{"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "512Mi"}}}}"#
+                    )
+                })
+                .collect();
+            annotations.push(entry(
+                "node.koordinator.sh/extended-resource-spec",
+                &format!(r#"{{"containers": {{{}}}}}"#, per.join(", ")),
+            ));
+        }
+        Qos::Lsr => {
+            let cpus = format!("{}-{}", 2 * (i % 8), 2 * (i % 8) + 1);
+            annotations.push(entry("scheduling.koordinator.sh/resource-status", &format!(r#"{{"cpuset": "{cpus}"}}"#)));
+        }
+        Qos::Ls => {}
+    }
+    nri::PodSandbox {
+        id: format!("sandbox-{i:04}"),
+        name,
+        uid: uid.clone(),
+        namespace: "default".into(),
+        labels,
+        annotations,
+        linux: Some(nri::LinuxPodSandbox { cgroup_parent: qos.cgroup_parent(&uid), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// Container `c` of pod `i` (running), with the resources kubelet gives it: BE 2 shares and no
+/// limit; LS 1 CPU requested, 2 CPUs and 512 MiB limit; LSR 2 CPUs and 1 GiB, requests = limits.
+pub fn nri_container(i: usize, c: usize, pod: &nri::PodSandbox) -> nri::Container {
+    let qos = Qos::of(i);
+    let (shares, quota, limit) = match qos {
+        Qos::Be => (2, None, None),
+        Qos::Ls => (1024, Some(200_000), Some(512 << 20)),
+        Qos::Lsr => (2048, Some(200_000), Some(1 << 30)),
+    };
+    let id = format!("container-{i:04}-{c}");
+    let parent = pod.linux.as_ref().map(|l| l.cgroup_parent.as_str()).unwrap_or_default();
+    let resources = nri::LinuxResources {
+        cpu: Some(nri::LinuxCpu {
+            shares: Some(nri::OptionalUInt64 { value: shares }),
+            quota: quota.map(|value| nri::OptionalInt64 { value }),
+            period: Some(nri::OptionalUInt64 { value: 100_000 }),
+            ..Default::default()
+        }),
+        memory: limit.map(|value| nri::LinuxMemory { limit: Some(nri::OptionalInt64 { value }), ..Default::default() }),
+        ..Default::default()
+    };
+    nri::Container {
+        id: id.clone(),
+        pod_sandbox_id: pod.id.clone(),
+        name: format!("c{c}"),
+        state: nri::ContainerState::ContainerRunning as i32,
+        labels: vec![
+            entry("io.kubernetes.container.name", &format!("c{c}")),
+            entry("io.kubernetes.pod.name", &pod.name),
+            entry("io.kubernetes.pod.namespace", "default"),
+            entry("io.kubernetes.pod.uid", &pod.uid),
+        ],
+        annotations: vec![entry("io.kubernetes.container.restartCount", "0")],
+        args: vec!["sleep".into(), "infinity".into()],
+        env: vec![b"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_vec()],
+        linux: Some(nri::LinuxContainer { cgroups_path: format!("{parent}/{id}"), resources: Some(resources) }),
+        ..Default::default()
+    }
+}
+
+/// `pods` pods (0 to `pods - 1`) with `per_pod` containers each, as an NRI runtime describes
+/// them.
+pub fn nri_node(pods: usize, per_pod: usize) -> (Vec<nri::PodSandbox>, Vec<nri::Container>) {
+    let pods: Vec<_> = (0..pods).map(|i| nri_pod(i, per_pod)).collect();
+    let containers =
+        pods.iter().enumerate().flat_map(|(i, p)| (0..per_pod).map(move |c| nri_container(i, c, p))).collect();
+    (pods, containers)
+}
+
+/// `containers` with `updates` applied over their resources, as the runtime reports them once it
+/// applied them ([`nri_plugin::applied::applied`]).
+pub fn updated(containers: &mut [nri::Container], updates: &[nri::ContainerUpdate]) {
+    let by_id: std::collections::HashMap<&str, &nri::LinuxResources> =
+        updates.iter().filter_map(|u| Some((u.container_id.as_str(), u.linux.as_ref()?.resources.as_ref()?))).collect();
+    for c in containers {
+        if let Some(sent) = by_id.get(c.id.as_str()) {
+            let linux = c.linux.get_or_insert_with(Default::default);
+            linux.resources = Some(nri_plugin::applied::applied(linux.resources.as_ref(), sent));
+        }
+    }
+}
+
+/// The pod cgroup directories of `pods` in a v1 tree at `root` (`cpu`, `cpuacct`, `memory`,
+/// `cpuset` controllers), with kubelet's `cpu.shares`, CFS quota and period and no memory limit;
+/// the QoS directories above them too.
+///
+/// Errors: a directory or file cannot be made.
+pub fn cgroup_v1_tree(root: &Path, pods: &[nri::PodSandbox]) -> std::io::Result<()> {
+    for controller in ["cpu", "cpuacct", "memory", "cpuset"] {
+        for pod in pods {
+            let parent = pod.linux.as_ref().map(|l| l.cgroup_parent.trim_start_matches('/')).unwrap_or_default();
+            let dir = root.join(controller).join(parent);
+            std::fs::create_dir_all(&dir)?;
+            let files: &[(&str, &str)] = match controller {
+                "cpu" if parent.contains("besteffort") => {
+                    &[("cpu.shares", "2"), ("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")]
+                }
+                "cpu" => &[("cpu.shares", "1024"), ("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")],
+                "memory" => &[("memory.limit_in_bytes", "9223372036854771712")],
+                _ => &[],
+            };
+            for (file, value) in files {
+                std::fs::write(dir.join(file), value)?;
+            }
+        }
+    }
+    Ok(())
+}
