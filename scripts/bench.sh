@@ -4,19 +4,23 @@
 # paths under concurrency (benches/concurrency.rs: 16 and 64 callers on 1 and on 16 connections; calls/s, p50/p99, CPU
 # per call of each process), then what hooks cost (benches/hooks.rs: one no-op hook on CreateContainer; 50 pods at once
 # through a 100 ms hook; benches/wake.rs: the wake-up of an idle peer by how long it was idle, the floor under every
-# hop), runtime-hooks' round trip beside a no-op hook server's (runtime-hooks' benches/hook_rtt.rs), the per-stage
+# hop), runtime-hooks' round trip beside a no-op hook server's (runtime-hooks' benches/hook_rtt.rs), both NRI plugins on
+# large nodes of the NRI stand-in (runtime-hooks' benches/large_node.rs, runtime-proxy's benches/nri_large_node.rs:
+# Synchronize and CPU per pod at 10, 100 and 1,000 pods), the per-stage
 # overhead (runtime-hooks' benches/stages.rs: each hooked call of a BE pod's life direct, through the proxy without
 # hook, with a no-op hook at every stage, with runtime-hooks), then the store at node scale (benches/store.rs: RSS idle
 # and with 200 pods, store memory per pod, recovery time after kill -9), against a real containerd 1.6, which it starts
 # and stops (also on failure or Ctrl-C); then the pass-through bench again against a containerd 2.1; then pod start time
 # by mode (runtime-hooks' benches/pod_start.rs: BE pods on containerd alone, through runtime-proxy + runtime-hooks in
 # proxy mode, and with runtime-hooks as an NRI plugin; runtime-proxy's benches/nri_front.rs: pods with one no-op hook on
-# containerd alone, through the CRI proxy and through the NRI front end) against a containerd 1.7 with NRI on and again
-# against a 2.1 with NRI on, each started after the one before is down and stopped the same way. Extra arguments go to
-# every bench; RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks and hook_rtt 3000),
-# RP_BENCH_CONC_ROUNDS and RP_BENCH_CONC_ROUND_MS the rounds of the concurrency bench (defaults 6 and 600 ms),
+# containerd alone, through the CRI proxy and through the NRI front end; runtime-hooks' benches/nri_sync.rs:
+# containerd's NRI lock time when runtime-hooks synchronizes with 150 BE pods, fresh and again) against a containerd 1.7
+# with NRI on and again against a 2.1 with NRI on, each started after the one before is down and stopped the same way.
+# Extra arguments go to every bench; RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks and hook_rtt
+# 3000), RP_BENCH_CONC_ROUNDS and RP_BENCH_CONC_ROUND_MS the rounds of the concurrency bench (defaults 6 and 600 ms),
 # RP_BENCH_STAGE_PODS the pods per path of the per-stage bench (default 20), RP_BENCH_PODS the pods per mode of
-# pod_start (default 50).
+# pod_start (default 50), RP_BENCH_SCALE_EVENTS the pods created per size in the large-node benches (default 200),
+# RP_BENCH_SYNC_PODS the pods of nri_sync (default 150).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -41,6 +45,11 @@ echo
 # runtime-hooks as the hook server beside a no-op one (no containerd needed)
 cargo bench --locked -p runtime-hooks --bench hook_rtt -- "$@"
 echo
+# large nodes on the NRI stand-in (no containerd needed): both NRI plugins at 10, 100 and 1,000 pods
+cargo bench --locked -p runtime-hooks --bench large_node -- "$@"
+echo
+cargo bench --locked -p runtime-proxy --bench nri_large_node -- "$@"
+echo
 # per-stage overhead: direct, proxy without hook, with a no-op hook, with runtime-hooks (starts
 # runtime-proxy's release binary, which `cargo bench -p runtime-hooks` does not build)
 cargo build --locked --release -p runtime-proxy
@@ -63,6 +72,9 @@ for v in 1.7 2.1; do
   echo
   # hook servers on NRI: pod start with one no-op hook — containerd alone, CRI proxy, NRI front end
   RP_CONTAINERD_ENV=$NRI_CTRD-$v/env cargo bench --locked -p runtime-proxy --bench nri_front -- "$@"
+  echo
+  # Synchronize of runtime-hooks on a node of 150 BE pods: containerd's NRI lock time, fresh and when connecting again
+  RP_CONTAINERD_ENV=$NRI_CTRD-$v/env cargo bench --locked -p runtime-hooks --bench nri_sync -- "$@"
   scripts/containerd.sh down "$NRI_CTRD-$v" >/dev/null 2>&1
   echo
 done
