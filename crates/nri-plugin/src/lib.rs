@@ -6,7 +6,8 @@
 //!   strings as bytes) and ttrpc's envelope.
 //! * [`wire`] — ttrpc over NRI's multiplexed socket, by hand.
 //! * [`convert`] — NRI's pods and containers as the hook protocol reads them; [`answer`] — the one writer of
-//!   NRI's answers (adjustments and updates).
+//!   NRI's answers (adjustments and updates, in parts under ttrpc's 4 MiB); [`applied`] — what of an update a
+//!   container holds already (so that only what differs is sent).
 //! * [`events`] — NRI's lifecycle events: which call delivers each at which NRI level (0.12's
 //!   per-event calls, `StateChange` before), which mask bits a runtime knows, which handler
 //!   method takes each.

@@ -65,10 +65,7 @@ fn log_time(line: &str) -> Option<f64> {
 fn lock_time(log: &str, from: usize) -> Option<f64> {
     let text = log.get(from..)?;
     // 1.7: `plugin "10-NAME" connected`; 2.x: `… connected and synchronized`
-    let done = text
-        .lines()
-        .filter(|l| l.contains("msg=\"plugin ") && l.contains(" connected") && l.contains(PLUGIN))
-        .last()?;
+    let done = text.lines().rfind(|l| l.contains("msg=\"plugin ") && l.contains(" connected") && l.contains(PLUGIN))?;
     let end = log_time(done)?;
     let start = text
         .lines()
