@@ -6,9 +6,9 @@
 //!   a node of 200 pods × 1 container and of 1,000 pods × 4 containers (median of
 //!   `RP_BENCH_ROUNDS` starts, default 5), and `recover::rebuild` in process (the same runtime
 //!   flavour as the proxy's: one thread);
-//! * the store's memory (bytes allocated and kept, counted by this bench's allocator): per pod
-//!   sandbox and per container, at 1,000 pods × 4 containers, with kubelet-sized pods and with
-//!   8 KiB of pod annotations (16 KiB would make ListPodSandbox exceed kubelet's 16 MiB answer limit) — per container it must not grow with the pod's size.
+//! * the store's memory (bytes allocated and kept, counted by this bench's allocator): per pod sandbox and per
+//!   container, at 1,000 pods × 4 containers, with kubelet-sized pods and with 8 KiB of pod annotations (16 KiB would
+//!   make ListPodSandbox exceed kubelet's 16 MiB answer limit) — per container it must not grow with the pod's size.
 //!
 //! The stand-in runs on a thread and runtime of its own (as a runtime in its own process would).
 //!
