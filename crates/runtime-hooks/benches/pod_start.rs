@@ -347,7 +347,9 @@ async fn run(s: &Setup, pods: usize, round_size: usize) {
         started.elapsed().as_secs_f64()
     );
     println!();
-    println!("| mode | one after another p50 | p99 | at once p50 | p99 | at once: slowest pod | at once p50 / p99 vs (a) |");
+    println!(
+        "| mode | one after another p50 | p99 | at once p50 | p99 | at once: slowest pod | at once p50 / p99 vs (a) |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let base = |m: &HashMap<Mode, Vec<Duration>>, p| percentile(&sorted(&m[&Mode::Alone]), p);
     let seq_base = (base(&sequential, 0.5), base(&sequential, 0.99));
