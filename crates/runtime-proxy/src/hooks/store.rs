@@ -25,18 +25,16 @@
 //! or stored anew with other values since) keeps a part of its own, so what it gets is still
 //! exactly what was put.
 //!
-//! Memory, per pod sandbox: ≈ its labels + annotations + metadata + cgroup parent (the
-//! [`PodPart`]) + its resources + its ID, once; per container: ≈ its own annotations + resources +
-//! metadata + its ID, whatever the size of its pod. At 1,000 pods × 4 containers of kubelet's
-//! sizes (`benches/node_scale.rs`): ≈ 2.4 KiB per pod sandbox and ≈ 1.9 KiB per container, the
-//! same with 8 KiB more annotations per pod (only the pod's bytes grow). Measured with
-//! a counting allocator (bytes allocated and kept): a pod with 8,000 annotations of 30 bytes
-//! (240 KB, near Kubernetes' 256 KiB budget) holds 630 KiB; each of its containers (one small
-//! annotation, resources, 64-character IDs, its map slot) 1.4 KiB — where a copy of the pod per
-//! container cost 630 KiB more each. Through the real proxy and containerd
-//! (`tests/store_memory.rs`): 64 containers of that pod, created and started with a hook server
-//! registered, grow the proxy's VmRSS by less than 1 MiB (measured: not at all; ≈ 780 KiB per
-//! container with a copy each).
+//! Memory, per pod sandbox: ≈ its labels + annotations + metadata + cgroup parent (the [`PodPart`]) + its resources +
+//! its ID, once; per container: ≈ its own annotations + resources + metadata + its ID, whatever the size of its pod. At
+//! 1,000 pods × 4 containers of kubelet's sizes (`benches/node_scale.rs`): ≈ 2.1 KiB per pod sandbox and ≈ 1.5 KiB per
+//! container (2.1 KiB while it kept its own copy of its pod's sandbox ID, cgroup parent and resources), the same with 8
+//! KiB more annotations per pod (only the pod's bytes grow). Measured with a counting allocator (bytes allocated and
+//! kept): a pod with 8,000 annotations of 30 bytes (240 KB, near Kubernetes' 256 KiB budget) holds 630 KiB; each of its
+//! containers (one small annotation, resources, 64-character IDs, its map slot) 1.4 KiB — where a copy of the pod per
+//! container cost 630 KiB more each. Through the real proxy and containerd (`tests/store_memory.rs`): 64 containers of
+//! that pod, created and started with a hook server registered, grow the proxy's VmRSS by less than 1 MiB (measured:
+//! not at all; ≈ 780 KiB per container with a copy each).
 //!
 //! # No envs
 //!
