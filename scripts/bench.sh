@@ -9,8 +9,11 @@
 # Synchronize and CPU per pod at 10, 100 and 1,000 pods), the per-stage
 # overhead (runtime-hooks' benches/stages.rs: each hooked call of a BE pod's life direct, through the proxy without
 # hook, with a no-op hook at every stage, with runtime-hooks), then the store at node scale (benches/store.rs: RSS idle
-# and with 200 pods, store memory per pod, recovery time after kill -9), against a real containerd 1.6, which it starts
-# and stops (also on failure or Ctrl-C); then the pass-through bench again against a containerd 2.1; then pod start time
+# and with RP_BENCH_STORE_PODS pods, default 200, store memory per pod and per container, recovery time after kill -9),
+# against a real containerd 1.6, which it starts
+# and stops (also on failure or Ctrl-C); the store at 1,000 pods × 4 containers against a stand-in runtime
+# (benches/node_scale.rs: recovery time and CPU, store memory per pod and per container; no containerd); then the
+# pass-through bench again against a containerd 2.1; then pod start time
 # by mode (runtime-hooks' benches/pod_start.rs: BE pods on containerd alone, through runtime-proxy + runtime-hooks in
 # proxy mode, and with runtime-hooks as an NRI plugin; runtime-proxy's benches/nri_front.rs: pods with one no-op hook on
 # containerd alone, through the CRI proxy and through the NRI front end; runtime-hooks' benches/nri_sync.rs:
@@ -19,7 +22,8 @@
 # Extra arguments go to every bench; RP_BENCH_CALLS sets the calls per path (defaults: latency 5000, hooks and hook_rtt
 # 3000), RP_BENCH_CONC_ROUNDS and RP_BENCH_CONC_ROUND_MS the rounds of the concurrency bench (defaults 6 and 600 ms),
 # RP_BENCH_STAGE_PODS the pods per path of the per-stage bench (default 20), RP_BENCH_PODS the pods per mode of
-# pod_start (default 50), RP_BENCH_SCALE_EVENTS the pods created per size in the large-node benches (default 200),
+# pod_start (default 50), RP_BENCH_BURSTS its at-once batches per mode (default 1; RP_BENCH_SEQUENTIAL=0 leaves its
+# one-after-another part out), RP_BENCH_SCALE_EVENTS the pods created per size in the large-node benches (default 200),
 # RP_BENCH_SYNC_PODS the pods of nri_sync (default 150).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,8 +59,11 @@ echo
 cargo build --locked --release -p runtime-proxy
 cargo bench --locked -p runtime-hooks --bench stages -- "$@"
 echo
-cargo bench --locked -p runtime-proxy --bench store -- "$@"
+RP_BENCH_PODS=${RP_BENCH_STORE_PODS:-200} cargo bench --locked -p runtime-proxy --bench store -- "$@"
 scripts/containerd.sh down "$CTRD" >/dev/null 2>&1
+echo
+# the store at 1,000 pods × 4 containers, against a stand-in runtime (no containerd)
+cargo bench --locked -p runtime-proxy --bench node_scale -- "$@"
 echo
 # the pass-through table's containerd 2.1 rows (CRI v1 only; NRI off)
 scripts/containerd.sh up 2.1 "$CTRD21" >/dev/null

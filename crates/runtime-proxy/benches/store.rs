@@ -1,6 +1,11 @@
 //! The store at node scale, against a real containerd: the proxy's memory (RSS) idle and with
-//! 200 pods, the store's own memory per pod, and the time to recover 200 containers after a
-//! `kill -9` (the release proxy's own log line, and `recover::rebuild` in process).
+//! `RP_BENCH_PODS` pods (default 200; one `sleep` container each, or none with
+//! `RP_BENCH_CONTAINERS=0`), the store's own memory per pod sandbox and per container, and the
+//! time to recover them after a `kill -9` (the release proxy's own log line, and
+//! `recover::rebuild` in process). Pods are made 20 at a time; each batch's time and the
+//! machine's available memory go to stderr, and no more are made once less than
+//! `RP_BENCH_MIN_FREE_MIB` (default 4096) is available: the table then says how many there were.
+//! 1,000 pods are measured against a stand-in runtime (`benches/node_scale.rs`).
 //!
 //! Run: `make bench` (or `RP_CONTAINERD_ENV=… cargo bench -p runtime-proxy --bench store`).
 
@@ -9,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
+use k8s_cri::v1 as cri;
 use runtime_proxy::cri::recover::rebuild;
 use runtime_proxy::hooks::store::Store;
 use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd, Pod};
@@ -16,7 +22,23 @@ use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
-const PODS: usize = 200;
+/// Pods made at once.
+const BATCH: usize = 20;
+
+fn env_var(key: &str, default: usize) -> usize {
+    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The machine's `MemAvailable`, in MiB.
+fn available_mib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        >> 10
+}
 
 /// Counts the bytes this process has allocated and not freed.
 struct Counting;
@@ -67,10 +89,20 @@ async fn main() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let idle = rss_kib(proxy.pid());
 
-    // 200 pods of one container each, through the proxy, 20 at a time.
-    let mut pods = Vec::new();
-    for chunk in 0..(PODS / 20) {
-        let tasks: Vec<_> = (0..20)
+    // The pods, through the proxy, BATCH at a time, while the machine has memory to spare.
+    let want = env_var("RP_BENCH_PODS", 200);
+    let with_container = env_var("RP_BENCH_CONTAINERS", 1) > 0;
+    let min_free = env_var("RP_BENCH_MIN_FREE_MIB", 4096) as u64;
+    let mut pods: Vec<String> = Vec::new();
+    let made = std::time::Instant::now();
+    let mut stopped_early = None;
+    for chunk in 0..want.div_ceil(BATCH) {
+        if available_mib() < min_free {
+            stopped_early = Some(available_mib());
+            break;
+        }
+        let batch = std::time::Instant::now();
+        let tasks: Vec<_> = (0..BATCH.min(want - chunk * BATCH))
             .map(|i| {
                 let env = env.clone();
                 let mut rt = runtime_client(&socket);
@@ -78,6 +110,10 @@ async fn main() {
                     let labels = HashMap::from([("app".to_string(), format!("bench-{chunk}-{i}"))]);
                     let annotations = HashMap::from([("team".to_string(), "storage".to_string())]);
                     let sandbox = sandbox_config(&env, &unique("store"), labels, annotations);
+                    if !with_container {
+                        let req = cri::RunPodSandboxRequest { config: Some(sandbox), runtime_handler: String::new() };
+                        return rt.run_pod_sandbox(req).await.map(|r| r.into_inner().pod_sandbox_id);
+                    }
                     let container = container_config(
                         &env,
                         "main",
@@ -85,30 +121,51 @@ async fn main() {
                         None,
                         &[("MODE", "bench"), ("IDX", &i.to_string())],
                     );
-                    Pod::start(&mut rt, sandbox, container).await
+                    Pod::start(&mut rt, sandbox, container).await.map(|p| p.sandbox_id)
                 })
             })
             .collect();
         for t in tasks {
             pods.push(t.await.unwrap().expect("pod"));
         }
+        eprintln!(
+            "{} pods: batch of {BATCH} in {:.1} s; {} MiB available; proxy RSS {} KiB",
+            pods.len(),
+            batch.elapsed().as_secs_f64(),
+            available_mib(),
+            rss_kib(proxy.pid())
+        );
     }
+    let made = made.elapsed();
+    let n = pods.len();
     let loaded = rss_kib(proxy.pid());
 
     // The store's own memory: an in-process rebuild from the same runtime.
     let channel = test_support::channel(&env.socket);
+    rebuild(&channel, &Store::new()).await.expect("rebuild");
     let mut rebuilds = Vec::new();
-    let mut store_bytes = 0;
+    // The store's bytes with pods and containers, and those of a store of the same pods alone.
+    let (mut store_bytes, mut pod_bytes) = (0, 0);
     for _ in 0..5 {
         let before = LIVE.load(Ordering::Relaxed);
         let store = Store::new();
         let report = rebuild(&channel, &store).await.expect("rebuild");
-        store_bytes = LIVE.load(Ordering::Relaxed) - before;
         rebuilds.push((report.elapsed, report.pods, report.containers));
-        drop(store);
+        drop(report);
+        store_bytes = LIVE.load(Ordering::Relaxed) - before;
+        let ids = store.ids().0;
+        let before = LIVE.load(Ordering::Relaxed);
+        let pods = Store::new();
+        for id in &ids {
+            pods.put_pod(id, store.pod(id).expect("a listed pod"));
+        }
+        pod_bytes = LIVE.load(Ordering::Relaxed) - before;
+        drop((store, pods, ids));
     }
     rebuilds.sort();
     let (median, recovered_pods, recovered_containers) = rebuilds[2];
+    let per_pod = pod_bytes as f64 / recovered_pods.max(1) as f64;
+    let per_container = (store_bytes - pod_bytes) as f64 / recovered_containers.max(1) as f64;
 
     // kill -9 and restart on the same socket: the release proxy's own recovery line.
     proxy.signal(libc::SIGKILL);
@@ -123,17 +180,21 @@ async fn main() {
     );
     println!("| what | value |");
     println!("|---|---|");
+    let shape = if with_container { "1 container each" } else { "no container" };
+    if let Some(left) = stopped_early {
+        println!("| pods made | {n} of {want} ({shape}): stopped with {left} MiB available |");
+    } else {
+        println!("| pods made | {n} ({shape}), {BATCH} at a time, in {:.1} s |", made.as_secs_f64());
+    }
+    println!("| machine memory available after them | {} MiB |", available_mib());
     println!("| proxy RSS, idle (store recovered, no pods of ours) | {:.1} MiB |", idle as f64 / 1024.0);
+    println!("| proxy RSS with the {n} pods created through it | {:.1} MiB |", loaded as f64 / 1024.0);
+    println!("| RSS growth per pod | {:.1} KiB |", (loaded as f64 - idle as f64) / n.max(1) as f64);
     println!(
-        "| proxy RSS with {PODS} more pods (1 container each) created through it | {:.1} MiB |",
-        loaded as f64 / 1024.0
-    );
-    println!("| RSS growth per pod | {:.1} KiB |", (loaded as f64 - idle as f64) / PODS as f64);
-    println!(
-        "| store memory per pod + container (bytes allocated by a rebuild into an empty store, {} pods + {} containers) | {:.1} KiB |",
-        recovered_pods,
-        recovered_containers,
-        store_bytes as f64 / 1024.0 / recovered_pods.max(1) as f64
+        "| store memory (bytes allocated by a rebuild into an empty store, {recovered_pods} pods + {recovered_containers} containers) | {:.1} KiB: {:.2} KiB per pod sandbox, {:.2} KiB per container |",
+        store_bytes as f64 / 1024.0,
+        per_pod / 1024.0,
+        per_container / 1024.0
     );
     println!(
         "| `rebuild` of {recovered_pods} pod sandboxes + {recovered_containers} containers, in process, median of 5 | {} ms |",
@@ -142,7 +203,7 @@ async fn main() {
     println!("| release proxy after `kill -9`: its own log line | {line} |");
 
     let mut rt = runtime_client(&env.socket);
-    for pod in pods {
-        remove_sandbox(&mut rt, &pod.sandbox_id).await;
+    for id in pods {
+        remove_sandbox(&mut rt, &id).await;
     }
 }

@@ -1,12 +1,17 @@
 //! Restart recovery at node scale: 200 running containers (20 pods × 10) are read back from a real
-//! containerd, every field right. (Its time is measured in `benches/store.rs`.)
+//! containerd, every field right; and 200 pods × 4 containers from a stand-in runtime
+//! (`test_support::fake_node`), every container with its own pod. (Their times are measured in
+//! `benches/store.rs` and `benches/node_scale.rs`.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use k8s_cri::v1 as cri;
 use runtime_proxy::cri::recover::rebuild;
 use runtime_proxy::hooks::store::Store;
 use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd};
+use test_support::fake_backend::{Behaviour, FakeBackend};
+use test_support::fake_node::{FakeNode, NodeShape};
 use test_support::runtime_client;
 
 const PODS: usize = 20;
@@ -94,4 +99,42 @@ async fn two_hundred_containers_recover_every_field() {
     // How long it takes is measured by `make bench` (benches/store.rs), not asserted here.
     times.sort();
     eprintln!("median rebuild {:?} (all: {times:?}); target < 1 s", times[1]);
+}
+
+/// The map as the store keeps it (sorted).
+fn sorted(m: &HashMap<String, String>) -> BTreeMap<String, String> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+#[tokio::test]
+async fn a_stand_in_node_recovers_every_container_with_its_own_pod() {
+    let node = Arc::new(FakeNode::new(&NodeShape { pods: 200, per_pod: 4, pod_annotation_bytes: 100 }));
+    let fake = FakeBackend::start(Behaviour::Node(node.clone())).await;
+    let store = Store::new();
+    let report = rebuild(&test_support::channel(fake.socket()), &store).await.expect("rebuild");
+    assert_eq!(report.listed, (200, 800), "{report:?}");
+    assert_eq!((report.pods, report.containers), (200, 800), "{report:?}");
+    assert!(report.skipped.is_empty() && report.fallbacks.is_empty(), "{report:?}");
+    assert_eq!(store.len(), (200, 800));
+    for pod in &node.pods {
+        let got = store.pod(&pod.sandbox_id).expect("pod recovered");
+        let meta = got.pod_meta.as_ref().expect("pod metadata");
+        assert_eq!((&meta.name, &meta.uid), (&pod.metadata.name, &pod.metadata.uid));
+        assert_eq!(got.labels, sorted(&pod.labels));
+        assert_eq!(got.annotations, sorted(&pod.annotations));
+        assert_eq!(got.cgroup_parent, pod.cgroup_parent);
+        for c in &pod.containers {
+            let entry = store.container(&c.id).unwrap_or_else(|| panic!("container {} not recovered", c.id));
+            assert_eq!(entry.sandbox_id, pod.sandbox_id, "container {} under its own pod", c.id);
+            let hook = entry.hook;
+            assert_eq!(hook.pod_meta, got.pod_meta, "container {}: its pod's metadata", c.id);
+            assert_eq!(hook.pod_labels, got.labels, "container {}: its pod's labels", c.id);
+            assert_eq!(hook.pod_annotations, got.annotations, "container {}: its pod's annotations", c.id);
+            assert_eq!(hook.pod_cgroup_parent, pod.cgroup_parent, "container {}: its pod's cgroup parent", c.id);
+            let meta = hook.container_meta.as_ref().expect("container metadata");
+            assert_eq!((meta.name.as_str(), meta.id.as_str()), (c.name.as_str(), c.id.as_str()));
+            assert_eq!(hook.container_annotations, sorted(&c.annotations));
+            assert_eq!(hook.container_resources.as_ref().map(|r| r.cpu_shares), Some(c.cpu_shares));
+        }
+    }
 }

@@ -18,6 +18,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 
+use crate::fake_node::FakeNode;
+
 /// How the fake answers every call.
 #[derive(Clone, Debug)]
 pub enum Behaviour {
@@ -55,6 +57,10 @@ pub enum Behaviour {
         /// Whether RestorePod was called.
         restored: Arc<std::sync::atomic::AtomicBool>,
     },
+    /// As [`Cri`](Behaviour::Cri), plus a node of pods that already run ([`FakeNode`]):
+    /// ListPodSandbox, ListContainers, PodSandboxStatus and ContainerStatus describe them as
+    /// containerd does (`NOT_FOUND` for other IDs), for store recovery at node scale.
+    Node(Arc<FakeNode>),
     /// Answer the response head and `body`, then fail the body: hyper resets the stream
     /// (`RST_STREAM`) instead of sending trailers, as a backend that aborts a call does.
     ResetAfter {
@@ -350,7 +356,11 @@ async fn answer(
             drop(guard);
             unreachable!()
         }
-        Behaviour::Cri | Behaviour::CriRefusing(_) | Behaviour::Restoring { .. } | Behaviour::Stream { .. } => {
+        Behaviour::Cri
+        | Behaviour::CriRefusing(_)
+        | Behaviour::Restoring { .. }
+        | Behaviour::Stream { .. }
+        | Behaviour::Node(_) => {
             let (data, trailers) = match &behaviour {
                 Behaviour::CriRefusing(paths) if paths.contains(&record.path) => {
                     let trailers = vec![
@@ -361,6 +371,17 @@ async fn answer(
                 }
                 Behaviour::Restoring { pod, restored } => restoring_answer(&record.path, &record.body, pod, restored)
                     .unwrap_or_else(|| cri_answer(&record.path)),
+                Behaviour::Node(node) => match node.answer(&record.path, &record.body) {
+                    Some(Ok(message)) => (Some(message), header_map(vec![("grpc-status".into(), "0".into())])),
+                    Some(Err(())) => {
+                        let trailers = vec![
+                            ("grpc-status".into(), "5".into()),
+                            ("grpc-message".into(), "fake backend: no such object".into()),
+                        ];
+                        (None, header_map(trailers))
+                    }
+                    None => cri_answer(&record.path),
+                },
                 _ => cri_answer(&record.path),
             };
             rec.lock().unwrap().push(record);

@@ -11,6 +11,8 @@
 //! * [`proxy`] — the real `runtime-proxy` binary as a child process on a temp socket.
 //! * [`fake_backend`] — an in-process HTTP/2 backend for what containerd cannot show (hangs,
 //!   recorded metadata, huge answers); also a hook server that hangs or answers garbage.
+//! * [`fake_node`] — a node's worth of running pods (1,000 × 4 containers) described as
+//!   containerd describes them, for the fake backend, for store recovery at node scale.
 //! * [`hooks`] — programmable in-process hook servers and registration files.
 //! * [`nri_runtime`] — a protocol-level stand-in for a runtime's NRI side (NRI 0.12 as containerd
 //!   2.3/2.4 speak it, with their `StateChange` fallback; or a runtime before 0.12), for the NRI
@@ -37,6 +39,7 @@ pub mod containerd;
 pub mod dockerd;
 pub mod envtest;
 pub mod fake_backend;
+pub mod fake_node;
 pub mod flags_doc;
 pub mod hooks;
 pub mod kube_api;

@@ -14,10 +14,12 @@
 //!   [`proto_edit`] — edits to encoded protobuf messages that keep unknown fields;
 //!   [`newer_cri`] — CRI methods newer than the compiled proto;
 //!   [`restore`] — RestorePod, which creates a pod without the pre-create hooks: guarded.
-//! * [`recover`] — the store rebuilt from the runtime (start-up, reconnects, sweeps, misses).
+//! * [`recover`] — the store rebuilt from the runtime (start-up, reconnects, sweeps, misses);
+//!   [`info_view`] — the keys of a verbose status's `info` JSON it reads, parsed without the rest.
 
 pub mod hook_request;
 pub mod hooked_fields;
+pub mod info_view;
 pub mod intercept;
 pub mod newer_cri;
 pub mod proto_edit;

@@ -105,7 +105,7 @@ use tokio::task::JoinSet;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::cri::hooked_fields;
+use crate::cri::{hooked_fields, info_view};
 use crate::hooks::store::{sweep, ContainerEntry, Store, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
 
 /// Status calls in flight at once.
@@ -680,12 +680,10 @@ fn normalise_swap(r: &mut hook::LinuxContainerResources, asked: i64) {
 }
 
 /// The JSON object of a verbose `info` map: containerd's single `info` key, else the first
-/// value that is a JSON object (other runtimes). None when there is none.
+/// value that is a JSON object (other runtimes). None when there is none. Only the keys read
+/// here are kept ([`info_view::WANTED`]).
 fn verbose_info(info: &std::collections::HashMap<String, String>) -> Option<Map<String, Value>> {
-    let parse = |s: &String| match serde_json::from_str::<Value>(s) {
-        Ok(Value::Object(m)) => Some(m),
-        _ => None,
-    };
+    let parse = |s: &String| info_view::parse_object(s, info_view::WANTED);
     if let Some(m) = info.get("info").and_then(parse) {
         return Some(m);
     }

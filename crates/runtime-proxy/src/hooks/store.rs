@@ -11,26 +11,30 @@
 //!
 //! # One copy of the pod per sandbox
 //!
-//! A container-level hook request repeats its pod's metadata, labels and annotations
-//! (`pod_meta`, `pod_labels`, `pod_annotations`). The store keeps them once per sandbox, in the
-//! pod's entry ([`PodPart`], behind an [`Arc`]); a container's entry points at that same part and
-//! keeps only what is the container's own: its sandbox ID, `container_meta`,
-//! `container_annotations`, `container_resources`, `pod_resources` and `pod_cgroup_parent` (a
-//! PreCreateContainer hook may move one container to a parent of its own). [`Store::container`]
-//! assembles the request from the two, field for field what was put (envs aside, below). A
-//! container whose pod fields differ from its pod's entry (its pod not stored, or stored anew with
-//! other values since) keeps a part of its own, so what it gets is still exactly what was put.
+//! A container-level hook request repeats its pod's metadata, labels, annotations and cgroup
+//! parent (`pod_meta`, `pod_labels`, `pod_annotations`, `pod_cgroup_parent`) and resources
+//! (`pod_resources`), and a container's entry its pod's sandbox ID. The store keeps them once per
+//! sandbox: the first four in the pod's entry ([`PodPart`], behind an [`Arc`]), the resources
+//! behind an [`Arc`] of their own (a resize replaces them, [`Store::update_pod_resources`]), the
+//! sandbox ID as the key of the pod's index of containers (an `Arc<str>`). A container's entry
+//! points at those and keeps only what is the container's own: `container_meta`,
+//! `container_annotations`, `container_resources`, and a `pod_cgroup_parent` only when it is not
+//! its pod's (a PreCreateContainer hook may move one container to a parent of its own).
+//! [`Store::container`] assembles the request from the parts, field for field what was put (envs
+//! aside, below). A container whose pod fields differ from its pod's entry (its pod not stored,
+//! or stored anew with other values since) keeps a part of its own, so what it gets is still
+//! exactly what was put.
 //!
-//! Memory, per pod sandbox: ≈ its labels + annotations + metadata (the [`PodPart`]) + its cgroup
-//! parent and resources + its ID, once; per container: ≈ its own annotations + resources +
-//! metadata + cgroup parent + its ID and sandbox ID, whatever the size of its pod. Measured with
-//! a counting allocator (bytes allocated and kept): a pod with 8,000 annotations of 30 bytes
-//! (240 KB, near Kubernetes' 256 KiB budget) holds 630 KiB; each of its containers (one small
-//! annotation, resources, 64-character IDs, its map slot) 1.4 KiB — where a copy of the pod per
-//! container cost 630 KiB more each. Through the real proxy and containerd
-//! (`tests/store_memory.rs`): 64 containers of that pod, created and started with a hook server
-//! registered, grow the proxy's VmRSS by less than 1 MiB (measured: not at all; ≈ 780 KiB per
-//! container with a copy each).
+//! Memory, per pod sandbox: ≈ its labels + annotations + metadata + cgroup parent (the [`PodPart`]) + its resources +
+//! its ID, once; per container: ≈ its own annotations + resources + metadata + its ID, whatever the size of its pod. At
+//! 1,000 pods × 4 containers of kubelet's sizes (`benches/node_scale.rs`): ≈ 2.1 KiB per pod sandbox and ≈ 1.5 KiB per
+//! container (2.1 KiB while it kept its own copy of its pod's sandbox ID, cgroup parent and resources), the same with 8
+//! KiB more annotations per pod (only the pod's bytes grow). Measured with a counting allocator (bytes allocated and
+//! kept): a pod with 8,000 annotations of 30 bytes (240 KB, near Kubernetes' 256 KiB budget) holds 630 KiB; each of its
+//! containers (one small annotation, resources, 64-character IDs, its map slot) 1.4 KiB — where a copy of the pod per
+//! container cost 630 KiB more each. Through the real proxy and containerd (`tests/store_memory.rs`): 64 containers of
+//! that pod, created and started with a hook server registered, grow the proxy's VmRSS by less than 1 MiB (measured:
+//! not at all; ≈ 780 KiB per container with a copy each).
 //!
 //! # No envs
 //!
@@ -72,27 +76,34 @@ pub struct PodPart {
     meta: Option<PodSandboxMetadata>,
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
+    cgroup_parent: String,
 }
+
+/// Resources kept once and shared (a pod's, by its containers' `pod_resources`).
+type Shared = Option<Arc<LinuxContainerResources>>;
 
 /// A pod sandbox's entry: the [`PodPart`] and the rest of its `PodSandboxHookRequest`.
 #[derive(Debug)]
 struct StoredPod {
     part: Arc<PodPart>,
     runtime_handler: String,
-    cgroup_parent: String,
     overhead: Option<LinuxContainerResources>,
-    resources: Option<LinuxContainerResources>,
+    resources: Shared,
 }
 
 impl StoredPod {
     fn new(pod: PodSandboxHookRequest) -> Self {
-        let part = PodPart { meta: pod.pod_meta, labels: pod.labels, annotations: pod.annotations };
+        let part = PodPart {
+            meta: pod.pod_meta,
+            labels: pod.labels,
+            annotations: pod.annotations,
+            cgroup_parent: pod.cgroup_parent,
+        };
         StoredPod {
             part: Arc::new(part),
             runtime_handler: pod.runtime_handler,
-            cgroup_parent: pod.cgroup_parent,
             overhead: pod.overhead,
-            resources: pod.resources,
+            resources: pod.resources.map(Arc::new),
         }
     }
 
@@ -102,45 +113,48 @@ impl StoredPod {
             runtime_handler: self.runtime_handler.clone(),
             labels: self.part.labels.clone(),
             annotations: self.part.annotations.clone(),
-            cgroup_parent: self.cgroup_parent.clone(),
+            cgroup_parent: self.part.cgroup_parent.clone(),
             overhead: self.overhead.clone(),
-            resources: self.resources.clone(),
+            resources: self.resources.as_deref().cloned(),
         }
     }
 }
 
-/// A container's entry: its own fields and its pod's [`PodPart`] (shared).
+/// A container's entry: its own fields and its pod's (shared).
 #[derive(Debug)]
 struct StoredContainer {
-    sandbox_id: String,
+    /// The pod's sandbox ID: the key of its set in [`Containers::by_pod`].
+    sandbox_id: Arc<str>,
     pod: Arc<PodPart>,
     container_meta: Option<ContainerMetadata>,
     container_annotations: BTreeMap<String, String>,
-    container_resources: Option<LinuxContainerResources>,
-    pod_resources: Option<LinuxContainerResources>,
-    pod_cgroup_parent: String,
+    container_resources: Option<Box<LinuxContainerResources>>,
+    pod_resources: Shared,
+    /// Its cgroup parent when it is not `pod.cgroup_parent`.
+    own_cgroup_parent: Option<String>,
 }
 
 impl StoredContainer {
     fn entry(&self) -> ContainerEntry {
         ContainerEntry {
-            sandbox_id: self.sandbox_id.clone(),
+            sandbox_id: self.sandbox_id.to_string(),
             hook: ContainerResourceHookRequest {
                 pod_meta: self.pod.meta.clone(),
                 container_meta: self.container_meta.clone(),
                 container_annotations: self.container_annotations.clone(),
-                container_resources: self.container_resources.clone(),
-                pod_resources: self.pod_resources.clone(),
+                container_resources: self.container_resources.as_deref().cloned(),
+                pod_resources: self.pod_resources.as_deref().cloned(),
                 pod_annotations: self.pod.annotations.clone(),
                 pod_labels: self.pod.labels.clone(),
-                pod_cgroup_parent: self.pod_cgroup_parent.clone(),
+                pod_cgroup_parent: self.own_cgroup_parent.as_ref().unwrap_or(&self.pod.cgroup_parent).clone(),
                 container_envs: BTreeMap::new(),
             },
         }
     }
 }
 
-/// Whether `part` holds exactly these pod fields of a container-level request.
+/// Whether `part` holds exactly these pod fields of a container-level request (its cgroup parent
+/// aside: a container may have one of its own).
 fn same_pod(part: &PodPart, hook: &ContainerResourceHookRequest) -> bool {
     part.meta == hook.pod_meta && part.labels == hook.pod_labels && part.annotations == hook.pod_annotations
 }
@@ -150,11 +164,17 @@ fn same_pod(part: &PodPart, hook: &ContainerResourceHookRequest) -> bool {
 #[derive(Debug, Default)]
 struct Containers {
     by_id: HashMap<String, StoredContainer>,
-    /// The container IDs of each sandbox ID that has containers in `by_id` (no empty sets).
-    by_pod: HashMap<String, HashSet<String>>,
+    /// The container IDs of each sandbox ID that has containers in `by_id` (no empty sets). Its
+    /// keys are the containers' `sandbox_id`s (one allocation per pod).
+    by_pod: HashMap<Arc<str>, HashSet<String>>,
 }
 
 impl Containers {
+    /// The sandbox ID as the index keeps it: its key when the pod has containers, else a new one.
+    fn pod_key(&self, sandbox_id: &str) -> Arc<str> {
+        self.by_pod.get_key_value(sandbox_id).map_or_else(|| Arc::from(sandbox_id), |(k, _)| k.clone())
+    }
+
     fn insert(&mut self, container_id: &str, stored: StoredContainer) {
         self.by_pod.entry(stored.sandbox_id.clone()).or_default().insert(container_id.to_owned());
         if let Some(old) = self.by_id.insert(container_id.to_owned(), stored) {
@@ -227,7 +247,8 @@ impl Store {
 
     /// The pod sandbox of the container `container_id`, if known (without copying its entry).
     pub fn sandbox_of(&self, container_id: &str) -> Option<String> {
-        self.containers.read().unwrap_or_else(|p| p.into_inner()).by_id.get(container_id).map(|e| e.sandbox_id.clone())
+        let containers = self.containers.read().unwrap_or_else(|p| p.into_inner());
+        containers.by_id.get(container_id).map(|e| e.sandbox_id.to_string())
     }
 
     /// Whether the pod sandbox `sandbox_id` is known (without copying its entry).
@@ -275,19 +296,21 @@ impl Store {
         overhead: Option<LinuxContainerResources>,
         resources: Option<LinuxContainerResources>,
     ) -> bool {
-        {
+        // The new resources, once: the pod's and its containers' `pod_resources`.
+        let resized: Option<Shared> = {
             let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
             let Some(pod) = pods.get_mut(sandbox_id) else { return false };
             if overhead.is_some() {
                 pod.overhead = overhead;
             }
-            if resources.is_some() {
-                pod.resources.clone_from(&resources);
-            }
-        }
-        if resources.is_some() {
+            resources.map(|r| {
+                pod.resources = Some(Arc::new(r));
+                pod.resources.clone()
+            })
+        };
+        if let Some(shared) = resized {
             let mut containers = self.containers.write().unwrap_or_else(|p| p.into_inner());
-            containers.for_each_of_pod(sandbox_id, |c| c.pod_resources.clone_from(&resources));
+            containers.for_each_of_pod(sandbox_id, |c| c.pod_resources.clone_from(&shared));
         }
         true
     }
@@ -313,12 +336,23 @@ impl Store {
     /// its own; its envs are dropped (see the module doc).
     pub fn put_container(&self, container_id: &str, entry: ContainerEntry) {
         let ContainerEntry { sandbox_id, hook } = entry;
-        // The part to share: the pod's, else the one this container had (a part of its own).
-        let pod_part = self.pods.read().unwrap_or_else(|p| p.into_inner()).get(&sandbox_id).map(|p| p.part.clone());
-        let mut shared = pod_part.filter(|part| same_pod(part, &hook));
-        if shared.is_none() {
+        // What to share: the pod's, else what this container had (a part of its own).
+        let pod = self
+            .pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&sandbox_id)
+            .map(|p| (p.part.clone(), p.resources.clone()));
+        let (pod_part, pod_resources) = pod.unzip();
+        let mut part = pod_part.filter(|part| same_pod(part, &hook));
+        let mut resources = pod_resources.filter(|r| r.as_deref() == hook.pod_resources.as_ref());
+        if part.is_none() || resources.is_none() {
             let containers = self.containers.read().unwrap_or_else(|p| p.into_inner());
-            shared = containers.by_id.get(container_id).map(|c| c.pod.clone()).filter(|part| same_pod(part, &hook));
+            let had = containers.by_id.get(container_id);
+            part = part.or_else(|| had.map(|c| c.pod.clone()).filter(|part| same_pod(part, &hook)));
+            resources = resources.or_else(|| {
+                had.map(|c| c.pod_resources.clone()).filter(|r| r.as_deref() == hook.pod_resources.as_ref())
+            });
         }
         let ContainerResourceHookRequest {
             pod_meta,
@@ -331,18 +365,22 @@ impl Store {
             pod_cgroup_parent,
             container_envs: _,
         } = hook;
-        let pod = shared
-            .unwrap_or_else(|| Arc::new(PodPart { meta: pod_meta, labels: pod_labels, annotations: pod_annotations }));
+        let pod = part.unwrap_or_else(|| {
+            let cgroup_parent = pod_cgroup_parent.clone();
+            Arc::new(PodPart { meta: pod_meta, labels: pod_labels, annotations: pod_annotations, cgroup_parent })
+        });
+        let own_cgroup_parent = (pod_cgroup_parent != pod.cgroup_parent).then_some(pod_cgroup_parent);
+        let mut containers = self.containers.write().unwrap_or_else(|p| p.into_inner());
         let stored = StoredContainer {
-            sandbox_id,
+            sandbox_id: containers.pod_key(&sandbox_id),
             pod,
             container_meta,
             container_annotations,
-            container_resources,
-            pod_resources,
-            pod_cgroup_parent,
+            container_resources: container_resources.map(Box::new),
+            pod_resources: resources.unwrap_or_else(|| pod_resources.map(Arc::new)),
+            own_cgroup_parent,
         };
-        self.containers.write().unwrap_or_else(|p| p.into_inner()).insert(container_id, stored);
+        containers.insert(container_id, stored);
     }
 
     /// Forgets the container `container_id`.
@@ -574,6 +612,45 @@ mod tests {
     }
 
     #[test]
+    fn containers_keep_no_copy_of_their_pods_id_cgroup_parent_or_resources() {
+        let s = Store::new();
+        let (pod, _) = pod_and_container(1_000, "c0");
+        s.put_pod("sb", pod.clone());
+        let mut entries = Vec::new();
+        for i in 0..3 {
+            let (_, mut c) = pod_and_container(1_000, &format!("c{i}"));
+            c.hook.pod_cgroup_parent = pod.cgroup_parent.clone();
+            s.put_container(&format!("c{i}"), c.clone());
+            entries.push(c);
+        }
+        let shared_by_all = |s: &Store| {
+            let pod_resources = s.pods.read().unwrap()["sb"].resources.clone().expect("the pod's resources");
+            let containers = s.containers.read().unwrap();
+            let key = containers.by_pod.get_key_value("sb").unwrap().0.clone();
+            for (id, c) in &containers.by_id {
+                assert!(Arc::ptr_eq(&c.sandbox_id, &key), "{id}: the index's sandbox ID, not a copy");
+                assert!(Arc::ptr_eq(c.pod_resources.as_ref().unwrap(), &pod_resources), "{id}: the pod's resources");
+                assert_eq!(c.own_cgroup_parent, None, "{id}: the pod's cgroup parent, not a copy");
+            }
+        };
+        shared_by_all(&s);
+        for (i, e) in entries.iter().enumerate() {
+            assert_eq!(s.container(&format!("c{i}")), Some(without_envs(e.clone())), "c{i} as put");
+        }
+        // A resize: still one copy, which every container sees.
+        let bigger = LinuxContainerResources { cpu_shares: 2048, ..Default::default() };
+        assert!(s.update_pod_resources("sb", None, Some(bigger.clone())));
+        shared_by_all(&s);
+        assert_eq!(s.container("c1").unwrap().hook.pod_resources, Some(bigger));
+        // A container with other pod resources and a parent of its own keeps both.
+        let (_, mut moved) = pod_and_container(1_000, "c9");
+        moved.hook.pod_resources = Some(LinuxContainerResources { cpu_shares: 1, ..Default::default() });
+        s.put_container("c9", moved.clone());
+        assert_eq!(s.container("c9"), Some(without_envs(moved)));
+        assert!(s.containers.read().unwrap().by_id["c9"].own_cgroup_parent.is_some());
+    }
+
+    #[test]
     fn a_container_whose_pod_fields_differ_keeps_them() {
         let s = Store::new();
         let (pod, mut c) = pod_and_container(2_000, "c1");
@@ -625,10 +702,10 @@ mod tests {
         let containers = s.containers.read().unwrap();
         let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (id, c) in &containers.by_id {
-            want.entry(c.sandbox_id.clone()).or_default().push(id.clone());
+            want.entry(c.sandbox_id.to_string()).or_default().push(id.clone());
         }
         let mut got: BTreeMap<String, Vec<String>> =
-            containers.by_pod.iter().map(|(sb, ids)| (sb.clone(), ids.iter().cloned().collect())).collect();
+            containers.by_pod.iter().map(|(sb, ids)| (sb.to_string(), ids.iter().cloned().collect())).collect();
         want.values_mut().chain(got.values_mut()).for_each(|v| v.sort());
         assert_eq!(got, want, "the index matches the containers (and holds no empty set)");
         got
