@@ -12,7 +12,9 @@
 //!   `RP_BENCH_SCALE_EVENTS` pods (default 200) — flat when no per-event work grows with the node.
 //!
 //! CPU time is the sum of the proxy's threads' time on CPU (`/proc/PID/task/*/schedstat`,
-//! nanoseconds).
+//! nanoseconds). Beside it, the proxy's own time per hooked CreateContainer (its
+//! `runtime_proxy_hooked_call_own_duration_seconds{stage="PreCreateContainer"}` histogram, from
+//! the pod's turn to the answer less the hook call: p50 interpolated within the buckets).
 //!
 //! Run: `make bench`, or `cargo bench -p runtime-proxy --bench nri_large_node` (no runtime
 //! needed).
@@ -40,14 +42,52 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-fn start_proxy(runtime: &NriRuntime, dir: &Path) -> KillOnDrop {
+/// The cumulative bucket counts (upper bound in seconds, count) of the own-time histogram of
+/// `stage` on the metrics endpoint `addr`.
+fn own_buckets(addr: &str, stage: &str) -> Vec<(f64, u64)> {
+    let (_, body) = test_support::http_get(addr, "/metrics");
+    let mut out: Vec<(f64, u64)> = body
+        .lines()
+        .filter(|l| l.starts_with("runtime_proxy_hooked_call_own_duration_seconds_bucket{"))
+        .filter(|l| l.contains(&format!("stage=\"{stage}\"")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// The median of the observations between two scrapes of [`own_buckets`], in microseconds,
+/// interpolated linearly within its bucket.
+fn p50_us(before: &[(f64, u64)], after: &[(f64, u64)]) -> f64 {
+    let count = |v: &[(f64, u64)], i: usize| v.get(i).map_or(0, |b| b.1);
+    let total = count(after, after.len().saturating_sub(1)) - count(before, before.len().saturating_sub(1));
+    let half = total as f64 / 2.0;
+    let mut lower = (0.0, 0u64);
+    for (i, (le, n)) in after.iter().enumerate() {
+        let n = n - count(before, i);
+        if n as f64 >= half && n > 0 {
+            let (lo, below) = lower;
+            let hi = if le.is_finite() { *le } else { lo * 2.0 };
+            let within = (half - below as f64) / (n - below).max(1) as f64;
+            return (lo + (hi - lo) * within) * 1e6;
+        }
+        lower = (*le, n);
+    }
+    0.0
+}
+
+fn start_proxy(runtime: &NriRuntime, dir: &Path, metrics: &str) -> KillOnDrop {
     let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
     let child = Command::new(BIN)
         .args(["--frontend", "nri", "--nri-socket"])
         .arg(runtime.socket())
         .args(["--nri-plugin-name", "runtime-proxy-bench", "--nri-plugin-index", "20", "--hook-config-dir"])
         .arg(dir)
-        .args(["--metrics-addr", &test_support::free_loopback_addr()])
+        .args(["--metrics-addr", metrics])
         .arg("--admin-socket")
         .arg(dir.join("admin.sock"))
         .env("RUST_LOG", "warn")
@@ -69,7 +109,8 @@ async fn main() {
         register(dir.path(), "noop.json", hook.socket(), "Ignore", &["PreCreateContainer"], json!({}));
         let (all_pods, containers) = scale::nri_node(pods, PER_POD);
         let runtime = NriRuntime::v0_12().unwrap();
-        let proxy = start_proxy(&runtime, dir.path());
+        let metrics = test_support::free_loopback_addr();
+        let proxy = start_proxy(&runtime, dir.path(), &metrics);
         let pid = proxy.0.id();
         let log = || std::fs::read_to_string(dir.path().join("proxy.log")).unwrap_or_default();
         // the proxy's start-up is not Synchronize's
@@ -81,6 +122,7 @@ async fn main() {
         let create = [Event::RunPodSandbox, Event::CreateContainer, Event::StartContainer, Event::PostStartContainer];
         let remove = [Event::StopContainer, Event::RemoveContainer, Event::StopPodSandbox, Event::RemovePodSandbox];
         let mut cpu = [0u64; 2];
+        let own_before = own_buckets(&metrics, "PreCreateContainer");
         for (n, phase) in [create, remove].iter().enumerate() {
             let before = cpu_ns(pid);
             for (i, pod) in extra.iter().enumerate() {
@@ -96,6 +138,7 @@ async fn main() {
             tokio::time::sleep(Duration::from_millis(200)).await;
             cpu[n] = cpu_ns(pid) - before;
         }
+        let own = p50_us(&own_before, &own_buckets(&metrics, "PreCreateContainer"));
         rows.push((
             pods,
             plugin.sync.request_bytes.len(),
@@ -104,16 +147,17 @@ async fn main() {
             sync_cpu as f64 / 1e6,
             cpu[0] as f64 / events as f64 / 1e3,
             cpu[1] as f64 / events as f64 / 1e3,
+            own,
         ));
         plugin.close().await;
         drop(proxy);
     }
     println!("runtime-proxy --frontend nri on a large node ({PER_POD} containers per pod; one no-op hook at PreCreateContainer; stand-in runtime, NRI 0.12)\n");
-    println!("| pods | containers | Synchronize parts | request KiB | wall ms | proxy CPU ms | CPU per pod created (µs) | CPU per pod removed (µs) |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (pods, parts, kib, wall, cpu, create, remove) in rows {
+    println!("| pods | containers | Synchronize parts | request KiB | wall ms | proxy CPU ms | CPU per pod created (µs) | CPU per pod removed (µs) | own time per hooked CreateContainer, p50 (µs) |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (pods, parts, kib, wall, cpu, create, remove, own) in rows {
         println!(
-            "| {pods} | {} | {parts} | {kib:.0} | {wall:.1} | {cpu:.1} | {create:.0} | {remove:.0} |",
+            "| {pods} | {} | {parts} | {kib:.0} | {wall:.1} | {cpu:.1} | {create:.0} | {remove:.0} | {own:.1} |",
             pods * PER_POD
         );
     }

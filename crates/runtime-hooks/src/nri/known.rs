@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::nri::proto::api as nri;
+use nri_plugin::proto::api as nri;
 
 /// Known pods and containers. Every operation but the iterations costs one or two map lookups.
 #[derive(Debug, Default)]
