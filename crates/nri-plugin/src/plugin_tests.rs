@@ -11,11 +11,16 @@ struct Recorder {
     events: Vec<(nri::Event, String, String)>,
     /// The mask `configure` answers (default: CreateContainer).
     mask: Option<i32>,
+    /// What `wanted_events` answers.
+    wanted: Option<i32>,
 }
 
 impl Handler for Recorder {
     fn configure(&mut self, _req: &nri::ConfigureRequest) -> i32 {
         self.mask.unwrap_or_else(|| crate::event_mask([nri::Event::CreateContainer]))
+    }
+    fn wanted_events(&mut self) -> Option<i32> {
+        self.wanted
     }
     async fn synchronize(
         &mut self,
@@ -171,6 +176,30 @@ async fn the_mask_stays_within_the_runtimes_nri() {
         let answer = session.dispatch("Configure", &req.encode_to_vec()).await.unwrap();
         assert_eq!(nri::ConfigureResponse::decode(answer.as_slice()).unwrap().events, mask, "{nri_version:?}");
         assert_eq!(session.protocol, protocol);
+    }
+}
+
+/// A wake re-registers only when the handler wants other events than the connection subscribed
+/// to, of those the runtime's NRI knows: not for no answer, the same events, or a bit the runtime
+/// would not take anyway (PostUpdatePodSandbox on a runtime before NRI 0.10).
+#[tokio::test]
+async fn resubscribing_needs_other_known_events() {
+    let (create, stop) = (nri::Event::CreateContainer, nri::Event::StopContainer);
+    let mut handler = Recorder { mask: Some(crate::event_mask([create])), ..Default::default() };
+    let options = options("/nonexistent".into());
+    let mut session = Session::new(&mut handler, &options);
+    assert!(!session.resubscribe(), "not configured yet");
+    let req = nri::ConfigureRequest { runtime_name: "fake".into(), ..Default::default() };
+    session.dispatch("Configure", &req.encode_to_vec()).await.unwrap();
+    for (wanted, again) in [
+        (None, false),
+        (Some(crate::event_mask([create])), false),
+        (Some(crate::event_mask([create, nri::Event::PostUpdatePodSandbox])), false),
+        (Some(crate::event_mask([create, stop])), true),
+        (Some(crate::event_mask([stop])), true),
+    ] {
+        session.handler.wanted = wanted;
+        assert_eq!(session.resubscribe(), again, "{:?}", wanted.map(events::names));
     }
 }
 

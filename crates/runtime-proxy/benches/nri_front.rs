@@ -99,6 +99,7 @@ async fn nri_front(nri_socket: &Path, dir: &Path) -> (KillOnDrop, String) {
         .filter(|l| l.contains("NRI: configured"))
         .filter_map(|l| l.split("events=").nth(1))
         .filter_map(|rest| rest.split_whitespace().next())
+        .map(|events| events.trim_matches('"'))
         .last()
         .unwrap_or("?")
         .to_owned();
