@@ -14,6 +14,10 @@
 //! `RP_BENCH_PODS` pods per set-up (default 10), one after another, each removed after it
 //! started; one warm-up pod per set-up first. The NRI front end runs only during its own pods.
 //! The load average is printed with the numbers, and the events the NRI front end subscribed to.
+//! Besides the start time, the CPU time per pod (start and removal) of containerd and
+//! runtime-proxy together (the sum of their threads' time on CPU, `/proc/PID/task/*/schedstat`):
+//! on a loaded machine the start times mostly measure the load, the CPU time what each set-up
+//! costs. Both proxies log at `info`.
 //!
 //! Run: `RP_NRI=1 scripts/containerd.sh up 1.7 ROOT`, then
 //! `RP_CONTAINERD_ENV=ROOT/env cargo bench -p runtime-proxy --bench nri_front` (release), or
@@ -43,6 +47,29 @@ fn loadavg() -> String {
         .unwrap_or_default()
 }
 
+/// Nanoseconds on CPU of every thread of `pid` so far (0 when it is gone).
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// One set-up's pods: each one's start time, and the CPU time per pod of `pids` together (ms).
+struct Run {
+    times: Vec<Duration>,
+    cpu_ms: f64,
+}
+
+/// `n` pods one after another through `rt`, and the CPU time `pids` spent on them.
+async fn measured(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, n: usize, pids: &[u32]) -> Run {
+    let cpu = || pids.iter().map(|&p| cpu_ns(p)).sum::<u64>();
+    let before = cpu();
+    let times = starts(env, rt, n).await;
+    Run { times, cpu_ms: (cpu() - before) as f64 / n as f64 / 1e6 }
+}
+
 /// `n` pods one after another through `rt`: each one's start time.
 async fn starts(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, n: usize) -> Vec<Duration> {
     let mut times = Vec::with_capacity(n);
@@ -58,11 +85,12 @@ async fn starts(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, n: usi
     times
 }
 
-/// Median and 90th percentile (nearest rank), in ms.
-fn summary(mut v: Vec<Duration>) -> String {
+/// Median and 90th percentile (nearest rank) of the start times, and the CPU per pod, in ms.
+fn summary(run: Run) -> String {
+    let mut v = run.times;
     v.sort();
     let at = |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1].as_secs_f64() * 1e3;
-    format!("median {:7.1} ms   p90 {:7.1} ms", at(0.5), at(0.9))
+    format!("median {:7.1} ms   p90 {:7.1} ms   CPU/pod {:5.1} ms", at(0.5), at(0.9), run.cpu_ms)
 }
 
 /// The NRI front end connected to containerd's `nri_socket` with the hook servers of `dir`,
@@ -121,6 +149,9 @@ async fn main() {
     };
     let pods = std::env::var("RP_BENCH_PODS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(10);
     let env = Containerd::from_env();
+    let containerd = env.pid().expect("containerd's pid (ROOT/containerd.pid)");
+    // The CRI proxy logs at `info`, as the NRI front end does here (ProxyProcess's default is debug).
+    std::env::set_var("RP_TEST_LOG", "info");
     let hook = TestHook::start(
         Arc::new(|_, req| Ok(hook_api::merge::echo_container(req))),
         Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
@@ -134,13 +165,13 @@ async fn main() {
 
     let mut direct = runtime_client(&env.socket);
     starts(&env, &mut direct, 1).await;
-    let alone = starts(&env, &mut direct, pods).await;
+    let alone = measured(&env, &mut direct, pods, &[containerd]).await;
 
     let through_proxy = async |dir: &Path| {
         let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.to_str().unwrap()]);
         let mut proxied = runtime_client(proxy.socket());
         starts(&env, &mut proxied, 1).await;
-        starts(&env, &mut proxied, pods).await
+        measured(&env, &mut proxied, pods, &[containerd, proxy.pid()]).await
     };
     let cri_proxy = through_proxy(dir.path()).await;
     let cri_create = through_proxy(create_dir.path()).await;
@@ -148,9 +179,9 @@ async fn main() {
     let mut through_nri = async |dir: &Path| {
         let (process, events) = nri_front(&nri_socket, dir).await;
         starts(&env, &mut direct, 1).await;
-        let times = starts(&env, &mut direct, pods).await;
+        let run = measured(&env, &mut direct, pods, &[containerd, process.0.id()]).await;
         drop(process);
-        (times, events)
+        (run, events)
     };
     let (nri, events) = through_nri(dir.path()).await;
     let (nri_create, create_events) = through_nri(create_dir.path()).await;
