@@ -128,7 +128,7 @@ async fn nri_front(nri_socket: &Path, dir: &Path) -> (KillOnDrop, String) {
         .filter_map(|l| l.split("events=").nth(1))
         .filter_map(|rest| rest.split_whitespace().next())
         .map(|events| events.trim_matches('"'))
-        .last()
+        .next_back()
         .unwrap_or("?")
         .to_owned();
     (process, events)
