@@ -11,7 +11,8 @@
 //! | protocol level | logged once per connection: at Configure from the runtime's NRI version (0.12+), else from the first call only one level makes (`StateChange`, or a call new in 0.12) |
 //! | `Shutdown` | acknowledged; the runtime closes the socket next |
 //! | wake | when the handler's wake channel changes (after Synchronize): [`Handler::refresh`]'s updates sent with `Runtime.UpdateContainers`, one request per 4 MiB |
-//! | close | [`Handler::disconnected`]; dial again (back-off reset once registered) |
+//! | resubscribe | at a wake, first: when [`Handler::wanted_events`] differs from the subscription (as the runtime's NRI knows its events), one INFO line naming both, then (once the plugin's own calls under way are answered) the connection is closed and the plugin registers again at once, subscribing anew — NRI cannot change a live connection's subscription |
+//! | close | [`Handler::disconnected`]; dial again (back-off reset once registered; none after a resubscribe) |
 //!
 //! Shutdown (the caller's future) closes the socket: the runtime drops the plugin and goes on
 //! without it. A plugin that does not answer within the runtime's request timeout
@@ -66,8 +67,18 @@ pub type Refusal = Status;
 /// What a plugin does at each call of the runtime. The loop calls one method at a time, in the
 /// order the runtime sends its calls.
 pub trait Handler: Send {
-    /// `Configure`: the events the plugin subscribes to ([`crate::event_mask`]).
+    /// `Configure`: the events the plugin subscribes to ([`crate::event_mask`]). NRI reads 0 as
+    /// every event.
     fn configure(&mut self, req: &nri::ConfigureRequest) -> i32;
+
+    /// The events the plugin needs now ([`crate::event_mask`]), asked at each wake while
+    /// synchronized, before [`Handler::refresh`]: a mask that subscribes to other events than
+    /// Configure's answer did (of those the runtime's NRI knows) makes the loop close the
+    /// connection and register again at once, answering Configure anew; events the runtime sends
+    /// meanwhile do not reach the plugin. `None` (the default): the subscription stays.
+    fn wanted_events(&mut self) -> Option<i32> {
+        None
+    }
 
     /// `Synchronize`: the pods and containers that exist (every part of a split Synchronize,
     /// together); the answer is the container updates the runtime applies.
@@ -158,8 +169,9 @@ pub trait Handler: Send {
         Reads::ALL
     }
 
-    /// The connection is gone (the runtime closed it or it failed): what the runtime said is no
-    /// longer current; the next connection synchronizes again.
+    /// The connection is gone (the runtime closed it, it failed, or the plugin closed it to
+    /// subscribe anew): what the runtime said is no longer current; the next connection
+    /// synchronizes again.
     fn disconnected(&mut self) {}
 
     /// Whether the handler is connected and synchronized now (`true`) or not (`false`), for
@@ -250,7 +262,12 @@ pub async fn run<H: Handler>(
         handler.disconnected();
         handler.connection_state(false);
         let msg = match outcome {
-            Ok(()) => "the runtime closed the connection".to_owned(),
+            Ok(Ended::Resubscribe) => {
+                backoff = BACKOFF_MIN;
+                last_error = None;
+                continue;
+            }
+            Ok(Ended::Closed) => "the runtime closed the connection".to_owned(),
             Err(e) => format!("{e:#}"),
         };
         if registered {
@@ -273,6 +290,15 @@ pub async fn run<H: Handler>(
     Ok(())
 }
 
+/// How a connection ended without an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The runtime closed it.
+    Closed,
+    /// The plugin closed it to subscribe to other events ([`Handler::wanted_events`]).
+    Resubscribe,
+}
+
 /// One connection's state.
 pub struct Session<'a, H> {
     handler: &'a mut H,
@@ -288,6 +314,9 @@ pub struct Session<'a, H> {
     /// Updates to send with `Runtime.UpdateContainers`, one request per part: what did not fit in
     /// the Synchronize answer or in one request ([`answer::in_parts`]).
     pending: Vec<Vec<nri::ContainerUpdate>>,
+    /// The events this connection subscribed to (Configure's answer, less what the runtime's NRI
+    /// does not know) and the mask of those it knows; `None` before Configure.
+    pub subscribed: Option<(i32, i32)>,
 }
 
 /// How a connection's runtime delivers the events without an answer.
@@ -313,14 +342,16 @@ impl<'a, H: Handler> Session<'a, H> {
             parts: None,
             protocol: None,
             pending: Vec::new(),
+            subscribed: None,
         }
     }
 
-    /// One connection: dial, register, serve until it closes.
+    /// One connection: dial, register, serve until it closes ([`Ended::Closed`]) or the handler
+    /// needs other events ([`Ended::Resubscribe`]).
     ///
     /// Errors: dialling, registering, reading or answering failed, or the runtime configured the
     /// plugin but did not synchronize it.
-    pub async fn serve(&mut self, wake: &mut Option<watch::Receiver<u64>>) -> anyhow::Result<()> {
+    pub async fn serve(&mut self, wake: &mut Option<watch::Receiver<u64>>) -> anyhow::Result<Ended> {
         let socket = &self.options.socket;
         let stream =
             UnixStream::connect(socket).await.with_context(|| format!("connecting to {}", socket.display()))?;
@@ -329,6 +360,8 @@ impl<'a, H: Handler> Session<'a, H> {
         let mut receiver = Receiver::new(read);
         let mut next_stream = 1u32;
         let mut calls: HashMap<u32, &'static str> = HashMap::new();
+        // The handler needs other events: the connection closes once our calls are answered.
+        let mut resubscribing = false;
         let register = nri::RegisterPluginRequest {
             plugin_name: self.options.name.clone(),
             plugin_idx: self.options.index.clone(),
@@ -355,7 +388,7 @@ impl<'a, H: Handler> Session<'a, H> {
                                  registering again"
                             );
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(Ended::Closed),
                         Err(e) => return Err(e).context("reading from the runtime"),
                     };
                     match (msg.conn, msg.kind) {
@@ -367,7 +400,12 @@ impl<'a, H: Handler> Session<'a, H> {
                                 call(&sender, &mut next_stream, &mut calls, "UpdateContainers", &req).await?;
                             }
                         }
-                        (RUNTIME_CONN, RESPONSE) => self.response(calls.remove(&msg.stream), &msg.payload)?,
+                        (RUNTIME_CONN, RESPONSE) => {
+                            self.response(calls.remove(&msg.stream), &msg.payload)?;
+                            if resubscribing && calls.is_empty() {
+                                return Ok(Ended::Resubscribe);
+                            }
+                        }
                         (conn, kind) => tracing::debug!(conn, kind, stream = msg.stream, "NRI: unexpected ttrpc message ignored"),
                     }
                 }
@@ -379,6 +417,14 @@ impl<'a, H: Handler> Session<'a, H> {
                     );
                 }
                 () = woken(wake), if self.synchronized => {
+                    // Our calls still under way are answered first: a close would cut them.
+                    if resubscribing || self.resubscribe() {
+                        if calls.is_empty() {
+                            return Ok(Ended::Resubscribe);
+                        }
+                        resubscribing = true;
+                        continue;
+                    }
                     let updates = self.handler.refresh().await;
                     for update in answer::in_parts(updates, answer::UPDATES_BUDGET) {
                         let req = nri::UpdateContainersRequest { update, evict: Vec::new() };
@@ -387,6 +433,24 @@ impl<'a, H: Handler> Session<'a, H> {
                 }
             }
         }
+    }
+
+    /// Whether the handler now wants other events than this connection subscribed to (of those
+    /// the runtime's NRI knows); if so, logs the old and the new set.
+    fn resubscribe(&mut self) -> bool {
+        let (Some((subscribed, known)), Some(wanted)) = (self.subscribed, self.handler.wanted_events()) else {
+            return false;
+        };
+        let now = wanted & known;
+        if now == subscribed {
+            return false;
+        }
+        tracing::info!(
+            old = %events::names(subscribed).join(","),
+            new = %events::names(now).join(","),
+            "NRI: the plugin needs other events: registering again to subscribe to them"
+        );
+        true
     }
 
     /// A response to one of our calls.
@@ -452,6 +516,7 @@ impl<'a, H: Handler> Session<'a, H> {
                     version = %req.runtime_version,
                     nri = %nri_version,
                     events = format!("{events:#x}"),
+                    subscribed = %events::names(events).join(","),
                     "NRI: configured"
                 );
                 if events != wanted {
@@ -465,6 +530,7 @@ impl<'a, H: Handler> Session<'a, H> {
                     self.protocol_is(Protocol::PerEvent);
                 }
                 self.configured_at = Some(tokio::time::Instant::now());
+                self.subscribed = Some((events, events::known_mask(level)));
                 Ok(nri::ConfigureResponse { events }.encode_to_vec())
             }
             "Synchronize" => self.synchronize(decoded(program, method, payload)?).await,

@@ -11,11 +11,16 @@ struct Recorder {
     events: Vec<(nri::Event, String, String)>,
     /// The mask `configure` answers (default: CreateContainer).
     mask: Option<i32>,
+    /// What `wanted_events` answers.
+    wanted: Option<i32>,
 }
 
 impl Handler for Recorder {
     fn configure(&mut self, _req: &nri::ConfigureRequest) -> i32 {
         self.mask.unwrap_or_else(|| crate::event_mask([nri::Event::CreateContainer]))
+    }
+    fn wanted_events(&mut self) -> Option<i32> {
+        self.wanted
     }
     async fn synchronize(
         &mut self,
@@ -174,6 +179,30 @@ async fn the_mask_stays_within_the_runtimes_nri() {
     }
 }
 
+/// A wake re-registers only when the handler wants other events than the connection subscribed
+/// to, of those the runtime's NRI knows: not for no answer, the same events, or a bit the runtime
+/// would not take anyway (PostUpdatePodSandbox on a runtime before NRI 0.10).
+#[tokio::test]
+async fn resubscribing_needs_other_known_events() {
+    let (create, stop) = (nri::Event::CreateContainer, nri::Event::StopContainer);
+    let mut handler = Recorder { mask: Some(crate::event_mask([create])), ..Default::default() };
+    let options = options("/nonexistent".into());
+    let mut session = Session::new(&mut handler, &options);
+    assert!(!session.resubscribe(), "not configured yet");
+    let req = nri::ConfigureRequest { runtime_name: "fake".into(), ..Default::default() };
+    session.dispatch("Configure", &req.encode_to_vec()).await.unwrap();
+    for (wanted, again) in [
+        (None, false),
+        (Some(crate::event_mask([create])), false),
+        (Some(crate::event_mask([create, nri::Event::PostUpdatePodSandbox])), false),
+        (Some(crate::event_mask([create, stop])), true),
+        (Some(crate::event_mask([stop])), true),
+    ] {
+        session.handler.wanted = wanted;
+        assert_eq!(session.resubscribe(), again, "{:?}", wanted.map(events::names));
+    }
+}
+
 /// A handler's refusal is the ttrpc error status the runtime fails its call with.
 #[tokio::test]
 async fn a_refusal_is_an_error_status() {
@@ -239,11 +268,112 @@ async fn a_close_between_configure_and_synchronize_is_a_failed_synchronization()
             .expect("the session ends at the close");
         runtime.await.unwrap();
         match (configure, outcome) {
-            (false, outcome) => assert!(outcome.is_ok(), "{outcome:?}"),
+            (false, outcome) => assert_eq!(outcome.ok(), Some(Ended::Closed)),
             (true, Err(e)) => {
                 assert!(format!("{e:#}").contains("did not synchronize it: it closed the connection"), "{e:#}")
             }
-            (true, Ok(())) => panic!("a close after Configure taken for a plain close"),
+            (true, Ok(_)) => panic!("a close after Configure taken for a plain close"),
         }
     }
+}
+
+/// Sends `to_send` at its first wake; wants the events in `wanted` (0: no answer).
+struct Updater {
+    wanted: std::sync::Arc<std::sync::atomic::AtomicI32>,
+    to_send: Vec<nri::ContainerUpdate>,
+}
+
+impl Handler for Updater {
+    fn configure(&mut self, _req: &nri::ConfigureRequest) -> i32 {
+        crate::event_mask([nri::Event::CreateContainer])
+    }
+    fn wanted_events(&mut self) -> Option<i32> {
+        Some(self.wanted.load(std::sync::atomic::Ordering::SeqCst)).filter(|&m| m != 0)
+    }
+    async fn synchronize(&mut self, _: Vec<nri::PodSandbox>, _: Vec<nri::Container>) -> Vec<nri::ContainerUpdate> {
+        Vec::new()
+    }
+    async fn create_container(
+        &mut self,
+        _: nri::CreateContainerRequest,
+    ) -> Result<nri::CreateContainerResponse, Refusal> {
+        Ok(Default::default())
+    }
+    async fn update_container(
+        &mut self,
+        _: nri::UpdateContainerRequest,
+    ) -> Result<nri::UpdateContainerResponse, Refusal> {
+        Ok(Default::default())
+    }
+    async fn stop_container(&mut self, _: nri::StopContainerRequest) -> Result<nri::StopContainerResponse, Refusal> {
+        Ok(Default::default())
+    }
+    async fn event(&mut self, _: nri::StateChangeEvent) -> Result<(), Refusal> {
+        Ok(())
+    }
+    async fn refresh(&mut self) -> Vec<nri::ContainerUpdate> {
+        std::mem::take(&mut self.to_send)
+    }
+}
+
+/// The handler needs other events while the plugin's UpdateContainers is under way: the
+/// connection stays open until the runtime answered it, then closes ([`Ended::Resubscribe`]).
+/// Fails when the close cuts the call.
+#[tokio::test]
+async fn a_resubscribe_waits_for_the_plugins_call_under_way() {
+    let root = tempfile::tempdir().unwrap();
+    let socket = root.path().join("nri.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+    let (update_tx, update_rx) = tokio::sync::oneshot::channel();
+    let runtime = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (read, write) = stream.into_split();
+        let (mut rx, tx) = (Receiver::new(read), Sender::new(write));
+        let register = rx.next().await.unwrap();
+        tx.send(RUNTIME_CONN, register.stream, RESPONSE, 0, &ttrpc::Response::default().encode_to_vec()).await.unwrap();
+        let calls = [
+            ("Configure", nri::ConfigureRequest { runtime_name: "fake".into(), ..Default::default() }.encode_to_vec()),
+            ("Synchronize", nri::SynchronizeRequest::default().encode_to_vec()),
+        ];
+        for (stream, (method, payload)) in calls.into_iter().enumerate() {
+            let req =
+                ttrpc::Request { service: PLUGIN_SERVICE.into(), method: method.into(), payload, ..Default::default() };
+            tx.send(PLUGIN_CONN, 2 * stream as u32 + 1, REQUEST, 0, &req.encode_to_vec()).await.unwrap();
+            let answer = rx.next().await.unwrap();
+            assert_eq!((answer.conn, answer.kind), (PLUGIN_CONN, RESPONSE), "{method}");
+        }
+        synced_tx.send(()).unwrap();
+        let update = rx.next().await.unwrap();
+        assert_eq!((update.conn, update.kind), (RUNTIME_CONN, REQUEST), "UpdateContainers");
+        update_tx.send(()).unwrap();
+        // The handler now needs other events; the plugin's call is not answered yet.
+        let early = tokio::time::timeout(Duration::from_millis(300), rx.next()).await;
+        assert!(early.is_err(), "the connection closed (or spoke) before its call was answered: {early:?}");
+        let answer = nri::UpdateContainersResponse::default().encode_to_vec();
+        let resp = ttrpc::Response { status: None, payload: answer };
+        tx.send(RUNTIME_CONN, update.stream, RESPONSE, 0, &resp.encode_to_vec()).await.unwrap();
+        let closed = tokio::time::timeout(Duration::from_secs(2), rx.next()).await.expect("closed after the answer");
+        assert_eq!(closed.unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof);
+    });
+    let wanted = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let update = nri::ContainerUpdate { container_id: "c1".into(), ..Default::default() };
+    let mut handler = Updater { wanted: wanted.clone(), to_send: vec![update] };
+    let options = options(socket);
+    let (wake_tx, wake_rx) = watch::channel(0u64);
+    let mut wake = Some(wake_rx);
+    let mut session = Session::new(&mut handler, &options);
+    let drive = async {
+        synced_rx.await.unwrap();
+        wake_tx.send(1).unwrap();
+        update_rx.await.unwrap();
+        wanted.store(crate::event_mask([nri::Event::StopContainer]), std::sync::atomic::Ordering::SeqCst);
+        wake_tx.send(2).unwrap();
+    };
+    let (outcome, ()) =
+        tokio::time::timeout(Duration::from_secs(5), async { tokio::join!(session.serve(&mut wake), drive) })
+            .await
+            .expect("the session ends");
+    assert_eq!(outcome.unwrap(), Ended::Resubscribe);
+    runtime.await.unwrap();
 }

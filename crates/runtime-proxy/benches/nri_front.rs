@@ -1,5 +1,5 @@
 //! Pod start time with one no-op hook server, by front end: how long a pod takes from
-//! RunPodSandbox sent to StartContainer returned, on one containerd with NRI on, in three
+//! RunPodSandbox sent to StartContainer returned, on one containerd with NRI on, in five
 //! set-ups, one run each:
 //!
 //! * **(a) containerd alone**: pods directly on containerd, no proxy, no plugin;
@@ -7,18 +7,24 @@
 //!   in-process tonic server that echoes every request) registered for PreRunPodSandbox,
 //!   PreCreateContainer and PreStartContainer;
 //! * **(c) NRI front end**: pods directly on containerd, runtime-proxy `--frontend nri` connected
-//!   as its NRI plugin, the same hook server registered the same way.
+//!   as its NRI plugin, the same hook server registered the same way;
+//! * **(d)** and **(e)**: (b) and (c) with the hook server registered for PreCreateContainer
+//!   only (the NRI front end subscribes only to the events its hook servers' stages need).
 //!
 //! `RP_BENCH_PODS` pods per set-up (default 10), one after another, each removed after it
 //! started; one warm-up pod per set-up first. The NRI front end runs only during its own pods.
-//! The load average is printed with the numbers.
+//! The load average is printed with the numbers, and the events the NRI front end subscribed to.
+//! Besides the start time, the CPU time per pod (start and removal) of containerd and
+//! runtime-proxy together (the sum of their threads' time on CPU, `/proc/PID/task/*/schedstat`):
+//! on a loaded machine the start times mostly measure the load, the CPU time what each set-up
+//! costs. Both proxies log at `info`.
 //!
 //! Run: `RP_NRI=1 scripts/containerd.sh up 1.7 ROOT`, then
 //! `RP_CONTAINERD_ENV=ROOT/env cargo bench -p runtime-proxy --bench nri_front` (release), or
 //! `cargo test -p runtime-proxy --bench nri_front` (a debug build: slower proxies, same shape).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,11 +39,35 @@ use tonic::transport::Channel;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const STAGES: [&str; 3] = ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer"];
+const CREATE_ONLY: [&str; 1] = ["PreCreateContainer"];
 
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
+}
+
+/// Nanoseconds on CPU of every thread of `pid` so far (0 when it is gone).
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// One set-up's pods: each one's start time, and the CPU time per pod of `pids` together (ms).
+struct Run {
+    times: Vec<Duration>,
+    cpu_ms: f64,
+}
+
+/// `n` pods one after another through `rt`, and the CPU time `pids` spent on them.
+async fn measured(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, n: usize, pids: &[u32]) -> Run {
+    let cpu = || pids.iter().map(|&p| cpu_ns(p)).sum::<u64>();
+    let before = cpu();
+    let times = starts(env, rt, n).await;
+    Run { times, cpu_ms: (cpu() - before) as f64 / n as f64 / 1e6 }
 }
 
 /// `n` pods one after another through `rt`: each one's start time.
@@ -55,11 +85,53 @@ async fn starts(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, n: usi
     times
 }
 
-/// Median and 90th percentile (nearest rank), in ms.
-fn summary(mut v: Vec<Duration>) -> String {
+/// Median and 90th percentile (nearest rank) of the start times, and the CPU per pod, in ms.
+fn summary(run: Run) -> String {
+    let mut v = run.times;
     v.sort();
     let at = |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1].as_secs_f64() * 1e3;
-    format!("median {:7.1} ms   p90 {:7.1} ms", at(0.5), at(0.9))
+    format!("median {:7.1} ms   p90 {:7.1} ms   CPU/pod {:5.1} ms", at(0.5), at(0.9), run.cpu_ms)
+}
+
+/// The NRI front end connected to containerd's `nri_socket` with the hook servers of `dir`,
+/// synchronized; its log is `dir/nri.log`. Returns the process and the `NRI: configured` line's
+/// event mask.
+async fn nri_front(nri_socket: &Path, dir: &Path) -> (KillOnDrop, String) {
+    let log = dir.join("nri.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let process = KillOnDrop(
+        Command::new(BIN)
+            .args(["--frontend", "nri", "--nri-socket"])
+            .arg(nri_socket)
+            .args(["--nri-plugin-name", "runtime-proxy-bench", "--hook-config-dir"])
+            .arg(dir)
+            .args(["--metrics-addr", "off"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start runtime-proxy --frontend nri"),
+    );
+    let started = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("NRI Synchronize: store rebuilt") {
+            break text;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "not synchronized:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let events = text
+        .lines()
+        .filter(|l| l.contains("NRI: configured"))
+        .filter_map(|l| l.split("events=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(|events| events.trim_matches('"'))
+        .next_back()
+        .unwrap_or("?")
+        .to_owned();
+    (process, events)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -77,6 +149,9 @@ async fn main() {
     };
     let pods = std::env::var("RP_BENCH_PODS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(10);
     let env = Containerd::from_env();
+    let containerd = env.pid().expect("containerd's pid (ROOT/containerd.pid)");
+    // The CRI proxy logs at `info`, as the NRI front end does here (ProxyProcess's default is debug).
+    std::env::set_var("RP_TEST_LOG", "info");
     let hook = TestHook::start(
         Arc::new(|_, req| Ok(hook_api::merge::echo_container(req))),
         Arc::new(|_, req| Ok(hook_api::merge::echo_pod(req))),
@@ -84,45 +159,32 @@ async fn main() {
     .await;
     let dir = tempfile::Builder::new().prefix("rp-bench-nri").tempdir().unwrap();
     register(dir.path(), "noop.json", hook.socket(), "Fail", &STAGES, serde_json::json!({}));
+    let create_dir = tempfile::Builder::new().prefix("rp-bench-nri").tempdir().unwrap();
+    register(create_dir.path(), "noop.json", hook.socket(), "Fail", &CREATE_ONLY, serde_json::json!({}));
     let load_before = loadavg();
 
     let mut direct = runtime_client(&env.socket);
     starts(&env, &mut direct, 1).await;
-    let alone = starts(&env, &mut direct, pods).await;
+    let alone = measured(&env, &mut direct, pods, &[containerd]).await;
 
-    let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.path().to_str().unwrap()]);
-    let mut proxied = runtime_client(proxy.socket());
-    starts(&env, &mut proxied, 1).await;
-    let cri_proxy = starts(&env, &mut proxied, pods).await;
-    drop(proxy);
+    let through_proxy = async |dir: &Path| {
+        let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.to_str().unwrap()]);
+        let mut proxied = runtime_client(proxy.socket());
+        starts(&env, &mut proxied, 1).await;
+        measured(&env, &mut proxied, pods, &[containerd, proxy.pid()]).await
+    };
+    let cri_proxy = through_proxy(dir.path()).await;
+    let cri_create = through_proxy(create_dir.path()).await;
 
-    let log = dir.path().join("nri.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let _nri = KillOnDrop(
-        Command::new(BIN)
-            .args(["--frontend", "nri", "--nri-socket"])
-            .arg(&nri_socket)
-            .args(["--nri-plugin-name", "runtime-proxy-bench", "--hook-config-dir"])
-            .arg(dir.path())
-            .args(["--metrics-addr", "off"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("start runtime-proxy --frontend nri"),
-    );
-    let started = Instant::now();
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("NRI Synchronize: store rebuilt") {
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "not synchronized:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    starts(&env, &mut direct, 1).await;
-    let nri = starts(&env, &mut direct, pods).await;
+    let mut through_nri = async |dir: &Path| {
+        let (process, events) = nri_front(&nri_socket, dir).await;
+        starts(&env, &mut direct, 1).await;
+        let run = measured(&env, &mut direct, pods, &[containerd, process.0.id()]).await;
+        drop(process);
+        (run, events)
+    };
+    let (nri, events) = through_nri(dir.path()).await;
+    let (nri_create, create_events) = through_nri(create_dir.path()).await;
     let calls = hook.seen().len();
 
     println!(
@@ -130,8 +192,13 @@ async fn main() {
         env.version,
         loadavg()
     );
-    println!("  (a) containerd alone                      {}", summary(alone));
-    println!("  (b) CRI proxy + one no-op hook            {}", summary(cri_proxy));
-    println!("  (c) NRI front end + the same no-op hook   {}", summary(nri));
-    println!("  (hook calls: {calls}, expected {})", 2 * (pods + 1) * STAGES.len());
+    println!("  (a) containerd alone                                  {}", summary(alone));
+    println!("  (b) CRI proxy + one no-op hook                        {}", summary(cri_proxy));
+    println!("  (c) NRI front end + the same no-op hook               {}   events {events}", summary(nri));
+    println!("  (d) CRI proxy, the hook at PreCreateContainer only    {}", summary(cri_create));
+    println!(
+        "  (e) NRI front end, the hook at PreCreateContainer only {}   events {create_events}",
+        summary(nri_create)
+    );
+    println!("  (hook calls: {calls}, expected {})", 2 * (pods + 1) * (STAGES.len() + CREATE_ONLY.len()));
 }

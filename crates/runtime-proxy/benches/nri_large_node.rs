@@ -10,6 +10,9 @@
 //!   with its hook call, StartContainer, PostStartContainer of one container) and per pod removed
 //!   (StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox), over
 //!   `RP_BENCH_SCALE_EVENTS` pods (default 200) — flat when no per-event work grows with the node.
+//!   The front end subscribes only to CreateContainer, RemoveContainer and RemovePodSandbox of
+//!   these for its one PreCreateContainer server (`runtime_proxy::nri::subscribe`): the stand-in
+//!   does not send it the others.
 //!
 //! CPU time is the sum of the proxy's threads' time on CPU (`/proc/PID/task/*/schedstat`,
 //! nanoseconds). Beside it, the proxy's own time per hooked CreateContainer (its

@@ -529,3 +529,46 @@ async fn a_huge_requirement_annotation_is_refused_and_the_next_pods_are_hooked()
         s.log()
     );
 }
+
+/// The events subscribed follow the registry: one PreCreateContainer server, and containerd
+/// sends CreateContainer and the remove events only (its stop stages are not called: nothing is
+/// registered there); a server added at PostStopContainer makes the plugin register again with
+/// StopContainer (containerd resynchronizes it) and is called when the next pod's container
+/// stops; removed, the plugin registers again without it. Fails while every event is subscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscription_follows_the_registry() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(mut s) = setup() else { return };
+    let create = TestHook::echoing(|_, _| {}).await;
+    let stop = TestHook::echoing(|_, _| {}).await;
+    s.register("create.json", create.socket(), "Fail", &["PreCreateContainer"], json!({}));
+    s.start_proxy();
+    let configured = |events: &str| format!("subscribed={events}");
+    let create_only = configured("RemovePodSandbox,CreateContainer,RemoveContainer");
+    assert_eq!(s.count(&["NRI: configured", &create_only]), 1, "{}", s.log());
+    let mut rt = s.rt.clone();
+    let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
+    pod.remove(&mut rt).await;
+    let stages = |hook: &TestHook| hook.seen().iter().map(|s| s.stage().to_owned()).collect::<Vec<_>>();
+    assert_eq!(stages(&create), ["PreCreateContainer"]);
+
+    let (again, synced) = (s.count(&["the plugin needs other events"]), s.count(&["NRI Synchronize: store rebuilt"]));
+    s.register("stop.json", stop.socket(), "Ignore", &["PostStopContainer"], json!({}));
+    assert!(s.wait_log(&["the plugin needs other events"], again), "{}", s.log());
+    assert!(s.wait_log(&["NRI Synchronize: store rebuilt"], synced), "not resynchronized:\n{}", s.log());
+    let with_stop = configured("RemovePodSandbox,CreateContainer,StopContainer,RemoveContainer");
+    assert_eq!(s.count(&["NRI: configured", &with_stop]), 1, "{}", s.log());
+    let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
+    pod.remove(&mut rt).await;
+    assert!(eventually(|| stages(&stop) == ["PostStopContainer"]), "{:?}\n{}", stages(&stop), s.log());
+
+    let (again, synced) = (s.count(&["the plugin needs other events"]), s.count(&["NRI Synchronize: store rebuilt"]));
+    std::fs::remove_file(s.hooks_dir().join("stop.json")).unwrap();
+    assert!(s.wait_log(&["the plugin needs other events"], again), "{}", s.log());
+    assert!(s.wait_log(&["NRI Synchronize: store rebuilt"], synced), "not resynchronized:\n{}", s.log());
+    assert_eq!(s.count(&["NRI: configured", &create_only]), 2, "{}", s.log());
+    let pod = s.pod(&[], &[]).await.unwrap_or_else(|e| panic!("{e:?}\n{}", s.log()));
+    pod.remove(&mut rt).await;
+    assert_eq!(stages(&create), ["PreCreateContainer"; 3]);
+    assert_eq!(stages(&stop), ["PostStopContainer"], "the removed server is no longer called");
+}

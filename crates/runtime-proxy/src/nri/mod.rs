@@ -14,6 +14,14 @@
 //! | RemovePodSandbox, RemoveContainer | – (the registry has no PreRemoveRunPodSandbox stage) | – (the store forgets the object) |
 //! | `Synchronize` (at connect) | none: the store is rebuilt from the runtime's pods and containers | no updates |
 //!
+//! The front end subscribes only to the events its hook servers' stages need, with a creation
+//! gate and the remove events ([`subscribe`]); when a registry change alters that set, it
+//! registers again with the new one (NRI cannot change a live connection's subscription): one
+//! INFO line names the old and the new set, and the events containerd sends during the
+//! reconnect (a few milliseconds) do not reach it. PreStartContainer's resources still waiting
+//! for their container to run are kept across the reconnect: at Synchronize, those of a
+//! container that runs by then are sent, those of one that is gone are dropped.
+//!
 //! RunPodSandbox, StartContainer, PostStartContainer, StopPodSandbox and the remove events are
 //! their own calls from an NRI 0.12 runtime (containerd 2.3+) and `StateChange` from older ones;
 //! the `nri-plugin` crate's events table hands both to [`nri_plugin::Handler::event`].
@@ -30,6 +38,7 @@
 
 pub mod convert;
 pub mod front;
+pub mod subscribe;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -49,8 +58,8 @@ use crate::hooks::{flow, Hooks};
 /// default `plugin_request_timeout` (2 s), after which the runtime drops the plugin's answer.
 pub const CALL_BUDGET: Duration = Duration::from_millis(1800);
 
-/// The events the front end subscribes to (all it maps; a hook server registered later needs
-/// no reconnect).
+/// Every event the front end handles; it subscribes to those its hook servers need
+/// ([`subscribe::events_for`]).
 pub const EVENTS: [Event; 9] = [
     Event::RunPodSandbox,
     Event::StopPodSandbox,
@@ -72,7 +81,9 @@ pub struct NriFront {
     starting: HashMap<String, nri::ContainerUpdate>,
     /// Updates for the next `Runtime.UpdateContainers`.
     later: Vec<nri::ContainerUpdate>,
-    wake: watch::Sender<u64>,
+    /// Wakes the connection loop: for `later`, and (from [`run`]'s task) at registry changes, so
+    /// that it asks [`nri_plugin::Handler::wanted_events`].
+    wake: Arc<watch::Sender<u64>>,
     /// Connected and synchronized now.
     pub synchronized: Arc<AtomicBool>,
 }
@@ -82,7 +93,47 @@ impl NriFront {
     /// wakes the connection loop for updates.
     pub fn new(hooks: Arc<Hooks>, synchronized: Arc<AtomicBool>) -> (NriFront, watch::Receiver<u64>) {
         let (wake, rx) = watch::channel(0);
+        let wake = Arc::new(wake);
         (NriFront { hooks, starting: HashMap::new(), later: Vec::new(), wake, synchronized }, rx)
+    }
+
+    /// The events the registered hook servers need now ([`subscribe::events_for`]).
+    pub fn needed_events(&self) -> i32 {
+        subscribe::events_for(subscribe::registered_stages(&self.hooks.registry.snapshot()))
+    }
+
+    /// Wakes the connection loop.
+    fn wake(&self) {
+        self.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// After a reconnect, what is still pending against the runtime's containers (Synchronize's):
+    /// PreStartContainer's resources of a container that runs now go out (its PostStartContainer
+    /// may have come while the plugin was away), those of a container that is gone or stopped are
+    /// dropped, those of one not started yet wait on; updates waiting to be sent go out if their
+    /// container is still there.
+    fn reconcile_pending(&mut self, containers: &[nri::Container]) {
+        let state: HashMap<&str, i32> = containers.iter().map(|c| (c.id.as_str(), c.state)).collect();
+        let (running, created) =
+            (nri::ContainerState::ContainerRunning as i32, nri::ContainerState::ContainerCreated as i32);
+        self.later.retain(|u| state.contains_key(u.container_id.as_str()));
+        let mut started = Vec::new();
+        self.starting.retain(|id, update| match state.get(id.as_str()) {
+            Some(&s) if s == running => {
+                started.push(update.clone());
+                false
+            }
+            Some(&s) => s == created,
+            None => false,
+        });
+        self.later.extend(started);
+        if !self.later.is_empty() {
+            tracing::info!(
+                containers = self.later.len(),
+                "NRI: PreStartContainer resources pending over the reconnect, sent now"
+            );
+            self.wake();
+        }
     }
 
     /// Drives one event through the hook flow; spawns its post stage; keeps PreStartContainer's
@@ -103,7 +154,7 @@ impl NriFront {
             Kind::PostStartContainer => {
                 if let Some(update) = self.starting.remove(id) {
                     self.later.push(update);
-                    self.wake.send_modify(|n| *n = n.wrapping_add(1));
+                    self.wake();
                 }
             }
             Kind::RemoveContainer | Kind::StopContainer => {
@@ -146,7 +197,11 @@ impl NriFront {
 
 impl nri_plugin::Handler for NriFront {
     fn configure(&mut self, _req: &nri::ConfigureRequest) -> i32 {
-        nri_plugin::event_mask(EVENTS)
+        self.needed_events()
+    }
+
+    fn wanted_events(&mut self) -> Option<i32> {
+        Some(self.needed_events())
     }
 
     async fn synchronize(
@@ -155,6 +210,7 @@ impl nri_plugin::Handler for NriFront {
         containers: Vec<nri::Container>,
     ) -> Vec<nri::ContainerUpdate> {
         self.rebuild_store(&pods, &containers);
+        self.reconcile_pending(&containers);
         Vec::new()
     }
 
@@ -213,10 +269,8 @@ impl nri_plugin::Handler for NriFront {
 
     const REFRESHED: &'static str = "with the PreStartContainer hooks' resources";
 
-    fn disconnected(&mut self) {
-        self.later.clear();
-        self.starting.clear();
-    }
+    // `starting` and `later` are kept over a reconnect: Synchronize reconciles them with the
+    // runtime's containers ([`NriFront::reconcile_pending`]).
 
     fn connection_state(&mut self, synchronized: bool) {
         self.synchronized.store(synchronized, Ordering::Relaxed);
@@ -234,6 +288,16 @@ pub async fn run(
     options: nri_plugin::Options,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let mut changed = hooks.registry.changed();
     let (mut front, wake) = NriFront::new(hooks, synchronized);
-    nri_plugin::run(&mut front, &options, Some(wake), shutdown).await
+    // A registry change wakes the loop, which asks whether the events needed changed.
+    let waker = front.wake.clone();
+    let registry_changes = tokio::spawn(async move {
+        while changed.changed().await.is_ok() {
+            waker.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    });
+    let outcome = nri_plugin::run(&mut front, &options, Some(wake), shutdown).await;
+    registry_changes.abort();
+    outcome
 }
