@@ -119,9 +119,7 @@ pub fn sandbox_info(pod: &nri::PodSandbox) -> String {
 /// containerd's verbose `info` of `container` (the fields the reconciler reads).
 pub fn container_info(container: &nri::Container) -> String {
     let linux = container.linux.as_ref();
-    let shares = linux
-        .and_then(|l| l.resources.as_ref()?.cpu.as_ref()?.shares.as_ref().map(|s| s.value))
-        .unwrap_or(2);
+    let shares = linux.and_then(|l| l.resources.as_ref()?.cpu.as_ref()?.shares.as_ref().map(|s| s.value)).unwrap_or(2);
     serde_json::json!({
         "sandboxID": container.pod_sandbox_id,
         "pid": 4243,
