@@ -6,7 +6,8 @@
 # through a 100 ms hook; benches/wake.rs: the wake-up of an idle peer by how long it was idle, the floor under every
 # hop), runtime-hooks' round trip beside a no-op hook server's (runtime-hooks' benches/hook_rtt.rs), both NRI plugins on
 # large nodes of the NRI stand-in (runtime-hooks' benches/large_node.rs, runtime-proxy's benches/nri_large_node.rs:
-# Synchronize and CPU per pod at 10, 100 and 1,000 pods), the per-stage
+# Synchronize and CPU per pod at 10, 100 and 1,000 pods; benches/reconciler.rs: the standalone reconciler at 50 and 250
+# pods on the CRI stand-in), the per-stage
 # overhead (runtime-hooks' benches/stages.rs: each hooked call of a BE pod's life direct, through the proxy without
 # hook, with a no-op hook at every stage, with runtime-hooks), then the store at node scale (benches/store.rs: RSS idle
 # and with RP_BENCH_STORE_PODS pods, default 200, store memory per pod and per container, recovery time after kill -9),
@@ -24,7 +25,8 @@
 # RP_BENCH_STAGE_PODS the pods per path of the per-stage bench (default 20), RP_BENCH_PODS the pods per mode of
 # pod_start (default 50), RP_BENCH_BURSTS its at-once batches per mode (default 1; RP_BENCH_SEQUENTIAL=0 leaves its
 # one-after-another part out), RP_BENCH_SCALE_EVENTS the pods created per size in the large-node benches (default 200),
-# RP_BENCH_SYNC_PODS the pods of nri_sync (default 150).
+# RP_BENCH_SYNC_PODS the pods of nri_sync (default 150), RP_BENCH_RECON_PASSES and RP_BENCH_RECON_SECS the unchanged
+# passes and the steady-state seconds of the reconciler bench (defaults 20 and 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -53,6 +55,10 @@ echo
 cargo bench --locked -p runtime-hooks --bench large_node -- "$@"
 echo
 cargo bench --locked -p runtime-proxy --bench nri_large_node -- "$@"
+echo
+# the standalone reconciler at 50 and 250 pods on the CRI stand-in (no containerd needed): pass CPU, files, allocations,
+# steady-state CPU of the binary, RSS per pod, a rule change to all pods
+cargo bench --locked -p runtime-hooks --bench reconciler -- "$@"
 echo
 # per-stage overhead: direct, proxy without hook, with a no-op hook, with runtime-hooks (starts
 # runtime-proxy's release binary, which `cargo bench -p runtime-hooks` does not build)

@@ -4,6 +4,8 @@
 //!
 //! * [`clients`] — the gRPC clients and the hook server we did not write (Python grpcio, Node
 //!   grpc-js, raw HTTP/2), set up by crates/runtime-proxy/tests/clients/setup.sh.
+//! * [`cri_node`] — a CRI runtime stand-in serving a node of [`scale`] pods (lists and verbose
+//!   statuses), for the standalone reconciler at scale.
 //! * [`containerd`] — the real containerd + runc that `scripts/containerd.sh` started, and pods on
 //!   it.
 //! * [`dockerd`] — the real dockerd that `scripts/dockerd.sh` started, and its Debian CLI.
@@ -36,6 +38,7 @@
 
 pub mod clients;
 pub mod containerd;
+pub mod cri_node;
 pub mod dockerd;
 pub mod envtest;
 pub mod fake_backend;

@@ -5,7 +5,8 @@
 //! with the resources kubelet gives each container. Pod `i` is always the same pod.
 //!
 //! [`nri_node`] describes them as an NRI runtime does (Synchronize, events);
-//! [`cgroup_v1_tree`] makes their pod cgroup directories in a v1 tree for a plugin to write to.
+//! [`cgroup_v1_tree`] makes their pod cgroup directories in a v1 tree for a plugin to write to,
+//! [`cgroup_v1_node`] their containers' too; [`crate::cri_node`] serves them as a CRI runtime.
 
 use std::path::Path;
 
@@ -193,6 +194,57 @@ pub fn cgroup_v1_tree(root: &Path, pods: &[nri::PodSandbox]) -> std::io::Result<
             for (file, value) in files {
                 std::fs::write(dir.join(file), value)?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// The whole v1 tree of a node for the standalone reconciler at `root`: [`cgroup_v1_tree`]'s pod
+/// directories, plus each pod's sandbox (pause) container directory (`<parent>/<sandbox id>`, as
+/// [`crate::cri_node`] reports it) and each container's (its `cgroups_path`) in every controller,
+/// holding what runc gave them (the container's `cpu.shares`, CFS quota and period, memory
+/// limit); `cpuset.cpus` `0-15` at the root and in every directory below it; `cpu.bvt_warp_ns`
+/// (group identity, Anolis kernels) `0` in every pod and container directory.
+///
+/// Errors: a directory or file cannot be made.
+pub fn cgroup_v1_node(root: &Path, pods: &[nri::PodSandbox], containers: &[nri::Container]) -> std::io::Result<()> {
+    cgroup_v1_tree(root, pods)?;
+    let cpus = "0-15";
+    std::fs::write(root.join("cpuset/cpuset.cpus"), cpus)?;
+    for qos in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+        std::fs::write(root.join("cpuset").join(qos).join("cpuset.cpus"), cpus)?;
+    }
+    for pod in pods {
+        let parent = pod.linux.as_ref().map(|l| l.cgroup_parent.trim_start_matches('/')).unwrap_or_default();
+        std::fs::write(root.join("cpu").join(parent).join("cpu.bvt_warp_ns"), "0")?;
+        std::fs::write(root.join("cpuset").join(parent).join("cpuset.cpus"), cpus)?;
+    }
+    let sandboxes = pods.iter().map(|p| (crate::cri_node::sandbox_cgroup(p), (2, -1, -1)));
+    let containers = containers.iter().map(|c| {
+        let linux = c.linux.as_ref();
+        let res = linux.and_then(|l| l.resources.as_ref());
+        let cpu = res.and_then(|r| r.cpu.as_ref());
+        let shares = cpu.and_then(|c| c.shares.as_ref()).map_or(2, |s| s.value as i64);
+        let quota = cpu.and_then(|c| c.quota.as_ref()).map_or(-1, |q| q.value);
+        let limit = res.and_then(|r| r.memory.as_ref()?.limit.as_ref()).map_or(-1, |l| l.value);
+        (linux.map(|l| l.cgroups_path.clone()).unwrap_or_default(), (shares, quota, limit))
+    });
+    for (path, (shares, quota, limit)) in sandboxes.chain(containers) {
+        let rel = path.trim_start_matches('/');
+        let limit = if limit < 0 { "9223372036854771712".to_owned() } else { limit.to_string() };
+        let files: [(&str, &str, String); 7] = [
+            ("cpu", "cpu.shares", shares.to_string()),
+            ("cpu", "cpu.cfs_quota_us", quota.to_string()),
+            ("cpu", "cpu.cfs_period_us", "100000".into()),
+            ("cpu", "cpu.bvt_warp_ns", "0".into()),
+            ("memory", "memory.limit_in_bytes", limit),
+            ("cpuset", "cpuset.cpus", cpus.into()),
+            ("cpuacct", "cpuacct.usage", "0".into()),
+        ];
+        for (controller, file, value) in files {
+            let dir = root.join(controller).join(rel);
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join(file), value)?;
         }
     }
     Ok(())

@@ -203,7 +203,12 @@ struct DirsSeen {
 
 impl DirsSeen {
     /// Looks whether the cgroup `dir` exists below the root (`cgroups`' hierarchy of most values).
+    /// Once one is found in a pass, the others are not looked at (a `statx` per pod and container
+    /// saved): only a pass that finds none is reported.
     fn look(&mut self, cgroups: &crate::cgroup::CgroupFs, dir: &str) {
+        if self.found > 0 {
+            return;
+        }
         let Ok(path) = cgroups.cgroup_dir(dir) else { return };
         self.looked_for += 1;
         if path.is_dir() {
