@@ -123,5 +123,7 @@ async fn resctrl_group_follows_the_pod_through_nri_events() {
     // RemovePodSandbox: the group goes at once (the cleanup pass alone would wait 10 s).
     remove_sandbox(&mut rt, &sandbox_id).await;
     assert!(eventually(Duration::from_secs(2), || !resctrl.join(&group).exists()), "{}", hooks.log());
-    assert!(hooks.count(&["group removed with its pod"]) == 1, "{}", hooks.log());
+    // The line is written after the directory goes: waited for, not read at once.
+    let removed = hooks.wait_log(&["group removed with its pod"], 0, Duration::from_secs(2));
+    assert!(removed && hooks.count(&["group removed with its pod"]) == 1, "{}", hooks.log());
 }
