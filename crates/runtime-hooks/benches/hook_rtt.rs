@@ -84,17 +84,6 @@ fn be_request() -> ContainerResourceHookRequest {
     }
 }
 
-/// CPU time (ns) of all threads of `pid` (`/proc/PID/task/*/schedstat`).
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|t| {
-            std::fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
@@ -172,7 +161,7 @@ async fn main() {
     let mut cpu_before = [0; 2];
     for i in 0..WARM_UP + calls {
         if i == WARM_UP {
-            cpu_before = pids.map(cpu_ns);
+            cpu_before = pids.map(test_support::cpu_ns);
         }
         for k in 0..2 {
             // Alternate which server goes first.
@@ -186,7 +175,8 @@ async fn main() {
             }
         }
     }
-    let cpu: Vec<f64> = (0..2).map(|s| (cpu_ns(pids[s]) - cpu_before[s]) as f64 / 1e3 / calls as f64).collect();
+    let cpu: Vec<f64> =
+        (0..2).map(|s| (test_support::cpu_ns(pids[s]) - cpu_before[s]) as f64 / 1e3 / calls as f64).collect();
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     // Connections closed first: runtime-hooks' graceful shutdown waits for open ones.
     drop(clients);

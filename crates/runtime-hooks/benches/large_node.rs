@@ -32,15 +32,6 @@ use test_support::scale;
 const SIZES: [usize; 3] = [10, 100, 1000];
 const PER_POD: usize = 4;
 
-/// Nanoseconds on CPU of every thread of `pid` so far.
-fn cpu_ns(pid: i32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -94,12 +85,12 @@ async fn main() {
         let hooks = start(&runtime, dir.path());
         let pid = hooks.pid();
         for what in ["Synchronize, fresh", "Synchronize, again"] {
-            let before = cpu_ns(pid);
+            let before = test_support::cpu_ns(pid);
             let plugin = runtime
                 .accept(all_pods.clone(), containers.clone())
                 .await
                 .unwrap_or_else(|e| panic!("{e}\n{}", hooks.log()));
-            let cpu = cpu_ns(pid) - before;
+            let cpu = test_support::cpu_ns(pid) - before;
             rows.push(Row {
                 pods,
                 what,
@@ -122,7 +113,7 @@ async fn main() {
             let remove = [Event::StopContainer, Event::RemoveContainer, Event::StopPodSandbox, Event::RemovePodSandbox];
             let mut cpu = [0u64; 2];
             for (n, events_of) in [create, remove].iter().enumerate() {
-                let before = cpu_ns(pid);
+                let before = test_support::cpu_ns(pid);
                 for (i, pod) in extra.iter().enumerate() {
                     let c = scale::nri_container(pods + i, 0, pod);
                     for event in events_of {
@@ -133,7 +124,7 @@ async fn main() {
                         }
                     }
                 }
-                cpu[n] = cpu_ns(pid) - before;
+                cpu[n] = test_support::cpu_ns(pid) - before;
             }
             per_event.push((pods, cpu[0] as f64 / events as f64 / 1e3, cpu[1] as f64 / events as f64 / 1e3));
             plugin.close().await;

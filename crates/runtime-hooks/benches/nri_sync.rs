@@ -34,15 +34,6 @@ use test_support::runtime_client;
 const BENCH_LABEL: &str = "runtime-hooks-sync-bench";
 const PLUGIN: &str = "runtime-hooks-sync-bench";
 
-/// Nanoseconds on CPU of every thread of `pid` so far.
-fn cpu_ns(pid: i32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// A containerd log line's `time="…"` as seconds since the epoch (RFC 3339, UTC).
 fn log_time(line: &str) -> Option<f64> {
     let t = line.split("time=\"").nth(1)?.split('"').next()?;
@@ -150,7 +141,7 @@ async fn run(env: Containerd, nri_socket: PathBuf, root: PathBuf, pods: usize) {
             "not synchronized:\n{}",
             h.log()
         );
-        let cpu = cpu_ns(pid);
+        let cpu = test_support::cpu_ns(pid);
         let line = h.log().lines().find(|l| l.contains("NRI: applied to known pods")).unwrap_or_default().to_owned();
         let field =
             |k: &str| line.split(&format!(" {k}=")).nth(1).and_then(|v| v.split(' ').next()).unwrap_or("?").to_owned();

@@ -89,15 +89,6 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Nanoseconds on CPU of every thread of `pid` so far.
-fn cpu_ns(pid: i32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// `VmRSS` of `pid`, KiB.
 fn rss_kib(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -330,10 +321,10 @@ fn main() {
             continue;
         }
         let pid = hooks.pid();
-        let before = (cpu_ns(pid), Instant::now());
+        let before = (test_support::cpu_ns(pid), Instant::now());
         let passes_before = hooks.count(&["reconciled"]);
         std::thread::sleep(Duration::from_secs(secs));
-        let (cpu, wall) = (cpu_ns(pid) - before.0, before.1.elapsed());
+        let (cpu, wall) = (test_support::cpu_ns(pid) - before.0, before.1.elapsed());
         let rss_after = rss_kib(pid);
         println!(
             "\nruntime-hooks --mode standalone, {pods} pods x {PER_POD}, default interval (10 s): {:.2} % of a core over {:.0} s \

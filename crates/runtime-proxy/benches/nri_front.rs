@@ -47,15 +47,6 @@ fn loadavg() -> String {
         .unwrap_or_default()
 }
 
-/// Nanoseconds on CPU of every thread of `pid` so far (0 when it is gone).
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// One set-up's pods: each one's start time, and the CPU time per pod of `pids` together (ms).
 struct Run {
     times: Vec<Duration>,
@@ -64,7 +55,7 @@ struct Run {
 
 /// `n` pods one after another through `rt`, and the CPU time `pids` spent on them.
 async fn measured(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, n: usize, pids: &[u32]) -> Run {
-    let cpu = || pids.iter().map(|&p| cpu_ns(p)).sum::<u64>();
+    let cpu = || pids.iter().map(|&p| test_support::cpu_ns(p)).sum::<u64>();
     let before = cpu();
     let times = starts(env, rt, n).await;
     Run { times, cpu_ms: (cpu() - before) as f64 / n as f64 / 1e6 }

@@ -36,15 +36,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const SIZES: [usize; 3] = [10, 100, 1000];
 const PER_POD: usize = 4;
 
-/// Nanoseconds on CPU of every thread of `pid` so far.
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// The cumulative bucket counts (upper bound in seconds, count) of the own-time histogram of
 /// `stage` on the metrics endpoint `addr`.
 fn own_buckets(addr: &str, stage: &str) -> Vec<(f64, u64)> {
@@ -118,16 +109,16 @@ async fn main() {
         let log = || std::fs::read_to_string(dir.path().join("proxy.log")).unwrap_or_default();
         // the proxy's start-up is not Synchronize's
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = cpu_ns(pid);
+        let before = test_support::cpu_ns(pid);
         let mut plugin = runtime.accept(all_pods, containers).await.unwrap_or_else(|e| panic!("{e}\n{}", log()));
-        let sync_cpu = cpu_ns(pid) - before;
+        let sync_cpu = test_support::cpu_ns(pid) - before;
         let extra: Vec<_> = (pods..pods + events).map(|i| scale::nri_pod(i, 1)).collect();
         let create = [Event::RunPodSandbox, Event::CreateContainer, Event::StartContainer, Event::PostStartContainer];
         let remove = [Event::StopContainer, Event::RemoveContainer, Event::StopPodSandbox, Event::RemovePodSandbox];
         let mut cpu = [0u64; 2];
         let own_before = own_buckets(&metrics, "PreCreateContainer");
         for (n, phase) in [create, remove].iter().enumerate() {
-            let before = cpu_ns(pid);
+            let before = test_support::cpu_ns(pid);
             for (i, pod) in extra.iter().enumerate() {
                 let c = scale::nri_container(pods + i, 0, pod);
                 for event in phase {
@@ -139,7 +130,7 @@ async fn main() {
             }
             // post stages run after the answer: let them finish
             tokio::time::sleep(Duration::from_millis(200)).await;
-            cpu[n] = cpu_ns(pid) - before;
+            cpu[n] = test_support::cpu_ns(pid) - before;
         }
         let own = p50_us(&own_before, &own_buckets(&metrics, "PreCreateContainer"));
         rows.push((

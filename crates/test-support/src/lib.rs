@@ -157,6 +157,17 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     path
 }
 
+/// Nanoseconds on CPU of every thread of process `pid` so far (the first field of each
+/// `/proc/PID/task/*/schedstat`); 0 when the process is gone. For benchmarks: CPU time does not
+/// follow the machine's load as wall time does.
+pub fn cpu_ns(pid: impl std::fmt::Display) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// `GET path` over plain HTTP/1.1 to `addr` (`IP:PORT`, an admin or debug endpoint), reading
 /// to the end (`Connection: close`); returns the status code and the body. Panics (test code)
 /// when the connection fails.
