@@ -21,10 +21,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::Hooks;
+use common::start_nri_v1;
 use nri_plugin::proto::api::Event;
 use test_support::nri_runtime::{Delivered, NriRuntime};
 use test_support::scale;
@@ -34,30 +33,6 @@ const PER_POD: usize = 4;
 
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
-}
-
-fn start(runtime: &NriRuntime, dir: &Path) -> Hooks {
-    let rules = dir.join("rules.yaml");
-    std::fs::write(&rules, "cpu: {}\n").unwrap();
-    let cgroups = dir.join("cgroup");
-    let args = [
-        "--mode",
-        "nri",
-        "--nri-socket",
-        runtime.socket().to_str().unwrap(),
-        "--nri-plugin-name",
-        "runtime-hooks-bench",
-        "--nri-plugin-index",
-        "10",
-        "--rules",
-        rules.to_str().unwrap(),
-        "--cgroup-root",
-        cgroups.to_str().unwrap(),
-        "--cgroup-version",
-        "v1",
-        "--unchecked-cgroup-root",
-    ];
-    Hooks::start_logging(&args, dir.join("hooks.log"), "warn")
 }
 
 struct Row {
@@ -82,7 +57,7 @@ async fn main() {
         scale::cgroup_v1_tree(&dir.path().join("cgroup"), &all_pods).unwrap();
         scale::cgroup_v1_tree(&dir.path().join("cgroup"), &extra).unwrap();
         let runtime = NriRuntime::v0_12().unwrap();
-        let hooks = start(&runtime, dir.path());
+        let hooks = start_nri_v1(runtime.socket(), dir.path(), "warn");
         let pid = hooks.pid();
         for what in ["Synchronize, fresh", "Synchronize, again"] {
             let before = test_support::cpu_ns(pid);

@@ -14,33 +14,6 @@ use test_support::nri_runtime::{container, pod, pod_level, Delivered, NriRuntime
 
 const BE_SPEC: &str = r#"{"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "1000"}}}}"#;
 
-/// runtime-hooks in NRI mode on `runtime`'s socket, over the cgroup tree at `dir/cgroup`.
-fn start(runtime: &NriRuntime, dir: &Path) -> Hooks {
-    let rules = dir.join("rules.yaml");
-    std::fs::write(&rules, "cpu: {}\n").unwrap();
-    let cgroups = dir.join("cgroup");
-    std::fs::create_dir_all(cgroups.join("cpu")).unwrap();
-    std::fs::create_dir_all(cgroups.join("memory")).unwrap();
-    let args = [
-        "--mode",
-        "nri",
-        "--nri-socket",
-        runtime.socket().to_str().unwrap(),
-        "--nri-plugin-name",
-        "runtime-hooks-test",
-        "--nri-plugin-index",
-        "10",
-        "--rules",
-        rules.to_str().unwrap(),
-        "--cgroup-root",
-        cgroups.to_str().unwrap(),
-        "--cgroup-version",
-        "v1",
-        "--unchecked-cgroup-root",
-    ];
-    Hooks::start_logging(&args, dir.join("hooks.log"), "info,runtime_hooks=debug,nri_plugin=debug")
-}
-
 /// A BE pod's directory in the tree, with the runtime's 2 shares.
 fn be_pod(dir: &Path) -> (nri::PodSandbox, std::path::PathBuf) {
     let pod_dir = dir.join("cgroup/cpu/kubepods/besteffort/pod1");
@@ -60,7 +33,7 @@ fn be_pod(dir: &Path) -> (nri::PodSandbox, std::path::PathBuf) {
 async fn every_event_is_its_own_call_and_a_resize_rewrites_the_pod_values() {
     let dir = tempfile::Builder::new().prefix("rh-nri012").tempdir().unwrap();
     let runtime = NriRuntime::v0_12().unwrap();
-    let hooks = start(&runtime, dir.path());
+    let hooks = start_nri_v1(runtime.socket(), dir.path(), "info,runtime_hooks=debug,nri_plugin=debug");
     let mut plugin = runtime.accept(Vec::new(), Vec::new()).await.unwrap_or_else(|e| panic!("{e}\n{}", hooks.log()));
     let (p, pod_dir) = be_pod(dir.path());
     let c = container("c1", &p);
@@ -107,7 +80,7 @@ async fn every_event_is_its_own_call_and_a_resize_rewrites_the_pod_values() {
 async fn an_older_runtime_gets_state_change_and_a_mask_it_knows() {
     let dir = tempfile::Builder::new().prefix("rh-nri012").tempdir().unwrap();
     let runtime = NriRuntime::before_0_12().unwrap();
-    let hooks = start(&runtime, dir.path());
+    let hooks = start_nri_v1(runtime.socket(), dir.path(), "info,runtime_hooks=debug,nri_plugin=debug");
     let mut plugin = runtime.accept(Vec::new(), Vec::new()).await.unwrap_or_else(|e| panic!("{e}\n{}", hooks.log()));
     assert!(!plugin.subscribed(Event::PostUpdatePodSandbox));
     let (p, pod_dir) = be_pod(dir.path());

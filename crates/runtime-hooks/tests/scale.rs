@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -15,31 +14,6 @@ use test_support::scale::{self, Qos};
 
 const PODS: usize = 250;
 const PER_POD: usize = 4;
-
-/// runtime-hooks in NRI mode on `runtime`'s socket, over the cgroup tree at `dir/cgroup`.
-fn start(runtime: &NriRuntime, dir: &Path) -> Hooks {
-    let rules = dir.join("rules.yaml");
-    std::fs::write(&rules, "cpu: {}\n").unwrap();
-    let cgroups = dir.join("cgroup");
-    let args = [
-        "--mode",
-        "nri",
-        "--nri-socket",
-        runtime.socket().to_str().unwrap(),
-        "--nri-plugin-name",
-        "runtime-hooks-scale",
-        "--nri-plugin-index",
-        "10",
-        "--rules",
-        rules.to_str().unwrap(),
-        "--cgroup-root",
-        cgroups.to_str().unwrap(),
-        "--cgroup-version",
-        "v1",
-        "--unchecked-cgroup-root",
-    ];
-    Hooks::start_logging(&args, dir.join("hooks.log"), "info")
-}
 
 /// Synchronize of 250 pods × 4 containers: the answer updates exactly the containers whose
 /// values differ from what the plugins want (the BE ones: batch shares, quota and memory limit;
@@ -51,7 +25,7 @@ async fn synchronize_answers_only_what_differs() {
     let (pods, mut containers) = scale::nri_node(PODS, PER_POD);
     scale::cgroup_v1_tree(&dir.path().join("cgroup"), &pods).unwrap();
     let runtime = NriRuntime::v0_12().unwrap();
-    let hooks = start(&runtime, dir.path());
+    let hooks = start_nri_v1(runtime.socket(), dir.path(), "info");
     let plugin =
         runtime.accept(pods.clone(), containers.clone()).await.unwrap_or_else(|e| panic!("{e}\n{}", hooks.log()));
     let updated: std::collections::BTreeSet<&str> =

@@ -104,6 +104,35 @@ impl Drop for Hooks {
     }
 }
 
+/// runtime-hooks in NRI mode on the NRI socket `socket` (a stand-in runtime's), with the default
+/// rules (`dir/rules.yaml`), over a v1 cgroup tree at `dir/cgroup` (its `cpu` and `memory`
+/// directories made), logging to `dir/hooks.log` at `rust_log`.
+pub fn start_nri_v1(socket: &Path, dir: &Path, rust_log: &str) -> Hooks {
+    let rules = dir.join("rules.yaml");
+    std::fs::write(&rules, "cpu: {}\n").unwrap();
+    let cgroups = dir.join("cgroup");
+    std::fs::create_dir_all(cgroups.join("cpu")).unwrap();
+    std::fs::create_dir_all(cgroups.join("memory")).unwrap();
+    let args = [
+        "--mode",
+        "nri",
+        "--nri-socket",
+        socket.to_str().unwrap(),
+        "--nri-plugin-name",
+        "runtime-hooks-test",
+        "--nri-plugin-index",
+        "10",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--cgroup-root",
+        cgroups.to_str().unwrap(),
+        "--cgroup-version",
+        "v1",
+        "--unchecked-cgroup-root",
+    ];
+    Hooks::start_logging(&args, dir.join("hooks.log"), rust_log)
+}
+
 pub fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
