@@ -22,13 +22,12 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{map, precreate_pod_cgroup, Hooks, BE_SPEC, QOS, SPEC};
+use common::{map, precreate_pod_cgroup, remove_labelled_pods, Hooks, BE_SPEC, QOS, SPEC};
 use k8s_cri::v1 as cri;
-use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd, Pod};
+use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
 use test_support::runtime_client;
 
 const BENCH_LABEL: &str = "runtime-hooks-sync-bench";
@@ -97,7 +96,7 @@ async fn main() {
     let pods: usize = std::env::var("RP_BENCH_SYNC_PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(150);
     let containerd = runtime_client(&env.socket);
     let outcome = tokio::spawn(run(env, nri_socket, root, pods)).await;
-    let left = remove_bench_pods(&containerd).await;
+    let left = remove_labelled_pods(&containerd, BENCH_LABEL).await;
     if let Err(e) = outcome {
         panic!("Synchronize bench failed (removed {left} pods left behind): {e}");
     }
@@ -170,27 +169,4 @@ async fn run(env: Containerd, nri_socket: PathBuf, root: PathBuf, pods: usize) {
     for (what, containers, updates, held, lock, cpu) in rows {
         println!("| {what} | {containers} | {updates} | {held} | {lock:.0} | {cpu:.0} |");
     }
-}
-
-/// Removes every pod sandbox carrying this run's label, directly on containerd. Best effort;
-/// returns how many there were.
-async fn remove_bench_pods(
-    containerd: &k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
-) -> usize {
-    let filter = cri::PodSandboxFilter {
-        label_selector: HashMap::from([(BENCH_LABEL.to_owned(), std::process::id().to_string())]),
-        ..Default::default()
-    };
-    let Ok(list) = containerd.clone().list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }).await
-    else {
-        return 0;
-    };
-    let ids: Vec<String> = list.into_inner().items.into_iter().map(|s| s.id).collect();
-    let mut set = tokio::task::JoinSet::new();
-    for id in ids.clone() {
-        let mut c = containerd.clone();
-        set.spawn(async move { remove_sandbox(&mut c, &id).await });
-    }
-    while set.join_next().await.is_some() {}
-    ids.len()
 }

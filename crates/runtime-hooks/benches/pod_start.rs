@@ -41,10 +41,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{map, precreate_pod_cgroup, Hooks, BE_SPEC, QOS, SPEC};
+use common::{map, precreate_pod_cgroup, remove_labelled_pods, Hooks, BE_SPEC, QOS, SPEC};
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd, Pod};
+use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
 use test_support::proxy::ProxyProcess;
 use test_support::runtime_client;
 use tonic::transport::Channel;
@@ -144,7 +144,7 @@ async fn main() {
         run(&setup, pods, round).await
     })
     .await;
-    let left = remove_bench_pods(&containerd).await;
+    let left = remove_labelled_pods(&containerd, BENCH_LABEL).await;
     if let Err(e) = outcome {
         panic!("pod start bench failed (removed {left} pods left behind): {e}");
     }
@@ -270,7 +270,7 @@ async fn round(s: &Setup, mode: Mode, n: usize, at_once: bool) -> Vec<Duration> 
         }
     }
     let parents: Vec<String> = results.iter().filter_map(|(_, p)| p.as_ref().ok()).map(|p| p.cgroup_parent()).collect();
-    remove_bench_pods(&s.containerd).await;
+    remove_labelled_pods(&s.containerd, BENCH_LABEL).await;
     remove_pod_cgroups(&parents);
     if let Some(hooks) = nri {
         stop_nri(hooks);
@@ -391,27 +391,6 @@ fn sorted(v: &[Duration]) -> Vec<Duration> {
     let mut v = v.to_vec();
     v.sort();
     v
-}
-
-/// Removes every pod sandbox carrying this run's label, directly on containerd (containers go
-/// with their sandbox). Best effort; returns how many there were.
-async fn remove_bench_pods(containerd: &RuntimeServiceClient<Channel>) -> usize {
-    let filter = cri::PodSandboxFilter {
-        label_selector: HashMap::from([(BENCH_LABEL.to_owned(), std::process::id().to_string())]),
-        ..Default::default()
-    };
-    let Ok(list) = containerd.clone().list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }).await
-    else {
-        return 0;
-    };
-    let ids: Vec<String> = list.into_inner().items.into_iter().map(|s| s.id).collect();
-    let mut set = tokio::task::JoinSet::new();
-    for id in ids.clone() {
-        let mut c = containerd.clone();
-        set.spawn(async move { remove_sandbox(&mut c, &id).await });
-    }
-    while set.join_next().await.is_some() {}
-    ids.len()
 }
 
 /// Removes the pods' cgroup directories (kubelet would), in every hierarchy; best effort.

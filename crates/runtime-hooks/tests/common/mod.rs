@@ -133,6 +133,31 @@ pub fn start_nri_v1(socket: &Path, dir: &Path, rust_log: &str) -> Hooks {
     Hooks::start_logging(&args, dir.join("hooks.log"), rust_log)
 }
 
+/// Removes every pod sandbox labelled `label` = this process's ID, directly on `containerd`
+/// (containers go with their sandbox), all at once. Best effort; returns how many there were.
+/// For benches that label their pods to find them again, also after a failure.
+pub async fn remove_labelled_pods(
+    containerd: &k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    label: &str,
+) -> usize {
+    let filter = cri::PodSandboxFilter {
+        label_selector: std::collections::HashMap::from([(label.to_owned(), std::process::id().to_string())]),
+        ..Default::default()
+    };
+    let Ok(list) = containerd.clone().list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) }).await
+    else {
+        return 0;
+    };
+    let ids: Vec<String> = list.into_inner().items.into_iter().map(|s| s.id).collect();
+    let mut set = tokio::task::JoinSet::new();
+    for id in ids.clone() {
+        let mut c = containerd.clone();
+        set.spawn(async move { test_support::containerd::remove_sandbox(&mut c, &id).await });
+    }
+    while set.join_next().await.is_some() {}
+    ids.len()
+}
+
 pub fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
