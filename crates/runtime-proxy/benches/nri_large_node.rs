@@ -22,13 +22,11 @@
 //! Run: `make bench`, or `cargo bench -p runtime-proxy --bench nri_large_node` (no runtime
 //! needed).
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nri_plugin::proto::api::Event;
 use serde_json::json;
-use test_support::hooks::{register, KillOnDrop, TestHook};
+use test_support::hooks::{register, start_nri_front, TestHook};
 use test_support::nri_runtime::{pod_level, Delivered, NriRuntime};
 use test_support::scale;
 
@@ -74,25 +72,6 @@ fn p50_us(before: &[(f64, u64)], after: &[(f64, u64)]) -> f64 {
     0.0
 }
 
-fn start_proxy(runtime: &NriRuntime, dir: &Path, metrics: &str) -> KillOnDrop {
-    let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
-    let child = Command::new(BIN)
-        .args(["--frontend", "nri", "--nri-socket"])
-        .arg(runtime.socket())
-        .args(["--nri-plugin-name", "runtime-proxy-bench", "--nri-plugin-index", "20", "--hook-config-dir"])
-        .arg(dir)
-        .args(["--metrics-addr", metrics])
-        .arg("--admin-socket")
-        .arg(dir.join("admin.sock"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start runtime-proxy");
-    KillOnDrop(child)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let events: usize = std::env::var("RP_BENCH_SCALE_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
@@ -104,7 +83,7 @@ async fn main() {
         let (all_pods, containers) = scale::nri_node(pods, PER_POD);
         let runtime = NriRuntime::v0_12().unwrap();
         let metrics = test_support::free_loopback_addr();
-        let proxy = start_proxy(&runtime, dir.path(), &metrics);
+        let proxy = start_nri_front(BIN, runtime.socket(), dir.path(), &["--metrics-addr", &metrics], "warn");
         let pid = proxy.0.id();
         let log = || std::fs::read_to_string(dir.path().join("proxy.log")).unwrap_or_default();
         // the proxy's start-up is not Synchronize's

@@ -4,39 +4,20 @@
 //! stand-in records the plugin's event mask: the front end subscribes only to the events its hook
 //! servers' stages need, and registers again when a registry change alters that set.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nri_plugin::proto::api::{self as nri, Event};
 use serde_json::json;
-use test_support::hooks::{register, KillOnDrop, TestHook};
+use test_support::hooks::{register, start_nri_front, KillOnDrop, TestHook};
 use test_support::nri_runtime::{container, pod, pod_level, Delivered, NriRuntime, Plugin, LIFECYCLE};
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 
 /// runtime-proxy as an NRI plugin of `runtime`'s socket with `dir` as its hook config dir.
 fn start_proxy(runtime: &NriRuntime, dir: &std::path::Path) -> KillOnDrop {
-    let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
-    let child = Command::new(BIN)
-        .args(["--frontend", "nri", "--nri-socket"])
-        .arg(runtime.socket())
-        .args(["--nri-plugin-name", "runtime-proxy-test", "--nri-plugin-index", "20", "--hook-config-dir"])
-        .arg(dir)
-        .args([
-            "--metrics-addr",
-            &test_support::free_loopback_addr(),
-            "--debug-addr",
-            &test_support::free_loopback_addr(),
-        ])
-        .arg("--admin-socket")
-        .arg(dir.join("admin.sock"))
-        .env("RUST_LOG", "info,runtime_proxy=debug,nri_plugin=debug")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start runtime-proxy");
-    KillOnDrop(child)
+    let (metrics, debug) = (test_support::free_loopback_addr(), test_support::free_loopback_addr());
+    let extra = ["--metrics-addr", &metrics, "--debug-addr", &debug];
+    start_nri_front(BIN, runtime.socket(), dir, &extra, "info,runtime_proxy=debug,nri_plugin=debug")
 }
 
 /// NRI 0.12: every event the front end subscribes to comes as its own call and is answered —

@@ -2,12 +2,11 @@
 //! (`test_support::nri_runtime`) with a node of `test_support::scale` pods. No containerd
 //! needed (the benchmark `nri_large_node` has the figures at 10, 100 and 1,000 pods).
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nri_plugin::proto::api::Event;
 use serde_json::json;
-use test_support::hooks::{register, KillOnDrop, TestHook};
+use test_support::hooks::{register, start_nri_front, TestHook};
 use test_support::nri_runtime::{Delivered, NriRuntime};
 use test_support::scale;
 
@@ -23,23 +22,8 @@ async fn synchronize_of_a_thousand_pods_fills_the_store() {
     register(dir.path(), "echo.json", hook.socket(), "Fail", &["PreCreateContainer"], json!({}));
     let runtime = NriRuntime::v0_12().unwrap();
     let debug = test_support::free_loopback_addr();
-    let log = std::fs::File::create(dir.path().join("proxy.log")).unwrap();
-    let _proxy = KillOnDrop(
-        Command::new(BIN)
-            .args(["--frontend", "nri", "--nri-socket"])
-            .arg(runtime.socket())
-            .args(["--nri-plugin-name", "runtime-proxy-scale", "--nri-plugin-index", "20", "--hook-config-dir"])
-            .arg(dir.path())
-            .args(["--metrics-addr", &test_support::free_loopback_addr(), "--debug-addr", &debug])
-            .arg("--admin-socket")
-            .arg(dir.path().join("admin.sock"))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start runtime-proxy"),
-    );
+    let extra = ["--metrics-addr", &test_support::free_loopback_addr(), "--debug-addr", &debug];
+    let _proxy = start_nri_front(BIN, runtime.socket(), dir.path(), &extra, "info");
     let log = || std::fs::read_to_string(dir.path().join("proxy.log")).unwrap_or_default();
     let (pods, containers) = scale::nri_node(1000, 4);
     let mut plugin = runtime.accept(pods.clone(), containers).await.unwrap_or_else(|e| panic!("{e}\n{}", log()));

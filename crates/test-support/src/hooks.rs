@@ -290,6 +290,29 @@ pub fn register(dir: &Path, name: &str, endpoint: &Path, policy: &str, stages: &
         .expect("write registration");
 }
 
+/// runtime-proxy (`bin`) as an NRI plugin (`--frontend nri`, name `runtime-proxy-test`, index 20)
+/// of the runtime whose NRI socket is `nri_socket`, with `dir` as its hook config directory, its
+/// admin socket `dir/admin.sock`, `extra` flags (e.g. `--metrics-addr`), logging to
+/// `dir/proxy.log` at `rust_log`; killed when dropped.
+pub fn start_nri_front(bin: &str, nri_socket: &Path, dir: &Path, extra: &[&str], rust_log: &str) -> KillOnDrop {
+    let log = std::fs::File::create(dir.join("proxy.log")).expect("proxy log file");
+    let child = std::process::Command::new(bin)
+        .args(["--frontend", "nri", "--nri-socket"])
+        .arg(nri_socket)
+        .args(["--nri-plugin-name", "runtime-proxy-test", "--nri-plugin-index", "20", "--hook-config-dir"])
+        .arg(dir)
+        .args(extra)
+        .arg("--admin-socket")
+        .arg(dir.join("admin.sock"))
+        .env("RUST_LOG", rust_log)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("proxy log file"))
+        .stderr(log)
+        .spawn()
+        .expect("start runtime-proxy");
+    KillOnDrop(child)
+}
+
 /// A child process killed (SIGKILL) and reaped when dropped.
 pub struct KillOnDrop(pub std::process::Child);
 
