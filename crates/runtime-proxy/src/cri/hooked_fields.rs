@@ -388,8 +388,11 @@ impl From<ContainerStatusResponse> for cri::ContainerStatusResponse {
     }
 }
 
+/// The values as text, invalid UTF-8 replaced; a valid value (containerd's verbose `info`, 4–10 KB
+/// of JSON per object) is taken as it is, not copied.
 fn lossy(map: Text) -> std::collections::HashMap<String, String> {
-    map.into_iter().map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned())).collect()
+    let text = |v: Vec<u8>| String::from_utf8(v).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    map.into_iter().map(|(k, v)| (k, text(v))).collect()
 }
 
 fn text<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Text {

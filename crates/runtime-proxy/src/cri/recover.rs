@@ -106,7 +106,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::cri::{hooked_fields, info_view};
-use crate::hooks::store::{sweep, ContainerEntry, Store, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
+use crate::hooks::store::{sweep, ContainerEntry, ContainerOwn, Store, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
 
 /// Status calls in flight at once.
 pub const CONCURRENCY: usize = 16;
@@ -173,112 +173,68 @@ pub async fn rebuild(channel: &Channel, store: &Store) -> Result<RecoveryReport,
     let containers = list_containers(channel, cri::ContainerFilter::default()).await?;
     let mut report = RecoveryReport { listed: (sandboxes.len(), containers.len()), ..Default::default() };
 
-    // Every status call at once, CONCURRENCY in flight.
-    let limit = Arc::new(Semaphore::new(CONCURRENCY));
-    let mut calls = JoinSet::new();
-    for s in &sandboxes {
-        let (channel, limit, id) = (channel.clone(), limit.clone(), s.id.clone());
-        calls.spawn(async move {
-            let _permit = limit.acquire_owned().await;
-            Answer::Pod(id.clone(), pod_sandbox_status(&channel, &id).await.map(Box::new))
-        });
-    }
-    for c in &containers {
-        let (channel, limit, id) = (channel.clone(), limit.clone(), c.id.clone());
-        calls.spawn(async move {
-            let _permit = limit.acquire_owned().await;
-            Answer::Container(id.clone(), container_status(&channel, &id).await.map(Box::new))
-        });
-    }
-    let mut pod_answers = HashMap::new();
-    let mut container_answers = HashMap::new();
-    while let Some(done) = calls.join_next().await {
-        match done {
-            Ok(Answer::Pod(id, r)) => drop(pod_answers.insert(id, r)),
-            Ok(Answer::Container(id, r)) => drop(container_answers.insert(id, r)),
-            Err(e) => tracing::warn!(error = %e, "recovery: a status call task failed"),
-        }
-    }
-
     let mut live_pods: HashSet<String> = HashSet::new();
     let mut live_containers: HashSet<String> = HashSet::new();
-    let skip = |report: &mut RecoveryReport, kind, id: &str, text: String| {
-        tracing::warn!(kind = ?kind, id, reason = %text, "recovery: object skipped");
-        report.skipped.push(Note { kind, id: id.to_owned(), text });
-    };
+    // Pod sandboxes first: a container's entry shares its pod's. Each answer is recorded as it
+    // comes, so that at most CONCURRENCY of them (4–10 KB of verbose info each) are held at once.
+    let pod_ids = sandboxes.into_iter().map(|s| s.id);
+    let status = |channel: Channel, id: String| async move { pod_sandbox_status(&channel, &id).await };
+    each_status(channel, pod_ids, status, |id, answer| {
+        let answer = match listed(&mut report, Kind::PodSandbox, &id, answer) {
+            Listed::Gone => return,
+            Listed::Unreadable => None,
+            Listed::Read(_) if store.has_pod(&id) => {
+                report.already_known += 1;
+                None
+            }
+            Listed::Read(answer) => Some(answer),
+        };
+        if let Some(answer) = answer {
+            match pod_entry(&answer) {
+                Ok((pod, notes)) => {
+                    note_fallbacks(&mut report, Kind::PodSandbox, &id, notes);
+                    store.put_pod(&id, pod);
+                    report.pods += 1;
+                }
+                Err(why) => skip(&mut report, Kind::PodSandbox, &id, why),
+            }
+        }
+        live_pods.insert(id);
+    })
+    .await;
 
-    for s in &sandboxes {
-        match pod_answers.remove(&s.id) {
-            Some(Ok(answer)) => {
-                live_pods.insert(s.id.clone());
-                if store.has_pod(&s.id) {
-                    report.already_known += 1;
-                    continue;
-                }
-                match pod_entry(&answer) {
-                    Ok((pod, notes)) => {
-                        note_fallbacks(&mut report, Kind::PodSandbox, &s.id, notes);
-                        store.put_pod(&s.id, pod);
-                        report.pods += 1;
-                    }
-                    Err(why) => skip(&mut report, Kind::PodSandbox, &s.id, why),
-                }
+    let sandbox_of: HashMap<String, String> = containers.into_iter().map(|c| (c.id, c.pod_sandbox_id)).collect();
+    let status = |channel: Channel, id: String| async move { container_status(&channel, &id).await };
+    each_status(channel, sandbox_of.keys().cloned(), status, |id, answer| {
+        let answer = match listed(&mut report, Kind::Container, &id, answer) {
+            Listed::Gone => return,
+            Listed::Unreadable => None,
+            Listed::Read(_) if store.has_container(&id) => {
+                report.already_known += 1;
+                None
             }
-            // Removed between the listing and the status call: not live.
-            Some(Err(e)) if e.code() == Code::NotFound => {}
-            Some(Err(e)) => {
-                live_pods.insert(s.id.clone());
-                skip(
-                    &mut report,
-                    Kind::PodSandbox,
-                    &s.id,
-                    format!("PodSandboxStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()),
-                );
-            }
-            None => {
-                live_pods.insert(s.id.clone());
-                skip(&mut report, Kind::PodSandbox, &s.id, "PodSandboxStatus task failed".into());
+            Listed::Read(answer) => Some(answer),
+        };
+        if let Some(answer) = answer {
+            let sandbox_id = &sandbox_of[&id];
+            let not_stored = || format!("its pod sandbox {sandbox_id} was not recovered");
+            // The pod's fields are shared with its stored entry, not copied per container.
+            let own = match store.pod_cgroup_parent(sandbox_id) {
+                Some(pod_parent) => container_own(&answer, &id, &pod_parent),
+                None => Err(not_stored()),
+            };
+            match own.map(|(own, notes)| (store.put_container_of_pod(&id, sandbox_id, own), notes)) {
+                Ok((true, notes)) => {
+                    note_fallbacks(&mut report, Kind::Container, &id, notes);
+                    report.containers += 1;
+                }
+                Ok((false, _)) => skip(&mut report, Kind::Container, &id, not_stored()),
+                Err(why) => skip(&mut report, Kind::Container, &id, why),
             }
         }
-    }
-    for c in &containers {
-        match container_answers.remove(&c.id) {
-            Some(Ok(answer)) => {
-                live_containers.insert(c.id.clone());
-                if store.has_container(&c.id) {
-                    report.already_known += 1;
-                    continue;
-                }
-                let Some(pod) = store.pod(&c.pod_sandbox_id) else {
-                    let why = format!("its pod sandbox {} was not recovered", c.pod_sandbox_id);
-                    skip(&mut report, Kind::Container, &c.id, why);
-                    continue;
-                };
-                match container_entry(&answer, &c.id, &pod) {
-                    Ok((hook, notes)) => {
-                        note_fallbacks(&mut report, Kind::Container, &c.id, notes);
-                        store.put_container(&c.id, ContainerEntry { sandbox_id: c.pod_sandbox_id.clone(), hook });
-                        report.containers += 1;
-                    }
-                    Err(why) => skip(&mut report, Kind::Container, &c.id, why),
-                }
-            }
-            Some(Err(e)) if e.code() == Code::NotFound => {}
-            Some(Err(e)) => {
-                live_containers.insert(c.id.clone());
-                skip(
-                    &mut report,
-                    Kind::Container,
-                    &c.id,
-                    format!("ContainerStatus failed: {}: {}", hook_api::code_name(e.code()), e.message()),
-                );
-            }
-            None => {
-                live_containers.insert(c.id.clone());
-                skip(&mut report, Kind::Container, &c.id, "ContainerStatus task failed".into());
-            }
-        }
-    }
+        live_containers.insert(id);
+    })
+    .await;
 
     // Entries live traffic wrote since the listing began are live too.
     let (pods_now, containers_now) = store.ids();
@@ -525,9 +481,77 @@ async fn container_status(channel: &Channel, id: &str) -> Result<cri::ContainerS
     Ok(answer.into())
 }
 
-enum Answer {
-    Pod(String, Result<Box<cri::PodSandboxStatusResponse>, Status>),
-    Container(String, Result<Box<cri::ContainerStatusResponse>, Status>),
+/// What the status call of a listed object said.
+enum Listed<A> {
+    /// `NOT_FOUND`: removed between the listing and the call; not live.
+    Gone,
+    /// The call failed otherwise (logged and reported as skipped): live, not recorded.
+    Unreadable,
+    /// Its status.
+    Read(A),
+}
+
+/// The [`Listed`] for a status call's result (`None`: its task failed); a failure is reported.
+fn listed<A>(report: &mut RecoveryReport, kind: Kind, id: &str, answer: Option<Result<A, Status>>) -> Listed<A> {
+    let call = if kind == Kind::PodSandbox { "PodSandboxStatus" } else { "ContainerStatus" };
+    match answer {
+        Some(Ok(answer)) => Listed::Read(answer),
+        Some(Err(e)) if e.code() == Code::NotFound => Listed::Gone,
+        Some(Err(e)) => {
+            skip(report, kind, id, format!("{call} failed: {}: {}", hook_api::code_name(e.code()), e.message()));
+            Listed::Unreadable
+        }
+        None => {
+            skip(report, kind, id, format!("{call} task failed"));
+            Listed::Unreadable
+        }
+    }
+}
+
+/// Reports the object `id` as not recovered, for the reason `text`.
+fn skip(report: &mut RecoveryReport, kind: Kind, id: &str, text: String) {
+    tracing::warn!(kind = ?kind, id, reason = %text, "recovery: object skipped");
+    report.skipped.push(Note { kind, id: id.to_owned(), text });
+}
+
+/// Calls `status` for each of `ids`, [`CONCURRENCY`] at a time, and hands each answer to `take`
+/// as it comes: the ID and the call's result, or `None` when the call's task failed.
+async fn each_status<A, F, Fut>(
+    channel: &Channel,
+    ids: impl Iterator<Item = String>,
+    status: F,
+    mut take: impl FnMut(String, Option<Result<A, Status>>),
+) where
+    A: Send + 'static,
+    F: Fn(Channel, String) -> Fut,
+    Fut: std::future::Future<Output = Result<A, Status>> + Send + 'static,
+{
+    let limit = Arc::new(Semaphore::new(CONCURRENCY));
+    let mut calls = JoinSet::new();
+    let mut unanswered = HashMap::new();
+    for id in ids {
+        let (call, limit) = (status(channel.clone(), id.clone()), limit.clone());
+        let task = calls.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            call.await
+        });
+        unanswered.insert(task.id(), id);
+    }
+    while let Some(done) = calls.join_next_with_id().await {
+        match done {
+            Ok((task, answer)) => {
+                if let Some(id) = unanswered.remove(&task) {
+                    take(id, Some(answer));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "recovery: a status call task failed");
+                if let Some(id) = unanswered.remove(&e.id()) {
+                    take(id, None);
+                }
+            }
+        }
+    }
 }
 
 fn with_timeout<T>(message: T) -> tonic::Request<T> {
@@ -587,8 +611,8 @@ pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSan
             attempt: meta.attempt,
         }),
         runtime_handler,
-        labels: status.labels.clone().into_iter().collect(),
-        annotations: status.annotations.clone().into_iter().collect(),
+        labels: status.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        annotations: status.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         cgroup_parent,
         overhead: linux.and_then(|l| obj(l, "overhead")).map(cri_resources),
         resources: linux.and_then(|l| obj(l, "resources")).map(cri_resources),
@@ -597,15 +621,40 @@ pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSan
 }
 
 /// The container hook request for a verbose `ContainerStatus` answer of container `id` in
-/// `pod`, and the fallbacks used.
+/// `pod`, and the fallbacks used: [`container_own`] with the pod's fields.
 ///
-/// Errors: why the entry cannot be built (no status or metadata, no source for resources, no
-/// verbose info to tell the container's cgroup parent by).
+/// Errors: as [`container_own`].
 pub fn container_entry(
     answer: &cri::ContainerStatusResponse,
     id: &str,
     pod: &hook::PodSandboxHookRequest,
 ) -> Result<(hook::ContainerResourceHookRequest, Vec<String>), String> {
+    let (own, notes) = container_own(answer, id, &pod.cgroup_parent)?;
+    let hook = hook::ContainerResourceHookRequest {
+        pod_meta: pod.pod_meta.clone(),
+        container_meta: own.container_meta,
+        container_annotations: own.container_annotations,
+        container_resources: own.container_resources,
+        pod_resources: pod.resources.clone(),
+        pod_annotations: pod.annotations.clone(),
+        pod_labels: pod.labels.clone(),
+        pod_cgroup_parent: own.cgroup_parent,
+        // Not kept (see `crate::hooks::store`).
+        container_envs: BTreeMap::new(),
+    };
+    Ok((hook, notes))
+}
+
+/// The container's own fields for a verbose `ContainerStatus` answer of container `id` whose pod
+/// sandbox has the cgroup parent `pod_parent`, and the fallbacks used.
+///
+/// Errors: why the entry cannot be built (no status or metadata, no source for resources, no
+/// verbose info to tell the container's cgroup parent by).
+pub fn container_own(
+    answer: &cri::ContainerStatusResponse,
+    id: &str,
+    pod_parent: &str,
+) -> Result<(ContainerOwn, Vec<String>), String> {
     let status = answer.status.as_ref().ok_or("no status in ContainerStatus")?;
     let meta = status.metadata.as_ref().ok_or("no metadata in ContainerStatus")?;
     let info = verbose_info(&answer.info);
@@ -637,23 +686,17 @@ pub fn container_entry(
         return Err("no verbose info: cannot tell the container's cgroup parent".into());
     }
 
-    let hook = hook::ContainerResourceHookRequest {
-        pod_meta: pod.pod_meta.clone(),
+    let own = ContainerOwn {
         container_meta: Some(hook::ContainerMetadata {
             name: meta.name.clone(),
             attempt: meta.attempt,
             id: id.to_owned(),
         }),
-        container_annotations: status.annotations.clone().into_iter().collect(),
+        container_annotations: status.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         container_resources: Some(resources),
-        pod_resources: pod.resources.clone(),
-        pod_annotations: pod.annotations.clone(),
-        pod_labels: pod.labels.clone(),
-        pod_cgroup_parent: container_cgroup_parent(spec, id, &pod.cgroup_parent),
-        // Not kept (see `crate::hooks::store`).
-        container_envs: BTreeMap::new(),
+        cgroup_parent: container_cgroup_parent(spec, id, pod_parent),
     };
-    Ok((hook, notes))
+    Ok((own, notes))
 }
 
 /// The parent the container's cgroup was created under (its spec's `cgroupsPath` without the

@@ -79,6 +79,21 @@ pub struct PodPart {
     cgroup_parent: String,
 }
 
+/// What a container-level hook request holds of the container itself, the rest being its pod's:
+/// what restart recovery reads from a container's status ([`Store::put_container_of_pod`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerOwn {
+    /// `container_meta` (name, attempt, container ID).
+    pub container_meta: Option<ContainerMetadata>,
+    /// `container_annotations`.
+    pub container_annotations: BTreeMap<String, String>,
+    /// `container_resources`.
+    pub container_resources: Option<LinuxContainerResources>,
+    /// `pod_cgroup_parent`: the parent the container's cgroup is under (its pod's, unless a
+    /// PreCreateContainer hook moved it).
+    pub cgroup_parent: String,
+}
+
 /// Resources kept once and shared (a pod's, by its containers' `pod_resources`).
 type Shared = Option<Arc<LinuxContainerResources>>;
 
@@ -245,6 +260,11 @@ impl Store {
         self.pods.read().unwrap_or_else(|p| p.into_inner()).get(sandbox_id).map(StoredPod::request)
     }
 
+    /// The cgroup parent of the pod sandbox `sandbox_id`, if known (without copying its entry).
+    pub fn pod_cgroup_parent(&self, sandbox_id: &str) -> Option<String> {
+        self.pods.read().unwrap_or_else(|p| p.into_inner()).get(sandbox_id).map(|p| p.part.cgroup_parent.clone())
+    }
+
     /// The pod sandbox of the container `container_id`, if known (without copying its entry).
     pub fn sandbox_of(&self, container_id: &str) -> Option<String> {
         let containers = self.containers.read().unwrap_or_else(|p| p.into_inner());
@@ -381,6 +401,35 @@ impl Store {
             own_cgroup_parent,
         };
         containers.insert(container_id, stored);
+    }
+
+    /// Records (or replaces) the container `container_id` of the stored pod sandbox `sandbox_id`
+    /// from its own fields: its pod metadata, labels, annotations and resources are the pod
+    /// entry's, shared without a copy or a comparison (restart recovery, where the pod entry was
+    /// just read from the same runtime). Returns false, recording nothing, when the pod is not
+    /// stored.
+    pub fn put_container_of_pod(&self, container_id: &str, sandbox_id: &str, own: ContainerOwn) -> bool {
+        let pod = self
+            .pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sandbox_id)
+            .map(|p| (p.part.clone(), p.resources.clone()));
+        let Some((pod, pod_resources)) = pod else { return false };
+        let ContainerOwn { container_meta, container_annotations, container_resources, cgroup_parent } = own;
+        let own_cgroup_parent = (cgroup_parent != pod.cgroup_parent).then_some(cgroup_parent);
+        let mut containers = self.containers.write().unwrap_or_else(|p| p.into_inner());
+        let stored = StoredContainer {
+            sandbox_id: containers.pod_key(sandbox_id),
+            pod,
+            container_meta,
+            container_annotations,
+            container_resources: container_resources.map(Box::new),
+            pod_resources,
+            own_cgroup_parent,
+        };
+        containers.insert(container_id, stored);
+        true
     }
 
     /// Forgets the container `container_id`.
@@ -648,6 +697,31 @@ mod tests {
         s.put_container("c9", moved.clone());
         assert_eq!(s.container("c9"), Some(without_envs(moved)));
         assert!(s.containers.read().unwrap().by_id["c9"].own_cgroup_parent.is_some());
+    }
+
+    #[test]
+    fn a_container_put_of_its_pod_is_as_if_put_whole() {
+        let s = Store::new();
+        let (pod, whole) = pod_and_container(2_000, "c1");
+        let own = |e: &ContainerEntry| ContainerOwn {
+            container_meta: e.hook.container_meta.clone(),
+            container_annotations: e.hook.container_annotations.clone(),
+            container_resources: e.hook.container_resources.clone(),
+            cgroup_parent: e.hook.pod_cgroup_parent.clone(),
+        };
+        assert!(!s.put_container_of_pod("c1", "sb", own(&whole)), "no pod stored: nothing recorded");
+        assert_eq!(s.container("c1"), None);
+        s.put_pod("sb", pod.clone());
+        assert!(s.put_container_of_pod("c1", "sb", own(&whole)));
+        assert_eq!(s.container("c1"), Some(without_envs(whole.clone())), "a parent of its own");
+        let (_, mut under_pod) = pod_and_container(2_000, "c2");
+        under_pod.hook.pod_cgroup_parent = pod.cgroup_parent.clone();
+        assert!(s.put_container_of_pod("c2", "sb", own(&under_pod)));
+        assert_eq!(s.container("c2"), Some(without_envs(under_pod)), "the pod's parent");
+        let part = s.pods.read().unwrap()["sb"].part.clone();
+        let containers = &s.containers.read().unwrap().by_id;
+        assert!(containers.values().all(|c| Arc::ptr_eq(&c.pod, &part)), "the pod's part, shared");
+        assert_eq!(containers["c2"].own_cgroup_parent, None);
     }
 
     #[test]
