@@ -6,7 +6,8 @@
 # through a 100 ms hook; benches/wake.rs: the wake-up of an idle peer by how long it was idle, the floor under every
 # hop), runtime-hooks' round trip beside a no-op hook server's (runtime-hooks' benches/hook_rtt.rs), both NRI plugins on
 # large nodes of the NRI stand-in (runtime-hooks' benches/large_node.rs, runtime-proxy's benches/nri_large_node.rs:
-# Synchronize and CPU per pod at 10, 100 and 1,000 pods; benches/reconciler.rs: the standalone reconciler at 50 and 250
+# Synchronize and CPU per pod at 10, 100 and 1,000 pods), the CRI proxy on the same nodes of a CRI stand-in
+# (benches/cri_large_node.rs: CPU per pod and per update, own time per hooked call; benches/reconciler.rs: the standalone reconciler at 50 and 250
 # pods on the CRI stand-in), the per-stage
 # overhead (runtime-hooks' benches/stages.rs: each hooked call of a BE pod's life direct, through the proxy without
 # hook, with a no-op hook at every stage, with runtime-hooks), then the store at node scale (benches/store.rs: RSS idle
@@ -55,6 +56,9 @@ echo
 cargo bench --locked -p runtime-hooks --bench large_node -- "$@"
 echo
 cargo bench --locked -p runtime-proxy --bench nri_large_node -- "$@"
+echo
+# the CRI proxy on nodes of 10, 100 and 1,000 pods of a stand-in runtime (no containerd needed)
+cargo bench --locked -p runtime-proxy --bench cri_large_node -- "$@"
 echo
 # the standalone reconciler at 50 and 250 pods on the CRI stand-in (no containerd needed): pass CPU, files, allocations,
 # steady-state CPU of the binary, RSS per pod, a rule change to all pods

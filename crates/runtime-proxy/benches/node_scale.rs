@@ -22,14 +22,14 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use runtime_proxy::cri::recover::rebuild;
 use runtime_proxy::hooks::store::Store;
-use test_support::fake_backend::{Behaviour, FakeBackend};
-use test_support::fake_node::{FakeNode, NodeShape};
+use test_support::fake_node::NodeShape;
 use test_support::proxy::ProxyProcess;
+
+use common::NodeServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 
@@ -65,43 +65,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// The stand-in runtime, served from a thread of its own; stops when dropped.
-struct Node {
-    node: Arc<FakeNode>,
-    socket: std::path::PathBuf,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Node {
-    fn start(shape: &NodeShape) -> Node {
-        let node = Arc::new(FakeNode::new(shape));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = node.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async move {
-                let fake = FakeBackend::start(Behaviour::Node(served)).await;
-                ready_tx.send(fake.socket().to_owned()).unwrap();
-                let _ = stopped.await;
-                drop(fake);
-            });
-        });
-        let socket = ready_rx.recv().unwrap();
-        Node { node, socket, stop: Some(stop), thread: Some(thread) }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 fn env_var(key: &str, default: usize) -> usize {
     std::env::var(key).ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(default)
 }
@@ -114,7 +77,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// The release proxy started on `node`, `rounds` times: the `N ms` of its `store recovered` line
 /// and the proxy's CPU time from its start to that line (all threads) each time, and the line of
 /// the median start.
-fn proxy_recovery(node: &Node, rounds: usize) -> (Vec<(Duration, Duration)>, String) {
+fn proxy_recovery(node: &NodeServer, rounds: usize) -> (Vec<(Duration, Duration)>, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut runs = Vec::new();
     for r in 0..rounds {
@@ -145,7 +108,7 @@ fn proxy_recovery(node: &Node, rounds: usize) -> (Vec<(Duration, Duration)>, Str
 /// `rounds` in-process rebuilds of `node` into an empty store (after one to warm the
 /// connection): their times, and the bytes kept of the last one by the store of pods and
 /// containers, and by a store of the same pods alone.
-async fn rebuilds(node: &Node, rounds: usize) -> (Vec<Duration>, isize, isize) {
+async fn rebuilds(node: &NodeServer, rounds: usize) -> (Vec<Duration>, isize, isize) {
     let channel = test_support::channel(&node.socket);
     let warm = Store::new();
     rebuild(&channel, &warm).await.expect("rebuild");
@@ -178,7 +141,7 @@ fn main() {
     COUNTED.with(|c| c.set(true));
     if let Ok(pods) = std::env::var("RP_BENCH_SERVE") {
         let pods = pods.parse().expect("RP_BENCH_SERVE: a number of pods");
-        let node = Node::start(&NodeShape { pods, per_pod: 4, pod_annotation_bytes: 0 });
+        let node = NodeServer::start(&NodeShape { pods, per_pod: 4, pod_annotation_bytes: 0 });
         println!("{}", node.socket.display());
         loop {
             std::thread::sleep(Duration::from_secs(3600));
@@ -195,7 +158,7 @@ fn main() {
     ];
     let mut rows = Vec::new();
     for shape in &shapes {
-        let node = Node::start(shape);
+        let node = NodeServer::start(shape);
         let (proxy_times, line) =
             if shape.pod_annotation_bytes == 0 { proxy_recovery(&node, rounds) } else { (vec![], String::new()) };
         let (times, all, pods_only) = rt.block_on(rebuilds(&node, rounds));

@@ -22,6 +22,8 @@
 //! Run: `make bench`, or `cargo bench -p runtime-proxy --bench nri_large_node` (no runtime
 //! needed).
 
+mod common;
+
 use std::time::Duration;
 
 use nri_plugin::proto::api::Event;
@@ -30,47 +32,11 @@ use test_support::hooks::{register, start_nri_front, TestHook};
 use test_support::nri_runtime::{pod_level, Delivered, NriRuntime};
 use test_support::scale;
 
+use common::{own_buckets, p50_us};
+
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const SIZES: [usize; 3] = [10, 100, 1000];
 const PER_POD: usize = 4;
-
-/// The cumulative bucket counts (upper bound in seconds, count) of the own-time histogram of
-/// `stage` on the metrics endpoint `addr`.
-fn own_buckets(addr: &str, stage: &str) -> Vec<(f64, u64)> {
-    let (_, body) = test_support::http_get(addr, "/metrics");
-    let mut out: Vec<(f64, u64)> = body
-        .lines()
-        .filter(|l| l.starts_with("runtime_proxy_hooked_call_own_duration_seconds_bucket{"))
-        .filter(|l| l.contains(&format!("stage=\"{stage}\"")))
-        .filter_map(|l| {
-            let le = l.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
-            Some((le, l.rsplit(' ').next()?.parse().ok()?))
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.total_cmp(&b.0));
-    out
-}
-
-/// The median of the observations between two scrapes of [`own_buckets`], in microseconds,
-/// interpolated linearly within its bucket.
-fn p50_us(before: &[(f64, u64)], after: &[(f64, u64)]) -> f64 {
-    let count = |v: &[(f64, u64)], i: usize| v.get(i).map_or(0, |b| b.1);
-    let total = count(after, after.len().saturating_sub(1)) - count(before, before.len().saturating_sub(1));
-    let half = total as f64 / 2.0;
-    let mut lower = (0.0, 0u64);
-    for (i, (le, n)) in after.iter().enumerate() {
-        let n = n - count(before, i);
-        if n as f64 >= half && n > 0 {
-            let (lo, below) = lower;
-            let hi = if le.is_finite() { *le } else { lo * 2.0 };
-            let within = (half - below as f64) / (n - below).max(1) as f64;
-            return (lo + (hi - lo) * within) * 1e6;
-        }
-        lower = (*le, n);
-    }
-    0.0
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {

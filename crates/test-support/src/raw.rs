@@ -136,6 +136,65 @@ pub async fn http2_call(
     Ok(Http2Answer { headers: parts.headers, body: collected.to_bytes(), trailers })
 }
 
+/// A CRI client that sends its calls the way kubelet's grpc-go does: one connection, each call a
+/// HEADERS frame (with a 2-minute `grpc-timeout`) and one DATA frame carrying the message and
+/// END_STREAM (tonic's client sends END_STREAM in a frame of its own, which wakes a proxy twice).
+#[derive(Clone, Debug)]
+pub struct KubeletClient {
+    send: hyper::client::conn::http2::SendRequest<http_body_util::Full<Bytes>>,
+}
+
+impl KubeletClient {
+    /// Connects to the CRI socket `socket`.
+    ///
+    /// Errors: the socket cannot be connected to, or the HTTP/2 handshake fails.
+    pub async fn connect(socket: &std::path::Path) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let stream = tokio::net::UnixStream::connect(socket).await?;
+        let (send, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(4 << 20)
+            .initial_connection_window_size(16 << 20)
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await?;
+        tokio::spawn(conn);
+        Ok(KubeletClient { send })
+    }
+
+    /// The unary call `path` (e.g. `/runtime.v1.RuntimeService/StartContainer`) with `request`.
+    ///
+    /// Errors: the call fails, its `grpc-status` is not 0 (the status and message), or its answer
+    /// is not one message of type `A`.
+    pub async fn unary<A: prost::Message + Default>(
+        &self,
+        path: &str,
+        request: &impl prost::Message,
+    ) -> Result<A, String> {
+        use http_body_util::{BodyExt, Full};
+        let mut body = Vec::with_capacity(5 + request.encoded_len());
+        body.push(0);
+        body.extend_from_slice(&(request.encoded_len() as u32).to_be_bytes());
+        request.encode(&mut body).map_err(|e| e.to_string())?;
+        let head = http::Request::post(format!("http://localhost{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("grpc-timeout", "120S")
+            .header("user-agent", "grpc-go/1.65.0")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let mut send = self.send.clone();
+        send.ready().await.map_err(|e| format!("{path}: connection: {e}"))?;
+        let answer = send.send_request(head).await.map_err(|e| format!("{path}: {e}"))?;
+        let (parts, body) = answer.into_parts();
+        let collected = body.collect().await.map_err(|e| format!("{path}: body: {e}"))?;
+        let answer =
+            Http2Answer { headers: parts.headers, trailers: collected.trailers().cloned(), body: collected.to_bytes() };
+        if answer.grpc_status().as_deref() != Some("0") {
+            return Err(format!("{path}: grpc-status {:?}: {:?}", answer.grpc_status(), answer.grpc_message()));
+        }
+        let message = answer.body.get(5..).ok_or_else(|| format!("{path}: no gRPC message in the answer"))?;
+        A::decode(message).map_err(|e| format!("{path}: answer: {e}"))
+    }
+}
+
 /// How a [`handmade_call`] ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum HandmadeAnswer {

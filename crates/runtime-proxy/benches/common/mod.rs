@@ -1,12 +1,17 @@
 //! Helpers shared by the benches (`mod common;` in each): percentiles, the raw byte relay, CPU
-//! time and context switches of a process, the load average.
+//! time and context switches of a process, the load average, the stand-in node's server, the
+//! proxy's own-time histogram.
 //!
 //! Each bench is its own crate and uses only some of these, hence `allow(dead_code)`.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use test_support::fake_backend::{Behaviour, FakeBackend};
+use test_support::fake_node::{FakeNode, NodeShape};
 
 /// Nearest-rank percentile `p` (0 < p ≤ 1) of `sorted`, which must not be empty.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -143,4 +148,82 @@ pub fn machine_cpu() -> (u64, u64) {
 /// The CPUs this process may run on.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(0, |n| n.get())
+}
+
+/// The stand-in runtime of a node of pods that already run (`test_support::fake_node`), served
+/// from a thread and runtime of its own (as a runtime in its own process would); stops when dropped.
+pub struct NodeServer {
+    /// The node it serves.
+    pub node: Arc<FakeNode>,
+    /// Its CRI socket.
+    pub socket: std::path::PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NodeServer {
+    pub fn start(shape: &NodeShape) -> NodeServer {
+        let node = Arc::new(FakeNode::new(shape));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = node.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let fake = FakeBackend::start(Behaviour::Node(served)).await;
+                ready_tx.send(fake.socket().to_owned()).unwrap();
+                let _ = stopped.await;
+                drop(fake);
+            });
+        });
+        let socket = ready_rx.recv().unwrap();
+        NodeServer { node, socket, stop: Some(stop), thread: Some(thread) }
+    }
+}
+
+impl Drop for NodeServer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The cumulative bucket counts (upper bound in seconds, count) of the own-time histogram of
+/// `stage` on the metrics endpoint `addr`.
+pub fn own_buckets(addr: &str, stage: &str) -> Vec<(f64, u64)> {
+    let (_, body) = test_support::http_get(addr, "/metrics");
+    let mut out: Vec<(f64, u64)> = body
+        .lines()
+        .filter(|l| l.starts_with("runtime_proxy_hooked_call_own_duration_seconds_bucket{"))
+        .filter(|l| l.contains(&format!("stage=\"{stage}\"")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// The median of the observations between two scrapes of [`own_buckets`], in microseconds,
+/// interpolated linearly within its bucket.
+pub fn p50_us(before: &[(f64, u64)], after: &[(f64, u64)]) -> f64 {
+    let count = |v: &[(f64, u64)], i: usize| v.get(i).map_or(0, |b| b.1);
+    let total = count(after, after.len().saturating_sub(1)) - count(before, before.len().saturating_sub(1));
+    let half = total as f64 / 2.0;
+    let mut lower = (0.0, 0u64);
+    for (i, (le, n)) in after.iter().enumerate() {
+        let n = n - count(before, i);
+        if n as f64 >= half && n > 0 {
+            let (lo, below) = lower;
+            let hi = if le.is_finite() { *le } else { lo * 2.0 };
+            let within = (half - below as f64) / (n - below).max(1) as f64;
+            return (lo + (hi - lo) * within) * 1e6;
+        }
+        lower = (*le, n);
+    }
+    0.0
 }
