@@ -7,8 +7,8 @@
 # hop), runtime-hooks' round trip beside a no-op hook server's (runtime-hooks' benches/hook_rtt.rs), both NRI plugins on
 # large nodes of the NRI stand-in (runtime-hooks' benches/large_node.rs, runtime-proxy's benches/nri_large_node.rs:
 # Synchronize and CPU per pod at 10, 100 and 1,000 pods), the CRI proxy on the same nodes of a CRI stand-in
-# (benches/cri_large_node.rs: CPU per pod and per update, own time per hooked call; benches/reconciler.rs: the standalone reconciler at 50 and 250
-# pods on the CRI stand-in), the per-stage
+# (benches/cri_large_node.rs: CPU per pod and per update, own time per hooked call; benches/reconciler.rs: the
+# standalone reconciler at 50 and 250 pods on the CRI stand-in), the per-stage
 # overhead (runtime-hooks' benches/stages.rs: each hooked call of a BE pod's life direct, through the proxy without
 # hook, with a no-op hook at every stage, with runtime-hooks), then the store at node scale (benches/store.rs: RSS idle
 # and with RP_BENCH_STORE_PODS pods, default 200, store memory per pod and per container, recovery time after kill -9),
