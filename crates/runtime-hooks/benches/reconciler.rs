@@ -89,13 +89,6 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// `VmRSS` of `pid`, KiB.
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or_default();
-    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -316,7 +309,7 @@ fn main() {
         let node = Node::new(pods, &stand_in);
         let hooks = binary(&node);
         std::thread::sleep(Duration::from_secs(1));
-        rss.push((pods, rss_kib(hooks.pid())));
+        rss.push((pods, test_support::rss_kib(hooks.pid())));
         if pods != SIZES[SIZES.len() - 1] {
             continue;
         }
@@ -325,7 +318,7 @@ fn main() {
         let passes_before = hooks.count(&["reconciled"]);
         std::thread::sleep(Duration::from_secs(secs));
         let (cpu, wall) = (test_support::cpu_ns(pid) - before.0, before.1.elapsed());
-        let rss_after = rss_kib(pid);
+        let rss_after = test_support::rss_kib(pid);
         println!(
             "\nruntime-hooks --mode standalone, {pods} pods x {PER_POD}, default interval (10 s): {:.2} % of a core over {:.0} s \
              ({:.1} ms CPU; {} passes logged at info: only passes that correct something or follow a rule change are); \

@@ -36,15 +36,6 @@ fn open_fds(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
 }
 
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// `runtime-hooks --listen SOCKET status` (its default admin socket, no TCP): exit code, output.
 fn status_by_socket(listen: &Path) -> (i32, String) {
     let out = Command::new(HOOKS_BIN).arg("--listen").arg(listen).arg("status").output().unwrap();
@@ -79,7 +70,7 @@ fn a_flood_of_admin_connections_leaves_hooks_and_status_working() {
         .status()
         .unwrap()
         .success());
-    let (fds_before, rss_before) = (open_fds(pid), rss_kib(pid));
+    let (fds_before, rss_before) = (open_fds(pid), test_support::rss_kib(pid));
 
     let big = [b"GET /metrics HTTP/1.1\r\nX-Fill: ".as_slice(), &vec![b'a'; 400_000]].concat();
     let started = Instant::now();
@@ -92,7 +83,7 @@ fn a_flood_of_admin_connections_leaves_hooks_and_status_working() {
         conns.push(c);
         if i % 100 == 0 {
             max_fds = max_fds.max(open_fds(pid));
-            max_rss = max_rss.max(rss_kib(pid));
+            max_rss = max_rss.max(test_support::rss_kib(pid));
         }
     }
     // All held open: the hook socket and the admin socket answer.
@@ -100,7 +91,7 @@ fn a_flood_of_admin_connections_leaves_hooks_and_status_working() {
         Command::new(HOOKS_BIN).arg("--probe").arg("--listen").arg(dir.path().join("hooks.sock")).output().unwrap();
     let (code, shown) = status_by_socket(&dir.path().join("hooks.sock"));
     max_fds = max_fds.max(open_fds(pid));
-    max_rss = max_rss.max(rss_kib(pid));
+    max_rss = max_rss.max(test_support::rss_kib(pid));
     eprintln!(
         "runtime-hooks admin flood: {} connections in {:?}; fds {fds_before} -> max {max_fds}, VmRSS {rss_before} KiB -> max {max_rss} KiB",
         conns.len(),

@@ -60,15 +60,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn recovered_ms(proxy: &ProxyProcess) -> String {
     assert!(proxy.wait_log(&["store recovered"], 0), "no recovery line:\n{}", proxy.log());
     let log = proxy.log();
@@ -87,7 +78,7 @@ async fn main() {
     proxy.wait_ready();
     recovered_ms(&proxy);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let idle = rss_kib(proxy.pid());
+    let idle = test_support::rss_kib(proxy.pid());
 
     // The pods, through the proxy, BATCH at a time, while the machine has memory to spare.
     let want = env_var("RP_BENCH_PODS", 200);
@@ -133,12 +124,12 @@ async fn main() {
             pods.len(),
             batch.elapsed().as_secs_f64(),
             available_mib(),
-            rss_kib(proxy.pid())
+            test_support::rss_kib(proxy.pid())
         );
     }
     let made = made.elapsed();
     let n = pods.len();
-    let loaded = rss_kib(proxy.pid());
+    let loaded = test_support::rss_kib(proxy.pid());
 
     // The store's own memory: an in-process rebuild from the same runtime.
     let channel = test_support::channel(&env.socket);

@@ -36,15 +36,6 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// This test process's own soft open files limit raised to its hard limit (the flood needs
 /// more than 1,024).
 fn raise_own_nofile() {
@@ -114,7 +105,7 @@ async fn a_flood_of_admin_connections_leaves_pods_hooks_and_status_working() {
     assert!(clamp.success());
     assert_eq!(nofile(pid), (1024, 1024));
     let addr = proxy.admin_addr();
-    let (fds_before, rss_before) = (open_fds(pid), rss_kib(pid));
+    let (fds_before, rss_before) = (open_fds(pid), test_support::rss_kib(pid));
 
     let stop = Arc::new(AtomicBool::new(false));
     let made = Arc::new(AtomicUsize::new(0));
@@ -122,7 +113,7 @@ async fn a_flood_of_admin_connections_leaves_pods_hooks_and_status_working() {
     let (mut max_fds, mut max_rss) = (0, 0);
     let sample = |max_fds: &mut usize, max_rss: &mut u64| {
         *max_fds = (*max_fds).max(open_fds(pid));
-        *max_rss = (*max_rss).max(rss_kib(pid));
+        *max_rss = (*max_rss).max(test_support::rss_kib(pid));
     };
     // A first round of connections is open (the proxy closes those beyond its cap at once).
     let start = Instant::now();

@@ -168,6 +168,16 @@ pub fn cpu_ns(pid: impl std::fmt::Display) -> u64 {
         .sum()
 }
 
+/// `VmRSS` of process `pid` (`/proc/PID/status`), KiB; 0 when the process is gone.
+pub fn rss_kib(pid: impl std::fmt::Display) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `GET path` over plain HTTP/1.1 to `addr` (`IP:PORT`, an admin or debug endpoint), reading
 /// to the end (`Connection: close`); returns the status code and the body. Panics (test code)
 /// when the connection fails.

@@ -4,12 +4,14 @@
 //! in the resource-status annotation) — labelled and annotated as kubelet and koord-scheduler do,
 //! with the resources kubelet gives each container. Pod `i` is always the same pod.
 //!
-//! [`nri_node`] describes them as an NRI runtime does (Synchronize, events);
+//! [`nri_node`] describes them as an NRI runtime does (Synchronize, events), [`hook_pod`] and
+//! [`hook_container`] as runtime-proxy asks its hook servers about them;
 //! [`cgroup_v1_tree`] makes their pod cgroup directories in a v1 tree for a plugin to write to,
 //! [`cgroup_v1_node`] their containers' too; [`crate::cri_node`] serves them as a CRI runtime.
 
 use std::path::Path;
 
+use hook_api::v1alpha1 as hook;
 use nri_plugin::proto::api as nri;
 
 /// A pod's Koordinator QoS class (`koordinator.sh/qosClass`).
@@ -146,6 +148,60 @@ pub fn nri_container(i: usize, c: usize, pod: &nri::PodSandbox) -> nri::Containe
         args: vec!["sleep".into(), "infinity".into()],
         env: vec![b"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_vec()],
         linux: Some(nri::LinuxContainer { cgroups_path: format!("{parent}/{id}"), resources: Some(resources) }),
+        ..Default::default()
+    }
+}
+
+fn text_map(entries: &[nri::BytesEntry]) -> std::collections::BTreeMap<String, String> {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    entries.iter().map(|e| (text(&e.key), text(&e.value))).collect()
+}
+
+/// `pod` as runtime-proxy's PreRunPodSandbox hook request carries it: metadata, labels,
+/// annotations, cgroup parent (no resources: kubelet sends pod resources only with the
+/// pod-level resources feature).
+pub fn hook_pod(pod: &nri::PodSandbox) -> hook::PodSandboxHookRequest {
+    hook::PodSandboxHookRequest {
+        pod_meta: Some(hook::PodSandboxMetadata {
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            namespace: pod.namespace.clone(),
+            attempt: 0,
+        }),
+        runtime_handler: "runc".into(),
+        labels: text_map(&pod.labels),
+        annotations: text_map(&pod.annotations),
+        cgroup_parent: pod.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+/// `container` of `pod` as runtime-proxy's PreCreateContainer hook request carries it: the pod's
+/// fields, the container's name, ID, annotations and the resources kubelet gave it (CPU shares,
+/// CFS quota and period in microseconds, memory limit in bytes).
+pub fn hook_container(container: &nri::Container, pod: &nri::PodSandbox) -> hook::ContainerResourceHookRequest {
+    let pod_request = hook_pod(pod);
+    let r = container.linux.as_ref().and_then(|l| l.resources.as_ref());
+    let cpu = r.and_then(|r| r.cpu.as_ref());
+    let resources = hook::LinuxContainerResources {
+        cpu_shares: cpu.and_then(|c| c.shares.as_ref()).map_or(0, |v| v.value as i64),
+        cpu_quota: cpu.and_then(|c| c.quota.as_ref()).map_or(0, |v| v.value),
+        cpu_period: cpu.and_then(|c| c.period.as_ref()).map_or(0, |v| v.value as i64),
+        memory_limit_in_bytes: r.and_then(|r| r.memory.as_ref()?.limit.as_ref()).map_or(0, |v| v.value),
+        ..Default::default()
+    };
+    hook::ContainerResourceHookRequest {
+        pod_meta: pod_request.pod_meta,
+        container_meta: Some(hook::ContainerMetadata {
+            name: container.name.clone(),
+            attempt: 0,
+            id: container.id.clone(),
+        }),
+        container_annotations: text_map(&container.annotations),
+        container_resources: Some(resources),
+        pod_annotations: pod_request.annotations,
+        pod_labels: pod_request.labels,
+        pod_cgroup_parent: pod_request.cgroup_parent,
         ..Default::default()
     }
 }
