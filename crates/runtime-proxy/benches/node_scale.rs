@@ -13,6 +13,8 @@
 //! The stand-in runs on a thread and runtime of its own (as a runtime in its own process would).
 //!
 //! Run: `cargo bench -p runtime-proxy --bench node_scale` (no containerd needed; in `make bench`).
+//! `RP_BENCH_COMPARE=PATH` also starts this build's proxy and the proxy binary at PATH (a build of
+//! another commit) in turn on the node of 1,000 pods × 4 containers, and prints both.
 //! `RP_BENCH_SERVE=N` only serves a node of N pods × 4 containers, printing its socket, until
 //! killed: to profile a proxy started by hand against it (`perf record -g runtime-proxy
 //! --remote-runtime-service-endpoint unix://SOCKET …`).
@@ -74,35 +76,69 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// The release proxy started on `node`, `rounds` times: the `N ms` of its `store recovered` line
-/// and the proxy's CPU time from its start to that line (all threads) each time, and the line of
-/// the median start.
+/// One start of the proxy `bin` on `node` (socket and log in `dir`, numbered `r`): the `N ms` of
+/// its `store recovered` line, its CPU time from its start to that line (all threads), its peak
+/// RSS then (`VmHWM`, KiB), and the line.
+fn one_start(bin: &str, node: &NodeServer, dir: &std::path::Path, r: usize) -> ((Duration, Duration, u64), String) {
+    let socket = dir.join(format!("proxy-{r}.sock"));
+    let log = dir.join(format!("proxy-{r}.log"));
+    let mut proxy = ProxyProcess::spawn(bin, &socket, &node.socket, &[], log);
+    assert!(proxy.wait_log(&["store recovered"], 0), "no recovery line:\n{}", proxy.log());
+    let cpu = Duration::from_nanos(common::usage(proxy.pid(), false).0);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.pid())).unwrap_or_default();
+    let hwm =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok());
+    let log = proxy.log();
+    let line = log.lines().find(|l| l.contains("store recovered")).unwrap_or_default();
+    let line = line[line.find("store recovered").unwrap_or(0)..].split(" why=").next().unwrap_or_default();
+    let ms: u64 = line
+        .rsplit(" in ")
+        .next()
+        .and_then(|t| t.trim_end_matches(" ms").parse().ok())
+        .unwrap_or_else(|| panic!("no time in {line:?}"));
+    let want = format!("{} pod sandboxes, {} containers", node.node.pods.len(), node.node.containers());
+    assert!(line.contains(&want), "the proxy recovered less than the node has: {line} (want {want})");
+    proxy.signal(libc::SIGKILL);
+    proxy.wait_exit(Duration::from_secs(5));
+    ((Duration::from_millis(ms), cpu, hwm.unwrap_or(0)), line.to_owned())
+}
+
+/// The release proxy started on `node`, `rounds` times ([`one_start`]): each start's recovery
+/// time and CPU time, and the line of the median start.
 fn proxy_recovery(node: &NodeServer, rounds: usize) -> (Vec<(Duration, Duration)>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let mut runs = Vec::new();
-    for r in 0..rounds {
-        let socket = dir.path().join(format!("proxy-{r}.sock"));
-        let log = dir.path().join(format!("proxy-{r}.log"));
-        let mut proxy = ProxyProcess::spawn(BIN, &socket, &node.socket, &[], log);
-        assert!(proxy.wait_log(&["store recovered"], 0), "no recovery line:\n{}", proxy.log());
-        let cpu = Duration::from_nanos(common::usage(proxy.pid(), false).0);
-        let log = proxy.log();
-        let line = log.lines().find(|l| l.contains("store recovered")).unwrap_or_default();
-        let line = line[line.find("store recovered").unwrap_or(0)..].split(" why=").next().unwrap_or_default();
-        let ms: u64 = line
-            .rsplit(" in ")
-            .next()
-            .and_then(|t| t.trim_end_matches(" ms").parse().ok())
-            .unwrap_or_else(|| panic!("no time in {line:?}"));
-        let want = format!("{} pod sandboxes, {} containers", node.node.pods.len(), node.node.containers());
-        assert!(line.contains(&want), "the proxy recovered less than the node has: {line} (want {want})");
-        runs.push(((Duration::from_millis(ms), cpu), line.to_owned()));
-        proxy.signal(libc::SIGKILL);
-        proxy.wait_exit(Duration::from_secs(5));
-    }
-    runs.sort();
+    let mut runs: Vec<_> = (0..rounds).map(|r| one_start(BIN, node, dir.path(), r)).collect();
+    runs.sort_by_key(|r| r.0 .0);
     let line = runs[runs.len() / 2].1.clone();
-    (runs.into_iter().map(|(t, _)| t).collect(), line)
+    (runs.into_iter().map(|((ms, cpu, _), _)| (ms, cpu)).collect(), line)
+}
+
+/// `RP_BENCH_COMPARE=OTHER`: this build's proxy and the proxy binary `other` (e.g. a build of
+/// another commit) started on `node` in turn, `rounds` times each, in one run; prints each one's
+/// median recovery time, CPU time and peak RSS.
+fn compare(node: &NodeServer, rounds: usize, other: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut results: [Vec<(Duration, Duration, u64)>; 2] = [Vec::new(), Vec::new()];
+    for r in 0..rounds {
+        for (n, bin) in [BIN, other].into_iter().enumerate() {
+            results[n].push(one_start(bin, node, dir.path(), 2 * r + n).0);
+        }
+    }
+    println!("\nThis build against {other}, alternating, {rounds} starts each, load average {}:\n", common::loadavg());
+    println!("| proxy | recovery, median (all) | CPU time to that line, median | peak RSS, median |");
+    println!("|---|---|---|---|");
+    for (name, runs) in [("this build", &results[0]), (other, &results[1])] {
+        let all: Vec<String> = runs.iter().map(|r| r.0.as_millis().to_string()).collect();
+        let mut hwm: Vec<u64> = runs.iter().map(|r| r.2).collect();
+        hwm.sort_unstable();
+        println!(
+            "| {name} | {} ms ({}) | {} ms | {:.1} MiB |",
+            median(runs.iter().map(|r| r.0).collect()).as_millis(),
+            all.join(", "),
+            median(runs.iter().map(|r| r.1).collect()).as_millis(),
+            hwm[hwm.len() / 2] as f64 / 1024.0
+        );
+    }
 }
 
 /// `rounds` in-process rebuilds of `node` into an empty store (after one to warm the
@@ -156,13 +192,18 @@ fn main() {
         NodeShape { pods: 1000, per_pod: 4, pod_annotation_bytes: 0 },
         NodeShape { pods: 1000, per_pod: 4, pod_annotation_bytes: 8 << 10 },
     ];
-    let mut rows = Vec::new();
+    let (mut rows, mut comparison) = (Vec::new(), None);
     for shape in &shapes {
         let node = NodeServer::start(shape);
         let (proxy_times, line) =
             if shape.pod_annotation_bytes == 0 { proxy_recovery(&node, rounds) } else { (vec![], String::new()) };
         let (times, all, pods_only) = rt.block_on(rebuilds(&node, rounds));
         rows.push((shape.clone(), proxy_times, line, times, all, pods_only));
+        if let (Ok(other), 1000, 4, 0) =
+            (std::env::var("RP_BENCH_COMPARE"), shape.pods, shape.per_pod, shape.pod_annotation_bytes)
+        {
+            comparison = Some((node, other));
+        }
     }
 
     println!(
@@ -203,5 +244,8 @@ fn main() {
             per_pod / 1024.0,
             per_container / 1024.0
         );
+    }
+    if let Some((node, other)) = comparison {
+        compare(&node, rounds, &other);
     }
 }
