@@ -26,6 +26,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use hook_api::Stage;
 use k8s_cri::v1 as cri;
 use serde_json::json;
 use test_support::fake_node::NodeShape;
@@ -38,15 +39,6 @@ use common::{loadavg, own_buckets, p50_us, NodeServer};
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 const SIZES: [usize; 3] = [10, 100, 1000];
 const PER_POD: usize = 4;
-const STAGES: [&str; 7] = [
-    "PreRunPodSandbox",
-    "PreCreateContainer",
-    "PreStartContainer",
-    "PostStartContainer",
-    "PreUpdateContainerResources",
-    "PostStopContainer",
-    "PostStopPodSandbox",
-];
 
 /// New pod `i`'s RunPodSandbox config, kubelet-like: its labels, annotations and cgroup parent.
 fn sandbox_config(i: usize) -> cri::PodSandboxConfig {
@@ -113,7 +105,7 @@ async fn main() {
         let dir = tempfile::Builder::new().prefix("rp-cri-large-node").tempdir().unwrap();
         let hooks = dir.path().join("hooks");
         std::fs::create_dir(&hooks).unwrap();
-        register(&hooks, "noop.json", hook.socket(), "Ignore", &STAGES, json!({}));
+        register(&hooks, "noop.json", hook.socket(), "Ignore", &Stage::ALL.map(Stage::as_str), json!({}));
         let metrics = test_support::free_loopback_addr();
         let hooks_flag = hooks.display().to_string();
         let extra = ["--hook-config-dir", &hooks_flag, "--metrics-addr", &metrics];
