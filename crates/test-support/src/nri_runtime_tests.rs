@@ -64,23 +64,34 @@ impl Handler for Limited {
     }
 }
 
-/// Runs `handler` against `runtime` through one pod's whole life; returns the plugin's side as
-/// the stand-in saw it.
-async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
+/// Runs `handler` as the plugin `name` (index 50) of `runtime` in a task of its own, until the
+/// returned sender sends (or is dropped); the task panics when `nri_plugin::run` fails.
+fn spawn_plugin(
+    runtime: &NriRuntime,
+    name: &str,
+    mut handler: Limited,
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
     let options = nri_plugin::Options {
         socket: runtime.socket().to_owned(),
-        name: "limited".into(),
+        name: name.into(),
         index: "50".into(),
         program: "test",
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let mut handler = handler;
         nri_plugin::run(&mut handler, &options, None, async {
             let _ = stopped.await;
         })
         .await
+        .expect("the plugin ran until stopped")
     });
+    (stop, task)
+}
+
+/// Runs `handler` against `runtime` through one pod's whole life; returns the plugin's side as
+/// the stand-in saw it.
+async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
+    let (stop, task) = spawn_plugin(&runtime, "limited", handler);
     let mut plugin = runtime.accept(Vec::new(), Vec::new()).await.expect("registered and synchronized");
     let p = pod("s1", &[], "/kubepods/pod1");
     let c = container("c1", &p);
@@ -98,7 +109,7 @@ async fn life(runtime: NriRuntime, handler: Limited) -> Plugin {
         }
     }
     let _ = stop.send(());
-    task.await.unwrap().unwrap();
+    task.await.unwrap();
     plugin
 }
 
@@ -137,21 +148,8 @@ async fn an_unimplemented_call_falls_back_to_state_change() {
 #[tokio::test]
 async fn an_older_runtime_gets_a_mask_it_knows_and_state_change() {
     let runtime = NriRuntime::before_0_12().unwrap();
-    let options = nri_plugin::Options {
-        socket: runtime.socket().to_owned(),
-        name: "old".into(),
-        index: "50".into(),
-        program: "test",
-    };
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let mut handler = Limited { seen, ..Default::default() };
-        nri_plugin::run(&mut handler, &options, None, async {
-            let _ = stopped.await;
-        })
-        .await
-    });
+    let (stop, task) = spawn_plugin(&runtime, "old", Limited { seen, ..Default::default() });
     let mut plugin = runtime.accept(Vec::new(), Vec::new()).await.expect("registered: the mask is within 0.6's");
     assert_eq!(plugin.events & !runtime.valid_events(), 0);
     let p = pod("s1", &[], "/kubepods/pod1");
@@ -160,7 +158,7 @@ async fn an_older_runtime_gets_a_mask_it_knows_and_state_change() {
     );
     assert!(!plugin.subscribed(Event::PostUpdatePodSandbox));
     let _ = stop.send(());
-    task.await.unwrap().unwrap();
+    task.await.unwrap();
 }
 
 /// A node whose state passes one ttrpc message both ways: 2,000 containers with 3 KiB of
@@ -170,22 +168,9 @@ async fn an_older_runtime_gets_a_mask_it_knows_and_state_change() {
 #[tokio::test]
 async fn a_state_over_one_message_goes_in_parts_both_ways() {
     let runtime = NriRuntime::v0_12().unwrap();
-    let options = nri_plugin::Options {
-        socket: runtime.socket().to_owned(),
-        name: "big".into(),
-        index: "50".into(),
-        program: "test",
-    };
     let synced = std::sync::Arc::new(std::sync::Mutex::new((0, 0)));
     let handler = Limited { bulky: 3 << 10, synced: synced.clone(), ..Default::default() };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let mut handler = handler;
-        nri_plugin::run(&mut handler, &options, None, async {
-            let _ = stopped.await;
-        })
-        .await
-    });
+    let (stop, task) = spawn_plugin(&runtime, "big", handler);
     let pods: Vec<_> = (0..500).map(|i| pod(&format!("s{i}"), &[], &format!("/kubepods/pod{i}"))).collect();
     let note = "n".repeat(3 << 10);
     let containers: Vec<_> = (0..2000)
@@ -214,5 +199,5 @@ async fn a_state_over_one_message_goes_in_parts_both_ways() {
     );
     assert!(plugin.updates.iter().all(|u| u.encoded_len() < limit));
     let _ = stop.send(());
-    task.await.unwrap().unwrap();
+    task.await.unwrap();
 }
