@@ -811,9 +811,12 @@ async fn hanging_hook_burst(hang: Hang, what: &str) {
     // The allocator keeps some of what a 500-connection burst freed (+6–8.5 MiB here, the most
     // on a loaded machine); a leak would grow burst over burst, which the second check catches.
     assert!(after.rss_kib <= baseline.rss_kib + 12 * 1024, "RSS back near the baseline: {baseline} → {after}");
+    // Burst over burst, RSS moves by a few MiB either way with no trend (30 bursts here: 40–46
+    // MiB; one CI run: 35–42): the median of the later half is compared with the earlier half's,
+    // so a single high-water burst does not read as a leak. A leak of 2 KiB per call (1 MiB per
+    // burst) moves the median by 4.
     let (first, last) = rss.split_at(BURSTS / 2);
-    let settled = first.iter().max().copied().unwrap_or_default();
-    assert!(last.iter().all(|&r| r <= settled + 4), "RSS grows burst over burst (MiB): {rss:?}");
+    assert!(median(last) <= median(first) + 4.0, "RSS grows burst over burst (MiB): {rss:?}");
     assert!(after.threads <= baseline.threads + 2, "threads: {baseline} → {after}");
     if let Hang::Http2(f) = &hang {
         // Every hook call that reached the server was cancelled when its 200 ms were up: the
@@ -825,6 +828,17 @@ async fn hanging_hook_burst(hang: Hang, what: &str) {
     // The proxy still serves normally.
     let mut rt = rt.clone();
     rt.version(cri::VersionRequest::default()).await.expect("Version after the burst");
+}
+
+/// The median of `values` (the mean of the two middle ones for an even count; 0 for none).
+fn median(values: &[u64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2] as f64,
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) as f64 / 2.0,
+    }
 }
 
 async fn remove_containers(
