@@ -19,7 +19,8 @@
 //! with the number of stored pods. The calls are sent as kubelet's grpc-go sends them, each in
 //! one DATA frame with END_STREAM (`test_support::raw::KubeletClient`).
 //!
-//! Run: `make bench`, or `cargo bench -p runtime-proxy --bench cri_large_node` (no runtime needed).
+//! Run: `make bench`, or `cargo bench -p runtime-proxy --bench cri_large_node` (no runtime needed;
+//! `RP_BENCH_SIZES=1000` runs only that size, e.g. to profile it).
 
 mod common;
 
@@ -98,9 +99,18 @@ async fn cpu_of<F: std::future::Future<Output = ()>>(pid: u32, f: F) -> u64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let events: usize = std::env::var("RP_BENCH_SCALE_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    // The proxy's log as a node runs it (its default filter), unless RP_TEST_LOG says otherwise:
+    // at the tests' debug level, writing the log lines took a third of the own time measured.
+    if std::env::var_os("RP_TEST_LOG").is_none() {
+        std::env::set_var("RP_TEST_LOG", "info");
+    }
     let hook = TestHook::echoing(|_, _| {}).await;
     let mut rows = Vec::new();
-    for pods in SIZES {
+    let sizes: Vec<usize> = match std::env::var("RP_BENCH_SIZES") {
+        Ok(v) => v.split(',').map(|s| s.trim().parse().expect("RP_BENCH_SIZES: pod counts, comma-separated")).collect(),
+        Err(_) => SIZES.to_vec(),
+    };
+    for pods in sizes {
         let node = NodeServer::start(&NodeShape { pods, per_pod: PER_POD, pod_annotation_bytes: 0 });
         let dir = tempfile::Builder::new().prefix("rp-cri-large-node").tempdir().unwrap();
         let hooks = dir.path().join("hooks");

@@ -49,7 +49,7 @@ async fn main() {
         let (all_pods, containers) = scale::nri_node(pods, PER_POD);
         let runtime = NriRuntime::v0_12().unwrap();
         let metrics = test_support::free_loopback_addr();
-        let proxy = start_nri_front(BIN, runtime.socket(), dir.path(), &["--metrics-addr", &metrics], "warn");
+        let proxy = start_nri_front(BIN, runtime.socket(), dir.path(), &["--metrics-addr", &metrics], "info");
         let pid = proxy.0.id();
         let log = || std::fs::read_to_string(dir.path().join("proxy.log")).unwrap_or_default();
         // the proxy's start-up is not Synchronize's
