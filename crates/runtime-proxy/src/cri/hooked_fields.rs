@@ -351,50 +351,6 @@ struct ContainerMetadataOnly {
     metadata: Option<cri::ContainerMetadata>,
 }
 
-/// The `k8s-cri` message with what the view holds: label and annotation values that are not
-/// UTF-8 left out (as in hook requests), the verbose `info` read lossily (containerd writes it
-/// as JSON, which is UTF-8).
-impl From<PodSandboxStatusResponse> for cri::PodSandboxStatusResponse {
-    fn from(v: PodSandboxStatusResponse) -> Self {
-        cri::PodSandboxStatusResponse {
-            status: v.status.map(|s| cri::PodSandboxStatus {
-                id: s.id,
-                metadata: s.metadata,
-                labels: utf8_entries(&s.labels),
-                annotations: utf8_entries(&s.annotations),
-                runtime_handler: s.runtime_handler,
-                ..Default::default()
-            }),
-            info: lossy(v.info),
-            ..Default::default()
-        }
-    }
-}
-
-/// As for [`PodSandboxStatusResponse`].
-impl From<ContainerStatusResponse> for cri::ContainerStatusResponse {
-    fn from(v: ContainerStatusResponse) -> Self {
-        cri::ContainerStatusResponse {
-            status: v.status.map(|s| cri::ContainerStatus {
-                id: s.id,
-                metadata: s.metadata,
-                labels: utf8_entries(&s.labels),
-                annotations: utf8_entries(&s.annotations),
-                resources: s.resources,
-                ..Default::default()
-            }),
-            info: lossy(v.info),
-        }
-    }
-}
-
-/// The values as text, invalid UTF-8 replaced; a valid value (containerd's verbose `info`, 4–10 KB
-/// of JSON per object) is taken as it is, not copied.
-fn lossy(map: Text) -> std::collections::HashMap<String, String> {
-    let text = |v: Vec<u8>| String::from_utf8(v).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-    map.into_iter().map(|(k, v)| (k, text(v))).collect()
-}
-
 fn text<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Text {
     map.into_iter().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect()
 }
@@ -537,24 +493,6 @@ mod tests {
         // Re-encoding the view's envs gives the bytes kubelet sent.
         let envs = ContainerConfig { envs: config.envs.clone(), ..Default::default() }.encode_to_vec();
         assert!(bytes.windows(envs.len()).any(|w| w == envs.as_slice()));
-    }
-
-    #[test]
-    fn statuses_keep_what_is_text() {
-        let status = PodSandboxStatusResponse {
-            status: Some(PodSandboxStatus {
-                id: "sb".into(),
-                annotations: [("bin".to_string(), vec![0xff]), ("t".to_string(), b"1".to_vec())].into(),
-                ..Default::default()
-            }),
-            info: [("info".to_string(), vec![b'{', 0xff, b'}'])].into(),
-        };
-        let cri: cri::PodSandboxStatusResponse = status.into();
-        assert_eq!(
-            cri.status.unwrap().annotations,
-            std::collections::HashMap::from([("t".to_string(), "1".to_string())])
-        );
-        assert_eq!(cri.info["info"], "{\u{fffd}}");
     }
 
     #[test]

@@ -464,21 +464,18 @@ async fn list_containers(
     Ok(answer.containers)
 }
 
-/// Pod sandbox `id`'s verbose status, with what the view holds (see
-/// [`hooked_fields::PodSandboxStatusResponse`]).
-async fn pod_sandbox_status(channel: &Channel, id: &str) -> Result<cri::PodSandboxStatusResponse, Status> {
+/// Pod sandbox `id`'s verbose status: the fields recovery reads
+/// ([`hooked_fields::PodSandboxStatusResponse`]).
+async fn pod_sandbox_status(channel: &Channel, id: &str) -> Result<hooked_fields::PodSandboxStatusResponse, Status> {
     let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id.to_owned(), verbose: true };
-    let answer: hooked_fields::PodSandboxStatusResponse =
-        call(channel, "/runtime.v1.RuntimeService/PodSandboxStatus", req).await?;
-    Ok(answer.into())
+    call(channel, "/runtime.v1.RuntimeService/PodSandboxStatus", req).await
 }
 
-/// Container `id`'s verbose status, with what the view holds.
-async fn container_status(channel: &Channel, id: &str) -> Result<cri::ContainerStatusResponse, Status> {
+/// Container `id`'s verbose status: the fields recovery reads
+/// ([`hooked_fields::ContainerStatusResponse`]).
+async fn container_status(channel: &Channel, id: &str) -> Result<hooked_fields::ContainerStatusResponse, Status> {
     let req = cri::ContainerStatusRequest { container_id: id.to_owned(), verbose: true };
-    let answer: hooked_fields::ContainerStatusResponse =
-        call(channel, "/runtime.v1.RuntimeService/ContainerStatus", req).await?;
-    Ok(answer.into())
+    call(channel, "/runtime.v1.RuntimeService/ContainerStatus", req).await
 }
 
 /// What the status call of a listed object said.
@@ -567,10 +564,13 @@ fn note_fallbacks(report: &mut RecoveryReport, kind: Kind, id: &str, notes: Vec<
     }
 }
 
-/// The pod sandbox entry for a verbose `PodSandboxStatus` answer, and the fallbacks used.
+/// The pod sandbox entry for a verbose `PodSandboxStatus` answer, and the fallbacks used. Label and
+/// annotation values that are not UTF-8 are left out, as in hook requests ([`hooked_fields::utf8_entries`]).
 ///
 /// Errors: why the entry cannot be built (no status or metadata, no cgroup parent source).
-pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSandboxHookRequest, Vec<String>), String> {
+pub fn pod_entry(
+    answer: &hooked_fields::PodSandboxStatusResponse,
+) -> Result<(hook::PodSandboxHookRequest, Vec<String>), String> {
     let status = answer.status.as_ref().ok_or("no status in PodSandboxStatus")?;
     let meta = status.metadata.as_ref().ok_or("no metadata in PodSandboxStatus")?;
     let info = verbose_info(&answer.info);
@@ -611,8 +611,8 @@ pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSan
             attempt: meta.attempt,
         }),
         runtime_handler,
-        labels: status.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        annotations: status.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        labels: hooked_fields::utf8_entries(&status.labels),
+        annotations: hooked_fields::utf8_entries(&status.annotations),
         cgroup_parent,
         overhead: linux.and_then(|l| obj(l, "overhead")).map(cri_resources),
         resources: linux.and_then(|l| obj(l, "resources")).map(cri_resources),
@@ -625,7 +625,7 @@ pub fn pod_entry(answer: &cri::PodSandboxStatusResponse) -> Result<(hook::PodSan
 ///
 /// Errors: as [`container_own`].
 pub fn container_entry(
-    answer: &cri::ContainerStatusResponse,
+    answer: &hooked_fields::ContainerStatusResponse,
     id: &str,
     pod: &hook::PodSandboxHookRequest,
 ) -> Result<(hook::ContainerResourceHookRequest, Vec<String>), String> {
@@ -648,10 +648,12 @@ pub fn container_entry(
 /// The container's own fields for a verbose `ContainerStatus` answer of container `id` whose pod
 /// sandbox has the cgroup parent `pod_parent`, and the fallbacks used.
 ///
+/// Annotation values that are not UTF-8 are left out, as in hook requests.
+///
 /// Errors: why the entry cannot be built (no status or metadata, no source for resources, no
 /// verbose info to tell the container's cgroup parent by).
 pub fn container_own(
-    answer: &cri::ContainerStatusResponse,
+    answer: &hooked_fields::ContainerStatusResponse,
     id: &str,
     pod_parent: &str,
 ) -> Result<(ContainerOwn, Vec<String>), String> {
@@ -692,7 +694,7 @@ pub fn container_own(
             attempt: meta.attempt,
             id: id.to_owned(),
         }),
-        container_annotations: status.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        container_annotations: hooked_fields::utf8_entries(&status.annotations),
         container_resources: Some(resources),
         cgroup_parent: container_cgroup_parent(spec, id, pod_parent),
     };
@@ -725,14 +727,13 @@ fn normalise_swap(r: &mut hook::LinuxContainerResources, asked: i64) {
 /// The JSON object of a verbose `info` map: containerd's single `info` key, else the first
 /// value that is a JSON object (other runtimes). None when there is none. Only the keys read
 /// here are kept ([`info_view::WANTED`]).
-fn verbose_info(info: &std::collections::HashMap<String, String>) -> Option<Map<String, Value>> {
-    let parse = |s: &String| info_view::parse_object(s, info_view::WANTED);
+fn verbose_info(info: &hooked_fields::Text) -> Option<Map<String, Value>> {
+    // Read lossily: containerd writes JSON, which is UTF-8 (then nothing is copied).
+    let parse = |v: &Vec<u8>| info_view::parse_object(&String::from_utf8_lossy(v), info_view::WANTED);
     if let Some(m) = info.get("info").and_then(parse) {
         return Some(m);
     }
-    let mut keys: Vec<&String> = info.keys().collect();
-    keys.sort();
-    keys.into_iter().find_map(|k| info.get(k).and_then(parse))
+    info.values().find_map(parse)
 }
 
 /// The parent of an OCI `cgroupsPath` for the object `id`: cgroupfs `/a/b/<id>` → `/a/b`,

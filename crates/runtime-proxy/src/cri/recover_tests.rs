@@ -39,8 +39,14 @@ fn map<M: FromIterator<(String, String)>>(kv: &[(&str, &str)]) -> M {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn info(json: &str) -> std::collections::HashMap<String, String> {
-    map(&[("info", json)])
+/// A verbose `info` map: containerd's one key.
+fn info(json: &str) -> hooked_fields::Text {
+    text(&[("info", json)])
+}
+
+/// A map of the status views (values as the wire's bytes).
+fn text(kv: &[(&str, &str)]) -> hooked_fields::Text {
+    kv.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect()
 }
 
 fn json_field(json: &str, keys: &[&str]) -> String {
@@ -49,11 +55,11 @@ fn json_field(json: &str, keys: &[&str]) -> String {
 }
 
 /// PodSandboxStatus as containerd answered for the fixture's sandbox.
-fn sandbox_answer(json: &str) -> cri::PodSandboxStatusResponse {
+fn sandbox_answer(json: &str) -> hooked_fields::PodSandboxStatusResponse {
     let v: Value = serde_json::from_str(json).unwrap();
     let meta = path(v.as_object().unwrap(), &["config", "metadata"]).unwrap().as_object().unwrap();
-    cri::PodSandboxStatusResponse {
-        status: Some(cri::PodSandboxStatus {
+    hooked_fields::PodSandboxStatusResponse {
+        status: Some(hooked_fields::PodSandboxStatus {
             id: json_field(json, &["snapshotKey"]),
             metadata: Some(cri::PodSandboxMetadata {
                 name: string(meta, "name").unwrap(),
@@ -61,21 +67,20 @@ fn sandbox_answer(json: &str) -> cri::PodSandboxStatusResponse {
                 namespace: string(meta, "namespace").unwrap(),
                 attempt: 0,
             }),
-            labels: map(&[("app", "db")]),
-            annotations: map(&[("team", "storage")]),
+            labels: text(&[("app", "db")]),
+            annotations: text(&[("team", "storage")]),
             ..Default::default()
         }),
         info: info(json),
-        ..Default::default()
     }
 }
 
-fn container_answer(json: &str, resources: cri::LinuxContainerResources) -> cri::ContainerStatusResponse {
-    cri::ContainerStatusResponse {
-        status: Some(cri::ContainerStatus {
+fn container_answer(json: &str, resources: cri::LinuxContainerResources) -> hooked_fields::ContainerStatusResponse {
+    hooked_fields::ContainerStatusResponse {
+        status: Some(hooked_fields::ContainerStatus {
             id: json_field(json, &["snapshotKey"]),
             metadata: Some(cri::ContainerMetadata { name: "main".into(), attempt: 0 }),
-            annotations: map(&[("cann", "v")]),
+            annotations: text(&[("cann", "v")]),
             resources: Some(cri::ContainerResources { linux: Some(resources), windows: None }),
             ..Default::default()
         }),
@@ -254,6 +259,26 @@ fn fallbacks_without_the_config() {
 }
 
 #[test]
+fn values_that_are_not_text_are_left_out_and_the_info_is_read_lossily() {
+    let mut answer = sandbox_answer(FIXTURES[0].sandbox);
+    let status = answer.status.as_mut().unwrap();
+    status.annotations.insert("bin".into(), vec![0xff]);
+    status.labels.insert("bin".into(), vec![b'a', 0xfe]);
+    let mut json = br#"{"config": {"linux": {"cgroup_parent": "/kubepods/pod1"}}, "pid": ""#.to_vec();
+    json.extend_from_slice(&[0xff, b'"', b'}']);
+    answer.info = [("info".to_string(), json)].into();
+    let (pod, _) = pod_entry(&answer).unwrap();
+    assert_eq!(pod.cgroup_parent, "/kubepods/pod1", "an invalid byte elsewhere in the info");
+    assert_eq!(pod.labels, map(&[("app", "db")]));
+    assert_eq!(pod.annotations, map(&[("team", "storage")]));
+
+    let mut answer = container_answer(FIXTURES[0].running, running_status_resources());
+    answer.status.as_mut().unwrap().annotations.insert("bin".into(), vec![0xff]);
+    let (c, _) = container_entry(&answer, "cid", &pod_of(&FIXTURES[0])).unwrap();
+    assert_eq!(c.container_annotations, map(&[("cann", "v")]));
+}
+
+#[test]
 fn objects_without_enough_information_are_refused() {
     let f = &FIXTURES[0];
     let mut answer = sandbox_answer(f.sandbox);
@@ -261,14 +286,14 @@ fn objects_without_enough_information_are_refused() {
     assert!(pod_entry(&answer).unwrap_err().contains("cgroup parent"));
     answer.info = info("{\"pid\": 1}");
     assert!(pod_entry(&answer).unwrap_err().contains("cgroup parent"));
-    assert!(pod_entry(&cri::PodSandboxStatusResponse::default()).is_err());
+    assert!(pod_entry(&hooked_fields::PodSandboxStatusResponse::default()).is_err());
 
     let mut answer = container_answer(f.running, running_status_resources());
     answer.info.clear();
     assert!(container_entry(&answer, "cid", &pod_of(f)).unwrap_err().contains("cgroup parent"));
     answer.status.as_mut().unwrap().resources = None;
     assert!(container_entry(&answer, "cid", &pod_of(f)).unwrap_err().contains("resources"));
-    assert!(container_entry(&cri::ContainerStatusResponse::default(), "cid", &pod_of(f)).is_err());
+    assert!(container_entry(&hooked_fields::ContainerStatusResponse::default(), "cid", &pod_of(f)).is_err());
 }
 
 #[test]
@@ -337,10 +362,10 @@ fn sweep_drops_what_the_runtime_no_longer_has() {
 
 #[test]
 fn verbose_info_takes_the_info_key_or_any_object() {
-    assert!(verbose_info(&map(&[("info", "{\"a\": 1}")])).is_some());
-    assert!(verbose_info(&map(&[("info", "[1]"), ("other", "{\"a\": 1}")])).is_some());
-    assert!(verbose_info(&map(&[("info", "not json")])).is_none());
-    assert!(verbose_info(&HashMap::new()).is_none());
+    assert!(verbose_info(&text(&[("info", "{\"a\": 1}")])).is_some());
+    assert!(verbose_info(&text(&[("info", "[1]"), ("other", "{\"a\": 1}")])).is_some());
+    assert!(verbose_info(&text(&[("info", "not json")])).is_none());
+    assert!(verbose_info(&hooked_fields::Text::new()).is_none());
 }
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -385,7 +410,7 @@ proptest! {
     #[test]
     fn odd_json_never_panics(v in json_value(), raw in ".{0,40}") {
         let pod_answer =
-            |json: String| cri::PodSandboxStatusResponse { info: info(&json), ..sandbox_answer(FIXTURES[0].sandbox) };
+            |json: String| hooked_fields::PodSandboxStatusResponse { info: info(&json), ..sandbox_answer(FIXTURES[0].sandbox) };
         let pod = pod_entry(&pod_answer(v.to_string())).map(|p| p.0).unwrap_or_default();
         let _ = pod_entry(&pod_answer(raw.clone()));
         let mut c = container_answer(FIXTURES[0].running, Default::default());
