@@ -86,9 +86,9 @@ impl<'de> Visitor<'de> for Pruning {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            match self.0.iter().find(|(k, _)| *k == key) {
-                Some((k, want)) => drop(out.insert((*k).to_owned(), map.next_value_seed(*want)?)),
+        while let Some(found) = map.next_key_seed(KeyIn(self.0))? {
+            match found {
+                Some((key, want)) => drop(out.insert(key.to_owned(), map.next_value_seed(want)?)),
                 None => drop(map.next_value::<IgnoredAny>()?),
             }
         }
@@ -126,6 +126,30 @@ impl<'de> Visitor<'de> for Pruning {
             out.push(v);
         }
         Ok(Value::Array(out))
+    }
+}
+
+/// An object key, looked up in the wanted keys without being copied (a key skipped costs no
+/// allocation): the entry it names, or `None`.
+struct KeyIn(&'static [(&'static str, Want)]);
+
+impl<'de> DeserializeSeed<'de> for KeyIn {
+    type Value = Option<(&'static str, Want)>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyIn {
+    type Value = Option<(&'static str, Want)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().find(|(k, _)| *k == key).copied())
     }
 }
 
