@@ -41,6 +41,12 @@ pub fn utf8_entries<M: FromIterator<(String, String)>>(map: &Text) -> M {
     hook_api::utf8::utf8_map(map.iter().map(|(k, v)| (k.as_bytes(), v.as_slice())))
 }
 
+/// As [`utf8_entries`], taking the map: a UTF-8 value becomes the string without a copy. (A
+/// `Text` map's keys are strings, unique: nothing to decide between.)
+pub fn into_utf8_entries(map: Text) -> BTreeMap<String, String> {
+    map.into_iter().filter_map(|(k, v)| String::from_utf8(v).ok().map(|v| (k, v))).collect()
+}
+
 /// The keys of `map` whose value is not UTF-8 (sorted), for log lines.
 pub fn binary_keys(map: &Text) -> Vec<&str> {
     let mut keys: Vec<&str> =

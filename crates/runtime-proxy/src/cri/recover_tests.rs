@@ -104,13 +104,13 @@ fn running_status_resources() -> cri::LinuxContainerResources {
 }
 
 fn pod_of(f: &Fixtures) -> hook::PodSandboxHookRequest {
-    pod_entry(&sandbox_answer(f.sandbox)).unwrap().0
+    pod_entry(sandbox_answer(f.sandbox)).unwrap().0
 }
 
 #[test]
 fn pod_from_containerd_sandbox() {
     for f in &FIXTURES {
-        let (pod, notes) = pod_entry(&sandbox_answer(f.sandbox)).unwrap();
+        let (pod, notes) = pod_entry(sandbox_answer(f.sandbox)).unwrap();
         assert!(notes.is_empty(), "{}: {notes:?}", f.version);
         let parent = json_field(f.sandbox, &["config", "linux", "cgroup_parent"]);
         assert!(parent.starts_with("/rp-test-rp-rec-ctrd") && parent.contains("/poduid-"), "{}: {parent}", f.version);
@@ -127,7 +127,7 @@ fn pod_from_containerd_sandbox() {
         assert_eq!((pod.overhead, pod.resources), (None, None), "none in the config");
         assert_eq!(pod.runtime_handler, "");
         // A stopped sandbox (pause process gone) still has its config.
-        assert_eq!(pod_entry(&sandbox_answer(f.stopped)).unwrap().0.cgroup_parent, parent, "{}", f.version);
+        assert_eq!(pod_entry(sandbox_answer(f.stopped)).unwrap().0.cgroup_parent, parent, "{}", f.version);
     }
 }
 
@@ -136,7 +136,7 @@ fn container_from_containerd_running_and_updated() {
     for f in &FIXTURES {
         let pod = pod_of(f);
         let answer = container_answer(f.running, running_status_resources());
-        let (c, notes) = container_entry(&answer, "cid", &pod).unwrap();
+        let (c, notes) = container_entry(answer, "cid", &pod).unwrap();
         assert!(notes.is_empty(), "{}: {notes:?}", f.version);
         assert_eq!(
             c.container_meta,
@@ -164,16 +164,15 @@ fn container_moved_by_a_hook_keeps_its_applied_parent() {
         let mut v: Value = serde_json::from_str(f.running).unwrap();
         v["runtimeSpec"]["linux"]["cgroupsPath"] = Value::from(format!("/kubepods/moved/{id}"));
         let answer = container_answer(&v.to_string(), running_status_resources());
-        let (c, _) = container_entry(&answer, &id, &pod).unwrap();
+        let (c, _) = container_entry(answer.clone(), &id, &pod).unwrap();
         assert_eq!(c.pod_cgroup_parent, "/kubepods/moved", "{}", f.version);
         // Same place as the pod (trailing slash aside): the pod entry's spelling.
         let pod_slash = hook::PodSandboxHookRequest { cgroup_parent: format!("{}/", pod.cgroup_parent), ..pod.clone() };
-        let (c, _) =
-            container_entry(&container_answer(f.running, running_status_resources()), &id, &pod_slash).unwrap();
+        let (c, _) = container_entry(container_answer(f.running, running_status_resources()), &id, &pod_slash).unwrap();
         assert_eq!(c.pod_cgroup_parent, pod_slash.cgroup_parent);
         // A pod without a parent: containerd's default location is not reported.
         let no_parent = hook::PodSandboxHookRequest { cgroup_parent: String::new(), ..pod.clone() };
-        let (c, _) = container_entry(&answer, &id, &no_parent).unwrap();
+        let (c, _) = container_entry(answer, &id, &no_parent).unwrap();
         assert_eq!(c.pod_cgroup_parent, "");
     }
     let systemd = serde_json::json!({"linux": {"cgroupsPath": "kubepods-besteffort-pod1.slice:cri-containerd:abc"}});
@@ -195,7 +194,7 @@ fn spec_resources_map_as_containerd_maps_them_to_status() {
         // Without typed resources the spec is the fallback, swap normalised the same way.
         let mut answer = container_answer(f.running, Default::default());
         answer.status.as_mut().unwrap().resources = None;
-        let (c, notes) = container_entry(&answer, "cid", &pod_of(f)).unwrap();
+        let (c, notes) = container_entry(answer, "cid", &pod_of(f)).unwrap();
         assert_eq!(notes.len(), 1, "{notes:?}");
         let res = c.container_resources.unwrap();
         assert_eq!((res.cpu_shares, res.memory_limit_in_bytes, res.memory_swap_limit_in_bytes), (256, 96 << 20, 0));
@@ -206,7 +205,7 @@ fn spec_resources_map_as_containerd_maps_them_to_status() {
 fn created_container_without_resources() {
     for f in &FIXTURES {
         let answer = container_answer(f.created, Default::default());
-        let (c, notes) = container_entry(&answer, "cid", &pod_of(f)).unwrap();
+        let (c, notes) = container_entry(answer, "cid", &pod_of(f)).unwrap();
         assert!(notes.is_empty());
         assert!(c.container_envs.is_empty(), "{}", f.version);
         assert_eq!(c.container_resources, Some(Default::default()), "all zero, as the store builds it");
@@ -224,7 +223,7 @@ fn explicit_swap_is_kept_and_clamped_oom_is_the_applied_one() {
             memory_swap_limit_in_bytes: 128 << 20,
             ..Default::default()
         };
-        let (c, _) = container_entry(&container_answer(f.clamped, applied.clone()), "cid", &pod_of(f)).unwrap();
+        let (c, _) = container_entry(container_answer(f.clamped, applied.clone()), "cid", &pod_of(f)).unwrap();
         assert_eq!(c.container_resources, Some(convert::to_hook(&applied)), "{}", f.version);
     }
 }
@@ -240,13 +239,13 @@ fn fallbacks_without_the_config() {
         let sandbox = strip(f.sandbox);
         let mut answer = sandbox_answer(f.sandbox);
         answer.info = info(&sandbox);
-        let (pod, notes) = pod_entry(&answer).unwrap();
+        let (pod, notes) = pod_entry(answer).unwrap();
         assert_eq!(pod.cgroup_parent, json_field(f.sandbox, &["config", "linux", "cgroup_parent"]));
         assert_eq!(notes.len(), 1, "{notes:?}");
 
         let mut answer = container_answer(f.running, running_status_resources());
         answer.info = info(&strip(f.running));
-        let (c, notes) = container_entry(&answer, "cid", &pod).unwrap();
+        let (c, notes) = container_entry(answer, "cid", &pod).unwrap();
         assert!(notes.is_empty(), "resources from the status, no envs read: {notes:?}");
         assert!(c.container_envs.is_empty(), "not even the spec's: {:?}", c.container_envs);
         let res = c.container_resources.unwrap();
@@ -267,14 +266,14 @@ fn values_that_are_not_text_are_left_out_and_the_info_is_read_lossily() {
     let mut json = br#"{"config": {"linux": {"cgroup_parent": "/kubepods/pod1"}}, "pid": ""#.to_vec();
     json.extend_from_slice(&[0xff, b'"', b'}']);
     answer.info = [("info".to_string(), json)].into();
-    let (pod, _) = pod_entry(&answer).unwrap();
+    let (pod, _) = pod_entry(answer).unwrap();
     assert_eq!(pod.cgroup_parent, "/kubepods/pod1", "an invalid byte elsewhere in the info");
     assert_eq!(pod.labels, map(&[("app", "db")]));
     assert_eq!(pod.annotations, map(&[("team", "storage")]));
 
     let mut answer = container_answer(FIXTURES[0].running, running_status_resources());
     answer.status.as_mut().unwrap().annotations.insert("bin".into(), vec![0xff]);
-    let (c, _) = container_entry(&answer, "cid", &pod_of(&FIXTURES[0])).unwrap();
+    let (c, _) = container_entry(answer, "cid", &pod_of(&FIXTURES[0])).unwrap();
     assert_eq!(c.container_annotations, map(&[("cann", "v")]));
 }
 
@@ -283,17 +282,17 @@ fn objects_without_enough_information_are_refused() {
     let f = &FIXTURES[0];
     let mut answer = sandbox_answer(f.sandbox);
     answer.info.clear();
-    assert!(pod_entry(&answer).unwrap_err().contains("cgroup parent"));
+    assert!(pod_entry(answer.clone()).unwrap_err().contains("cgroup parent"));
     answer.info = info("{\"pid\": 1}");
-    assert!(pod_entry(&answer).unwrap_err().contains("cgroup parent"));
-    assert!(pod_entry(&hooked_fields::PodSandboxStatusResponse::default()).is_err());
+    assert!(pod_entry(answer).unwrap_err().contains("cgroup parent"));
+    assert!(pod_entry(hooked_fields::PodSandboxStatusResponse::default()).is_err());
 
     let mut answer = container_answer(f.running, running_status_resources());
     answer.info.clear();
-    assert!(container_entry(&answer, "cid", &pod_of(f)).unwrap_err().contains("cgroup parent"));
+    assert!(container_entry(answer.clone(), "cid", &pod_of(f)).unwrap_err().contains("cgroup parent"));
     answer.status.as_mut().unwrap().resources = None;
-    assert!(container_entry(&answer, "cid", &pod_of(f)).unwrap_err().contains("resources"));
-    assert!(container_entry(&hooked_fields::ContainerStatusResponse::default(), "cid", &pod_of(f)).is_err());
+    assert!(container_entry(answer, "cid", &pod_of(f)).unwrap_err().contains("resources"));
+    assert!(container_entry(hooked_fields::ContainerStatusResponse::default(), "cid", &pod_of(f)).is_err());
 }
 
 #[test]
@@ -303,7 +302,7 @@ fn pod_overhead_and_resources_from_either_json_spelling() {
         "resources": {"cpuQuota": -1, "cpusetCpus": "0-3", "unified": {"memory.max": "max", "bad": 5}, "memorySwapLimitInBytes": 18446744073709551615}}}}"#;
     let mut answer = sandbox_answer(FIXTURES[0].sandbox);
     answer.info = info(json);
-    let (pod, _) = pod_entry(&answer).unwrap();
+    let (pod, _) = pod_entry(answer).unwrap();
     assert_eq!(pod.cgroup_parent, "/kubepods/burstable/pod1");
     let o = pod.overhead.unwrap();
     assert_eq!((o.cpu_shares, o.memory_limit_in_bytes), (10, 1 << 20));
@@ -411,14 +410,14 @@ proptest! {
     fn odd_json_never_panics(v in json_value(), raw in ".{0,40}") {
         let pod_answer =
             |json: String| hooked_fields::PodSandboxStatusResponse { info: info(&json), ..sandbox_answer(FIXTURES[0].sandbox) };
-        let pod = pod_entry(&pod_answer(v.to_string())).map(|p| p.0).unwrap_or_default();
-        let _ = pod_entry(&pod_answer(raw.clone()));
+        let pod = pod_entry(pod_answer(v.to_string())).map(|p| p.0).unwrap_or_default();
+        let _ = pod_entry(pod_answer(raw.clone()));
         let mut c = container_answer(FIXTURES[0].running, Default::default());
         c.info = info(&v.to_string());
-        let _ = container_entry(&c, "cid", &pod);
+        let _ = container_entry(c.clone(), "cid", &pod);
         c.status.as_mut().unwrap().resources = None;
-        let _ = container_entry(&c, "cid", &pod);
+        let _ = container_entry(c.clone(), "cid", &pod);
         c.info = info(&raw);
-        let _ = container_entry(&c, "cid", &pod);
+        let _ = container_entry(c, "cid", &pod);
     }
 }
