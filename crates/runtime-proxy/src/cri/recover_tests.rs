@@ -408,8 +408,10 @@ fn json_value() -> impl Strategy<Value = Value> {
 proptest! {
     #[test]
     fn odd_json_never_panics(v in json_value(), raw in ".{0,40}") {
-        let pod_answer =
-            |json: String| hooked_fields::PodSandboxStatusResponse { info: info(&json), ..sandbox_answer(FIXTURES[0].sandbox) };
+        let pod_answer = |json: String| hooked_fields::PodSandboxStatusResponse {
+            info: info(&json),
+            ..sandbox_answer(FIXTURES[0].sandbox)
+        };
         let pod = pod_entry(pod_answer(v.to_string())).map(|p| p.0).unwrap_or_default();
         let _ = pod_entry(pod_answer(raw.clone()));
         let mut c = container_answer(FIXTURES[0].running, Default::default());
