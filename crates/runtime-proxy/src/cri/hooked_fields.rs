@@ -37,12 +37,18 @@ pub type Text = BTreeMap<String, Vec<u8>>;
 
 /// The entries of `map` whose value is UTF-8, as the hook protocol carries them; the others are
 /// left out (the workspace's one rule, [`hook_api::utf8`]).
+///
+/// A `Text` map's keys are unique (prost's decode already kept the last of a repeated key), so
+/// the entries are read in place, without [`hook_api::utf8::utf8_map`]'s map of the last entry
+/// per key.
 pub fn utf8_entries<M: FromIterator<(String, String)>>(map: &Text) -> M {
-    hook_api::utf8::utf8_map(map.iter().map(|(k, v)| (k.as_bytes(), v.as_slice())))
+    map.iter()
+        .filter_map(|(k, v)| hook_api::utf8::utf8_entry(k.as_bytes(), v))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
-/// As [`utf8_entries`], taking the map: a UTF-8 value becomes the string without a copy. (A
-/// `Text` map's keys are strings, unique: nothing to decide between.)
+/// As [`utf8_entries`], taking the map: a UTF-8 value becomes the string without a copy.
 pub fn into_utf8_entries(map: Text) -> BTreeMap<String, String> {
     map.into_iter().filter_map(|(k, v)| String::from_utf8(v).ok().map(|v| (k, v))).collect()
 }
