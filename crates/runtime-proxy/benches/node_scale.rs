@@ -24,6 +24,7 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use runtime_proxy::cri::recover::rebuild;
@@ -35,8 +36,8 @@ use common::NodeServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runtime-proxy");
 
-/// Counts the bytes the main thread (where the store is built) has allocated and not freed; the
-/// stand-in's thread (its call log) is not counted.
+/// Counts the bytes the main thread and its runtime's blocking threads (where the store is built)
+/// have allocated and not freed; the stand-in's thread (its call log) is not counted.
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 thread_local! {
@@ -146,14 +147,14 @@ fn compare(node: &NodeServer, rounds: usize, other: &str) {
 /// containers, and by a store of the same pods alone.
 async fn rebuilds(node: &NodeServer, rounds: usize) -> (Vec<Duration>, isize, isize) {
     let channel = test_support::channel(&node.socket);
-    let warm = Store::new();
+    let warm = Arc::new(Store::new());
     rebuild(&channel, &warm).await.expect("rebuild");
     drop(warm);
     let mut times = Vec::new();
     let (mut all, mut pods_only) = (0, 0);
     for _ in 0..rounds {
         let before = LIVE.load(Ordering::Relaxed);
-        let store = Store::new();
+        let store = Arc::new(Store::new());
         let report = rebuild(&channel, &store).await.expect("rebuild");
         assert_eq!((report.pods, report.containers), (node.node.pods.len(), node.node.containers()), "{report:?}");
         assert!(report.skipped.is_empty() && report.fallbacks.is_empty(), "{report:?}");
@@ -186,7 +187,11 @@ fn main() {
     // The proxy's log as a node runs it (its default filter).
     std::env::set_var("RP_TEST_LOG", "info");
     // As the proxy runs: one thread.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_start(|| COUNTED.with(|c| c.set(true)))
+        .build()
+        .unwrap();
     let shapes = [
         NodeShape { pods: 200, per_pod: 1, pod_annotation_bytes: 0 },
         NodeShape { pods: 1000, per_pod: 4, pod_annotation_bytes: 0 },

@@ -133,13 +133,13 @@ async fn main() {
 
     // The store's own memory: an in-process rebuild from the same runtime.
     let channel = test_support::channel(&env.socket);
-    rebuild(&channel, &Store::new()).await.expect("rebuild");
+    rebuild(&channel, &std::sync::Arc::new(Store::new())).await.expect("rebuild");
     let mut rebuilds = Vec::new();
     // The store's bytes with pods and containers, and those of a store of the same pods alone.
     let (mut store_bytes, mut pod_bytes) = (0, 0);
     for _ in 0..5 {
         let before = LIVE.load(Ordering::Relaxed);
-        let store = Store::new();
+        let store = std::sync::Arc::new(Store::new());
         let report = rebuild(&channel, &store).await.expect("rebuild");
         rebuilds.push((report.elapsed, report.pods, report.containers));
         drop(report);

@@ -66,7 +66,7 @@ async fn two_hundred_containers_recover_every_field() {
     let channel = test_support::channel(&env.socket);
     let mut times = Vec::new();
     for _ in 0..3 {
-        let store = Store::new();
+        let store = std::sync::Arc::new(Store::new());
         let report = rebuild(&channel, &store).await.expect("rebuild");
         assert!(report.skipped.is_empty() && report.fallbacks.is_empty(), "{report:?}");
         times.push(report.elapsed);
@@ -110,7 +110,7 @@ fn sorted(m: &HashMap<String, String>) -> BTreeMap<String, String> {
 async fn a_stand_in_node_recovers_every_container_with_its_own_pod() {
     let node = Arc::new(FakeNode::new(&NodeShape { pods: 200, per_pod: 4, pod_annotation_bytes: 100 }));
     let fake = FakeBackend::start(Behaviour::Node(node.clone())).await;
-    let store = Store::new();
+    let store = std::sync::Arc::new(Store::new());
     let report = rebuild(&test_support::channel(fake.socket()), &store).await.expect("rebuild");
     assert_eq!(report.listed, (200, 800), "{report:?}");
     assert_eq!((report.pods, report.containers), (200, 800), "{report:?}");
@@ -137,4 +137,30 @@ async fn a_stand_in_node_recovers_every_container_with_its_own_pod() {
             assert_eq!(hook.container_resources.as_ref().map(|r| r.cpu_shares), Some(c.cpu_shares));
         }
     }
+}
+
+/// A status answer that is not a protobuf message is reported with the reason and skipped (the
+/// pod's containers with it), and every other object is recovered: the answers are decoded on the
+/// recording thread, whose failures are the report's, never the rebuild's.
+#[tokio::test]
+async fn a_status_answer_that_is_not_protobuf_skips_that_object_alone() {
+    let mut node = FakeNode::new(&NodeShape { pods: 20, per_pod: 2, pod_annotation_bytes: 0 });
+    let bad_pod = node.pods[3].clone();
+    let bad_container = node.pods[7].containers[1].id.clone();
+    node.garble_status(&bad_pod.sandbox_id);
+    node.garble_status(&bad_container);
+    let fake = FakeBackend::start(Behaviour::Node(Arc::new(node))).await;
+    let store = std::sync::Arc::new(Store::new());
+    let report = rebuild(&test_support::channel(fake.socket()), &store).await.expect("rebuild");
+    assert_eq!(report.listed, (20, 40), "{report:?}");
+    assert_eq!((report.pods, report.containers), (19, 37), "{report:?}");
+    let reason = |id: &str| report.skipped.iter().find(|n| n.id == id).map(|n| n.text.clone()).unwrap_or_default();
+    assert!(reason(&bad_pod.sandbox_id).contains("PodSandboxStatus answer cannot be decoded"), "{report:?}");
+    assert!(reason(&bad_container).contains("ContainerStatus answer cannot be decoded"), "{report:?}");
+    for c in &bad_pod.containers {
+        assert!(reason(&c.id).contains("was not recovered"), "{report:?}");
+    }
+    assert_eq!(report.skipped.len(), 4, "{report:?}");
+    assert!(store.pod(&bad_pod.sandbox_id).is_none() && store.container(&bad_container).is_none());
+    assert_eq!(store.len(), (19, 37));
 }

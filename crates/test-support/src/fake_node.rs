@@ -293,6 +293,12 @@ impl FakeNode {
         FakeNode { pods, list_pods, list_containers, status }
     }
 
+    /// Makes the status answer of pod sandbox or container `id` a gRPC frame whose message is
+    /// not protobuf (a field of wire type 7, which does not exist): a runtime answering garbage.
+    pub fn garble_status(&mut self, id: &str) {
+        self.status.insert(id.to_owned(), grpc_frame(&[0x0f, 0xff, 0xff]));
+    }
+
     /// Containers on the node.
     pub fn containers(&self) -> usize {
         self.pods.iter().map(|p| p.containers.len()).sum()

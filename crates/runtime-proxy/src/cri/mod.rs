@@ -15,6 +15,7 @@
 //!   [`newer_cri`] — CRI methods newer than the compiled proto;
 //!   [`restore`] — RestorePod, which creates a pod without the pre-create hooks: guarded.
 //! * [`recover`] — the store rebuilt from the runtime (start-up, reconnects, sweeps, misses);
+//!   [`status_entry`] — a store entry read from a verbose status answer (where each field comes from);
 //!   [`info_view`] — the keys of a verbose status's `info` JSON it reads, parsed without the rest.
 
 pub mod hook_request;
@@ -28,3 +29,4 @@ pub mod relay;
 pub mod restore;
 pub mod router;
 pub mod server;
+pub mod status_entry;

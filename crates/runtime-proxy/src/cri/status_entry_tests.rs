@@ -1,6 +1,7 @@
-//! Unit tests of [`super`] (`recover.rs`), kept apart so the module reads at a glance.
+//! Unit tests of [`super`] (`status_entry.rs`), kept apart so the module reads at a glance.
 
 use super::*;
+use k8s_cri::v1 as cri;
 use proptest::prelude::*;
 
 /// Verbose infos captured from containerd (trimmed: mounts, capabilities, masked paths).
@@ -337,26 +338,6 @@ fn integers_in_any_json_form() {
     assert_eq!(int_of(&v("1.5")), None);
     assert_eq!(int_of(&v("\"x\"")), None);
     assert_eq!(int_of(&v("null")), None);
-}
-
-#[test]
-fn sweep_drops_what_the_runtime_no_longer_has() {
-    let store = Store::new();
-    for sb in ["sb1", "sb2", "sb3"] {
-        store.put_pod(sb, Default::default());
-    }
-    for (c, sb) in [("c1", "sb1"), ("c2", "sb1"), ("c3", "sb2"), ("c4", "sb3")] {
-        store.put_container(c, ContainerEntry { sandbox_id: sb.into(), ..Default::default() });
-    }
-    let set = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<HashSet<_>>();
-    // sb2 is gone (with c3, which is still listed in a race); c2 is gone; c4 lives.
-    let (mut pods, mut containers) = sweep(&store, &set(&["sb1", "sb3"]), &set(&["c1", "c3", "c4"]));
-    pods.sort();
-    containers.sort();
-    assert_eq!(pods, ["sb2"]);
-    assert_eq!(containers, ["c2", "c3"]);
-    assert_eq!(store.len(), (2, 2));
-    assert!(store.container("c1").is_some() && store.container("c4").is_some());
 }
 
 #[test]
