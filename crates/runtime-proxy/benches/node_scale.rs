@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runtime_proxy::cri::recover::rebuild;
+use runtime_proxy::grpc::backend::Backend;
 use runtime_proxy::hooks::store::Store;
 use test_support::fake_node::NodeShape;
 use test_support::proxy::ProxyProcess;
@@ -146,16 +147,16 @@ fn compare(node: &NodeServer, rounds: usize, other: &str) {
 /// connection): their times, and the bytes kept of the last one by the store of pods and
 /// containers, and by a store of the same pods alone.
 async fn rebuilds(node: &NodeServer, rounds: usize) -> (Vec<Duration>, isize, isize) {
-    let channel = test_support::channel(&node.socket);
+    let runtime = Arc::new(Backend::new(&node.socket));
     let warm = Arc::new(Store::new());
-    rebuild(&channel, &warm).await.expect("rebuild");
+    rebuild(&runtime, &warm).await.expect("rebuild");
     drop(warm);
     let mut times = Vec::new();
     let (mut all, mut pods_only) = (0, 0);
     for _ in 0..rounds {
         let before = LIVE.load(Ordering::Relaxed);
         let store = Arc::new(Store::new());
-        let report = rebuild(&channel, &store).await.expect("rebuild");
+        let report = rebuild(&runtime, &store).await.expect("rebuild");
         assert_eq!((report.pods, report.containers), (node.node.pods.len(), node.node.containers()), "{report:?}");
         assert!(report.skipped.is_empty() && report.fallbacks.is_empty(), "{report:?}");
         times.push(report.elapsed);

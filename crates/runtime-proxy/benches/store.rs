@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 use runtime_proxy::cri::recover::rebuild;
+use runtime_proxy::grpc::backend::Backend;
 use runtime_proxy::hooks::store::Store;
 use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd, Pod};
 use test_support::proxy::ProxyProcess;
@@ -132,15 +133,15 @@ async fn main() {
     let loaded = test_support::rss_kib(proxy.pid());
 
     // The store's own memory: an in-process rebuild from the same runtime.
-    let channel = test_support::channel(&env.socket);
-    rebuild(&channel, &std::sync::Arc::new(Store::new())).await.expect("rebuild");
+    let runtime = std::sync::Arc::new(Backend::new(&env.socket));
+    rebuild(&runtime, &std::sync::Arc::new(Store::new())).await.expect("rebuild");
     let mut rebuilds = Vec::new();
     // The store's bytes with pods and containers, and those of a store of the same pods alone.
     let (mut store_bytes, mut pod_bytes) = (0, 0);
     for _ in 0..5 {
         let before = LIVE.load(Ordering::Relaxed);
         let store = std::sync::Arc::new(Store::new());
-        let report = rebuild(&channel, &store).await.expect("rebuild");
+        let report = rebuild(&runtime, &store).await.expect("rebuild");
         rebuilds.push((report.elapsed, report.pods, report.containers));
         drop(report);
         store_bytes = LIVE.load(Ordering::Relaxed) - before;

@@ -98,10 +98,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
     let metrics = Arc::new(Metrics::new());
     let shared = Shared::start(&args, metrics.clone())?;
     let _reloads = shared.follow_reloads(reloads);
-    let connections = runtime.connections();
-    // CRI mode asks the runtime about objects the store misses.
-    let interceptor =
-        Arc::new(Interceptor { hooks: shared.hooks.clone(), runtime: hook_api::connect(&args.runtime_endpoint) });
+    // CRI mode asks the runtime about objects the store misses, on the shared connection.
+    let interceptor = Arc::new(Interceptor { hooks: shared.hooks.clone(), runtime: runtime.clone() });
+    let keeper = recover::keep_store(runtime.clone(), shared.hooks.store.clone());
     let router = Arc::new(Router::new(runtime, image, Some(interceptor), metrics));
     let listener = listener::bind(&args.listen, &args.runtime_endpoint)?;
     tracing::info!(
@@ -112,8 +111,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>, reloads: Option
         "runtime-proxy serving"
     );
     // Rebuild the store from the runtime (retrying until it is reachable) while serving.
-    let store = shared.hooks.store.clone();
-    let _keeper = AbortOnDrop(tokio::spawn(recover::keep_store(args.runtime_endpoint.clone(), store, connections)));
+    let _keeper = AbortOnDrop(tokio::spawn(keeper));
     notify_systemd(daemon_support::sd_notify::READY);
     server::serve(listener, &args.listen, router, shutdown, args.drain_timeout, args.max_concurrent_streams.max(1))
         .await

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use k8s_cri::v1 as cri;
 use runtime_proxy::cri::recover::rebuild;
+use runtime_proxy::grpc::backend::Backend;
 use runtime_proxy::hooks::store::Store;
 use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd};
 use test_support::fake_backend::{Behaviour, FakeBackend};
@@ -63,11 +64,11 @@ async fn two_hundred_containers_recover_every_field() {
         pods.push(t.await.expect("pod task"));
     }
 
-    let channel = test_support::channel(&env.socket);
+    let runtime = std::sync::Arc::new(Backend::new(&env.socket));
     let mut times = Vec::new();
     for _ in 0..3 {
         let store = std::sync::Arc::new(Store::new());
-        let report = rebuild(&channel, &store).await.expect("rebuild");
+        let report = rebuild(&runtime, &store).await.expect("rebuild");
         assert!(report.skipped.is_empty() && report.fallbacks.is_empty(), "{report:?}");
         times.push(report.elapsed);
         for (sid, config, containers) in &pods {
@@ -111,7 +112,7 @@ async fn a_stand_in_node_recovers_every_container_with_its_own_pod() {
     let node = Arc::new(FakeNode::new(&NodeShape { pods: 200, per_pod: 4, pod_annotation_bytes: 100 }));
     let fake = FakeBackend::start(Behaviour::Node(node.clone())).await;
     let store = std::sync::Arc::new(Store::new());
-    let report = rebuild(&test_support::channel(fake.socket()), &store).await.expect("rebuild");
+    let report = rebuild(&std::sync::Arc::new(Backend::new(fake.socket())), &store).await.expect("rebuild");
     assert_eq!(report.listed, (200, 800), "{report:?}");
     assert_eq!((report.pods, report.containers), (200, 800), "{report:?}");
     assert!(report.skipped.is_empty() && report.fallbacks.is_empty(), "{report:?}");
@@ -151,7 +152,7 @@ async fn a_status_answer_that_is_not_protobuf_skips_that_object_alone() {
     node.garble_status(&bad_container);
     let fake = FakeBackend::start(Behaviour::Node(Arc::new(node))).await;
     let store = std::sync::Arc::new(Store::new());
-    let report = rebuild(&test_support::channel(fake.socket()), &store).await.expect("rebuild");
+    let report = rebuild(&std::sync::Arc::new(Backend::new(fake.socket())), &store).await.expect("rebuild");
     assert_eq!(report.listed, (20, 40), "{report:?}");
     assert_eq!((report.pods, report.containers), (19, 37), "{report:?}");
     let reason = |id: &str| report.skipped.iter().find(|n| n.id == id).map(|n| n.text.clone()).unwrap_or_default();

@@ -46,6 +46,7 @@ use crate::cri::hooked_fields;
 use crate::cri::proto_edit::{self, Edit};
 use crate::cri::recover;
 use crate::cri::restore;
+use crate::grpc::backend::Backend;
 use crate::grpc::unary_call::{self, Onward};
 use crate::grpc::{self, Code, Status};
 use crate::hooks::body::{self, BodyError, Chunks};
@@ -76,7 +77,7 @@ pub struct Interceptor {
     /// Registry, store, dispatcher, pod locks, skip label and limits, shared by every front end.
     pub hooks: Arc<Hooks>,
     /// A CRI client channel to the runtime (dialled on first use).
-    pub runtime: tonic::transport::Channel,
+    pub runtime: Arc<Backend>,
 }
 
 /// An intercepted call after decoding: the CRI request and what the hooks see. (One lives per
@@ -347,7 +348,7 @@ impl Call {
     ///
     /// Errors: what cannot be read — a `sandbox_config` that does not decode, or the runtime's
     /// description of the object (see [`recover::fetch_pod`]) — naming the field or the object.
-    async fn load(&mut self, store: &Store, runtime: &tonic::transport::Channel) -> Result<(), String> {
+    async fn load(&mut self, store: &Store, runtime: &Backend) -> Result<(), String> {
         match self {
             Call::CreateContainer { req, hook } => {
                 if !store.has_pod(&req.pod_sandbox_id) {

@@ -139,7 +139,7 @@ async fn update_without_hook_changes_is_untouched_and_cpuset_clear_applies() {
         ..Default::default()
     };
     let mut call = Call::decode(Method::UpdateContainerResources, Bytes::from(req.encode_to_vec())).unwrap();
-    call.load(&store, &hook_api::connect("/nonexistent/runtime.sock")).await.unwrap();
+    call.load(&store, &crate::grpc::backend::Backend::new("/nonexistent/runtime.sock")).await.unwrap();
     let before = call.hook_state();
     assert!(call.edits(&before).is_empty(), "stored cpuset, oom score and annotations are not added");
 

@@ -21,20 +21,20 @@
 //! [`fetch_pod`]) before its hooks run.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use hook_api::v1alpha1 as hook;
 use k8s_cri::v1 as cri;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
-use tonic::transport::Channel;
-use tonic::{Code, Status};
 
 use crate::cri::hooked_fields;
 use crate::cri::status_entry::{container_entry, container_own, pod_entry};
+use crate::grpc::backend::Backend;
+use crate::grpc::unary_call::own_call;
+use crate::grpc::{Code, Status};
 use crate::hooks::store::{sweep, ContainerEntry, Store, RETRY_FIRST, RETRY_MAX, SWEEP_INTERVAL};
 
 /// Status calls in flight at once.
@@ -110,12 +110,12 @@ pub struct RecoveryReport {
 ///
 /// Errors: the status of a failed `ListPodSandbox` / `ListContainers` (e.g. `UNAVAILABLE` while
 /// the runtime is down), the store then unchanged; `INTERNAL` when the recording thread failed.
-pub async fn rebuild(channel: &Channel, store: &Arc<Store>) -> Result<RecoveryReport, Status> {
+pub async fn rebuild(runtime: &Arc<Backend>, store: &Arc<Store>) -> Result<RecoveryReport, Status> {
     let start = Instant::now();
     let (pods_before, containers_before) = store.ids();
 
-    let sandboxes = list_pod_sandboxes(channel).await?;
-    let containers = list_containers(channel, cri::ContainerFilter::default()).await?;
+    let sandboxes = list_pod_sandboxes(runtime).await?;
+    let containers = list_containers(runtime, cri::ContainerFilter::default()).await?;
     let report = RecoveryReport { listed: (sandboxes.len(), containers.len()), ..Default::default() };
     let container_ids: Vec<String> = containers.iter().map(|c| c.id.clone()).collect();
     let sandbox_of: HashMap<String, String> = containers.into_iter().map(|c| (c.id, c.pod_sandbox_id)).collect();
@@ -133,11 +133,12 @@ pub async fn rebuild(channel: &Channel, store: &Arc<Store>) -> Result<RecoveryRe
     // Pod sandboxes first: a container's entry shares its pod's. The recorder takes the answers
     // in the order they are queued, so every pod sandbox is recorded before the first container.
     let pod_ids = sandboxes.into_iter().map(|s| s.id);
-    each_status(channel, Kind::PodSandbox, pod_ids, &answers).await;
-    each_status(channel, Kind::Container, container_ids.into_iter(), &answers).await;
+    each_status(runtime, Kind::PodSandbox, pod_ids, &answers).await;
+    each_status(runtime, Kind::Container, container_ids.into_iter(), &answers).await;
     drop(answers);
-    let Recorder { mut report, mut live_pods, mut live_containers, .. } =
-        recording.await.map_err(|e| Status::internal(format!("store recovery's recording thread failed: {e}")))?;
+    let Recorder { mut report, mut live_pods, mut live_containers, .. } = recording
+        .await
+        .map_err(|e| Status::new(Code::INTERNAL, format!("store recovery's recording thread failed: {e}")))?;
 
     // Entries live traffic wrote since the listing began are live too.
     let (pods_now, containers_now) = store.ids();
@@ -239,14 +240,14 @@ impl Recorder {
     }
 }
 
-/// The store's keeper, for the proxy's lifetime: rebuilds the store from the runtime behind
-/// `channel` at start-up (retrying with backoff, [`RETRY_FIRST`] doubling to [`RETRY_MAX`],
-/// while the runtime is not reachable), again whenever the proxy's backend connection is
-/// re-established (`connections` counts them: the runtime may have restarted), and every
-/// [`SWEEP_INTERVAL`]. Stops only when the runtime does not implement CRI v1.
-pub async fn keep_store(endpoint: PathBuf, store: Arc<Store>, mut connections: tokio::sync::watch::Receiver<u64>) {
-    let channel = hook_api::connect(&endpoint);
-    if !rebuild_until_done(&endpoint, &channel, &store, "start-up").await {
+/// The store's keeper, for the proxy's lifetime: rebuilds the store from `runtime` at start-up
+/// (retrying with backoff, [`RETRY_FIRST`] doubling to [`RETRY_MAX`], while the runtime is not
+/// reachable), again whenever the proxy's connection to it is re-established
+/// ([`Backend::connections`]: the runtime may have restarted), and every [`SWEEP_INTERVAL`].
+/// Stops only when the runtime does not implement CRI v1.
+pub async fn keep_store(runtime: Arc<Backend>, store: Arc<Store>) {
+    let mut connections = runtime.connections();
+    if !rebuild_until_done(&runtime, &store, "start-up").await {
         return;
     }
     // Connections made before or during the first rebuild need no second one.
@@ -262,19 +263,20 @@ pub async fn keep_store(endpoint: PathBuf, store: Arc<Store>, mut connections: t
             },
             () = tokio::time::sleep(SWEEP_INTERVAL) => "periodic sweep",
         };
-        if !rebuild_until_done(&endpoint, &channel, &store, why).await {
+        if !rebuild_until_done(&runtime, &store, why).await {
             return;
         }
     }
 }
 
 /// Rebuilds until it succeeds; false when the runtime does not serve CRI v1 (give up).
-async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Arc<Store>, why: &str) -> bool {
+async fn rebuild_until_done(runtime: &Arc<Backend>, store: &Arc<Store>, why: &str) -> bool {
+    let endpoint = runtime.path();
     let mut delay = RETRY_FIRST;
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        match rebuild(channel, store).await {
+        match rebuild(runtime, store).await {
             Ok(r) => {
                 tracing::info!(
                     why,
@@ -292,19 +294,19 @@ async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Arc<Stor
                 );
                 return true;
             }
-            Err(e) if e.code() == Code::Unimplemented => {
-                tracing::warn!(runtime = %endpoint.display(), error = %e.message(), "runtime does not serve CRI v1; store not recovered");
+            Err(e) if e.code == Code::UNIMPLEMENTED => {
+                tracing::warn!(runtime = %endpoint.display(), error = %e.message, "runtime does not serve CRI v1; store not recovered");
                 return false;
             }
             Err(e) => {
                 if attempts == 1 {
                     tracing::info!(
-                        runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(), why,
+                        runtime = %endpoint.display(), code = e.code.name(), error = %e.message, why,
                         "runtime not ready; store recovery retries until it is"
                     );
                 } else {
                     tracing::debug!(
-                        runtime = %endpoint.display(), code = hook_api::code_name(e.code()), error = %e.message(),
+                        runtime = %endpoint.display(), code = e.code.name(), error = %e.message,
                         attempts,
                         "store recovery: runtime still not ready"
                     );
@@ -324,23 +326,19 @@ async fn rebuild_until_done(endpoint: &Path, channel: &Channel, store: &Arc<Stor
 /// Errors: the runtime knows the pod sandbox but what it says cannot be read: the status call's
 /// failure, or why its answer is unusable ([`pod_entry`]).
 pub async fn fetch_pod(
-    channel: &Channel,
+    runtime: &Backend,
     store: &Store,
     sandbox_id: &str,
 ) -> Result<Option<hook::PodSandboxHookRequest>, String> {
-    let answer = match pod_sandbox_status(channel, sandbox_id).await {
+    let answer = match pod_sandbox_status(runtime, sandbox_id).await {
         Ok(a) => a,
-        Err(e) if e.code() == Code::NotFound => {
-            tracing::debug!(sandbox_id, error = %e.message(), "store miss: runtime has no such pod sandbox");
+        Err(e) if e.code == Code::NOT_FOUND => {
+            tracing::debug!(sandbox_id, error = %e.message, "store miss: runtime has no such pod sandbox");
             return Ok(None);
         }
-        Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(sandbox_id, &e)),
+        Err(e) if e.code == Code::UNAVAILABLE => return Ok(unreachable_runtime(sandbox_id, &e)),
         Err(e) => {
-            return Err(format!(
-                "pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}",
-                hook_api::code_name(e.code()),
-                e.message()
-            ))
+            return Err(format!("pod sandbox {sandbox_id}: PodSandboxStatus failed: {}: {}", e.code.name(), e.message))
         }
     };
     match pod_entry(answer) {
@@ -359,46 +357,38 @@ pub async fn fetch_pod(
 ///
 /// Errors: as [`fetch_pod`], for the container or its pod sandbox.
 pub async fn fetch_container(
-    channel: &Channel,
+    runtime: &Backend,
     store: &Store,
     container_id: &str,
 ) -> Result<Option<ContainerEntry>, String> {
     let filter = cri::ContainerFilter { id: container_id.to_owned(), ..Default::default() };
-    let sandbox_id = match list_containers(channel, filter).await {
+    let sandbox_id = match list_containers(runtime, filter).await {
         Ok(c) if !c.is_empty() => c[0].pod_sandbox_id.clone(),
         Ok(_) => {
             tracing::debug!(container_id, "store miss: runtime has no such container");
             return Ok(None);
         }
-        Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(container_id, &e)),
+        Err(e) if e.code == Code::UNAVAILABLE => return Ok(unreachable_runtime(container_id, &e)),
         Err(e) => {
-            return Err(format!(
-                "container {container_id}: ListContainers failed: {}: {}",
-                hook_api::code_name(e.code()),
-                e.message()
-            ))
+            return Err(format!("container {container_id}: ListContainers failed: {}: {}", e.code.name(), e.message))
         }
     };
     let pod = match store.pod(&sandbox_id) {
         Some(p) => p,
-        None => match fetch_pod(channel, store, &sandbox_id).await? {
+        None => match fetch_pod(runtime, store, &sandbox_id).await? {
             Some(p) => p,
             None => return Ok(None),
         },
     };
-    let answer = match container_status(channel, container_id).await {
+    let answer = match container_status(runtime, container_id).await {
         Ok(a) => a,
-        Err(e) if e.code() == Code::NotFound => {
-            tracing::debug!(container_id, error = %e.message(), "store miss: container gone");
+        Err(e) if e.code == Code::NOT_FOUND => {
+            tracing::debug!(container_id, error = %e.message, "store miss: container gone");
             return Ok(None);
         }
-        Err(e) if e.code() == Code::Unavailable => return Ok(unreachable_runtime(container_id, &e)),
+        Err(e) if e.code == Code::UNAVAILABLE => return Ok(unreachable_runtime(container_id, &e)),
         Err(e) => {
-            return Err(format!(
-                "container {container_id}: ContainerStatus failed: {}: {}",
-                hook_api::code_name(e.code()),
-                e.message()
-            ))
+            return Err(format!("container {container_id}: ContainerStatus failed: {}: {}", e.code.name(), e.message))
         }
     };
     match container_entry(answer, container_id, &pod) {
@@ -415,84 +405,49 @@ pub async fn fetch_container(
 /// A store miss while the runtime cannot be reached: logged; the call goes on (and the runtime,
 /// still unreachable, answers it `UNAVAILABLE` as it would without the proxy).
 fn unreachable_runtime<T>(id: &str, e: &Status) -> Option<T> {
-    tracing::warn!(id, error = %e.message(), "store miss: the runtime cannot be reached; the call goes on without hooks");
+    tracing::warn!(id, error = %e.message, "store miss: the runtime cannot be reached; the call goes on without hooks");
     None
 }
 
-/// One CRI v1 RuntimeService call (`path`) whose answer is read with `codec`: through a view of
-/// [`crate::cri::hooked_fields`] ([`call`]; label, annotation and info values that are not UTF-8
-/// never make it unreadable, and fields the proxy does not read are skipped) or kept encoded
-/// ([`KeepEncoded`]). Deadline [`CALL_TIMEOUT`]; answers up to [`MAX_MESSAGE_BYTES`].
+/// One CRI v1 RuntimeService call (`path`) with `req`, over the runtime's shared connection
+/// ([`own_call`]): its answer, still encoded. Deadline [`CALL_TIMEOUT`]; answers up to
+/// [`MAX_MESSAGE_BYTES`].
 ///
-/// Errors: the call's status (`UNAVAILABLE` when the runtime cannot be reached).
-async fn call_with<C>(channel: &Channel, path: &'static str, req: C::Encode, codec: C) -> Result<C::Decode, Status>
-where
-    C: tonic::codec::Codec + Send + 'static,
-    C::Encode: Send + Sync + 'static,
-    C::Decode: Send + Sync + 'static,
-{
-    let mut grpc = tonic::client::Grpc::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    grpc.ready().await.map_err(|e| Status::unavailable(format!("runtime not reachable: {e}")))?;
-    let path = http::uri::PathAndQuery::from_static(path);
-    grpc.unary(with_timeout(req), path, codec).await.map(tonic::Response::into_inner)
+/// Errors: as [`own_call`]: the runtime's status, `UNAVAILABLE` when it cannot be reached.
+async fn call(runtime: &Backend, path: &'static str, req: &impl prost::Message) -> Result<Bytes, Status> {
+    own_call(runtime, path, &req.encode_to_vec(), CALL_TIMEOUT, MAX_MESSAGE_BYTES).await
 }
 
-/// [`call_with`] the answer decoded into the view `A`.
-async fn call<Q, A>(channel: &Channel, path: &'static str, req: Q) -> Result<A, Status>
-where
-    Q: prost::Message + Send + Sync + 'static,
-    A: prost::Message + Default + Send + Sync + 'static,
-{
-    call_with(channel, path, req, tonic_prost::ProstCodec::<Q, A>::default()).await
-}
-
-/// A gRPC codec that sends `Q` (prost) and keeps the answer encoded, for [`Recorder`] to decode
-/// on its own thread.
-struct KeepEncoded<Q>(std::marker::PhantomData<fn(Q)>);
-
-impl<Q> Default for KeepEncoded<Q> {
-    fn default() -> Self {
-        KeepEncoded(std::marker::PhantomData)
-    }
-}
-
-impl<Q: prost::Message + Send + 'static> tonic::codec::Codec for KeepEncoded<Q> {
-    type Encode = Q;
-    type Decode = Bytes;
-    type Encoder = tonic_prost::ProstEncoder<Q>;
-    type Decoder = Self;
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstEncoder::default()
-    }
-    fn decoder(&mut self) -> Self::Decoder {
-        KeepEncoded::default()
-    }
-}
-
-impl<Q> tonic::codec::Decoder for KeepEncoded<Q> {
-    type Item = Bytes;
-    type Error = Status;
-    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        // The frame's own buffer, split off without a copy.
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
+/// [`call`], its answer decoded into the view `A` ([`crate::cri::hooked_fields`]: label,
+/// annotation and info values that are not UTF-8 never make it unreadable, and fields the proxy
+/// does not read are skipped).
+///
+/// Errors: as [`call`]; `INTERNAL` when the answer is not a message of that shape.
+async fn call_view<A: prost::Message + Default>(
+    runtime: &Backend,
+    path: &'static str,
+    req: &impl prost::Message,
+) -> Result<A, Status> {
+    let answer = call(runtime, path, req).await?;
+    A::decode(answer).map_err(|e| Status::new(Code::INTERNAL, format!("{path}: the answer cannot be decoded: {e}")))
 }
 
 /// Every pod sandbox the runtime lists (IDs only).
-async fn list_pod_sandboxes(channel: &Channel) -> Result<Vec<hooked_fields::ListedPodSandbox>, Status> {
+async fn list_pod_sandboxes(runtime: &Backend) -> Result<Vec<hooked_fields::ListedPodSandbox>, Status> {
     let answer: hooked_fields::ListPodSandboxResponse =
-        call(channel, "/runtime.v1.RuntimeService/ListPodSandbox", cri::ListPodSandboxRequest { filter: None }).await?;
+        call_view(runtime, "/runtime.v1.RuntimeService/ListPodSandbox", &cri::ListPodSandboxRequest { filter: None })
+            .await?;
     Ok(answer.items)
 }
 
 /// The containers the runtime lists under `filter` (IDs and sandbox IDs only).
 async fn list_containers(
-    channel: &Channel,
+    runtime: &Backend,
     filter: cri::ContainerFilter,
 ) -> Result<Vec<hooked_fields::ListedContainer>, Status> {
     let req = cri::ListContainersRequest { filter: Some(filter) };
     let answer: hooked_fields::ListContainersResponse =
-        call(channel, "/runtime.v1.RuntimeService/ListContainers", req).await?;
+        call_view(runtime, "/runtime.v1.RuntimeService/ListContainers", &req).await?;
     Ok(answer.containers)
 }
 
@@ -500,15 +455,15 @@ async fn list_containers(
 /// `id`, still encoded: [`decode_status`] reads it.
 ///
 /// Errors: the call's status.
-async fn encoded_status(channel: Channel, kind: Kind, id: String) -> Result<Bytes, Status> {
+async fn encoded_status(runtime: &Backend, kind: Kind, id: String) -> Result<Bytes, Status> {
     match kind {
         Kind::PodSandbox => {
             let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id, verbose: true };
-            call_with(&channel, "/runtime.v1.RuntimeService/PodSandboxStatus", req, KeepEncoded::default()).await
+            call(runtime, "/runtime.v1.RuntimeService/PodSandboxStatus", &req).await
         }
         Kind::Container => {
             let req = cri::ContainerStatusRequest { container_id: id, verbose: true };
-            call_with(&channel, "/runtime.v1.RuntimeService/ContainerStatus", req, KeepEncoded::default()).await
+            call(runtime, "/runtime.v1.RuntimeService/ContainerStatus", &req).await
         }
     }
 }
@@ -522,15 +477,15 @@ fn decode_status<A: prost::Message + Default>(kind: Kind, answer: Bytes) -> Resu
 }
 
 /// Pod sandbox `id`'s verbose status, decoded ([`encoded_status`], [`decode_status`]).
-async fn pod_sandbox_status(channel: &Channel, id: &str) -> Result<hooked_fields::PodSandboxStatusResponse, Status> {
-    let answer = encoded_status(channel.clone(), Kind::PodSandbox, id.to_owned()).await?;
-    decode_status(Kind::PodSandbox, answer).map_err(Status::internal)
+async fn pod_sandbox_status(runtime: &Backend, id: &str) -> Result<hooked_fields::PodSandboxStatusResponse, Status> {
+    let answer = encoded_status(runtime, Kind::PodSandbox, id.to_owned()).await?;
+    decode_status(Kind::PodSandbox, answer).map_err(|why| Status::new(Code::INTERNAL, why))
 }
 
 /// Container `id`'s verbose status, decoded ([`encoded_status`], [`decode_status`]).
-async fn container_status(channel: &Channel, id: &str) -> Result<hooked_fields::ContainerStatusResponse, Status> {
-    let answer = encoded_status(channel.clone(), Kind::Container, id.to_owned()).await?;
-    decode_status(Kind::Container, answer).map_err(Status::internal)
+async fn container_status(runtime: &Backend, id: &str) -> Result<hooked_fields::ContainerStatusResponse, Status> {
+    let answer = encoded_status(runtime, Kind::Container, id.to_owned()).await?;
+    decode_status(Kind::Container, answer).map_err(|why| Status::new(Code::INTERNAL, why))
 }
 
 /// What the status call of a listed object said.
@@ -548,9 +503,9 @@ fn listed<A>(report: &mut RecoveryReport, kind: Kind, id: &str, answer: Option<R
     let call = kind.status_call();
     match answer {
         Some(Ok(answer)) => Listed::Read(answer),
-        Some(Err(e)) if e.code() == Code::NotFound => Listed::Gone,
+        Some(Err(e)) if e.code == Code::NOT_FOUND => Listed::Gone,
         Some(Err(e)) => {
-            skip(report, kind, id, format!("{call} failed: {}: {}", hook_api::code_name(e.code()), e.message()));
+            skip(report, kind, id, format!("{call} failed: {}: {}", e.code.name(), e.message));
             Listed::Unreadable
         }
         None => {
@@ -576,15 +531,20 @@ fn skip(report: &mut RecoveryReport, kind: Kind, id: &str, text: String) {
 /// queues each answer for the [`Recorder`] as it comes (or `None` when the call's task failed). A
 /// call keeps its turn until its answer is queued, so at most [`CONCURRENCY`] answers wait beside
 /// the queue's. Returns when every answer is queued, or when the recorder has gone.
-async fn each_status(channel: &Channel, kind: Kind, ids: impl Iterator<Item = String>, answers: &mpsc::Sender<Answer>) {
+async fn each_status(
+    runtime: &Arc<Backend>,
+    kind: Kind,
+    ids: impl Iterator<Item = String>,
+    answers: &mpsc::Sender<Answer>,
+) {
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
     let mut calls = JoinSet::new();
     let mut unanswered = HashMap::new();
     for id in ids {
-        let (channel, limit, answers, call_id) = (channel.clone(), limit.clone(), answers.clone(), id.clone());
+        let (runtime, limit, answers, call_id) = (runtime.clone(), limit.clone(), answers.clone(), id.clone());
         let task = calls.spawn(async move {
             let _turn = limit.acquire_owned().await;
-            let answer = encoded_status(channel, kind, call_id.clone()).await;
+            let answer = encoded_status(&runtime, kind, call_id.clone()).await;
             // A closed queue: the recorder has gone, and `rebuild` reports why.
             let _ = answers.send(Answer { kind, id: call_id, answer: Some(answer) }).await;
         });
@@ -602,12 +562,6 @@ async fn each_status(channel: &Channel, kind: Kind, ids: impl Iterator<Item = St
             }
         }
     }
-}
-
-fn with_timeout<T>(message: T) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    req.set_timeout(CALL_TIMEOUT);
-    req
 }
 
 fn note_fallbacks(report: &mut RecoveryReport, kind: Kind, id: &str, notes: Vec<String>) {

@@ -45,6 +45,7 @@
 //! equivalent, and in NRI mode containerd drives the hooks itself.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -54,6 +55,7 @@ use prost::Message;
 use crate::cri::hook_request::pod_hook_request;
 use crate::cri::newer_cri::{RestorePodRequest, RestorePodResponse};
 use crate::cri::recover;
+use crate::grpc::backend::Backend;
 use crate::grpc::unary_call::{self, Onward};
 use crate::grpc::{self, Code, Status};
 use crate::hooks::chain::{list_shown, shown, Required};
@@ -172,7 +174,7 @@ pub fn verdict(
 /// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`); each names the method.
 pub async fn restore_pod(
     hooks: &Hooks,
-    runtime: &tonic::transport::Channel,
+    runtime: &Arc<Backend>,
     method: &str,
     onward: Onward<'_>,
     mut parts: http::request::Parts,
@@ -233,12 +235,7 @@ pub async fn restore_pod(
 /// answer without a sandbox ID, a status that is unusable, the budget spent) is logged (WARN)
 /// and left to the store misses of later calls, which ask the runtime as for any object the
 /// store does not know.
-pub async fn learn(
-    hooks: &Hooks,
-    runtime: &tonic::transport::Channel,
-    answer: &unary_call::Answer,
-    budget: Duration,
-) -> usize {
+pub async fn learn(hooks: &Hooks, runtime: &Arc<Backend>, answer: &unary_call::Answer, budget: Duration) -> usize {
     let resp = match answer.message(ANSWER_BYTES).map(|m| m.map(RestorePodResponse::decode)) {
         Ok(Some(Ok(resp))) if !resp.pod_sandbox_id.is_empty() => resp,
         _ => {

@@ -1,7 +1,8 @@
 //! Unary calls over a shared [`Backend`] connection: a request sent whole and its answer
 //! collected whole ([`Answer`]). The interceptor forwards hooked calls this way, the dispatcher
 //! calls hook servers this way, and the relay sends calls it takes over this way
-//! ([`crate::cri::relay`]).
+//! ([`crate::cri::relay`]); the proxy's own calls to the runtime (restart recovery, store misses)
+//! are made with [`own_call`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -74,6 +75,47 @@ pub async fn unary(
         })?,
     }
 }
+
+/// The proxy's own unary call of `path` (`/runtime.v1.RuntimeService/PodSandboxStatus`) to
+/// `backend`: `message` (an encoded protobuf message) sent with `grpc-timeout: deadline`, and the
+/// answer's one message (at most `max_message` bytes), still encoded.
+///
+/// Errors: the status the backend answered with when it is not `OK` (its message
+/// percent-decoded); `UNAVAILABLE`, `RESOURCE_EXHAUSTED` as [`exchange`], `DEADLINE_EXCEEDED` as
+/// [`unary`]; `INTERNAL` naming the method when an `OK` answer is not one message (or one
+/// compressed with an encoding the proxy cannot decompress).
+pub async fn own_call(
+    backend: &Backend,
+    path: &'static str,
+    message: &[u8],
+    deadline: Duration,
+    max_message: usize,
+) -> Result<Bytes, Status> {
+    let method = path.rsplit('/').next().unwrap_or(path);
+    let head = Request::post(format!("http://localhost{path}"))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .header(http::header::USER_AGENT, USER_AGENT)
+        .header("grpc-timeout", grpc::timeout_value(deadline))
+        .body(())
+        .map_err(|e| Status::new(Code::INTERNAL, format!("{method}: request head: {e}")))?;
+    let call = exchange(backend, head, grpc::frame(message), method, max_message);
+    let answer = tokio::time::timeout(deadline, call).await.map_err(|_| {
+        Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline exceeded waiting for {backend}"))
+    })??;
+    let status = answer.status();
+    if status.code != Code::OK {
+        return Err(Status::new(status.code, grpc::percent_decode(&status.message)));
+    }
+    let not_one = || Status::new(Code::INTERNAL, format!("{method}: the answer from {backend} is not one message"));
+    answer
+        .message(max_message)
+        .map_err(|e| Status::new(Code::INTERNAL, format!("{method}: {}", e.message)))?
+        .ok_or_else(not_one)
+}
+
+/// The user agent of the proxy's own calls.
+const USER_AGENT: &str = concat!("runtime-proxy/", env!("CARGO_PKG_VERSION"));
 
 /// Sends one unary call (`head` and the whole `body`, in one write when the connection is
 /// idle) to `backend` and collects the answer, whose body may hold at most one message of
