@@ -12,7 +12,10 @@
 //!   only (the NRI front end subscribes only to the events its hook servers' stages need).
 //!
 //! `RP_BENCH_PODS` pods per set-up (default 10), one after another, each removed after it
-//! started; one warm-up pod per set-up first. The NRI front end runs only during its own pods.
+//! started, in `RP_BENCH_ROUNDS` rounds (default 4): each round runs every set-up in turn with its
+//! share of the pods, after one warm-up pod, so that the VM's drift over the run (its speed moves
+//! 15 % and more within minutes) falls on every set-up alike. The NRI front end runs only during
+//! its own pods.
 //! The load average is printed with the numbers, and the events the NRI front end subscribed to.
 //! Besides the start time, the CPU time per pod (start and removal) of containerd and
 //! runtime-proxy together (the sum of their threads' time on CPU, `/proc/PID/task/*/schedstat`):
@@ -47,10 +50,20 @@ fn loadavg() -> String {
         .unwrap_or_default()
 }
 
-/// One set-up's pods: each one's start time, and the CPU time per pod of `pids` together (ms).
+/// One set-up's pods (over every round): each one's start time, and the CPU time of the set-up's
+/// processes (containerd, the proxy) on them together, in nanoseconds.
+#[derive(Default)]
 struct Run {
     times: Vec<Duration>,
-    cpu_ms: f64,
+    cpu_ns: u64,
+}
+
+impl Run {
+    /// Adds one round's pods.
+    fn add(&mut self, round: Run) {
+        self.times.extend(round.times);
+        self.cpu_ns += round.cpu_ns;
+    }
 }
 
 /// `n` pods one after another through `rt`, and the CPU time `pids` spent on them.
@@ -58,7 +71,7 @@ async fn measured(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, n: u
     let cpu = || pids.iter().map(|&p| test_support::cpu_ns(p)).sum::<u64>();
     let before = cpu();
     let times = starts(env, rt, n).await;
-    Run { times, cpu_ms: (cpu() - before) as f64 / n as f64 / 1e6 }
+    Run { times, cpu_ns: cpu() - before }
 }
 
 /// `n` pods one after another through `rt`: each one's start time.
@@ -77,11 +90,12 @@ async fn starts(env: &Containerd, rt: &mut RuntimeServiceClient<Channel>, n: usi
 }
 
 /// Median and 90th percentile (nearest rank) of the start times, and the CPU per pod, in ms.
-fn summary(run: Run) -> String {
-    let mut v = run.times;
+fn summary(run: &Run) -> String {
+    let mut v = run.times.clone();
     v.sort();
     let at = |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1].as_secs_f64() * 1e3;
-    format!("median {:7.1} ms   p90 {:7.1} ms   CPU/pod {:5.1} ms", at(0.5), at(0.9), run.cpu_ms)
+    let cpu_ms = run.cpu_ns as f64 / v.len().max(1) as f64 / 1e6;
+    format!("median {:7.1} ms   p90 {:7.1} ms   CPU/pod {cpu_ms:5.1} ms", at(0.5), at(0.9))
 }
 
 /// The NRI front end connected to containerd's `nri_socket` with the hook servers of `dir`,
@@ -138,7 +152,7 @@ async fn main() {
         );
         return;
     };
-    let pods = std::env::var("RP_BENCH_PODS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(10);
+    let pods: usize = std::env::var("RP_BENCH_PODS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(10);
     let env = Containerd::from_env();
     let containerd = env.pid().expect("containerd's pid (ROOT/containerd.pid)");
     // The CRI proxy logs at `info`, as the NRI front end does here (ProxyProcess's default is debug).
@@ -154,42 +168,53 @@ async fn main() {
     register(create_dir.path(), "noop.json", hook.socket(), "Fail", &CREATE_ONLY, serde_json::json!({}));
     let load_before = loadavg();
 
-    let mut direct = runtime_client(&env.socket);
-    starts(&env, &mut direct, 1).await;
-    let alone = measured(&env, &mut direct, pods, &[containerd]).await;
+    let rounds: usize =
+        std::env::var("RP_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(4);
+    let per_round = pods.div_ceil(rounds);
+    let pods = per_round * rounds;
 
+    let mut direct = runtime_client(&env.socket);
     let through_proxy = async |dir: &Path| {
         let proxy = ProxyProcess::start(BIN, &env.socket, &["--hook-config-dir", dir.to_str().unwrap()]);
         let mut proxied = runtime_client(proxy.socket());
         starts(&env, &mut proxied, 1).await;
-        measured(&env, &mut proxied, pods, &[containerd, proxy.pid()]).await
+        measured(&env, &mut proxied, per_round, &[containerd, proxy.pid()]).await
     };
-    let cri_proxy = through_proxy(dir.path()).await;
-    let cri_create = through_proxy(create_dir.path()).await;
-
-    let mut through_nri = async |dir: &Path| {
+    let through_nri = async |direct: &mut RuntimeServiceClient<Channel>, dir: &Path| {
         let (process, events) = nri_front(&nri_socket, dir).await;
-        starts(&env, &mut direct, 1).await;
-        let run = measured(&env, &mut direct, pods, &[containerd, process.0.id()]).await;
+        starts(&env, direct, 1).await;
+        let run = measured(&env, direct, per_round, &[containerd, process.0.id()]).await;
         drop(process);
         (run, events)
     };
-    let (nri, events) = through_nri(dir.path()).await;
-    let (nri_create, create_events) = through_nri(create_dir.path()).await;
+    let [mut alone, mut cri_proxy, mut cri_create, mut nri, mut nri_create]: [Run; 5] = Default::default();
+    let (mut events, mut create_events) = (String::new(), String::new());
+    for _ in 0..rounds {
+        starts(&env, &mut direct, 1).await;
+        alone.add(measured(&env, &mut direct, per_round, &[containerd]).await);
+        cri_proxy.add(through_proxy(dir.path()).await);
+        let (run, e) = through_nri(&mut direct, dir.path()).await;
+        nri.add(run);
+        events = e;
+        cri_create.add(through_proxy(create_dir.path()).await);
+        let (run, e) = through_nri(&mut direct, create_dir.path()).await;
+        nri_create.add(run);
+        create_events = e;
+    }
     let calls = hook.seen().len();
 
     println!(
-        "pod start, {pods} pods each, one after another (containerd {}, load average before {load_before}, after {}):",
+        "pod start, {pods} pods each in {rounds} rounds, one after another (containerd {}, load average before {load_before}, after {}):",
         env.version,
         loadavg()
     );
-    println!("  (a) containerd alone                                  {}", summary(alone));
-    println!("  (b) CRI proxy + one no-op hook                        {}", summary(cri_proxy));
-    println!("  (c) NRI front end + the same no-op hook               {}   events {events}", summary(nri));
-    println!("  (d) CRI proxy, the hook at PreCreateContainer only    {}", summary(cri_create));
+    println!("  (a) containerd alone                                  {}", summary(&alone));
+    println!("  (b) CRI proxy + one no-op hook                        {}", summary(&cri_proxy));
+    println!("  (c) NRI front end + the same no-op hook               {}   events {events}", summary(&nri));
+    println!("  (d) CRI proxy, the hook at PreCreateContainer only    {}", summary(&cri_create));
     println!(
         "  (e) NRI front end, the hook at PreCreateContainer only {}   events {create_events}",
-        summary(nri_create)
+        summary(&nri_create)
     );
-    println!("  (hook calls: {calls}, expected {})", 2 * (pods + 1) * (STAGES.len() + CREATE_ONLY.len()));
+    println!("  (hook calls: {calls}, expected {})", 2 * (pods + rounds) * (STAGES.len() + CREATE_ONLY.len()));
 }
