@@ -16,6 +16,11 @@
 //! runtime state" to "plugin … connected" (2.x: "… connected and synchronized") of this plugin. Beside it: the updates
 //! answered and runtime-hooks' CPU time until its answer (`/proc/PID/task/*/schedstat`).
 //!
+//! What the node's other pods see of the lock: while runtime-hooks connects, a probe makes one pod
+//! sandbox after another (pause only, removed after) until containerd logged the plugin
+//! synchronized, and its RunPodSandbox times are printed (median and longest) beside those of
+//! probes on the idle node.
+//!
 //! Run: `make bench`, or `RP_NRI=1 scripts/containerd.sh up 1.7 ROOT`,
 //! `RP_CONTAINERD_ENV=ROOT/env cargo bench -p runtime-hooks --bench nri_sync`.
 
@@ -27,8 +32,10 @@ use std::time::{Duration, Instant};
 
 use common::{map, precreate_pod_cgroup, remove_labelled_pods, Hooks, BE_SPEC, QOS, SPEC};
 use k8s_cri::v1 as cri;
-use test_support::containerd::{container_config, sandbox_config, unique, Containerd, Pod};
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use test_support::containerd::{container_config, remove_sandbox, sandbox_config, unique, Containerd, Pod};
 use test_support::runtime_client;
+use tonic::transport::Channel;
 
 const BENCH_LABEL: &str = "runtime-hooks-sync-bench";
 const PLUGIN: &str = "runtime-hooks-sync-bench";
@@ -63,6 +70,26 @@ fn lock_time(log: &str, from: usize) -> Option<f64> {
         .filter(|l| l.contains("Synchronizing NRI (plugin) with current runtime state"))
         .last()?;
     Some(end - log_time(start)?)
+}
+
+/// One probe pod sandbox (pause only, labelled for the clean-up): its RunPodSandbox time; removed
+/// after.
+async fn probe(env: &Containerd, client: &mut RuntimeServiceClient<Channel>, label: &str) -> Duration {
+    let sandbox = sandbox_config(env, &unique("probe"), map(&[(BENCH_LABEL, label)]), map(&[]));
+    precreate_pod_cgroup(&sandbox.linux.as_ref().unwrap().cgroup_parent);
+    let start = Instant::now();
+    let req = cri::RunPodSandboxRequest { config: Some(sandbox), runtime_handler: String::new() };
+    let id = client.run_pod_sandbox(req).await.expect("probe pod sandbox").into_inner().pod_sandbox_id;
+    let took = start.elapsed();
+    remove_sandbox(client, &id).await;
+    took
+}
+
+/// Median and longest of `times`, in ms.
+fn median_max(times: &mut [Duration]) -> (f64, f64) {
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    times.last().map_or((0.0, 0.0), |&max| (ms(times[times.len() / 2]), ms(max)))
 }
 
 fn start_hooks(nri_socket: &Path, dir: &Path, n: usize) -> Hooks {
@@ -127,21 +154,39 @@ async fn run(env: Containerd, nri_socket: PathBuf, root: PathBuf, pods: usize) {
         }
     }
     let made_in = started.elapsed();
+    let mut client = runtime_client(&env.socket);
+    let mut idle = Vec::new();
+    for _ in 0..5 {
+        idle.push(probe(&env, &mut client, &pid).await);
+    }
     let log_file = root.join("containerd.log");
     let mut rows = Vec::new();
+    let mut probed = Vec::new();
     let mut hooks: Option<Hooks> = None;
     for (n, what) in ["fresh", "again"].into_iter().enumerate() {
         drop(hooks.take());
         let from = std::fs::metadata(&log_file).map(|m| m.len() as usize).unwrap_or(0);
         let h = start_hooks(&nri_socket, dir.path(), n);
-        let pid = h.pid();
-        assert!(
-            h.wait_log(&["NRI: applied to known pods", "synchronize"], 0, Duration::from_secs(60)),
-            "not synchronized:\n{}",
-            h.log()
-        );
-        let cpu = test_support::cpu_ns(pid);
-        let line = h.log().lines().find(|l| l.contains("NRI: applied to known pods")).unwrap_or_default().to_owned();
+        let hooks_pid = h.pid();
+        // Probes from the plugin's start until containerd logged the plugin synchronized.
+        let connecting = Instant::now();
+        let mut probes = Vec::new();
+        let (mut cpu, mut line) = (None, String::new());
+        loop {
+            let log = h.log();
+            if cpu.is_none() && log.contains("NRI: applied to known pods") {
+                cpu = Some(test_support::cpu_ns(hooks_pid));
+                line = log.lines().find(|l| l.contains("NRI: applied to known pods")).unwrap_or_default().to_owned();
+            }
+            let synced = lock_time(&std::fs::read_to_string(&log_file).unwrap_or_default(), from).is_some();
+            if cpu.is_some() && synced && !probes.is_empty() {
+                break;
+            }
+            assert!(connecting.elapsed() < Duration::from_secs(120), "not synchronized:\n{log}");
+            probes.push(probe(&env, &mut client, &pid).await);
+        }
+        let synced_in = connecting.elapsed();
+        let cpu = cpu.unwrap_or_default();
         let field =
             |k: &str| line.split(&format!(" {k}=")).nth(1).and_then(|v| v.split(' ').next()).unwrap_or("?").to_owned();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -153,7 +198,9 @@ async fn run(env: Containerd, nri_socket: PathBuf, root: PathBuf, pods: usize) {
                 None => panic!("no Synchronize of {PLUGIN} in {}", log_file.display()),
             }
         };
+        let (median, max) = median_max(&mut probes);
         rows.push((what, field("containers"), field("updates"), field("held"), lock * 1e3, cpu as f64 / 1e6));
+        probed.push((what, synced_in.as_secs_f64() * 1e3, probes.len(), median, max));
         hooks = Some(h);
     }
     let shares = made[0].cgroup_file("cpu", "cpu.shares");
@@ -168,5 +215,12 @@ async fn run(env: Containerd, nri_socket: PathBuf, root: PathBuf, pods: usize) {
     println!("|---|---:|---:|---:|---:|---:|");
     for (what, containers, updates, held, lock, cpu) in rows {
         println!("| {what} | {containers} | {updates} | {held} | {lock:.0} | {cpu:.0} |");
+    }
+    let (median, max) = median_max(&mut idle);
+    println!("\nRunPodSandbox of a probe pod meanwhile (on the idle node before: median {median:.0} ms, longest {max:.0} ms):\n");
+    println!("| connection | from the plugin's start to synchronized, ms | probes | RunPodSandbox median, ms | longest, ms |");
+    println!("|---|---:|---:|---:|---:|");
+    for (what, synced, n, median, max) in probed {
+        println!("| {what} | {synced:.0} | {n} | {median:.0} | {max:.0} |");
     }
 }
