@@ -95,7 +95,7 @@ pub struct RecoveryReport {
     pub elapsed: Duration,
 }
 
-/// Rebuilds the store from the CRI runtime behind `channel`.
+/// Rebuilds the store from the CRI runtime `runtime` (its shared connection).
 ///
 /// Lists every pod sandbox and container (all states), asks each one's verbose status (at most
 /// [`CONCURRENCY`] at a time), writes an entry for every object the store does not know yet, and
