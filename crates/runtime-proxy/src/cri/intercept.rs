@@ -76,7 +76,8 @@ pub fn lookup(path: &str) -> Option<&'static MethodSpec> {
 pub struct Interceptor {
     /// Registry, store, dispatcher, pod locks, skip label and limits, shared by every front end.
     pub hooks: Arc<Hooks>,
-    /// A CRI client channel to the runtime (dialled on first use).
+    /// The runtime's shared connection (the router's; dialled on first use), for the store
+    /// misses' calls ([`recover::fetch_pod`], [`recover::fetch_container`]).
     pub runtime: Arc<Backend>,
 }
 

@@ -89,7 +89,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::net::UnixStream;
 
 use crate::grpc::unary_call::Answer;
-use crate::grpc::{self, Code, Status};
+use crate::grpc::{self, Code, Status, USER_AGENT};
 use crate::http2::frame;
 use daemon_support::uds::Socket;
 
@@ -129,9 +129,6 @@ const MAX_IDLE_PARTIAL: usize = 64 << 10;
 /// frames of streams ended before, empty DATA, informational headers) that one call takes:
 /// this many plus one per KiB of request; one more fails the call.
 pub const CALL_CONTROL_FRAMES: usize = 1024;
-
-/// The user agent hook servers see.
-const USER_AGENT: &str = concat!("runtime-proxy/", env!("CARGO_PKG_VERSION"));
 
 /// The client for one hook server's unix socket: its idle connections and who may serve it.
 pub struct HookClient {

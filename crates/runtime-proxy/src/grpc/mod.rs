@@ -17,6 +17,10 @@ use http::{HeaderMap, HeaderValue, Response};
 
 pub use hook_api::status::{Code, Status};
 
+/// The user agent of the calls the proxy makes itself: to hook servers, and its own calls to the
+/// runtime ([`unary_call::own_call`]).
+pub const USER_AGENT: &str = concat!("runtime-proxy/", env!("CARGO_PKG_VERSION"));
+
 /// Reads `grpc-status` from a header or trailer map; `None` when absent or not a number.
 pub fn code_from_headers(headers: &HeaderMap) -> Option<Code> {
     headers.get("grpc-status")?.to_str().ok()?.parse().ok().map(Code)

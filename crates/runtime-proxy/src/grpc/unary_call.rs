@@ -56,7 +56,8 @@ impl Answer {
     }
 }
 
-/// Sends one unary call (`head` and the whole `body`) to `backend` and collects the answer.
+/// Sends one unary call (`head` and the whole `body`) to `backend` and collects the answer, whose
+/// body may hold at most one message of `max_message` bytes.
 ///
 /// Errors: as [`exchange`]; `DEADLINE_EXCEEDED` naming `method` and the backend when `deadline`
 /// passes first.
@@ -66,8 +67,9 @@ pub async fn unary(
     body: Bytes,
     deadline: Option<Duration>,
     method: &str,
+    max_message: usize,
 ) -> Result<Answer, Status> {
-    let call = exchange(backend, head, body, method, usize::MAX);
+    let call = exchange(backend, head, body, method, max_message);
     match deadline {
         None => call.await,
         Some(d) => tokio::time::timeout(d, call).await.map_err(|_| {
@@ -95,14 +97,11 @@ pub async fn own_call(
     let head = Request::post(format!("http://localhost{path}"))
         .header(http::header::CONTENT_TYPE, "application/grpc")
         .header(http::header::TE, "trailers")
-        .header(http::header::USER_AGENT, USER_AGENT)
+        .header(http::header::USER_AGENT, grpc::USER_AGENT)
         .header("grpc-timeout", grpc::timeout_value(deadline))
         .body(())
         .map_err(|e| Status::new(Code::INTERNAL, format!("{method}: request head: {e}")))?;
-    let call = exchange(backend, head, grpc::frame(message), method, max_message);
-    let answer = tokio::time::timeout(deadline, call).await.map_err(|_| {
-        Status::new(Code::DEADLINE_EXCEEDED, format!("{method}: deadline exceeded waiting for {backend}"))
-    })??;
+    let answer = unary(backend, head, grpc::frame(message), Some(deadline), method, max_message).await?;
     let status = answer.status();
     if status.code != Code::OK {
         return Err(Status::new(status.code, grpc::percent_decode(&status.message)));
@@ -113,9 +112,6 @@ pub async fn own_call(
         .map_err(|e| Status::new(Code::INTERNAL, format!("{method}: {}", e.message)))?
         .ok_or_else(not_one)
 }
-
-/// The user agent of the proxy's own calls.
-const USER_AGENT: &str = concat!("runtime-proxy/", env!("CARGO_PKG_VERSION"));
 
 /// Sends one unary call (`head` and the whole `body`, in one write when the connection is
 /// idle) to `backend` and collects the answer, whose body may hold at most one message of
@@ -221,7 +217,7 @@ pub fn over_shared<'a>(backend: &'a Backend, method: &'a str) -> Onward<'a> {
     Box::new(move |parts, body, deadline| {
         Box::pin(async move {
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            unary(backend, Request::from_parts(parts, ()), body, remaining, method).await
+            unary(backend, Request::from_parts(parts, ()), body, remaining, method, usize::MAX).await
         })
     })
 }
